@@ -1,0 +1,12 @@
+//! rdmaprobe: an RDMA performance probe. The same scenarios run through `ibv_post_send`, the
+//! `ibv_wr_*` API and a direct mlx5 path, timed with one calibrated TSC clock.
+//!
+//! With `--no-default-features` only the hot core builds (`sys`, `clock`), on `core` alone.
+#![cfg_attr(not(feature = "std"), no_std)]
+#![warn(missing_docs)]
+
+pub mod clock;
+pub mod sys;
+
+#[cfg(feature = "std")]
+pub mod verbs;

@@ -1,0 +1,206 @@
+//! Completion queues and completions.
+
+use super::device::Context;
+use super::error::{check_ptr, check_rc, Ctx, Result, VerbsError};
+use super::Kind;
+use crate::sys;
+use std::ffi::CStr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+pub(crate) struct CqInner {
+    pub(crate) cq: *mut sys::ibv_cq,
+    pub(crate) ctx: Context,
+}
+
+// SAFETY: CQ verbs are thread-safe on one context.
+unsafe impl Send for CqInner {}
+// SAFETY: as above.
+unsafe impl Sync for CqInner {}
+
+impl Drop for CqInner {
+    fn drop(&mut self) {
+        // SAFETY: cq came from ibv_create_cq; QPs using it hold an Arc to us, so none is left.
+        let rc = unsafe { sys::ibv_destroy_cq(self.cq) };
+        let name = self.ctx.name().to_string();
+        self.ctx.inner.ledger.destroyed(Kind::Cq, check_rc(rc, "ibv_destroy_cq", || Ctx::dev(&name)));
+    }
+}
+
+/// A completion queue. Cheap to clone; destroyed after its last QP.
+#[derive(Clone)]
+pub struct Cq {
+    pub(crate) inner: Arc<CqInner>,
+}
+
+/// One completion, decoded from `ibv_wc`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Completion {
+    /// The work request id.
+    pub wr_id: u64,
+    /// `ibv_wc_status` (0 = success).
+    pub status: u32,
+    /// `ibv_wc_opcode`.
+    pub opcode: u32,
+    /// Vendor error (the provider's syndrome).
+    pub vendor_err: u32,
+    /// Bytes received (receive completions).
+    pub byte_len: u32,
+    /// The QP the completion belongs to.
+    pub qp_num: u32,
+    /// Immediate data in host order, when the completion carries one.
+    pub imm: Option<u32>,
+}
+
+impl Completion {
+    fn from_wc(wc: &sys::ibv_wc) -> Self {
+        let has_imm = wc.wc_flags & sys::IBV_WC_WITH_IMM != 0;
+        Completion {
+            wr_id: wc.wr_id,
+            status: wc.status,
+            opcode: wc.opcode,
+            vendor_err: wc.vendor_err,
+            byte_len: wc.byte_len,
+            qp_num: wc.qp_num,
+            // SAFETY: imm_data is the active union member when IBV_WC_WITH_IMM is set.
+            imm: has_imm.then(|| u32::from_be(unsafe { wc.__bindgen_anon_1.imm_data })),
+        }
+    }
+
+    /// Whether the status is success.
+    pub fn is_ok(&self) -> bool {
+        self.status == sys::IBV_WC_SUCCESS
+    }
+
+    /// `Ok` for a successful completion, else the typed completion error.
+    pub fn check(&self, device: &str) -> Result<Completion> {
+        if self.is_ok() {
+            return Ok(*self);
+        }
+        Err(VerbsError::Completion {
+            ctx: Ctx::dev(device).qpn(self.qp_num),
+            status: self.status,
+            status_str: status_str(self.status),
+            vendor_err: self.vendor_err,
+            wr_id: self.wr_id,
+            opcode: self.opcode,
+        })
+    }
+}
+
+/// `ibv_wc_status_str`.
+pub fn status_str(status: u32) -> String {
+    // SAFETY: returns a static string for every value (an "unknown" one out of range).
+    unsafe { CStr::from_ptr(sys::ibv_wc_status_str(status)) }.to_string_lossy().into_owned()
+}
+
+impl Cq {
+    /// `ibv_create_cq` with room for at least `cqe` completions, no channel.
+    pub fn new(ctx: &Context, cqe: u32) -> Result<Self> {
+        let n = i32::try_from(cqe).map_err(|_| VerbsError::Invalid {
+            ctx: ctx.ctx(),
+            why: format!("CQ size {cqe} too large"),
+        })?;
+        // SAFETY: live context; no channel, no context pointer, vector 0.
+        let cq = unsafe { sys::ibv_create_cq(ctx.as_ptr(), n, std::ptr::null_mut(), std::ptr::null_mut(), 0) };
+        let cq = check_ptr(cq, "ibv_create_cq", || ctx.ctx().detail(format!("{cqe} entries")))?;
+        ctx.inner.ledger.created(Kind::Cq);
+        Ok(Cq { inner: Arc::new(CqInner { cq, ctx: ctx.clone() }) })
+    }
+
+    /// The raw pointer (valid while `self` lives).
+    pub fn as_ptr(&self) -> *mut sys::ibv_cq {
+        self.inner.cq
+    }
+
+    /// The device.
+    pub fn context(&self) -> &Context {
+        &self.inner.ctx
+    }
+
+    /// Capacity granted by the driver.
+    pub fn capacity(&self) -> i32 {
+        // SAFETY: live CQ.
+        unsafe { (*self.inner.cq).cqe }
+    }
+
+    /// Polls once into `wc`; returns how many completions were written.
+    #[inline]
+    pub fn poll_raw(&self, wc: &mut [sys::ibv_wc]) -> Result<usize> {
+        let n = i32::try_from(wc.len()).unwrap_or(i32::MAX);
+        // SAFETY: live CQ; `wc` has room for n entries.
+        let rc = unsafe { sys::inline::poll_cq(self.inner.cq, n, wc.as_mut_ptr()) };
+        if rc < 0 {
+            return Err(VerbsError::Verb {
+                verb: "ibv_poll_cq",
+                ctx: self.inner.ctx.ctx(),
+                source: std::io::Error::from_raw_os_error(-rc),
+            });
+        }
+        Ok(rc as usize)
+    }
+
+    /// Polls until `n` completions arrived (errors included) or `timeout` passed.
+    pub fn wait(&self, n: usize, timeout: Duration) -> Result<Vec<Completion>> {
+        let deadline = Instant::now() + timeout;
+        let mut out = Vec::with_capacity(n);
+        let mut wc = [sys::ibv_wc::default(); 16];
+        while out.len() < n {
+            let want = (n - out.len()).min(wc.len());
+            let got = self.poll_raw(&mut wc[..want])?;
+            out.extend(wc[..got].iter().map(Completion::from_wc));
+            if got == 0 {
+                if Instant::now() >= deadline {
+                    return Err(VerbsError::Timeout {
+                        ctx: self.inner.ctx.ctx(),
+                        what: format!("{} more completion(s) of {n}", n - out.len()),
+                        ms: timeout.as_millis() as u64,
+                    });
+                }
+                std::hint::spin_loop();
+            }
+        }
+        Ok(out)
+    }
+
+    /// Waits for one completion and returns it if successful, else its typed error.
+    pub fn wait_ok(&self, timeout: Duration) -> Result<Completion> {
+        let c = self.wait(1, timeout)?;
+        c[0].check(self.inner.ctx.name())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn completion_errors_are_decoded() {
+        let c = Completion {
+            wr_id: 7,
+            status: sys::IBV_WC_REM_ACCESS_ERR,
+            opcode: sys::IBV_WC_RDMA_WRITE,
+            vendor_err: 0x88,
+            byte_len: 0,
+            qp_num: 0x1a,
+            imm: None,
+        };
+        let e = c.check("rxe0").unwrap_err();
+        assert_eq!(e.wc_status(), Some(sys::IBV_WC_REM_ACCESS_ERR));
+        let s = e.to_string();
+        assert!(s.contains("remote access error"), "{s}");
+        assert!(s.contains("device rxe0 QP 0x1a") && s.contains("vendor error 0x88") && s.contains("wr_id 7"), "{s}");
+        let ok = Completion { status: sys::IBV_WC_SUCCESS, ..c };
+        assert_eq!(ok.check("rxe0").unwrap(), ok);
+        assert_eq!(status_str(sys::IBV_WC_RNR_RETRY_EXC_ERR), "RNR retry counter exceeded");
+    }
+
+    #[test]
+    fn immediate_is_host_order() {
+        let mut wc = sys::ibv_wc { wc_flags: sys::IBV_WC_WITH_IMM, ..Default::default() };
+        wc.__bindgen_anon_1.imm_data = 0x1234_5678u32.to_be();
+        assert_eq!(Completion::from_wc(&wc).imm, Some(0x1234_5678));
+        wc.wc_flags = 0;
+        assert_eq!(Completion::from_wc(&wc).imm, None);
+    }
+}

@@ -1,0 +1,708 @@
+//! Devices, contexts, ports and GIDs: `ibv_get_device_list`, `ibv_open_device`,
+//! `ibv_query_device`, `___ibv_query_port`, `ibv_query_gid_ex`.
+
+use super::error::{check_ptr, check_rc, Ctx, NoDevice, Result, VerbsError};
+use super::Ledger;
+use crate::sys;
+use std::ffi::CStr;
+use std::fmt;
+use std::net::Ipv4Addr;
+use std::str::FromStr;
+use std::sync::Arc;
+
+/// Names of the user verbs devices, or why there are none.
+pub fn device_names() -> Result<Vec<String>> {
+    let list = DeviceList::get()?;
+    Ok(list.names())
+}
+
+/// The list from `ibv_get_device_list`, freed on drop. Contexts opened from it outlive it.
+pub struct DeviceList {
+    ptr: *mut *mut sys::ibv_device,
+    n: usize,
+}
+
+impl DeviceList {
+    /// Gets the list; an empty or failed list becomes [`VerbsError::NoDevice`] with the reason.
+    pub fn get() -> Result<Self> {
+        let mut n: core::ffi::c_int = 0;
+        // SAFETY: writes the count into `n`; returns an owned list or NULL with errno set.
+        let ptr = unsafe { sys::ibv_get_device_list(&mut n) };
+        if ptr.is_null() {
+            let e = std::io::Error::last_os_error().raw_os_error().unwrap_or(0);
+            return Err(VerbsError::NoDevice(classify_missing(e)));
+        }
+        let list = DeviceList { ptr, n: n.max(0) as usize };
+        if list.n == 0 {
+            return Err(VerbsError::NoDevice(classify_missing(0)));
+        }
+        Ok(list)
+    }
+
+    fn raw(&self, i: usize) -> *mut sys::ibv_device {
+        assert!(i < self.n);
+        // SAFETY: i < n, and the list holds n valid device pointers until it is freed.
+        unsafe { *self.ptr.add(i) }
+    }
+
+    /// Device names in list order.
+    pub fn names(&self) -> Vec<String> {
+        (0..self.n)
+            .map(|i| {
+                // SAFETY: a valid device from the list; the name is a NUL-terminated string it owns.
+                unsafe { CStr::from_ptr(sys::ibv_get_device_name(self.raw(i))) }.to_string_lossy().into_owned()
+            })
+            .collect()
+    }
+
+    /// Opens the device called `name`.
+    pub fn open(&self, name: &str) -> Result<Context> {
+        let names = self.names();
+        let i = names
+            .iter()
+            .position(|n| n == name)
+            .ok_or_else(|| VerbsError::UnknownDevice { name: name.to_string(), available: names.clone() })?;
+        let dev = self.raw(i);
+        // SAFETY: a valid device pointer from the live list.
+        let ctx = check_ptr(unsafe { sys::ibv_open_device(dev) }, "ibv_open_device", || Ctx::dev(name))?;
+        // SAFETY: the same valid device pointer; mlx5dv_is_supported only reads it.
+        let mlx5 = unsafe { sys::mlx5dv_is_supported(dev) };
+        let ledger = Ledger::new(name);
+        ledger.created(super::Kind::Context);
+        Ok(Context { inner: Arc::new(ContextInner { ctx, name: name.to_string(), mlx5, ledger }) })
+    }
+}
+
+impl Drop for DeviceList {
+    fn drop(&mut self) {
+        // SAFETY: ptr came from ibv_get_device_list and is freed once, here.
+        unsafe { sys::ibv_free_device_list(self.ptr) };
+    }
+}
+
+/// Why `ibv_get_device_list` found nothing, from its errno and what sysfs and /dev show.
+pub fn classify_missing(errno: i32) -> NoDevice {
+    classify(
+        errno,
+        std::path::Path::new("/sys/class/infiniband_verbs").exists(),
+        dir_has_entries("/sys/class/infiniband"),
+        uverbs_denied(),
+    )
+}
+
+/// The decision behind [`classify_missing`], from its inputs.
+pub fn classify(errno: i32, verbs_class: bool, ib_devices: bool, uverbs_denied: bool) -> NoDevice {
+    if errno == libc::ENOSYS || errno == libc::EPROTONOSUPPORT || errno == libc::EAFNOSUPPORT {
+        return NoDevice::KernelWithoutRdma;
+    }
+    if errno == libc::EACCES || errno == libc::EPERM || uverbs_denied {
+        return NoDevice::NoPermission;
+    }
+    if ib_devices {
+        return NoDevice::NoUverbs;
+    }
+    if !verbs_class && errno != 0 {
+        return NoDevice::KernelWithoutRdma;
+    }
+    NoDevice::NoDevices
+}
+
+fn dir_has_entries(p: &str) -> bool {
+    std::fs::read_dir(p).map(|mut d| d.next().is_some()).unwrap_or(false)
+}
+
+fn uverbs_denied() -> bool {
+    let Ok(rd) = std::fs::read_dir("/dev/infiniband") else { return false };
+    for e in rd.flatten() {
+        if e.file_name().to_string_lossy().starts_with("uverbs") {
+            if let Err(err) = std::fs::OpenOptions::new().read(true).write(true).open(e.path()) {
+                if err.kind() == std::io::ErrorKind::PermissionDenied {
+                    return true;
+                }
+            }
+        }
+    }
+    false
+}
+
+pub(crate) struct ContextInner {
+    pub(crate) ctx: *mut sys::ibv_context,
+    pub(crate) name: String,
+    mlx5: bool,
+    pub(crate) ledger: Arc<Ledger>,
+}
+
+// SAFETY: an ibv_context is thread-safe per the verbs API (providers lock internally).
+unsafe impl Send for ContextInner {}
+// SAFETY: as above: concurrent verbs on one context are allowed.
+unsafe impl Sync for ContextInner {}
+
+impl Drop for ContextInner {
+    fn drop(&mut self) {
+        // SAFETY: ctx came from ibv_open_device; every child holds an Arc to us, so none is left.
+        let rc = unsafe { sys::ibv_close_device(self.ctx) };
+        self.ledger.destroyed(super::Kind::Context, check_rc(rc, "ibv_close_device", || Ctx::dev(&self.name)));
+    }
+}
+
+/// An open device (`ibv_context`). Cheap to clone; closed when the last clone and the last
+/// child (PD, CQ) are gone.
+#[derive(Clone)]
+pub struct Context {
+    pub(crate) inner: Arc<ContextInner>,
+}
+
+impl Context {
+    /// Opens a device by name.
+    pub fn open(name: &str) -> Result<Self> {
+        DeviceList::get()?.open(name)
+    }
+
+    /// Opens the first device of the list.
+    pub fn open_first() -> Result<Self> {
+        let list = DeviceList::get()?;
+        let first = list.names().into_iter().next().ok_or(VerbsError::NoDevice(NoDevice::NoDevices))?;
+        list.open(&first)
+    }
+
+    /// The device name.
+    pub fn name(&self) -> &str {
+        &self.inner.name
+    }
+
+    /// The raw context pointer (valid while `self` lives).
+    pub fn as_ptr(&self) -> *mut sys::ibv_context {
+        self.inner.ctx
+    }
+
+    /// Whether the mlx5 direct-verbs interface supports this device.
+    pub fn is_mlx5(&self) -> bool {
+        self.inner.mlx5
+    }
+
+    /// The record of what was created and destroyed through this device (outlives it).
+    pub fn ledger(&self) -> Arc<Ledger> {
+        self.inner.ledger.clone()
+    }
+
+    pub(crate) fn ctx(&self) -> Ctx {
+        Ctx::dev(&self.inner.name)
+    }
+
+    /// `ibv_query_device`.
+    pub fn query(&self) -> Result<DeviceInfo> {
+        let mut a = sys::ibv_device_attr::default();
+        // SAFETY: live context; `a` is a writable ibv_device_attr.
+        let rc = unsafe { sys::ibv_query_device(self.inner.ctx, &mut a) };
+        check_rc(rc, "ibv_query_device", || self.ctx())?;
+        // SAFETY: fw_ver is a NUL-terminated array filled by the provider (or all zeros).
+        let fw = unsafe { CStr::from_ptr(a.fw_ver.as_ptr()) }.to_string_lossy().into_owned();
+        Ok(DeviceInfo {
+            name: self.inner.name.clone(),
+            provider: provider_of(self.inner.ctx),
+            fw_ver: fw,
+            node_guid: format_guid(u64::from_be(a.node_guid)),
+            sys_image_guid: format_guid(u64::from_be(a.sys_image_guid)),
+            vendor_id: a.vendor_id,
+            vendor_part_id: a.vendor_part_id,
+            hw_ver: a.hw_ver,
+            phys_port_cnt: a.phys_port_cnt,
+            max_qp: a.max_qp,
+            max_qp_wr: a.max_qp_wr,
+            max_sge: a.max_sge,
+            max_cqe: a.max_cqe,
+            max_mr_size: a.max_mr_size,
+            max_qp_rd_atom: a.max_qp_rd_atom,
+            max_qp_init_rd_atom: a.max_qp_init_rd_atom,
+            atomic_cap: match a.atomic_cap {
+                sys::IBV_ATOMIC_HCA => "hca",
+                sys::IBV_ATOMIC_GLOB => "global",
+                _ => "none",
+            },
+            mlx5dv: self.inner.mlx5,
+        })
+    }
+
+    /// `ibv_query_port` (the header's `___ibv_query_port`), with the port's first GIDs.
+    pub fn query_port(&self, port: u8) -> Result<PortInfo> {
+        let mut a = sys::ibv_port_attr::default();
+        // SAFETY: live context; `a` is a writable ibv_port_attr of the size the header defines.
+        let rc = unsafe { sys::___ibv_query_port(self.inner.ctx, port, &mut a) };
+        check_rc(rc, "ibv_query_port", || self.ctx().port(port))?;
+        Ok(PortInfo::from_attr(port, &a))
+    }
+
+    /// `ibv_query_gid_ex` for one index; `Ok(None)` for an empty slot.
+    pub fn query_gid(&self, port: u8, index: u32) -> Result<Option<GidEntry>> {
+        let mut e = sys::ibv_gid_entry::default();
+        // SAFETY: live context; `e` is a writable ibv_gid_entry.
+        let rc = unsafe { sys::ibv_query_gid_ex(self.inner.ctx, port as u32, index, &mut e, 0) };
+        if rc == libc::ENODATA || rc == -libc::ENODATA {
+            return Ok(None);
+        }
+        check_rc(rc, "ibv_query_gid_ex", || self.ctx().port(port).detail(format!("GID index {index}")))?;
+        // SAFETY: `raw` is the 16-byte view of the union and always initialised.
+        let gid = Gid(unsafe { e.gid.raw });
+        if gid.is_zero() {
+            return Ok(None);
+        }
+        Ok(Some(GidEntry { index, gid, gid_type: GidType::from_raw(e.gid_type) }))
+    }
+
+    /// The first `max` GID slots of a port that hold an entry. Only the first slots are read:
+    /// a port may have 1024, and reading them all is slow.
+    pub fn gids(&self, port: u8, max: u32) -> Result<Vec<GidEntry>> {
+        let p = self.query_port(port)?;
+        let n = (p.gid_tbl_len.max(0) as u32).min(max);
+        let mut out = Vec::new();
+        for i in 0..n {
+            if let Some(e) = self.query_gid(port, i)? {
+                out.push(e);
+            }
+        }
+        Ok(out)
+    }
+}
+
+/// What `ibv_query_device` says, plus the provider library.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct DeviceInfo {
+    /// Device name.
+    pub name: String,
+    /// The user-space provider serving it (the library its `post_send` lives in).
+    pub provider: String,
+    /// Firmware version.
+    pub fw_ver: String,
+    /// Node GUID.
+    pub node_guid: String,
+    /// System image GUID.
+    pub sys_image_guid: String,
+    /// PCI vendor id.
+    pub vendor_id: u32,
+    /// Vendor part id.
+    pub vendor_part_id: u32,
+    /// Hardware version.
+    pub hw_ver: u32,
+    /// Number of ports.
+    pub phys_port_cnt: u8,
+    /// Max QPs.
+    pub max_qp: i32,
+    /// Max WRs per queue.
+    pub max_qp_wr: i32,
+    /// Max SGEs per WR.
+    pub max_sge: i32,
+    /// Max CQEs per CQ.
+    pub max_cqe: i32,
+    /// Max MR size.
+    pub max_mr_size: u64,
+    /// Max outstanding RDMA reads/atomics as responder.
+    pub max_qp_rd_atom: i32,
+    /// Max outstanding RDMA reads/atomics as initiator.
+    pub max_qp_init_rd_atom: i32,
+    /// Atomic capability.
+    pub atomic_cap: &'static str,
+    /// Whether mlx5dv supports the device (the direct backend's precondition).
+    pub mlx5dv: bool,
+}
+
+/// The provider of a context: the shared object its `post_send` entry lives in.
+fn provider_of(ctx: *mut sys::ibv_context) -> String {
+    // SAFETY: live context; we only read the function pointer's address.
+    let f = unsafe { (*ctx).ops.post_send };
+    match f {
+        Some(f) => library_of(f as *const core::ffi::c_void)
+            .map(|p| provider_name(&p))
+            .unwrap_or_else(|| "unknown".into()),
+        None => "unknown".into(),
+    }
+}
+
+/// The path of the shared object holding `addr`, by `dladdr`.
+pub fn library_of(addr: *const core::ffi::c_void) -> Option<String> {
+    let mut info = libc::Dl_info {
+        dli_fname: std::ptr::null(),
+        dli_fbase: std::ptr::null_mut(),
+        dli_sname: std::ptr::null(),
+        dli_saddr: std::ptr::null_mut(),
+    };
+    // SAFETY: dladdr only reads the address and fills `info`.
+    let ok = unsafe { libc::dladdr(addr, &mut info) };
+    if ok == 0 || info.dli_fname.is_null() {
+        return None;
+    }
+    // SAFETY: dli_fname is a NUL-terminated path owned by the dynamic loader.
+    Some(unsafe { CStr::from_ptr(info.dli_fname) }.to_string_lossy().into_owned())
+}
+
+/// `/usr/lib/.../libibverbs/librxe-rdmav34.so` -> `rxe`; `.../libmlx5.so.1` -> `mlx5`.
+pub fn provider_name(path: &str) -> String {
+    let file = path.rsplit('/').next().unwrap_or(path);
+    let stem = file.strip_prefix("lib").unwrap_or(file);
+    let stem = stem.split(".so").next().unwrap_or(stem);
+    stem.split("-rdmav").next().unwrap_or(stem).to_string()
+}
+
+/// The libibverbs actually loaded: its resolved path and version (from the file name).
+pub fn libibverbs_loaded() -> (String, String) {
+    let path = library_of(sys::ibv_get_device_list as *const core::ffi::c_void).unwrap_or_default();
+    let real = std::fs::canonicalize(&path).map(|p| p.display().to_string()).unwrap_or(path);
+    let version = real.rsplit("libibverbs.so.").next().filter(|v| *v != real).unwrap_or("unknown").to_string();
+    (real, version)
+}
+
+fn format_guid(g: u64) -> String {
+    format!("{:04x}:{:04x}:{:04x}:{:04x}", g >> 48, (g >> 32) & 0xffff, (g >> 16) & 0xffff, g & 0xffff)
+}
+
+/// A port's state and link.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct PortInfo {
+    /// Port number.
+    pub port: u8,
+    /// `IBV_PORT_*` state, by name (`ACTIVE`, `DOWN`, ...).
+    pub state: &'static str,
+    /// Raw state value.
+    pub state_raw: u32,
+    /// Physical state by name (`LINK_UP`, `POLLING`, ...).
+    pub phys_state: &'static str,
+    /// `InfiniBand` or `Ethernet`.
+    pub link_layer: &'static str,
+    /// Active MTU in bytes.
+    pub active_mtu: u32,
+    /// Max MTU in bytes.
+    pub max_mtu: u32,
+    /// Raw active MTU enum (for `ibv_modify_qp`).
+    #[serde(skip)]
+    pub active_mtu_raw: u32,
+    /// Active speed per lane, e.g. `25.0 Gbps (EDR)`.
+    pub speed: String,
+    /// Active width, e.g. `4X`.
+    pub width: String,
+    /// LID (InfiniBand).
+    pub lid: u16,
+    /// SM LID.
+    pub sm_lid: u16,
+    /// GID table length.
+    pub gid_tbl_len: i32,
+    /// Max message size.
+    pub max_msg_sz: u32,
+}
+
+impl PortInfo {
+    fn from_attr(port: u8, a: &sys::ibv_port_attr) -> Self {
+        PortInfo {
+            port,
+            state: port_state_str(a.state),
+            state_raw: a.state,
+            phys_state: phys_state_str(a.phys_state),
+            link_layer: match a.link_layer as u32 {
+                sys::IBV_LINK_LAYER_ETHERNET => "Ethernet",
+                _ => "InfiniBand",
+            },
+            active_mtu: mtu_bytes(a.active_mtu),
+            max_mtu: mtu_bytes(a.max_mtu),
+            active_mtu_raw: a.active_mtu,
+            speed: speed_str(a.active_speed),
+            width: width_str(a.active_width),
+            lid: a.lid,
+            sm_lid: a.sm_lid,
+            gid_tbl_len: a.gid_tbl_len,
+            max_msg_sz: a.max_msg_sz,
+        }
+    }
+
+    /// Whether the port can carry traffic.
+    pub fn is_active(&self) -> bool {
+        self.state_raw == sys::IBV_PORT_ACTIVE
+    }
+
+    /// Whether addressing needs a GID (RoCE) rather than a LID (InfiniBand).
+    pub fn is_ethernet(&self) -> bool {
+        self.link_layer == "Ethernet"
+    }
+}
+
+/// `IBV_PORT_*` name.
+pub fn port_state_str(s: u32) -> &'static str {
+    match s {
+        sys::IBV_PORT_NOP => "NOP",
+        sys::IBV_PORT_DOWN => "DOWN",
+        sys::IBV_PORT_INIT => "INIT",
+        sys::IBV_PORT_ARMED => "ARMED",
+        sys::IBV_PORT_ACTIVE => "ACTIVE",
+        sys::IBV_PORT_ACTIVE_DEFER => "ACTIVE_DEFER",
+        _ => "UNKNOWN",
+    }
+}
+
+/// Physical port state name (IBTA values).
+pub fn phys_state_str(s: u8) -> &'static str {
+    match s {
+        1 => "SLEEP",
+        2 => "POLLING",
+        3 => "DISABLED",
+        4 => "PORT_CONFIGURATION_TRAINING",
+        5 => "LINK_UP",
+        6 => "LINK_ERROR_RECOVERY",
+        7 => "PHY_TEST",
+        _ => "UNKNOWN",
+    }
+}
+
+/// `IBV_MTU_*` to bytes (0 for an unknown value).
+pub fn mtu_bytes(m: u32) -> u32 {
+    match m {
+        1..=5 => 128 << m,
+        _ => 0,
+    }
+}
+
+/// Bytes to `IBV_MTU_*`.
+pub fn mtu_from_bytes(b: u32) -> Option<u32> {
+    (1..=5).find(|&m| 128u32 << m == b)
+}
+
+/// Per-lane speed code to text.
+pub fn speed_str(s: u8) -> String {
+    match s {
+        1 => "2.5 Gbps (SDR)".into(),
+        2 => "5.0 Gbps (DDR)".into(),
+        4 | 8 => "10.0 Gbps (QDR/FDR10)".into(),
+        16 => "14.0 Gbps (FDR)".into(),
+        32 => "25.0 Gbps (EDR)".into(),
+        64 => "50.0 Gbps (HDR)".into(),
+        128 => "100.0 Gbps (NDR)".into(),
+        other => format!("unknown ({other})"),
+    }
+}
+
+/// Width code to text.
+pub fn width_str(w: u8) -> String {
+    match w {
+        1 => "1X".into(),
+        2 => "4X".into(),
+        4 => "8X".into(),
+        8 => "12X".into(),
+        16 => "2X".into(),
+        other => format!("unknown ({other})"),
+    }
+}
+
+/// A 128-bit GID, as raw network-order bytes.
+#[derive(Clone, Copy, PartialEq, Eq, Default, Hash)]
+pub struct Gid(pub [u8; 16]);
+
+impl Gid {
+    /// All zeros (an empty table slot).
+    pub fn is_zero(&self) -> bool {
+        self.0.iter().all(|&b| b == 0)
+    }
+
+    /// The IPv4 address of an IPv4-mapped GID (`::ffff:a.b.c.d`).
+    pub fn ipv4_mapped(&self) -> Option<Ipv4Addr> {
+        let b = &self.0;
+        if b[..10].iter().all(|&x| x == 0) && b[10] == 0xff && b[11] == 0xff {
+            Some(Ipv4Addr::new(b[12], b[13], b[14], b[15]))
+        } else {
+            None
+        }
+    }
+
+    /// The raw union for `ibv_ah_attr`.
+    pub fn to_raw(self) -> sys::ibv_gid {
+        sys::ibv_gid { raw: self.0 }
+    }
+}
+
+impl fmt::Display for Gid {
+    /// The `ibv_devinfo` form: eight groups of four hex digits.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for i in 0..8 {
+            if i > 0 {
+                f.write_str(":")?;
+            }
+            write!(f, "{:02x}{:02x}", self.0[2 * i], self.0[2 * i + 1])?;
+        }
+        Ok(())
+    }
+}
+
+impl fmt::Debug for Gid {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(self, f)
+    }
+}
+
+impl serde::Serialize for Gid {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
+        s.serialize_str(&self.to_string())
+    }
+}
+
+/// A GID that could not be parsed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("not a GID: '{0}' (expected an IPv6 address, e.g. fe80::1 or ::ffff:192.0.2.1)")]
+pub struct GidParseError(pub String);
+
+impl FromStr for Gid {
+    type Err = GidParseError;
+    /// Accepts any IPv6 text form (`fe80:0000:...`, `fe80::1`, `::ffff:192.0.2.1`).
+    fn from_str(s: &str) -> std::result::Result<Self, Self::Err> {
+        s.trim().parse::<std::net::Ipv6Addr>().map(|a| Gid(a.octets())).map_err(|_| GidParseError(s.to_string()))
+    }
+}
+
+/// The GID type of a table entry.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub enum GidType {
+    /// InfiniBand GID.
+    #[serde(rename = "IB")]
+    Ib,
+    /// RoCE v1 (Ethernet, no IP header).
+    #[serde(rename = "RoCE v1")]
+    RoceV1,
+    /// RoCE v2 (UDP/IP).
+    #[serde(rename = "RoCE v2")]
+    RoceV2,
+    /// A value this build does not know.
+    #[serde(rename = "unknown")]
+    Unknown(u32),
+}
+
+impl GidType {
+    fn from_raw(t: u32) -> Self {
+        match t {
+            sys::IBV_GID_TYPE_IB => GidType::Ib,
+            sys::IBV_GID_TYPE_ROCE_V1 => GidType::RoceV1,
+            sys::IBV_GID_TYPE_ROCE_V2 => GidType::RoceV2,
+            other => GidType::Unknown(other),
+        }
+    }
+}
+
+impl fmt::Display for GidType {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            GidType::Ib => f.write_str("IB"),
+            GidType::RoceV1 => f.write_str("RoCE v1"),
+            GidType::RoceV2 => f.write_str("RoCE v2"),
+            GidType::Unknown(v) => write!(f, "unknown ({v})"),
+        }
+    }
+}
+
+/// One GID table entry.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub struct GidEntry {
+    /// Table index (what `-x` selects).
+    pub index: u32,
+    /// The GID.
+    pub gid: Gid,
+    /// Its type.
+    pub gid_type: GidType,
+}
+
+impl GidEntry {
+    /// The IPv4 address if this entry is IPv4-mapped.
+    pub fn ipv4(&self) -> Option<Ipv4Addr> {
+        self.gid.ipv4_mapped()
+    }
+}
+
+/// The index to use on a RoCE port: the RoCE v2 entry holding an IPv4-mapped address, else the
+/// first RoCE v2 entry, else the first entry.
+pub fn pick_gid_index(entries: &[GidEntry]) -> Option<u32> {
+    entries
+        .iter()
+        .find(|e| e.gid_type == GidType::RoceV2 && e.ipv4().is_some())
+        .or_else(|| entries.iter().find(|e| e.gid_type == GidType::RoceV2))
+        .or_else(|| entries.first())
+        .map(|e| e.index)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn gid_parse_and_format() {
+        let g: Gid = "::ffff:192.0.2.1".parse().unwrap();
+        assert_eq!(g.to_string(), "0000:0000:0000:0000:0000:ffff:c000:0201");
+        assert_eq!(g.ipv4_mapped(), Some(Ipv4Addr::new(192, 0, 2, 1)));
+        let l: Gid = "fe80:0000:0000:0000:5054:00ff:fe12:3456".parse().unwrap();
+        assert_eq!(l.0[0], 0xfe);
+        assert_eq!(l.0[15], 0x56);
+        assert_eq!(l.ipv4_mapped(), None);
+        assert_eq!(l.to_string().parse::<Gid>().unwrap(), l);
+        assert!(Gid::default().is_zero());
+        assert!(!l.is_zero());
+        let e = "192.0.2.1".parse::<Gid>().unwrap_err();
+        assert!(e.to_string().contains("not a GID: '192.0.2.1'"));
+        assert!("fe80::1::2".parse::<Gid>().is_err());
+    }
+
+    #[test]
+    fn gid_index_prefers_roce_v2_ipv4() {
+        let link_local = Gid("fe80::1".parse::<std::net::Ipv6Addr>().unwrap().octets());
+        let v4: Gid = "::ffff:192.0.2.1".parse().unwrap();
+        let entries = [
+            GidEntry { index: 0, gid: link_local, gid_type: GidType::RoceV1 },
+            GidEntry { index: 1, gid: link_local, gid_type: GidType::RoceV2 },
+            GidEntry { index: 2, gid: v4, gid_type: GidType::RoceV1 },
+            GidEntry { index: 3, gid: v4, gid_type: GidType::RoceV2 },
+        ];
+        assert_eq!(pick_gid_index(&entries), Some(3));
+        assert_eq!(pick_gid_index(&entries[..3]), Some(1));
+        assert_eq!(pick_gid_index(&entries[..1]), Some(0));
+        assert_eq!(pick_gid_index(&[]), None);
+    }
+
+    #[test]
+    fn mtu_speed_width_tables() {
+        assert_eq!(mtu_bytes(sys::IBV_MTU_1024), 1024);
+        assert_eq!(mtu_bytes(sys::IBV_MTU_4096), 4096);
+        assert_eq!(mtu_bytes(0), 0);
+        assert_eq!(mtu_from_bytes(2048), Some(sys::IBV_MTU_2048));
+        assert_eq!(mtu_from_bytes(1500), None);
+        assert_eq!(speed_str(32), "25.0 Gbps (EDR)");
+        assert_eq!(width_str(2), "4X");
+        assert_eq!(port_state_str(sys::IBV_PORT_ACTIVE), "ACTIVE");
+        assert_eq!(phys_state_str(5), "LINK_UP");
+    }
+
+    #[test]
+    fn provider_names_from_paths() {
+        assert_eq!(provider_name("/usr/lib/x86_64-linux-gnu/libibverbs/librxe-rdmav34.so"), "rxe");
+        assert_eq!(provider_name("/usr/lib/x86_64-linux-gnu/libmlx5.so.1"), "mlx5");
+        assert_eq!(provider_name("libsiw-rdmav34.so"), "siw");
+        assert_eq!(format_guid(0x0002c90300a1b2c3), "0002:c903:00a1:b2c3");
+    }
+
+    #[test]
+    fn missing_device_classification() {
+        assert_eq!(classify(libc::ENOSYS, false, false, false), NoDevice::KernelWithoutRdma);
+        assert_eq!(classify(libc::EACCES, true, true, false), NoDevice::NoPermission);
+        assert_eq!(classify(0, true, true, true), NoDevice::NoPermission);
+        assert_eq!(classify(0, true, true, false), NoDevice::NoUverbs);
+        assert_eq!(classify(0, true, false, false), NoDevice::NoDevices);
+        assert_eq!(classify(libc::ENODEV, false, false, false), NoDevice::KernelWithoutRdma);
+    }
+
+    #[test]
+    fn this_machine_without_rdma_is_explained_not_panicked() {
+        // On a host whose kernel has RDMA this returns devices; on one without it (the CI
+        // machines) the error must be the explained NoDevice, never anything else.
+        match DeviceList::get() {
+            Ok(l) => assert!(!l.names().is_empty()),
+            Err(VerbsError::NoDevice(_)) => {}
+            Err(e) => panic!("unexpected error: {e}"),
+        }
+    }
+
+    #[test]
+    fn loaded_libibverbs_is_found() {
+        let (path, version) = libibverbs_loaded();
+        assert!(path.contains("libibverbs.so"), "{path}");
+        assert!(version.starts_with("1."), "{version}");
+    }
+}

@@ -1,0 +1,690 @@
+//! RC queue pairs: creation (plain or with the `ibv_wr_*` API), the RESET→INIT→RTR→RTS
+//! connection for InfiniBand (LID) and RoCE (GID), the read-back of what the driver granted,
+//! and posting through `ibv_post_send`/`ibv_post_recv` or `ibv_wr_start`..`ibv_wr_complete`.
+
+use super::cq::Cq;
+use super::device::{mtu_bytes, Gid, PortInfo};
+use super::error::{check_ptr, check_rc, Ctx, Result, VerbsError};
+use super::mr::{MrAccess, Pd, RemoteBuf, Sge};
+use super::Kind;
+use crate::sys;
+use crate::sys::inline::WrOps;
+
+/// Queue sizes requested at creation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub struct QpCaps {
+    /// Send queue depth.
+    pub max_send_wr: u32,
+    /// Receive queue depth.
+    pub max_recv_wr: u32,
+    /// Gather entries per send WR.
+    pub max_send_sge: u32,
+    /// Scatter entries per receive WR.
+    pub max_recv_sge: u32,
+    /// Largest inline payload.
+    pub max_inline_data: u32,
+}
+
+impl Default for QpCaps {
+    fn default() -> Self {
+        QpCaps { max_send_wr: 128, max_recv_wr: 128, max_send_sge: 1, max_recv_sge: 1, max_inline_data: 0 }
+    }
+}
+
+/// A capability or attribute the driver granted differently from the request.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct Granted {
+    /// Attribute name (`max_send_wr`, `path_mtu`, ...).
+    pub what: &'static str,
+    /// What was asked for.
+    pub requested: u64,
+    /// What the driver gave.
+    pub granted: u64,
+}
+
+/// What the peer needs to connect to one of our QPs (exchanged out of band).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub struct Endpoint {
+    /// QP number.
+    pub qpn: u32,
+    /// Initial packet sequence number (24 bits).
+    pub psn: u32,
+    /// LID (InfiniBand).
+    pub lid: u16,
+    /// GID (RoCE, or global routing on InfiniBand).
+    pub gid: Gid,
+}
+
+/// Connection parameters. Defaults are the ones seen to work on Soft-RoCE and usual for RC.
+#[derive(Debug, Clone, Copy)]
+pub struct ConnectOpts {
+    /// Local port.
+    pub port: u8,
+    /// Source GID index: required on RoCE, optional on InfiniBand (global routing).
+    pub gid_index: Option<u8>,
+    /// Path MTU in bytes; `None` uses the port's active MTU.
+    pub mtu: Option<u32>,
+    /// Remote access the QP grants.
+    pub access: MrAccess,
+    /// Local ACK timeout exponent.
+    pub timeout: u8,
+    /// Transport retries.
+    pub retry_cnt: u8,
+    /// RNR retries (7 = infinite).
+    pub rnr_retry: u8,
+    /// Minimal RNR NAK timer code.
+    pub min_rnr_timer: u8,
+    /// Outstanding reads/atomics as initiator.
+    pub max_rd_atomic: u8,
+    /// Outstanding reads/atomics as responder.
+    pub max_dest_rd_atomic: u8,
+    /// Service level.
+    pub sl: u8,
+    /// GRH hop limit.
+    pub hop_limit: u8,
+    /// GRH traffic class.
+    pub traffic_class: u8,
+}
+
+impl Default for ConnectOpts {
+    fn default() -> Self {
+        ConnectOpts {
+            port: 1,
+            gid_index: None,
+            mtu: None,
+            access: MrAccess::LOCAL_WRITE | MrAccess::REMOTE_WRITE | MrAccess::REMOTE_READ,
+            timeout: 14,
+            retry_cnt: 7,
+            rnr_retry: 7,
+            min_rnr_timer: 12,
+            max_rd_atomic: 1,
+            max_dest_rd_atomic: 1,
+            sl: 0,
+            hop_limit: 64,
+            traffic_class: 0,
+        }
+    }
+}
+
+/// A send operation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Op {
+    /// SEND.
+    Send,
+    /// SEND with immediate (host order).
+    SendImm(u32),
+    /// RDMA WRITE.
+    Write(RemoteBuf),
+    /// RDMA WRITE with immediate (host order).
+    WriteImm(RemoteBuf, u32),
+    /// RDMA READ into the local SGEs.
+    Read(RemoteBuf),
+    /// 64-bit fetch-and-add; the old value lands in the (8-byte) local SGE.
+    FetchAdd {
+        /// Remote 8-byte aligned word.
+        remote: RemoteBuf,
+        /// Value to add.
+        add: u64,
+    },
+    /// 64-bit compare-and-swap; the old value lands in the (8-byte) local SGE.
+    CmpSwap {
+        /// Remote 8-byte aligned word.
+        remote: RemoteBuf,
+        /// Expected value.
+        compare: u64,
+        /// New value.
+        swap: u64,
+    },
+}
+
+impl Op {
+    fn name(&self) -> &'static str {
+        match self {
+            Op::Send => "SEND",
+            Op::SendImm(_) => "SEND_WITH_IMM",
+            Op::Write(_) => "RDMA_WRITE",
+            Op::WriteImm(..) => "RDMA_WRITE_WITH_IMM",
+            Op::Read(_) => "RDMA_READ",
+            Op::FetchAdd { .. } => "ATOMIC_FETCH_AND_ADD",
+            Op::CmpSwap { .. } => "ATOMIC_CMP_AND_SWP",
+        }
+    }
+}
+
+/// Send flags.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct SendFlags {
+    /// Generate a completion.
+    pub signaled: bool,
+    /// Copy the payload into the WQE.
+    pub inline: bool,
+    /// Wait for earlier reads/atomics first.
+    pub fence: bool,
+    /// Solicited event at the receiver.
+    pub solicited: bool,
+}
+
+impl SendFlags {
+    /// Only `signaled`.
+    pub const SIGNALED: SendFlags = SendFlags { signaled: true, inline: false, fence: false, solicited: false };
+
+    fn raw(self) -> u32 {
+        let mut f = 0;
+        if self.signaled {
+            f |= sys::IBV_SEND_SIGNALED;
+        }
+        if self.inline {
+            f |= sys::IBV_SEND_INLINE;
+        }
+        if self.fence {
+            f |= sys::IBV_SEND_FENCE;
+        }
+        if self.solicited {
+            f |= sys::IBV_SEND_SOLICITED;
+        }
+        f
+    }
+}
+
+/// An RC queue pair.
+pub struct Qp {
+    qp: *mut sys::ibv_qp,
+    qpx: *mut sys::ibv_qp_ex,
+    wr: Option<WrOps>,
+    requested: QpCaps,
+    granted: QpCaps,
+    psn: u32,
+    pd: Pd,
+    _send_cq: Cq,
+    _recv_cq: Cq,
+}
+
+// SAFETY: a QP may be used from another thread; posting needs &mut (one poster at a time).
+unsafe impl Send for Qp {}
+
+const SEND_OPS: u64 = (sys::IBV_QP_EX_WITH_RDMA_WRITE
+    | sys::IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM
+    | sys::IBV_QP_EX_WITH_SEND
+    | sys::IBV_QP_EX_WITH_SEND_WITH_IMM
+    | sys::IBV_QP_EX_WITH_RDMA_READ
+    | sys::IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP
+    | sys::IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD) as u64;
+
+impl Qp {
+    /// Creates an RC QP with `ibv_create_qp_ex`. With `extended`, the QP is created with the
+    /// send-ops flags of the `ibv_wr_*` API (what the `wr` backend posts through); a provider
+    /// without that API fails here with the verb's errno.
+    pub fn new_rc(pd: &Pd, send_cq: &Cq, recv_cq: &Cq, caps: QpCaps, extended: bool) -> Result<Self> {
+        let ctx = pd.context();
+        let mut attr = sys::ibv_qp_init_attr_ex {
+            send_cq: send_cq.as_ptr(),
+            recv_cq: recv_cq.as_ptr(),
+            cap: sys::ibv_qp_cap {
+                max_send_wr: caps.max_send_wr,
+                max_recv_wr: caps.max_recv_wr,
+                max_send_sge: caps.max_send_sge,
+                max_recv_sge: caps.max_recv_sge,
+                max_inline_data: caps.max_inline_data,
+            },
+            qp_type: sys::IBV_QPT_RC,
+            sq_sig_all: 0,
+            comp_mask: sys::IBV_QP_INIT_ATTR_PD,
+            pd: pd.as_ptr(),
+            ..Default::default()
+        };
+        if extended {
+            attr.comp_mask |= sys::IBV_QP_INIT_ATTR_SEND_OPS_FLAGS;
+            attr.send_ops_flags = SEND_OPS;
+        }
+        let verb = if extended { "ibv_create_qp_ex(send_ops_flags)" } else { "ibv_create_qp_ex" };
+        // SAFETY: live context, PD and CQs (kept alive by the clones stored below); attr is valid.
+        let qp = unsafe { sys::ibv_create_qp_ex(ctx.as_ptr(), &mut attr) };
+        let qp = check_ptr(qp, verb, || ctx.ctx().detail(format!("{caps:?}")))?;
+        pd.ledger().created(Kind::Qp);
+        let granted = QpCaps {
+            max_send_wr: attr.cap.max_send_wr,
+            max_recv_wr: attr.cap.max_recv_wr,
+            max_send_sge: attr.cap.max_send_sge,
+            max_recv_sge: attr.cap.max_recv_sge,
+            max_inline_data: attr.cap.max_inline_data,
+        };
+        let mut me = Qp {
+            qp,
+            qpx: std::ptr::null_mut(),
+            wr: None,
+            requested: caps,
+            granted,
+            psn: initial_psn(),
+            pd: pd.clone(),
+            _send_cq: send_cq.clone(),
+            _recv_cq: recv_cq.clone(),
+        };
+        if extended {
+            // SAFETY: live QP created with send_ops_flags.
+            let qpx = unsafe { sys::ibv_qp_to_qp_ex(qp) };
+            let qpn = me.qpn();
+            let qpx = check_ptr(qpx, "ibv_qp_to_qp_ex", || ctx.ctx().qpn(qpn))?;
+            // SAFETY: qpx is this live QP's extended view.
+            let ops = unsafe { WrOps::from_qp_ex(qpx) }.ok_or_else(|| VerbsError::Invalid {
+                ctx: ctx.ctx().qpn(qpn),
+                why: "the provider left some ibv_wr_* entry points unset".into(),
+            })?;
+            me.qpx = qpx;
+            me.wr = Some(ops);
+        }
+        Ok(me)
+    }
+
+    /// QP number.
+    pub fn qpn(&self) -> u32 {
+        // SAFETY: live QP.
+        unsafe { (*self.qp).qp_num }
+    }
+
+    /// Raw pointer (valid while `self` lives).
+    pub fn as_ptr(&self) -> *mut sys::ibv_qp {
+        self.qp
+    }
+
+    /// What was requested at creation.
+    pub fn requested_caps(&self) -> QpCaps {
+        self.requested
+    }
+
+    /// What the driver granted at creation.
+    pub fn granted_caps(&self) -> QpCaps {
+        self.granted
+    }
+
+    /// Whether the `ibv_wr_*` API is available on this QP.
+    pub fn has_wr_api(&self) -> bool {
+        self.wr.is_some()
+    }
+
+    fn ctx(&self) -> Ctx {
+        self.pd.context().ctx().qpn(self.qpn())
+    }
+
+    /// Our side of the connection for `port`, with the GID at `gid_index` (zero GID if none).
+    pub fn endpoint(&self, port: &PortInfo, gid_index: Option<u8>) -> Result<Endpoint> {
+        let gid = match gid_index {
+            Some(i) => self
+                .pd
+                .context()
+                .query_gid(port.port, i as u32)?
+                .ok_or_else(|| VerbsError::Port {
+                    ctx: self.ctx().port(port.port),
+                    why: format!("GID index {i} is empty"),
+                })?
+                .gid,
+            None => Gid::default(),
+        };
+        Ok(Endpoint { qpn: self.qpn(), psn: self.psn, lid: port.lid, gid })
+    }
+
+    fn modify(&self, attr: &mut sys::ibv_qp_attr, mask: u32, verb: &'static str, port: u8) -> Result<()> {
+        // SAFETY: live QP; attr is a valid ibv_qp_attr; mask names the fields set.
+        let rc = unsafe { sys::ibv_modify_qp(self.qp, attr, mask as i32) };
+        check_rc(rc, verb, || self.ctx().port(port))
+    }
+
+    /// `ibv_query_qp` of the state and the attributes we check.
+    pub fn query(&self) -> Result<(sys::ibv_qp_attr, sys::ibv_qp_init_attr)> {
+        let mut attr = sys::ibv_qp_attr::default();
+        let mut init = sys::ibv_qp_init_attr::default();
+        let mask = sys::IBV_QP_STATE
+            | sys::IBV_QP_CAP
+            | sys::IBV_QP_PATH_MTU
+            | sys::IBV_QP_MAX_QP_RD_ATOMIC
+            | sys::IBV_QP_MAX_DEST_RD_ATOMIC
+            | sys::IBV_QP_TIMEOUT
+            | sys::IBV_QP_RETRY_CNT
+            | sys::IBV_QP_RNR_RETRY
+            | sys::IBV_QP_MIN_RNR_TIMER;
+        // SAFETY: live QP; attr and init are writable.
+        let rc = unsafe { sys::ibv_query_qp(self.qp, &mut attr, mask as i32, &mut init) };
+        check_rc(rc, "ibv_query_qp", || self.ctx())?;
+        Ok((attr, init))
+    }
+
+    /// The QP's current state, by name.
+    pub fn state(&self) -> Result<&'static str> {
+        Ok(qp_state_str(self.query()?.0.qp_state))
+    }
+
+    /// RESET→INIT→RTR→RTS towards `remote`, then reads the QP back: it must be in RTS, and every
+    /// attribute the driver granted differently from the request is returned.
+    pub fn connect(&mut self, port: &PortInfo, opts: &ConnectOpts, remote: &Endpoint) -> Result<Vec<Granted>> {
+        if !port.is_active() {
+            return Err(VerbsError::Port {
+                ctx: self.ctx().port(port.port),
+                why: format!("port is {} (physical state {}), not ACTIVE", port.state, port.phys_state),
+            });
+        }
+        if port.is_ethernet() && opts.gid_index.is_none() {
+            return Err(VerbsError::Port {
+                ctx: self.ctx().port(port.port),
+                why: "the link layer is Ethernet (RoCE): a GID index is required (-x)".into(),
+            });
+        }
+        let mtu_req = opts.mtu.unwrap_or(port.active_mtu);
+        let mtu = super::device::mtu_from_bytes(mtu_req).ok_or_else(|| VerbsError::Invalid {
+            ctx: self.ctx(),
+            why: format!("path MTU {mtu_req} is not one of 256, 512, 1024, 2048, 4096"),
+        })?;
+        let p = port.port;
+
+        let mut a = sys::ibv_qp_attr {
+            qp_state: sys::IBV_QPS_INIT,
+            pkey_index: 0,
+            port_num: p,
+            qp_access_flags: opts.access.0,
+            ..Default::default()
+        };
+        self.modify(
+            &mut a,
+            sys::IBV_QP_STATE | sys::IBV_QP_PKEY_INDEX | sys::IBV_QP_PORT | sys::IBV_QP_ACCESS_FLAGS,
+            "ibv_modify_qp(INIT)",
+            p,
+        )?;
+
+        let mut ah = sys::ibv_ah_attr { dlid: remote.lid, sl: opts.sl, port_num: p, ..Default::default() };
+        if let Some(gi) = opts.gid_index {
+            ah.is_global = 1;
+            ah.grh = sys::ibv_global_route {
+                dgid: remote.gid.to_raw(),
+                flow_label: 0,
+                sgid_index: gi,
+                hop_limit: opts.hop_limit,
+                traffic_class: opts.traffic_class,
+            };
+        }
+        let mut a = sys::ibv_qp_attr {
+            qp_state: sys::IBV_QPS_RTR,
+            path_mtu: mtu,
+            dest_qp_num: remote.qpn,
+            rq_psn: remote.psn,
+            max_dest_rd_atomic: opts.max_dest_rd_atomic,
+            min_rnr_timer: opts.min_rnr_timer,
+            ah_attr: ah,
+            ..Default::default()
+        };
+        self.modify(
+            &mut a,
+            sys::IBV_QP_STATE
+                | sys::IBV_QP_AV
+                | sys::IBV_QP_PATH_MTU
+                | sys::IBV_QP_DEST_QPN
+                | sys::IBV_QP_RQ_PSN
+                | sys::IBV_QP_MAX_DEST_RD_ATOMIC
+                | sys::IBV_QP_MIN_RNR_TIMER,
+            "ibv_modify_qp(RTR)",
+            p,
+        )?;
+
+        let mut a = sys::ibv_qp_attr {
+            qp_state: sys::IBV_QPS_RTS,
+            timeout: opts.timeout,
+            retry_cnt: opts.retry_cnt,
+            rnr_retry: opts.rnr_retry,
+            sq_psn: self.psn,
+            max_rd_atomic: opts.max_rd_atomic,
+            ..Default::default()
+        };
+        self.modify(
+            &mut a,
+            sys::IBV_QP_STATE
+                | sys::IBV_QP_TIMEOUT
+                | sys::IBV_QP_RETRY_CNT
+                | sys::IBV_QP_RNR_RETRY
+                | sys::IBV_QP_SQ_PSN
+                | sys::IBV_QP_MAX_QP_RD_ATOMIC,
+            "ibv_modify_qp(RTS)",
+            p,
+        )?;
+
+        let (got, _) = self.query()?;
+        if got.qp_state != sys::IBV_QPS_RTS {
+            return Err(VerbsError::QpState {
+                ctx: self.ctx().port(p),
+                step: "connect",
+                state: qp_state_str(got.qp_state),
+                expected: "RTS",
+            });
+        }
+        let r = self.requested;
+        let mut diffs = Vec::new();
+        let mut cmp = |what: &'static str, requested: u64, granted: u64| {
+            if requested != granted {
+                diffs.push(Granted { what, requested, granted });
+            }
+        };
+        cmp("max_send_wr", r.max_send_wr as u64, got.cap.max_send_wr as u64);
+        cmp("max_recv_wr", r.max_recv_wr as u64, got.cap.max_recv_wr as u64);
+        cmp("max_send_sge", r.max_send_sge as u64, got.cap.max_send_sge as u64);
+        cmp("max_recv_sge", r.max_recv_sge as u64, got.cap.max_recv_sge as u64);
+        cmp("max_inline_data", r.max_inline_data as u64, got.cap.max_inline_data as u64);
+        cmp("path_mtu", mtu_req as u64, mtu_bytes(got.path_mtu) as u64);
+        cmp("max_rd_atomic", opts.max_rd_atomic as u64, got.max_rd_atomic as u64);
+        cmp("max_dest_rd_atomic", opts.max_dest_rd_atomic as u64, got.max_dest_rd_atomic as u64);
+        cmp("timeout", opts.timeout as u64, got.timeout as u64);
+        cmp("retry_cnt", opts.retry_cnt as u64, got.retry_cnt as u64);
+        cmp("rnr_retry", opts.rnr_retry as u64, got.rnr_retry as u64);
+        Ok(diffs)
+    }
+
+    fn check_local(&self, op: &Op, sges: &[Sge<'_>], flags: SendFlags) -> Result<u32> {
+        let total: u64 = sges.iter().map(|s| s.len() as u64).sum();
+        if sges.len() > self.granted.max_send_sge as usize {
+            return Err(VerbsError::Invalid {
+                ctx: self.ctx(),
+                why: format!("{} SGEs, the QP allows {}", sges.len(), self.granted.max_send_sge),
+            });
+        }
+        if flags.inline && total > self.granted.max_inline_data as u64 {
+            return Err(VerbsError::Invalid {
+                ctx: self.ctx(),
+                why: format!("inline payload {total} B exceeds the QP's max_inline_data {}", self.granted.max_inline_data),
+            });
+        }
+        if matches!(op, Op::FetchAdd { .. } | Op::CmpSwap { .. }) && (sges.len() != 1 || total != 8) {
+            return Err(VerbsError::Invalid { ctx: self.ctx(), why: "atomics need exactly one 8-byte SGE".into() });
+        }
+        Ok(total as u32)
+    }
+
+    /// Posts one send WR through `ibv_post_send`.
+    pub fn post_send(&mut self, wr_id: u64, op: Op, sges: &[Sge<'_>], flags: SendFlags) -> Result<()> {
+        self.check_local(&op, sges, flags)?;
+        let mut sg: Vec<sys::ibv_sge> = sges.iter().map(|s| s.raw).collect();
+        let mut wr = sys::ibv_send_wr {
+            wr_id,
+            next: std::ptr::null_mut(),
+            sg_list: sg.as_mut_ptr(),
+            num_sge: sg.len() as i32,
+            send_flags: flags.raw(),
+            ..Default::default()
+        };
+        match op {
+            Op::Send => wr.opcode = sys::IBV_WR_SEND,
+            Op::SendImm(imm) => {
+                wr.opcode = sys::IBV_WR_SEND_WITH_IMM;
+                wr.__bindgen_anon_1.imm_data = imm.to_be();
+            }
+            Op::Write(r) | Op::WriteImm(r, _) | Op::Read(r) => {
+                wr.opcode = match op {
+                    Op::Write(_) => sys::IBV_WR_RDMA_WRITE,
+                    Op::WriteImm(_, imm) => {
+                        wr.__bindgen_anon_1.imm_data = imm.to_be();
+                        sys::IBV_WR_RDMA_WRITE_WITH_IMM
+                    }
+                    _ => sys::IBV_WR_RDMA_READ,
+                };
+                wr.wr.rdma = sys::ibv_send_wr__bindgen_ty_2__bindgen_ty_1 { remote_addr: r.addr, rkey: r.rkey };
+            }
+            Op::FetchAdd { remote, add } => {
+                wr.opcode = sys::IBV_WR_ATOMIC_FETCH_AND_ADD;
+                wr.wr.atomic = sys::ibv_send_wr__bindgen_ty_2__bindgen_ty_2 {
+                    remote_addr: remote.addr,
+                    compare_add: add,
+                    swap: 0,
+                    rkey: remote.rkey,
+                };
+            }
+            Op::CmpSwap { remote, compare, swap } => {
+                wr.opcode = sys::IBV_WR_ATOMIC_CMP_AND_SWP;
+                wr.wr.atomic = sys::ibv_send_wr__bindgen_ty_2__bindgen_ty_2 {
+                    remote_addr: remote.addr,
+                    compare_add: compare,
+                    swap,
+                    rkey: remote.rkey,
+                };
+            }
+        }
+        let mut bad: *mut sys::ibv_send_wr = std::ptr::null_mut();
+        // SAFETY: live QP; wr and its SGE array live across the call; the SGEs point into live
+        // MRs (Sge borrows them) and were bounds-checked.
+        let rc = unsafe { sys::inline::post_send(self.qp, &mut wr, &mut bad) };
+        check_rc(rc, "ibv_post_send", || self.ctx().detail(format!("{} wr_id {wr_id}", op.name())))
+    }
+
+    /// Posts one receive WR through `ibv_post_recv`.
+    pub fn post_recv(&mut self, wr_id: u64, sges: &[Sge<'_>]) -> Result<()> {
+        let mut sg: Vec<sys::ibv_sge> = sges.iter().map(|s| s.raw).collect();
+        let mut wr = sys::ibv_recv_wr {
+            wr_id,
+            next: std::ptr::null_mut(),
+            sg_list: sg.as_mut_ptr(),
+            num_sge: sg.len() as i32,
+        };
+        let mut bad: *mut sys::ibv_recv_wr = std::ptr::null_mut();
+        // SAFETY: live QP; wr and its SGE array live across the call; SGEs are into live MRs.
+        let rc = unsafe { sys::inline::post_recv(self.qp, &mut wr, &mut bad) };
+        check_rc(rc, "ibv_post_recv", || self.ctx().detail(format!("wr_id {wr_id}")))
+    }
+
+    /// Posts a batch through the `ibv_wr_*` API: `ibv_wr_start`, one builder call and
+    /// `ibv_wr_set_sge_list`/`ibv_wr_set_inline_data_list` per WR, then `ibv_wr_complete`.
+    pub fn wr_post(&mut self, batch: &[WrBatch<'_, '_>]) -> Result<()> {
+        let ops = self.wr.ok_or_else(|| VerbsError::Invalid {
+            ctx: self.ctx(),
+            why: "QP was created without the ibv_wr_* API (extended = false)".into(),
+        })?;
+        for b in batch {
+            self.check_local(&b.op, b.sges, b.flags)?;
+        }
+        let q = self.qpx;
+        // SAFETY: q is the live extended view of this QP, and `ops` its entry points; between
+        // start and complete only builder/setter calls follow; every SGE is into a live MR and
+        // the inline sources (the same SGEs' memory) stay valid during the calls.
+        unsafe {
+            (ops.start)(q);
+            for b in batch {
+                (*q).wr_id = b.wr_id;
+                (*q).wr_flags = b.flags.raw();
+                match b.op {
+                    Op::Send => (ops.send)(q),
+                    Op::SendImm(imm) => (ops.send_imm)(q, imm.to_be()),
+                    Op::Write(r) => (ops.rdma_write)(q, r.rkey, r.addr),
+                    Op::WriteImm(r, imm) => (ops.rdma_write_imm)(q, r.rkey, r.addr, imm.to_be()),
+                    Op::Read(r) => (ops.rdma_read)(q, r.rkey, r.addr),
+                    Op::FetchAdd { remote, add } => (ops.atomic_fetch_add)(q, remote.rkey, remote.addr, add),
+                    Op::CmpSwap { remote, compare, swap } => {
+                        (ops.atomic_cmp_swp)(q, remote.rkey, remote.addr, compare, swap)
+                    }
+                }
+                if b.flags.inline {
+                    let bufs: Vec<sys::ibv_data_buf> = b
+                        .sges
+                        .iter()
+                        .map(|s| sys::ibv_data_buf { addr: s.raw.addr as *mut _, length: s.raw.length as usize })
+                        .collect();
+                    (ops.set_inline_data_list)(q, bufs.len(), bufs.as_ptr());
+                } else if b.sges.len() == 1 {
+                    let s = b.sges[0].raw;
+                    (ops.set_sge)(q, s.lkey, s.addr, s.length);
+                } else {
+                    let sg: Vec<sys::ibv_sge> = b.sges.iter().map(|s| s.raw).collect();
+                    (ops.set_sge_list)(q, sg.len(), sg.as_ptr());
+                }
+            }
+            let rc = (ops.complete)(q);
+            check_rc(rc, "ibv_wr_complete", || self.ctx().detail(format!("batch of {}", batch.len())))
+        }
+    }
+
+    /// Moves the QP to the error state (flushes outstanding WRs).
+    pub fn set_error(&mut self) -> Result<()> {
+        let mut a = sys::ibv_qp_attr { qp_state: sys::IBV_QPS_ERR, ..Default::default() };
+        self.modify(&mut a, sys::IBV_QP_STATE, "ibv_modify_qp(ERR)", 0)
+    }
+}
+
+impl Drop for Qp {
+    fn drop(&mut self) {
+        let ctx = self.ctx();
+        // SAFETY: qp came from ibv_create_qp_ex and is destroyed once; its CQs and PD are still
+        // alive (we hold clones, dropped after this).
+        let rc = unsafe { sys::ibv_destroy_qp(self.qp) };
+        self.pd.ledger().destroyed(Kind::Qp, check_rc(rc, "ibv_destroy_qp", || ctx));
+    }
+}
+
+/// One WR of an `ibv_wr_*` batch.
+#[derive(Clone, Copy)]
+pub struct WrBatch<'a, 'm> {
+    /// Work request id.
+    pub wr_id: u64,
+    /// Operation.
+    pub op: Op,
+    /// Local memory.
+    pub sges: &'a [Sge<'m>],
+    /// Flags.
+    pub flags: SendFlags,
+}
+
+/// `IBV_QPS_*` name.
+pub fn qp_state_str(s: u32) -> &'static str {
+    match s {
+        sys::IBV_QPS_RESET => "RESET",
+        sys::IBV_QPS_INIT => "INIT",
+        sys::IBV_QPS_RTR => "RTR",
+        sys::IBV_QPS_RTS => "RTS",
+        sys::IBV_QPS_SQD => "SQD",
+        sys::IBV_QPS_SQE => "SQE",
+        sys::IBV_QPS_ERR => "ERR",
+        _ => "UNKNOWN",
+    }
+}
+
+/// A random 24-bit initial PSN (from the clock and address entropy; not security relevant).
+fn initial_psn() -> u32 {
+    let t = crate::clock::start();
+    let x = t ^ (t >> 17) ^ (&t as *const u64 as u64).rotate_left(13);
+    (x.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 40) as u32 & 0xff_ffff
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn send_flags_map_to_verbs_bits() {
+        assert_eq!(SendFlags::default().raw(), 0);
+        assert_eq!(SendFlags::SIGNALED.raw(), sys::IBV_SEND_SIGNALED);
+        let all = SendFlags { signaled: true, inline: true, fence: true, solicited: true };
+        assert_eq!(
+            all.raw(),
+            sys::IBV_SEND_SIGNALED | sys::IBV_SEND_INLINE | sys::IBV_SEND_FENCE | sys::IBV_SEND_SOLICITED
+        );
+    }
+
+    #[test]
+    fn psn_is_24_bits() {
+        for _ in 0..100 {
+            assert!(initial_psn() <= 0xff_ffff);
+        }
+        assert_eq!(qp_state_str(sys::IBV_QPS_RTS), "RTS");
+        assert_eq!(qp_state_str(99), "UNKNOWN");
+    }
+}

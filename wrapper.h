@@ -1,0 +1,3 @@
+/* The rdma-core headers rdmaprobe binds with bindgen (see build.rs). */
+#include <infiniband/verbs.h>
+#include <infiniband/mlx5dv.h>
