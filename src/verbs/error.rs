@@ -78,7 +78,7 @@ impl NoDevice {
                  To use real RDMA: boot a kernel built with CONFIG_INFINIBAND and CONFIG_INFINIBAND_USER_ACCESS, \
                  then load your NIC's driver (mlx5_ib for ConnectX) or Soft-RoCE \
                  (modprobe rdma_rxe; rdma link add rxe0 type rxe netdev eth0).\n\
-                 On this machine, harness/softroce.sh runs a real verbs stack (Soft-RoCE) in a qemu guest."
+                 Without either, harness/softroce.sh runs a real verbs stack (Soft-RoCE) in a qemu guest."
             }
             NoDevice::NoDevices => {
                 "the kernel supports RDMA but has no RDMA device: no NIC driver is bound and no software device \

@@ -1,0 +1,78 @@
+//! The `rdmaprobe` binary as a user runs it: exit statuses, explanations, JSON.
+
+use std::process::Command;
+
+fn rdmaprobe(args: &[&str]) -> (i32, String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_rdmaprobe")).args(args).output().expect("run rdmaprobe");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn devices_explains_or_lists() {
+    let (code, out, err) = rdmaprobe(&["devices"]);
+    match code {
+        // No hardware device (this machine and CI): a plain explanation and what to do.
+        3 => {
+            assert!(out.starts_with("No RDMA device."), "{out}");
+            assert!(out.contains("modprobe") || out.contains("CONFIG_INFINIBAND") || out.contains("/dev/infiniband"), "{out}");
+            assert!(!err.contains("panicked"), "{err}");
+        }
+        0 => assert!(out.contains("hca_id:") && out.contains("link_layer:"), "{out}"),
+        other => panic!("unexpected exit {other}: {out}{err}"),
+    }
+}
+
+#[test]
+fn devices_json_is_valid_and_agrees_with_exit_status() {
+    let (code, out, _) = rdmaprobe(&["devices", "--json"]);
+    let v: serde_json::Value = serde_json::from_str(&out).expect("valid JSON");
+    assert_eq!(v["hardware_device"].as_bool(), Some(code == 0), "{out}");
+    assert!(v["build"]["rdma_core_built_against"].as_str().is_some_and(|s| !s.is_empty()));
+    assert!(v["build"]["libibverbs_loaded"].as_str().is_some_and(|s| s.contains("libibverbs.so")));
+    if code == 3 {
+        assert!(v["explanation"].as_str().is_some_and(|s| s.len() > 40));
+        assert_eq!(v["devices"].as_array().map(|a| a.len()), Some(0));
+    }
+}
+
+#[test]
+fn bad_arguments_exit_2_with_a_message() {
+    let (code, _, err) = rdmaprobe(&["clock", "--window-ms", "5"]);
+    assert_eq!(code, 2);
+    assert!(err.contains("--window-ms"), "{err}");
+    let (code, _, err) = rdmaprobe(&["frobnicate"]);
+    assert_eq!(code, 2);
+    assert!(err.contains("unrecognized subcommand"), "{err}");
+}
+
+/// The TSC rate `clock --json` reports agrees within 0.5% with an independent measurement:
+/// TSC ticks over ~400 ms of `CLOCK_MONOTONIC` (std's `Instant`, not the RAW clock rdmaprobe
+/// calibrates against), and the timed-region overhead is reported and plausible.
+#[cfg(target_arch = "x86_64")]
+#[test]
+fn clock_rate_agrees_with_an_independent_calibration() {
+    let (code, out, err) = rdmaprobe(&["clock", "--json"]);
+    assert_eq!(code, 0, "{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).expect("valid JSON");
+    let hz = v["tsc_hz"].as_f64().expect("tsc_hz");
+
+    // SAFETY: rdtsc is available on every x86_64 CPU and touches no memory.
+    let tsc = || unsafe { core::arch::x86_64::_rdtsc() };
+    let (t0, i0) = (tsc(), std::time::Instant::now());
+    std::thread::sleep(std::time::Duration::from_millis(400));
+    let (t1, i1) = (tsc(), std::time::Instant::now());
+    let independent = (t1 - t0) as f64 / (i1 - i0).as_secs_f64();
+    let rel = (hz - independent).abs() / independent;
+    assert!(rel < 0.005, "rdmaprobe {hz:.0} Hz vs independent {independent:.0} Hz: {:.3}% apart", rel * 100.0);
+
+    let o = &v["timed_region_overhead"];
+    let min = o["min_cycles"].as_u64().expect("min");
+    let med = o["median_cycles"].as_u64().expect("median");
+    assert!(min > 0 && min <= med, "{o}");
+    assert!(o["median_ns"].as_f64().is_some_and(|ns| ns > 0.0 && ns < 10_000.0), "{o}");
+    assert!(v["calibration_window_ns"].as_u64().is_some_and(|w| w >= 100_000_000));
+}
