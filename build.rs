@@ -48,7 +48,10 @@ fn from_prefix(prefix: &Path) -> RdmaCore {
         .into_iter()
         .find(|d| d.join("libibverbs.so").exists() || d.join("libibverbs.so.1").exists())
         .unwrap_or_else(|| {
-            fail(&format!("RDMAPROBE_RDMA_CORE_PREFIX={}: no libibverbs.so under lib*/", prefix.display()))
+            fail(&format!(
+                "RDMAPROBE_RDMA_CORE_PREFIX={}: no libibverbs.so under lib*/",
+                prefix.display()
+            ))
         });
     // The version: the pkg-config file if present, else the library's real file name.
     let mut verbs_version = String::new();
@@ -78,34 +81,58 @@ fn from_prefix(prefix: &Path) -> RdmaCore {
             fail(&format!("lib{lib}.so not found in {}", libdir.display()));
         }
     }
-    RdmaCore { include, libdirs: vec![libdir], verbs_version, origin: format!("prefix {}", prefix.display()) }
+    RdmaCore {
+        include,
+        libdirs: vec![libdir],
+        verbs_version,
+        origin: format!("prefix {}", prefix.display()),
+    }
 }
 
 fn from_pkg_config() -> RdmaCore {
-    let verbs = pkg_config::Config::new().cargo_metadata(false).probe("libibverbs").unwrap_or_else(|e| {
-        fail(&format!(
+    let verbs = pkg_config::Config::new()
+        .cargo_metadata(false)
+        .probe("libibverbs")
+        .unwrap_or_else(|e| {
+            fail(&format!(
             "libibverbs not found by pkg-config ({e}).\n  Install the Debian packages: apt-get install {PACKAGES}\n  \
              (or run harness/setup.sh), or point RDMAPROBE_RDMA_CORE_PREFIX at an rdma-core install."
         ))
-    });
-    let mlx5 = pkg_config::Config::new().cargo_metadata(false).probe("libmlx5").unwrap_or_else(|e| {
-        fail(&format!(
-            "libmlx5 (the mlx5dv part of rdma-core) not found by pkg-config ({e}).\n  \
+        });
+    let mlx5 = pkg_config::Config::new()
+        .cargo_metadata(false)
+        .probe("libmlx5")
+        .unwrap_or_else(|e| {
+            fail(&format!(
+                "libmlx5 (the mlx5dv part of rdma-core) not found by pkg-config ({e}).\n  \
              Install: apt-get install {PACKAGES}"
-        ))
-    });
+            ))
+        });
     let mut incs: Vec<PathBuf> = verbs.include_paths.clone();
     incs.extend(mlx5.include_paths.iter().cloned());
     incs.push(PathBuf::from("/usr/include"));
-    let include = incs.into_iter().find(|p| p.join("infiniband/verbs.h").is_file()).unwrap_or_else(|| {
-        fail(&format!("infiniband/verbs.h not found. Install: apt-get install {PACKAGES}"))
-    });
+    let include = incs
+        .into_iter()
+        .find(|p| p.join("infiniband/verbs.h").is_file())
+        .unwrap_or_else(|| {
+            fail(&format!(
+                "infiniband/verbs.h not found. Install: apt-get install {PACKAGES}"
+            ))
+        });
     if !include.join("infiniband/mlx5dv.h").is_file() {
-        fail(&format!("infiniband/mlx5dv.h not found in {}. Install: apt-get install {PACKAGES}", include.display()));
+        fail(&format!(
+            "infiniband/mlx5dv.h not found in {}. Install: apt-get install {PACKAGES}",
+            include.display()
+        ));
     }
     let mut libdirs = verbs.link_paths.clone();
     libdirs.extend(mlx5.link_paths.iter().cloned());
-    RdmaCore { include, libdirs, verbs_version: verbs.version, origin: "pkg-config".into() }
+    RdmaCore {
+        include,
+        libdirs,
+        verbs_version: verbs.version,
+        origin: "pkg-config".into(),
+    }
 }
 
 fn main() {
@@ -133,7 +160,11 @@ fn main() {
 
     // rdma-core's release is the last two parts of libibverbs' version (1.14.44.0 -> 44.0).
     let parts: Vec<&str> = rc.verbs_version.split('.').collect();
-    let release = if parts.len() >= 4 { format!("{}.{}", parts[2], parts[3]) } else { rc.verbs_version.clone() };
+    let release = if parts.len() >= 4 {
+        format!("{}.{}", parts[2], parts[3])
+    } else {
+        rc.verbs_version.clone()
+    };
     println!("cargo:rustc-env=RDMAPROBE_BUILD_RDMA_CORE={release}");
     println!("cargo:rustc-env=RDMAPROBE_BUILD_LIBIBVERBS={}", rc.verbs_version);
     println!("cargo:rustc-env=RDMAPROBE_BUILD_RDMA_INCLUDE={}", rc.include.display());
@@ -180,9 +211,13 @@ fn main() {
             wrapper.display(),
             rc.include.display()
         )),
-        Err(_) => fail(&format!("bindgen could not load libclang. Install: apt-get install {PACKAGES}")),
+        Err(_) => fail(&format!(
+            "bindgen could not load libclang. Install: apt-get install {PACKAGES}"
+        )),
     };
-    bindings.write_to_file(out.join("bindings.rs")).unwrap_or_else(|e| fail(&format!("writing bindings.rs: {e}")));
+    bindings
+        .write_to_file(out.join("bindings.rs"))
+        .unwrap_or_else(|e| fail(&format!("writing bindings.rs: {e}")));
 
     // The C wrappers for static inline functions (ibv_post_send, ibv_wr_*, mlx5dv_set_*),
     // plus the layout probe the tests compare our hand-written types with.

@@ -134,7 +134,9 @@ pub fn cpuid_tsc() -> CpuidTsc {
     {
         let id = x86::cpuid::CpuId::new();
         let invariant = id.get_advanced_power_mgmt_info().is_some_and(|p| p.has_invariant_tsc());
-        let rdtscp = id.get_extended_processor_and_feature_identifiers().is_some_and(|f| f.has_rdtscp());
+        let rdtscp = id
+            .get_extended_processor_and_feature_identifiers()
+            .is_some_and(|f| f.has_rdtscp());
         let hz = id.get_tsc_info().and_then(|t| {
             if t.denominator() != 0 && t.numerator() != 0 && t.nominal_frequency() != 0 {
                 Some(t.nominal_frequency() as u64 * t.numerator() as u64 / t.denominator() as u64)
@@ -200,7 +202,11 @@ pub fn fit_rate(points: &[(u64, u64)]) -> Result<Fit, ClockError> {
         }
     }
     let window_ns = points[points.len() - 1].0 - x0;
-    Ok(Fit { hz: slope * 1e9, residual_max_ns: worst, window_ns })
+    Ok(Fit {
+        hz: slope * 1e9,
+        residual_max_ns: worst,
+        window_ns,
+    })
 }
 
 /// One (ns, tsc) pair, the TSC read bracketing the clock read as tightly as in 8 tries.
@@ -415,7 +421,12 @@ mod tests {
             calibrated_hz: 2_994_000_000.0,
             calibration_residual_ns: 0.0,
             calibration_window_ns: 0,
-            overhead: Overhead { min_cycles: 30, median_cycles: 36, p99_cycles: 40, samples: 1 },
+            overhead: Overhead {
+                min_cycles: 30,
+                median_cycles: 36,
+                p99_cycles: 40,
+                samples: 1,
+            },
         };
         assert!((c.to_ns(2_994) - 1000.0).abs() < 1e-9);
         assert_eq!(c.to_ticks(1000.0), 2_994);

@@ -12,7 +12,11 @@ use std::process::ExitCode;
 const EXIT_NO_DEVICE: u8 = 3;
 
 #[derive(Parser)]
-#[command(name = "rdmaprobe", version, about = "RDMA performance probe: verbs, ibv_wr_* and direct mlx5 post paths on one TSC clock")]
+#[command(
+    name = "rdmaprobe",
+    version,
+    about = "RDMA performance probe: verbs, ibv_wr_* and direct mlx5 post paths on one TSC clock"
+)]
 struct Cli {
     #[command(subcommand)]
     cmd: Cmd,
@@ -108,7 +112,11 @@ fn devices(as_json: bool, max_gids: u32) -> Result<ExitCode> {
                     .map(|(p, g)| {
                         let mut v = serde_json::to_value(p).unwrap_or_default();
                         v["gids"] = serde_json::to_value(g).unwrap_or_default();
-                        v["roce_gid_index"] = json!(if p.is_ethernet() { device::pick_gid_index(g) } else { None });
+                        v["roce_gid_index"] = json!(if p.is_ethernet() {
+                            device::pick_gid_index(g)
+                        } else {
+                            None
+                        });
                         v
                     })
                     .collect();
@@ -132,14 +140,24 @@ fn devices(as_json: bool, max_gids: u32) -> Result<ExitCode> {
     for (info, ports) in &docs {
         println!("hca_id:\t{}", info.name);
         println!("\tprovider:\t\t{}", info.provider);
-        println!("\tfw_ver:\t\t\t{}", if info.fw_ver.is_empty() { "-" } else { &info.fw_ver });
+        println!(
+            "\tfw_ver:\t\t\t{}",
+            if info.fw_ver.is_empty() { "-" } else { &info.fw_ver }
+        );
         println!("\tnode_guid:\t\t{}", info.node_guid);
         println!("\tvendor_id:\t\t{:#06x}", info.vendor_id);
         println!("\tvendor_part_id:\t\t{}", info.vendor_part_id);
         println!("\thw_ver:\t\t\t{:#x}", info.hw_ver);
         println!("\tphys_port_cnt:\t\t{}", info.phys_port_cnt);
         println!("\tatomic_cap:\t\t{}", info.atomic_cap);
-        println!("\tdirect backend:\t\t{}", if info.mlx5dv { "yes (mlx5dv)" } else { "no (not an mlx5 device)" });
+        println!(
+            "\tdirect backend:\t\t{}",
+            if info.mlx5dv {
+                "yes (mlx5dv)"
+            } else {
+                "no (not an mlx5 device)"
+            }
+        );
         for (p, gids) in ports {
             println!("\t\tport:\t{}", p.port);
             println!("\t\t\tstate:\t\t\t{} ({})", p.state, p.state_raw);
@@ -179,7 +197,9 @@ fn clock(as_json: bool, window_ms: u64) -> Result<ExitCode> {
     if c.source == TscSource::ClockGettime {
         warnings.push("no TSC on this architecture: timestamps are clock_gettime(CLOCK_MONOTONIC_RAW)".to_string());
     } else if !c.invariant_tsc {
-        warnings.push("the TSC is not invariant (CPUID 0x80000007 EDX[8] clear): its rate may change with power states".into());
+        warnings.push(
+            "the TSC is not invariant (CPUID 0x80000007 EDX[8] clear): its rate may change with power states".into(),
+        );
     }
     if let Some(h) = c.cpuid_hz {
         let d = (h as f64 - c.calibrated_hz).abs() / h as f64;

@@ -34,7 +34,7 @@ fn bindgen_layouts_match_the_c_compiler() {
         offset_of!(sys::mlx5_cqe64, signature),
         offset_of!(sys::mlx5_cqe64, op_own),
     ];
-    assert_eq!(ours_cqe.map(|v| v as u64), cqe.map(|v| v as u64));
+    assert_eq!(ours_cqe.map(u64::from), cqe.map(|v| v as u64));
     assert_eq!(ours_cqe, [64, 44, 60, 62, 63]);
     let ours = [
         size_of::<sys::ibv_wc>(),
@@ -46,7 +46,7 @@ fn bindgen_layouts_match_the_c_compiler() {
         size_of::<sys::mlx5_wqe_raddr_seg>(),
         size_of::<sys::mlx5_err_cqe>(),
     ];
-    assert_eq!(ours.map(|v| v as u64), sizes.map(|v| v as u64));
+    assert_eq!(ours.map(|v| v as u64), sizes.map(u64::from));
     assert_eq!(ours[..4], [48, 128, 32, 16]);
 }
 
@@ -62,14 +62,20 @@ fn rdma_core_ctrl_seg_setters_are_callable_and_write_the_known_bytes() {
     let p = seg.0.as_mut_ptr() as *mut sys::mlx5_wqe_ctrl_seg;
     // SAFETY: `seg` is 16 writable bytes, 16-byte aligned; the setter writes only within it.
     unsafe { sys::mlx5dv_set_ctrl_seg(p, 0x1234, 8, 0, 0xabcdef, 8, 3, 0x5a, 0xdeadbeef) };
-    assert_eq!(seg.0, [0x00, 0x12, 0x34, 0x08, 0xab, 0xcd, 0xef, 0x03, 0x5a, 0xaa, 0xaa, 0x08, 0xef, 0xbe, 0xad, 0xde]);
+    assert_eq!(
+        seg.0,
+        [0x00, 0x12, 0x34, 0x08, 0xab, 0xcd, 0xef, 0x03, 0x5a, 0xaa, 0xaa, 0x08, 0xef, 0xbe, 0xad, 0xde]
+    );
     #[cfg(target_arch = "x86_64")]
     {
         let mut seg = Seg([0xaau8; 16]);
         let p = seg.0.as_mut_ptr() as *mut sys::mlx5_wqe_ctrl_seg;
         // SAFETY: as above; the SSE setter's aligned 16-byte store covers exactly `seg`.
         unsafe { sys::mlx5dv_x86_set_ctrl_seg(p, 0x1234, 8, 0, 0xabcdef, 8, 3, 0x5a, 0xdeadbeef) };
-        assert_eq!(seg.0, [0x00, 0x12, 0x34, 0x08, 0xab, 0xcd, 0xef, 0x03, 0x5a, 0, 0, 0x08, 0xef, 0xbe, 0xad, 0xde]);
+        assert_eq!(
+            seg.0,
+            [0x00, 0x12, 0x34, 0x08, 0xab, 0xcd, 0xef, 0x03, 0x5a, 0, 0, 0x08, 0xef, 0xbe, 0xad, 0xde]
+        );
     }
 }
 
@@ -80,7 +86,10 @@ fn rdma_core_data_seg_setter_is_callable() {
     unsafe { sys::mlx5dv_set_data_seg(&mut seg, 0x1000, 0x1122_3344, 0x7f01_0203_0405) };
     // SAFETY: mlx5_wqe_data_seg is 16 plain bytes.
     let bytes: [u8; 16] = unsafe { std::mem::transmute(seg) };
-    assert_eq!(bytes, [0, 0, 0x10, 0, 0x11, 0x22, 0x33, 0x44, 0, 0, 0x7f, 0x01, 0x02, 0x03, 0x04, 0x05]);
+    assert_eq!(
+        bytes,
+        [0, 0, 0x10, 0, 0x11, 0x22, 0x33, 0x44, 0, 0, 0x7f, 0x01, 0x02, 0x03, 0x04, 0x05]
+    );
 }
 
 #[test]

@@ -3,7 +3,10 @@
 use std::process::Command;
 
 fn rdmaprobe(args: &[&str]) -> (i32, String, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_rdmaprobe")).args(args).output().expect("run rdmaprobe");
+    let out = Command::new(env!("CARGO_BIN_EXE_rdmaprobe"))
+        .args(args)
+        .output()
+        .expect("run rdmaprobe");
     (
         out.status.code().unwrap_or(-1),
         String::from_utf8_lossy(&out.stdout).into_owned(),
@@ -18,7 +21,10 @@ fn devices_explains_or_lists() {
         // No hardware device (this machine and CI): a plain explanation and what to do.
         3 => {
             assert!(out.starts_with("No RDMA device."), "{out}");
-            assert!(out.contains("modprobe") || out.contains("CONFIG_INFINIBAND") || out.contains("/dev/infiniband"), "{out}");
+            assert!(
+                out.contains("modprobe") || out.contains("CONFIG_INFINIBAND") || out.contains("/dev/infiniband"),
+                "{out}"
+            );
             assert!(!err.contains("panicked"), "{err}");
         }
         0 => assert!(out.contains("hca_id:") && out.contains("link_layer:"), "{out}"),
@@ -31,8 +37,12 @@ fn devices_json_is_valid_and_agrees_with_exit_status() {
     let (code, out, _) = rdmaprobe(&["devices", "--json"]);
     let v: serde_json::Value = serde_json::from_str(&out).expect("valid JSON");
     assert_eq!(v["hardware_device"].as_bool(), Some(code == 0), "{out}");
-    assert!(v["build"]["rdma_core_built_against"].as_str().is_some_and(|s| !s.is_empty()));
-    assert!(v["build"]["libibverbs_loaded"].as_str().is_some_and(|s| s.contains("libibverbs.so")));
+    assert!(v["build"]["rdma_core_built_against"]
+        .as_str()
+        .is_some_and(|s| !s.is_empty()));
+    assert!(v["build"]["libibverbs_loaded"]
+        .as_str()
+        .is_some_and(|s| s.contains("libibverbs.so")));
     if code == 3 {
         assert!(v["explanation"].as_str().is_some_and(|s| s.len() > 40));
         assert_eq!(v["devices"].as_array().map(|a| a.len()), Some(0));
@@ -67,12 +77,19 @@ fn clock_rate_agrees_with_an_independent_calibration() {
     let (t1, i1) = (tsc(), std::time::Instant::now());
     let independent = (t1 - t0) as f64 / (i1 - i0).as_secs_f64();
     let rel = (hz - independent).abs() / independent;
-    assert!(rel < 0.005, "rdmaprobe {hz:.0} Hz vs independent {independent:.0} Hz: {:.3}% apart", rel * 100.0);
+    assert!(
+        rel < 0.005,
+        "rdmaprobe {hz:.0} Hz vs independent {independent:.0} Hz: {:.3}% apart",
+        rel * 100.0
+    );
 
     let o = &v["timed_region_overhead"];
     let min = o["min_cycles"].as_u64().expect("min");
     let med = o["median_cycles"].as_u64().expect("median");
     assert!(min > 0 && min <= med, "{o}");
-    assert!(o["median_ns"].as_f64().is_some_and(|ns| ns > 0.0 && ns < 10_000.0), "{o}");
+    assert!(
+        o["median_ns"].as_f64().is_some_and(|ns| ns > 0.0 && ns < 10_000.0),
+        "{o}"
+    );
     assert!(v["calibration_window_ns"].as_u64().is_some_and(|w| w >= 100_000_000));
 }

@@ -26,12 +26,21 @@ fn post(side: &mut Side, api: Api, wr_id: u64, op: Op, off: usize, len: usize, f
     let sge = mr.sge(off, len).expect("sge");
     match api {
         Api::PostSend => qp.post_send(wr_id, op, &[sge], flags).expect("ibv_post_send"),
-        Api::Wr => qp.wr_post(&[WrBatch { wr_id, op, sges: &[sge], flags }]).expect("ibv_wr_complete"),
+        Api::Wr => qp
+            .wr_post(&[WrBatch {
+                wr_id,
+                op,
+                sges: &[sge],
+                flags,
+            }])
+            .expect("ibv_wr_complete"),
     }
 }
 
 fn pattern(len: usize, seed: u8) -> Vec<u8> {
-    (0..len).map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed)).collect()
+    (0..len)
+        .map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed))
+        .collect()
 }
 
 fn do_send_recv(api: Api, inline: bool, imm: Option<u32>) {
@@ -47,7 +56,19 @@ fn do_send_recv(api: Api, inline: bool, imm: Option<u32>) {
         Some(v) => Op::SendImm(v),
         None => Op::Send,
     };
-    post(&mut p.a, api, 5, op, 0, len, SendFlags { signaled: true, inline, ..Default::default() });
+    post(
+        &mut p.a,
+        api,
+        5,
+        op,
+        0,
+        len,
+        SendFlags {
+            signaled: true,
+            inline,
+            ..Default::default()
+        },
+    );
     let s = p.a.cq.wait_ok(DEADLINE).expect("send completion");
     assert_eq!(s.wr_id, 5);
     assert_eq!(s.opcode, sys::IBV_WC_SEND);
@@ -71,7 +92,11 @@ fn do_write(api: Api, with_imm: bool) {
         let Side { qp, mr, .. } = &mut p.b;
         qp.post_recv(9, &[mr.sge(0, 16).unwrap()]).unwrap();
     }
-    let op = if with_imm { Op::WriteImm(remote, 0xfeed_beef) } else { Op::Write(remote) };
+    let op = if with_imm {
+        Op::WriteImm(remote, 0xfeed_beef)
+    } else {
+        Op::Write(remote)
+    };
     post(&mut p.a, api, 11, op, 100, len, SendFlags::SIGNALED);
     let c = p.a.cq.wait_ok(DEADLINE).expect("write completion");
     assert_eq!((c.wr_id, c.opcode), (11, sys::IBV_WC_RDMA_WRITE));
@@ -110,7 +135,15 @@ fn do_fetch_add(api: Api) {
     p.b.mr.write(64, &1000u64.to_ne_bytes()).unwrap();
     let remote = p.b.mr.remote(64);
     for (i, expect_old) in [(0u64, 1000u64), (1, 1007)] {
-        post(&mut p.a, api, 30 + i, Op::FetchAdd { remote, add: 7 }, 8 * i as usize, 8, SendFlags::SIGNALED);
+        post(
+            &mut p.a,
+            api,
+            30 + i,
+            Op::FetchAdd { remote, add: 7 },
+            8 * i as usize,
+            8,
+            SendFlags::SIGNALED,
+        );
         let c = p.a.cq.wait_ok(DEADLINE).expect("fetch-add completion");
         assert_eq!(c.opcode, sys::IBV_WC_FETCH_ADD);
         assert_eq!(p.a.mr.read_u64(8 * i as usize).unwrap(), expect_old);
@@ -123,13 +156,37 @@ fn do_cmp_swap(api: Api) {
     p.b.mr.write(128, &42u64.to_ne_bytes()).unwrap();
     let remote = p.b.mr.remote(128);
     // Matching compare: swapped.
-    post(&mut p.a, api, 40, Op::CmpSwap { remote, compare: 42, swap: 99 }, 0, 8, SendFlags::SIGNALED);
+    post(
+        &mut p.a,
+        api,
+        40,
+        Op::CmpSwap {
+            remote,
+            compare: 42,
+            swap: 99,
+        },
+        0,
+        8,
+        SendFlags::SIGNALED,
+    );
     let c = p.a.cq.wait_ok(DEADLINE).expect("cas completion");
     assert_eq!(c.opcode, sys::IBV_WC_COMP_SWAP);
     assert_eq!(p.a.mr.read_u64(0).unwrap(), 42);
     assert_eq!(p.b.mr.read_u64(128).unwrap(), 99);
     // Mismatching compare: not swapped, old value returned.
-    post(&mut p.a, api, 41, Op::CmpSwap { remote, compare: 42, swap: 5 }, 8, 8, SendFlags::SIGNALED);
+    post(
+        &mut p.a,
+        api,
+        41,
+        Op::CmpSwap {
+            remote,
+            compare: 42,
+            swap: 5,
+        },
+        8,
+        8,
+        SendFlags::SIGNALED,
+    );
     p.a.cq.wait_ok(DEADLINE).expect("cas completion");
     assert_eq!(p.a.mr.read_u64(8).unwrap(), 99);
     assert_eq!(p.b.mr.read_u64(128).unwrap(), 99);
@@ -177,7 +234,10 @@ fn device_port_and_gids() {
         let v2: Vec<_> = gids.iter().filter(|g| g.gid_type == GidType::RoceV2).collect();
         assert!(!v2.is_empty(), "RoCE port without RoCE v2 GIDs: {gids:?}");
         let pick = common::gid_index(&ctx, &port).expect("a GID index");
-        let e = gids.iter().find(|g| g.index == pick as u32).expect("picked index exists");
+        let e = gids
+            .iter()
+            .find(|g| g.index == pick as u32)
+            .expect("picked index exists");
         assert!(e.ipv4().is_some(), "picked GID {} is not IPv4-mapped", e.gid);
     }
     // A port the device does not have is an error naming the port, not a panic.
@@ -222,7 +282,10 @@ fn roce_connect_without_gid_index_is_refused() {
     let cq = Cq::new(&ctx, 16).unwrap();
     let mut qp = Qp::new_rc(&pd, &cq, &cq, QpCaps::default(), false).unwrap();
     let me = qp.endpoint(&port, None).unwrap();
-    let opts = ConnectOpts { gid_index: None, ..Default::default() };
+    let opts = ConnectOpts {
+        gid_index: None,
+        ..Default::default()
+    };
     let e = qp.connect(&port, &opts, &me).unwrap_err();
     assert!(e.to_string().contains("GID index is required"), "{e}");
 }
@@ -266,7 +329,17 @@ fn oversize_inline_and_out_of_range_sge_are_refused_before_the_verb() {
     let max_inline = p.a.qp.granted_caps().max_inline_data as usize;
     let Side { qp, mr, .. } = &mut p.a;
     let sge = mr.sge(0, max_inline + 1).unwrap();
-    let e = qp.post_send(1, Op::Send, &[sge], SendFlags { inline: true, ..Default::default() }).unwrap_err();
+    let e = qp
+        .post_send(
+            1,
+            Op::Send,
+            &[sge],
+            SendFlags {
+                inline: true,
+                ..Default::default()
+            },
+        )
+        .unwrap_err();
     assert!(e.to_string().contains("max_inline_data"), "{e}");
     assert!(mr.sge(common::MR_LEN - 4, 8).is_err());
 }

@@ -11,8 +11,19 @@
 //!   costs a C program that includes the header, no more.
 
 /// bindgen's output, never edited by hand; lint allowances for generated code live only here.
-#[allow(non_upper_case_globals, non_camel_case_types, non_snake_case, dead_code, missing_docs)]
-#[allow(unnecessary_transmutes, clippy::all, clippy::undocumented_unsafe_blocks, clippy::missing_safety_doc)]
+#[allow(
+    non_upper_case_globals,
+    non_camel_case_types,
+    non_snake_case,
+    dead_code,
+    missing_docs
+)]
+#[allow(
+    unnecessary_transmutes,
+    clippy::all,
+    clippy::undocumented_unsafe_blocks,
+    clippy::missing_safety_doc
+)]
 mod raw {
     use super::mlx5_wqe_ctrl_seg;
     include!(concat!(env!("OUT_DIR"), "/bindings.rs"));

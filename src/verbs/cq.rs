@@ -23,7 +23,10 @@ impl Drop for CqInner {
         // SAFETY: cq came from ibv_create_cq; QPs using it hold an Arc to us, so none is left.
         let rc = unsafe { sys::ibv_destroy_cq(self.cq) };
         let name = self.ctx.name().to_string();
-        self.ctx.inner.ledger.destroyed(Kind::Cq, check_rc(rc, "ibv_destroy_cq", || Ctx::dev(&name)));
+        self.ctx
+            .inner
+            .ledger
+            .destroyed(Kind::Cq, check_rc(rc, "ibv_destroy_cq", || Ctx::dev(&name)));
     }
 }
 
@@ -91,7 +94,9 @@ impl Completion {
 /// `ibv_wc_status_str`.
 pub fn status_str(status: u32) -> String {
     // SAFETY: returns a static string for every value (an "unknown" one out of range).
-    unsafe { CStr::from_ptr(sys::ibv_wc_status_str(status)) }.to_string_lossy().into_owned()
+    unsafe { CStr::from_ptr(sys::ibv_wc_status_str(status)) }
+        .to_string_lossy()
+        .into_owned()
 }
 
 impl Cq {
@@ -105,7 +110,9 @@ impl Cq {
         let cq = unsafe { sys::ibv_create_cq(ctx.as_ptr(), n, std::ptr::null_mut(), std::ptr::null_mut(), 0) };
         let cq = check_ptr(cq, "ibv_create_cq", || ctx.ctx().detail(format!("{cqe} entries")))?;
         ctx.inner.ledger.created(Kind::Cq);
-        Ok(Cq { inner: Arc::new(CqInner { cq, ctx: ctx.clone() }) })
+        Ok(Cq {
+            inner: Arc::new(CqInner { cq, ctx: ctx.clone() }),
+        })
     }
 
     /// The raw pointer (valid while `self` lives).
@@ -189,15 +196,24 @@ mod tests {
         assert_eq!(e.wc_status(), Some(sys::IBV_WC_REM_ACCESS_ERR));
         let s = e.to_string();
         assert!(s.contains("remote access error"), "{s}");
-        assert!(s.contains("device rxe0 QP 0x1a") && s.contains("vendor error 0x88") && s.contains("wr_id 7"), "{s}");
-        let ok = Completion { status: sys::IBV_WC_SUCCESS, ..c };
+        assert!(
+            s.contains("device rxe0 QP 0x1a") && s.contains("vendor error 0x88") && s.contains("wr_id 7"),
+            "{s}"
+        );
+        let ok = Completion {
+            status: sys::IBV_WC_SUCCESS,
+            ..c
+        };
         assert_eq!(ok.check("rxe0").unwrap(), ok);
         assert_eq!(status_str(sys::IBV_WC_RNR_RETRY_EXC_ERR), "RNR retry counter exceeded");
     }
 
     #[test]
     fn immediate_is_host_order() {
-        let mut wc = sys::ibv_wc { wc_flags: sys::IBV_WC_WITH_IMM, ..Default::default() };
+        let mut wc = sys::ibv_wc {
+            wc_flags: sys::IBV_WC_WITH_IMM,
+            ..Default::default()
+        };
         wc.__bindgen_anon_1.imm_data = 0x1234_5678u32.to_be();
         assert_eq!(Completion::from_wc(&wc).imm, Some(0x1234_5678));
         wc.wc_flags = 0;

@@ -32,7 +32,10 @@ impl DeviceList {
             let e = std::io::Error::last_os_error().raw_os_error().unwrap_or(0);
             return Err(VerbsError::NoDevice(classify_missing(e)));
         }
-        let list = DeviceList { ptr, n: n.max(0) as usize };
+        let list = DeviceList {
+            ptr,
+            n: n.max(0) as usize,
+        };
         if list.n == 0 {
             return Err(VerbsError::NoDevice(classify_missing(0)));
         }
@@ -50,7 +53,9 @@ impl DeviceList {
         (0..self.n)
             .map(|i| {
                 // SAFETY: a valid device from the list; the name is a NUL-terminated string it owns.
-                unsafe { CStr::from_ptr(sys::ibv_get_device_name(self.raw(i))) }.to_string_lossy().into_owned()
+                unsafe { CStr::from_ptr(sys::ibv_get_device_name(self.raw(i))) }
+                    .to_string_lossy()
+                    .into_owned()
             })
             .collect()
     }
@@ -61,15 +66,27 @@ impl DeviceList {
         let i = names
             .iter()
             .position(|n| n == name)
-            .ok_or_else(|| VerbsError::UnknownDevice { name: name.to_string(), available: names.clone() })?;
+            .ok_or_else(|| VerbsError::UnknownDevice {
+                name: name.to_string(),
+                available: names.clone(),
+            })?;
         let dev = self.raw(i);
         // SAFETY: a valid device pointer from the live list.
-        let ctx = check_ptr(unsafe { sys::ibv_open_device(dev) }, "ibv_open_device", || Ctx::dev(name))?;
+        let ctx = check_ptr(unsafe { sys::ibv_open_device(dev) }, "ibv_open_device", || {
+            Ctx::dev(name)
+        })?;
         // SAFETY: the same valid device pointer; mlx5dv_is_supported only reads it.
         let mlx5 = unsafe { sys::mlx5dv_is_supported(dev) };
         let ledger = Ledger::new(name);
         ledger.created(super::Kind::Context);
-        Ok(Context { inner: Arc::new(ContextInner { ctx, name: name.to_string(), mlx5, ledger }) })
+        Ok(Context {
+            inner: Arc::new(ContextInner {
+                ctx,
+                name: name.to_string(),
+                mlx5,
+                ledger,
+            }),
+        })
     }
 }
 
@@ -112,7 +129,9 @@ fn dir_has_entries(p: &str) -> bool {
 }
 
 fn uverbs_denied() -> bool {
-    let Ok(rd) = std::fs::read_dir("/dev/infiniband") else { return false };
+    let Ok(rd) = std::fs::read_dir("/dev/infiniband") else {
+        return false;
+    };
     for e in rd.flatten() {
         if e.file_name().to_string_lossy().starts_with("uverbs") {
             if let Err(err) = std::fs::OpenOptions::new().read(true).write(true).open(e.path()) {
@@ -141,7 +160,10 @@ impl Drop for ContextInner {
     fn drop(&mut self) {
         // SAFETY: ctx came from ibv_open_device; every child holds an Arc to us, so none is left.
         let rc = unsafe { sys::ibv_close_device(self.ctx) };
-        self.ledger.destroyed(super::Kind::Context, check_rc(rc, "ibv_close_device", || Ctx::dev(&self.name)));
+        self.ledger.destroyed(
+            super::Kind::Context,
+            check_rc(rc, "ibv_close_device", || Ctx::dev(&self.name)),
+        );
     }
 }
 
@@ -161,7 +183,11 @@ impl Context {
     /// Opens the first device of the list.
     pub fn open_first() -> Result<Self> {
         let list = DeviceList::get()?;
-        let first = list.names().into_iter().next().ok_or(VerbsError::NoDevice(NoDevice::NoDevices))?;
+        let first = list
+            .names()
+            .into_iter()
+            .next()
+            .ok_or(VerbsError::NoDevice(NoDevice::NoDevices))?;
         list.open(&first)
     }
 
@@ -196,7 +222,9 @@ impl Context {
         let rc = unsafe { sys::ibv_query_device(self.inner.ctx, &mut a) };
         check_rc(rc, "ibv_query_device", || self.ctx())?;
         // SAFETY: fw_ver is a NUL-terminated array filled by the provider (or all zeros).
-        let fw = unsafe { CStr::from_ptr(a.fw_ver.as_ptr()) }.to_string_lossy().into_owned();
+        let fw = unsafe { CStr::from_ptr(a.fw_ver.as_ptr()) }
+            .to_string_lossy()
+            .into_owned();
         Ok(DeviceInfo {
             name: self.inner.name.clone(),
             provider: provider_of(self.inner.ctx),
@@ -240,13 +268,19 @@ impl Context {
         if rc == libc::ENODATA || rc == -libc::ENODATA {
             return Ok(None);
         }
-        check_rc(rc, "ibv_query_gid_ex", || self.ctx().port(port).detail(format!("GID index {index}")))?;
+        check_rc(rc, "ibv_query_gid_ex", || {
+            self.ctx().port(port).detail(format!("GID index {index}"))
+        })?;
         // SAFETY: `raw` is the 16-byte view of the union and always initialised.
         let gid = Gid(unsafe { e.gid.raw });
         if gid.is_zero() {
             return Ok(None);
         }
-        Ok(Some(GidEntry { index, gid, gid_type: GidType::from_raw(e.gid_type) }))
+        Ok(Some(GidEntry {
+            index,
+            gid,
+            gid_type: GidType::from_raw(e.gid_type),
+        }))
     }
 
     /// The first `max` GID slots of a port that hold an entry. Only the first slots are read:
@@ -310,7 +344,7 @@ fn provider_of(ctx: *mut sys::ibv_context) -> String {
     // SAFETY: live context; we only read the function pointer's address.
     let f = unsafe { (*ctx).ops.post_send };
     match f {
-        Some(f) => library_of(f as *const core::ffi::c_void)
+        Some(f) => library_of(f as usize)
             .map(|p| provider_name(&p))
             .unwrap_or_else(|| "unknown".into()),
         None => "unknown".into(),
@@ -318,7 +352,8 @@ fn provider_of(ctx: *mut sys::ibv_context) -> String {
 }
 
 /// The path of the shared object holding `addr`, by `dladdr`.
-pub fn library_of(addr: *const core::ffi::c_void) -> Option<String> {
+/// The address is only looked up, never dereferenced.
+pub fn library_of(addr: usize) -> Option<String> {
     let mut info = libc::Dl_info {
         dli_fname: std::ptr::null(),
         dli_fbase: std::ptr::null_mut(),
@@ -326,7 +361,7 @@ pub fn library_of(addr: *const core::ffi::c_void) -> Option<String> {
         dli_saddr: std::ptr::null_mut(),
     };
     // SAFETY: dladdr only reads the address and fills `info`.
-    let ok = unsafe { libc::dladdr(addr, &mut info) };
+    let ok = unsafe { libc::dladdr(addr as *const core::ffi::c_void, &mut info) };
     if ok == 0 || info.dli_fname.is_null() {
         return None;
     }
@@ -344,14 +379,27 @@ pub fn provider_name(path: &str) -> String {
 
 /// The libibverbs actually loaded: its resolved path and version (from the file name).
 pub fn libibverbs_loaded() -> (String, String) {
-    let path = library_of(sys::ibv_get_device_list as *const core::ffi::c_void).unwrap_or_default();
-    let real = std::fs::canonicalize(&path).map(|p| p.display().to_string()).unwrap_or(path);
-    let version = real.rsplit("libibverbs.so.").next().filter(|v| *v != real).unwrap_or("unknown").to_string();
+    let path = library_of(sys::ibv_get_device_list as *const () as usize).unwrap_or_default();
+    let real = std::fs::canonicalize(&path)
+        .map(|p| p.display().to_string())
+        .unwrap_or(path);
+    let version = real
+        .rsplit_once("libibverbs.so.")
+        .map(|(_, v)| v)
+        .filter(|v| v.matches('.').count() >= 3)
+        .unwrap_or("unknown")
+        .to_string();
     (real, version)
 }
 
 fn format_guid(g: u64) -> String {
-    format!("{:04x}:{:04x}:{:04x}:{:04x}", g >> 48, (g >> 32) & 0xffff, (g >> 16) & 0xffff, g & 0xffff)
+    format!(
+        "{:04x}:{:04x}:{:04x}:{:04x}",
+        g >> 48,
+        (g >> 32) & 0xffff,
+        (g >> 16) & 0xffff,
+        g & 0xffff
+    )
 }
 
 /// A port's state and link.
@@ -548,7 +596,10 @@ impl FromStr for Gid {
     type Err = GidParseError;
     /// Accepts any IPv6 text form (`fe80:0000:...`, `fe80::1`, `::ffff:192.0.2.1`).
     fn from_str(s: &str) -> std::result::Result<Self, Self::Err> {
-        s.trim().parse::<std::net::Ipv6Addr>().map(|a| Gid(a.octets())).map_err(|_| GidParseError(s.to_string()))
+        s.trim()
+            .parse::<std::net::Ipv6Addr>()
+            .map(|a| Gid(a.octets()))
+            .map_err(|_| GidParseError(s.to_string()))
     }
 }
 
@@ -646,10 +697,26 @@ mod tests {
         let link_local = Gid("fe80::1".parse::<std::net::Ipv6Addr>().unwrap().octets());
         let v4: Gid = "::ffff:192.0.2.1".parse().unwrap();
         let entries = [
-            GidEntry { index: 0, gid: link_local, gid_type: GidType::RoceV1 },
-            GidEntry { index: 1, gid: link_local, gid_type: GidType::RoceV2 },
-            GidEntry { index: 2, gid: v4, gid_type: GidType::RoceV1 },
-            GidEntry { index: 3, gid: v4, gid_type: GidType::RoceV2 },
+            GidEntry {
+                index: 0,
+                gid: link_local,
+                gid_type: GidType::RoceV1,
+            },
+            GidEntry {
+                index: 1,
+                gid: link_local,
+                gid_type: GidType::RoceV2,
+            },
+            GidEntry {
+                index: 2,
+                gid: v4,
+                gid_type: GidType::RoceV1,
+            },
+            GidEntry {
+                index: 3,
+                gid: v4,
+                gid_type: GidType::RoceV2,
+            },
         ];
         assert_eq!(pick_gid_index(&entries), Some(3));
         assert_eq!(pick_gid_index(&entries[..3]), Some(1));
@@ -672,7 +739,10 @@ mod tests {
 
     #[test]
     fn provider_names_from_paths() {
-        assert_eq!(provider_name("/usr/lib/x86_64-linux-gnu/libibverbs/librxe-rdmav34.so"), "rxe");
+        assert_eq!(
+            provider_name("/usr/lib/x86_64-linux-gnu/libibverbs/librxe-rdmav34.so"),
+            "rxe"
+        );
         assert_eq!(provider_name("/usr/lib/x86_64-linux-gnu/libmlx5.so.1"), "mlx5");
         assert_eq!(provider_name("libsiw-rdmav34.so"), "siw");
         assert_eq!(format_guid(0x0002c90300a1b2c3), "0002:c903:00a1:b2c3");

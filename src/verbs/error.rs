@@ -20,7 +20,10 @@ pub struct Ctx {
 impl Ctx {
     /// A context naming only the device.
     pub fn dev(device: &str) -> Self {
-        Ctx { device: device.to_string(), ..Default::default() }
+        Ctx {
+            device: device.to_string(),
+            ..Default::default()
+        }
     }
     /// Adds the port.
     pub fn port(mut self, port: u8) -> Self {
@@ -239,7 +242,11 @@ pub fn check_rc(rc: i32, verb: &'static str, ctx: impl FnOnce() -> Ctx) -> Resul
             _ => io::Error::from_raw_os_error(-rc),
         }
     };
-    Err(VerbsError::Verb { verb, ctx: ctx(), source })
+    Err(VerbsError::Verb {
+        verb,
+        ctx: ctx(),
+        source,
+    })
 }
 
 /// Maps a verb's pointer return: null means failure with errno set.
@@ -250,7 +257,11 @@ pub fn check_ptr<T>(p: *mut T, verb: &'static str, ctx: impl FnOnce() -> Ctx) ->
             // Some providers fail without setting errno; say so rather than print "Success".
             source = io::Error::other("failed without setting errno");
         }
-        Err(VerbsError::Verb { verb, ctx: ctx(), source })
+        Err(VerbsError::Verb {
+            verb,
+            ctx: ctx(),
+            source,
+        })
     } else {
         Ok(p)
     }
@@ -262,10 +273,16 @@ mod tests {
 
     #[test]
     fn rc_positive_is_errno() {
-        let e = check_rc(libc::EINVAL, "ibv_modify_qp(RTR)", || Ctx::dev("rxe0").port(1).qpn(0x11)).unwrap_err();
+        let e = check_rc(libc::EINVAL, "ibv_modify_qp(RTR)", || {
+            Ctx::dev("rxe0").port(1).qpn(0x11)
+        })
+        .unwrap_err();
         assert_eq!(e.errno(), Some(libc::EINVAL));
         let s = e.to_string();
-        assert!(s.contains("ibv_modify_qp(RTR) failed on device rxe0 port 1 QP 0x11"), "{s}");
+        assert!(
+            s.contains("ibv_modify_qp(RTR) failed on device rxe0 port 1 QP 0x11"),
+            "{s}"
+        );
         assert!(s.contains("Invalid argument"), "{s}");
     }
 
@@ -282,8 +299,10 @@ mod tests {
     fn null_pointer_takes_errno_and_hint() {
         // SAFETY: writes this thread's errno slot.
         unsafe { *libc::__errno_location() = libc::ENOMEM };
-        let e = check_ptr(std::ptr::null_mut::<u8>(), "ibv_reg_mr", || Ctx::dev("mlx5_0").detail("4096 bytes"))
-            .unwrap_err();
+        let e = check_ptr(std::ptr::null_mut::<u8>(), "ibv_reg_mr", || {
+            Ctx::dev("mlx5_0").detail("4096 bytes")
+        })
+        .unwrap_err();
         assert_eq!(e.errno(), Some(libc::ENOMEM));
         let s = e.to_string();
         assert!(s.contains("ulimit -l"), "{s}");
@@ -295,10 +314,17 @@ mod tests {
     #[test]
     fn no_device_messages_say_what_to_do() {
         let s = VerbsError::NoDevice(NoDevice::KernelWithoutRdma).to_string();
-        assert!(s.contains("ENOSYS") && s.contains("CONFIG_INFINIBAND") && s.contains("softroce"), "{s}");
+        assert!(
+            s.contains("ENOSYS") && s.contains("CONFIG_INFINIBAND") && s.contains("softroce"),
+            "{s}"
+        );
         assert!(NoDevice::NoUverbs.explain().contains("ib_uverbs"));
         assert!(NoDevice::NoPermission.explain().contains("/dev/infiniband"));
-        let u = VerbsError::UnknownDevice { name: "mlx5_9".into(), available: vec![] }.to_string();
+        let u = VerbsError::UnknownDevice {
+            name: "mlx5_9".into(),
+            available: vec![],
+        }
+        .to_string();
         assert!(u.contains("'mlx5_9' not found; devices present: none"), "{u}");
     }
 }

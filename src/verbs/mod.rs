@@ -68,7 +68,10 @@ impl Ledger {
             }
             Err(e) => {
                 eprintln!("rdmaprobe: teardown error: {e}");
-                self.failures.lock().unwrap_or_else(|p| p.into_inner()).push(e.to_string());
+                self.failures
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .push(e.to_string());
             }
         }
     }

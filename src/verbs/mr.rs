@@ -22,7 +22,10 @@ impl Drop for PdInner {
         // SAFETY: pd came from ibv_alloc_pd; MRs and QPs hold an Arc to us, so none is left.
         let rc = unsafe { sys::ibv_dealloc_pd(self.pd) };
         let name = self.ctx.name().to_string();
-        self.ctx.inner.ledger.destroyed(Kind::Pd, check_rc(rc, "ibv_dealloc_pd", || Ctx::dev(&name)));
+        self.ctx
+            .inner
+            .ledger
+            .destroyed(Kind::Pd, check_rc(rc, "ibv_dealloc_pd", || Ctx::dev(&name)));
     }
 }
 
@@ -38,7 +41,9 @@ impl Pd {
         // SAFETY: live context.
         let pd = check_ptr(unsafe { sys::ibv_alloc_pd(ctx.as_ptr()) }, "ibv_alloc_pd", || ctx.ctx())?;
         ctx.inner.ledger.created(Kind::Pd);
-        Ok(Pd { inner: Arc::new(PdInner { pd, ctx: ctx.clone() }) })
+        Ok(Pd {
+            inner: Arc::new(PdInner { pd, ctx: ctx.clone() }),
+        })
     }
 
     /// The device.
@@ -71,7 +76,10 @@ impl Buffer {
     /// Maps `len` bytes (rounded up to the page or huge-page size), zeroed.
     pub fn new(len: usize, huge: bool) -> Result<Self> {
         if len == 0 {
-            return Err(VerbsError::Invalid { ctx: Ctx::default(), why: "buffer length 0".into() });
+            return Err(VerbsError::Invalid {
+                ctx: Ctx::default(),
+                why: "buffer length 0".into(),
+            });
         }
         let unit = if huge { HUGE_PAGE } else { PAGE };
         let rounded = len.div_ceil(unit) * unit;
@@ -80,7 +88,11 @@ impl Buffer {
         if huge {
             opts.huge(Some(21));
         }
-        let mut map = opts.map_anon().map_err(|source| VerbsError::Map { len: rounded, huge, source })?;
+        let mut map = opts.map_anon().map_err(|source| VerbsError::Map {
+            len: rounded,
+            huge,
+            source,
+        })?;
         // Fault every page in now (a huge mapping fails here, not later, if none are reserved).
         for off in (0..rounded).step_by(PAGE) {
             map[off] = 0;
@@ -172,7 +184,12 @@ impl Mr {
         let mr = unsafe { sys::ibv_reg_mr(pd.as_ptr(), buf.as_ptr().cast(), len, access.0 as i32) };
         let mr = check_ptr(mr, "ibv_reg_mr", ctx)?;
         pd.ledger().created(Kind::Mr);
-        Ok(Mr { mr, buf, len, pd: pd.clone() })
+        Ok(Mr {
+            mr,
+            buf,
+            len,
+            pd: pd.clone(),
+        })
     }
 
     /// Local key.
@@ -224,12 +241,23 @@ impl Mr {
             ctx: self.pd.context().ctx(),
             why: format!("SGE length {len} does not fit 32 bits"),
         })?;
-        Ok(Sge { raw: sys::ibv_sge { addr: self.addr() + offset as u64, length: len32, lkey: self.lkey() }, _mr: PhantomData })
+        Ok(Sge {
+            raw: sys::ibv_sge {
+                addr: self.addr() + offset as u64,
+                length: len32,
+                lkey: self.lkey(),
+            },
+            _mr: PhantomData,
+        })
     }
 
     /// What a peer needs to access `offset..` of this region.
     pub fn remote(&self, offset: usize) -> RemoteBuf {
-        RemoteBuf { addr: self.addr() + offset as u64, rkey: self.rkey(), len: (self.len - offset.min(self.len)) as u64 }
+        RemoteBuf {
+            addr: self.addr() + offset as u64,
+            rkey: self.rkey(),
+            len: (self.len - offset.min(self.len)) as u64,
+        }
     }
 
     /// Copies `out.len()` bytes from `offset` (a snapshot: the HCA may be writing).
@@ -258,7 +286,12 @@ impl Mr {
     /// Where the region sits.
     pub fn placement(&self) -> MrPlacement {
         let addr = self.addr();
-        MrPlacement { addr, page_offset: addr % PAGE as u64, phys_addr: phys_addr(addr), huge: self.buf.is_huge() }
+        MrPlacement {
+            addr,
+            page_offset: addr % PAGE as u64,
+            phys_addr: phys_addr(addr),
+            huge: self.buf.is_huge(),
+        }
     }
 }
 
@@ -267,7 +300,9 @@ impl Drop for Mr {
         // SAFETY: mr came from ibv_reg_mr and is deregistered once, before its buffer is unmapped.
         let rc = unsafe { sys::ibv_dereg_mr(self.mr) };
         let name = self.pd.context().name().to_string();
-        self.pd.ledger().destroyed(Kind::Mr, check_rc(rc, "ibv_dereg_mr", || Ctx::dev(&name)));
+        self.pd
+            .ledger()
+            .destroyed(Kind::Mr, check_rc(rc, "ibv_dereg_mr", || Ctx::dev(&name)));
     }
 }
 
@@ -352,7 +387,10 @@ mod tests {
     fn pagemap_decoding() {
         assert_eq!(pagemap_phys(0, 0x1234), None);
         assert_eq!(pagemap_phys(1 << 63, 0x1234), None); // present, PFN hidden (no CAP_SYS_ADMIN)
-        assert_eq!(pagemap_phys((1 << 63) | 0x42, 0x7f00_0000_1234), Some(0x42 * 4096 + 0x234));
+        assert_eq!(
+            pagemap_phys((1 << 63) | 0x42, 0x7f00_0000_1234),
+            Some(0x42 * 4096 + 0x234)
+        );
         assert_eq!(pagemap_phys(0x42, 0x1234), None); // not present
     }
 

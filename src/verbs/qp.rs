@@ -27,7 +27,13 @@ pub struct QpCaps {
 
 impl Default for QpCaps {
     fn default() -> Self {
-        QpCaps { max_send_wr: 128, max_recv_wr: 128, max_send_sge: 1, max_recv_sge: 1, max_inline_data: 0 }
+        QpCaps {
+            max_send_wr: 128,
+            max_recv_wr: 128,
+            max_send_sge: 1,
+            max_recv_sge: 1,
+            max_inline_data: 0,
+        }
     }
 }
 
@@ -166,7 +172,12 @@ pub struct SendFlags {
 
 impl SendFlags {
     /// Only `signaled`.
-    pub const SIGNALED: SendFlags = SendFlags { signaled: true, inline: false, fence: false, solicited: false };
+    pub const SIGNALED: SendFlags = SendFlags {
+        signaled: true,
+        inline: false,
+        fence: false,
+        solicited: false,
+    };
 
     fn raw(self) -> u32 {
         let mut f = 0;
@@ -236,7 +247,11 @@ impl Qp {
             attr.comp_mask |= sys::IBV_QP_INIT_ATTR_SEND_OPS_FLAGS;
             attr.send_ops_flags = SEND_OPS;
         }
-        let verb = if extended { "ibv_create_qp_ex(send_ops_flags)" } else { "ibv_create_qp_ex" };
+        let verb = if extended {
+            "ibv_create_qp_ex(send_ops_flags)"
+        } else {
+            "ibv_create_qp_ex"
+        };
         // SAFETY: live context, PD and CQs (kept alive by the clones stored below); attr is valid.
         let qp = unsafe { sys::ibv_create_qp_ex(ctx.as_ptr(), &mut attr) };
         let qp = check_ptr(qp, verb, || ctx.ctx().detail(format!("{caps:?}")))?;
@@ -308,18 +323,24 @@ impl Qp {
     /// Our side of the connection for `port`, with the GID at `gid_index` (zero GID if none).
     pub fn endpoint(&self, port: &PortInfo, gid_index: Option<u8>) -> Result<Endpoint> {
         let gid = match gid_index {
-            Some(i) => self
-                .pd
-                .context()
-                .query_gid(port.port, i as u32)?
-                .ok_or_else(|| VerbsError::Port {
-                    ctx: self.ctx().port(port.port),
-                    why: format!("GID index {i} is empty"),
-                })?
-                .gid,
+            Some(i) => {
+                self.pd
+                    .context()
+                    .query_gid(port.port, i as u32)?
+                    .ok_or_else(|| VerbsError::Port {
+                        ctx: self.ctx().port(port.port),
+                        why: format!("GID index {i} is empty"),
+                    })?
+                    .gid
+            }
             None => Gid::default(),
         };
-        Ok(Endpoint { qpn: self.qpn(), psn: self.psn, lid: port.lid, gid })
+        Ok(Endpoint {
+            qpn: self.qpn(),
+            psn: self.psn,
+            lid: port.lid,
+            gid,
+        })
     }
 
     fn modify(&self, attr: &mut sys::ibv_qp_attr, mask: u32, verb: &'static str, port: u8) -> Result<()> {
@@ -358,7 +379,10 @@ impl Qp {
         if !port.is_active() {
             return Err(VerbsError::Port {
                 ctx: self.ctx().port(port.port),
-                why: format!("port is {} (physical state {}), not ACTIVE", port.state, port.phys_state),
+                why: format!(
+                    "port is {} (physical state {}), not ACTIVE",
+                    port.state, port.phys_state
+                ),
             });
         }
         if port.is_ethernet() && opts.gid_index.is_none() {
@@ -388,7 +412,12 @@ impl Qp {
             p,
         )?;
 
-        let mut ah = sys::ibv_ah_attr { dlid: remote.lid, sl: opts.sl, port_num: p, ..Default::default() };
+        let mut ah = sys::ibv_ah_attr {
+            dlid: remote.lid,
+            sl: opts.sl,
+            port_num: p,
+            ..Default::default()
+        };
         if let Some(gi) = opts.gid_index {
             ah.is_global = 1;
             ah.grh = sys::ibv_global_route {
@@ -456,17 +485,29 @@ impl Qp {
         let mut diffs = Vec::new();
         let mut cmp = |what: &'static str, requested: u64, granted: u64| {
             if requested != granted {
-                diffs.push(Granted { what, requested, granted });
+                diffs.push(Granted {
+                    what,
+                    requested,
+                    granted,
+                });
             }
         };
         cmp("max_send_wr", r.max_send_wr as u64, got.cap.max_send_wr as u64);
         cmp("max_recv_wr", r.max_recv_wr as u64, got.cap.max_recv_wr as u64);
         cmp("max_send_sge", r.max_send_sge as u64, got.cap.max_send_sge as u64);
         cmp("max_recv_sge", r.max_recv_sge as u64, got.cap.max_recv_sge as u64);
-        cmp("max_inline_data", r.max_inline_data as u64, got.cap.max_inline_data as u64);
+        cmp(
+            "max_inline_data",
+            r.max_inline_data as u64,
+            got.cap.max_inline_data as u64,
+        );
         cmp("path_mtu", mtu_req as u64, mtu_bytes(got.path_mtu) as u64);
         cmp("max_rd_atomic", opts.max_rd_atomic as u64, got.max_rd_atomic as u64);
-        cmp("max_dest_rd_atomic", opts.max_dest_rd_atomic as u64, got.max_dest_rd_atomic as u64);
+        cmp(
+            "max_dest_rd_atomic",
+            opts.max_dest_rd_atomic as u64,
+            got.max_dest_rd_atomic as u64,
+        );
         cmp("timeout", opts.timeout as u64, got.timeout as u64);
         cmp("retry_cnt", opts.retry_cnt as u64, got.retry_cnt as u64);
         cmp("rnr_retry", opts.rnr_retry as u64, got.rnr_retry as u64);
@@ -484,11 +525,17 @@ impl Qp {
         if flags.inline && total > self.granted.max_inline_data as u64 {
             return Err(VerbsError::Invalid {
                 ctx: self.ctx(),
-                why: format!("inline payload {total} B exceeds the QP's max_inline_data {}", self.granted.max_inline_data),
+                why: format!(
+                    "inline payload {total} B exceeds the QP's max_inline_data {}",
+                    self.granted.max_inline_data
+                ),
             });
         }
         if matches!(op, Op::FetchAdd { .. } | Op::CmpSwap { .. }) && (sges.len() != 1 || total != 8) {
-            return Err(VerbsError::Invalid { ctx: self.ctx(), why: "atomics need exactly one 8-byte SGE".into() });
+            return Err(VerbsError::Invalid {
+                ctx: self.ctx(),
+                why: "atomics need exactly one 8-byte SGE".into(),
+            });
         }
         Ok(total as u32)
     }
@@ -520,7 +567,10 @@ impl Qp {
                     }
                     _ => sys::IBV_WR_RDMA_READ,
                 };
-                wr.wr.rdma = sys::ibv_send_wr__bindgen_ty_2__bindgen_ty_1 { remote_addr: r.addr, rkey: r.rkey };
+                wr.wr.rdma = sys::ibv_send_wr__bindgen_ty_2__bindgen_ty_1 {
+                    remote_addr: r.addr,
+                    rkey: r.rkey,
+                };
             }
             Op::FetchAdd { remote, add } => {
                 wr.opcode = sys::IBV_WR_ATOMIC_FETCH_AND_ADD;
@@ -545,7 +595,9 @@ impl Qp {
         // SAFETY: live QP; wr and its SGE array live across the call; the SGEs point into live
         // MRs (Sge borrows them) and were bounds-checked.
         let rc = unsafe { sys::inline::post_send(self.qp, &mut wr, &mut bad) };
-        check_rc(rc, "ibv_post_send", || self.ctx().detail(format!("{} wr_id {wr_id}", op.name())))
+        check_rc(rc, "ibv_post_send", || {
+            self.ctx().detail(format!("{} wr_id {wr_id}", op.name()))
+        })
     }
 
     /// Posts one receive WR through `ibv_post_recv`.
@@ -563,8 +615,9 @@ impl Qp {
         check_rc(rc, "ibv_post_recv", || self.ctx().detail(format!("wr_id {wr_id}")))
     }
 
-    /// Posts a batch through the `ibv_wr_*` API: `ibv_wr_start`, one builder call and
-    /// `ibv_wr_set_sge_list`/`ibv_wr_set_inline_data_list` per WR, then `ibv_wr_complete`.
+    /// Posts a batch through the `ibv_wr_*` API: `ibv_wr_start`, per WR one builder call and
+    /// one data setter (`ibv_wr_set_sge`, `_sge_list`, `_inline_data` or `_inline_data_list`),
+    /// then `ibv_wr_complete`.
     pub fn wr_post(&mut self, batch: &[WrBatch<'_, '_>]) -> Result<()> {
         let ops = self.wr.ok_or_else(|| VerbsError::Invalid {
             ctx: self.ctx(),
@@ -593,11 +646,19 @@ impl Qp {
                         (ops.atomic_cmp_swp)(q, remote.rkey, remote.addr, compare, swap)
                     }
                 }
-                if b.flags.inline {
+                if b.flags.inline && b.sges.len() == 1 {
+                    // One buffer: ibv_wr_set_inline_data (rxe's _list variant in rdma-core 44
+                    // never sums the lengths and sends 0 bytes; see docs/testing.md).
+                    let s = b.sges[0].raw;
+                    (ops.set_inline_data)(q, s.addr as *mut _, s.length as usize);
+                } else if b.flags.inline {
                     let bufs: Vec<sys::ibv_data_buf> = b
                         .sges
                         .iter()
-                        .map(|s| sys::ibv_data_buf { addr: s.raw.addr as *mut _, length: s.raw.length as usize })
+                        .map(|s| sys::ibv_data_buf {
+                            addr: s.raw.addr as *mut _,
+                            length: s.raw.length as usize,
+                        })
                         .collect();
                     (ops.set_inline_data_list)(q, bufs.len(), bufs.as_ptr());
                 } else if b.sges.len() == 1 {
@@ -609,13 +670,18 @@ impl Qp {
                 }
             }
             let rc = (ops.complete)(q);
-            check_rc(rc, "ibv_wr_complete", || self.ctx().detail(format!("batch of {}", batch.len())))
+            check_rc(rc, "ibv_wr_complete", || {
+                self.ctx().detail(format!("batch of {}", batch.len()))
+            })
         }
     }
 
     /// Moves the QP to the error state (flushes outstanding WRs).
     pub fn set_error(&mut self) -> Result<()> {
-        let mut a = sys::ibv_qp_attr { qp_state: sys::IBV_QPS_ERR, ..Default::default() };
+        let mut a = sys::ibv_qp_attr {
+            qp_state: sys::IBV_QPS_ERR,
+            ..Default::default()
+        };
         self.modify(&mut a, sys::IBV_QP_STATE, "ibv_modify_qp(ERR)", 0)
     }
 }
@@ -626,7 +692,9 @@ impl Drop for Qp {
         // SAFETY: qp came from ibv_create_qp_ex and is destroyed once; its CQs and PD are still
         // alive (we hold clones, dropped after this).
         let rc = unsafe { sys::ibv_destroy_qp(self.qp) };
-        self.pd.ledger().destroyed(Kind::Qp, check_rc(rc, "ibv_destroy_qp", || ctx));
+        self.pd
+            .ledger()
+            .destroyed(Kind::Qp, check_rc(rc, "ibv_destroy_qp", || ctx));
     }
 }
 
@@ -672,7 +740,12 @@ mod tests {
     fn send_flags_map_to_verbs_bits() {
         assert_eq!(SendFlags::default().raw(), 0);
         assert_eq!(SendFlags::SIGNALED.raw(), sys::IBV_SEND_SIGNALED);
-        let all = SendFlags { signaled: true, inline: true, fence: true, solicited: true };
+        let all = SendFlags {
+            signaled: true,
+            inline: true,
+            fence: true,
+            solicited: true,
+        };
         assert_eq!(
             all.raw(),
             sys::IBV_SEND_SIGNALED | sys::IBV_SEND_INLINE | sys::IBV_SEND_FENCE | sys::IBV_SEND_SOLICITED

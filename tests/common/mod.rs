@@ -23,12 +23,18 @@ pub fn device() -> String {
 
 /// The port under test (`RDMAPROBE_TEST_PORT`, default 1).
 pub fn port() -> u8 {
-    std::env::var("RDMAPROBE_TEST_PORT").ok().and_then(|p| p.parse().ok()).unwrap_or(1)
+    std::env::var("RDMAPROBE_TEST_PORT")
+        .ok()
+        .and_then(|p| p.parse().ok())
+        .unwrap_or(1)
 }
 
 /// The GID index: `RDMAPROBE_TEST_GID_INDEX`, else picked from the table on RoCE, else none.
 pub fn gid_index(ctx: &Context, port: &PortInfo) -> Option<u8> {
-    if let Some(i) = std::env::var("RDMAPROBE_TEST_GID_INDEX").ok().and_then(|v| v.parse().ok()) {
+    if let Some(i) = std::env::var("RDMAPROBE_TEST_GID_INDEX")
+        .ok()
+        .and_then(|v| v.parse().ok())
+    {
         return Some(i);
     }
     if port.is_ethernet() {
@@ -69,7 +75,13 @@ impl Pair {
         let port = ctx.query_port(port()).expect("query port");
         let gid = gid_index(&ctx, &port);
         let pd = Pd::new(&ctx).expect("alloc PD");
-        let caps = QpCaps { max_send_wr: 64, max_recv_wr: 64, max_send_sge: 2, max_recv_sge: 2, max_inline_data: 64 };
+        let caps = QpCaps {
+            max_send_wr: 64,
+            max_recv_wr: 64,
+            max_send_sge: 2,
+            max_recv_sge: 2,
+            max_inline_data: 64,
+        };
         let mk = || {
             let cq = Cq::new(&ctx, 256).expect("create CQ");
             let mr = Mr::new(&pd, MR_LEN, access_all(), false).expect("register MR");
@@ -78,12 +90,24 @@ impl Pair {
         };
         let mut a = mk();
         let mut b = mk();
-        let mut opts = ConnectOpts { port: port.port, gid_index: gid, access: access_all(), ..Default::default() };
+        let mut opts = ConnectOpts {
+            port: port.port,
+            gid_index: gid,
+            access: access_all(),
+            ..Default::default()
+        };
         tweak(&mut opts);
         let ea = a.qp.endpoint(&port, gid).expect("endpoint a");
         let eb = b.qp.endpoint(&port, gid).expect("endpoint b");
         let granted = a.qp.connect(&port, &opts, &eb).expect("connect a->b");
         b.qp.connect(&port, &opts, &ea).expect("connect b->a");
-        Pair { ctx, pd, port, a, b, granted }
+        Pair {
+            ctx,
+            pd,
+            port,
+            a,
+            b,
+            granted,
+        }
     }
 }

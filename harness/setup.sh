@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# harness/setup.sh: installs the Debian packages rdmaprobe needs to build and test. Idempotent:
+# checks what is missing first, runs `apt-get update` then installs only when something is.
+#   harness/setup.sh             build + host tests
+#   harness/setup.sh --softroce  also what the Soft-RoCE guest lane needs
+set -euo pipefail
+
+build_pkgs=(libibverbs-dev ibverbs-providers libclang-dev clang pkg-config gcc python3)
+softroce_pkgs=(qemu-system-x86 busybox-static rdma-core ibverbs-utils perftest iproute2 cpio kmod xz-utils zstd)
+
+want=("${build_pkgs[@]}")
+[[ "${1:-}" == "--softroce" ]] && want+=("${softroce_pkgs[@]}")
+
+missing=()
+for p in "${want[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+
+if ((${#missing[@]})); then
+  if [[ $(id -u) -ne 0 ]]; then
+    echo "setup: missing Debian packages: ${missing[*]}; run as root or: sudo apt-get install ${missing[*]}" >&2
+    exit 1
+  fi
+  echo "setup: installing ${missing[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+if ! command -v cargo >/dev/null 2>&1; then
+  for d in "$HOME/.cargo/bin" /usr/local/cargo/bin; do
+    [[ -x "$d/cargo" ]] && export PATH="$d:$PATH"
+  done
+fi
+if ! command -v cargo >/dev/null 2>&1; then
+  echo "setup: cargo not found: install a Rust toolchain (rustup, https://rustup.rs) first" >&2
+  exit 1
+fi
+echo "setup: packages present; $(cargo --version)"

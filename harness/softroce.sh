@@ -1,0 +1,175 @@
+#!/usr/bin/env bash
+# harness/softroce.sh: the Soft-RoCE lane. Boots Debian's own kernel under qemu with a busybox
+# initramfs, loads rdma_rxe, creates rxe0 on a dummy netdev (no packet can leave the guest) and
+# runs there: `rdmaprobe devices`, and every device test (`tests/device.rs`, the #[ignore]d
+# ones) on rxe0. Fails if any failed or did not run.
+#
+# The work directory (kernel, ~550 MB unpacked) stays outside the repo and is reused:
+#   RDMAPROBE_WORK=/var/tmp/rdmaprobe-work (default)
+# Other knobs: RDMAPROBE_VM_TIMEOUT (seconds, default 1200), RDMAPROBE_ACCEL (tcg|kvm, default tcg:
+# /dev/kvm on these machines is a kind that cannot boot a stock kernel).
+set -euo pipefail
+source "$(dirname "$0")/lib.sh"
+
+WORK=${RDMAPROBE_WORK:-/var/tmp/rdmaprobe-work}
+VM_TIMEOUT=${RDMAPROBE_VM_TIMEOUT:-1200}
+ACCEL=${RDMAPROBE_ACCEL:-tcg}
+mkdir -p "$WORK"
+
+"$repo/harness/setup.sh" --softroce
+
+# --- 1. the guest kernel: downloaded once, unpacked, depmod'ed, vmlinux extracted ---------------
+kpkg=$(apt-cache depends linux-image-amd64 2>/dev/null | awk '/Depends: linux-image-[0-9]/{print $2; exit}')
+[[ -n "$kpkg" ]] || die "cannot find the kernel package linux-image-amd64 depends on (apt-get update?)"
+kver=${kpkg#linux-image-}
+kdir="$WORK/kernel-$kver"
+if [[ ! -f "$kdir/ready" ]]; then
+  say "preparing guest kernel $kver in $kdir"
+  rm -rf "$kdir" && mkdir -p "$kdir/deb"
+  (cd "$kdir/deb" && apt-get download "$kpkg" >/dev/null) || die "apt-get download $kpkg"
+  dpkg-deb -x "$kdir"/deb/*.deb "$kdir/root"
+  depmod -b "$kdir/root" "$kver"
+  # Debian's bzImage holds an xz-compressed ELF after the setup code: find it and unpack it
+  # (booting the ELF vmlinux directly is ~5 s faster under TCG).
+  python3 - "$kdir/root/boot/vmlinuz-$kver" "$kdir/vmlinux" <<'PY'
+import lzma, sys
+data = open(sys.argv[1], 'rb').read()
+magic = b'\xfd7zXZ\x00'
+pos = data.find(magic)
+while pos >= 0:
+    try:
+        out = lzma.LZMADecompressor().decompress(data[pos:])
+        if out[:4] == b'\x7fELF':
+            open(sys.argv[2], 'wb').write(out)
+            sys.exit(0)
+    except lzma.LZMAError:
+        pass
+    pos = data.find(magic, pos + 1)
+sys.exit("no xz-compressed ELF kernel found in " + sys.argv[1])
+PY
+  rm -rf "$kdir/deb"
+  touch "$kdir/ready"
+fi
+
+# --- 2. what runs in the guest ------------------------------------------------------------------
+say "building rdmaprobe and the device tests"
+cd "$repo"
+cargo build --bin rdmaprobe
+cargo test --no-run --test device --message-format=json > "$WORK/build.json"
+test_bin=$(python3 -c '
+import json, sys
+for line in open(sys.argv[1]):
+    try: m = json.loads(line)
+    except ValueError: continue
+    if m.get("reason") == "compiler-artifact" and m.get("executable") and m["target"]["name"] == "device":
+        print(m["executable"])' "$WORK/build.json" | tail -n 1)
+[[ -x "$test_bin" ]] || die "device test executable not found"
+expected=$("$test_bin" --list --ignored 2>/dev/null | grep -c ': test$' || true)
+((expected > 0)) || die "no device tests listed by $test_bin"
+say "device tests to run in the guest: $expected"
+
+# --- 3. initramfs -------------------------------------------------------------------------------
+root="$WORK/initramfs"
+rm -rf "$root"
+mkdir -p "$root"/{bin,dev,proc,sys,tmp,etc,usr/bin,usr/lib/x86_64-linux-gnu,usr/lib64,modules,opt}
+ln -s usr/lib "$root/lib"
+ln -s usr/lib64 "$root/lib64"
+cp /bin/busybox "$root/bin/busybox"
+file_is_static() { ! ldd "$1" >/dev/null 2>&1; }
+file_is_static "$root/bin/busybox" || die "/bin/busybox is not static (install busybox-static)"
+
+copy_libs() { # the ldd closure of each argument into the initramfs
+  local f lib
+  for f in "$@"; do
+    while read -r lib; do
+      [[ -e "$lib" ]] || continue
+      case "$lib" in
+        */ld-linux-x86-64.so.2) cp -L "$lib" "$root/usr/lib64/ld-linux-x86-64.so.2";;
+        *) # the real file under its versioned name, plus the soname link (so the guest can
+           # tell which libibverbs version it loaded)
+           real=$(readlink -f "$lib")
+           cp "$real" "$root/usr/lib/x86_64-linux-gnu/$(basename "$real")"
+           [[ "$(basename "$real")" == "$(basename "$lib")" ]] ||
+             ln -sf "$(basename "$real")" "$root/usr/lib/x86_64-linux-gnu/$(basename "$lib")";;
+      esac
+    done < <(ldd "$f" 2>/dev/null | awk '/=>/ {print $3} /^\s*\/.*ld-linux/ {print $1}')
+  done
+}
+# the guest's loader must exist under its ELF interpreter path
+cp -L /lib64/ld-linux-x86-64.so.2 "$root/usr/lib64/"
+cp -L /usr/lib/x86_64-linux-gnu/libgcc_s.so.1 "$root/usr/lib/x86_64-linux-gnu/" # dlopen'ed by glibc
+progs=("$(command -v ip)" "$(command -v rdma)" "$(command -v ibv_devinfo)")
+for p in "${progs[@]}"; do cp -L "$p" "$root/usr/bin/"; done
+cp "$repo/target/debug/rdmaprobe" "$root/opt/rdmaprobe"
+cp "$test_bin" "$root/opt/device-tests"
+mkdir -p "$root/usr/lib/x86_64-linux-gnu/libibverbs" "$root/etc/libibverbs.d"
+cp -L /usr/lib/x86_64-linux-gnu/libibverbs/*.so "$root/usr/lib/x86_64-linux-gnu/libibverbs/"
+cp /etc/libibverbs.d/*.driver "$root/etc/libibverbs.d/"
+copy_libs "${progs[@]}" "$root/opt/rdmaprobe" "$root/opt/device-tests" /usr/lib/x86_64-linux-gnu/libibverbs/librxe-rdmav34.so
+
+# modules in load order (crc32_generic is a hidden dependency of rdma_rxe)
+: > "$root/modules/order"
+for m in crc32_generic rdma_rxe dummy; do
+  modprobe -d "$kdir/root" -S "$kver" --show-depends "$m" | awk '$1=="insmod"{print $2}' | while read -r ko; do
+    b=$(basename "$ko")
+    if ! grep -qx "$b" "$root/modules/order"; then cp "$ko" "$root/modules/$b"; echo "$b" >> "$root/modules/order"; fi
+  done
+done
+
+cat > "$root/init" <<INIT
+#!/bin/busybox sh
+/bin/busybox --install -s /bin
+export PATH=/usr/bin:/bin
+mount -t proc proc /proc; mount -t sysfs sys /sys; mount -t devtmpfs dev /dev; mount -t tmpfs tmp /tmp
+cd /
+for m in \$(cat /modules/order); do
+  if [ "\$m" = dummy.ko ]; then insmod /modules/\$m numdummies=0; else insmod /modules/\$m; fi || echo "GUEST: insmod \$m failed"
+done
+ip link set lo up
+ip link add dummy0 type dummy && ip addr add 192.0.2.1/24 dev dummy0 && ip link set dummy0 up || echo "GUEST: dummy0 failed"
+rdma link add rxe0 type rxe netdev dummy0 || echo "GUEST: rdma link add failed"
+export RDMAPROBE_TEST_DEVICE=rxe0 RDMAPROBE_TEST_GID_INDEX=1 IBV_SHOW_WARNINGS=1 RUST_BACKTRACE=1
+echo "===== rdmaprobe devices"
+/opt/rdmaprobe devices; dev_rc=\$?
+echo "===== rdmaprobe devices --json"
+/opt/rdmaprobe devices --json > /tmp/devices.json; djson_rc=\$?
+echo "===== device tests"
+/opt/device-tests --ignored --test-threads=2; tests_rc=\$?
+echo "RDMAPROBE-GUEST-RESULT devices=\$dev_rc devices_json=\$djson_rc device_tests=\$tests_rc"
+poweroff -f
+INIT
+chmod +x "$root/init"
+(cd "$root" && find . | cpio -o -H newc --quiet | gzip -1 > "$WORK/initramfs.gz")
+say "initramfs: $(du -h "$WORK/initramfs.gz" | cut -f1)"
+
+# --- 4. boot ------------------------------------------------------------------------------------
+log="$WORK/console.log"
+say "booting the guest ($ACCEL, timeout ${VM_TIMEOUT}s); console in $log"
+set +e
+timeout --foreground -k 10 "$VM_TIMEOUT" qemu-system-x86_64 -accel "$ACCEL" -cpu max -m 1024 -smp 2 \
+  -kernel "$kdir/vmlinux" -initrd "$WORK/initramfs.gz" \
+  -append 'console=ttyS0 quiet panic=-1' -nic none -display none -monitor none \
+  -serial "file:$log" -no-reboot </dev/null
+qemu_rc=$?
+set -e
+tr -d '\r' < "$log" > "$log.txt"
+cat "$log.txt"
+((qemu_rc == 124)) && die "the guest did not finish within ${VM_TIMEOUT}s"
+((qemu_rc == 0)) || die "qemu exited with status $qemu_rc"
+
+# --- 5. verdict ---------------------------------------------------------------------------------
+result=$(grep '^RDMAPROBE-GUEST-RESULT' "$log.txt" | tail -n 1)
+[[ -n "$result" ]] || die "the guest printed no result line"
+fail=0
+grep -q 'devices=0 ' <<<"$result" || { echo "FAIL: rdmaprobe devices did not exit 0 on rxe0"; fail=1; }
+grep -q 'devices_json=0 ' <<<"$result" || { echo "FAIL: rdmaprobe devices --json did not exit 0"; fail=1; }
+grep -q 'RoCE v2, 192.0.2.1' "$log.txt" || { echo "FAIL: rdmaprobe devices did not show the RoCE v2 IPv4 GID"; fail=1; }
+summary=$(grep -E '^test result: ' "$log.txt" | tail -n 1)
+passed=$(sed -nE 's/.* ([0-9]+) passed.*/\1/p' <<<"$summary")
+failed=$(sed -nE 's/.* ([0-9]+) failed.*/\1/p' <<<"$summary")
+[[ "$passed" == "$expected" && "$failed" == 0 ]] || {
+  echo "FAIL: device tests in the guest: '${summary:-no summary}' (expected $expected passed)"; fail=1; }
+grep -q 'device_tests=0' <<<"$result" || { echo "FAIL: the device test binary exited non-zero"; fail=1; }
+grep -q "couldn't load driver" "$log.txt" && { echo "FAIL: libibverbs could not load a provider"; fail=1; }
+if ((fail)); then die "Soft-RoCE lane"; fi
+echo "softroce: ${passed} passed, 0 failed (device tests on rxe0 in the guest; rdmaprobe devices OK)"
