@@ -34,7 +34,7 @@ fn bindgen_layouts_match_the_c_compiler() {
         offset_of!(sys::mlx5_cqe64, signature),
         offset_of!(sys::mlx5_cqe64, op_own),
     ];
-    assert_eq!(ours_cqe.map(u64::from), cqe.map(|v| v as u64));
+    assert_eq!(ours_cqe.map(|v| v as u64), cqe.map(u64::from));
     assert_eq!(ours_cqe, [64, 44, 60, 62, 63]);
     let ours = [
         size_of::<sys::ibv_wc>(),
