@@ -6,6 +6,7 @@
 #![warn(missing_docs)]
 
 pub mod clock;
+pub mod mlx5;
 pub mod sys;
 
 #[cfg(feature = "std")]

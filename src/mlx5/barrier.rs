@@ -1,0 +1,73 @@
+//! Memory barriers named as rdma-core names them (`util/udma_barrier.h`, `util/mmio.h`, which
+//! are not installed), one implementation per architecture. Each use in `sq.rs`/`cq.rs` says
+//! which two accesses it orders.
+
+use core::sync::atomic::{compiler_fence, Ordering};
+
+/// Orders CPU writes to memory the device reads (WQEs) before a later write that makes the device
+/// read them (the doorbell record). x86-64 keeps stores in order: a compiler barrier.
+#[inline(always)]
+pub fn udma_to_device_barrier() {
+    #[cfg(target_arch = "x86_64")]
+    compiler_fence(Ordering::SeqCst);
+    #[cfg(target_arch = "aarch64")]
+    // SAFETY: a barrier instruction; no memory operands.
+    unsafe {
+        core::arch::asm!("dmb oshst", options(nostack, preserves_flags))
+    };
+    #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
+    core::sync::atomic::fence(Ordering::SeqCst);
+}
+
+/// Orders a read of device-written memory (the CQE owner byte) before later reads of the rest
+/// of it. x86-64: `lfence`; aarch64: `dmb oshld`.
+#[inline(always)]
+pub fn udma_from_device_barrier() {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: lfence has no memory operands and is available on every x86-64 CPU.
+    unsafe {
+        core::arch::x86_64::_mm_lfence()
+    };
+    #[cfg(target_arch = "aarch64")]
+    // SAFETY: a barrier instruction; no memory operands.
+    unsafe {
+        core::arch::asm!("dmb oshld", options(nostack, preserves_flags))
+    };
+    #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
+    core::sync::atomic::fence(Ordering::SeqCst);
+}
+
+/// Before stores to write-combining MMIO (BlueFlame / doorbell register): earlier stores (the
+/// doorbell record) must be visible first, since WC stores are weakly ordered. x86-64: `sfence`.
+#[inline(always)]
+pub fn mmio_wc_start() {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: sfence has no memory operands and is available on every x86-64 CPU.
+    unsafe {
+        core::arch::x86_64::_mm_sfence()
+    };
+    #[cfg(target_arch = "aarch64")]
+    // SAFETY: a barrier instruction; no memory operands.
+    unsafe {
+        core::arch::asm!("dmb oshst", options(nostack, preserves_flags))
+    };
+    #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
+    core::sync::atomic::fence(Ordering::SeqCst);
+}
+
+/// After write-combining MMIO stores: flush them to the device. x86-64: `sfence`.
+#[inline(always)]
+pub fn mmio_flush_writes() {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: sfence has no memory operands and is available on every x86-64 CPU.
+    unsafe {
+        core::arch::x86_64::_mm_sfence()
+    };
+    #[cfg(target_arch = "aarch64")]
+    // SAFETY: a barrier instruction; no memory operands.
+    unsafe {
+        core::arch::asm!("dsb st", options(nostack, preserves_flags))
+    };
+    #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
+    core::sync::atomic::fence(Ordering::SeqCst);
+}

@@ -1,0 +1,540 @@
+//! The send queue: the only code that writes ring, doorbell-record or register memory.
+//!
+//! Indices are free-running `u32`s; a WQEBB's slot is `index & (wqe_cnt - 1)`; the 16-bit
+//! `wqe_index` in the control segment is `index & 0xffff`. A WQE is posted only when all its
+//! WQEBBs are free (`wqe_cnt - (pi - ci)`), so a multi-WQEBB WQE never overwrites one the device
+//! has not retired. [`Sq::ring`] rings one doorbell for everything posted since the last ring,
+//! following rdma-core's `post_send_db`.
+
+use super::barrier::{mmio_flush_writes, mmio_wc_start, udma_to_device_barrier};
+use super::seg::{Be32, CtrlSeg, InlineHdr, BF_MAX_BYTES, INLINE_SEG, MAX_DS, WQEBB};
+use super::wqe::{Payload, Wqe};
+use core::ptr;
+
+/// How the doorbell is rung.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DbMode {
+    /// BlueFlame when a single WQE of at most 256 B was posted (else the 8-byte doorbell), with
+    /// the trailing `sfence` (rdma-core's default).
+    Bf,
+    /// As `Bf` without the trailing `sfence` (UCX `bf_post` on x86, single-threaded).
+    BfNoFence,
+    /// Always the 8-byte doorbell store.
+    Db,
+}
+
+impl DbMode {
+    /// Name for reports and the CLI.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            DbMode::Bf => "bf",
+            DbMode::BfNoFence => "bf-nofence",
+            DbMode::Db => "db",
+        }
+    }
+}
+
+/// Called after every doorbell: nothing on hardware; `model0` uses it to receive the doorbell.
+pub trait RingHook {
+    /// The doorbell for `qpn` was rung with producer index `pi`.
+    fn rung(&mut self, qpn: u32, pi: u32);
+}
+
+/// The hardware case: the device sees the stores themselves.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct NoHook;
+
+impl RingHook for NoHook {
+    #[inline(always)]
+    fn rung(&mut self, _qpn: u32, _pi: u32) {}
+}
+
+/// Errors of the send queue (small and `Copy`: this is the hot path).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SqError {
+    /// Not enough free WQEBBs: poll the CQ to retire some.
+    Full {
+        /// QP number.
+        qpn: u32,
+        /// WQEBBs needed.
+        need: u32,
+        /// WQEBBs free.
+        free: u32,
+    },
+    /// The WQE exceeds 63 16-byte units.
+    TooLarge {
+        /// QP number.
+        qpn: u32,
+        /// Its size in 16-byte units.
+        ds: u32,
+    },
+    /// Inline payload above the QP's `max_inline_data`.
+    InlineTooLarge {
+        /// QP number.
+        qpn: u32,
+        /// Bytes asked for.
+        len: u32,
+        /// The QP's limit.
+        max: u32,
+    },
+    /// The queue description is unusable.
+    BadConfig(&'static str),
+}
+
+impl core::fmt::Display for SqError {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        match self {
+            SqError::Full { qpn, need, free } => {
+                write!(f, "QP {qpn:#x}: send queue full ({need} WQEBBs needed, {free} free)")
+            }
+            SqError::TooLarge { qpn, ds } => write!(f, "QP {qpn:#x}: WQE of {ds} 16-byte units exceeds {MAX_DS}"),
+            SqError::InlineTooLarge { qpn, len, max } => {
+                write!(f, "QP {qpn:#x}: inline payload {len} B exceeds max_inline_data {max}")
+            }
+            SqError::BadConfig(why) => write!(f, "unusable send queue: {why}"),
+        }
+    }
+}
+
+/// What a send queue is made of (from `mlx5dv_init_obj`, or from model0).
+#[derive(Clone, Copy, Debug)]
+pub struct SqConfig {
+    /// Ring start.
+    pub buf: *mut u8,
+    /// Number of WQEBBs (a power of two).
+    pub wqe_cnt: u32,
+    /// Bytes per WQEBB (must be 64).
+    pub stride: u32,
+    /// The QP's doorbell record (`dbrec`; the send counter is `dbrec[1]`).
+    pub dbrec: *mut u32,
+    /// The BlueFlame / doorbell register.
+    pub bf_reg: *mut u8,
+    /// BlueFlame buffer size: 256, or 0 for a shared UAR (doorbell only).
+    pub bf_size: u32,
+    /// QP number.
+    pub qpn: u32,
+    /// The QP's `max_inline_data`.
+    pub max_inline: u32,
+}
+
+/// A send queue driven directly.
+pub struct Sq<H: RingHook = NoHook> {
+    cfg: SqConfig,
+    pi: u32,
+    ci: u32,
+    /// Start of the last WQE posted since the last doorbell.
+    last_start: u32,
+    posted_since_ring: u32,
+    bf_offset: u32,
+    mode: DbMode,
+    hook: H,
+}
+
+// SAFETY: the queue's memory is owned by this Sq (one poster); moving it to another thread is
+// fine, sharing is not (no Sync).
+unsafe impl<H: RingHook + Send> Send for Sq<H> {}
+
+impl<H: RingHook> Sq<H> {
+    /// Validates `cfg` and builds the queue. `bf_size == 0` forces [`DbMode::Db`].
+    ///
+    /// # Safety
+    /// `cfg.buf` is `wqe_cnt * 64` writable bytes, `cfg.dbrec` two writable `u32`s, `cfg.bf_reg`
+    /// a writable register (at least `2 * bf_size` bytes, or 8 when `bf_size` is 0), all valid
+    /// for the life of the queue and written by nobody else.
+    pub unsafe fn new(cfg: SqConfig, mode: DbMode, hook: H) -> Result<Self, SqError> {
+        if cfg.stride as usize != WQEBB {
+            return Err(SqError::BadConfig("SQ stride is not 64"));
+        }
+        if cfg.wqe_cnt == 0 || !cfg.wqe_cnt.is_power_of_two() || cfg.wqe_cnt > 32768 {
+            return Err(SqError::BadConfig("SQ wqe_cnt is not a power of two in 1..=32768"));
+        }
+        if cfg.bf_size != 0 && cfg.bf_size as usize != BF_MAX_BYTES {
+            return Err(SqError::BadConfig("BlueFlame size is neither 0 nor 256"));
+        }
+        if cfg.buf.is_null() || cfg.dbrec.is_null() || cfg.bf_reg.is_null() {
+            return Err(SqError::BadConfig("null SQ buffer, doorbell record or register"));
+        }
+        let mode = if cfg.bf_size == 0 { DbMode::Db } else { mode };
+        Ok(Sq {
+            cfg,
+            pi: 0,
+            ci: 0,
+            last_start: 0,
+            posted_since_ring: 0,
+            bf_offset: 0,
+            mode,
+            hook,
+        })
+    }
+
+    /// The doorbell mode in force (`Db` when the QP has no BlueFlame register).
+    pub fn mode(&self) -> DbMode {
+        self.mode
+    }
+    /// Producer index (free-running, in WQEBBs).
+    pub fn pi(&self) -> u32 {
+        self.pi
+    }
+    /// Consumer index: everything before it is retired.
+    pub fn ci(&self) -> u32 {
+        self.ci
+    }
+    /// Free WQEBBs.
+    pub fn free(&self) -> u32 {
+        self.cfg.wqe_cnt - self.pi.wrapping_sub(self.ci)
+    }
+    /// Ring size in WQEBBs.
+    pub fn wqe_cnt(&self) -> u32 {
+        self.cfg.wqe_cnt
+    }
+    /// The QP number.
+    pub fn qpn(&self) -> u32 {
+        self.cfg.qpn
+    }
+    /// The hook (the model, on model0).
+    pub fn hook_mut(&mut self) -> &mut H {
+        &mut self.hook
+    }
+
+    /// Address of 16-byte unit `u` of the WQE starting at WQEBB index `start`.
+    #[inline(always)]
+    fn unit(&self, start: u32, u: u32) -> *mut u8 {
+        let units_mask = (self.cfg.wqe_cnt * 4) - 1;
+        let idx = (start.wrapping_mul(4).wrapping_add(u)) & units_mask;
+        // SAFETY: idx < wqe_cnt * 4, so the offset is inside the ring (see `new`'s contract).
+        unsafe { self.cfg.buf.add(idx as usize * 16) }
+    }
+
+    /// Writes `w` into the ring at the producer index (no doorbell). Returns its 16-bit index.
+    #[inline]
+    pub fn post(&mut self, w: &Wqe<'_>) -> Result<u16, SqError> {
+        let qpn = self.cfg.qpn;
+        let ds = w.ds();
+        if ds > MAX_DS {
+            return Err(SqError::TooLarge { qpn, ds });
+        }
+        if let Payload::Inline(b) = w.payload {
+            if b.len() as u64 > self.cfg.max_inline as u64 {
+                return Err(SqError::InlineTooLarge {
+                    qpn,
+                    len: b.len() as u32,
+                    max: self.cfg.max_inline,
+                });
+            }
+        }
+        let nbb = ds.div_ceil(4);
+        let free = self.free();
+        if nbb > free {
+            return Err(SqError::Full { qpn, need: nbb, free });
+        }
+        let start = self.pi;
+        let idx = (start & 0xffff) as u16;
+        let ctrl: CtrlSeg = w.ctrl(idx, qpn);
+        // SAFETY: every unit address comes from `unit`, inside the ring; the WQEBBs written are
+        // free (checked above), so the device is not reading them; segments are 16-byte values
+        // written at 16-byte aligned addresses.
+        unsafe {
+            ptr::write(self.unit(start, 0) as *mut CtrlSeg, ctrl);
+            let mut u = 1;
+            if let Some(r) = w.raddr {
+                ptr::write(self.unit(start, u) as *mut _, r);
+                u += 1;
+            }
+            if let Some(a) = w.atomic {
+                ptr::write(self.unit(start, u) as *mut _, a);
+                u += 1;
+            }
+            match w.payload {
+                Payload::None => {}
+                Payload::Gather(segs) => {
+                    for s in segs {
+                        ptr::write(self.unit(start, u) as *mut _, *s);
+                        u += 1;
+                    }
+                }
+                Payload::Inline(bytes) => self.write_inline(start, u, bytes),
+            }
+        }
+        self.pi = start.wrapping_add(nbb);
+        self.last_start = start;
+        self.posted_since_ring += 1;
+        Ok(idx)
+    }
+
+    /// The inline header at unit `u`, then the bytes, wrapping past the ring's end to its start.
+    ///
+    /// # Safety
+    /// The WQEBBs from `start` covering `4 + bytes.len()` bytes after unit `u` are free.
+    #[inline]
+    unsafe fn write_inline(&self, start: u32, u: u32, bytes: &[u8]) {
+        let hdr = InlineHdr {
+            byte_count: Be32::new(bytes.len() as u32 | INLINE_SEG),
+        };
+        let first = self.unit(start, u);
+        // SAFETY: unit address inside the ring, free (caller), 4-byte aligned.
+        unsafe { ptr::write(first as *mut InlineHdr, hdr) };
+        let ring_end = self.cfg.buf as usize + self.cfg.wqe_cnt as usize * WQEBB;
+        let dst = first as usize + 4;
+        let till_end = ring_end - dst;
+        let n1 = bytes.len().min(till_end);
+        // SAFETY: [dst, dst + n1) lies before the ring's end; the rest continues at the ring's
+        // start (the wrap), within the free WQEBBs the WQE occupies.
+        unsafe {
+            ptr::copy_nonoverlapping(bytes.as_ptr(), dst as *mut u8, n1);
+            if n1 < bytes.len() {
+                ptr::copy_nonoverlapping(bytes.as_ptr().add(n1), self.cfg.buf, bytes.len() - n1);
+            }
+        }
+    }
+
+    /// Rings the doorbell for everything posted since the last ring (no-op if nothing was).
+    ///
+    /// 1. `udma_to_device_barrier`: WQE stores before the doorbell record.
+    /// 2. doorbell record `dbrec[1] = be32(pi & 0xffff)`.
+    /// 3. `mmio_wc_start` (`sfence`): the record before the write-combining register stores.
+    /// 4. BlueFlame (one WQE of at most 256 B posted since the last ring, mode `bf*`): the WQE
+    ///    copied in ascending 64-byte chunks of 8-byte stores; else the 8-byte doorbell store of
+    ///    the last WQE's first 8 bytes.
+    /// 5. `mmio_flush_writes` (`sfence`) except in `bf-nofence` mode.
+    /// 6. The BlueFlame offset toggles.
+    #[inline]
+    pub fn ring(&mut self) {
+        if self.posted_since_ring == 0 {
+            return;
+        }
+        let start = self.last_start;
+        let nbb = self.pi.wrapping_sub(start);
+        udma_to_device_barrier();
+        // SAFETY: dbrec points to two writable u32s (see `new`); volatile, as the device reads it.
+        unsafe { ptr::write_volatile(self.cfg.dbrec.add(1), (self.pi & 0xffff).to_be()) };
+        mmio_wc_start();
+        let reg = self.cfg.bf_reg.wrapping_add(self.bf_offset as usize) as *mut u64;
+        let use_bf = self.mode != DbMode::Db
+            && self.posted_since_ring == 1
+            && (nbb as usize) * WQEBB <= self.cfg.bf_size as usize;
+        if use_bf {
+            for b in 0..nbb {
+                let src = self.unit(start.wrapping_add(b), 0) as *const u64;
+                for q in 0..8usize {
+                    // SAFETY: src is a WQEBB in the ring (8 u64s); reg + b*8 + q is inside the
+                    // 256-byte BlueFlame half at bf_offset (nbb * 64 <= bf_size, checked).
+                    unsafe { ptr::write_volatile(reg.add(b as usize * 8 + q), ptr::read(src.add(q))) };
+                }
+            }
+        } else {
+            // SAFETY: the last WQE's control segment is in the ring; the register takes an
+            // 8-byte store at bf_offset.
+            unsafe {
+                let first8 = ptr::read(self.unit(start, 0) as *const u64);
+                ptr::write_volatile(reg, first8);
+            }
+        }
+        if self.mode != DbMode::BfNoFence {
+            mmio_flush_writes();
+        }
+        self.bf_offset ^= self.cfg.bf_size;
+        self.posted_since_ring = 0;
+        self.hook.rung(self.cfg.qpn, self.pi);
+    }
+
+    /// Posts one WQE and rings the doorbell.
+    #[inline]
+    pub fn post_and_ring(&mut self, w: &Wqe<'_>) -> Result<u16, SqError> {
+        let i = self.post(w)?;
+        self.ring();
+        Ok(i)
+    }
+
+    /// Retires every WQE up to and including the one starting at `wqe_counter` (a requester
+    /// CQE's counter: with selective signalling it covers all unsignalled WQEs before it).
+    #[inline]
+    pub fn retire(&mut self, wqe_counter: u16) {
+        let delta = (wqe_counter as u32).wrapping_sub(self.ci) & 0xffff;
+        let start = self.ci.wrapping_add(delta);
+        // SAFETY: the control segment of an unretired WQE is still in the ring.
+        let qpn_ds = unsafe { ptr::read(self.unit(start, 0) as *const CtrlSeg) }.qpn_ds.get();
+        let nbb = (qpn_ds & 0x3f).div_ceil(4).max(1);
+        self.ci = start.wrapping_add(nbb);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::seg::{opcode, DataSeg};
+    use super::*;
+
+    #[repr(C, align(64))]
+    struct Mem<const N: usize>([u8; N]);
+
+    struct Rig {
+        ring: Mem<{ 8 * 64 }>,
+        dbrec: [u32; 2],
+        reg: Mem<512>,
+    }
+
+    #[derive(Default)]
+    struct Count(u32, u32);
+    impl RingHook for Count {
+        fn rung(&mut self, _qpn: u32, pi: u32) {
+            self.0 += 1;
+            self.1 = pi;
+        }
+    }
+
+    fn sq(r: &mut Rig, mode: DbMode, bf_size: u32) -> Sq<Count> {
+        let cfg = SqConfig {
+            buf: r.ring.0.as_mut_ptr(),
+            wqe_cnt: 8,
+            stride: 64,
+            dbrec: r.dbrec.as_mut_ptr(),
+            bf_reg: r.reg.0.as_mut_ptr(),
+            bf_size,
+            qpn: 0x123,
+            max_inline: 220,
+        };
+        // SAFETY: the rig's buffers match the config and outlive the queue in each test.
+        unsafe { Sq::new(cfg, mode, Count::default()) }.unwrap()
+    }
+
+    fn rig() -> Rig {
+        Rig {
+            ring: Mem([0; 512]),
+            dbrec: [0; 2],
+            reg: Mem([0; 512]),
+        }
+    }
+
+    #[test]
+    fn config_is_validated() {
+        let mut r = rig();
+        let mut cfg = SqConfig {
+            buf: r.ring.0.as_mut_ptr(),
+            wqe_cnt: 6,
+            stride: 64,
+            dbrec: r.dbrec.as_mut_ptr(),
+            bf_reg: r.reg.0.as_mut_ptr(),
+            bf_size: 256,
+            qpn: 1,
+            max_inline: 0,
+        };
+        // SAFETY: rejected before any memory is touched.
+        let e = unsafe { Sq::new(cfg, DbMode::Bf, NoHook) }.err();
+        assert_eq!(
+            e,
+            Some(SqError::BadConfig("SQ wqe_cnt is not a power of two in 1..=32768"))
+        );
+        cfg.wqe_cnt = 8;
+        cfg.stride = 128;
+        // SAFETY: as above.
+        assert!(unsafe { Sq::new(cfg, DbMode::Bf, NoHook) }.is_err());
+        cfg.stride = 64;
+        cfg.bf_size = 128;
+        // SAFETY: as above.
+        assert!(unsafe { Sq::new(cfg, DbMode::Bf, NoHook) }.is_err());
+        cfg.bf_size = 0;
+        // SAFETY: valid rig memory.
+        let s = unsafe { Sq::new(cfg, DbMode::Bf, NoHook) }.unwrap();
+        assert_eq!(s.mode(), DbMode::Db, "no BlueFlame register forces doorbell mode");
+    }
+
+    #[test]
+    fn post_writes_segments_and_ring_writes_dbrec_and_bf() {
+        let mut r = rig();
+        let mut q = sq(&mut r, DbMode::Bf, 256);
+        let d = [DataSeg::new(0x7f00_0000_1000, 0x42, 64)];
+        let i = q
+            .post(&Wqe::write(0xaa00, 0x77, Payload::Gather(&d)).signaled())
+            .unwrap();
+        assert_eq!(i, 0);
+        q.ring();
+        assert_eq!(q.hook_mut().0, 1);
+        assert_eq!(u32::from_be(r.dbrec[1]), 1);
+        let w = &r.ring.0[..64];
+        assert_eq!(&w[0..4], &[0, 0, 0, opcode::RDMA_WRITE]);
+        assert_eq!(&w[4..8], &[0, 0x01, 0x23, 3]);
+        assert_eq!(w[11], 0x08);
+        assert_eq!(&w[16..24], &0xaa00u64.to_be_bytes());
+        assert_eq!(&w[24..28], &0x77u32.to_be_bytes());
+        assert_eq!(&w[32..36], &64u32.to_be_bytes());
+        assert_eq!(&w[40..48], &0x7f00_0000_1000u64.to_be_bytes());
+        // BlueFlame: the whole 64-byte WQEBB copied to the register at offset 0.
+        assert_eq!(&r.reg.0[..64], w);
+        assert!(r.reg.0[256..].iter().all(|&b| b == 0));
+    }
+
+    #[test]
+    fn bf_offset_toggles_and_batches_use_the_doorbell() {
+        let mut r = rig();
+        let mut q = sq(&mut r, DbMode::Bf, 256);
+        let d = [DataSeg::new(1, 2, 3)];
+        q.post_and_ring(&Wqe::send(Payload::Gather(&d))).unwrap(); // BF at offset 0
+        q.post(&Wqe::send(Payload::Gather(&d))).unwrap();
+        q.post(&Wqe::send(Payload::Gather(&d)).signaled()).unwrap();
+        q.ring(); // two WQEs: 8-byte doorbell at offset 256 with the last WQE's first 8 bytes
+        assert_eq!(q.pi(), 3);
+        assert_eq!(&r.reg.0[256..264], &r.ring.0[128..136]);
+        assert!(
+            r.reg.0[264..320].iter().all(|&b| b == 0),
+            "only 8 bytes stored in db mode"
+        );
+        assert_eq!(u32::from_be(r.dbrec[1]), 3);
+    }
+
+    #[test]
+    fn db_mode_never_copies_the_wqe() {
+        let mut r = rig();
+        let mut q = sq(&mut r, DbMode::Db, 256);
+        let d = [DataSeg::new(1, 2, 3)];
+        q.post_and_ring(&Wqe::send(Payload::Gather(&d))).unwrap();
+        assert_eq!(&r.reg.0[..8], &r.ring.0[..8]);
+        assert!(r.reg.0[8..64].iter().all(|&b| b == 0));
+    }
+
+    #[test]
+    fn full_ring_refuses_and_retire_frees() {
+        let mut r = rig();
+        let mut q = sq(&mut r, DbMode::Db, 0);
+        let data = [0x5au8; 200]; // 4 WQEBBs each
+        q.post(&Wqe::send(Payload::Inline(&data))).unwrap();
+        q.post(&Wqe::send(Payload::Inline(&data))).unwrap();
+        assert_eq!(q.free(), 0);
+        let e = q.post(&Wqe::nop()).unwrap_err();
+        assert_eq!(
+            e,
+            SqError::Full {
+                qpn: 0x123,
+                need: 1,
+                free: 0
+            }
+        );
+        q.retire(0); // the first WQE (4 WQEBBs)
+        assert_eq!((q.ci(), q.free()), (4, 4));
+        q.retire(4);
+        assert_eq!((q.ci(), q.free()), (8, 8));
+        let big = [0u8; 221];
+        assert!(matches!(
+            q.post(&Wqe::send(Payload::Inline(&big))),
+            Err(SqError::InlineTooLarge { .. })
+        ));
+    }
+
+    #[test]
+    fn inline_wraps_past_the_ring_end() {
+        let mut r = rig();
+        let mut q = sq(&mut r, DbMode::Db, 0);
+        for _ in 0..6 {
+            q.post(&Wqe::nop()).unwrap();
+        }
+        q.retire(5);
+        let data: [u8; 150] = core::array::from_fn(|i| i as u8);
+        // starts at WQEBB 6: ctrl+raddr (32 B), header, 150 bytes: 3 WQEBBs: 6, 7, then 0.
+        let i = q.post(&Wqe::write(0x10, 1, Payload::Inline(&data))).unwrap();
+        assert_eq!(i, 6);
+        let ring = &r.ring.0;
+        let off = 6 * 64 + 32;
+        assert_eq!(&ring[off..off + 4], &(150u32 | INLINE_SEG).to_be_bytes());
+        let first = 512 - (off + 4); // bytes before the end
+        assert_eq!(&ring[off + 4..], &data[..first]);
+        assert_eq!(&ring[..150 - first], &data[first..]);
+    }
+}
