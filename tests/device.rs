@@ -402,3 +402,103 @@ fn teardown_in_any_order_leaks_nothing() {
     assert_eq!(ledger.live_total(), 0);
     assert!(ledger.failures().is_empty(), "{:?}", ledger.failures());
 }
+
+#[test]
+#[ignore = "needs an RDMA device: RDMAPROBE_TEST_DEVICE"]
+fn thread_domain_parent_pd_or_typed_refusal() {
+    let ctx = Context::open(&device()).unwrap();
+    let ledger = ctx.ledger();
+    {
+        let pd = Pd::new(&ctx).unwrap();
+        match pd.with_thread_domain() {
+            Ok(parent) => {
+                let cq = Cq::new(&ctx, 16).unwrap();
+                let qp = Qp::new_rc(&parent, &cq, &cq, QpCaps::default(), false).expect("QP in a parent domain");
+                assert!(qp.qpn() > 0);
+            }
+            Err(VerbsError::Verb { verb, source, ctx: c }) => {
+                // Providers without thread domains refuse with a typed error naming the verb.
+                assert!(verb == "ibv_alloc_td" || verb == "ibv_alloc_parent_domain", "{verb}");
+                assert_eq!(c.device, device());
+                let e = source.raw_os_error();
+                assert!(
+                    matches!(e, Some(libc::EOPNOTSUPP) | Some(libc::ENOSYS) | Some(libc::EINVAL)),
+                    "{verb}: {source}"
+                );
+                eprintln!("{}: {verb} unsupported ({source})", device());
+            }
+            Err(e) => panic!("unexpected error: {e}"),
+        }
+    }
+    drop(ctx);
+    assert_eq!(ledger.live_total(), 0);
+    assert!(ledger.failures().is_empty(), "{:?}", ledger.failures());
+}
+
+/// On mlx5: a WRITE through the direct path (our WQE, our doorbell, our CQE polling) between two
+/// QPs, data checked. On any other device: the direct backend refuses with a message naming the
+/// provider, and creates nothing.
+#[test]
+#[ignore = "needs an RDMA device: RDMAPROBE_TEST_DEVICE"]
+fn direct_path_writes_on_mlx5_and_refuses_elsewhere() {
+    use rdmaprobe::mlx5::seg::DataSeg;
+    use rdmaprobe::mlx5::sq::DbMode;
+    use rdmaprobe::mlx5::wqe::{Payload, Wqe};
+    use rdmaprobe::verbs::direct::DirectQp;
+
+    let ctx = Context::open(&device()).unwrap();
+    let ledger = ctx.ledger();
+    let pd = Pd::new(&ctx).unwrap();
+    let caps = QpCaps {
+        max_send_wr: 64,
+        max_recv_wr: 16,
+        max_send_sge: 1,
+        max_recv_sge: 1,
+        max_inline_data: 64,
+    };
+    if !ctx.is_mlx5() {
+        let before = ledger.live_total();
+        let e = DirectQp::new(&pd, caps, 64, DbMode::Bf).err().expect("refusal");
+        let s = e.to_string();
+        assert!(s.contains("the direct backend needs an mlx5 device"), "{s}");
+        assert!(s.contains(&format!("{} uses the", device())), "{s}");
+        assert_eq!(ledger.live_total(), before, "a refused direct QP created resources");
+        return;
+    }
+    let port = ctx.query_port(common::port()).unwrap();
+    let gid = common::gid_index(&ctx, &port);
+    let mut a = DirectQp::new(&pd, caps, 64, DbMode::Bf).expect("direct QP a");
+    let mut b = DirectQp::new(&pd, caps, 64, DbMode::Bf).expect("direct QP b");
+    let opts = ConnectOpts {
+        port: port.port,
+        gid_index: gid,
+        access: common::access_all(),
+        ..Default::default()
+    };
+    let (ea, eb) = (a.endpoint(&port, gid).unwrap(), b.endpoint(&port, gid).unwrap());
+    a.connect(&port, &opts, &eb).unwrap();
+    b.connect(&port, &opts, &ea).unwrap();
+    let src = Mr::new(&pd, 4096, MrAccess::LOCAL_WRITE, false).unwrap();
+    let dst = Mr::new(&pd, 4096, common::access_all(), false).unwrap();
+    let data: Vec<u8> = (0..1000u32).map(|i| (i * 7) as u8).collect();
+    src.write(0, &data).unwrap();
+    let sge = [DataSeg::new(src.addr(), src.lkey(), data.len() as u32)];
+    let idx =
+        a.sq.post_and_ring(&Wqe::write(dst.addr() + 64, dst.rkey(), Payload::Gather(&sge)).signaled())
+            .unwrap();
+    let deadline = std::time::Instant::now() + DEADLINE;
+    let mut out = [rdmaprobe::mlx5::cq::Cqe::default(); 4];
+    loop {
+        let n = a.cq.poll(&mut out).unwrap_or_else(|e| panic!("{e}"));
+        if n > 0 {
+            assert_eq!(out[0].wqe_counter, idx);
+            a.sq.retire(out[0].wqe_counter);
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "no CQE from the direct WRITE");
+    }
+    let mut got = vec![0u8; data.len()];
+    dst.read(64, &mut got).unwrap();
+    assert_eq!(got, data);
+    drop(b);
+}

@@ -5,6 +5,7 @@
 
 pub mod cq;
 pub mod device;
+pub mod direct;
 pub mod error;
 pub mod mr;
 pub mod qp;
@@ -31,9 +32,11 @@ pub enum Kind {
     Cq,
     /// `ibv_qp`
     Qp,
+    /// `ibv_td` (thread domain)
+    Td,
 }
 
-const KINDS: usize = 5;
+const KINDS: usize = 6;
 
 /// Per-device record of created and destroyed resources and teardown failures. It outlives the
 /// device, so a test can check after everything is dropped that nothing leaked.

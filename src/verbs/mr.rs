@@ -10,6 +10,8 @@ use std::sync::Arc;
 pub(crate) struct PdInner {
     pub(crate) pd: *mut sys::ibv_pd,
     pub(crate) ctx: Context,
+    /// For a parent domain: the PD and thread domain it was made of (released after it).
+    _parts: Option<(Pd, Td)>,
 }
 
 // SAFETY: a PD is used through verbs, which are thread-safe on one context.
@@ -42,7 +44,35 @@ impl Pd {
         let pd = check_ptr(unsafe { sys::ibv_alloc_pd(ctx.as_ptr()) }, "ibv_alloc_pd", || ctx.ctx())?;
         ctx.inner.ledger.created(Kind::Pd);
         Ok(Pd {
-            inner: Arc::new(PdInner { pd, ctx: ctx.clone() }),
+            inner: Arc::new(PdInner {
+                pd,
+                ctx: ctx.clone(),
+                _parts: None,
+            }),
+        })
+    }
+
+    /// A parent domain over `self` with a new thread domain (`ibv_alloc_td`,
+    /// `ibv_alloc_parent_domain`): QPs created in it get a dedicated, lock-free BlueFlame
+    /// register on mlx5, as perftest `--no_lock` and UCX do.
+    pub fn with_thread_domain(&self) -> Result<Self> {
+        let ctx = self.context();
+        let td = Td::new(ctx)?;
+        let mut attr = sys::ibv_parent_domain_init_attr {
+            pd: self.as_ptr(),
+            td: td.td,
+            ..Default::default()
+        };
+        // SAFETY: live context, PD and TD; attr is valid for the call.
+        let pd = unsafe { sys::ibv_alloc_parent_domain(ctx.as_ptr(), &mut attr) };
+        let pd = check_ptr(pd, "ibv_alloc_parent_domain", || ctx.ctx())?;
+        ctx.inner.ledger.created(Kind::Pd);
+        Ok(Pd {
+            inner: Arc::new(PdInner {
+                pd,
+                ctx: ctx.clone(),
+                _parts: Some((self.clone(), td)),
+            }),
         })
     }
 
@@ -58,6 +88,45 @@ impl Pd {
 
     pub(crate) fn ledger(&self) -> &Ledger {
         &self.inner.ctx.inner.ledger
+    }
+}
+
+/// A thread domain (`ibv_alloc_td`): promises single-threaded use of what is created in it.
+pub struct Td {
+    td: *mut sys::ibv_td,
+    ctx: Context,
+}
+
+// SAFETY: a thread domain handle may move between threads; it is only passed to verbs.
+unsafe impl Send for Td {}
+// SAFETY: shared access only reads the pointer.
+unsafe impl Sync for Td {}
+
+impl Td {
+    /// `ibv_alloc_td`.
+    pub fn new(ctx: &Context) -> Result<Self> {
+        let mut attr = sys::ibv_td_init_attr { comp_mask: 0 };
+        // SAFETY: live context; attr valid for the call.
+        let td = check_ptr(
+            unsafe { sys::ibv_alloc_td(ctx.as_ptr(), &mut attr) },
+            "ibv_alloc_td",
+            || ctx.ctx(),
+        )?;
+        ctx.inner.ledger.created(Kind::Td);
+        Ok(Td { td, ctx: ctx.clone() })
+    }
+}
+
+impl Drop for Td {
+    fn drop(&mut self) {
+        // SAFETY: td came from ibv_alloc_td; the parent domain using it was deallocated first
+        // (PdInner drops its parts after ibv_dealloc_pd).
+        let rc = unsafe { sys::ibv_dealloc_td(self.td) };
+        let name = self.ctx.name().to_string();
+        self.ctx
+            .inner
+            .ledger
+            .destroyed(Kind::Td, check_rc(rc, "ibv_dealloc_td", || Ctx::dev(&name)));
     }
 }
 

@@ -1,0 +1,114 @@
+//! Setting up the direct mlx5 path on a real device: a QP and CQ created through verbs (the QP in
+//! a parent domain with a thread domain, for a dedicated BlueFlame register), handed over with
+//! `mlx5dv_init_obj`, validated, and wrapped in [`crate::mlx5::sq::Sq`] and
+//! [`crate::mlx5::cq::Cq`]. Once handed over, the QP is posted to only directly (never mixed with
+//! `ibv_post_send`) and the CQ is polled only directly.
+
+use super::cq::Cq;
+use super::error::{check_rc, Ctx, Result, VerbsError};
+use super::mr::Pd;
+use super::qp::{ConnectOpts, Endpoint, Granted, Qp, QpCaps};
+use super::PortInfo;
+use crate::mlx5::cq::{Cq as DirectCq, CqConfig};
+use crate::mlx5::sq::{DbMode, NoHook, Sq, SqConfig};
+use crate::sys;
+
+/// A QP and its CQ driven by the direct path. Fields drop in order: the direct views first, then
+/// the QP, its CQ and the parent domain.
+pub struct DirectQp {
+    /// The send queue.
+    pub sq: Sq<NoHook>,
+    /// The completion queue (send and receive).
+    pub cq: DirectCq,
+    qp: Qp,
+    _cq: Cq,
+    _pd: Pd,
+}
+
+/// The refusal for a device mlx5dv does not drive.
+pub fn require_mlx5(ctx: &super::Context) -> Result<()> {
+    if ctx.is_mlx5() {
+        return Ok(());
+    }
+    let provider = ctx.query().map(|i| i.provider).unwrap_or_else(|_| "another".into());
+    Err(VerbsError::Invalid {
+        ctx: Ctx::dev(ctx.name()),
+        why: format!(
+            "the direct backend needs an mlx5 device (or model0); {} uses the {} provider",
+            ctx.name(),
+            provider
+        ),
+    })
+}
+
+impl DirectQp {
+    /// Creates the CQ (`cqe` entries) and the RC QP in a thread-domain parent domain of `pd`,
+    /// and takes both over with `mlx5dv_init_obj`.
+    pub fn new(pd: &Pd, caps: QpCaps, cqe: u32, mode: DbMode) -> Result<Self> {
+        let ctx = pd.context();
+        require_mlx5(ctx)?;
+        let parent = pd.with_thread_domain()?;
+        let cq = Cq::new(ctx, cqe)?;
+        let qp = Qp::new_rc(&parent, &cq, &cq, caps, false)?;
+        let qpn = qp.qpn();
+        let mut dv_qp = sys::mlx5dv_qp::default();
+        let mut dv_cq = sys::mlx5dv_cq::default();
+        let mut obj = sys::mlx5dv_obj::default();
+        obj.qp.in_ = qp.as_ptr();
+        obj.qp.out = &mut dv_qp;
+        obj.cq.in_ = cq.as_ptr();
+        obj.cq.out = &mut dv_cq;
+        // SAFETY: live QP and CQ of an mlx5 device; `out` pointers are valid locals.
+        let rc = unsafe { sys::mlx5dv_init_obj(&mut obj, (sys::MLX5DV_OBJ_QP | sys::MLX5DV_OBJ_CQ) as u64) };
+        check_rc(rc, "mlx5dv_init_obj", || Ctx::dev(ctx.name()).qpn(qpn))?;
+        let bad = |why: String| VerbsError::Invalid {
+            ctx: Ctx::dev(ctx.name()).qpn(qpn),
+            why,
+        };
+        let sq_cfg = SqConfig {
+            buf: dv_qp.sq.buf.cast(),
+            wqe_cnt: dv_qp.sq.wqe_cnt,
+            stride: dv_qp.sq.stride,
+            dbrec: dv_qp.dbrec,
+            bf_reg: dv_qp.bf.reg.cast(),
+            bf_size: dv_qp.bf.size,
+            qpn,
+            max_inline: qp.granted_caps().max_inline_data,
+        };
+        // SAFETY: the ring, doorbell record and register come from mlx5dv_init_obj for this QP,
+        // which we keep alive (field `qp`) for as long as the Sq exists and post to only here.
+        let sq = unsafe { Sq::new(sq_cfg, mode, NoHook) }.map_err(|e| bad(e.to_string()))?;
+        let cq_cfg = CqConfig {
+            buf: dv_cq.buf.cast(),
+            cqe_cnt: dv_cq.cqe_cnt,
+            cqe_size: dv_cq.cqe_size,
+            dbrec: dv_cq.dbrec,
+            cqn: dv_cq.cqn,
+        };
+        // SAFETY: the CQ buffer and doorbell record come from mlx5dv_init_obj for this CQ, kept
+        // alive (field `_cq`) and polled only here.
+        let dcq = unsafe { DirectCq::new(cq_cfg) }.map_err(|e| bad(format!("unusable CQ: {}", e.0)))?;
+        Ok(DirectQp {
+            sq,
+            cq: dcq,
+            qp,
+            _cq: cq,
+            _pd: parent,
+        })
+    }
+
+    /// QP number.
+    pub fn qpn(&self) -> u32 {
+        self.qp.qpn()
+    }
+
+    /// Our side of the connection.
+    pub fn endpoint(&self, port: &PortInfo, gid_index: Option<u8>) -> Result<Endpoint> {
+        self.qp.endpoint(port, gid_index)
+    }
+
+    /// RESET→INIT→RTR→RTS, as [`Qp::connect`].
+    pub fn connect(&mut self, port: &PortInfo, opts: &ConnectOpts, remote: &Endpoint) -> Result<Vec<Granted>> {
+        self.qp.connect(port, opts, remote)
+    }
+}
