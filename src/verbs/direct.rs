@@ -34,7 +34,7 @@ pub fn require_mlx5(ctx: &super::Context) -> Result<()> {
     Err(VerbsError::Invalid {
         ctx: Ctx::dev(ctx.name()),
         why: format!(
-            "the direct backend needs an mlx5 device (or model0); {} uses the {} provider",
+            "the direct backend needs an mlx5 device; {} uses the {} provider",
             ctx.name(),
             provider
         ),
