@@ -48,7 +48,7 @@ fn main() {
         "case", "mode", "postlist", "direct cyc/WQE", "ns/WQE", "floor cyc/WQE", "ratio"
     );
     let payload = [0x5au8; 8];
-    let src = vec![0u8; 64];
+    let src = [0u8; 64];
     let sge = [DataSeg::new(src.as_ptr() as u64, 0x1234, 64)];
     for case in [Case::SendInline8, Case::Write64] {
         for mode in [DbMode::Bf, DbMode::BfNoFence, DbMode::Db] {
