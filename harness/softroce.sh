@@ -19,14 +19,17 @@ mkdir -p "$WORK"
 "$repo/harness/setup.sh" --softroce
 
 # --- 1. the guest kernel: downloaded once, unpacked, depmod'ed, vmlinux extracted ---------------
-kpkg=$(apt-cache depends linux-image-amd64 2>/dev/null | awk '/Depends: linux-image-[0-9]/{print $2; exit}')
-[[ -n "$kpkg" ]] || die "cannot find the kernel package linux-image-amd64 depends on (apt-get update?)"
+find_kpkg() { apt-cache depends linux-image-amd64 2>/dev/null | awk '/Depends: linux-image-[0-9]/{print $2; exit}'; }
+kpkg=$(find_kpkg)
+if [[ -z "$kpkg" ]]; then apt-get update -qq && kpkg=$(find_kpkg); fi
+[[ -n "$kpkg" ]] || die "cannot find the kernel package linux-image-amd64 depends on"
 kver=${kpkg#linux-image-}
 kdir="$WORK/kernel-$kver"
 if [[ ! -f "$kdir/ready" ]]; then
   say "preparing guest kernel $kver in $kdir"
   rm -rf "$kdir" && mkdir -p "$kdir/deb"
-  (cd "$kdir/deb" && apt-get download "$kpkg" >/dev/null) || die "apt-get download $kpkg"
+  (cd "$kdir/deb" && { apt-get download "$kpkg" >/dev/null 2>&1 || { apt-get update -qq && apt-get download "$kpkg" >/dev/null; }; }) ||
+    die "apt-get download $kpkg"
   dpkg-deb -x "$kdir"/deb/*.deb "$kdir/root"
   depmod -b "$kdir/root" "$kver"
   # Debian's bzImage holds an xz-compressed ELF after the setup code: find it and unpack it
