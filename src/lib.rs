@@ -11,3 +11,6 @@ pub mod sys;
 
 #[cfg(feature = "std")]
 pub mod verbs;
+
+#[cfg(feature = "std")]
+pub mod model;

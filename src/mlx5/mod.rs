@@ -3,6 +3,7 @@
 
 pub mod barrier;
 pub mod cq;
+pub mod rq;
 pub mod seg;
 pub mod sq;
 pub mod wqe;

@@ -36,8 +36,10 @@ impl DbMode {
 
 /// Called after every doorbell: nothing on hardware; `model0` uses it to receive the doorbell.
 pub trait RingHook {
-    /// The doorbell for `qpn` was rung with producer index `pi`.
+    /// The send doorbell for `qpn` was rung with producer index `pi`.
     fn rung(&mut self, qpn: u32, pi: u32);
+    /// The receive doorbell record for `qpn` was written with head `head`.
+    fn rung_rq(&mut self, _qpn: u32, _head: u32) {}
 }
 
 /// The hardware case: the device sees the stores themselves.

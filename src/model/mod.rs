@@ -1,0 +1,1336 @@
+//! `model0`: a software HCA with the memory interface of an mlx5 queue pair — SQ and RQ rings of
+//! WQEBBs, doorbell records, a doorbell/BlueFlame register page, CQ buffers of CQE64 starting
+//! INVALID — which the direct path drives with the very code it uses on a ConnectX. Only the
+//! doorbell is routed here (the [`RingHook`] of the send and receive queues).
+//!
+//! The model decodes WQEs with rdma-core's types (`sys::mlx5_wqe_*`, not our builders' types, so
+//! the two check each other), validates them as hardware does and executes them against
+//! registered memory, writing the CQEs hardware writes, error CQEs with their syndromes included.
+//! Every object lives in shared memory ([`shm`]), so a client process and a server process can
+//! run against each other through the model, exchanging QP number, rkey and address as with
+//! real hosts. Results on model0 are about the tool and the data path, never about a NIC.
+//!
+//! Semantics follow mlx5 where the IB spec leaves a choice: atomics operate on big-endian 64-bit
+//! words, and the old value is returned big-endian.
+
+pub mod shm;
+
+use crate::clock;
+use crate::mlx5::cq::{cqe_op, CqConfig};
+use crate::mlx5::rq::{RqConfig, INVALID_LKEY};
+use crate::mlx5::seg::{opcode, CE_CQ_UPDATE, INLINE_SEG, MAX_DS, WQEBB};
+use crate::mlx5::sq::{RingHook, SqConfig};
+use crate::sys;
+use shm::{ObjKind, Shm};
+use std::collections::HashMap;
+use std::sync::atomic::{fence, AtomicU32, AtomicU64, AtomicU8, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+
+/// The model's device name.
+pub const DEVICE_NAME: &str = "model0";
+
+const MAGIC: u64 = 0x7264_6d61_6d6f_6430; // "rdmamod0"
+const PAGE: usize = 4096;
+/// BlueFlame buffer size the model's QPs report (two halves in the register page).
+pub const BF_SIZE: u32 = 256;
+
+/// Syndromes the model reports (`MLX5_CQE_SYNDROME_*`).
+pub mod syndrome {
+    use crate::sys;
+    /// Local length error.
+    pub const LOCAL_LENGTH: u8 = sys::MLX5_CQE_SYNDROME_LOCAL_LENGTH_ERR as u8;
+    /// Malformed WQE.
+    pub const LOCAL_QP_OP: u8 = sys::MLX5_CQE_SYNDROME_LOCAL_QP_OP_ERR as u8;
+    /// Bad lkey or local bounds.
+    pub const LOCAL_PROT: u8 = sys::MLX5_CQE_SYNDROME_LOCAL_PROT_ERR as u8;
+    /// Flushed: the QP was in error.
+    pub const WR_FLUSH: u8 = sys::MLX5_CQE_SYNDROME_WR_FLUSH_ERR as u8;
+    /// The responder rejected the request (length, alignment).
+    pub const REMOTE_INVAL_REQ: u8 = sys::MLX5_CQE_SYNDROME_REMOTE_INVAL_REQ_ERR as u8;
+    /// Bad rkey, bounds or access rights at the responder.
+    pub const REMOTE_ACCESS: u8 = sys::MLX5_CQE_SYNDROME_REMOTE_ACCESS_ERR as u8;
+    /// No responder (peer gone or not ready).
+    pub const TRANSPORT_RETRY_EXC: u8 = sys::MLX5_CQE_SYNDROME_TRANSPORT_RETRY_EXC_ERR as u8;
+    /// No receive posted and RNR retries used up.
+    pub const RNR_RETRY_EXC: u8 = sys::MLX5_CQE_SYNDROME_RNR_RETRY_EXC_ERR as u8;
+}
+
+/// QP states the model knows.
+pub mod state {
+    /// Created, not connected: WQEs are flushed.
+    pub const RESET: u32 = 0;
+    /// Connected.
+    pub const RTS: u32 = 3;
+    /// In error: WQEs are flushed.
+    pub const ERR: u32 = 6;
+}
+
+/// Model errors (object creation and configuration; data-path errors are CQEs).
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ModelError {
+    /// Shared-memory file trouble.
+    #[error("model0: {what}: {source}")]
+    Io {
+        /// What was being done.
+        what: String,
+        /// The error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// Bad arguments.
+    #[error("model0: {0}")]
+    Invalid(String),
+}
+
+fn io(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> ModelError {
+    let what = what.into();
+    move |source| ModelError::Io { what, source }
+}
+
+/// When WQEs execute.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ExecMode {
+    /// In the thread that rings the doorbell, right after the doorbell (default).
+    Inline,
+    /// Only when [`ModelQp::progress`] is called (benchmarks of the post path alone).
+    Deferred,
+}
+
+/// Model knobs.
+#[derive(Clone, Copy, Debug)]
+pub struct ModelConfig {
+    /// Added one-way wire delay in ns, applied from the doorbell to the remote effect.
+    pub wire_delay_ns: u64,
+    /// When WQEs execute.
+    pub exec: ExecMode,
+}
+
+impl Default for ModelConfig {
+    fn default() -> Self {
+        ModelConfig {
+            wire_delay_ns: 0,
+            exec: ExecMode::Inline,
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Shared layouts
+
+#[repr(C)]
+struct ObjHdr {
+    magic: u64,
+    owner_pid: u32,
+    id: u32,
+    valid: AtomicU32,
+    _pad: u32,
+}
+
+#[repr(C)]
+struct MrHdr {
+    obj: ObjHdr,
+    base: u64,
+    len: u64,
+    access: u32,
+    pd: u32,
+}
+
+#[repr(C)]
+struct CqHdr {
+    obj: ObjHdr,
+    cqe_cnt: u32,
+    lock: AtomicU32,
+    pi: AtomicU32,
+    overruns: AtomicU32,
+}
+const CQ_DBREC_OFF: usize = 128;
+
+#[repr(C)]
+struct QpHdr {
+    obj: ObjHdr,
+    pd: u32,
+    state: AtomicU32,
+    peer: AtomicU32,
+    send_cqn: u32,
+    recv_cqn: u32,
+    sq_wqe_cnt: u32,
+    rq_wqe_cnt: u32,
+    rq_stride: u32,
+    max_inline: u32,
+    rnr_retry: AtomicU32,
+    min_rnr_timer: AtomicU32,
+    sq_ci: AtomicU32,
+    rq_ci: AtomicU32,
+    sq_lock: AtomicU32,
+    rq_lock: AtomicU32,
+    kicks: AtomicU32,
+    inject_syndrome: AtomicU32,
+    inject_countdown: AtomicU32,
+    wire_delay_ns: AtomicU64,
+}
+const QP_DBREC_OFF: usize = 512;
+const QP_REG_OFF: usize = PAGE;
+const QP_SQ_OFF: usize = 2 * PAGE;
+
+fn hdr<T>(s: &Shm) -> &T {
+    debug_assert!(s.len() >= std::mem::size_of::<T>());
+    // SAFETY: every object file starts with its header, page-aligned, larger than T; fields
+    // shared between processes are atomics; the mapping lives as long as `s`.
+    unsafe { &*(s.ptr() as *const T) }
+}
+
+fn owner_of(s: &Shm) -> Option<u32> {
+    if s.len() < std::mem::size_of::<ObjHdr>() {
+        return None;
+    }
+    let h: &ObjHdr = hdr(s);
+    (h.magic == MAGIC).then_some(h.owner_pid)
+}
+
+fn init_obj(s: &Shm, id: u32) {
+    // SAFETY: a freshly created, zeroed object we own; nobody maps it before it is valid.
+    unsafe {
+        let h = s.ptr() as *mut ObjHdr;
+        (*h).magic = MAGIC;
+        (*h).owner_pid = std::process::id();
+        (*h).id = id;
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The per-process handle
+
+struct Inner {
+    cfg: ModelConfig,
+    rng: Mutex<u64>,
+    mrs: Mutex<HashMap<u32, Arc<Shm>>>,
+    qps: Mutex<HashMap<u32, Arc<Shm>>>,
+    cqs: Mutex<HashMap<u32, Arc<Shm>>>,
+    next_pd: AtomicU32,
+}
+
+/// A process's handle on model0. Cheap to clone.
+#[derive(Clone)]
+pub struct Model {
+    inner: Arc<Inner>,
+}
+
+fn ticks_per_ns() -> f64 {
+    static CAL: OnceLock<f64> = OnceLock::new();
+    *CAL.get_or_init(|| clock::Calibration::run(100_000_000).map(|c| c.hz / 1e9).unwrap_or(1.0))
+}
+
+impl Model {
+    /// Opens the model for this process; removes objects left by processes that died.
+    pub fn open(cfg: ModelConfig) -> Result<Self, ModelError> {
+        std::fs::create_dir_all(shm::dir()).map_err(io(format!("creating {}", shm::dir().display())))?;
+        shm::sweep(owner_of);
+        if cfg.wire_delay_ns > 0 {
+            ticks_per_ns();
+        }
+        let seed = clock::start() ^ ((std::process::id() as u64) << 32) ^ 0x9e37_79b9_7f4a_7c15;
+        Ok(Model {
+            inner: Arc::new(Inner {
+                cfg,
+                rng: Mutex::new(seed | 1),
+                mrs: Mutex::new(HashMap::new()),
+                qps: Mutex::new(HashMap::new()),
+                cqs: Mutex::new(HashMap::new()),
+                next_pd: AtomicU32::new(1),
+            }),
+        })
+    }
+
+    /// The knobs in force.
+    pub fn config(&self) -> ModelConfig {
+        self.inner.cfg
+    }
+
+    fn next_id(&self) -> u32 {
+        let mut s = self.inner.rng.lock().unwrap_or_else(|p| p.into_inner());
+        *s ^= *s << 13;
+        *s ^= *s >> 7;
+        *s ^= *s << 17;
+        (*s >> 8) as u32
+    }
+
+    /// A protection domain number, unique across processes.
+    pub fn alloc_pd(&self) -> u32 {
+        (std::process::id() << 8) ^ self.inner.next_pd.fetch_add(1, Ordering::Relaxed)
+    }
+
+    /// Registers `len` bytes of fresh shared memory with `access` (`IBV_ACCESS_*` bits) in `pd`.
+    pub fn reg_mr(&self, pd: u32, len: usize, access: u32) -> Result<ModelMr, ModelError> {
+        if len == 0 {
+            return Err(ModelError::Invalid("memory region of 0 bytes".into()));
+        }
+        let total = PAGE + len.div_ceil(PAGE) * PAGE;
+        let (key, shm) = Shm::create(ObjKind::Mr, total, || self.next_id()).map_err(io("creating a memory region"))?;
+        init_obj(&shm, key);
+        // SAFETY: our new object; the data area starts one page in.
+        let data = unsafe { shm.ptr().add(PAGE) };
+        // SAFETY: header fields of our own new object, before it is marked valid.
+        unsafe {
+            let h = shm.ptr() as *mut MrHdr;
+            (*h).base = data as u64;
+            (*h).len = len as u64;
+            (*h).access = access;
+            (*h).pd = pd;
+        }
+        hdr::<ObjHdr>(&shm).valid.store(1, Ordering::Release);
+        let shm = Arc::new(shm);
+        self.inner
+            .mrs
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(key, shm.clone());
+        Ok(ModelMr {
+            shm,
+            key,
+            data,
+            len,
+            model: self.clone(),
+        })
+    }
+
+    /// Creates a CQ of at least `cqe` entries (rounded up to a power of two).
+    pub fn create_cq(&self, cqe: u32) -> Result<ModelCq, ModelError> {
+        let cnt = cqe
+            .max(2)
+            .checked_next_power_of_two()
+            .ok_or_else(|| ModelError::Invalid(format!("CQ size {cqe}")))?;
+        let total = PAGE + cnt as usize * 64;
+        let (cqn, shm) = Shm::create(ObjKind::Cq, total, || self.next_id()).map_err(io("creating a CQ"))?;
+        init_obj(&shm, cqn);
+        // SAFETY: our new object: header fields, then every CQE's op_own set to INVALID.
+        unsafe {
+            let h = shm.ptr() as *mut CqHdr;
+            (*h).cqe_cnt = cnt;
+            for i in 0..cnt as usize {
+                *shm.ptr().add(PAGE + i * 64 + 63) = cqe_op::INVALID << 4;
+            }
+        }
+        hdr::<ObjHdr>(&shm).valid.store(1, Ordering::Release);
+        let shm = Arc::new(shm);
+        self.inner
+            .cqs
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(cqn, shm.clone());
+        Ok(ModelCq { shm, cqn, cnt })
+    }
+
+    /// Creates an RC QP in `pd`.
+    pub fn create_qp(
+        &self,
+        pd: u32,
+        send_cq: &ModelCq,
+        recv_cq: &ModelCq,
+        caps: ModelQpCaps,
+    ) -> Result<ModelQp, ModelError> {
+        let sq_cnt = caps
+            .max_send_wr
+            .max(1)
+            .checked_next_power_of_two()
+            .filter(|&c| c <= 32768);
+        let rq_cnt = caps
+            .max_recv_wr
+            .max(1)
+            .checked_next_power_of_two()
+            .filter(|&c| c <= 32768);
+        let (Some(sq_cnt), Some(rq_cnt)) = (sq_cnt, rq_cnt) else {
+            return Err(ModelError::Invalid(format!("queue sizes {caps:?} exceed 32768")));
+        };
+        if caps.max_recv_sge == 0 || caps.max_recv_sge > 32 || caps.max_inline_data > 912 {
+            return Err(ModelError::Invalid(format!("unsupported capabilities {caps:?}")));
+        }
+        let rq_stride = (caps.max_recv_sge * 16).next_power_of_two();
+        let total = QP_SQ_OFF + sq_cnt as usize * WQEBB + rq_cnt as usize * rq_stride as usize;
+        let (qpn, shm) = Shm::create(ObjKind::Qp, total, || self.next_id()).map_err(io("creating a QP"))?;
+        init_obj(&shm, qpn);
+        // SAFETY: header fields of our own new object, before it is marked valid.
+        unsafe {
+            let h = shm.ptr() as *mut QpHdr;
+            (*h).pd = pd;
+            (*h).send_cqn = send_cq.cqn;
+            (*h).recv_cqn = recv_cq.cqn;
+            (*h).sq_wqe_cnt = sq_cnt;
+            (*h).rq_wqe_cnt = rq_cnt;
+            (*h).rq_stride = rq_stride;
+            (*h).max_inline = caps.max_inline_data;
+        }
+        let h: &QpHdr = hdr(&shm);
+        h.rnr_retry.store(7, Ordering::Relaxed);
+        h.min_rnr_timer.store(12, Ordering::Relaxed);
+        h.wire_delay_ns.store(self.inner.cfg.wire_delay_ns, Ordering::Relaxed);
+        h.obj.valid.store(1, Ordering::Release);
+        let shm = Arc::new(shm);
+        self.inner
+            .qps
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(qpn, shm.clone());
+        Ok(ModelQp {
+            shm,
+            qpn,
+            model: self.clone(),
+            _cqs: (send_cq.shm.clone(), recv_cq.shm.clone()),
+        })
+    }
+
+    fn lookup(&self, kind: ObjKind, id: u32) -> Option<Arc<Shm>> {
+        let map = match kind {
+            ObjKind::Mr => &self.inner.mrs,
+            ObjKind::Qp => &self.inner.qps,
+            ObjKind::Cq => &self.inner.cqs,
+        };
+        let mut m = map.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(s) = m.get(&id) {
+            if hdr::<ObjHdr>(s).valid.load(Ordering::Acquire) == 1 {
+                return Some(s.clone());
+            }
+            m.remove(&id);
+        }
+        let s = Arc::new(Shm::open(kind, id).ok()?);
+        let h: &ObjHdr = hdr(&s);
+        if h.magic != MAGIC || h.id != id || h.valid.load(Ordering::Acquire) != 1 {
+            return None;
+        }
+        m.insert(id, s.clone());
+        Some(s)
+    }
+}
+
+/// Queue sizes of a model QP.
+#[derive(Clone, Copy, Debug)]
+pub struct ModelQpCaps {
+    /// Send queue depth in WQEBBs (rounded up to a power of two).
+    pub max_send_wr: u32,
+    /// Receive queue depth (rounded up to a power of two).
+    pub max_recv_wr: u32,
+    /// Scatter entries per receive.
+    pub max_recv_sge: u32,
+    /// Largest inline payload.
+    pub max_inline_data: u32,
+}
+
+impl Default for ModelQpCaps {
+    fn default() -> Self {
+        ModelQpCaps {
+            max_send_wr: 128,
+            max_recv_wr: 128,
+            max_recv_sge: 1,
+            max_inline_data: 220,
+        }
+    }
+}
+
+/// A registered memory region in shared memory.
+pub struct ModelMr {
+    shm: Arc<Shm>,
+    key: u32,
+    data: *mut u8,
+    len: usize,
+    model: Model,
+}
+
+// SAFETY: the region is shared memory; handing its pointer to another thread is fine.
+unsafe impl Send for ModelMr {}
+// SAFETY: shared access only reads the key and hands out raw addresses.
+unsafe impl Sync for ModelMr {}
+
+impl ModelMr {
+    /// Local key (equal to the remote key, as on mlx5).
+    pub fn lkey(&self) -> u32 {
+        self.key
+    }
+    /// Remote key.
+    pub fn rkey(&self) -> u32 {
+        self.key
+    }
+    /// Address used in WQEs.
+    pub fn addr(&self) -> u64 {
+        self.data as u64
+    }
+    /// Length.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+    /// Never true.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+    /// Raw pointer to the data.
+    pub fn as_ptr(&self) -> *mut u8 {
+        self.data
+    }
+    /// Copies out `out.len()` bytes at `off` (panics out of bounds: a test helper).
+    pub fn read(&self, off: usize, out: &mut [u8]) {
+        assert!(off + out.len() <= self.len, "read past the memory region");
+        // SAFETY: in bounds; byte copies of shared memory.
+        unsafe { std::ptr::copy_nonoverlapping(self.data.add(off), out.as_mut_ptr(), out.len()) };
+    }
+    /// Copies `data` in at `off` (panics out of bounds: a test helper).
+    pub fn write(&self, off: usize, data: &[u8]) {
+        assert!(off + data.len() <= self.len, "write past the memory region");
+        // SAFETY: in bounds; the region is ours and writable.
+        unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), self.data.add(off), data.len()) };
+    }
+}
+
+impl Drop for ModelMr {
+    fn drop(&mut self) {
+        hdr::<ObjHdr>(&self.shm).valid.store(0, Ordering::Release);
+        self.model
+            .inner
+            .mrs
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&self.key);
+    }
+}
+
+/// A completion queue in shared memory.
+pub struct ModelCq {
+    shm: Arc<Shm>,
+    cqn: u32,
+    cnt: u32,
+}
+
+impl ModelCq {
+    /// CQ number.
+    pub fn cqn(&self) -> u32 {
+        self.cqn
+    }
+    /// The direct path's view of it.
+    pub fn config(&self) -> CqConfig {
+        CqConfig {
+            // SAFETY: inside the mapping: buffer one page in, doorbell record in the header page.
+            buf: unsafe { self.shm.ptr().add(PAGE) },
+            cqe_cnt: self.cnt,
+            cqe_size: 64,
+            // SAFETY: as above.
+            dbrec: unsafe { self.shm.ptr().add(CQ_DBREC_OFF) } as *mut u32,
+            cqn: self.cqn,
+        }
+    }
+    /// CQEs dropped because the CQ was full (hardware would raise a CQ error).
+    pub fn overruns(&self) -> u32 {
+        hdr::<CqHdr>(&self.shm).overruns.load(Ordering::Relaxed)
+    }
+}
+
+impl Drop for ModelCq {
+    fn drop(&mut self) {
+        hdr::<ObjHdr>(&self.shm).valid.store(0, Ordering::Release);
+    }
+}
+
+/// Connection parameters the model honours.
+#[derive(Clone, Copy, Debug)]
+pub struct ModelConnect {
+    /// RNR retries (7 = infinite: the SEND waits for a receive).
+    pub rnr_retry: u8,
+    /// This QP's RNR timer code, as responder (IB encoding).
+    pub min_rnr_timer: u8,
+}
+
+impl Default for ModelConnect {
+    fn default() -> Self {
+        ModelConnect {
+            rnr_retry: 7,
+            min_rnr_timer: 12,
+        }
+    }
+}
+
+/// A queue pair in shared memory.
+pub struct ModelQp {
+    shm: Arc<Shm>,
+    qpn: u32,
+    model: Model,
+    _cqs: (Arc<Shm>, Arc<Shm>),
+}
+
+// SAFETY: shared memory and atomics; may move between threads.
+unsafe impl Send for ModelQp {}
+
+impl ModelQp {
+    fn h(&self) -> &QpHdr {
+        hdr(&self.shm)
+    }
+    /// QP number.
+    pub fn qpn(&self) -> u32 {
+        self.qpn
+    }
+    /// The send queue as the direct path sees it.
+    pub fn sq_config(&self) -> SqConfig {
+        let h = self.h();
+        SqConfig {
+            // SAFETY: offsets inside the mapping (see create_qp's layout).
+            buf: unsafe { self.shm.ptr().add(QP_SQ_OFF) },
+            wqe_cnt: h.sq_wqe_cnt,
+            stride: WQEBB as u32,
+            // SAFETY: as above.
+            dbrec: unsafe { self.shm.ptr().add(QP_DBREC_OFF) } as *mut u32,
+            // SAFETY: as above.
+            bf_reg: unsafe { self.shm.ptr().add(QP_REG_OFF) },
+            bf_size: BF_SIZE,
+            qpn: self.qpn,
+            max_inline: h.max_inline,
+        }
+    }
+    /// The receive queue as the direct path sees it.
+    pub fn rq_config(&self) -> RqConfig {
+        let h = self.h();
+        RqConfig {
+            // SAFETY: the RQ follows the SQ inside the mapping.
+            buf: unsafe { self.shm.ptr().add(QP_SQ_OFF + h.sq_wqe_cnt as usize * WQEBB) },
+            wqe_cnt: h.rq_wqe_cnt,
+            stride: h.rq_stride,
+            // SAFETY: doorbell record inside the header page.
+            dbrec: unsafe { self.shm.ptr().add(QP_DBREC_OFF) } as *mut u32,
+            qpn: self.qpn,
+        }
+    }
+    /// The doorbell route for this QP's send and receive queues.
+    pub fn doorbell(&self) -> ModelDoorbell {
+        ModelDoorbell {
+            model: self.model.clone(),
+        }
+    }
+    /// Connects to `peer` (the peer does the same towards us): state RTS.
+    pub fn connect(&self, peer: u32, c: ModelConnect) {
+        let h = self.h();
+        h.peer.store(peer, Ordering::Relaxed);
+        h.rnr_retry.store(c.rnr_retry as u32, Ordering::Relaxed);
+        h.min_rnr_timer.store(c.min_rnr_timer as u32, Ordering::Relaxed);
+        h.state.store(state::RTS, Ordering::Release);
+    }
+    /// Current state (`state::*`).
+    pub fn state(&self) -> u32 {
+        self.h().state.load(Ordering::Acquire)
+    }
+    /// Moves the QP to error: outstanding and later WQEs are flushed.
+    pub fn set_error(&self) {
+        set_err(&self.model, &self.shm);
+    }
+    /// Error injection: the `after`-th WQE from now (0 = the next) fails with `syndrome`.
+    pub fn inject_error(&self, syndrome: u8, after: u32) {
+        let h = self.h();
+        h.inject_countdown.store(after + 1, Ordering::Relaxed);
+        h.inject_syndrome.store(syndrome as u32, Ordering::Release);
+    }
+    /// Executes what was rung and not yet executed (needed in [`ExecMode::Deferred`]).
+    pub fn progress(&self) {
+        execute(&self.model, &self.shm, clock::start());
+    }
+}
+
+impl Drop for ModelQp {
+    fn drop(&mut self) {
+        self.h().obj.valid.store(0, Ordering::Release);
+        self.model
+            .inner
+            .qps
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&self.qpn);
+    }
+}
+
+/// The doorbell route: what the direct path's queues call after every doorbell.
+#[derive(Clone)]
+pub struct ModelDoorbell {
+    model: Model,
+}
+
+impl RingHook for ModelDoorbell {
+    fn rung(&mut self, qpn: u32, _pi: u32) {
+        let t = clock::start();
+        if let Some(q) = self.model.lookup(ObjKind::Qp, qpn) {
+            hdr::<QpHdr>(&q).kicks.fetch_add(1, Ordering::AcqRel);
+            if self.model.inner.cfg.exec == ExecMode::Inline {
+                execute(&self.model, &q, t);
+            }
+        }
+    }
+
+    fn rung_rq(&mut self, qpn: u32, _head: u32) {
+        let Some(q) = self.model.lookup(ObjKind::Qp, qpn) else {
+            return;
+        };
+        let h: &QpHdr = hdr(&q);
+        if h.state.load(Ordering::Acquire) == state::ERR {
+            flush_rq(&self.model, &q);
+            return;
+        }
+        // A sender stalled on RNR waits for this receive: let it go on.
+        let peer = h.peer.load(Ordering::Acquire);
+        if peer != 0 && self.model.inner.cfg.exec == ExecMode::Inline {
+            if let Some(p) = self.model.lookup(ObjKind::Qp, peer) {
+                hdr::<QpHdr>(&p).kicks.fetch_add(1, Ordering::AcqRel);
+                execute(&self.model, &p, clock::start());
+            }
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Execution
+
+fn try_lock(l: &AtomicU32) -> bool {
+    l.compare_exchange(0, 1, Ordering::Acquire, Ordering::Relaxed).is_ok()
+}
+
+fn lock(l: &AtomicU32) {
+    while !try_lock(l) {
+        std::hint::spin_loop();
+    }
+}
+
+fn unlock(l: &AtomicU32) {
+    l.store(0, Ordering::Release);
+}
+
+/// One CQE to write.
+#[derive(Clone, Copy, Default)]
+struct CqeOut {
+    op: u8,
+    qpn: u32,
+    wqe_counter: u16,
+    byte_cnt: u32,
+    imm: u32,
+    syndrome: u8,
+    wqe_opcode: u8,
+}
+
+fn push_cqe(cq: &Shm, c: CqeOut) {
+    let h: &CqHdr = hdr(cq);
+    lock(&h.lock);
+    let cnt = h.cqe_cnt;
+    let pi = h.pi.load(Ordering::Relaxed);
+    // SAFETY: the consumer's doorbell record inside the header page.
+    let ci = u32::from_be(unsafe { std::ptr::read_volatile(cq.ptr().add(CQ_DBREC_OFF) as *const u32) });
+    if (pi.wrapping_sub(ci) & 0xff_ffff) >= cnt {
+        h.overruns.fetch_add(1, Ordering::Relaxed);
+        unlock(&h.lock);
+        return;
+    }
+    let mut b = [0u8; 64];
+    b[36..40].copy_from_slice(&c.imm.to_ne_bytes());
+    b[44..48].copy_from_slice(&c.byte_cnt.to_be_bytes());
+    let q = if c.op == cqe_op::REQ_ERR || c.op == cqe_op::RESP_ERR {
+        b[55] = c.syndrome;
+        ((c.wqe_opcode as u32) << 24) | (c.qpn & 0xff_ffff)
+    } else {
+        c.qpn & 0xff_ffff
+    };
+    b[56..60].copy_from_slice(&q.to_be_bytes());
+    b[60..62].copy_from_slice(&c.wqe_counter.to_be_bytes());
+    let owner = ((pi & cnt) != 0) as u8;
+    // SAFETY: slot inside the CQ buffer; the body is written before the owner byte, which is
+    // published with release ordering (the consumer reads it, then fences, then the body).
+    unsafe {
+        let slot = cq.ptr().add(PAGE + (pi & (cnt - 1)) as usize * 64);
+        std::ptr::copy_nonoverlapping(b.as_ptr(), slot, 63);
+        fence(Ordering::Release);
+        (*(slot.add(63) as *const AtomicU8)).store((c.op << 4) | owner, Ordering::Release);
+    }
+    h.pi.store(pi.wrapping_add(1), Ordering::Relaxed);
+    unlock(&h.lock);
+}
+
+/// A resolved piece of registered memory.
+struct Region {
+    _shm: Arc<Shm>,
+    ptr: *mut u8,
+}
+
+enum KeyErr {
+    Key,
+    Access,
+    Bounds,
+}
+
+fn resolve(m: &Model, key: u32, addr: u64, len: u64, pd: u32, need: u32) -> Result<Region, KeyErr> {
+    let shm = m.lookup(ObjKind::Mr, key).ok_or(KeyErr::Key)?;
+    let h: &MrHdr = hdr(&shm);
+    if h.pd != pd {
+        return Err(KeyErr::Key);
+    }
+    if h.access & need != need {
+        return Err(KeyErr::Access);
+    }
+    let end = addr.checked_add(len).ok_or(KeyErr::Bounds)?;
+    if addr < h.base || end > h.base + h.len {
+        return Err(KeyErr::Bounds);
+    }
+    // SAFETY: within the region's data, which starts one page into the mapping.
+    let ptr = unsafe { shm.ptr().add(PAGE + (addr - h.base) as usize) };
+    Ok(Region { _shm: shm, ptr })
+}
+
+/// The decoded body of a WQE.
+struct Decoded {
+    opcode: u8,
+    idx: u16,
+    ds: u32,
+    signaled: bool,
+    imm: u32,
+    raddr: Option<(u64, u32)>,
+    atomic: Option<(u64, u64)>,
+    inline: Option<(usize, usize)>, // offset, len in the local copy
+    sges: [(u64, u32, u32); 16],    // addr, lkey, len
+    nsge: usize,
+}
+
+/// Reads the WQE at `start` (WQEBB index) into `buf` (following the ring's wrap) and decodes it
+/// with rdma-core's segment types. `Err(opcode)` for a malformed WQE.
+fn decode(sq: *const u8, wqe_cnt: u32, start: u32, qpn: u32, buf: &mut [u8; 1024]) -> Result<Decoded, (u8, u16)> {
+    let slot = |b: u32| -> *const u8 {
+        // SAFETY: the slot index is masked into the ring.
+        unsafe { sq.add(((start.wrapping_add(b)) & (wqe_cnt - 1)) as usize * WQEBB) }
+    };
+    // SAFETY: the first WQEBB of the WQE is inside the ring.
+    unsafe { std::ptr::copy_nonoverlapping(slot(0), buf.as_mut_ptr(), WQEBB) };
+    // SAFETY: buf holds at least the 16-byte control segment.
+    let ctrl: sys::mlx5_wqe_ctrl_seg = unsafe { std::ptr::read_unaligned(buf.as_ptr() as *const _) };
+    let w0 = u32::from_be(ctrl.opmod_idx_opcode);
+    let w1 = u32::from_be(ctrl.qpn_ds);
+    let op = (w0 & 0xff) as u8;
+    let idx = ((w0 >> 8) & 0xffff) as u16;
+    let ds = w1 & 0x3f;
+    let bad = Err((op, idx));
+    if ds == 0 || ds > MAX_DS || (w1 >> 8) != qpn || idx != (start & 0xffff) as u16 {
+        return bad;
+    }
+    let nbb = ds.div_ceil(4);
+    if nbb > wqe_cnt {
+        return bad;
+    }
+    for b in 1..nbb {
+        // SAFETY: WQEBB b of the WQE (wrapped) into the local copy, within 1024 bytes (nbb <= 16).
+        unsafe { std::ptr::copy_nonoverlapping(slot(b), buf.as_mut_ptr().add(b as usize * WQEBB), WQEBB) };
+    }
+    let mut d = Decoded {
+        opcode: op,
+        idx,
+        ds,
+        signaled: ctrl.fm_ce_se & CE_CQ_UPDATE != 0,
+        imm: ctrl.imm,
+        raddr: None,
+        atomic: None,
+        inline: None,
+        sges: [(0, 0, 0); 16],
+        nsge: 0,
+    };
+    let mut u = 1usize;
+    let seg = |u: usize| -> *const u8 { buf[u * 16..].as_ptr() };
+    let (wants_raddr, wants_atomic) = match op {
+        opcode::NOP | opcode::SEND | opcode::SEND_IMM => (false, false),
+        opcode::RDMA_WRITE | opcode::RDMA_WRITE_IMM | opcode::RDMA_READ => (true, false),
+        opcode::ATOMIC_CS | opcode::ATOMIC_FA => (true, true),
+        _ => return bad,
+    };
+    if wants_raddr {
+        if u >= ds as usize {
+            return bad;
+        }
+        // SAFETY: a 16-byte segment inside the copied WQE.
+        let r: sys::mlx5_wqe_raddr_seg = unsafe { std::ptr::read_unaligned(seg(u) as *const _) };
+        d.raddr = Some((u64::from_be(r.raddr), u32::from_be(r.rkey)));
+        u += 1;
+    }
+    if wants_atomic {
+        if u >= ds as usize {
+            return bad;
+        }
+        // SAFETY: as above.
+        let a: sys::mlx5_wqe_atomic_seg = unsafe { std::ptr::read_unaligned(seg(u) as *const _) };
+        d.atomic = Some((u64::from_be(a.swap_add), u64::from_be(a.compare)));
+        u += 1;
+    }
+    if op == opcode::NOP {
+        return Ok(d);
+    }
+    if u < ds as usize {
+        // SAFETY: 4 bytes at the start of a segment inside the copy.
+        let first: sys::mlx5_wqe_inl_data_seg = unsafe { std::ptr::read_unaligned(seg(u) as *const _) };
+        let bc = u32::from_be(first.byte_count);
+        if bc & INLINE_SEG != 0 {
+            let len = (bc & !INLINE_SEG) as usize;
+            if (4 + len).div_ceil(16) != ds as usize - u || op == opcode::RDMA_READ || wants_atomic {
+                return bad;
+            }
+            d.inline = Some((u * 16 + 4, len));
+            return Ok(d);
+        }
+        while u < ds as usize {
+            if d.nsge == d.sges.len() {
+                return bad;
+            }
+            // SAFETY: a 16-byte segment inside the copy.
+            let s: sys::mlx5_wqe_data_seg = unsafe { std::ptr::read_unaligned(seg(u) as *const _) };
+            d.sges[d.nsge] = (u64::from_be(s.addr), u32::from_be(s.lkey), u32::from_be(s.byte_count));
+            d.nsge += 1;
+            u += 1;
+        }
+    }
+    if wants_atomic && (d.nsge != 1 || d.sges[0].2 != 8) {
+        return bad;
+    }
+    Ok(d)
+}
+
+/// IB RNR timer codes in microseconds.
+fn rnr_timer_us(code: u32) -> u64 {
+    const T: [u64; 32] = [
+        655_360, 10, 20, 30, 40, 60, 80, 120, 160, 240, 320, 480, 640, 960, 1280, 1920, 2560, 3840, 5120, 7680, 10240,
+        15360, 20480, 30720, 40960, 61440, 81920, 122_880, 163_840, 245_760, 327_680, 491_520,
+    ];
+    T[(code & 31) as usize]
+}
+
+enum Outcome {
+    Done {
+        byte_cnt: u32,
+    },
+    Fail(u8),
+    /// The responder has no receive and RNR retries are infinite: try again later.
+    Stall,
+}
+
+fn set_err(m: &Model, q: &Shm) {
+    let h: &QpHdr = hdr(q);
+    h.state.store(state::ERR, Ordering::Release);
+    flush_rq(m, q);
+}
+
+/// Flushes every posted, unconsumed receive of `q` with WR_FLUSH responder CQEs.
+fn flush_rq(m: &Model, q: &Shm) {
+    let h: &QpHdr = hdr(q);
+    let Some(cq) = m.lookup(ObjKind::Cq, h.recv_cqn) else {
+        return;
+    };
+    lock(&h.rq_lock);
+    // SAFETY: the receive counter, dbrec[0], in the header page.
+    let head = u32::from_be(unsafe { std::ptr::read_volatile(q.ptr().add(QP_DBREC_OFF) as *const u32) }) & 0xffff;
+    let mut ci = h.rq_ci.load(Ordering::Relaxed);
+    while (ci & 0xffff) != head {
+        push_cqe(
+            &cq,
+            CqeOut {
+                op: cqe_op::RESP_ERR,
+                qpn: h.obj.id,
+                wqe_counter: ci as u16,
+                syndrome: syndrome::WR_FLUSH,
+                ..Default::default()
+            },
+        );
+        ci = ci.wrapping_add(1);
+    }
+    h.rq_ci.store(ci, Ordering::Relaxed);
+    unlock(&h.rq_lock);
+}
+
+fn deliver_to_receiver(m: &Model, peer: &Shm, d: &Decoded, payload: &[u8], resp_op: u8) -> Outcome {
+    let ph: &QpHdr = hdr(peer);
+    lock(&ph.rq_lock);
+    // SAFETY: the peer's receive counter in its header page.
+    let head = u32::from_be(unsafe { std::ptr::read_volatile(peer.ptr().add(QP_DBREC_OFF) as *const u32) }) & 0xffff;
+    let ci = ph.rq_ci.load(Ordering::Relaxed);
+    if (ci & 0xffff) == head {
+        unlock(&ph.rq_lock);
+        return Outcome::Stall;
+    }
+    fence(Ordering::Acquire);
+    let Some(rcq) = m.lookup(ObjKind::Cq, ph.recv_cqn) else {
+        unlock(&ph.rq_lock);
+        return Outcome::Fail(syndrome::TRANSPORT_RETRY_EXC);
+    };
+    let stride = ph.rq_stride as usize;
+    // SAFETY: the receive WQE at slot ci inside the peer's RQ ring.
+    let rwqe = unsafe {
+        peer.ptr()
+            .add(QP_SQ_OFF + ph.sq_wqe_cnt as usize * WQEBB + (ci & (ph.rq_wqe_cnt - 1)) as usize * stride)
+    };
+    let mut off = 0usize;
+    let mut fail = None;
+    let write_len = if resp_op == cqe_op::RESP_WR_IMM {
+        0
+    } else {
+        payload.len()
+    };
+    for i in 0..stride / 16 {
+        if off >= write_len {
+            break;
+        }
+        // SAFETY: scatter entry i of the receive WQE.
+        let s: sys::mlx5_wqe_data_seg = unsafe { std::ptr::read_unaligned(rwqe.add(i * 16) as *const _) };
+        let lkey = u32::from_be(s.lkey);
+        if lkey == INVALID_LKEY {
+            break;
+        }
+        let (addr, len) = (u64::from_be(s.addr), u32::from_be(s.byte_count) as usize);
+        let n = len.min(write_len - off);
+        match resolve(m, lkey, addr, n as u64, ph.pd, sys::IBV_ACCESS_LOCAL_WRITE) {
+            Ok(r) => {
+                // SAFETY: resolved in bounds of the receiver's region.
+                unsafe { std::ptr::copy_nonoverlapping(payload.as_ptr().add(off), r.ptr, n) };
+                off += n;
+            }
+            Err(_) => {
+                fail = Some(syndrome::LOCAL_PROT);
+                break;
+            }
+        }
+    }
+    if fail.is_none() && off < write_len {
+        fail = Some(syndrome::LOCAL_LENGTH);
+    }
+    ph.rq_ci.store(ci.wrapping_add(1), Ordering::Relaxed);
+    unlock(&ph.rq_lock);
+    if let Some(s) = fail {
+        push_cqe(
+            &rcq,
+            CqeOut {
+                op: cqe_op::RESP_ERR,
+                qpn: ph.obj.id,
+                wqe_counter: ci as u16,
+                syndrome: s,
+                ..Default::default()
+            },
+        );
+        set_err(m, peer);
+        return Outcome::Fail(syndrome::REMOTE_INVAL_REQ);
+    }
+    push_cqe(
+        &rcq,
+        CqeOut {
+            op: resp_op,
+            qpn: ph.obj.id,
+            wqe_counter: ci as u16,
+            byte_cnt: payload.len() as u32,
+            imm: d.imm,
+            ..Default::default()
+        },
+    );
+    Outcome::Done {
+        byte_cnt: payload.len() as u32,
+    }
+}
+
+fn run_one(m: &Model, me: &QpHdr, d: &Decoded, buf: &[u8; 1024], t_ring: u64) -> Outcome {
+    if d.opcode == opcode::NOP {
+        return Outcome::Done { byte_cnt: 0 };
+    }
+    let Some(peer) = m.lookup(ObjKind::Qp, me.peer.load(Ordering::Acquire)) else {
+        return Outcome::Fail(syndrome::TRANSPORT_RETRY_EXC);
+    };
+    let ph: &QpHdr = hdr(&peer);
+    if ph.state.load(Ordering::Acquire) != state::RTS {
+        return Outcome::Fail(syndrome::TRANSPORT_RETRY_EXC);
+    }
+    // Gather the local side (source for SEND/WRITE: read access suffices).
+    let mut payload: Vec<u8> = Vec::new();
+    let gathers = matches!(
+        d.opcode,
+        opcode::SEND | opcode::SEND_IMM | opcode::RDMA_WRITE | opcode::RDMA_WRITE_IMM
+    );
+    if gathers {
+        if let Some((off, len)) = d.inline {
+            if len > me.max_inline as usize {
+                return Outcome::Fail(syndrome::LOCAL_QP_OP);
+            }
+            payload.extend_from_slice(&buf[off..off + len]);
+        } else {
+            for &(addr, lkey, len) in &d.sges[..d.nsge] {
+                match resolve(m, lkey, addr, len as u64, me.pd, 0) {
+                    // SAFETY: resolved in bounds of a registered region.
+                    Ok(r) => payload.extend_from_slice(unsafe { std::slice::from_raw_parts(r.ptr, len as usize) }),
+                    Err(_) => return Outcome::Fail(syndrome::LOCAL_PROT),
+                }
+            }
+        }
+    }
+    // The wire.
+    let delay = me.wire_delay_ns.load(Ordering::Relaxed);
+    if delay > 0 {
+        let until = t_ring + (delay as f64 * ticks_per_ns()) as u64;
+        while clock::start() < until {
+            std::hint::spin_loop();
+        }
+    }
+    let remote = |need: u32, len: u64| -> Result<Region, u8> {
+        let (raddr, rkey) = d.raddr.unwrap_or((0, 0));
+        resolve(m, rkey, raddr, len, ph.pd, need).map_err(|_| syndrome::REMOTE_ACCESS)
+    };
+    match d.opcode {
+        opcode::SEND => deliver_to_receiver(m, &peer, d, &payload, cqe_op::RESP_SEND),
+        opcode::SEND_IMM => deliver_to_receiver(m, &peer, d, &payload, cqe_op::RESP_SEND_IMM),
+        opcode::RDMA_WRITE | opcode::RDMA_WRITE_IMM => {
+            let r = match remote(sys::IBV_ACCESS_REMOTE_WRITE, payload.len() as u64) {
+                Ok(r) => r,
+                Err(s) => return Outcome::Fail(s),
+            };
+            if d.opcode == opcode::RDMA_WRITE_IMM {
+                // The immediate needs a receive; check before placing data.
+                let ci = ph.rq_ci.load(Ordering::Relaxed);
+                // SAFETY: the peer's receive counter in its header page.
+                let head = u32::from_be(unsafe { std::ptr::read_volatile(peer.ptr().add(QP_DBREC_OFF) as *const u32) });
+                if (ci & 0xffff) == (head & 0xffff) {
+                    return Outcome::Stall;
+                }
+            }
+            // SAFETY: resolved in bounds of the responder's region.
+            unsafe { std::ptr::copy_nonoverlapping(payload.as_ptr(), r.ptr, payload.len()) };
+            if d.opcode == opcode::RDMA_WRITE_IMM {
+                return deliver_to_receiver(m, &peer, d, &payload, cqe_op::RESP_WR_IMM);
+            }
+            Outcome::Done {
+                byte_cnt: payload.len() as u32,
+            }
+        }
+        opcode::RDMA_READ => {
+            let total: u64 = d.sges[..d.nsge].iter().map(|s| s.2 as u64).sum();
+            let r = match remote(sys::IBV_ACCESS_REMOTE_READ, total) {
+                Ok(r) => r,
+                Err(s) => return Outcome::Fail(s),
+            };
+            let mut off = 0usize;
+            for &(addr, lkey, len) in &d.sges[..d.nsge] {
+                match resolve(m, lkey, addr, len as u64, me.pd, sys::IBV_ACCESS_LOCAL_WRITE) {
+                    // SAFETY: both sides resolved in bounds.
+                    Ok(l) => unsafe { std::ptr::copy_nonoverlapping(r.ptr.add(off), l.ptr, len as usize) },
+                    Err(_) => return Outcome::Fail(syndrome::LOCAL_PROT),
+                }
+                off += len as usize;
+            }
+            Outcome::Done { byte_cnt: total as u32 }
+        }
+        opcode::ATOMIC_CS | opcode::ATOMIC_FA => {
+            let (raddr, _) = d.raddr.unwrap_or((0, 0));
+            if raddr % 8 != 0 {
+                return Outcome::Fail(syndrome::REMOTE_INVAL_REQ);
+            }
+            let r = match remote(sys::IBV_ACCESS_REMOTE_ATOMIC, 8) {
+                Ok(r) => r,
+                Err(s) => return Outcome::Fail(s),
+            };
+            let (addr, lkey, _) = d.sges[0];
+            let l = match resolve(m, lkey, addr, 8, me.pd, sys::IBV_ACCESS_LOCAL_WRITE) {
+                Ok(l) => l,
+                Err(_) => return Outcome::Fail(syndrome::LOCAL_PROT),
+            };
+            let (swap_add, compare) = d.atomic.unwrap_or((0, 0));
+            // SAFETY: an 8-byte aligned word inside the responder's region (checked above);
+            // shared memory is accessed atomically by every process.
+            let word = unsafe { &*(r.ptr as *const AtomicU64) };
+            // The word is big-endian in memory, as on mlx5.
+            let old_be = if d.opcode == opcode::ATOMIC_FA {
+                let mut cur = word.load(Ordering::Acquire);
+                loop {
+                    let new = (u64::from_be(cur).wrapping_add(swap_add)).to_be();
+                    match word.compare_exchange_weak(cur, new, Ordering::AcqRel, Ordering::Acquire) {
+                        Ok(v) => break v,
+                        Err(v) => cur = v,
+                    }
+                }
+            } else {
+                match word.compare_exchange(compare.to_be(), swap_add.to_be(), Ordering::AcqRel, Ordering::Acquire) {
+                    Ok(v) | Err(v) => v,
+                }
+            };
+            // SAFETY: 8 bytes resolved in the requester's region (may be unaligned).
+            unsafe { std::ptr::write_unaligned(l.ptr as *mut u64, old_be) };
+            Outcome::Done { byte_cnt: 8 }
+        }
+        _ => Outcome::Fail(syndrome::LOCAL_QP_OP),
+    }
+}
+
+/// Executes the rung WQEs of QP `q`. Any process may do it for any QP (under the QP's SQ lock):
+/// a receiver's process resumes a sender stalled on RNR.
+fn execute(m: &Model, q: &Shm, t_ring: u64) {
+    let h: &QpHdr = hdr(q);
+    loop {
+        let kicks = h.kicks.load(Ordering::Acquire);
+        if !try_lock(&h.sq_lock) {
+            return; // another thread runs it and will see our kick
+        }
+        run_sq(m, q, t_ring);
+        unlock(&h.sq_lock);
+        if h.kicks.load(Ordering::Acquire) == kicks {
+            return;
+        }
+    }
+}
+
+fn run_sq(m: &Model, q: &Shm, t_ring: u64) {
+    let h: &QpHdr = hdr(q);
+    let Some(scq) = m.lookup(ObjKind::Cq, h.send_cqn) else {
+        return;
+    };
+    // SAFETY: the send counter, dbrec[1], in the header page.
+    let db =
+        u32::from_be(unsafe { std::ptr::read_volatile((q.ptr().add(QP_DBREC_OFF) as *const u32).add(1)) }) & 0xffff;
+    fence(Ordering::Acquire);
+    let mut ci = h.sq_ci.load(Ordering::Relaxed);
+    let target = ci.wrapping_add(db.wrapping_sub(ci) & 0xffff);
+    // SAFETY: the SQ ring inside the mapping.
+    let sq = unsafe { q.ptr().add(QP_SQ_OFF) };
+    let mut buf = [0u8; 1024];
+    let mut rnr_deadline: Option<std::time::Instant> = None;
+    while ci != target {
+        let d = match decode(sq, h.sq_wqe_cnt, ci, h.obj.id, &mut buf) {
+            Ok(d) => d,
+            Err((op, idx)) => {
+                // Malformed: report at the slot, move the QP to error; the rest is flushed.
+                push_cqe(
+                    &scq,
+                    CqeOut {
+                        op: cqe_op::REQ_ERR,
+                        qpn: h.obj.id,
+                        wqe_counter: idx,
+                        syndrome: syndrome::LOCAL_QP_OP,
+                        wqe_opcode: op,
+                        ..Default::default()
+                    },
+                );
+                set_err(m, q);
+                ci = ci.wrapping_add(1);
+                continue;
+            }
+        };
+        let nbb = d.ds.div_ceil(4);
+        let st = h.state.load(Ordering::Acquire);
+        let outcome = if st != state::RTS {
+            Outcome::Fail(syndrome::WR_FLUSH)
+        } else if h.inject_countdown.load(Ordering::Acquire) > 0
+            && h.inject_countdown.fetch_sub(1, Ordering::AcqRel) == 1
+        {
+            Outcome::Fail(h.inject_syndrome.load(Ordering::Acquire) as u8)
+        } else {
+            run_one(m, h, &d, &buf, t_ring)
+        };
+        match outcome {
+            Outcome::Done { byte_cnt } => {
+                if d.signaled {
+                    push_cqe(
+                        &scq,
+                        CqeOut {
+                            op: cqe_op::REQ,
+                            qpn: h.obj.id,
+                            wqe_counter: d.idx,
+                            byte_cnt,
+                            ..Default::default()
+                        },
+                    );
+                }
+            }
+            Outcome::Fail(s) => {
+                push_cqe(
+                    &scq,
+                    CqeOut {
+                        op: cqe_op::REQ_ERR,
+                        qpn: h.obj.id,
+                        wqe_counter: d.idx,
+                        syndrome: s,
+                        wqe_opcode: d.opcode,
+                        ..Default::default()
+                    },
+                );
+                if s != syndrome::WR_FLUSH {
+                    set_err(m, q);
+                }
+            }
+            Outcome::Stall => {
+                let retries = h.rnr_retry.load(Ordering::Relaxed);
+                if retries >= 7 {
+                    break; // infinite: resumed by the receiver's doorbell or the next ring
+                }
+                let peer_timer = m
+                    .lookup(ObjKind::Qp, h.peer.load(Ordering::Relaxed))
+                    .map(|p| hdr::<QpHdr>(&p).min_rnr_timer.load(Ordering::Relaxed))
+                    .unwrap_or(12);
+                let wait = std::time::Duration::from_micros(rnr_timer_us(peer_timer) * retries as u64);
+                let deadline = *rnr_deadline.get_or_insert_with(|| std::time::Instant::now() + wait);
+                if retries > 0 && std::time::Instant::now() < deadline {
+                    std::hint::spin_loop();
+                    continue; // retry the same WQE
+                }
+                push_cqe(
+                    &scq,
+                    CqeOut {
+                        op: cqe_op::REQ_ERR,
+                        qpn: h.obj.id,
+                        wqe_counter: d.idx,
+                        syndrome: syndrome::RNR_RETRY_EXC,
+                        wqe_opcode: d.opcode,
+                        ..Default::default()
+                    },
+                );
+                set_err(m, q);
+            }
+        }
+        rnr_deadline = None;
+        ci = ci.wrapping_add(nbb);
+        h.sq_ci.store(ci, Ordering::Release);
+    }
+}
+
+/// Removes this process's leftovers and those of dead processes (for tests and `devices`).
+pub fn sweep_dead() -> usize {
+    shm::sweep(owner_of)
+}
+
+/// A QP on model0 driven by the direct path: the same `Sq`, `Rq` and `Cq` code as on a ConnectX,
+/// with the doorbell routed to the model. One CQ takes send and receive completions.
+pub struct DirectModelQp {
+    /// The send queue.
+    pub sq: crate::mlx5::sq::Sq<ModelDoorbell>,
+    /// The receive queue.
+    pub rq: crate::mlx5::rq::Rq<ModelDoorbell>,
+    /// The completion queue.
+    pub cq: crate::mlx5::cq::Cq,
+    /// The model's side of the QP (connect, state, knobs).
+    pub qp: ModelQp,
+    _cq: ModelCq,
+}
+
+impl DirectModelQp {
+    /// Creates the CQ (`cqe` entries) and the QP in `pd` and wraps them.
+    pub fn new(
+        model: &Model,
+        pd: u32,
+        caps: ModelQpCaps,
+        cqe: u32,
+        mode: crate::mlx5::sq::DbMode,
+    ) -> Result<Self, ModelError> {
+        let cq = model.create_cq(cqe)?;
+        let qp = model.create_qp(pd, &cq, &cq, caps)?;
+        // SAFETY: the ring, doorbell record and register page live in `qp`'s mapping, kept alive
+        // by the `qp` field for as long as the queues exist, and posted to only through them.
+        let sq = unsafe { crate::mlx5::sq::Sq::new(qp.sq_config(), mode, qp.doorbell()) }
+            .map_err(|e| ModelError::Invalid(e.to_string()))?;
+        // SAFETY: as above, for the receive ring.
+        let rq = unsafe { crate::mlx5::rq::Rq::new(qp.rq_config(), qp.doorbell()) }
+            .map_err(|e| ModelError::Invalid(e.to_string()))?;
+        // SAFETY: the CQ buffer and record live in `cq`'s mapping, kept by the `_cq` field.
+        let dcq = unsafe { crate::mlx5::cq::Cq::new(cq.config()) }.map_err(|e| ModelError::Invalid(e.0.to_string()))?;
+        Ok(DirectModelQp {
+            sq,
+            rq,
+            cq: dcq,
+            qp,
+            _cq: cq,
+        })
+    }
+
+    /// CQEs the model dropped because this CQ was full.
+    pub fn cq_overruns(&self) -> u32 {
+        self._cq.overruns()
+    }
+}

@@ -1,0 +1,589 @@
+//! model0 driven by the direct path: every opcode with the data checked, ring and CQ
+//! wrap-around, selective signalling, postlists, every error the model reports, error injection,
+//! and a random operation sequence against a plain reference of the expected memory.
+
+use rdmaprobe::mlx5::cq::{cqe_op, Cqe, CqeError};
+use rdmaprobe::mlx5::seg::DataSeg;
+use rdmaprobe::mlx5::sq::{DbMode, SqError};
+use rdmaprobe::mlx5::wqe::{Payload, Wqe};
+use rdmaprobe::model::{
+    state, syndrome, DirectModelQp, ExecMode, Model, ModelConfig, ModelConnect, ModelMr, ModelQpCaps,
+};
+use rdmaprobe::sys;
+use std::time::{Duration, Instant};
+
+const ALL: u32 = sys::IBV_ACCESS_LOCAL_WRITE
+    | sys::IBV_ACCESS_REMOTE_WRITE
+    | sys::IBV_ACCESS_REMOTE_READ
+    | sys::IBV_ACCESS_REMOTE_ATOMIC;
+
+struct Side {
+    q: DirectModelQp,
+    mr: ModelMr,
+}
+
+struct Pair {
+    model: Model,
+    pd: u32,
+    a: Side,
+    b: Side,
+}
+
+fn pair_with(cfg: ModelConfig, caps: ModelQpCaps, cqe: u32, mode: DbMode, conn: ModelConnect) -> Pair {
+    let model = Model::open(cfg).expect("open model0");
+    let pd = model.alloc_pd();
+    let mk = || Side {
+        q: DirectModelQp::new(&model, pd, caps, cqe, mode).expect("direct QP on model0"),
+        mr: model.reg_mr(pd, 1 << 16, ALL).expect("MR"),
+    };
+    let a = mk();
+    let b = mk();
+    a.q.qp.connect(b.q.qp.qpn(), conn);
+    b.q.qp.connect(a.q.qp.qpn(), conn);
+    Pair { model, pd, a, b }
+}
+
+fn pair() -> Pair {
+    pair_with(
+        ModelConfig::default(),
+        ModelQpCaps::default(),
+        256,
+        DbMode::Bf,
+        ModelConnect::default(),
+    )
+}
+
+fn sge(mr: &ModelMr, off: usize, len: u32) -> [DataSeg; 1] {
+    [DataSeg::new(mr.addr() + off as u64, mr.lkey(), len)]
+}
+
+fn next(cq: &mut rdmaprobe::mlx5::cq::Cq) -> Result<Cqe, CqeError> {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let mut out = [Cqe::default(); 1];
+    loop {
+        if cq.poll(&mut out)? == 1 {
+            return Ok(out[0]);
+        }
+        assert!(Instant::now() < deadline, "no CQE within 5 s");
+    }
+}
+
+fn none_pending(cq: &mut rdmaprobe::mlx5::cq::Cq) {
+    let mut out = [Cqe::default(); 4];
+    assert_eq!(cq.poll(&mut out), Ok(0), "unexpected CQE");
+}
+
+fn pattern(len: usize, seed: u8) -> Vec<u8> {
+    (0..len)
+        .map(|i| (i as u8).wrapping_mul(13).wrapping_add(seed))
+        .collect()
+}
+
+#[test]
+fn send_recv_gather_and_immediate() {
+    let mut p = pair();
+    let data = pattern(3000, 1);
+    p.a.mr.write(0, &data);
+    p.b.q.rq.post(&sge(&p.b.mr, 8192, 4096)).unwrap();
+    p.b.q.rq.post(&sge(&p.b.mr, 16384, 64)).unwrap();
+    p.b.q.rq.ring();
+    // two gather entries
+    let g = [
+        DataSeg::new(p.a.mr.addr(), p.a.mr.lkey(), 1000),
+        DataSeg::new(p.a.mr.addr() + 1000, p.a.mr.lkey(), 2000),
+    ];
+    let i =
+        p.a.q
+            .sq
+            .post_and_ring(&Wqe::send(Payload::Gather(&g)).signaled())
+            .unwrap();
+    let c = next(&mut p.a.q.cq).unwrap();
+    assert_eq!((c.opcode, c.wqe_counter, c.qpn), (cqe_op::REQ, i, p.a.q.qp.qpn()));
+    p.a.q.sq.retire(c.wqe_counter);
+    let r = next(&mut p.b.q.cq).unwrap();
+    assert_eq!(
+        (r.opcode, r.byte_cnt, r.wqe_counter, r.qpn),
+        (cqe_op::RESP_SEND, 3000, 0, p.b.q.qp.qpn())
+    );
+    p.b.q.rq.retire(r.wqe_counter);
+    let mut got = vec![0u8; 3000];
+    p.b.mr.read(8192, &mut got);
+    assert_eq!(got, data);
+    // SEND with immediate, inline
+    p.a.q
+        .sq
+        .post_and_ring(&Wqe::send_imm(0xfeed_f00d, Payload::Inline(b"hello model0")).signaled())
+        .unwrap();
+    assert_eq!(next(&mut p.a.q.cq).unwrap().opcode, cqe_op::REQ);
+    let r = next(&mut p.b.q.cq).unwrap();
+    assert_eq!(
+        (r.opcode, r.byte_cnt, u32::from_be(r.imm)),
+        (cqe_op::RESP_SEND_IMM, 12, 0xfeed_f00d)
+    );
+    let mut got = [0u8; 12];
+    p.b.mr.read(16384, &mut got);
+    assert_eq!(&got, b"hello model0");
+}
+
+#[test]
+fn write_and_write_with_immediate() {
+    let mut p = pair();
+    let data = pattern(5000, 9);
+    p.a.mr.write(100, &data);
+    let src = sge(&p.a.mr, 100, 5000);
+    let w = Wqe::write(p.b.mr.addr() + 3, p.b.mr.rkey(), Payload::Gather(&src)).signaled();
+    p.a.q.sq.post_and_ring(&w).unwrap();
+    assert_eq!(next(&mut p.a.q.cq).unwrap().byte_cnt, 5000);
+    none_pending(&mut p.b.q.cq); // a plain WRITE is silent at the responder
+    let mut got = vec![0u8; 5000];
+    p.b.mr.read(3, &mut got);
+    assert_eq!(got, data);
+    // inline write + immediate consumes a receive
+    p.b.q.rq.post(&sge(&p.b.mr, 0, 0)).unwrap();
+    p.b.q.rq.ring();
+    let w = Wqe::write_imm(p.b.mr.addr() + 40000, p.b.mr.rkey(), 77, Payload::Inline(&data[..100])).signaled();
+    p.a.q.sq.post_and_ring(&w).unwrap();
+    next(&mut p.a.q.cq).unwrap();
+    let r = next(&mut p.b.q.cq).unwrap();
+    assert_eq!(
+        (r.opcode, r.byte_cnt, u32::from_be(r.imm)),
+        (cqe_op::RESP_WR_IMM, 100, 77)
+    );
+    let mut got = vec![0u8; 100];
+    p.b.mr.read(40000, &mut got);
+    assert_eq!(got, &data[..100]);
+}
+
+#[test]
+fn read_and_atomics() {
+    let mut p = pair();
+    let data = pattern(4096, 5);
+    p.b.mr.write(8192, &data);
+    let s = sge(&p.a.mr, 0, 4096);
+    p.a.q
+        .sq
+        .post_and_ring(&Wqe::read(p.b.mr.addr() + 8192, p.b.mr.rkey(), &s).signaled())
+        .unwrap();
+    assert_eq!(next(&mut p.a.q.cq).unwrap().byte_cnt, 4096);
+    let mut got = vec![0u8; 4096];
+    p.a.mr.read(0, &mut got);
+    assert_eq!(got, data);
+    // atomics on a big-endian word, as on mlx5
+    p.b.mr.write(64, &1000u64.to_be_bytes());
+    let res = sge(&p.a.mr, 5000, 8);
+    p.a.q
+        .sq
+        .post_and_ring(&Wqe::atomic_fa(p.b.mr.addr() + 64, p.b.mr.rkey(), 7, &res).signaled())
+        .unwrap();
+    next(&mut p.a.q.cq).unwrap();
+    let mut w = [0u8; 8];
+    p.a.mr.read(5000, &mut w);
+    assert_eq!(u64::from_be_bytes(w), 1000);
+    p.b.mr.read(64, &mut w);
+    assert_eq!(u64::from_be_bytes(w), 1007);
+    // CAS hit then miss
+    for (compare, expect_old, expect_now) in [(1007u64, 1007u64, 5u64), (1007, 5, 5)] {
+        let wqe = Wqe::atomic_cs(p.b.mr.addr() + 64, p.b.mr.rkey(), compare, 5, &res).signaled();
+        p.a.q.sq.post_and_ring(&wqe).unwrap();
+        next(&mut p.a.q.cq).unwrap();
+        p.a.mr.read(5000, &mut w);
+        assert_eq!(u64::from_be_bytes(w), expect_old);
+        p.b.mr.read(64, &mut w);
+        assert_eq!(u64::from_be_bytes(w), expect_now);
+    }
+    // NOP completes and touches nothing
+    p.a.q.sq.post_and_ring(&Wqe::nop().signaled()).unwrap();
+    assert_eq!(next(&mut p.a.q.cq).unwrap().byte_cnt, 0);
+}
+
+#[test]
+fn ring_wraps_ten_times_with_mixed_sizes_and_selective_signalling() {
+    let caps = ModelQpCaps {
+        max_send_wr: 16,
+        ..Default::default()
+    };
+    let mut p = pair_with(ModelConfig::default(), caps, 64, DbMode::Bf, ModelConnect::default());
+    let wqe_cnt = p.a.q.sq.wqe_cnt();
+    assert_eq!(wqe_cnt, 16);
+    let mut posted_bbs = 0u32;
+    let mut since_signal = 0;
+    let mut n = 0u32;
+    while posted_bbs < 10 * wqe_cnt + 7 {
+        // sizes: 1 WQEBB (gather write), 2 (inline 40), 4 (inline 200): inline ones wrap
+        let len = [0usize, 40, 200][(n % 3) as usize];
+        let data = pattern(len.max(16), n as u8);
+        let off = (n as usize % 64) * 256;
+        p.a.mr.write(off, &data);
+        let s = sge(&p.a.mr, off, 16);
+        let w = if len == 0 {
+            Wqe::write(p.b.mr.addr() + off as u64, p.b.mr.rkey(), Payload::Gather(&s))
+        } else {
+            Wqe::write(p.b.mr.addr() + off as u64, p.b.mr.rkey(), Payload::Inline(&data[..len]))
+        };
+        since_signal += 1;
+        let w = if since_signal == 3 { w.signaled() } else { w };
+        match p.a.q.sq.post(&w) {
+            Ok(_) => {}
+            Err(SqError::Full { .. }) => {
+                // retire through the last signalled WQE, then retry
+                let c = next(&mut p.a.q.cq).unwrap();
+                p.a.q.sq.retire(c.wqe_counter);
+                since_signal -= 1;
+                continue;
+            }
+            Err(e) => panic!("{e}"),
+        }
+        if since_signal == 3 {
+            since_signal = 0;
+        }
+        p.a.q.sq.ring();
+        posted_bbs += w.wqebbs();
+        let expect = if len == 0 { 16 } else { len };
+        let mut got = vec![0u8; expect];
+        p.b.mr.read(off, &mut got);
+        assert_eq!(got, &data[..expect], "WQE {n}");
+        n += 1;
+    }
+    assert!(p.a.q.sq.pi() >= 10 * wqe_cnt, "pi {}", p.a.q.sq.pi());
+    assert_eq!(p.a.q.cq_overruns(), 0);
+}
+
+#[test]
+fn cq_wraps_three_times_and_postlists_ring_once() {
+    let mut p = pair_with(
+        ModelConfig::default(),
+        ModelQpCaps::default(),
+        8,
+        DbMode::Bf,
+        ModelConnect::default(),
+    );
+    let cqe_cnt = 8;
+    let mut seen = 0u32;
+    let mut out = [Cqe::default(); 8];
+    for round in 0..(3 * cqe_cnt / 4 + 2) {
+        // a postlist of 4 signalled WQEs, one doorbell
+        for k in 0..4u32 {
+            let v = ((round * 4 + k) as u64).to_ne_bytes();
+            let w = Wqe::write(p.b.mr.addr() + 8 * k as u64, p.b.mr.rkey(), Payload::Inline(&v));
+            p.a.q.sq.post(&w.signaled()).unwrap();
+        }
+        p.a.q.sq.ring();
+        let mut got = 0;
+        while got < 4 {
+            let n = p.a.q.cq.poll(&mut out).unwrap();
+            for c in &out[..n] {
+                assert_eq!(c.wqe_counter as u32, seen % 65536, "CQEs in order across the wrap");
+                p.a.q.sq.retire(c.wqe_counter);
+                seen += 1;
+            }
+            got += n;
+        }
+    }
+    assert!(seen >= 3 * cqe_cnt, "{seen}");
+    assert_eq!(p.a.q.cq.ci(), seen);
+    assert_eq!(p.a.q.cq_overruns(), 0);
+}
+
+#[test]
+fn bad_rkey_is_remote_access_then_flush() {
+    let mut p = pair();
+    let s = sge(&p.a.mr, 0, 64);
+    let bad = Wqe::write(p.b.mr.addr(), p.b.mr.rkey() ^ 0x5a5a, Payload::Gather(&s));
+    let i = p.a.q.sq.post_and_ring(&bad).unwrap(); // unsignalled: errors always complete
+    let e = next(&mut p.a.q.cq).unwrap_err();
+    assert_eq!(
+        (e.syndrome, e.wqe_counter, e.qpn, e.responder),
+        (syndrome::REMOTE_ACCESS, i, p.a.q.qp.qpn(), false)
+    );
+    assert_eq!(e.wqe_opcode, rdmaprobe::mlx5::seg::opcode::RDMA_WRITE);
+    assert!(e.to_string().contains("REMOTE_ACCESS_ERR"), "{e}");
+    assert_eq!(p.a.q.qp.state(), state::ERR);
+    // out of bounds with the right key: also REMOTE_ACCESS (on a fresh pair)
+    let mut q = pair();
+    let s = sge(&q.a.mr, 0, 64);
+    q.a.q
+        .sq
+        .post_and_ring(&Wqe::write(
+            q.b.mr.addr() + (1 << 16) - 32,
+            q.b.mr.rkey(),
+            Payload::Gather(&s),
+        ))
+        .unwrap();
+    assert_eq!(next(&mut q.a.q.cq).unwrap_err().syndrome, syndrome::REMOTE_ACCESS);
+    // later WQEs on the errored QP: flushed, one CQE each
+    let j = p.a.q.sq.post_and_ring(&Wqe::nop()).unwrap();
+    let f = next(&mut p.a.q.cq).unwrap_err();
+    assert_eq!((f.syndrome, f.wqe_counter), (syndrome::WR_FLUSH, j));
+}
+
+#[test]
+fn bad_lkey_and_missing_access_rights() {
+    let mut p = pair();
+    let s = [DataSeg::new(p.a.mr.addr(), p.a.mr.lkey() ^ 1, 64)];
+    p.a.q
+        .sq
+        .post_and_ring(&Wqe::write(p.b.mr.addr(), p.b.mr.rkey(), Payload::Gather(&s)))
+        .unwrap();
+    assert_eq!(next(&mut p.a.q.cq).unwrap_err().syndrome, syndrome::LOCAL_PROT);
+    // a region of the same PD registered without REMOTE_WRITE refuses writes
+    let mut q = pair();
+    let ro = q.model.reg_mr(q.pd, 4096, sys::IBV_ACCESS_REMOTE_READ).unwrap();
+    let s = sge(&q.a.mr, 0, 8);
+    q.a.q
+        .sq
+        .post_and_ring(&Wqe::write(ro.addr(), ro.rkey(), Payload::Gather(&s)))
+        .unwrap();
+    assert_eq!(
+        next(&mut q.a.q.cq).unwrap_err().syndrome,
+        syndrome::REMOTE_ACCESS,
+        "no write right"
+    );
+    // and so does a region of another PD, whatever its rights
+    let mut q = pair();
+    let other = q.model.reg_mr(q.model.alloc_pd(), 4096, ALL).unwrap();
+    let s = sge(&q.a.mr, 0, 8);
+    q.a.q
+        .sq
+        .post_and_ring(&Wqe::write(other.addr(), other.rkey(), Payload::Gather(&s)))
+        .unwrap();
+    assert_eq!(
+        next(&mut q.a.q.cq).unwrap_err().syndrome,
+        syndrome::REMOTE_ACCESS,
+        "other PD"
+    );
+    // while the same rights in the right PD work
+    let mut q = pair();
+    let ok = q.model.reg_mr(q.pd, 4096, sys::IBV_ACCESS_REMOTE_WRITE).unwrap();
+    q.a.q
+        .sq
+        .post_and_ring(&Wqe::write(ok.addr(), ok.rkey(), Payload::Gather(&s)).signaled())
+        .unwrap();
+    assert_eq!(next(&mut q.a.q.cq).unwrap().opcode, cqe_op::REQ);
+}
+
+#[test]
+fn send_longer_than_receive_is_local_length_at_the_responder() {
+    let mut p = pair();
+    p.b.q.rq.post(&sge(&p.b.mr, 0, 16)).unwrap();
+    p.b.q.rq.ring();
+    p.a.q
+        .sq
+        .post_and_ring(&Wqe::send(Payload::Gather(&sge(&p.a.mr, 0, 64))).signaled())
+        .unwrap();
+    let r = next(&mut p.b.q.cq).unwrap_err();
+    assert_eq!(
+        (r.syndrome, r.responder, r.wqe_counter),
+        (syndrome::LOCAL_LENGTH, true, 0)
+    );
+    let e = next(&mut p.a.q.cq).unwrap_err();
+    assert_eq!(e.syndrome, syndrome::REMOTE_INVAL_REQ);
+    assert_eq!((p.a.q.qp.state(), p.b.q.qp.state()), (state::ERR, state::ERR));
+}
+
+#[test]
+fn send_without_receive_rnr() {
+    // rnr_retry 0: fails at once
+    let conn = ModelConnect {
+        rnr_retry: 0,
+        min_rnr_timer: 1,
+    };
+    let mut p = pair_with(ModelConfig::default(), ModelQpCaps::default(), 64, DbMode::Bf, conn);
+    p.a.q
+        .sq
+        .post_and_ring(&Wqe::send(Payload::Inline(b"x")).signaled())
+        .unwrap();
+    assert_eq!(next(&mut p.a.q.cq).unwrap_err().syndrome, syndrome::RNR_RETRY_EXC);
+    // rnr_retry 2 with a 10 us timer: fails after the retries
+    let conn = ModelConnect {
+        rnr_retry: 2,
+        min_rnr_timer: 1,
+    };
+    let mut p = pair_with(ModelConfig::default(), ModelQpCaps::default(), 64, DbMode::Bf, conn);
+    p.a.q
+        .sq
+        .post_and_ring(&Wqe::send(Payload::Inline(b"x")).signaled())
+        .unwrap();
+    assert_eq!(next(&mut p.a.q.cq).unwrap_err().syndrome, syndrome::RNR_RETRY_EXC);
+    // rnr_retry 7 (infinite): waits, and goes on when the receive is posted
+    let mut p = pair();
+    p.a.q
+        .sq
+        .post_and_ring(&Wqe::send(Payload::Inline(b"late")).signaled())
+        .unwrap();
+    none_pending(&mut p.a.q.cq);
+    p.b.q.rq.post(&sge(&p.b.mr, 0, 64)).unwrap();
+    p.b.q.rq.ring();
+    assert_eq!(next(&mut p.a.q.cq).unwrap().opcode, cqe_op::REQ);
+    assert_eq!(next(&mut p.b.q.cq).unwrap().byte_cnt, 4);
+}
+
+#[test]
+fn malformed_wqes_are_local_qp_op() {
+    let mut p = pair();
+    // an opcode the model does not know
+    let mut w = Wqe::nop();
+    w.opcode = 0x05;
+    let i = p.a.q.sq.post_and_ring(&w).unwrap();
+    let e = next(&mut p.a.q.cq).unwrap_err();
+    assert_eq!(
+        (e.syndrome, e.wqe_counter, e.wqe_opcode),
+        (syndrome::LOCAL_QP_OP, i, 0x05)
+    );
+    // an atomic whose result entry is not 8 bytes
+    let mut q = pair();
+    let res = sge(&q.a.mr, 0, 16);
+    q.a.q
+        .sq
+        .post_and_ring(&Wqe::atomic_fa(q.b.mr.addr(), q.b.mr.rkey(), 1, &res))
+        .unwrap();
+    assert_eq!(next(&mut q.a.q.cq).unwrap_err().syndrome, syndrome::LOCAL_QP_OP);
+    // a misaligned atomic target
+    let mut q = pair();
+    let res = sge(&q.a.mr, 0, 8);
+    q.a.q
+        .sq
+        .post_and_ring(&Wqe::atomic_fa(q.b.mr.addr() + 4, q.b.mr.rkey(), 1, &res))
+        .unwrap();
+    assert_eq!(next(&mut q.a.q.cq).unwrap_err().syndrome, syndrome::REMOTE_INVAL_REQ);
+}
+
+#[test]
+fn error_injection_fails_the_chosen_wqe() {
+    let mut p = pair();
+    p.a.q.qp.inject_error(syndrome::TRANSPORT_RETRY_EXC, 2);
+    for k in 0..2 {
+        p.a.q.sq.post_and_ring(&Wqe::nop().signaled()).unwrap();
+        assert_eq!(next(&mut p.a.q.cq).unwrap().wqe_counter, k);
+    }
+    p.a.q.sq.post_and_ring(&Wqe::nop().signaled()).unwrap();
+    let e = next(&mut p.a.q.cq).unwrap_err();
+    assert_eq!((e.syndrome, e.wqe_counter), (syndrome::TRANSPORT_RETRY_EXC, 2));
+}
+
+#[test]
+fn deferred_mode_executes_only_on_progress_and_doorbell_modes_agree() {
+    for mode in [DbMode::Bf, DbMode::BfNoFence, DbMode::Db] {
+        let cfg = ModelConfig {
+            exec: ExecMode::Deferred,
+            ..Default::default()
+        };
+        let mut p = pair_with(cfg, ModelQpCaps::default(), 64, mode, ModelConnect::default());
+        p.a.q
+            .sq
+            .post_and_ring(&Wqe::write(p.b.mr.addr(), p.b.mr.rkey(), Payload::Inline(b"abcd")).signaled())
+            .unwrap();
+        none_pending(&mut p.a.q.cq);
+        p.a.q.qp.progress();
+        next(&mut p.a.q.cq).unwrap();
+        let mut got = [0u8; 4];
+        p.b.mr.read(0, &mut got);
+        assert_eq!(&got, b"abcd", "{mode:?}");
+    }
+}
+
+#[test]
+fn wire_delay_is_applied() {
+    let d = Duration::from_micros(200);
+    let cfg = ModelConfig {
+        wire_delay_ns: d.as_nanos() as u64,
+        ..Default::default()
+    };
+    let mut p = pair_with(cfg, ModelQpCaps::default(), 64, DbMode::Bf, ModelConnect::default());
+    let t0 = Instant::now();
+    p.a.q
+        .sq
+        .post_and_ring(&Wqe::write(p.b.mr.addr(), p.b.mr.rkey(), Payload::Inline(b"z")).signaled())
+        .unwrap();
+    next(&mut p.a.q.cq).unwrap();
+    assert!(t0.elapsed() >= d, "{:?}", t0.elapsed());
+}
+
+/// Random sequences of operations through the direct path against a plain reference of the
+/// responder's memory.
+#[test]
+fn random_operation_sequences_match_a_reference() {
+    let mut p = pair();
+    let mut reference = vec![0u8; 1 << 16];
+    let mut rng = 0x2545_f491_4f6c_dd1du64;
+    let mut rnd = move || {
+        rng ^= rng << 13;
+        rng ^= rng >> 7;
+        rng ^= rng << 17;
+        rng
+    };
+    let mut outstanding = 0;
+    for step in 0..3000u32 {
+        let kind = rnd() % 4;
+        let off = (rnd() % 60000) as usize & !7;
+        let len = 1 + (rnd() % 200) as usize;
+        let data = pattern(len, step as u8);
+        let signaled = rnd() % 4 == 0;
+        let w = match kind {
+            0 => {
+                // gather write from A's memory
+                p.a.mr.write(0, &data);
+                reference[off..off + len].copy_from_slice(&data);
+                let s = sge(&p.a.mr, 0, len as u32);
+                let w = Wqe::write(p.b.mr.addr() + off as u64, p.b.mr.rkey(), Payload::Gather(&s));
+                p.a.q.sq.post(&if signaled { w.signaled() } else { w })
+            }
+            1 => {
+                let l = len.min(200);
+                reference[off..off + l].copy_from_slice(&data[..l]);
+                let w = Wqe::write(p.b.mr.addr() + off as u64, p.b.mr.rkey(), Payload::Inline(&data[..l]));
+                p.a.q.sq.post(&if signaled { w.signaled() } else { w })
+            }
+            2 => {
+                let add = rnd() % 1000;
+                let cur = u64::from_be_bytes(reference[off..off + 8].try_into().unwrap());
+                reference[off..off + 8].copy_from_slice(&cur.wrapping_add(add).to_be_bytes());
+                let res = sge(&p.a.mr, 60000, 8);
+                let w = Wqe::atomic_fa(p.b.mr.addr() + off as u64, p.b.mr.rkey(), add, &res);
+                p.a.q.sq.post(&if signaled { w.signaled() } else { w })
+            }
+            _ => {
+                // read back and compare with the reference
+                let s = sge(&p.a.mr, 30000, len as u32);
+                let w = Wqe::read(p.b.mr.addr() + off as u64, p.b.mr.rkey(), &s).signaled();
+                let r = p.a.q.sq.post(&w);
+                p.a.q.sq.ring();
+                // drain through this read
+                loop {
+                    let c = next(&mut p.a.q.cq).unwrap();
+                    p.a.q.sq.retire(c.wqe_counter);
+                    if c.byte_cnt as usize == len && r.is_ok_and(|i| i == c.wqe_counter) {
+                        break;
+                    }
+                }
+                outstanding = 0;
+                let mut got = vec![0u8; len];
+                p.a.mr.read(30000, &mut got);
+                assert_eq!(got, &reference[off..off + len], "step {step}");
+                continue;
+            }
+        };
+        match w {
+            Ok(_) => {}
+            Err(SqError::Full { .. }) => panic!("ring full at step {step}: signalling keeps it drained"),
+            Err(e) => panic!("{e}"),
+        }
+        p.a.q.sq.ring();
+        outstanding += 1;
+        if signaled || outstanding > 64 {
+            // every signalled CQE retires what came before it
+            if signaled {
+                let c = next(&mut p.a.q.cq).unwrap();
+                p.a.q.sq.retire(c.wqe_counter);
+                outstanding = 0;
+            } else {
+                p.a.q.sq.post_and_ring(&Wqe::nop().signaled()).unwrap();
+                let c = next(&mut p.a.q.cq).unwrap();
+                p.a.q.sq.retire(c.wqe_counter);
+                outstanding = 0;
+            }
+        }
+    }
+    let mut all = vec![0u8; 1 << 16];
+    p.b.mr.read(0, &mut all);
+    assert_eq!(all, reference);
+}
