@@ -124,6 +124,7 @@ cat > "$root/init" <<INIT
 /bin/busybox --install -s /bin
 export PATH=/usr/bin:/bin
 mount -t proc proc /proc; mount -t sysfs sys /sys; mount -t devtmpfs dev /dev; mount -t tmpfs tmp /tmp
+mkdir -p /dev/shm && mount -t tmpfs shm /dev/shm
 cd /
 for m in \$(cat /modules/order); do
   if [ "\$m" = dummy.ko ]; then insmod /modules/\$m numdummies=0; else insmod /modules/\$m; fi || echo "GUEST: insmod \$m failed"
@@ -167,6 +168,7 @@ fail=0
 grep -q 'devices=0 ' <<<"$result" || { echo "FAIL: rdmaprobe devices did not exit 0 on rxe0"; fail=1; }
 grep -q 'devices_json=0 ' <<<"$result" || { echo "FAIL: rdmaprobe devices --json did not exit 0"; fail=1; }
 grep -q 'RoCE v2, 192.0.2.1' "$log.txt" || { echo "FAIL: rdmaprobe devices did not show the RoCE v2 IPv4 GID"; fail=1; }
+grep -q "model0	(SOFTWARE MODEL" "$log.txt" || { echo "FAIL: rdmaprobe devices did not list model0 in the guest"; fail=1; }
 summary=$(grep -E '^test result: ' "$log.txt" | tail -n 1)
 passed=$(sed -nE 's/.* ([0-9]+) passed.*/\1/p' <<<"$summary")
 failed=$(sed -nE 's/.* ([0-9]+) failed.*/\1/p' <<<"$summary")

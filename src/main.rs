@@ -3,6 +3,7 @@
 use anyhow::Result;
 use clap::{Parser, Subcommand};
 use rdmaprobe::clock::{Calibration, TscSource};
+use rdmaprobe::model;
 use rdmaprobe::verbs::device::{self, libibverbs_loaded};
 use rdmaprobe::verbs::{DeviceList, VerbsError};
 use serde_json::json;
@@ -24,8 +25,8 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Cmd {
-    /// List RDMA devices and their ports, like ibv_devinfo. Exit 0 when a device exists, 3 when
-    /// none does (with the reason and what to do), 1 on another error.
+    /// List RDMA devices and their ports, like ibv_devinfo, then the built-in model0. Exit 0 when
+    /// a hardware device exists, 3 when none does (with the reason and what to do), 1 on error.
     Devices {
         /// Print JSON instead of text.
         #[arg(long)]
@@ -72,6 +73,7 @@ fn build_info() -> serde_json::Value {
 }
 
 fn devices(as_json: bool, max_gids: u32) -> Result<ExitCode> {
+    let model = model::info().map_err(|e| e.to_string());
     let list = match DeviceList::get() {
         Ok(l) => l,
         Err(VerbsError::NoDevice(why)) => {
@@ -82,10 +84,19 @@ fn devices(as_json: bool, max_gids: u32) -> Result<ExitCode> {
                     "hardware_device": false,
                     "no_device_reason": format!("{why:?}"),
                     "explanation": why.explain(),
+                    "model": model_json(&model),
+                    "default_device": model.as_ref().ok().map(|m| m.name),
                 });
                 println!("{}", serde_json::to_string_pretty(&doc)?);
             } else {
                 println!("No RDMA device.\n\n{}\n", why.explain());
+                print_model(&model);
+                if model.is_ok() {
+                    println!(
+                        "\nWithout an RDMA device, {} is the default device.",
+                        model::DEVICE_NAME
+                    );
+                }
             }
             return Ok(ExitCode::from(EXIT_NO_DEVICE));
         }
@@ -125,7 +136,8 @@ fn devices(as_json: bool, max_gids: u32) -> Result<ExitCode> {
                 v
             })
             .collect();
-        let doc = json!({ "build": build_info(), "devices": devs, "hardware_device": true });
+        let doc =
+            json!({ "build": build_info(), "devices": devs, "hardware_device": true, "model": model_json(&model) });
         println!("{}", serde_json::to_string_pretty(&doc)?);
         return Ok(ExitCode::SUCCESS);
     }
@@ -182,7 +194,33 @@ fn devices(as_json: bool, max_gids: u32) -> Result<ExitCode> {
             }
         }
     }
+    print_model(&model);
     Ok(ExitCode::SUCCESS)
+}
+
+fn model_json(m: &Result<model::ModelInfo, String>) -> serde_json::Value {
+    match m {
+        Ok(i) => serde_json::to_value(i).unwrap_or_default(),
+        Err(e) => json!({ "name": model::DEVICE_NAME, "error": e }),
+    }
+}
+
+fn print_model(m: &Result<model::ModelInfo, String>) {
+    match m {
+        Ok(i) => {
+            println!("hca_id:\t{}\t(SOFTWARE MODEL, not hardware)", i.name);
+            println!("\tdescription:\t\t{}", i.description);
+            println!("\tshared memory:\t\t{}", i.shm_dir);
+            println!("\tbackends:\t\t{}", i.backends.join(", "));
+            println!("\tmax_qp_wr:\t\t{}", i.max_qp_wr);
+            println!("\tmax_inline_data:\t{}", i.max_inline_data);
+            println!("\tbf_size:\t\t{}", i.bf_size);
+            if i.swept > 0 {
+                println!("\tcleaned up:\t\t{} objects of processes that died", i.swept);
+            }
+        }
+        Err(e) => println!("hca_id:\t{}\t(SOFTWARE MODEL) unavailable: {e}", model::DEVICE_NAME),
+    }
 }
 
 fn current_clocksource() -> Option<String> {

@@ -26,6 +26,12 @@ fn devices_explains_or_lists() {
                 "{out}"
             );
             assert!(!err.contains("panicked"), "{err}");
+            // the built-in model follows, marked as such, and is named the default device
+            let m = out
+                .find("hca_id:\tmodel0\t(SOFTWARE MODEL, not hardware)")
+                .expect("model0 listed");
+            assert!(m > out.find("No RDMA device.").unwrap());
+            assert!(out.contains("model0 is the default device"), "{out}");
         }
         0 => assert!(out.contains("hca_id:") && out.contains("link_layer:"), "{out}"),
         other => panic!("unexpected exit {other}: {out}{err}"),
@@ -46,7 +52,10 @@ fn devices_json_is_valid_and_agrees_with_exit_status() {
     if code == 3 {
         assert!(v["explanation"].as_str().is_some_and(|s| s.len() > 40));
         assert_eq!(v["devices"].as_array().map(|a| a.len()), Some(0));
+        assert_eq!(v["default_device"].as_str(), Some("model0"));
     }
+    assert_eq!(v["model"]["name"].as_str(), Some("model0"));
+    assert_eq!(v["model"]["software_model"].as_bool(), Some(true));
 }
 
 #[test]

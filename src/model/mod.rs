@@ -1281,9 +1281,50 @@ fn run_sq(m: &Model, q: &Shm, t_ring: u64) {
     }
 }
 
-/// Removes this process's leftovers and those of dead processes (for tests and `devices`).
+/// Removes the objects of processes that died (crash recovery); returns how many.
 pub fn sweep_dead() -> usize {
     shm::sweep(owner_of)
+}
+
+/// What `rdmaprobe devices` says about model0.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct ModelInfo {
+    /// `model0`.
+    pub name: &'static str,
+    /// Always true: this is not hardware.
+    pub software_model: bool,
+    /// What it is.
+    pub description: &'static str,
+    /// Where its shared-memory objects live.
+    pub shm_dir: String,
+    /// Largest queue depth.
+    pub max_qp_wr: u32,
+    /// Largest inline payload.
+    pub max_inline_data: u32,
+    /// BlueFlame buffer size of its QPs.
+    pub bf_size: u32,
+    /// Backends it runs.
+    pub backends: &'static [&'static str],
+    /// Objects of dead processes removed while checking it.
+    pub swept: usize,
+}
+
+/// Checks that the model can be opened here and describes it.
+pub fn info() -> Result<ModelInfo, ModelError> {
+    let before = sweep_dead();
+    let _m = Model::open(ModelConfig::default())?;
+    Ok(ModelInfo {
+        name: DEVICE_NAME,
+        software_model: true,
+        description: "built-in software model of an mlx5 HCA (shared memory); results are about the tool and \
+                      the data path, not any NIC's performance",
+        shm_dir: shm::dir().display().to_string(),
+        max_qp_wr: 32768,
+        max_inline_data: 912,
+        bf_size: BF_SIZE,
+        backends: &["direct"],
+        swept: before,
+    })
 }
 
 /// A QP on model0 driven by the direct path: the same `Sq`, `Rq` and `Cq` code as on a ConnectX,
