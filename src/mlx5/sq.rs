@@ -231,30 +231,69 @@ impl<H: RingHook> Sq<H> {
         }
         let start = self.pi;
         let idx = (start & 0xffff) as u16;
-        let ctrl: CtrlSeg = w.ctrl(idx, qpn);
-        // SAFETY: every unit address comes from `unit`, inside the ring; the WQEBBs written are
-        // free (checked above), so the device is not reading them; segments are 16-byte values
-        // written at 16-byte aligned addresses.
-        unsafe {
-            ptr::write(self.unit(start, 0) as *mut CtrlSeg, ctrl);
-            let mut u = 1;
-            if let Some(r) = w.raddr {
-                ptr::write(self.unit(start, u) as *mut _, r);
-                u += 1;
-            }
-            if let Some(a) = w.atomic {
-                ptr::write(self.unit(start, u) as *mut _, a);
-                u += 1;
-            }
-            match w.payload {
-                Payload::None => {}
-                Payload::Gather(segs) => {
-                    for s in segs {
-                        ptr::write(self.unit(start, u) as *mut _, *s);
-                        u += 1;
+        let ctrl = CtrlSeg {
+            opmod_idx_opcode: Be32::new(((idx as u32) << 8) | w.opcode as u32),
+            qpn_ds: Be32::new((qpn << 8) | ds),
+            signature: 0,
+            dci_stream_channel_id: [0, 0],
+            fm_ce_se: w.fm_ce_se,
+            imm: w.imm,
+        };
+        let slot = start & (self.cfg.wqe_cnt - 1);
+        if slot + nbb <= self.cfg.wqe_cnt {
+            // The common case: the WQE does not wrap; write it at consecutive addresses.
+            // SAFETY: slot + nbb <= wqe_cnt, so [base, base + nbb * 64) is inside the ring; those
+            // WQEBBs are free (checked above); 16-byte segments at 16-byte aligned addresses.
+            unsafe {
+                let mut p = self.cfg.buf.add(slot as usize * WQEBB);
+                ptr::write(p as *mut CtrlSeg, ctrl);
+                p = p.add(16);
+                if let Some(r) = w.raddr {
+                    ptr::write(p as *mut _, r);
+                    p = p.add(16);
+                }
+                if let Some(a) = w.atomic {
+                    ptr::write(p as *mut _, a);
+                    p = p.add(16);
+                }
+                match w.payload {
+                    Payload::None => {}
+                    Payload::Gather(segs) => {
+                        ptr::copy_nonoverlapping(segs.as_ptr(), p as *mut _, segs.len());
+                    }
+                    Payload::Inline(bytes) => {
+                        let hdr = InlineHdr {
+                            byte_count: Be32::new(bytes.len() as u32 | INLINE_SEG),
+                        };
+                        ptr::write(p as *mut InlineHdr, hdr);
+                        ptr::copy_nonoverlapping(bytes.as_ptr(), p.add(4), bytes.len());
                     }
                 }
-                Payload::Inline(bytes) => self.write_inline(start, u, bytes),
+            }
+        } else {
+            // SAFETY: every unit address comes from `unit`, inside the ring; the WQEBBs written
+            // are free (checked above); segments are 16-byte values at 16-byte aligned addresses.
+            unsafe {
+                ptr::write(self.unit(start, 0) as *mut CtrlSeg, ctrl);
+                let mut u = 1;
+                if let Some(r) = w.raddr {
+                    ptr::write(self.unit(start, u) as *mut _, r);
+                    u += 1;
+                }
+                if let Some(a) = w.atomic {
+                    ptr::write(self.unit(start, u) as *mut _, a);
+                    u += 1;
+                }
+                match w.payload {
+                    Payload::None => {}
+                    Payload::Gather(segs) => {
+                        for s in segs {
+                            ptr::write(self.unit(start, u) as *mut _, *s);
+                            u += 1;
+                        }
+                    }
+                    Payload::Inline(bytes) => self.write_inline(start, u, bytes),
+                }
             }
         }
         self.pi = start.wrapping_add(nbb);

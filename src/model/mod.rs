@@ -598,6 +598,8 @@ impl ModelQp {
     pub fn doorbell(&self) -> ModelDoorbell {
         ModelDoorbell {
             model: self.model.clone(),
+            qp: self.shm.clone(),
+            inline: self.model.inner.cfg.exec == ExecMode::Inline,
         }
     }
     /// Connects to `peer` (the peer does the same towards us): state RTS.
@@ -640,35 +642,38 @@ impl Drop for ModelQp {
     }
 }
 
-/// The doorbell route: what the direct path's queues call after every doorbell.
+/// The doorbell route: what the direct path's queues call after every doorbell. In deferred mode
+/// it does nothing (the model reads the doorbell record when [`ModelQp::progress`] runs).
 #[derive(Clone)]
 pub struct ModelDoorbell {
     model: Model,
+    qp: Arc<Shm>,
+    inline: bool,
 }
 
 impl RingHook for ModelDoorbell {
-    fn rung(&mut self, qpn: u32, _pi: u32) {
-        let t = clock::start();
-        if let Some(q) = self.model.lookup(ObjKind::Qp, qpn) {
-            hdr::<QpHdr>(&q).kicks.fetch_add(1, Ordering::AcqRel);
-            if self.model.inner.cfg.exec == ExecMode::Inline {
-                execute(&self.model, &q, t);
-            }
+    #[inline]
+    fn rung(&mut self, _qpn: u32, _pi: u32) {
+        if !self.inline {
+            return;
         }
+        let t = clock::start();
+        hdr::<QpHdr>(&self.qp).kicks.fetch_add(1, Ordering::AcqRel);
+        execute(&self.model, &self.qp, t);
     }
 
-    fn rung_rq(&mut self, qpn: u32, _head: u32) {
-        let Some(q) = self.model.lookup(ObjKind::Qp, qpn) else {
-            return;
-        };
-        let h: &QpHdr = hdr(&q);
+    fn rung_rq(&mut self, _qpn: u32, _head: u32) {
+        let h: &QpHdr = hdr(&self.qp);
         if h.state.load(Ordering::Acquire) == state::ERR {
-            flush_rq(&self.model, &q);
+            flush_rq(&self.model, &self.qp);
+            return;
+        }
+        if !self.inline {
             return;
         }
         // A sender stalled on RNR waits for this receive: let it go on.
         let peer = h.peer.load(Ordering::Acquire);
-        if peer != 0 && self.model.inner.cfg.exec == ExecMode::Inline {
+        if peer != 0 {
             if let Some(p) = self.model.lookup(ObjKind::Qp, peer) {
                 hdr::<QpHdr>(&p).kicks.fetch_add(1, Ordering::AcqRel);
                 execute(&self.model, &p, clock::start());
