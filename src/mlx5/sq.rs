@@ -7,7 +7,7 @@
 //! following rdma-core's `post_send_db`.
 
 use super::barrier::{mmio_flush_writes, mmio_wc_start, udma_to_device_barrier};
-use super::seg::{Be32, CtrlSeg, InlineHdr, BF_MAX_BYTES, INLINE_SEG, MAX_DS, WQEBB};
+use super::seg::{Be32, CtrlSeg, DataSeg, InlineHdr, BF_MAX_BYTES, INLINE_SEG, MAX_DS, WQEBB};
 use super::wqe::{Payload, Wqe};
 use core::ptr;
 
@@ -208,7 +208,7 @@ impl<H: RingHook> Sq<H> {
     }
 
     /// Writes `w` into the ring at the producer index (no doorbell). Returns its 16-bit index.
-    #[inline]
+    #[inline(always)]
     pub fn post(&mut self, w: &Wqe<'_>) -> Result<u16, SqError> {
         let qpn = self.cfg.qpn;
         let ds = w.ds();
@@ -259,14 +259,18 @@ impl<H: RingHook> Sq<H> {
                 match w.payload {
                     Payload::None => {}
                     Payload::Gather(segs) => {
-                        ptr::copy_nonoverlapping(segs.as_ptr(), p as *mut _, segs.len());
+                        let mut d = p as *mut DataSeg;
+                        for s in segs {
+                            ptr::write(d, *s);
+                            d = d.add(1);
+                        }
                     }
                     Payload::Inline(bytes) => {
                         let hdr = InlineHdr {
                             byte_count: Be32::new(bytes.len() as u32 | INLINE_SEG),
                         };
                         ptr::write(p as *mut InlineHdr, hdr);
-                        ptr::copy_nonoverlapping(bytes.as_ptr(), p.add(4), bytes.len());
+                        copy_bytes(bytes, p.add(4));
                     }
                 }
             }
@@ -396,6 +400,37 @@ impl<H: RingHook> Sq<H> {
         let qpn_ds = unsafe { ptr::read(self.unit(start, 0) as *const CtrlSeg) }.qpn_ds.get();
         let nbb = (qpn_ds & 0x3f).div_ceil(4).max(1);
         self.ci = start.wrapping_add(nbb);
+    }
+}
+
+/// Copies `src` to `dst`: small payloads (the common inline case) with 8-byte moves instead of a
+/// call to `memcpy`.
+///
+/// # Safety
+/// `dst` is valid for `src.len()` bytes and does not overlap `src`.
+#[inline(always)]
+unsafe fn copy_bytes(src: &[u8], dst: *mut u8) {
+    let n = src.len();
+    if n > 64 {
+        // SAFETY: the caller guarantees dst is valid for n bytes.
+        unsafe { ptr::copy_nonoverlapping(src.as_ptr(), dst, n) };
+        return;
+    }
+    let mut i = 0;
+    while i + 8 <= n {
+        // SAFETY: i + 8 <= n: in bounds of src and dst; unaligned 8-byte moves.
+        unsafe {
+            ptr::write_unaligned(
+                dst.add(i) as *mut u64,
+                ptr::read_unaligned(src.as_ptr().add(i) as *const u64),
+            )
+        };
+        i += 8;
+    }
+    while i < n {
+        // SAFETY: i < n: in bounds of src and dst.
+        unsafe { *dst.add(i) = *src.get_unchecked(i) };
+        i += 1;
     }
 }
 
