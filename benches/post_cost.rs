@@ -87,7 +87,7 @@ fn main() {
                 let (fb, frec, freg) = (f.buf, f.dbrec, f.bf_reg);
                 let (mut fpi, mut bf_off) = (0u32, 0usize);
                 // Receives for the SENDs of the next block (outside the timed region).
-                let mut refill = |b: &mut DirectModelQp, n: u32| {
+                let refill = |b: &mut DirectModelQp, n: u32| {
                     if inline {
                         let mut out = [Cqe::default(); 64];
                         while let Ok(k) = b.cq.poll(&mut out) {
