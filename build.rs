@@ -145,10 +145,33 @@ fn main() {
     let manifest = PathBuf::from(env::var("CARGO_MANIFEST_DIR").expect("cargo sets CARGO_MANIFEST_DIR"));
     let arch = env::var("CARGO_CFG_TARGET_ARCH").unwrap_or_default();
 
-    let rc = match env::var_os("RDMAPROBE_RDMA_CORE_PREFIX") {
+    // Cross-compiling (e.g. `cargo check --target aarch64-unknown-linux-gnu`): rdma-core's
+    // headers are architecture-independent, so the host's serve; the target's C library headers
+    // come from the cross compiler's sysroot.
+    let cross = env::var("TARGET").ok() != env::var("HOST").ok();
+    if cross {
+        println!("cargo:rerun-if-env-changed=PKG_CONFIG_ALLOW_CROSS");
+        // The build script runs one thread here, so changing its environment is sound.
+        env::set_var("PKG_CONFIG_ALLOW_CROSS", "1");
+    }
+    let mut rc = match env::var_os("RDMAPROBE_RDMA_CORE_PREFIX") {
         Some(p) if !p.is_empty() => from_prefix(Path::new(&p)),
         _ => from_pkg_config(),
     };
+    if cross && (rc.include == Path::new("/usr/include")) {
+        // Only rdma-core's own directories, so the host's C library headers stay out.
+        let farm = out.join("cross-include");
+        let _ = fs::remove_dir_all(&farm);
+        fs::create_dir_all(&farm).unwrap_or_else(|e| fail(&format!("creating {}: {e}", farm.display())));
+        for d in ["infiniband", "rdma"] {
+            let src = rc.include.join(d);
+            if src.is_dir() {
+                std::os::unix::fs::symlink(&src, farm.join(d))
+                    .unwrap_or_else(|e| fail(&format!("linking {}: {e}", src.display())));
+            }
+        }
+        rc.include = farm;
+    }
     for d in &rc.libdirs {
         println!("cargo:rustc-link-search=native={}", d.display());
         if rc.origin.starts_with("prefix") {
@@ -173,6 +196,15 @@ fn main() {
     let wrapper = manifest.join("wrapper.h");
     let static_fns = out.join("static_fns");
     let mut clang_args = vec![format!("-I{}", rc.include.display())];
+    let target = env::var("TARGET").unwrap_or_default();
+    if cross {
+        let gnu = target.replace("-unknown-", "-");
+        let sysroot = PathBuf::from(format!("/usr/{gnu}"));
+        if sysroot.join("include").is_dir() {
+            clang_args.push(format!("--sysroot={}", sysroot.display()));
+            clang_args.push(format!("-isystem{}/include", sysroot.display()));
+        }
+    }
     if arch == "x86_64" {
         // mlx5dv's x86 setters are guarded by __SSE3__ but use SSSE3's _mm_shuffle_epi8.
         clang_args.push("-mssse3".into());

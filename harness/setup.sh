@@ -3,13 +3,21 @@
 # checks what is missing first, runs `apt-get update` then installs only when something is.
 #   harness/setup.sh             build + host tests
 #   harness/setup.sh --softroce  also what the Soft-RoCE guest lane needs
+#   harness/setup.sh --cross     also the aarch64 cross compiler (for the aarch64 build check)
 set -euo pipefail
 
 build_pkgs=(libibverbs-dev ibverbs-providers libclang-dev clang pkg-config gcc python3)
 softroce_pkgs=(qemu-system-x86 busybox-static rdma-core ibverbs-utils perftest iproute2 cpio kmod xz-utils zstd)
+cross_pkgs=(gcc-aarch64-linux-gnu libc6-dev-arm64-cross)
 
 want=("${build_pkgs[@]}")
-[[ "${1:-}" == "--softroce" ]] && want+=("${softroce_pkgs[@]}")
+for a in "$@"; do
+  case "$a" in
+    --softroce) want+=("${softroce_pkgs[@]}");;
+    --cross) want+=("${cross_pkgs[@]}");;
+    *) echo "setup: unknown option $a (use --softroce, --cross)" >&2; exit 2;;
+  esac
+done
 
 missing=()
 for p in "${want[@]}"; do

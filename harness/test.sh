@@ -7,7 +7,7 @@ set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 cd "$repo"
 
-"$repo/harness/setup.sh" --softroce
+"$repo/harness/setup.sh" --softroce --cross
 
 say "cargo fmt --check"
 cargo fmt --all -- --check || die "cargo fmt: run 'cargo fmt'"
@@ -16,6 +16,15 @@ cargo clippy --all-targets -- -D warnings
 say "no_std core: cargo build --lib --no-default-features"
 cargo build --lib --no-default-features
 cargo clippy --lib --no-default-features -- -D warnings
+
+say "aarch64: cargo clippy --target aarch64-unknown-linux-gnu --lib (core and std)"
+if rustup target list --installed 2>/dev/null | grep -qx aarch64-unknown-linux-gnu ||
+   rustup target add aarch64-unknown-linux-gnu >/dev/null 2>&1; then
+  cargo clippy --target aarch64-unknown-linux-gnu --lib --no-default-features -- -D warnings
+  cargo clippy --target aarch64-unknown-linux-gnu --lib -- -D warnings
+else
+  say "aarch64 check SKIPPED: the aarch64-unknown-linux-gnu target could not be installed here"
+fi
 
 say "host tests: cargo test"
 host_log=$(mktemp)

@@ -2,14 +2,15 @@
 //! are not installed), one implementation per architecture. Each use in `sq.rs`/`cq.rs` says
 //! which two accesses it orders.
 
-use core::sync::atomic::{compiler_fence, Ordering};
+#[cfg(not(target_arch = "aarch64"))]
+use core::sync::atomic::Ordering;
 
 /// Orders CPU writes to memory the device reads (WQEs) before a later write that makes the device
 /// read them (the doorbell record). x86-64 keeps stores in order: a compiler barrier.
 #[inline(always)]
 pub fn udma_to_device_barrier() {
     #[cfg(target_arch = "x86_64")]
-    compiler_fence(Ordering::SeqCst);
+    core::sync::atomic::compiler_fence(Ordering::SeqCst);
     #[cfg(target_arch = "aarch64")]
     // SAFETY: a barrier instruction; no memory operands.
     unsafe {
