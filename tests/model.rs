@@ -12,6 +12,10 @@ use rdmaprobe::model::{
 use rdmaprobe::sys;
 use std::time::{Duration, Instant};
 
+#[path = "common/direct.rs"]
+mod direct;
+use direct::{End, Mem};
+
 const ALL: u32 = sys::IBV_ACCESS_LOCAL_WRITE
     | sys::IBV_ACCESS_REMOTE_WRITE
     | sys::IBV_ACCESS_REMOTE_READ
@@ -41,6 +45,59 @@ fn pair_with(cfg: ModelConfig, caps: ModelQpCaps, cqe: u32, mode: DbMode, conn: 
     a.q.qp.connect(b.q.qp.qpn(), conn);
     b.q.qp.connect(a.q.qp.qpn(), conn);
     Pair { model, pd, a, b }
+}
+
+fn mem(mr: &ModelMr) -> Mem {
+    Mem {
+        addr: mr.addr(),
+        lkey: mr.lkey(),
+        rkey: mr.rkey(),
+        len: mr.len(),
+    }
+}
+
+fn ends(
+    p: &mut Pair,
+) -> (
+    End<'_, rdmaprobe::model::ModelDoorbell>,
+    End<'_, rdmaprobe::model::ModelDoorbell>,
+) {
+    let (ma, mb) = (mem(&p.a.mr), mem(&p.b.mr));
+    (
+        End {
+            sq: &mut p.a.q.sq,
+            rq: &mut p.a.q.rq,
+            cq: &mut p.a.q.cq,
+            mem: ma,
+        },
+        End {
+            sq: &mut p.b.q.sq,
+            rq: &mut p.b.q.rq,
+            cq: &mut p.b.q.cq,
+            mem: mb,
+        },
+    )
+}
+
+#[test]
+fn send_recv_gather_and_immediate() {
+    let mut p = pair();
+    let (a, b) = ends(&mut p);
+    direct::send_recv(a, b);
+}
+
+#[test]
+fn write_and_write_with_immediate() {
+    let mut p = pair();
+    let (a, b) = ends(&mut p);
+    direct::write(a, b);
+}
+
+#[test]
+fn read_and_atomics() {
+    let mut p = pair();
+    let (a, b) = ends(&mut p);
+    direct::read_and_atomics(a, b);
 }
 
 fn pair() -> Pair {
@@ -77,123 +134,6 @@ fn pattern(len: usize, seed: u8) -> Vec<u8> {
     (0..len)
         .map(|i| (i as u8).wrapping_mul(13).wrapping_add(seed))
         .collect()
-}
-
-#[test]
-fn send_recv_gather_and_immediate() {
-    let mut p = pair();
-    let data = pattern(3000, 1);
-    p.a.mr.write(0, &data);
-    p.b.q.rq.post(&sge(&p.b.mr, 8192, 4096)).unwrap();
-    p.b.q.rq.post(&sge(&p.b.mr, 16384, 64)).unwrap();
-    p.b.q.rq.ring();
-    // two gather entries
-    let g = [
-        DataSeg::new(p.a.mr.addr(), p.a.mr.lkey(), 1000),
-        DataSeg::new(p.a.mr.addr() + 1000, p.a.mr.lkey(), 2000),
-    ];
-    let i =
-        p.a.q
-            .sq
-            .post_and_ring(&Wqe::send(Payload::Gather(&g)).signaled())
-            .unwrap();
-    let c = next(&mut p.a.q.cq).unwrap();
-    assert_eq!((c.opcode, c.wqe_counter, c.qpn), (cqe_op::REQ, i, p.a.q.qp.qpn()));
-    p.a.q.sq.retire(c.wqe_counter);
-    let r = next(&mut p.b.q.cq).unwrap();
-    assert_eq!(
-        (r.opcode, r.byte_cnt, r.wqe_counter, r.qpn),
-        (cqe_op::RESP_SEND, 3000, 0, p.b.q.qp.qpn())
-    );
-    p.b.q.rq.retire(r.wqe_counter);
-    let mut got = vec![0u8; 3000];
-    p.b.mr.read(8192, &mut got);
-    assert_eq!(got, data);
-    // SEND with immediate, inline
-    p.a.q
-        .sq
-        .post_and_ring(&Wqe::send_imm(0xfeed_f00d, Payload::Inline(b"hello model0")).signaled())
-        .unwrap();
-    assert_eq!(next(&mut p.a.q.cq).unwrap().opcode, cqe_op::REQ);
-    let r = next(&mut p.b.q.cq).unwrap();
-    assert_eq!(
-        (r.opcode, r.byte_cnt, u32::from_be(r.imm)),
-        (cqe_op::RESP_SEND_IMM, 12, 0xfeed_f00d)
-    );
-    let mut got = [0u8; 12];
-    p.b.mr.read(16384, &mut got);
-    assert_eq!(&got, b"hello model0");
-}
-
-#[test]
-fn write_and_write_with_immediate() {
-    let mut p = pair();
-    let data = pattern(5000, 9);
-    p.a.mr.write(100, &data);
-    let src = sge(&p.a.mr, 100, 5000);
-    let w = Wqe::write(p.b.mr.addr() + 3, p.b.mr.rkey(), Payload::Gather(&src)).signaled();
-    p.a.q.sq.post_and_ring(&w).unwrap();
-    assert_eq!(next(&mut p.a.q.cq).unwrap().byte_cnt, 5000);
-    none_pending(&mut p.b.q.cq); // a plain WRITE is silent at the responder
-    let mut got = vec![0u8; 5000];
-    p.b.mr.read(3, &mut got);
-    assert_eq!(got, data);
-    // inline write + immediate consumes a receive
-    p.b.q.rq.post(&sge(&p.b.mr, 0, 0)).unwrap();
-    p.b.q.rq.ring();
-    let w = Wqe::write_imm(p.b.mr.addr() + 40000, p.b.mr.rkey(), 77, Payload::Inline(&data[..100])).signaled();
-    p.a.q.sq.post_and_ring(&w).unwrap();
-    next(&mut p.a.q.cq).unwrap();
-    let r = next(&mut p.b.q.cq).unwrap();
-    assert_eq!(
-        (r.opcode, r.byte_cnt, u32::from_be(r.imm)),
-        (cqe_op::RESP_WR_IMM, 100, 77)
-    );
-    let mut got = vec![0u8; 100];
-    p.b.mr.read(40000, &mut got);
-    assert_eq!(got, &data[..100]);
-}
-
-#[test]
-fn read_and_atomics() {
-    let mut p = pair();
-    let data = pattern(4096, 5);
-    p.b.mr.write(8192, &data);
-    let s = sge(&p.a.mr, 0, 4096);
-    p.a.q
-        .sq
-        .post_and_ring(&Wqe::read(p.b.mr.addr() + 8192, p.b.mr.rkey(), &s).signaled())
-        .unwrap();
-    assert_eq!(next(&mut p.a.q.cq).unwrap().byte_cnt, 4096);
-    let mut got = vec![0u8; 4096];
-    p.a.mr.read(0, &mut got);
-    assert_eq!(got, data);
-    // atomics on a big-endian word, as on mlx5
-    p.b.mr.write(64, &1000u64.to_be_bytes());
-    let res = sge(&p.a.mr, 5000, 8);
-    p.a.q
-        .sq
-        .post_and_ring(&Wqe::atomic_fa(p.b.mr.addr() + 64, p.b.mr.rkey(), 7, &res).signaled())
-        .unwrap();
-    next(&mut p.a.q.cq).unwrap();
-    let mut w = [0u8; 8];
-    p.a.mr.read(5000, &mut w);
-    assert_eq!(u64::from_be_bytes(w), 1000);
-    p.b.mr.read(64, &mut w);
-    assert_eq!(u64::from_be_bytes(w), 1007);
-    // CAS hit then miss
-    for (compare, expect_old, expect_now) in [(1007u64, 1007u64, 5u64), (1007, 5, 5)] {
-        let wqe = Wqe::atomic_cs(p.b.mr.addr() + 64, p.b.mr.rkey(), compare, 5, &res).signaled();
-        p.a.q.sq.post_and_ring(&wqe).unwrap();
-        next(&mut p.a.q.cq).unwrap();
-        p.a.mr.read(5000, &mut w);
-        assert_eq!(u64::from_be_bytes(w), expect_old);
-        p.b.mr.read(64, &mut w);
-        assert_eq!(u64::from_be_bytes(w), expect_now);
-    }
-    // NOP completes and touches nothing
-    p.a.q.sq.post_and_ring(&Wqe::nop().signaled()).unwrap();
-    assert_eq!(next(&mut p.a.q.cq).unwrap().byte_cnt, 0);
 }
 
 #[test]

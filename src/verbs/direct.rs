@@ -10,6 +10,7 @@ use super::mr::Pd;
 use super::qp::{ConnectOpts, Endpoint, Granted, Qp, QpCaps};
 use super::PortInfo;
 use crate::mlx5::cq::{Cq as DirectCq, CqConfig};
+use crate::mlx5::rq::{Rq, RqConfig};
 use crate::mlx5::sq::{DbMode, NoHook, Sq, SqConfig};
 use crate::sys;
 
@@ -18,6 +19,8 @@ use crate::sys;
 pub struct DirectQp {
     /// The send queue.
     pub sq: Sq<NoHook>,
+    /// The receive queue.
+    pub rq: Rq<NoHook>,
     /// The completion queue (send and receive).
     pub cq: DirectCq,
     qp: Qp,
@@ -88,7 +91,18 @@ impl DirectQp {
         // SAFETY: the CQ buffer and doorbell record come from mlx5dv_init_obj for this CQ, kept
         // alive (field `_cq`) and polled only here.
         let dcq = unsafe { DirectCq::new(cq_cfg) }.map_err(|e| bad(format!("unusable CQ: {}", e.0)))?;
+        let rq_cfg = RqConfig {
+            buf: dv_qp.rq.buf.cast(),
+            wqe_cnt: dv_qp.rq.wqe_cnt,
+            stride: dv_qp.rq.stride,
+            dbrec: dv_qp.dbrec,
+            qpn,
+        };
+        // SAFETY: the receive ring and doorbell record come from mlx5dv_init_obj for this QP,
+        // kept alive (field `qp`) and posted to only here.
+        let rq = unsafe { Rq::new(rq_cfg, NoHook) }.map_err(|e| bad(e.to_string()))?;
         Ok(DirectQp {
+            rq,
             sq,
             cq: dcq,
             qp,

@@ -2,6 +2,8 @@
 //! pair of RC QPs on it.
 #![allow(dead_code)]
 
+pub mod direct;
+
 use rdmaprobe::verbs::device::pick_gid_index;
 use rdmaprobe::verbs::{ConnectOpts, Context, Cq, Granted, Mr, MrAccess, Pd, PortInfo, Qp, QpCaps};
 use std::time::Duration;
