@@ -14,3 +14,12 @@ pub mod verbs;
 
 #[cfg(feature = "std")]
 pub mod model;
+
+#[cfg(feature = "std")]
+pub mod backend;
+
+#[cfg(feature = "std")]
+pub mod report;
+
+#[cfg(feature = "std")]
+pub mod scenario;

@@ -35,6 +35,9 @@ enum Cmd {
         #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..=1024))]
         gids: u32,
     },
+    /// Latency ping-pong (perftest's ib_*_lat): write and send report one-way latency (half the
+    /// round trip), read and atomic the round trip. Runs both ends in this process (--loopback).
+    Lat(LatArgs),
     /// Calibrate the TSC and measure the cost of an empty timed region.
     Clock {
         /// Print JSON instead of text.
@@ -46,11 +49,95 @@ enum Cmd {
     },
 }
 
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq)]
+enum LatOp {
+    Write,
+    Send,
+    Read,
+    Atomic,
+}
+
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq)]
+enum BackendArg {
+    Verbs,
+    Wr,
+    Direct,
+    All,
+}
+
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq)]
+enum DbArg {
+    Bf,
+    BfNofence,
+    Db,
+}
+
+#[derive(clap::Args, Debug)]
+struct LatArgs {
+    /// Operation.
+    #[arg(value_enum)]
+    op: LatOp,
+    /// Server to connect to (client/server over TCP). Not available yet: use --loopback.
+    host: Option<String>,
+    /// Run both ends in this process, on two pinned threads.
+    #[arg(long)]
+    loopback: bool,
+    /// Message size in bytes (atomics: 8).
+    #[arg(short = 's', long, default_value_t = 2, value_parser = clap::value_parser!(u32).range(1..=8 * 1024 * 1024))]
+    size: u32,
+    /// All sizes from 2 B to 8 MiB, powers of two.
+    #[arg(short = 'a', long)]
+    all_sizes: bool,
+    /// Measured iterations per size and backend.
+    #[arg(short = 'n', long, default_value_t = 1000, value_parser = clap::value_parser!(u64).range(1..=100_000_000))]
+    iters: u64,
+    /// Iterations before measuring.
+    #[arg(long, default_value_t = 100)]
+    warmup: u64,
+    /// Inline messages up to this size (default: the QP's max_inline_data; 0 disables).
+    #[arg(short = 'I', long)]
+    inline_size: Option<u32>,
+    /// Device (default: the first RDMA device, else model0).
+    #[arg(short = 'd', long = "ib-dev")]
+    device: Option<String>,
+    /// Port.
+    #[arg(short = 'i', long = "ib-port", default_value_t = 1, value_parser = clap::value_parser!(u8).range(1..))]
+    port: u8,
+    /// GID index (RoCE; default: the RoCE v2 IPv4-mapped entry).
+    #[arg(short = 'x', long = "gid-index")]
+    gid: Option<u8>,
+    /// Post path(s); `all` runs every backend the device supports, interleaved in blocks.
+    #[arg(long, value_enum, default_value_t = BackendArg::All)]
+    backend: BackendArg,
+    /// Blocks the iterations are split into (backends alternate between blocks).
+    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..=10_000))]
+    blocks: u64,
+    /// Doorbell mode of the direct backend.
+    #[arg(long, value_enum, default_value_t = DbArg::Bf)]
+    db_mode: DbArg,
+    /// model0 only: added one-way wire delay in ns.
+    #[arg(long, default_value_t = 0)]
+    model_delay_ns: u64,
+    /// Seconds without progress before a run is declared stalled.
+    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..=3600))]
+    stall_secs: u64,
+    /// Write the results as JSON.
+    #[arg(long)]
+    json: Option<std::path::PathBuf>,
+}
+
+static INTERRUPTED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+extern "C" fn on_sigint(_: libc::c_int) {
+    INTERRUPTED.store(true, std::sync::atomic::Ordering::Relaxed);
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let r = match cli.cmd {
         Cmd::Devices { json, gids } => devices(json, gids),
         Cmd::Clock { json, window_ms } => clock(json, window_ms),
+        Cmd::Lat(a) => lat(a),
     };
     match r {
         Ok(code) => code,
@@ -304,4 +391,218 @@ fn clock(as_json: bool, window_ms: u64) -> Result<ExitCode> {
         }
     }
     Ok(ExitCode::SUCCESS)
+}
+
+fn lat(a: LatArgs) -> Result<ExitCode> {
+    use rdmaprobe::backend::setup::{Dev, DEPTH};
+    use rdmaprobe::backend::{BackendKind, OpKind};
+    use rdmaprobe::mlx5::sq::DbMode;
+    use rdmaprobe::report::env::Fingerprint;
+    use rdmaprobe::scenario::lat::LatParams;
+    use rdmaprobe::scenario::runner::{run_interleaved, AnyPair, LatResult};
+
+    if a.host.is_some() || !a.loopback {
+        anyhow::bail!(
+            "client/server mode over TCP is not available in this version: run both ends in one process with --loopback"
+        );
+    }
+    // SAFETY: installs a handler that only stores to an atomic (async-signal-safe).
+    unsafe { libc::signal(libc::SIGINT, on_sigint as *const () as libc::sighandler_t) };
+    let op = match a.op {
+        LatOp::Write => OpKind::Write,
+        LatOp::Send => OpKind::Send,
+        LatOp::Read => OpKind::Read,
+        LatOp::Atomic => OpKind::FetchAdd,
+    };
+    let sizes: Vec<u32> = if op == OpKind::FetchAdd {
+        if a.all_sizes || a.size != 2 && a.size != 8 {
+            eprintln!("rdmaprobe: atomics move 8 bytes; -s/-a ignored");
+        }
+        vec![8]
+    } else if a.all_sizes {
+        (1..=23).map(|e| 1u32 << e).collect()
+    } else {
+        vec![a.size]
+    };
+    let max = *sizes.iter().max().unwrap_or(&8) as usize;
+    let buf_len = (2 * max.max(64)).next_multiple_of(4096);
+    let model_cfg = rdmaprobe::model::ModelConfig {
+        wire_delay_ns: a.model_delay_ns,
+        exec: rdmaprobe::model::ExecMode::Inline,
+    };
+    let (dev, note) = Dev::open(a.device.as_deref(), a.port, a.gid, model_cfg)?;
+    if let Some(n) = note {
+        eprintln!("rdmaprobe: {n}");
+    }
+    if a.model_delay_ns > 0 && !dev.is_model() {
+        anyhow::bail!("--model-delay-ns applies to model0 only (device is {})", dev.name());
+    }
+    let kinds: Vec<BackendKind> = match a.backend {
+        BackendArg::All => dev.backends(),
+        BackendArg::Verbs => vec![BackendKind::Verbs],
+        BackendArg::Wr => vec![BackendKind::Wr],
+        BackendArg::Direct => vec![BackendKind::Direct],
+    };
+    for k in &kinds {
+        dev.supports(*k)?;
+    }
+    if kinds.is_empty() {
+        anyhow::bail!("no backend can run on {}", dev.name());
+    }
+    let mode = match a.db_mode {
+        DbArg::Bf => DbMode::Bf,
+        DbArg::BfNofence => DbMode::BfNoFence,
+        DbArg::Db => DbMode::Db,
+    };
+    let cal = Calibration::run(200_000_000)?;
+    let mut fp = Fingerprint::collect(&cal, &dev.name(), &dev.provider(), dev.firmware(), dev.is_model());
+    if let Dev::Verbs { port, .. } = &dev {
+        fp.port = serde_json::to_value(port).ok();
+    }
+    let mut warnings = fp.warnings();
+    if a.model_delay_ns > 0 {
+        warnings.push(format!("model0 adds a wire delay of {} ns each way", a.model_delay_ns));
+    }
+    let mut pairs = Vec::new();
+    for k in &kinds {
+        pairs.push((*k, AnyPair::new(&dev, *k, op, buf_len, mode)?));
+    }
+    let max_inline = pairs.iter().map(|(_, p)| p.max_inline()).min().unwrap_or(0);
+    let inline_limit = match a.inline_size {
+        Some(i) if i > max_inline && matches!(op, OpKind::Write | OpKind::Send) => {
+            anyhow::bail!("-I {i} exceeds the QPs' max_inline_data {max_inline}")
+        }
+        Some(i) => i,
+        None => max_inline,
+    };
+    let one_way = rdmaprobe::scenario::lat::one_way(op);
+    println!("{}", "-".repeat(118));
+    println!(
+        " {} latency, device {} ({}), backends {}, {} iterations per size and backend in {} interleaved blocks",
+        a.op_name(),
+        dev.name(),
+        dev.provider(),
+        kinds.iter().map(|k| k.as_str()).collect::<Vec<_>>().join(", "),
+        a.iters,
+        a.blocks
+    );
+    println!(
+        " figure: {}; TSC {:.3} MHz ({}); timer overhead {:.1} ns (median)",
+        if one_way {
+            "one-way latency = round trip / 2"
+        } else {
+            "round trip"
+        },
+        cal.hz / 1e6,
+        cal.source.as_str(),
+        cal.overhead_ns()
+    );
+    for w in &warnings {
+        println!(" WARNING: {w}");
+    }
+    println!("{}", "-".repeat(118));
+    println!(
+        " {:>8} {:>7} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9}",
+        "#bytes",
+        "backend",
+        "#iter",
+        "min[ns]",
+        "p50[ns]",
+        "p90[ns]",
+        "p99[ns]",
+        "p99.9",
+        "p99.99",
+        "max[ns]",
+        "avg[ns]",
+        "stdev",
+        "post p50"
+    );
+    let mut results: Vec<LatResult> = Vec::new();
+    for size in sizes {
+        let inline = matches!(op, OpKind::Write | OpKind::Send) && size <= inline_limit;
+        let p = LatParams {
+            op,
+            size,
+            iters: a.iters,
+            warmup: a.warmup,
+            inline,
+            stall: std::time::Duration::from_secs(a.stall_secs),
+        };
+        let _ = DEPTH;
+        let rs = run_interleaved(&mut pairs, &p, a.blocks, &cal, &INTERRUPTED)?;
+        for r in rs {
+            let l = &r.latency;
+            println!(
+                " {:>8} {:>7} {:>9} {:>9.1} {:>9.1} {:>9.1} {:>9.1} {:>9.1} {:>9.1} {:>9.1} {:>9.1} {:>9.1} {:>8.1}{}",
+                r.size,
+                r.backend,
+                r.iterations,
+                l.min,
+                l.p50,
+                l.p90,
+                l.p99,
+                l.p99_9,
+                l.p99_99,
+                l.max,
+                l.mean,
+                l.stdev,
+                r.post.p50,
+                if r.post_below_overhead { "*" } else { "" }
+            );
+            results.push(r);
+        }
+    }
+    if results.iter().any(|r| r.post_below_overhead) {
+        println!(" * post time at or below the timer's own overhead: not a real measurement");
+    }
+    println!("{}", "-".repeat(118));
+    if let Some(path) = &a.json {
+        let doc = json!({
+            "schema_version": rdmaprobe::report::SCHEMA_VERSION,
+            "tool": { "name": "rdmaprobe", "version": env!("CARGO_PKG_VERSION") },
+            "created_unix": std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0),
+            "command": std::env::args().collect::<Vec<_>>(),
+            "environment": fp,
+            "clock": cal,
+            "timer_overhead_ns": cal.overhead_ns(),
+            "warnings": warnings,
+            "params": {
+                "scenario": "lat", "op": op.as_str(), "iters": a.iters, "warmup": a.warmup, "blocks": a.blocks,
+                "backends": kinds.iter().map(|k| k.as_str()).collect::<Vec<_>>(), "db_mode": mode.as_str(),
+                "inline_limit": inline_limit, "loopback": true, "model_delay_ns": a.model_delay_ns,
+            },
+            "runs": results,
+        });
+        write_atomically(path, &serde_json::to_vec_pretty(&doc)?)?;
+        println!(" results written to {}", path.display());
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+impl LatArgs {
+    fn op_name(&self) -> &'static str {
+        match self.op {
+            LatOp::Write => "RDMA WRITE",
+            LatOp::Send => "SEND",
+            LatOp::Read => "RDMA READ",
+            LatOp::Atomic => "ATOMIC FETCH-AND-ADD",
+        }
+    }
+}
+
+/// Writes `data` to `path` through a temporary file and a rename: never a half-written file.
+fn write_atomically(path: &std::path::Path, data: &[u8]) -> Result<()> {
+    use anyhow::Context;
+    let dir = path
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or(std::path::Path::new("."));
+    let tmp = dir.join(format!(
+        ".{}.tmp{}",
+        path.file_name().and_then(|n| n.to_str()).unwrap_or("out"),
+        std::process::id()
+    ));
+    std::fs::write(&tmp, data).with_context(|| format!("writing {}", tmp.display()))?;
+    std::fs::rename(&tmp, path).with_context(|| format!("renaming {} to {}", tmp.display(), path.display()))?;
+    Ok(())
 }

@@ -75,7 +75,10 @@ impl<H: RingHook> Rq<H> {
     pub fn post(&mut self, sges: &[DataSeg]) -> Result<u16, SqError> {
         let qpn = self.cfg.qpn;
         if self.outstanding() >= self.cfg.wqe_cnt {
-            return Err(SqError::Full { qpn, need: 1, free: 0 });
+            return Err(SqError::RqFull {
+                qpn,
+                depth: self.cfg.wqe_cnt,
+            });
         }
         if sges.len() as u32 > self.max_sge() {
             return Err(SqError::TooLarge {
@@ -146,7 +149,10 @@ mod tests {
         for i in 0..4u64 {
             assert_eq!(rq.post(&[DataSeg::new(0x1000 * i, 7, 64)]).unwrap(), i as u16);
         }
-        assert!(matches!(rq.post(&[DataSeg::new(0, 7, 1)]), Err(SqError::Full { .. })));
+        assert_eq!(
+            rq.post(&[DataSeg::new(0, 7, 1)]),
+            Err(SqError::RqFull { qpn: 5, depth: 4 })
+        );
         rq.ring();
         rq.retire(1);
         assert_eq!(rq.outstanding(), 2);

@@ -63,6 +63,13 @@ pub enum SqError {
         /// WQEBBs free.
         free: u32,
     },
+    /// The receive queue is full.
+    RqFull {
+        /// QP number.
+        qpn: u32,
+        /// Its depth.
+        depth: u32,
+    },
     /// The WQE exceeds 63 16-byte units.
     TooLarge {
         /// QP number.
@@ -88,6 +95,9 @@ impl core::fmt::Display for SqError {
         match self {
             SqError::Full { qpn, need, free } => {
                 write!(f, "QP {qpn:#x}: send queue full ({need} WQEBBs needed, {free} free)")
+            }
+            SqError::RqFull { qpn, depth } => {
+                write!(f, "QP {qpn:#x}: receive queue full ({depth} receives outstanding)")
             }
             SqError::TooLarge { qpn, ds } => write!(f, "QP {qpn:#x}: WQE of {ds} 16-byte units exceeds {MAX_DS}"),
             SqError::InlineTooLarge { qpn, len, max } => {

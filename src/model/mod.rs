@@ -100,7 +100,8 @@ pub enum ExecMode {
 /// Model knobs.
 #[derive(Clone, Copy, Debug)]
 pub struct ModelConfig {
-    /// Added one-way wire delay in ns, applied from the doorbell to the remote effect.
+    /// Added one-way wire delay in ns, between the model's processing of a WQE and its remote
+    /// effect.
     pub wire_delay_ns: u64,
     /// When WQEs execute.
     pub exec: ExecMode,
@@ -214,6 +215,28 @@ struct Inner {
 #[derive(Clone)]
 pub struct Model {
     inner: Arc<Inner>,
+}
+
+/// Spins for `ns` nanoseconds of TSC time.
+#[inline(never)]
+fn wire_wait(ns: u64) {
+    let ticks = (ns as f64 * ticks_per_ns()) as u64;
+    #[cfg(target_arch = "x86_64")]
+    {
+        // SAFETY: rdtsc is available on every x86_64 CPU and touches no memory.
+        let read = || unsafe { core::arch::x86_64::_rdtsc() };
+        let until = read() + ticks;
+        while read() < until {
+            std::hint::spin_loop();
+        }
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        let until = clock::start() + ticks;
+        while clock::start() < until {
+            std::hint::spin_loop();
+        }
+    }
 }
 
 fn ticks_per_ns() -> f64 {
@@ -626,7 +649,7 @@ impl ModelQp {
     }
     /// Executes what was rung and not yet executed (needed in [`ExecMode::Deferred`]).
     pub fn progress(&self) {
-        execute(&self.model, &self.shm, clock::start());
+        execute(&self.model, &self.shm);
     }
 }
 
@@ -657,9 +680,8 @@ impl RingHook for ModelDoorbell {
         if !self.inline {
             return;
         }
-        let t = clock::start();
         hdr::<QpHdr>(&self.qp).kicks.fetch_add(1, Ordering::AcqRel);
-        execute(&self.model, &self.qp, t);
+        execute(&self.model, &self.qp);
     }
 
     fn rung_rq(&mut self, _qpn: u32, _head: u32) {
@@ -676,7 +698,7 @@ impl RingHook for ModelDoorbell {
         if peer != 0 {
             if let Some(p) = self.model.lookup(ObjKind::Qp, peer) {
                 hdr::<QpHdr>(&p).kicks.fetch_add(1, Ordering::AcqRel);
-                execute(&self.model, &p, clock::start());
+                execute(&self.model, &p);
             }
         }
     }
@@ -1027,7 +1049,7 @@ fn deliver_to_receiver(m: &Model, peer: &Shm, d: &Decoded, payload: &[u8], resp_
     }
 }
 
-fn run_one(m: &Model, me: &QpHdr, d: &Decoded, buf: &[u8; 1024], t_ring: u64) -> Outcome {
+fn run_one(m: &Model, me: &QpHdr, d: &Decoded, buf: &[u8; 1024]) -> Outcome {
     if d.opcode == opcode::NOP {
         return Outcome::Done { byte_cnt: 0 };
     }
@@ -1063,10 +1085,9 @@ fn run_one(m: &Model, me: &QpHdr, d: &Decoded, buf: &[u8; 1024], t_ring: u64) ->
     // The wire.
     let delay = me.wire_delay_ns.load(Ordering::Relaxed);
     if delay > 0 {
-        let until = t_ring + (delay as f64 * ticks_per_ns()) as u64;
-        while clock::start() < until {
-            std::hint::spin_loop();
-        }
+        // The wire starts when the model has processed the WQE: the delay adds D. Unfenced
+        // counter reads keep the overshoot to about one read.
+        wire_wait(delay);
     }
     let remote = |need: u32, len: u64| -> Result<Region, u8> {
         let (raddr, rkey) = d.raddr.unwrap_or((0, 0));
@@ -1158,14 +1179,14 @@ fn run_one(m: &Model, me: &QpHdr, d: &Decoded, buf: &[u8; 1024], t_ring: u64) ->
 
 /// Executes the rung WQEs of QP `q`. Any process may do it for any QP (under the QP's SQ lock):
 /// a receiver's process resumes a sender stalled on RNR.
-fn execute(m: &Model, q: &Shm, t_ring: u64) {
+fn execute(m: &Model, q: &Shm) {
     let h: &QpHdr = hdr(q);
     loop {
         let kicks = h.kicks.load(Ordering::Acquire);
         if !try_lock(&h.sq_lock) {
             return; // another thread runs it and will see our kick
         }
-        run_sq(m, q, t_ring);
+        run_sq(m, q);
         unlock(&h.sq_lock);
         if h.kicks.load(Ordering::Acquire) == kicks {
             return;
@@ -1173,7 +1194,7 @@ fn execute(m: &Model, q: &Shm, t_ring: u64) {
     }
 }
 
-fn run_sq(m: &Model, q: &Shm, t_ring: u64) {
+fn run_sq(m: &Model, q: &Shm) {
     let h: &QpHdr = hdr(q);
     let Some(scq) = m.lookup(ObjKind::Cq, h.send_cqn) else {
         return;
@@ -1218,7 +1239,7 @@ fn run_sq(m: &Model, q: &Shm, t_ring: u64) {
         {
             Outcome::Fail(h.inject_syndrome.load(Ordering::Acquire) as u8)
         } else {
-            run_one(m, h, &d, &buf, t_ring)
+            run_one(m, h, &d, &buf)
         };
         match outcome {
             Outcome::Done { byte_cnt } => {

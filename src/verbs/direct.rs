@@ -116,6 +116,11 @@ impl DirectQp {
         self.qp.qpn()
     }
 
+    /// The QP's granted `max_inline_data`.
+    pub fn max_inline(&self) -> u32 {
+        self.qp.granted_caps().max_inline_data
+    }
+
     /// Our side of the connection.
     pub fn endpoint(&self, port: &PortInfo, gid_index: Option<u8>) -> Result<Endpoint> {
         self.qp.endpoint(port, gid_index)

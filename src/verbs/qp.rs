@@ -311,6 +311,11 @@ impl Qp {
         self.granted
     }
 
+    /// The `ibv_wr_*` entry points and the extended QP they take, when created with them.
+    pub fn wr_ops(&self) -> Option<(WrOps, *mut sys::ibv_qp_ex)> {
+        self.wr.map(|w| (w, self.qpx))
+    }
+
     /// Whether the `ibv_wr_*` API is available on this QP.
     pub fn has_wr_api(&self) -> bool {
         self.wr.is_some()

@@ -1,0 +1,202 @@
+//! The `direct` backend: our WQE builders, send/receive queues and CQE polling, on a ConnectX
+//! (`verbs::direct::DirectQp`) or on model0 (`model::DirectModelQp`).
+
+use super::{Backend, BackendError, BackendKind, MemView, OpKind, Polled};
+use crate::mlx5::cq::{cqe_op, Cq, Cqe};
+use crate::mlx5::rq::Rq;
+use crate::mlx5::seg::DataSeg;
+use crate::mlx5::sq::{RingHook, Sq};
+use crate::mlx5::wqe::{Payload, Wqe};
+use crate::verbs::RemoteBuf;
+
+/// Queues the direct backend drives.
+pub trait DirectQueues {
+    /// The doorbell route.
+    type Hook: RingHook;
+    /// The send queue, receive queue and CQ.
+    fn parts(&mut self) -> (&mut Sq<Self::Hook>, &mut Rq<Self::Hook>, &mut Cq);
+}
+
+impl DirectQueues for crate::model::DirectModelQp {
+    type Hook = crate::model::ModelDoorbell;
+    fn parts(&mut self) -> (&mut Sq<Self::Hook>, &mut Rq<Self::Hook>, &mut Cq) {
+        (&mut self.sq, &mut self.rq, &mut self.cq)
+    }
+}
+
+impl DirectQueues for crate::verbs::direct::DirectQp {
+    type Hook = crate::mlx5::sq::NoHook;
+    fn parts(&mut self) -> (&mut Sq<Self::Hook>, &mut Rq<Self::Hook>, &mut Cq) {
+        (&mut self.sq, &mut self.rq, &mut self.cq)
+    }
+}
+
+/// The registered local buffer, whoever registered it.
+pub enum LocalBuf {
+    /// A verbs memory region.
+    Verbs(crate::verbs::Mr),
+    /// A model0 memory region.
+    Model(crate::model::ModelMr),
+}
+
+impl LocalBuf {
+    fn parts(&self) -> (u64, u32, usize) {
+        match self {
+            LocalBuf::Verbs(m) => (m.addr(), m.lkey(), m.len()),
+            LocalBuf::Model(m) => (m.addr(), m.lkey(), m.len()),
+        }
+    }
+}
+
+/// One end on the direct path.
+pub struct DirectEnd<Q: DirectQueues> {
+    q: Q,
+    view: MemView,
+    tx: [DataSeg; 1],
+    rx_sge: [DataSeg; 1],
+    base: u64,
+    lkey: u32,
+    rx_off: usize,
+    remote: RemoteBuf,
+    max_inline: u32,
+    cqes: [Cqe; 16],
+    _buf: LocalBuf,
+}
+
+impl<Q: DirectQueues> DirectEnd<Q> {
+    /// Wraps connected queues, the local buffer and the peer's; `max_inline` is the QP's limit.
+    pub fn new(q: Q, buf: LocalBuf, remote: RemoteBuf, max_inline: u32) -> Self {
+        let (base, lkey, len) = buf.parts();
+        // SAFETY: the buffer lives as long as `_buf`, owned by this end.
+        let view = unsafe { MemView::new(base as *mut u8, len) };
+        DirectEnd {
+            q,
+            view,
+            tx: [DataSeg::new(base, lkey, 0)],
+            rx_sge: [DataSeg::new(base + (len / 2) as u64, lkey, 0)],
+            base,
+            lkey,
+            rx_off: len / 2,
+            remote,
+            max_inline,
+            cqes: [Cqe::default(); 16],
+            _buf: buf,
+        }
+    }
+
+    /// The queues (for connection and knobs).
+    pub fn queues(&mut self) -> &mut Q {
+        &mut self.q
+    }
+}
+
+impl<Q: DirectQueues> Backend for DirectEnd<Q> {
+    fn kind(&self) -> BackendKind {
+        BackendKind::Direct
+    }
+
+    #[inline]
+    fn post(&mut self, op: OpKind, len: u32, n: u32, inline: bool, signal_last: bool) -> Result<(), BackendError> {
+        let backend = "direct";
+        if n == 0 || n > 64 {
+            return Err(BackendError::Invalid {
+                backend,
+                why: format!("postlist {n} outside 1..=64"),
+            });
+        }
+        if len as usize > self.rx_off || len as u64 > self.remote.len / 2 {
+            return Err(BackendError::Invalid {
+                backend,
+                why: format!("size {len} exceeds the buffers"),
+            });
+        }
+        if inline && (len > self.max_inline || op == OpKind::Read || matches!(op, OpKind::FetchAdd | OpKind::CmpSwap)) {
+            return Err(BackendError::Invalid {
+                backend,
+                why: format!("inline {} of {len} bytes not possible", op.as_str()),
+            });
+        }
+        if matches!(op, OpKind::FetchAdd | OpKind::CmpSwap) && len != 8 {
+            return Err(BackendError::Invalid {
+                backend,
+                why: "atomics move 8 bytes".into(),
+            });
+        }
+        let raddr = self.remote.addr + self.remote.len / 2;
+        let rkey = self.remote.rkey;
+        self.tx[0] = DataSeg::new(self.base, self.lkey, len);
+        let rx = [DataSeg::new(self.base + self.rx_off as u64, self.lkey, len)];
+        // SAFETY: the inline source is the first `len` bytes of our registered buffer (len is
+        // within it, checked above); the device does not write that half.
+        let src = unsafe { std::slice::from_raw_parts(self.base as *const u8, len as usize) };
+        let payload = if inline {
+            Payload::Inline(src)
+        } else {
+            Payload::Gather(&self.tx)
+        };
+        let wqe = match op {
+            OpKind::Write => Wqe::write(raddr, rkey, payload),
+            OpKind::Send => Wqe::send(payload),
+            OpKind::Read => Wqe::read(self.remote.addr, rkey, &rx),
+            OpKind::FetchAdd => Wqe::atomic_fa(raddr, rkey, 1, &self.tx),
+            OpKind::CmpSwap => Wqe::atomic_cs(raddr, rkey, 0, 0, &self.tx),
+        };
+        let (sq, _, _) = self.q.parts();
+        for i in 0..n {
+            let w = if signal_last && i == n - 1 { wqe.signaled() } else { wqe };
+            sq.post(&w).map_err(BackendError::Sq)?;
+        }
+        sq.ring();
+        Ok(())
+    }
+
+    fn post_recv(&mut self, len: u32, n: u32) -> Result<(), BackendError> {
+        if len as usize > self.view.len() - self.rx_off {
+            return Err(BackendError::Invalid {
+                backend: "direct",
+                why: format!("receives of {len} bytes do not fit"),
+            });
+        }
+        self.rx_sge[0] = DataSeg::new(self.base + self.rx_off as u64, self.lkey, len);
+        let sge = self.rx_sge;
+        let (_, rq, _) = self.q.parts();
+        for _ in 0..n {
+            rq.post(&sge).map_err(BackendError::Sq)?;
+        }
+        rq.ring();
+        Ok(())
+    }
+
+    #[inline]
+    fn poll(&mut self) -> Result<Polled, BackendError> {
+        let (sq, rq, cq) = self.q.parts();
+        let n = cq.poll(&mut self.cqes).map_err(BackendError::Cqe)?;
+        let mut p = Polled::default();
+        let mut last_req = None;
+        for c in &self.cqes[..n] {
+            if c.opcode == cqe_op::REQ {
+                p.sends += 1;
+                last_req = Some(c.wqe_counter);
+            } else {
+                p.recvs += 1;
+                rq.retire(c.wqe_counter);
+            }
+        }
+        if let Some(w) = last_req {
+            sq.retire(w);
+        }
+        Ok(p)
+    }
+
+    fn mem(&self) -> &MemView {
+        &self.view
+    }
+
+    fn max_inline(&self) -> u32 {
+        self.max_inline
+    }
+
+    fn rx_offset(&self) -> usize {
+        self.rx_off
+    }
+}

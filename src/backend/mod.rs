@@ -1,0 +1,186 @@
+//! The backends the scenarios run on, behind one trait with static dispatch: `verbs`
+//! (`ibv_post_send`), `wr` (`ibv_wr_*`) and `direct` (our mlx5 WQEs, on a ConnectX or on model0).
+//! Each end owns a connected RC QP, its CQ and one registered buffer, and knows the peer's buffer.
+//! Work requests are prepared once and only patched per post: what is timed is the post path.
+
+pub mod direct;
+pub mod setup;
+pub mod verbs;
+
+use crate::mlx5::cq::CqeError;
+use crate::mlx5::sq::SqError;
+use crate::verbs::VerbsError;
+use std::sync::atomic::{AtomicU8, Ordering};
+
+/// The post paths.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum BackendKind {
+    /// `ibv_post_send` / `ibv_post_recv` / `ibv_poll_cq`.
+    Verbs,
+    /// `ibv_wr_start` / `ibv_wr_*` / `ibv_wr_complete`.
+    Wr,
+    /// Our own WQEs, doorbell and CQE polling.
+    Direct,
+}
+
+impl BackendKind {
+    /// Name as on the command line.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            BackendKind::Verbs => "verbs",
+            BackendKind::Wr => "wr",
+            BackendKind::Direct => "direct",
+        }
+    }
+}
+
+/// Operations the scenarios post. Sources and targets are at offset 0 of the local and remote
+/// buffers; atomics use the first 8 bytes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OpKind {
+    /// RDMA WRITE.
+    Write,
+    /// SEND (the peer must have receives posted).
+    Send,
+    /// RDMA READ.
+    Read,
+    /// Fetch-and-add of 1.
+    FetchAdd,
+    /// Compare-and-swap (0 -> 0: always a hit that leaves the word unchanged).
+    CmpSwap,
+}
+
+impl OpKind {
+    /// Name as on the command line.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            OpKind::Write => "write",
+            OpKind::Send => "send",
+            OpKind::Read => "read",
+            OpKind::FetchAdd => "fetch_add",
+            OpKind::CmpSwap => "cmp_swap",
+        }
+    }
+}
+
+/// Completions seen by one poll.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Polled {
+    /// Send-side completions.
+    pub sends: u32,
+    /// Receive completions.
+    pub recvs: u32,
+}
+
+/// Errors of a backend during a run, with where they happened.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum BackendError {
+    /// A verb failed, or a completion carried an error status.
+    #[error("{backend}: {source}")]
+    Verbs {
+        /// Which backend.
+        backend: &'static str,
+        /// The typed verbs error.
+        #[source]
+        source: Box<VerbsError>,
+    },
+    /// The direct send queue refused a WQE.
+    #[error("direct: {0}")]
+    Sq(SqError),
+    /// An error CQE on the direct path.
+    #[error("direct: {0}")]
+    Cqe(CqeError),
+    /// The backend cannot run here.
+    #[error("{backend}: {why}")]
+    Unsupported {
+        /// Which backend.
+        backend: &'static str,
+        /// Why not.
+        why: String,
+    },
+    /// Bad parameters for this backend.
+    #[error("{backend}: {why}")]
+    Invalid {
+        /// Which backend.
+        backend: &'static str,
+        /// What is wrong.
+        why: String,
+    },
+}
+
+/// A connected end. Implementations prepare their work requests once.
+pub trait Backend {
+    /// Which post path.
+    fn kind(&self) -> BackendKind;
+    /// Posts `n` copies of `op` of `len` bytes as one batch with one doorbell (postlist); the
+    /// last is signalled when `signal_last`. `inline` copies the payload into the WQE.
+    fn post(&mut self, op: OpKind, len: u32, n: u32, inline: bool, signal_last: bool) -> Result<(), BackendError>;
+    /// Posts `n` receives of `len` bytes into the local buffer.
+    fn post_recv(&mut self, len: u32, n: u32) -> Result<(), BackendError>;
+    /// Polls the CQ once (up to 16 completions).
+    fn poll(&mut self) -> Result<Polled, BackendError>;
+    /// The local buffer.
+    fn mem(&self) -> &MemView;
+    /// Largest inline payload of the QP.
+    fn max_inline(&self) -> u32;
+    /// Where incoming data lands in the local buffer (WRITE targets, receives, READ results,
+    /// the atomic word): the second half. Outgoing data starts at 0.
+    fn rx_offset(&self) -> usize;
+}
+
+/// A registered buffer that the device writes while the CPU watches it: byte loads and stores
+/// are atomic (relaxed), so a scenario can spin on a byte that a remote WRITE changes.
+pub struct MemView {
+    ptr: *mut u8,
+    len: usize,
+}
+
+// SAFETY: the view points into a registered buffer owned by the backend end that holds it;
+// moving the end to another thread moves the view with it.
+unsafe impl Send for MemView {}
+
+impl MemView {
+    /// # Safety
+    /// `ptr` is valid for `len` bytes for the life of the view (the owner keeps the buffer).
+    pub unsafe fn new(ptr: *mut u8, len: usize) -> Self {
+        MemView { ptr, len }
+    }
+
+    /// Length in bytes.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether it is empty.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    fn byte(&self, off: usize) -> &AtomicU8 {
+        assert!(off < self.len, "offset {off} outside the {}-byte buffer", self.len);
+        // SAFETY: off < len, the buffer is live (see `new`); AtomicU8 has u8's layout.
+        unsafe { &*(self.ptr.add(off) as *const AtomicU8) }
+    }
+
+    /// Reads one byte (the device may be writing it).
+    #[inline(always)]
+    pub fn load(&self, off: usize) -> u8 {
+        self.byte(off).load(Ordering::Acquire)
+    }
+
+    /// Writes one byte.
+    #[inline(always)]
+    pub fn store(&self, off: usize, v: u8) {
+        self.byte(off).store(v, Ordering::Release)
+    }
+
+    /// Fills `off..off+len` with `v` (bytes, relaxed).
+    pub fn fill(&self, off: usize, len: usize, v: u8) {
+        for i in off..off + len {
+            self.byte(i).store(v, Ordering::Relaxed);
+        }
+    }
+}

@@ -1,0 +1,355 @@
+//! Opening a device and building connected pairs of ends for each backend (loopback: both ends
+//! on one device, as two hosts would be connected).
+
+use super::direct::{DirectEnd, LocalBuf};
+use super::verbs::VerbsEnd;
+use super::{BackendError, BackendKind, OpKind};
+use crate::mlx5::sq::DbMode;
+use crate::model::{DirectModelQp, Model, ModelConfig, ModelConnect, ModelQpCaps};
+use crate::sys;
+use crate::verbs::device::pick_gid_index;
+use crate::verbs::direct::DirectQp;
+use crate::verbs::{ConnectOpts, Context, Cq, DeviceList, Mr, MrAccess, Pd, PortInfo, Qp, QpCaps, VerbsError};
+
+/// The device a run uses.
+pub enum Dev {
+    /// model0.
+    Model(Model),
+    /// A verbs device and the port used.
+    Verbs {
+        /// The open device.
+        ctx: Context,
+        /// The port.
+        port: PortInfo,
+        /// The GID index (RoCE).
+        gid: Option<u8>,
+        /// Provider name.
+        provider: String,
+        /// Firmware version.
+        fw: String,
+    },
+}
+
+/// Errors while choosing or opening a device.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum SetupError {
+    /// A verbs failure.
+    #[error(transparent)]
+    Verbs(Box<VerbsError>),
+    /// model0 could not be opened.
+    #[error(transparent)]
+    Model(Box<crate::model::ModelError>),
+    /// A backend failure.
+    #[error(transparent)]
+    Backend(Box<BackendError>),
+}
+
+impl From<VerbsError> for SetupError {
+    fn from(e: VerbsError) -> Self {
+        SetupError::Verbs(Box::new(e))
+    }
+}
+
+impl From<crate::model::ModelError> for SetupError {
+    fn from(e: crate::model::ModelError) -> Self {
+        SetupError::Model(Box::new(e))
+    }
+}
+
+impl From<BackendError> for SetupError {
+    fn from(e: BackendError) -> Self {
+        SetupError::Backend(Box::new(e))
+    }
+}
+
+impl Dev {
+    /// Opens `name` (`model0` for the model); `None`: the first RDMA device, else model0 (the
+    /// returned note says so). The port must be ACTIVE.
+    pub fn open(
+        name: Option<&str>,
+        port: u8,
+        gid: Option<u8>,
+        model: ModelConfig,
+    ) -> Result<(Dev, Option<String>), SetupError> {
+        let (name, note) = match name {
+            Some(n) => (n.to_string(), None),
+            None => match DeviceList::get() {
+                Ok(l) => match l.names().into_iter().next() {
+                    Some(n) => (n, None),
+                    None => (
+                        crate::model::DEVICE_NAME.into(),
+                        Some("no RDMA device: using model0".to_string()),
+                    ),
+                },
+                Err(VerbsError::NoDevice(why)) => (
+                    crate::model::DEVICE_NAME.to_string(),
+                    Some(format!(
+                        "no RDMA device ({}): using model0, the built-in software model; its figures are not a NIC's",
+                        match why {
+                            crate::verbs::NoDevice::KernelWithoutRdma => "kernel without RDMA support",
+                            crate::verbs::NoDevice::NoDevices => "none present",
+                            crate::verbs::NoDevice::NoUverbs => "ib_uverbs missing",
+                            crate::verbs::NoDevice::NoPermission => "no permission",
+                        }
+                    )),
+                ),
+                Err(e) => return Err(e.into()),
+            },
+        };
+        if name == crate::model::DEVICE_NAME {
+            return Ok((Dev::Model(Model::open(model)?), note));
+        }
+        let ctx = Context::open(&name)?;
+        let info = ctx.query()?;
+        if port == 0 || port > info.phys_port_cnt {
+            return Err(VerbsError::Port {
+                ctx: crate::verbs::Ctx::dev(&name).port(port),
+                why: format!("{name} has ports 1..={}", info.phys_port_cnt),
+            }
+            .into());
+        }
+        let p = ctx.query_port(port)?;
+        if !p.is_active() {
+            return Err(VerbsError::Port {
+                ctx: crate::verbs::Ctx::dev(&name).port(port),
+                why: format!("port is {} (physical state {}), not ACTIVE", p.state, p.phys_state),
+            }
+            .into());
+        }
+        let gid = match gid {
+            Some(g) => {
+                if ctx.query_gid(port, g as u32)?.is_none() {
+                    return Err(VerbsError::Port {
+                        ctx: crate::verbs::Ctx::dev(&name).port(port),
+                        why: format!("GID index {g} is empty"),
+                    }
+                    .into());
+                }
+                Some(g)
+            }
+            None if p.is_ethernet() => pick_gid_index(&ctx.gids(port, 16)?).map(|i| i as u8),
+            None => None,
+        };
+        Ok((
+            Dev::Verbs {
+                ctx,
+                port: p,
+                gid,
+                provider: info.provider,
+                fw: info.fw_ver,
+            },
+            note,
+        ))
+    }
+
+    /// Device name.
+    pub fn name(&self) -> String {
+        match self {
+            Dev::Model(_) => crate::model::DEVICE_NAME.into(),
+            Dev::Verbs { ctx, .. } => ctx.name().into(),
+        }
+    }
+
+    /// Provider name.
+    pub fn provider(&self) -> String {
+        match self {
+            Dev::Model(_) => "model0".into(),
+            Dev::Verbs { provider, .. } => provider.clone(),
+        }
+    }
+
+    /// Firmware version.
+    pub fn firmware(&self) -> Option<String> {
+        match self {
+            Dev::Model(_) => None,
+            Dev::Verbs { fw, .. } => Some(fw.clone()),
+        }
+    }
+
+    /// Whether this is model0.
+    pub fn is_model(&self) -> bool {
+        matches!(self, Dev::Model(_))
+    }
+
+    /// Whether `kind` can run here, and why not.
+    pub fn supports(&self, kind: BackendKind) -> Result<(), BackendError> {
+        match (self, kind) {
+            (Dev::Model(_), BackendKind::Direct) => Ok(()),
+            (Dev::Model(_), k) => Err(BackendError::Unsupported {
+                backend: k.as_str(),
+                why: "needs an RDMA device (model0 runs only the direct backend)".into(),
+            }),
+            (Dev::Verbs { ctx, provider, .. }, BackendKind::Direct) if !ctx.is_mlx5() => {
+                Err(BackendError::Unsupported {
+                    backend: "direct",
+                    why: format!(
+                        "needs an mlx5 device or model0; {} uses the {provider} provider",
+                        ctx.name()
+                    ),
+                })
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// The backends this device runs.
+    pub fn backends(&self) -> Vec<BackendKind> {
+        [BackendKind::Verbs, BackendKind::Wr, BackendKind::Direct]
+            .into_iter()
+            .filter(|k| self.supports(*k).is_ok())
+            .collect()
+    }
+}
+
+/// Remote access an operation needs at the responder (plus local write for results/receives).
+pub fn access_for(op: OpKind) -> MrAccess {
+    MrAccess::LOCAL_WRITE
+        | match op {
+            OpKind::Write => MrAccess::REMOTE_WRITE,
+            OpKind::Read => MrAccess::REMOTE_READ,
+            OpKind::FetchAdd | OpKind::CmpSwap => MrAccess::REMOTE_ATOMIC,
+            OpKind::Send => MrAccess::LOCAL_READ,
+        }
+}
+
+/// Queue sizes used by the scenarios.
+pub const DEPTH: u32 = 128;
+/// Inline size asked for.
+pub const INLINE: u32 = 220;
+
+/// Two connected verbs (or wr) ends on one device, each with `buf_len` bytes.
+pub fn verbs_pair(
+    dev: &Dev,
+    kind: BackendKind,
+    op: OpKind,
+    buf_len: usize,
+) -> Result<(VerbsEnd, VerbsEnd), SetupError> {
+    dev.supports(kind)?;
+    let Dev::Verbs { ctx, port, gid, .. } = dev else {
+        unreachable!("supports() admits only verbs devices")
+    };
+    let pd = Pd::new(ctx)?;
+    let caps = QpCaps {
+        max_send_wr: DEPTH,
+        max_recv_wr: DEPTH,
+        max_send_sge: 1,
+        max_recv_sge: 1,
+        max_inline_data: INLINE,
+    };
+    let opts = ConnectOpts {
+        port: port.port,
+        gid_index: *gid,
+        access: access_for(op),
+        ..Default::default()
+    };
+    let mk = || -> Result<(Qp, Cq, Mr), SetupError> {
+        let cq = Cq::new(ctx, 2 * DEPTH)?;
+        let qp = match Qp::new_rc(&pd, &cq, &cq, caps, kind == BackendKind::Wr) {
+            Ok(q) => q,
+            // Some providers grant less inline data: retry with none.
+            Err(_) => Qp::new_rc(
+                &pd,
+                &cq,
+                &cq,
+                QpCaps {
+                    max_inline_data: 0,
+                    ..caps
+                },
+                kind == BackendKind::Wr,
+            )?,
+        };
+        let mr = Mr::new(&pd, buf_len, access_for(op), false)?;
+        Ok((qp, cq, mr))
+    };
+    let (mut qa, ca, ma) = mk()?;
+    let (mut qb, cb, mb) = mk()?;
+    let (ea, eb) = (qa.endpoint(port, *gid)?, qb.endpoint(port, *gid)?);
+    qa.connect(port, &opts, &eb)?;
+    qb.connect(port, &opts, &ea)?;
+    let (ra, rb) = (ma.remote(0), mb.remote(0));
+    Ok((
+        VerbsEnd::new(kind, qa, ca, ma, rb)?,
+        VerbsEnd::new(kind, qb, cb, mb, ra)?,
+    ))
+}
+
+fn model_access(op: OpKind) -> u32 {
+    access_for(op).0 | sys::IBV_ACCESS_LOCAL_WRITE
+}
+
+/// Two connected direct ends on model0.
+pub fn model_pair(
+    model: &Model,
+    op: OpKind,
+    buf_len: usize,
+    mode: DbMode,
+) -> Result<(DirectEnd<DirectModelQp>, DirectEnd<DirectModelQp>), SetupError> {
+    let pd = model.alloc_pd();
+    let caps = ModelQpCaps {
+        max_send_wr: DEPTH,
+        max_recv_wr: DEPTH,
+        max_recv_sge: 1,
+        max_inline_data: INLINE,
+    };
+    let qa = DirectModelQp::new(model, pd, caps, 2 * DEPTH, mode)?;
+    let qb = DirectModelQp::new(model, pd, caps, 2 * DEPTH, mode)?;
+    qa.qp.connect(qb.qp.qpn(), ModelConnect::default());
+    qb.qp.connect(qa.qp.qpn(), ModelConnect::default());
+    let ma = model.reg_mr(pd, buf_len, model_access(op))?;
+    let mb = model.reg_mr(pd, buf_len, model_access(op))?;
+    let ra = crate::verbs::RemoteBuf {
+        addr: ma.addr(),
+        rkey: ma.rkey(),
+        len: ma.len() as u64,
+    };
+    let rb = crate::verbs::RemoteBuf {
+        addr: mb.addr(),
+        rkey: mb.rkey(),
+        len: mb.len() as u64,
+    };
+    Ok((
+        DirectEnd::new(qa, LocalBuf::Model(ma), rb, INLINE),
+        DirectEnd::new(qb, LocalBuf::Model(mb), ra, INLINE),
+    ))
+}
+
+/// Two connected direct ends on an mlx5 device.
+pub fn mlx5_pair(
+    dev: &Dev,
+    op: OpKind,
+    buf_len: usize,
+    mode: DbMode,
+) -> Result<(DirectEnd<DirectQp>, DirectEnd<DirectQp>), SetupError> {
+    dev.supports(BackendKind::Direct)?;
+    let Dev::Verbs { ctx, port, gid, .. } = dev else {
+        unreachable!("supports() admits only mlx5 devices here")
+    };
+    let pd = Pd::new(ctx)?;
+    let caps = QpCaps {
+        max_send_wr: DEPTH,
+        max_recv_wr: DEPTH,
+        max_send_sge: 1,
+        max_recv_sge: 1,
+        max_inline_data: INLINE,
+    };
+    let opts = ConnectOpts {
+        port: port.port,
+        gid_index: *gid,
+        access: access_for(op),
+        ..Default::default()
+    };
+    let mut qa = DirectQp::new(&pd, caps, 2 * DEPTH, mode)?;
+    let mut qb = DirectQp::new(&pd, caps, 2 * DEPTH, mode)?;
+    let (ea, eb) = (qa.endpoint(port, *gid)?, qb.endpoint(port, *gid)?);
+    qa.connect(port, &opts, &eb)?;
+    qb.connect(port, &opts, &ea)?;
+    let ma = Mr::new(&pd, buf_len, access_for(op), false)?;
+    let mb = Mr::new(&pd, buf_len, access_for(op), false)?;
+    let (ra, rb) = (ma.remote(0), mb.remote(0));
+    let (ia, ib) = (qa.max_inline(), qb.max_inline());
+    Ok((
+        DirectEnd::new(qa, LocalBuf::Verbs(ma), rb, ia),
+        DirectEnd::new(qb, LocalBuf::Verbs(mb), ra, ib),
+    ))
+}

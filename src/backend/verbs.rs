@@ -1,0 +1,346 @@
+//! The `verbs` and `wr` backends: prepared `ibv_send_wr` chains posted with `ibv_post_send`, or
+//! the same operations through `ibv_wr_start` .. `ibv_wr_complete`, completions from
+//! `ibv_poll_cq`. Both call the provider exactly as a C program including the headers does.
+
+use super::{Backend, BackendError, BackendKind, MemView, OpKind, Polled};
+use crate::sys;
+use crate::sys::inline::{poll_cq, post_recv, post_send, WrOps};
+use crate::verbs::cq::Completion;
+use crate::verbs::{Cq, Ctx, Mr, Qp, RemoteBuf, VerbsError};
+
+/// Most WQEs one post may chain.
+pub const MAX_POSTLIST: usize = 64;
+
+/// One end on a verbs device.
+pub struct VerbsEnd {
+    kind: BackendKind,
+    wrs: Vec<sys::ibv_send_wr>,
+    sges: Vec<sys::ibv_sge>,
+    rwrs: Vec<sys::ibv_recv_wr>,
+    rsges: Vec<sys::ibv_sge>,
+    wc: [sys::ibv_wc; 16],
+    wr: Option<(WrOps, *mut sys::ibv_qp_ex)>,
+    remote: RemoteBuf,
+    view: MemView,
+    rx_off: usize,
+    max_inline: u32,
+    device: String,
+    // owners, dropped after the raw pointers above are no longer used
+    qp: Qp,
+    cq: Cq,
+    mr: Mr,
+}
+
+// SAFETY: the raw pointers point into this end's own QP, CQ and vectors; the end is used by one
+// thread at a time.
+unsafe impl Send for VerbsEnd {}
+
+impl VerbsEnd {
+    /// Wraps a connected QP (its send and receive CQ is `cq`), the local buffer and the peer's.
+    /// `kind` is `Verbs` or `Wr` (the QP must then have been created with the `ibv_wr_*` API).
+    pub fn new(kind: BackendKind, qp: Qp, cq: Cq, mr: Mr, remote: RemoteBuf) -> Result<Self, BackendError> {
+        let name = kind.as_str();
+        let wr = match kind {
+            BackendKind::Verbs => None,
+            BackendKind::Wr => Some(qp.wr_ops().ok_or_else(|| BackendError::Unsupported {
+                backend: name,
+                why: "the QP was not created with the ibv_wr_* API".into(),
+            })?),
+            BackendKind::Direct => {
+                return Err(BackendError::Invalid {
+                    backend: name,
+                    why: "not a verbs backend".into(),
+                })
+            }
+        };
+        // SAFETY: the MR's buffer lives as long as `mr`, which this end owns.
+        let view = unsafe { MemView::new(mr.as_ptr(), mr.len()) };
+        let rx_off = mr.len() / 2;
+        let max_inline = qp.granted_caps().max_inline_data;
+        let device = cq.context().name().to_string();
+        let mut me = VerbsEnd {
+            kind,
+            wrs: vec![sys::ibv_send_wr::default(); MAX_POSTLIST],
+            sges: vec![sys::ibv_sge::default(); MAX_POSTLIST],
+            rwrs: vec![sys::ibv_recv_wr::default(); MAX_POSTLIST],
+            rsges: vec![sys::ibv_sge::default(); MAX_POSTLIST],
+            wc: [sys::ibv_wc::default(); 16],
+            wr,
+            remote,
+            view,
+            rx_off,
+            max_inline,
+            device,
+            qp,
+            cq,
+            mr,
+        };
+        let (sp, rp) = (me.sges.as_mut_ptr(), me.rsges.as_mut_ptr());
+        for i in 0..MAX_POSTLIST {
+            // SAFETY: i < MAX_POSTLIST: inside the vectors, whose heap buffers never move.
+            me.wrs[i].sg_list = unsafe { sp.add(i) };
+            me.wrs[i].num_sge = 1;
+            me.wrs[i].wr_id = i as u64;
+            // SAFETY: as above.
+            me.rwrs[i].sg_list = unsafe { rp.add(i) };
+            me.rwrs[i].num_sge = 1;
+            me.rwrs[i].wr_id = i as u64;
+        }
+        Ok(me)
+    }
+
+    fn err(&self, verb: &'static str, rc: i32, what: &str) -> BackendError {
+        let ctx = Ctx::dev(&self.device).qpn(self.qp.qpn()).detail(what.to_string());
+        let source = crate::verbs::error::check_rc(rc, verb, || ctx)
+            .err()
+            .unwrap_or(VerbsError::Invalid {
+                ctx: Ctx::dev(&self.device),
+                why: format!("{verb} failed"),
+            });
+        BackendError::Verbs {
+            backend: self.kind.as_str(),
+            source: Box::new(source),
+        }
+    }
+
+    fn check(&self, op: OpKind, len: u32, n: u32, inline: bool) -> Result<(), BackendError> {
+        let backend = self.kind.as_str();
+        if n == 0 || n as usize > MAX_POSTLIST {
+            return Err(BackendError::Invalid {
+                backend,
+                why: format!("postlist {n} outside 1..={MAX_POSTLIST}"),
+            });
+        }
+        if len as usize > self.rx_off || len as u64 > self.remote.len / 2 {
+            return Err(BackendError::Invalid {
+                backend,
+                why: format!("size {len} exceeds the buffers"),
+            });
+        }
+        if inline && len > self.max_inline {
+            return Err(BackendError::Invalid {
+                backend,
+                why: format!("inline size {len} exceeds the QP's max_inline_data {}", self.max_inline),
+            });
+        }
+        if matches!(op, OpKind::FetchAdd | OpKind::CmpSwap) && (len != 8 || inline) {
+            return Err(BackendError::Invalid {
+                backend,
+                why: "atomics move 8 bytes, never inline".into(),
+            });
+        }
+        if inline && op == OpKind::Read {
+            return Err(BackendError::Invalid {
+                backend,
+                why: "RDMA READ cannot be inline".into(),
+            });
+        }
+        Ok(())
+    }
+
+    fn post_verbs(
+        &mut self,
+        op: OpKind,
+        len: u32,
+        n: u32,
+        inline: bool,
+        signal_last: bool,
+    ) -> Result<(), BackendError> {
+        let base = self.mr.addr();
+        let (lkey, raddr, rkey) = (self.mr.lkey(), self.remote.addr + self.remote.len / 2, self.remote.rkey);
+        let n = n as usize;
+        let wp = self.wrs.as_mut_ptr();
+        for i in 0..n {
+            let s = &mut self.sges[i];
+            s.lkey = lkey;
+            s.length = len;
+            s.addr = if op == OpKind::Read {
+                base + self.rx_off as u64
+            } else {
+                base
+            };
+            let w = &mut self.wrs[i];
+            w.send_flags = if inline { sys::IBV_SEND_INLINE } else { 0 };
+            if signal_last && i == n - 1 {
+                w.send_flags |= sys::IBV_SEND_SIGNALED;
+            }
+            // SAFETY: i + 1 < n <= MAX_POSTLIST: the next WR inside the vector.
+            w.next = if i + 1 < n {
+                unsafe { wp.add(i + 1) }
+            } else {
+                std::ptr::null_mut()
+            };
+            match op {
+                OpKind::Write | OpKind::Read => {
+                    w.opcode = if op == OpKind::Write {
+                        sys::IBV_WR_RDMA_WRITE
+                    } else {
+                        sys::IBV_WR_RDMA_READ
+                    };
+                    let r = if op == OpKind::Read { self.remote.addr } else { raddr };
+                    w.wr.rdma = sys::ibv_send_wr__bindgen_ty_2__bindgen_ty_1 { remote_addr: r, rkey };
+                }
+                OpKind::Send => w.opcode = sys::IBV_WR_SEND,
+                OpKind::FetchAdd | OpKind::CmpSwap => {
+                    w.opcode = if op == OpKind::FetchAdd {
+                        sys::IBV_WR_ATOMIC_FETCH_AND_ADD
+                    } else {
+                        sys::IBV_WR_ATOMIC_CMP_AND_SWP
+                    };
+                    w.wr.atomic = sys::ibv_send_wr__bindgen_ty_2__bindgen_ty_2 {
+                        remote_addr: raddr,
+                        compare_add: if op == OpKind::FetchAdd { 1 } else { 0 },
+                        swap: 0,
+                        rkey,
+                    };
+                }
+            }
+        }
+        let mut bad = std::ptr::null_mut();
+        // SAFETY: a live QP; the chain of n prepared WRs and their SGEs (inside this end's
+        // vectors) point into the registered buffer, bounds checked by `check`.
+        let rc = unsafe { post_send(self.qp.as_ptr(), self.wrs.as_mut_ptr(), &mut bad) };
+        if rc != 0 {
+            return Err(self.err("ibv_post_send", rc, op.as_str()));
+        }
+        Ok(())
+    }
+
+    fn post_wr(&mut self, op: OpKind, len: u32, n: u32, inline: bool, signal_last: bool) -> Result<(), BackendError> {
+        let Some((ops, q)) = self.wr else {
+            return Err(BackendError::Unsupported {
+                backend: "wr",
+                why: "no ibv_wr_* API on this QP".into(),
+            });
+        };
+        let base = self.mr.addr();
+        let (lkey, raddr, rkey) = (self.mr.lkey(), self.remote.addr + self.remote.len / 2, self.remote.rkey);
+        let rx = base + self.rx_off as u64;
+        // SAFETY: q is this end's live extended QP and `ops` its entry points; between start and
+        // complete only builders and setters run; addresses are inside the registered buffers.
+        let rc = unsafe {
+            (ops.start)(q);
+            for i in 0..n {
+                (*q).wr_id = i as u64;
+                (*q).wr_flags = if signal_last && i == n - 1 {
+                    sys::IBV_SEND_SIGNALED
+                } else {
+                    0
+                } | if inline { sys::IBV_SEND_INLINE } else { 0 };
+                match op {
+                    OpKind::Write => (ops.rdma_write)(q, rkey, raddr),
+                    OpKind::Read => (ops.rdma_read)(q, rkey, self.remote.addr),
+                    OpKind::Send => (ops.send)(q),
+                    OpKind::FetchAdd => (ops.atomic_fetch_add)(q, rkey, raddr, 1),
+                    OpKind::CmpSwap => (ops.atomic_cmp_swp)(q, rkey, raddr, 0, 0),
+                }
+                if inline {
+                    (ops.set_inline_data)(q, base as *mut _, len as usize);
+                } else {
+                    (ops.set_sge)(q, lkey, if op == OpKind::Read { rx } else { base }, len);
+                }
+            }
+            (ops.complete)(q)
+        };
+        if rc != 0 {
+            return Err(self.err("ibv_wr_complete", rc, op.as_str()));
+        }
+        Ok(())
+    }
+}
+
+impl Backend for VerbsEnd {
+    fn kind(&self) -> BackendKind {
+        self.kind
+    }
+
+    #[inline]
+    fn post(&mut self, op: OpKind, len: u32, n: u32, inline: bool, signal_last: bool) -> Result<(), BackendError> {
+        self.check(op, len, n, inline)?;
+        match self.kind {
+            BackendKind::Wr => self.post_wr(op, len, n, inline, signal_last),
+            _ => self.post_verbs(op, len, n, inline, signal_last),
+        }
+    }
+
+    fn post_recv(&mut self, len: u32, n: u32) -> Result<(), BackendError> {
+        let n = n as usize;
+        if n == 0 || n > MAX_POSTLIST || len as usize > self.view.len() - self.rx_off {
+            return Err(BackendError::Invalid {
+                backend: self.kind.as_str(),
+                why: format!("{n} receives of {len} bytes do not fit"),
+            });
+        }
+        let rx = self.mr.addr() + self.rx_off as u64;
+        let rp = self.rwrs.as_mut_ptr();
+        for i in 0..n {
+            self.rsges[i] = sys::ibv_sge {
+                addr: rx,
+                length: len,
+                lkey: self.mr.lkey(),
+            };
+            // SAFETY: i + 1 < n <= MAX_POSTLIST: the next receive WR inside the vector.
+            self.rwrs[i].next = if i + 1 < n {
+                unsafe { rp.add(i + 1) }
+            } else {
+                std::ptr::null_mut()
+            };
+        }
+        let mut bad = std::ptr::null_mut();
+        // SAFETY: a live QP; the chain of prepared receive WRs points into the registered buffer.
+        let rc = unsafe { post_recv(self.qp.as_ptr(), self.rwrs.as_mut_ptr(), &mut bad) };
+        if rc != 0 {
+            return Err(self.err("ibv_post_recv", rc, "receive"));
+        }
+        Ok(())
+    }
+
+    #[inline]
+    fn poll(&mut self) -> Result<Polled, BackendError> {
+        // SAFETY: a live CQ and room for 16 completions.
+        let n = unsafe { poll_cq(self.cq.as_ptr(), 16, self.wc.as_mut_ptr()) };
+        if n < 0 {
+            return Err(self.err("ibv_poll_cq", n, "poll"));
+        }
+        let mut p = Polled::default();
+        for wc in &self.wc[..n as usize] {
+            if wc.status != sys::IBV_WC_SUCCESS {
+                let c = Completion {
+                    wr_id: wc.wr_id,
+                    status: wc.status,
+                    opcode: wc.opcode,
+                    vendor_err: wc.vendor_err,
+                    byte_len: wc.byte_len,
+                    qp_num: wc.qp_num,
+                    imm: None,
+                };
+                let source = c.check(&self.device).err().unwrap_or(VerbsError::Invalid {
+                    ctx: Ctx::dev(&self.device),
+                    why: "completion error".into(),
+                });
+                return Err(BackendError::Verbs {
+                    backend: self.kind.as_str(),
+                    source: Box::new(source),
+                });
+            }
+            if wc.opcode & sys::IBV_WC_RECV != 0 {
+                p.recvs += 1;
+            } else {
+                p.sends += 1;
+            }
+        }
+        Ok(p)
+    }
+
+    fn mem(&self) -> &MemView {
+        &self.view
+    }
+
+    fn max_inline(&self) -> u32 {
+        self.max_inline
+    }
+
+    fn rx_offset(&self) -> usize {
+        self.rx_off
+    }
+}

@@ -1,0 +1,111 @@
+//! The environment fingerprint written into every result.
+#![forbid(unsafe_code)]
+
+use crate::clock::Calibration;
+use std::fs;
+
+fn read_trim(p: &str) -> Option<String> {
+    fs::read_to_string(p)
+        .ok()
+        .map(|s| s.trim().to_string())
+        .filter(|s| !s.is_empty())
+}
+
+/// What the results were measured on.
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize, PartialEq)]
+pub struct Fingerprint {
+    /// Kernel release.
+    pub kernel: String,
+    /// CPU model name.
+    pub cpu_model: String,
+    /// Online CPUs.
+    pub cpus: usize,
+    /// TSC rate in Hz.
+    pub tsc_hz: f64,
+    /// Where the rate came from.
+    pub tsc_source: String,
+    /// Invariant TSC.
+    pub invariant_tsc: bool,
+    /// Kernel clocksource.
+    pub clocksource: Option<String>,
+    /// cpufreq governor of CPU 0 (none in most VMs).
+    pub governor: Option<String>,
+    /// rdma-core release built against.
+    pub rdma_core_built: String,
+    /// libibverbs loaded (path, version).
+    pub libibverbs_loaded: String,
+    /// libibverbs loaded, version.
+    pub libibverbs_version: String,
+    /// Device name.
+    pub device: String,
+    /// Provider (rxe, mlx5, model0, ...).
+    pub provider: String,
+    /// Firmware version.
+    pub firmware: Option<String>,
+    /// Whether the device is the software model.
+    pub software_model: bool,
+    /// Whether the machine runs under a hypervisor (CPUID).
+    pub virtualized: bool,
+    /// Port attributes (link layer, MTU, speed, width), when a port is used.
+    pub port: Option<serde_json::Value>,
+    /// `MLX5_*` and `IBV_*` environment variables that change the provider's paths.
+    pub env_vars: Vec<(String, String)>,
+}
+
+impl Fingerprint {
+    /// Collects the machine-wide part; the device part comes from the caller.
+    pub fn collect(cal: &Calibration, device: &str, provider: &str, firmware: Option<String>, model: bool) -> Self {
+        let (lib, ver) = crate::verbs::device::libibverbs_loaded();
+        let cpu_model = read_trim("/proc/cpuinfo")
+            .and_then(|s| {
+                s.lines()
+                    .find(|l| l.starts_with("model name"))
+                    .and_then(|l| l.split(':').nth(1))
+                    .map(|s| s.trim().to_string())
+            })
+            .unwrap_or_else(|| "unknown".into());
+        let virtualized = read_trim("/proc/cpuinfo").is_some_and(|s| s.contains(" hypervisor"));
+        let mut env_vars: Vec<(String, String)> = std::env::vars()
+            .filter(|(k, _)| k.starts_with("MLX5_") || k.starts_with("IBV_") || k.starts_with("RDMAV_"))
+            .collect();
+        env_vars.sort();
+        Fingerprint {
+            kernel: read_trim("/proc/sys/kernel/osrelease").unwrap_or_else(|| "unknown".into()),
+            cpu_model,
+            cpus: std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1),
+            tsc_hz: cal.hz,
+            tsc_source: cal.source.as_str().into(),
+            invariant_tsc: cal.invariant_tsc,
+            clocksource: read_trim("/sys/devices/system/clocksource/clocksource0/current_clocksource"),
+            governor: read_trim("/sys/devices/system/cpu/cpu0/cpufreq/scaling_governor"),
+            rdma_core_built: env!("RDMAPROBE_BUILD_RDMA_CORE").into(),
+            libibverbs_loaded: lib,
+            libibverbs_version: ver,
+            device: device.into(),
+            provider: provider.into(),
+            firmware,
+            software_model: model,
+            virtualized,
+            port: None,
+            env_vars,
+        }
+    }
+
+    /// Warnings every report repeats.
+    pub fn warnings(&self) -> Vec<String> {
+        let mut w = Vec::new();
+        if self.software_model {
+            w.push("device is model0, a software model: figures describe the tool and the data path, not a NIC".into());
+        }
+        if self.provider == "rxe" {
+            w.push("device is Soft-RoCE (rxe): a software RDMA stack, not NIC performance".into());
+        }
+        if !self.invariant_tsc {
+            w.push("the TSC is not invariant: timestamps may drift with power states".into());
+        }
+        if self.virtualized {
+            w.push("running under a hypervisor: timings include virtualisation effects".into());
+        }
+        w
+    }
+}

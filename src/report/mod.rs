@@ -1,0 +1,179 @@
+//! Statistics, histograms and the result document. No unsafe code here.
+#![forbid(unsafe_code)]
+
+pub mod env;
+
+use base64::Engine;
+use hdrhistogram::serialization::{Serializer, V2DeflateSerializer};
+use hdrhistogram::Histogram;
+
+/// Result document schema version.
+pub const SCHEMA_VERSION: u32 = 1;
+
+/// Summary statistics of a sample, in ns. Percentiles are nearest-rank over every sample.
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct Stats {
+    /// Number of samples.
+    pub count: u64,
+    /// Smallest.
+    pub min: f64,
+    /// Median.
+    pub p50: f64,
+    /// 90th percentile.
+    pub p90: f64,
+    /// 99th percentile.
+    pub p99: f64,
+    /// 99.9th percentile.
+    pub p99_9: f64,
+    /// 99.99th percentile.
+    pub p99_99: f64,
+    /// Largest (the real largest, not the second largest).
+    pub max: f64,
+    /// Arithmetic mean.
+    pub mean: f64,
+    /// Population standard deviation.
+    pub stdev: f64,
+}
+
+/// Nearest-rank percentile of sorted data (q in 0..=1).
+pub fn percentile(sorted: &[f64], q: f64) -> f64 {
+    if sorted.is_empty() {
+        return f64::NAN;
+    }
+    let rank = (q * sorted.len() as f64).ceil() as usize;
+    sorted[rank.clamp(1, sorted.len()) - 1]
+}
+
+impl Stats {
+    /// Statistics of `samples` (ns); sorts a copy.
+    pub fn of(samples: &[f64]) -> Option<Stats> {
+        if samples.is_empty() {
+            return None;
+        }
+        let mut s = samples.to_vec();
+        s.sort_by(|a, b| a.total_cmp(b));
+        let n = s.len() as f64;
+        let mean = s.iter().sum::<f64>() / n;
+        let var = s.iter().map(|x| (x - mean) * (x - mean)).sum::<f64>() / n;
+        Some(Stats {
+            count: s.len() as u64,
+            min: s[0],
+            p50: percentile(&s, 0.5),
+            p90: percentile(&s, 0.9),
+            p99: percentile(&s, 0.99),
+            p99_9: percentile(&s, 0.999),
+            p99_99: percentile(&s, 0.9999),
+            max: s[s.len() - 1],
+            mean,
+            stdev: var.sqrt(),
+        })
+    }
+}
+
+/// An HdrHistogram of ns values (1 ns .. 1 h, 3 significant digits), every sample recorded.
+pub struct Hist {
+    h: Histogram<u64>,
+}
+
+impl Default for Hist {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Hist {
+    /// An empty histogram.
+    pub fn new() -> Self {
+        Hist {
+            h: Histogram::new_with_bounds(1, 3_600_000_000_000, 3).expect("valid histogram bounds"),
+        }
+    }
+
+    /// Records one value in ns (values below 1 ns are recorded as 1, above 1 h as 1 h: the
+    /// histogram saturates, it never drops a sample).
+    pub fn record(&mut self, ns: f64) {
+        let v = (ns.round() as u64).clamp(1, 3_600_000_000_000);
+        self.h.saturating_record(v);
+    }
+
+    /// Number of recorded values.
+    pub fn len(&self) -> u64 {
+        self.h.len()
+    }
+
+    /// Whether empty.
+    pub fn is_empty(&self) -> bool {
+        self.h.is_empty()
+    }
+
+    /// The value at quantile q.
+    pub fn value_at_quantile(&self, q: f64) -> u64 {
+        self.h.value_at_quantile(q)
+    }
+
+    /// The histogram in HdrHistogram's compressed V2 encoding, base64 (what other HdrHistogram
+    /// tools read back).
+    pub fn encode(&self) -> String {
+        let mut buf = Vec::new();
+        match V2DeflateSerializer::new().serialize(&self.h, &mut buf) {
+            Ok(_) => base64::engine::general_purpose::STANDARD.encode(&buf),
+            Err(e) => format!("error: {e:?}"),
+        }
+    }
+
+    /// Decodes [`Hist::encode`]'s output.
+    pub fn decode(s: &str) -> Result<Hist, String> {
+        let bytes = base64::engine::general_purpose::STANDARD
+            .decode(s)
+            .map_err(|e| e.to_string())?;
+        let mut d = hdrhistogram::serialization::Deserializer::new();
+        let h: Histogram<u64> = d.deserialize(&mut &bytes[..]).map_err(|e| format!("{e:?}"))?;
+        Ok(Hist { h })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn nearest_rank_percentiles() {
+        let v: Vec<f64> = (1..=100).map(|x| x as f64).collect();
+        assert_eq!(percentile(&v, 0.5), 50.0);
+        assert_eq!(percentile(&v, 0.99), 99.0);
+        assert_eq!(percentile(&v, 0.999), 100.0);
+        assert_eq!(percentile(&v, 0.0), 1.0);
+        assert!(percentile(&[], 0.5).is_nan());
+    }
+
+    #[test]
+    fn stats_are_exact_and_keep_the_real_max() {
+        let mut v = vec![10.0; 999];
+        v.push(5000.0);
+        let s = Stats::of(&v).unwrap();
+        assert_eq!(
+            (s.count, s.min, s.p50, s.p99, s.p99_9, s.max),
+            (1000, 10.0, 10.0, 10.0, 10.0, 5000.0)
+        );
+        assert!((s.mean - 14.99).abs() < 1e-9);
+        // stdev in ns, not truncated: sqrt(mean of squared deviations)
+        let expect = ((999.0 * (10.0f64 - 14.99).powi(2) + (5000.0f64 - 14.99).powi(2)) / 1000.0).sqrt();
+        assert!((s.stdev - expect).abs() < 1e-9);
+        assert_eq!(Stats::of(&[]), None);
+    }
+
+    #[test]
+    fn histogram_round_trips_and_never_drops() {
+        let mut h = Hist::new();
+        for v in [0.2, 1.0, 812.0, 1e13] {
+            h.record(v);
+        }
+        assert_eq!(h.len(), 4);
+        let d = Hist::decode(&h.encode()).unwrap();
+        assert_eq!(d.len(), 4);
+        assert_eq!(d.value_at_quantile(0.0), 1);
+        let p50 = d.value_at_quantile(0.5);
+        assert!((1..=1).contains(&p50) || (811..=813).contains(&p50), "{p50}");
+        assert!(Hist::decode("not base64!").is_err());
+    }
+}

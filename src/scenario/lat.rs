@@ -1,0 +1,349 @@
+//! Latency ping-pong, as perftest's `ib_*_lat` measure it and where perftest is not right, right:
+//! - `write`: the client WRITEs `size` bytes into the server's buffer, the server watches the
+//!   last byte, then WRITEs back; the client's figure is half the round trip (one-way).
+//! - `send`: the same with SEND/RECV, completion-driven; one-way.
+//! - `read`, `atomic`: round trips by nature; the figure is the round trip.
+//!
+//! Every iteration's post (the provider call, or build + doorbell) and completion wait are
+//! recorded separately; nothing is dropped; the two ends run on two pinned threads.
+
+use super::ScenarioError;
+use crate::backend::{Backend, OpKind, Polled};
+use crate::clock;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+/// What to run.
+#[derive(Debug, Clone, Copy)]
+pub struct LatParams {
+    /// Operation.
+    pub op: OpKind,
+    /// Message size in bytes (8 for atomics).
+    pub size: u32,
+    /// Measured iterations.
+    pub iters: u64,
+    /// Iterations run first and not recorded.
+    pub warmup: u64,
+    /// Copy the payload into the WQE (WRITE and SEND only).
+    pub inline: bool,
+    /// Longest wait for any single step before the run is declared stalled.
+    pub stall: Duration,
+}
+
+/// Whether the figure of an operation is one-way (half the round trip) or the round trip.
+pub fn one_way(op: OpKind) -> bool {
+    matches!(op, OpKind::Write | OpKind::Send)
+}
+
+/// Raw samples of one run, in TSC ticks.
+#[derive(Debug, Default, Clone)]
+pub struct LatSamples {
+    /// Round trip of each measured iteration.
+    pub rtt: Vec<u64>,
+    /// The post call of each measured iteration.
+    pub post: Vec<u64>,
+    /// From the end of the post to the response.
+    pub wait: Vec<u64>,
+}
+
+/// Continues marker numbering across blocks (the write ping-pong tells iterations apart by the
+/// last byte of the message).
+#[derive(Debug, Default, Clone, Copy)]
+pub struct PingState {
+    next: u64,
+    /// Receives were posted by an earlier block (SEND keeps a constant number outstanding).
+    primed: bool,
+}
+
+fn marker(k: u64) -> u8 {
+    (k % 255) as u8 + 1
+}
+
+/// Shared stop flags of one run.
+pub struct Flags<'a> {
+    /// Set by the side that fails, so the other stops too.
+    pub failed: AtomicBool,
+    /// Set from outside (SIGINT).
+    pub interrupt: &'a AtomicBool,
+}
+
+struct Spin<'a> {
+    side: &'static str,
+    flags: &'a Flags<'a>,
+    stall: Duration,
+}
+
+impl Spin<'_> {
+    /// Spins until `ready()`; checks the flags and the stall deadline every 4096 turns.
+    #[inline(always)]
+    fn until(
+        &self,
+        index: u64,
+        what: &'static str,
+        mut ready: impl FnMut() -> Result<bool, ScenarioError>,
+    ) -> Result<(), ScenarioError> {
+        let mut turns = 0u32;
+        let mut since: Option<Instant> = None;
+        loop {
+            if ready()? {
+                return Ok(());
+            }
+            turns = turns.wrapping_add(1);
+            if turns % 4096 == 0 {
+                if self.flags.interrupt.load(Ordering::Relaxed) {
+                    return Err(ScenarioError::Interrupted);
+                }
+                if self.flags.failed.load(Ordering::Relaxed) {
+                    return Err(ScenarioError::PeerFailed { side: self.side });
+                }
+                let t = *since.get_or_insert_with(Instant::now);
+                if t.elapsed() > self.stall {
+                    return Err(ScenarioError::Stalled {
+                        side: self.side,
+                        index,
+                        what,
+                        waited: self.stall,
+                    });
+                }
+            }
+            std::hint::spin_loop();
+        }
+    }
+}
+
+fn be(side: &'static str, index: u64) -> impl Fn(crate::backend::BackendError) -> ScenarioError {
+    move |source| ScenarioError::Backend { side, index, source }
+}
+
+/// Tracks signalled sends not yet completed, so the send queue never overflows.
+struct Outstanding {
+    n: u32,
+}
+
+impl Outstanding {
+    fn add(&mut self, p: Polled) {
+        self.n = self.n.saturating_sub(p.sends);
+    }
+}
+
+const MAX_OUTSTANDING: u32 = 32;
+/// Receives kept posted in the SEND ping-pong.
+const RECV_DEPTH: u32 = 16;
+
+/// The CPUs this process may run on, read once before any thread is pinned (a pinned thread's
+/// children inherit its one-CPU mask, so reading it later would see a single CPU).
+fn cpus() -> &'static [core_affinity::CoreId] {
+    static CPUS: std::sync::OnceLock<Vec<core_affinity::CoreId>> = std::sync::OnceLock::new();
+    CPUS.get_or_init(|| core_affinity::get_core_ids().unwrap_or_default())
+}
+
+/// Pins the calling thread to the `i`-th CPU of the process when it has more than one.
+pub fn pin(i: usize) -> bool {
+    let ids = cpus();
+    if ids.len() > 1 && std::env::var_os("RDMAPROBE_NO_PIN").is_none() {
+        core_affinity::set_for_current(ids[i % ids.len()])
+    } else {
+        false
+    }
+}
+
+/// Runs `p.warmup` (only when `record_warmup` is false the first call is expected to carry it)
+/// plus `iters` iterations between `client` and `server` on two pinned threads.
+pub fn run<B: Backend + Send>(
+    client: &mut B,
+    server: &mut B,
+    p: &LatParams,
+    iters: u64,
+    warmup: u64,
+    st: &mut PingState,
+    interrupt: &AtomicBool,
+) -> Result<LatSamples, ScenarioError> {
+    if iters == 0 {
+        return Err(ScenarioError::Invalid("zero iterations".into()));
+    }
+    if p.size == 0 || (matches!(p.op, OpKind::FetchAdd | OpKind::CmpSwap) && p.size != 8) {
+        return Err(ScenarioError::Invalid(format!(
+            "size {} is not valid for {}",
+            p.size,
+            p.op.as_str()
+        )));
+    }
+    let flags = Flags {
+        failed: AtomicBool::new(false),
+        interrupt,
+    };
+    cpus(); // before anything is pinned
+    let total = warmup + iters;
+    let first = st.next;
+    st.next += total;
+    let prime = !st.primed;
+    st.primed = true;
+    let res = std::thread::scope(|s| {
+        let flags = &flags;
+        let h = s.spawn(move || {
+            pin(1);
+            let r = server_loop(server, p, first, total, prime, flags);
+            if r.is_err() {
+                flags.failed.store(true, Ordering::Relaxed);
+            }
+            r
+        });
+        pin(0);
+        let c = client_loop(client, p, first, total, warmup, prime, flags);
+        if c.is_err() {
+            flags.failed.store(true, Ordering::Relaxed);
+        }
+        let srv = h.join().unwrap_or(Err(ScenarioError::PeerFailed { side: "server" }));
+        (c, srv)
+    });
+    match res {
+        (Ok(samples), Ok(())) => Ok(samples),
+        // The first real failure wins over the other side's "peer failed".
+        (Err(e @ ScenarioError::PeerFailed { .. }), Err(s)) => Err(if matches!(s, ScenarioError::PeerFailed { .. }) {
+            e
+        } else {
+            s
+        }),
+        (Err(e), _) => Err(e),
+        (Ok(_), Err(e)) => Err(e),
+    }
+}
+
+fn client_loop<B: Backend>(
+    b: &mut B,
+    p: &LatParams,
+    first: u64,
+    total: u64,
+    warmup: u64,
+    prime: bool,
+    flags: &Flags<'_>,
+) -> Result<LatSamples, ScenarioError> {
+    let side = "client";
+    let spin = Spin {
+        side,
+        flags,
+        stall: p.stall,
+    };
+    let len = p.size as usize;
+    let rx = b.rx_offset();
+    let n = (total - warmup) as usize;
+    let mut out = LatSamples {
+        rtt: Vec::with_capacity(n),
+        post: Vec::with_capacity(n),
+        wait: Vec::with_capacity(n),
+    };
+    let mut outst = Outstanding { n: 0 };
+    if p.op == OpKind::Send && prime {
+        b.post_recv(p.size, RECV_DEPTH).map_err(be(side, first))?;
+    }
+    for k in first..first + total {
+        let m = marker(k);
+        if p.op == OpKind::Write {
+            b.mem().store(len - 1, m);
+        }
+        let t0 = clock::start();
+        b.post(p.op, p.size, 1, p.inline, true).map_err(be(side, k))?;
+        let t1 = clock::stop();
+        outst.n += 1;
+        match p.op {
+            OpKind::Write => spin.until(k, "the server's WRITE", || Ok(b.mem().load(rx + len - 1) == m))?,
+            OpKind::Send => {
+                let mut got = 0;
+                spin.until(k, "the server's SEND", || {
+                    let q = b.poll().map_err(be(side, k))?;
+                    outst.add(q);
+                    got += q.recvs;
+                    Ok(got > 0)
+                })?;
+            }
+            _ => {
+                let before = outst.n;
+                spin.until(k, "the completion", || {
+                    let q = b.poll().map_err(be(side, k))?;
+                    outst.add(q);
+                    Ok(outst.n < before)
+                })?;
+            }
+        }
+        let t2 = clock::stop();
+        if k >= first + warmup {
+            out.rtt.push(t2 - t0);
+            out.post.push(t1 - t0);
+            out.wait.push(t2 - t1);
+        }
+        // Bookkeeping outside the timed region.
+        if p.op == OpKind::Send {
+            b.post_recv(p.size, 1).map_err(be(side, k))?;
+        }
+        outst.add(b.poll().map_err(be(side, k))?);
+        while outst.n >= MAX_OUTSTANDING {
+            spin.until(k, "send completions", || {
+                outst.add(b.poll().map_err(be(side, k))?);
+                Ok(outst.n < MAX_OUTSTANDING)
+            })?;
+        }
+    }
+    spin.until(first + total, "the last send completions", || {
+        outst.add(b.poll().map_err(be(side, first + total))?);
+        Ok(outst.n == 0)
+    })?;
+    Ok(out)
+}
+
+fn server_loop<B: Backend>(
+    b: &mut B,
+    p: &LatParams,
+    first: u64,
+    total: u64,
+    prime: bool,
+    flags: &Flags<'_>,
+) -> Result<(), ScenarioError> {
+    let side = "server";
+    let spin = Spin {
+        side,
+        flags,
+        stall: p.stall,
+    };
+    let len = p.size as usize;
+    let rx = b.rx_offset();
+    let mut outst = Outstanding { n: 0 };
+    match p.op {
+        OpKind::Write | OpKind::Send => {}
+        // Read and atomics are one-sided: the server only keeps its memory registered.
+        _ => return Ok(()),
+    }
+    if p.op == OpKind::Send && prime {
+        b.post_recv(p.size, RECV_DEPTH).map_err(be(side, first))?;
+    }
+    for k in first..first + total {
+        let m = marker(k);
+        if p.op == OpKind::Write {
+            spin.until(k, "the client's WRITE", || Ok(b.mem().load(rx + len - 1) == m))?;
+            b.mem().store(len - 1, m);
+        } else {
+            let mut got = 0;
+            spin.until(k, "the client's SEND", || {
+                let q = b.poll().map_err(be(side, k))?;
+                outst.add(q);
+                got += q.recvs;
+                Ok(got > 0)
+            })?;
+        }
+        b.post(p.op, p.size, 1, p.inline, true).map_err(be(side, k))?;
+        outst.n += 1;
+        if p.op == OpKind::Send {
+            b.post_recv(p.size, 1).map_err(be(side, k))?;
+        }
+        outst.add(b.poll().map_err(be(side, k))?);
+        while outst.n >= MAX_OUTSTANDING {
+            spin.until(k, "send completions", || {
+                outst.add(b.poll().map_err(be(side, k))?);
+                Ok(outst.n < MAX_OUTSTANDING)
+            })?;
+        }
+    }
+    spin.until(first + total, "the last send completions", || {
+        outst.add(b.poll().map_err(be(side, first + total))?);
+        Ok(outst.n == 0)
+    })
+}

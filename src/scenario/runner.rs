@@ -1,0 +1,150 @@
+//! Runs a latency scenario over one or several backends, interleaved in blocks so machine drift
+//! cancels out, and turns the samples into results.
+
+use super::lat::{self, LatParams, LatSamples, PingState};
+use super::ScenarioError;
+use crate::backend::direct::DirectEnd;
+use crate::backend::setup::{self, Dev, SetupError};
+use crate::backend::verbs::VerbsEnd;
+use crate::backend::{BackendKind, OpKind};
+use crate::clock::Calibration;
+use crate::mlx5::sq::DbMode;
+use crate::model::DirectModelQp;
+use crate::report::{Hist, Stats};
+use crate::verbs::direct::DirectQp;
+use std::sync::atomic::AtomicBool;
+
+/// A connected pair of any backend (each arm runs with static dispatch).
+pub enum AnyPair {
+    /// verbs or wr.
+    Verbs(Box<(VerbsEnd, VerbsEnd)>),
+    /// direct on model0.
+    Model(Box<(DirectEnd<DirectModelQp>, DirectEnd<DirectModelQp>)>),
+    /// direct on mlx5.
+    Mlx5(Box<(DirectEnd<DirectQp>, DirectEnd<DirectQp>)>),
+}
+
+impl AnyPair {
+    /// Builds the pair for `kind` on `dev`.
+    pub fn new(dev: &Dev, kind: BackendKind, op: OpKind, buf_len: usize, mode: DbMode) -> Result<Self, SetupError> {
+        dev.supports(kind)?;
+        Ok(match (dev, kind) {
+            (Dev::Model(m), _) => AnyPair::Model(Box::new(setup::model_pair(m, op, buf_len, mode)?)),
+            (_, BackendKind::Direct) => AnyPair::Mlx5(Box::new(setup::mlx5_pair(dev, op, buf_len, mode)?)),
+            _ => AnyPair::Verbs(Box::new(setup::verbs_pair(dev, kind, op, buf_len)?)),
+        })
+    }
+
+    /// Largest inline payload of the pair's QPs.
+    pub fn max_inline(&self) -> u32 {
+        use crate::backend::Backend;
+        match self {
+            AnyPair::Verbs(p) => p.0.max_inline().min(p.1.max_inline()),
+            AnyPair::Model(p) => p.0.max_inline().min(p.1.max_inline()),
+            AnyPair::Mlx5(p) => p.0.max_inline().min(p.1.max_inline()),
+        }
+    }
+
+    fn run(
+        &mut self,
+        p: &LatParams,
+        iters: u64,
+        warmup: u64,
+        st: &mut PingState,
+        intr: &AtomicBool,
+    ) -> Result<LatSamples, ScenarioError> {
+        match self {
+            AnyPair::Verbs(b) => lat::run(&mut b.0, &mut b.1, p, iters, warmup, st, intr),
+            AnyPair::Model(b) => lat::run(&mut b.0, &mut b.1, p, iters, warmup, st, intr),
+            AnyPair::Mlx5(b) => lat::run(&mut b.0, &mut b.1, p, iters, warmup, st, intr),
+        }
+    }
+}
+
+/// One backend's result for one operation and size.
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+pub struct LatResult {
+    /// Backend name.
+    pub backend: String,
+    /// Operation.
+    pub op: String,
+    /// Message size.
+    pub size: u32,
+    /// Inline or not.
+    pub inline: bool,
+    /// `one_way` (half the round trip) or `round_trip`.
+    pub figure: String,
+    /// Measured iterations.
+    pub iterations: u64,
+    /// The figure's statistics, ns.
+    pub latency: Stats,
+    /// The post call's statistics, ns.
+    pub post: Stats,
+    /// From the end of the post to the response, ns.
+    pub completion_wait: Stats,
+    /// The median of the figure in each block, ns (for statistics across blocks).
+    pub block_medians_ns: Vec<f64>,
+    /// The figure's HdrHistogram (V2, deflate, base64).
+    pub histogram: String,
+    /// The post call's HdrHistogram.
+    pub post_histogram: String,
+    /// The post median is at or below the timer's own overhead: not a real measurement.
+    pub post_below_overhead: bool,
+}
+
+/// Runs `p` on every pair, `blocks` interleaved blocks each (warm-up before the first block),
+/// and summarises.
+pub fn run_interleaved(
+    pairs: &mut [(BackendKind, AnyPair)],
+    p: &LatParams,
+    blocks: u64,
+    cal: &Calibration,
+    intr: &AtomicBool,
+) -> Result<Vec<LatResult>, ScenarioError> {
+    let blocks = blocks.clamp(1, p.iters.max(1));
+    let mut all: Vec<(LatSamples, Vec<f64>)> = pairs.iter().map(|_| (LatSamples::default(), Vec::new())).collect();
+    let mut states: Vec<PingState> = pairs.iter().map(|_| PingState::default()).collect();
+    for b in 0..blocks {
+        let iters = p.iters / blocks + u64::from(b < p.iters % blocks);
+        let warmup = if b == 0 { p.warmup } else { 0 };
+        for (i, (_, pair)) in pairs.iter_mut().enumerate() {
+            let s = pair.run(p, iters, warmup, &mut states[i], intr)?;
+            let half = if lat::one_way(p.op) { 2.0 } else { 1.0 };
+            let mut block: Vec<f64> = s.rtt.iter().map(|&t| cal.to_ns(t) / half).collect();
+            block.sort_by(|a, b| a.total_cmp(b));
+            all[i].1.push(crate::report::percentile(&block, 0.5));
+            all[i].0.rtt.extend(s.rtt);
+            all[i].0.post.extend(s.post);
+            all[i].0.wait.extend(s.wait);
+        }
+    }
+    let overhead = cal.overhead_ns();
+    let mut out = Vec::new();
+    for ((kind, _), (s, medians)) in pairs.iter().zip(all) {
+        let half = if lat::one_way(p.op) { 2.0 } else { 1.0 };
+        let fig: Vec<f64> = s.rtt.iter().map(|&t| cal.to_ns(t) / half).collect();
+        let post: Vec<f64> = s.post.iter().map(|&t| cal.to_ns(t)).collect();
+        let wait: Vec<f64> = s.wait.iter().map(|&t| cal.to_ns(t)).collect();
+        let (mut h, mut hp) = (Hist::new(), Hist::new());
+        fig.iter().for_each(|&v| h.record(v));
+        post.iter().for_each(|&v| hp.record(v));
+        let empty = || ScenarioError::Invalid("no samples".into());
+        let post_stats = Stats::of(&post).ok_or_else(empty)?;
+        out.push(LatResult {
+            backend: kind.as_str().into(),
+            op: p.op.as_str().into(),
+            size: p.size,
+            inline: p.inline,
+            figure: if lat::one_way(p.op) { "one_way" } else { "round_trip" }.into(),
+            iterations: fig.len() as u64,
+            latency: Stats::of(&fig).ok_or_else(empty)?,
+            post: post_stats,
+            completion_wait: Stats::of(&wait).ok_or_else(empty)?,
+            block_medians_ns: medians,
+            histogram: h.encode(),
+            post_histogram: hp.encode(),
+            post_below_overhead: post_stats.p50 <= overhead,
+        });
+    }
+    Ok(out)
+}
