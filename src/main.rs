@@ -142,10 +142,25 @@ fn main() -> ExitCode {
     match r {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("rdmaprobe: error: {e:#}");
+            eprintln!("rdmaprobe: error: {}", chain(&e));
             ExitCode::from(1)
         }
     }
+}
+
+/// The error and its causes, each cause only when the message so far does not already say it.
+fn chain(e: &anyhow::Error) -> String {
+    let mut msg = String::new();
+    for c in e.chain() {
+        let t = c.to_string();
+        if !msg.contains(&t) {
+            if !msg.is_empty() {
+                msg.push_str(": ");
+            }
+            msg.push_str(&t);
+        }
+    }
+    msg
 }
 
 fn build_info() -> serde_json::Value {

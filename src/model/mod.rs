@@ -100,8 +100,8 @@ pub enum ExecMode {
 /// Model knobs.
 #[derive(Clone, Copy, Debug)]
 pub struct ModelConfig {
-    /// Added one-way wire delay in ns, between the model's processing of a WQE and its remote
-    /// effect.
+    /// Added one-way wire delay in ns: the WQEs a doorbell carries take effect this much later
+    /// (inline execution only).
     pub wire_delay_ns: u64,
     /// When WQEs execute.
     pub exec: ExecMode,
@@ -217,26 +217,56 @@ pub struct Model {
     inner: Arc<Inner>,
 }
 
-/// Spins for `ns` nanoseconds of TSC time.
+/// Spins for `ns` nanoseconds of TSC time. The loop is calibrated at start-up against its own
+/// cost (see [`wire_clock`]), so the added delay is D, not D plus the cost of measuring it.
 #[inline(never)]
 fn wire_wait(ns: u64) {
-    let ticks = (ns as f64 * ticks_per_ns()) as u64;
+    let (tpn, extra) = wire_clock();
+    spin_ticks((ns as f64 * tpn - extra).max(0.0) as u64);
+}
+
+#[inline(always)]
+fn spin_ticks(ticks: u64) {
+    let until = raw_ticks() + ticks;
+    // No `pause` in this loop: one costs up to ~140 cycles and would be the overshoot.
+    while raw_ticks() < until {}
+}
+
+/// An unfenced timestamp (the delay loop needs no ordering, only the time).
+#[inline(always)]
+fn raw_ticks() -> u64 {
     #[cfg(target_arch = "x86_64")]
-    {
-        // SAFETY: rdtsc is available on every x86_64 CPU and touches no memory.
-        let read = || unsafe { core::arch::x86_64::_rdtsc() };
-        let until = read() + ticks;
-        while read() < until {
-            std::hint::spin_loop();
-        }
+    // SAFETY: rdtsc is available on every x86_64 CPU and touches no memory.
+    unsafe {
+        core::arch::x86_64::_rdtsc()
     }
     #[cfg(not(target_arch = "x86_64"))]
-    {
-        let until = clock::start() + ticks;
-        while clock::start() < until {
-            std::hint::spin_loop();
-        }
-    }
+    clock::start()
+}
+
+/// Ticks per ns, and the loop's own cost in ticks: the median time of a 2 us spin, timed with
+/// fenced reads, minus 2 us and minus the timer's own median overhead (measured the same way).
+fn wire_clock() -> (f64, f64) {
+    static C: OnceLock<(f64, f64)> = OnceLock::new();
+    *C.get_or_init(|| {
+        let tpn = ticks_per_ns();
+        let target = (2000.0 * tpn) as u64;
+        let median = |f: &dyn Fn() -> u64| {
+            let mut v: Vec<u64> = (0..301).map(|_| f()).collect();
+            v.sort_unstable();
+            v[v.len() / 2] as f64
+        };
+        let empty = median(&|| {
+            let a = clock::start();
+            clock::stop() - a
+        });
+        let spun = median(&|| {
+            let a = clock::start();
+            spin_ticks(target);
+            clock::stop() - a
+        });
+        (tpn, (spun - empty - target as f64).max(0.0))
+    })
 }
 
 fn ticks_per_ns() -> f64 {
@@ -250,7 +280,7 @@ impl Model {
         std::fs::create_dir_all(shm::dir()).map_err(io(format!("creating {}", shm::dir().display())))?;
         shm::sweep(owner_of);
         if cfg.wire_delay_ns > 0 {
-            ticks_per_ns();
+            wire_clock();
         }
         let seed = clock::start() ^ ((std::process::id() as u64) << 32) ^ 0x9e37_79b9_7f4a_7c15;
         Ok(Model {
@@ -641,6 +671,14 @@ impl ModelQp {
     pub fn set_error(&self) {
         set_err(&self.model, &self.shm);
     }
+    /// Sets this QP's added wire delay (ns) from now on.
+    pub fn set_wire_delay(&self, ns: u64) {
+        if ns > 0 {
+            wire_clock();
+        }
+        self.h().wire_delay_ns.store(ns, Ordering::Release);
+    }
+
     /// Error injection: the `after`-th WQE from now (0 = the next) fails with `syndrome`.
     pub fn inject_error(&self, syndrome: u8, after: u32) {
         let h = self.h();
@@ -679,6 +717,16 @@ impl RingHook for ModelDoorbell {
     fn rung(&mut self, _qpn: u32, _pi: u32) {
         if !self.inline {
             return;
+        }
+        // A device sees the doorbell once the stores before it are visible: drain the store
+        // buffer first (the `sfence`s of the doorbell only order it), so a delay below cannot
+        // hide that drain and the delay adds exactly D.
+        fence(Ordering::SeqCst);
+        // The wire: everything this doorbell carries arrives D later. The wait comes before any
+        // of the model's own work, so the delay shifts the whole operation by D.
+        let delay = hdr::<QpHdr>(&self.qp).wire_delay_ns.load(Ordering::Acquire);
+        if delay > 0 {
+            wire_wait(delay);
         }
         hdr::<QpHdr>(&self.qp).kicks.fetch_add(1, Ordering::AcqRel);
         execute(&self.model, &self.qp);
@@ -1081,13 +1129,6 @@ fn run_one(m: &Model, me: &QpHdr, d: &Decoded, buf: &[u8; 1024]) -> Outcome {
                 }
             }
         }
-    }
-    // The wire.
-    let delay = me.wire_delay_ns.load(Ordering::Relaxed);
-    if delay > 0 {
-        // The wire starts when the model has processed the WQE: the delay adds D. Unfenced
-        // counter reads keep the overshoot to about one read.
-        wire_wait(delay);
     }
     let remote = |need: u32, len: u64| -> Result<Region, u8> {
         let (raddr, rkey) = d.raddr.unwrap_or((0, 0));

@@ -1,0 +1,236 @@
+//! The latency scenario on model0: every operation, the accuracy of the figures against the
+//! model's wire delay, and the ways a run must stop cleanly (completion error mid-run, SIGINT,
+//! bad parameters).
+
+use rdmaprobe::backend::setup::model_pair;
+use rdmaprobe::backend::OpKind;
+use rdmaprobe::clock::Calibration;
+use rdmaprobe::mlx5::sq::DbMode;
+use rdmaprobe::model::{syndrome, ExecMode, Model, ModelConfig};
+use rdmaprobe::report::Hist;
+use rdmaprobe::scenario::lat::{self, LatParams, PingState};
+use rdmaprobe::scenario::runner::{run_interleaved, AnyPair};
+use rdmaprobe::scenario::ScenarioError;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::OnceLock;
+use std::time::Duration;
+
+static NO_INTR: AtomicBool = AtomicBool::new(false);
+
+/// The tests here measure time: they run one at a time.
+static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    SERIAL.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+fn cal() -> &'static Calibration {
+    static C: OnceLock<Calibration> = OnceLock::new();
+    C.get_or_init(|| Calibration::run(200_000_000).expect("calibration"))
+}
+
+fn params(op: OpKind, size: u32, iters: u64) -> LatParams {
+    LatParams {
+        op,
+        size,
+        iters,
+        warmup: 50,
+        inline: false,
+        stall: Duration::from_secs(10),
+    }
+}
+
+fn pair(delay_ns: u64, op: OpKind) -> AnyPair {
+    let m = Model::open(ModelConfig {
+        wire_delay_ns: delay_ns,
+        exec: ExecMode::Inline,
+    })
+    .unwrap();
+    AnyPair::Model(Box::new(model_pair(&m, op, 1 << 16, DbMode::Bf).unwrap()))
+}
+
+#[test]
+fn every_operation_runs_and_keeps_every_sample() {
+    let _g = serial();
+    for (op, size, inline) in [
+        (OpKind::Write, 64, true),
+        (OpKind::Write, 4096, false),
+        (OpKind::Send, 32, true),
+        (OpKind::Read, 1024, false),
+        (OpKind::FetchAdd, 8, false),
+    ] {
+        let mut pairs = vec![(rdmaprobe::backend::BackendKind::Direct, pair(0, op))];
+        let p = LatParams {
+            inline,
+            ..params(op, size, 3000)
+        };
+        let r = run_interleaved(&mut pairs, &p, 5, cal(), &NO_INTR).unwrap();
+        let r = &r[0];
+        assert_eq!(r.iterations, 3000, "{op:?}");
+        assert_eq!(r.latency.count, 3000);
+        assert_eq!(r.block_medians_ns.len(), 5);
+        assert!(r.latency.min > 0.0 && r.latency.min <= r.latency.p50 && r.latency.p50 <= r.latency.max);
+        assert_eq!(r.figure, if lat::one_way(op) { "one_way" } else { "round_trip" });
+        // the histogram holds every sample and agrees with the exact median to 3 digits
+        let h = Hist::decode(&r.histogram).unwrap();
+        assert_eq!(h.len(), 3000);
+        let hp50 = h.value_at_quantile(0.5) as f64;
+        assert!(
+            (hp50 - r.latency.p50).abs() <= r.latency.p50 * 0.002 + 1.0,
+            "{hp50} vs {}",
+            r.latency.p50
+        );
+        // the post is part of the round trip
+        assert!(r.post.p50 < r.latency.p50 * if lat::one_way(op) { 2.0 } else { 1.0 });
+    }
+}
+
+/// With the model's wire delay set to D, the measured one-way latency minus the zero-delay
+/// baseline is D within 2 %. The same pair runs blocks with and without the delay alternately,
+/// so the two differ in nothing but D.
+#[test]
+fn wire_delay_is_measured_within_two_percent() {
+    let _g = serial();
+    let m = Model::open(ModelConfig::default()).unwrap();
+    let (mut c, mut s) = model_pair(&m, OpKind::Write, 1 << 16, DbMode::Bf).unwrap();
+    let p = LatParams {
+        inline: true,
+        ..params(OpKind::Write, 8, 1000)
+    };
+    let mut st = PingState::default();
+    lat::run(&mut c, &mut s, &p, 2000, 0, &mut st, &NO_INTR).unwrap(); // warm-up
+    for d in [500u64, 5000, 500, 5000] {
+        let (mut base, mut delayed) = (Hist::new(), Hist::new());
+        for block in 0..60 {
+            let on = block % 2 == 1;
+            c.queues().qp.set_wire_delay(if on { d } else { 0 });
+            s.queues().qp.set_wire_delay(if on { d } else { 0 });
+            let r = lat::run(&mut c, &mut s, &p, 1000, 0, &mut st, &NO_INTR).unwrap();
+            let h = if on { &mut delayed } else { &mut base };
+            r.rtt.iter().for_each(|&t| h.record(cal().to_ns(t) / 2.0));
+        }
+        // The central 80 % of the one-way samples: the TSC of these VMs moves in 10 ns steps,
+        // so a single percentile is too coarse for 2 % of 500 ns; their mean is not.
+        let (b, dl) = (base.trimmed_mean(0.25, 0.75), delayed.trimmed_mean(0.25, 0.75));
+        let diff = dl - b;
+        let err = (diff - d as f64).abs() / d as f64;
+        eprintln!(
+            "D = {d} ns: one-way {dl:.1} - baseline {b:.1} = {diff:.1} ns ({:.2} % off); p50 {} {}",
+            err * 100.0,
+            delayed.value_at_quantile(0.5),
+            base.value_at_quantile(0.5)
+        );
+        assert!(
+            err <= 0.02,
+            "D = {d} ns: one-way {dl:.1} - baseline {b:.1} = {diff:.1} ns ({:.2} % off)",
+            err * 100.0
+        );
+    }
+}
+
+#[test]
+fn a_completion_error_mid_run_stops_with_the_syndrome_and_the_operation() {
+    let _g = serial();
+    let m = Model::open(ModelConfig::default()).unwrap();
+    let (mut c, mut s) = model_pair(&m, OpKind::Write, 1 << 16, DbMode::Bf).unwrap();
+    // the client's 120th WQE fails
+    c.queues().qp.inject_error(syndrome::REMOTE_ACCESS, 119);
+    let e = lat::run(
+        &mut c,
+        &mut s,
+        &params(OpKind::Write, 8, 1000),
+        1000,
+        0,
+        &mut PingState::default(),
+        &NO_INTR,
+    )
+    .unwrap_err();
+    let msg = e.to_string();
+    match e {
+        ScenarioError::Backend { side, index, source } => {
+            assert_eq!(side, "client");
+            assert!((119..=120 + 32).contains(&index), "index {index}");
+            assert!(source.to_string().contains("REMOTE_ACCESS_ERR"), "{source}");
+        }
+        other => panic!("unexpected: {other}"),
+    }
+    assert!(msg.contains("client failed at operation"), "{msg}");
+}
+
+#[test]
+fn sigint_stops_a_run_cleanly() {
+    let _g = serial();
+    static INTR: AtomicBool = AtomicBool::new(false);
+    let m = Model::open(ModelConfig::default()).unwrap();
+    let (mut c, mut s) = model_pair(&m, OpKind::Write, 1 << 16, DbMode::Bf).unwrap();
+    let t = std::thread::spawn(|| {
+        std::thread::sleep(Duration::from_millis(200));
+        INTR.store(true, Ordering::Relaxed);
+    });
+    let started = std::time::Instant::now();
+    // far more iterations than 200 ms allow
+    let e = lat::run(
+        &mut c,
+        &mut s,
+        &params(OpKind::Write, 8, 1_000_000_000),
+        1_000_000_000,
+        0,
+        &mut PingState::default(),
+        &INTR,
+    );
+    t.join().unwrap();
+    assert!(matches!(e, Err(ScenarioError::Interrupted)), "{e:?}");
+    assert!(started.elapsed() < Duration::from_secs(5));
+}
+
+#[test]
+fn a_peer_that_stops_answering_is_reported_not_waited_for_forever() {
+    let _g = serial();
+    let m = Model::open(ModelConfig::default()).unwrap();
+    let (mut c, mut s) = model_pair(&m, OpKind::Send, 1 << 16, DbMode::Bf).unwrap();
+    // the server's QP goes to error: its receives are flushed and it never answers
+    s.queues().qp.set_error();
+    let p = LatParams {
+        stall: Duration::from_millis(300),
+        ..params(OpKind::Send, 8, 100)
+    };
+    let started = std::time::Instant::now();
+    let e = lat::run(&mut c, &mut s, &p, 100, 0, &mut PingState::default(), &NO_INTR).unwrap_err();
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "took {:?}",
+        started.elapsed()
+    );
+    let msg = e.to_string();
+    assert!(
+        msg.contains("failed at operation") || msg.contains("no progress"),
+        "{msg}"
+    );
+}
+
+#[test]
+fn bad_parameters_are_refused() {
+    let _g = serial();
+    let m = Model::open(ModelConfig::default()).unwrap();
+    let (mut c, mut s) = model_pair(&m, OpKind::Write, 1 << 16, DbMode::Bf).unwrap();
+    let run =
+        |c: &mut _, s: &mut _, p: LatParams, iters| lat::run(c, s, &p, iters, 0, &mut PingState::default(), &NO_INTR);
+    assert!(matches!(
+        run(&mut c, &mut s, params(OpKind::Write, 8, 0), 0),
+        Err(ScenarioError::Invalid(_))
+    ));
+    assert!(matches!(
+        run(&mut c, &mut s, params(OpKind::FetchAdd, 16, 1), 1),
+        Err(ScenarioError::Invalid(_))
+    ));
+    // larger than the buffer halves
+    let e = run(&mut c, &mut s, params(OpKind::Write, 1 << 16, 10), 10).unwrap_err();
+    assert!(e.to_string().contains("exceeds the buffers"), "{e}");
+    // inline above the QP's limit
+    let p = LatParams {
+        inline: true,
+        ..params(OpKind::Write, 4096, 10)
+    };
+    let e = run(&mut c, &mut s, p, 10).unwrap_err();
+    assert!(e.to_string().contains("inline"), "{e}");
+}
