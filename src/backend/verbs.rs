@@ -164,8 +164,8 @@ impl VerbsEnd {
             if signal_last && i == n - 1 {
                 w.send_flags |= sys::IBV_SEND_SIGNALED;
             }
-            // SAFETY: i + 1 < n <= MAX_POSTLIST: the next WR inside the vector.
             w.next = if i + 1 < n {
+                // SAFETY: i + 1 < n <= MAX_POSTLIST: the next WR inside the vector.
                 unsafe { wp.add(i + 1) }
             } else {
                 std::ptr::null_mut()
@@ -279,8 +279,8 @@ impl Backend for VerbsEnd {
                 length: len,
                 lkey: self.mr.lkey(),
             };
-            // SAFETY: i + 1 < n <= MAX_POSTLIST: the next receive WR inside the vector.
             self.rwrs[i].next = if i + 1 < n {
+                // SAFETY: i + 1 < n <= MAX_POSTLIST: the next receive WR inside the vector.
                 unsafe { rp.add(i + 1) }
             } else {
                 std::ptr::null_mut()

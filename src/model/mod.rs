@@ -147,6 +147,10 @@ struct CqHdr {
 }
 const CQ_DBREC_OFF: usize = 128;
 
+/// A QP's shared header, in three cache lines by who writes them: the first is read by the
+/// peer and written rarely; the second only by whoever executes this QP's send queue; the third
+/// by whoever delivers into its receive queue. Fields shared this way never share a line with
+/// fields written on every operation by the other side.
 #[repr(C)]
 struct QpHdr {
     obj: ObjHdr,
@@ -161,15 +165,23 @@ struct QpHdr {
     max_inline: u32,
     rnr_retry: AtomicU32,
     min_rnr_timer: AtomicU32,
-    sq_ci: AtomicU32,
-    rq_ci: AtomicU32,
-    sq_lock: AtomicU32,
-    rq_lock: AtomicU32,
-    kicks: AtomicU32,
     inject_syndrome: AtomicU32,
-    inject_countdown: AtomicU32,
     wire_delay_ns: AtomicU64,
+    _pad_sq: [u8; 48],
+    sq_ci: AtomicU32,
+    sq_lock: AtomicU32,
+    kicks: AtomicU32,
+    inject_countdown: AtomicU32,
+    _pad_rq: [u8; 48],
+    rq_ci: AtomicU32,
+    rq_lock: AtomicU32,
 }
+
+const _: () = {
+    assert!(std::mem::offset_of!(QpHdr, sq_ci) == 128);
+    assert!(std::mem::offset_of!(QpHdr, rq_ci) == 192);
+    assert!(std::mem::size_of::<QpHdr>() <= QP_DBREC_OFF);
+};
 const QP_DBREC_OFF: usize = 512;
 const QP_REG_OFF: usize = PAGE;
 const QP_SQ_OFF: usize = 2 * PAGE;
@@ -217,17 +229,10 @@ pub struct Model {
     inner: Arc<Inner>,
 }
 
-/// Spins for `ns` nanoseconds of TSC time. The loop is calibrated at start-up against its own
-/// cost (see [`wire_clock`]), so the added delay is D, not D plus the cost of measuring it.
+/// Spins for `ns` nanoseconds of TSC time (the overshoot is about one counter read).
 #[inline(never)]
 fn wire_wait(ns: u64) {
-    let (tpn, extra) = wire_clock();
-    spin_ticks((ns as f64 * tpn - extra).max(0.0) as u64);
-}
-
-#[inline(always)]
-fn spin_ticks(ticks: u64) {
-    let until = raw_ticks() + ticks;
+    let until = raw_ticks() + (ns as f64 * ticks_per_ns()) as u64;
     // No `pause` in this loop: one costs up to ~140 cycles and would be the overshoot.
     while raw_ticks() < until {}
 }
@@ -244,31 +249,6 @@ fn raw_ticks() -> u64 {
     clock::start()
 }
 
-/// Ticks per ns, and the loop's own cost in ticks: the median time of a 2 us spin, timed with
-/// fenced reads, minus 2 us and minus the timer's own median overhead (measured the same way).
-fn wire_clock() -> (f64, f64) {
-    static C: OnceLock<(f64, f64)> = OnceLock::new();
-    *C.get_or_init(|| {
-        let tpn = ticks_per_ns();
-        let target = (2000.0 * tpn) as u64;
-        let median = |f: &dyn Fn() -> u64| {
-            let mut v: Vec<u64> = (0..301).map(|_| f()).collect();
-            v.sort_unstable();
-            v[v.len() / 2] as f64
-        };
-        let empty = median(&|| {
-            let a = clock::start();
-            clock::stop() - a
-        });
-        let spun = median(&|| {
-            let a = clock::start();
-            spin_ticks(target);
-            clock::stop() - a
-        });
-        (tpn, (spun - empty - target as f64).max(0.0))
-    })
-}
-
 fn ticks_per_ns() -> f64 {
     static CAL: OnceLock<f64> = OnceLock::new();
     *CAL.get_or_init(|| clock::Calibration::run(100_000_000).map(|c| c.hz / 1e9).unwrap_or(1.0))
@@ -280,7 +260,7 @@ impl Model {
         std::fs::create_dir_all(shm::dir()).map_err(io(format!("creating {}", shm::dir().display())))?;
         shm::sweep(owner_of);
         if cfg.wire_delay_ns > 0 {
-            wire_clock();
+            ticks_per_ns();
         }
         let seed = clock::start() ^ ((std::process::id() as u64) << 32) ^ 0x9e37_79b9_7f4a_7c15;
         Ok(Model {
@@ -432,26 +412,55 @@ impl Model {
         })
     }
 
-    fn lookup(&self, kind: ObjKind, id: u32) -> Option<Arc<Shm>> {
-        let map = match kind {
-            ObjKind::Mr => &self.inner.mrs,
-            ObjKind::Qp => &self.inner.qps,
-            ObjKind::Cq => &self.inner.cqs,
-        };
-        let mut m = map.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(s) = m.get(&id) {
-            if hdr::<ObjHdr>(s).valid.load(Ordering::Acquire) == 1 {
-                return Some(s.clone());
+    /// The object `id` of `kind`, from this thread's own cache (no lock, no reference count
+    /// touched, nothing written that another thread reads). This process's own objects are
+    /// reached through their owner's mapping (one virtual address per physical page: some CPUs
+    /// penalise a line reached through two), others' through a mapping of this thread's.
+    fn lookup(&self, kind: ObjKind, id: u32) -> Option<ObjRef> {
+        thread_local! {
+            // Entries are never removed before the thread ends (a destroyed object's entry is
+            // only skipped), so the references handed out stay valid.
+            static CACHE: std::cell::RefCell<Vec<(ObjKind, u32, Arc<Shm>)>> = const { std::cell::RefCell::new(Vec::new()) };
+        }
+        CACHE.with(|c| {
+            let mut c = c.borrow_mut();
+            for e in c.iter().rev() {
+                if e.0 == kind && e.1 == id && hdr::<ObjHdr>(&e.2).valid.load(Ordering::Acquire) == 1 {
+                    return Some(ObjRef(Arc::as_ptr(&e.2)));
+                }
             }
-            m.remove(&id);
-        }
-        let s = Arc::new(Shm::open(kind, id).ok()?);
-        let h: &ObjHdr = hdr(&s);
-        if h.magic != MAGIC || h.id != id || h.valid.load(Ordering::Acquire) != 1 {
-            return None;
-        }
-        m.insert(id, s.clone());
-        Some(s)
+            let map = match kind {
+                ObjKind::Mr => &self.inner.mrs,
+                ObjKind::Qp => &self.inner.qps,
+                ObjKind::Cq => &self.inner.cqs,
+            };
+            let own = map.lock().unwrap_or_else(|p| p.into_inner()).get(&id).cloned();
+            let s = match own {
+                Some(s) => s,
+                None => Arc::new(Shm::open(kind, id).ok()?),
+            };
+            let h: &ObjHdr = hdr(&s);
+            if h.magic != MAGIC || h.id != id || h.valid.load(Ordering::Acquire) != 1 {
+                return None;
+            }
+            let r = ObjRef(Arc::as_ptr(&s));
+            c.push((kind, id, s));
+            Some(r)
+        })
+    }
+}
+
+/// A reference to a mapped object from this thread's lookup cache (not `Send`: it is only valid
+/// on the thread that looked it up, whose cache keeps the mapping until the thread ends).
+#[derive(Clone, Copy)]
+struct ObjRef(*const Shm);
+
+impl std::ops::Deref for ObjRef {
+    type Target = Shm;
+    fn deref(&self) -> &Shm {
+        // SAFETY: the pointer comes from an Arc held by this thread's cache, whose entries are
+        // never removed before the thread ends, and ObjRef cannot leave the thread.
+        unsafe { &*self.0 }
     }
 }
 
@@ -535,6 +544,7 @@ impl ModelMr {
 impl Drop for ModelMr {
     fn drop(&mut self) {
         hdr::<ObjHdr>(&self.shm).valid.store(0, Ordering::Release);
+        self.shm.unlink();
         self.model
             .inner
             .mrs
@@ -577,6 +587,7 @@ impl ModelCq {
 impl Drop for ModelCq {
     fn drop(&mut self) {
         hdr::<ObjHdr>(&self.shm).valid.store(0, Ordering::Release);
+        self.shm.unlink();
     }
 }
 
@@ -674,7 +685,7 @@ impl ModelQp {
     /// Sets this QP's added wire delay (ns) from now on.
     pub fn set_wire_delay(&self, ns: u64) {
         if ns > 0 {
-            wire_clock();
+            ticks_per_ns();
         }
         self.h().wire_delay_ns.store(ns, Ordering::Release);
     }
@@ -694,6 +705,7 @@ impl ModelQp {
 impl Drop for ModelQp {
     fn drop(&mut self) {
         self.h().obj.valid.store(0, Ordering::Release);
+        self.shm.unlink();
         self.model
             .inner
             .qps
@@ -819,7 +831,7 @@ fn push_cqe(cq: &Shm, c: CqeOut) {
 
 /// A resolved piece of registered memory.
 struct Region {
-    _shm: Arc<Shm>,
+    _shm: ObjRef,
     ptr: *mut u8,
 }
 
@@ -1109,7 +1121,21 @@ fn run_one(m: &Model, me: &QpHdr, d: &Decoded, buf: &[u8; 1024]) -> Outcome {
         return Outcome::Fail(syndrome::TRANSPORT_RETRY_EXC);
     }
     // Gather the local side (source for SEND/WRITE: read access suffices).
-    let mut payload: Vec<u8> = Vec::new();
+    // The payload, gathered: on the stack up to 1 KiB (no allocation per operation).
+    let mut small = [0u8; 1024];
+    let mut big: Vec<u8> = Vec::new();
+    let mut plen = 0usize;
+    let mut push = |bytes: &[u8]| {
+        if big.is_empty() && plen + bytes.len() <= small.len() {
+            small[plen..plen + bytes.len()].copy_from_slice(bytes);
+        } else {
+            if big.is_empty() {
+                big.extend_from_slice(&small[..plen]);
+            }
+            big.extend_from_slice(bytes);
+        }
+        plen += bytes.len();
+    };
     let gathers = matches!(
         d.opcode,
         opcode::SEND | opcode::SEND_IMM | opcode::RDMA_WRITE | opcode::RDMA_WRITE_IMM
@@ -1119,24 +1145,25 @@ fn run_one(m: &Model, me: &QpHdr, d: &Decoded, buf: &[u8; 1024]) -> Outcome {
             if len > me.max_inline as usize {
                 return Outcome::Fail(syndrome::LOCAL_QP_OP);
             }
-            payload.extend_from_slice(&buf[off..off + len]);
+            push(&buf[off..off + len]);
         } else {
             for &(addr, lkey, len) in &d.sges[..d.nsge] {
                 match resolve(m, lkey, addr, len as u64, me.pd, 0) {
                     // SAFETY: resolved in bounds of a registered region.
-                    Ok(r) => payload.extend_from_slice(unsafe { std::slice::from_raw_parts(r.ptr, len as usize) }),
+                    Ok(r) => push(unsafe { std::slice::from_raw_parts(r.ptr, len as usize) }),
                     Err(_) => return Outcome::Fail(syndrome::LOCAL_PROT),
                 }
             }
         }
     }
+    let payload: &[u8] = if big.is_empty() { &small[..plen] } else { &big };
     let remote = |need: u32, len: u64| -> Result<Region, u8> {
         let (raddr, rkey) = d.raddr.unwrap_or((0, 0));
         resolve(m, rkey, raddr, len, ph.pd, need).map_err(|_| syndrome::REMOTE_ACCESS)
     };
     match d.opcode {
-        opcode::SEND => deliver_to_receiver(m, &peer, d, &payload, cqe_op::RESP_SEND),
-        opcode::SEND_IMM => deliver_to_receiver(m, &peer, d, &payload, cqe_op::RESP_SEND_IMM),
+        opcode::SEND => deliver_to_receiver(m, &peer, d, payload, cqe_op::RESP_SEND),
+        opcode::SEND_IMM => deliver_to_receiver(m, &peer, d, payload, cqe_op::RESP_SEND_IMM),
         opcode::RDMA_WRITE | opcode::RDMA_WRITE_IMM => {
             let r = match remote(sys::IBV_ACCESS_REMOTE_WRITE, payload.len() as u64) {
                 Ok(r) => r,
@@ -1154,7 +1181,7 @@ fn run_one(m: &Model, me: &QpHdr, d: &Decoded, buf: &[u8; 1024]) -> Outcome {
             // SAFETY: resolved in bounds of the responder's region.
             unsafe { std::ptr::copy_nonoverlapping(payload.as_ptr(), r.ptr, payload.len()) };
             if d.opcode == opcode::RDMA_WRITE_IMM {
-                return deliver_to_receiver(m, &peer, d, &payload, cqe_op::RESP_WR_IMM);
+                return deliver_to_receiver(m, &peer, d, payload, cqe_op::RESP_WR_IMM);
             }
             Outcome::Done {
                 byte_cnt: payload.len() as u32,

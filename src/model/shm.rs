@@ -110,6 +110,14 @@ impl Shm {
         self.map.len()
     }
 
+    /// Removes the object's file now (the owner does, when its handle is dropped); mappings,
+    /// this one and other threads' and processes', stay valid until unmapped.
+    pub fn unlink(&self) {
+        if self.owner {
+            let _ = fs::remove_file(&self.path);
+        }
+    }
+
     /// Never true (objects have a header).
     pub fn is_empty(&self) -> bool {
         self.map.is_empty()
