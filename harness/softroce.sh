@@ -102,6 +102,7 @@ copy_libs() { # the ldd closure of each argument into the initramfs
 cp -L /lib64/ld-linux-x86-64.so.2 "$root/usr/lib64/"
 cp -L /usr/lib/x86_64-linux-gnu/libgcc_s.so.1 "$root/usr/lib/x86_64-linux-gnu/" # dlopen'ed by glibc
 progs=("$(command -v ip)" "$(command -v rdma)" "$(command -v ibv_devinfo)")
+for t in ib_write_lat ib_send_lat ib_read_lat; do progs+=("$(command -v $t)"); done
 for p in "${progs[@]}"; do cp -L "$p" "$root/usr/bin/"; done
 cp "$repo/target/debug/rdmaprobe" "$root/opt/rdmaprobe"
 cp "$test_bin" "$root/opt/device-tests"
@@ -137,6 +138,21 @@ echo "===== rdmaprobe devices"
 /opt/rdmaprobe devices; dev_rc=\$?
 echo "===== rdmaprobe devices --json"
 /opt/rdmaprobe devices --json > /tmp/devices.json; djson_rc=\$?
+echo "===== latency: rdmaprobe (verbs, wr) and perftest, same operation and size"
+lat_rc=0
+for op in write send read; do
+  /opt/rdmaprobe lat \$op --loopback -d rxe0 -x 1 -s 64 -n 500 --warmup 50 --blocks 5 --stall-secs 60 --json /tmp/lat-\$op.json > /tmp/lat-\$op.txt 2>&1 || lat_rc=1
+  cat /tmp/lat-\$op.txt
+  ib_\${op}_lat -d rxe0 -x 1 -s 64 -n 500 > /tmp/pt-srv-\$op.txt 2>&1 &
+  srv=\$!
+  sleep 1
+  ib_\${op}_lat -d rxe0 -x 1 -s 64 -n 500 127.0.0.1 > /tmp/pt-\$op.txt 2>&1 || lat_rc=1
+  wait \$srv
+  echo "--- perftest ib_\${op}_lat:"
+  grep -A2 '#bytes' /tmp/pt-\$op.txt
+  echo "SIDE-BY-SIDE \$op rdmaprobe: \$(grep -E '^ +64 +(verbs|wr) ' /tmp/lat-\$op.txt | awk '{printf "%s %s iters p50=%sns; ", \$2, \$3, \$5}') perftest: \$(grep -A1 '#bytes' /tmp/pt-\$op.txt | tail -1 | awk '{printf "%s bytes %s iters t_typical=%sus", \$1, \$2, \$5}')"
+done
+echo "RDMAPROBE-LAT-RESULT lat=\$lat_rc"
 echo "===== device tests"
 /opt/device-tests --ignored --test-threads=2; tests_rc=\$?
 echo "RDMAPROBE-GUEST-RESULT devices=\$dev_rc devices_json=\$djson_rc device_tests=\$tests_rc"
@@ -176,5 +192,12 @@ failed=$(sed -nE 's/.* ([0-9]+) failed.*/\1/p' <<<"$summary")
   echo "FAIL: device tests in the guest: '${summary:-no summary}' (expected $expected passed)"; fail=1; }
 grep -q 'device_tests=0' <<<"$result" || { echo "FAIL: the device test binary exited non-zero"; fail=1; }
 grep -q "couldn't load driver" "$log.txt" && { echo "FAIL: libibverbs could not load a provider"; fail=1; }
+grep -q 'RDMAPROBE-LAT-RESULT lat=0' "$log.txt" || { echo "FAIL: a latency run (rdmaprobe or perftest) failed in the guest"; fail=1; }
+for op in write send read; do
+  line=$(grep "^SIDE-BY-SIDE $op " "$log.txt" || true)
+  # rdmaprobe ran both post paths, and both tools moved the same size the same number of times
+  [[ "$line" == *"verbs 500 iters"* && "$line" == *"wr 500 iters"* && "$line" == *"perftest: 64 bytes 500 iters"* ]] ||
+    { echo "FAIL: $op latency side by side incomplete: ${line:-missing}"; fail=1; }
+done
 if ((fail)); then die "Soft-RoCE lane"; fi
 echo "softroce: ${passed} passed, 0 failed (device tests on rxe0 in the guest; rdmaprobe devices OK)"
