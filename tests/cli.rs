@@ -102,3 +102,113 @@ fn clock_rate_agrees_with_an_independent_calibration() {
     );
     assert!(v["calibration_window_ns"].as_u64().is_some_and(|w| w >= 100_000_000));
 }
+
+#[test]
+fn lat_on_model0_prints_the_table_and_writes_json() {
+    let dir = std::env::temp_dir().join(format!("rdmaprobe-cli-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let json = dir.join("lat.json");
+    let (code, out, err) = rdmaprobe(&[
+        "lat",
+        "write",
+        "--loopback",
+        "-d",
+        "model0",
+        "-n",
+        "300",
+        "--warmup",
+        "20",
+        "--blocks",
+        "3",
+        "-s",
+        "64",
+        "--json",
+        json.to_str().unwrap(),
+    ]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(
+        out.contains("device model0 (model0)") && out.contains("WARNING: device is model0, a software model"),
+        "{out}"
+    );
+    assert!(out.contains("one-way latency = round trip / 2"), "{out}");
+    let row = out
+        .lines()
+        .find(|l| l.trim_start().starts_with("64") && l.contains("direct"))
+        .expect("a result row");
+    assert!(row.split_whitespace().nth(2) == Some("300"), "{row}");
+    let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    assert_eq!(v["schema_version"], 1);
+    assert_eq!(v["environment"]["software_model"], true);
+    let r = &v["runs"][0];
+    assert_eq!(
+        (r["backend"].as_str(), r["op"].as_str(), r["size"].as_u64()),
+        (Some("direct"), Some("write"), Some(64))
+    );
+    assert_eq!(r["latency"]["count"], 300);
+    assert_eq!(r["block_medians_ns"].as_array().map(|a| a.len()), Some(3));
+    let h = rdmaprobe::report::Hist::decode(r["histogram"].as_str().unwrap()).unwrap();
+    assert_eq!(h.len(), 300);
+    assert!(v["timer_overhead_ns"].as_f64().is_some_and(|o| o > 0.0));
+    // no temporary file left beside it
+    let left: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name())
+        .collect();
+    assert_eq!(left.len(), 1, "{left:?}");
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+#[test]
+fn lat_refuses_bad_input_with_a_message_and_non_zero_exit() {
+    let cases: &[(&[&str], i32, &str)] = &[
+        (&["lat", "write", "--loopback", "-d", "mlx5_9"], 1, "not found"),
+        (
+            &["lat", "write", "--loopback", "-d", "model0", "-i", "2"],
+            1,
+            "model0 has one port",
+        ),
+        (
+            &["lat", "write", "--loopback", "-d", "model0", "-x", "1"],
+            1,
+            "no GID table",
+        ),
+        (
+            &["lat", "write", "--loopback", "-d", "model0", "--backend", "verbs"],
+            1,
+            "needs an RDMA device",
+        ),
+        (
+            &["lat", "write", "--loopback", "-d", "model0", "-I", "100000"],
+            1,
+            "max_inline_data",
+        ),
+        (&["lat", "write", "--loopback", "-n", "0"], 2, "--iters"),
+        (&["lat", "write", "--loopback", "-s", "0"], 2, "--size"),
+        (&["lat", "write", "--loopback", "-s", "99999999"], 2, "--size"),
+        (&["lat", "write"], 1, "--loopback"),
+        (&["lat", "write", "somehost"], 1, "--loopback"),
+        (&["lat", "frob", "--loopback"], 2, "invalid value"),
+        (
+            &[
+                "lat",
+                "write",
+                "--loopback",
+                "-d",
+                "model0",
+                "-n",
+                "10",
+                "--json",
+                "/nonexistent-dir/x.json",
+            ],
+            1,
+            "/nonexistent-dir",
+        ),
+    ];
+    for (args, want, text) in cases {
+        let (code, out, err) = rdmaprobe(args);
+        assert_eq!(code, *want, "{args:?}: {out}{err}");
+        assert!(err.contains(text), "{args:?}: stderr lacks '{text}': {err}");
+        assert!(!err.contains("panicked"), "{args:?}: {err}");
+    }
+}

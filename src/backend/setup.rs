@@ -98,9 +98,37 @@ impl Dev {
             },
         };
         if name == crate::model::DEVICE_NAME {
+            if port != 1 {
+                return Err(VerbsError::Port {
+                    ctx: crate::verbs::Ctx::dev(&name).port(port),
+                    why: "model0 has one port, port 1".into(),
+                }
+                .into());
+            }
+            if gid.is_some() {
+                return Err(VerbsError::Port {
+                    ctx: crate::verbs::Ctx::dev(&name).port(port),
+                    why: "model0 has no GID table (-x applies to RoCE devices)".into(),
+                }
+                .into());
+            }
             return Ok((Dev::Model(Model::open(model)?), note));
         }
-        let ctx = Context::open(&name)?;
+        let ctx = match Context::open(&name) {
+            Ok(c) => c,
+            Err(VerbsError::NoDevice(_)) => {
+                return Err(VerbsError::UnknownDevice {
+                    name,
+                    available: vec!["model0 (software model)".into()],
+                }
+                .into())
+            }
+            Err(VerbsError::UnknownDevice { name, mut available }) => {
+                available.push("model0 (software model)".into());
+                return Err(VerbsError::UnknownDevice { name, available }.into());
+            }
+            Err(e) => return Err(e.into()),
+        };
         let info = ctx.query()?;
         if port == 0 || port > info.phys_port_cnt {
             return Err(VerbsError::Port {
