@@ -102,7 +102,7 @@ copy_libs() { # the ldd closure of each argument into the initramfs
 cp -L /lib64/ld-linux-x86-64.so.2 "$root/usr/lib64/"
 cp -L /usr/lib/x86_64-linux-gnu/libgcc_s.so.1 "$root/usr/lib/x86_64-linux-gnu/" # dlopen'ed by glibc
 progs=("$(command -v ip)" "$(command -v rdma)" "$(command -v ibv_devinfo)")
-for t in ib_write_lat ib_send_lat ib_read_lat; do progs+=("$(command -v $t)"); done
+for t in ib_write_lat ib_send_lat ib_read_lat ib_write_bw; do progs+=("$(command -v $t)"); done
 for p in "${progs[@]}"; do cp -L "$p" "$root/usr/bin/"; done
 cp "$repo/target/debug/rdmaprobe" "$root/opt/rdmaprobe"
 cp "$test_bin" "$root/opt/device-tests"
@@ -152,6 +152,17 @@ for op in write send read; do
   grep -A2 '#bytes' /tmp/pt-\$op.txt
   echo "SIDE-BY-SIDE \$op rdmaprobe: \$(grep -E '^ +64 +(verbs|wr) ' /tmp/lat-\$op.txt | awk '{printf "%s %s iters p50=%sns; ", \$2, \$3, \$5}') perftest: \$(grep -A1 '#bytes' /tmp/pt-\$op.txt | tail -1 | awk '{printf "%s bytes %s iters t_typical=%sus", \$1, \$2, \$5}')"
 done
+echo "===== bandwidth: rdmaprobe bw write (verbs, wr) and perftest ib_write_bw, 16 KiB x 1000"
+/opt/rdmaprobe bw write --loopback -d rxe0 -x 1 -s 16384 -n 1000 --stall-secs 60 --json /tmp/bw.json > /tmp/bw.txt 2>&1 || lat_rc=1
+cat /tmp/bw.txt
+ib_write_bw -d rxe0 -x 1 -s 16384 -n 1000 > /tmp/pt-srv-bw.txt 2>&1 &
+srv=\$!
+sleep 1
+ib_write_bw -d rxe0 -x 1 -s 16384 -n 1000 127.0.0.1 > /tmp/pt-bw.txt 2>&1 || lat_rc=1
+wait \$srv
+echo "--- perftest ib_write_bw:"
+grep -A1 '#bytes' /tmp/pt-bw.txt
+echo "SIDE-BY-SIDE bw rdmaprobe: \$(grep -E '^ +16384 +(verbs|wr) ' /tmp/bw.txt | awk '{printf "%s %s msgs avg=%sMB/s; ", \$2, \$3, \$5}') perftest: \$(grep -A1 '#bytes' /tmp/pt-bw.txt | tail -1 | awk '{printf "%s bytes %s iters avg=%sMB/s", \$1, \$2, \$4}')"
 echo "RDMAPROBE-LAT-RESULT lat=\$lat_rc"
 echo "===== device tests"
 /opt/device-tests --ignored --test-threads=2; tests_rc=\$?
@@ -199,5 +210,8 @@ for op in write send read; do
   [[ "$line" == *"verbs 500 iters"* && "$line" == *"wr 500 iters"* && "$line" == *"perftest: 64 bytes 500 iters"* ]] ||
     { echo "FAIL: $op latency side by side incomplete: ${line:-missing}"; fail=1; }
 done
+line=$(grep "^SIDE-BY-SIDE bw " "$log.txt" || true)
+[[ "$line" == *"verbs 1000 msgs"* && "$line" == *"wr 1000 msgs"* && "$line" == *"perftest: 16384 bytes 1000 iters"* ]] ||
+  { echo "FAIL: bandwidth side by side incomplete: ${line:-missing}"; fail=1; }
 if ((fail)); then die "Soft-RoCE lane"; fi
 echo "softroce: ${passed} passed, 0 failed (device tests on rxe0 in the guest; rdmaprobe devices OK)"

@@ -38,6 +38,10 @@ enum Cmd {
     /// Latency ping-pong (perftest's ib_*_lat): write and send report one-way latency (half the
     /// round trip), read and atomic the round trip. Runs both ends in this process (--loopback).
     Lat(LatArgs),
+    /// Bandwidth and message rate (perftest's ib_*_bw): tx depth, postlist, completion every N,
+    /// QPs and threads; average, peak and minimum-window bandwidth. Both ends in this process
+    /// (--loopback).
+    Bw(BwArgs),
     /// Calibrate the TSC and measure the cost of an empty timed region.
     Clock {
         /// Print JSON instead of text.
@@ -126,6 +130,72 @@ struct LatArgs {
     json: Option<std::path::PathBuf>,
 }
 
+#[derive(clap::Args, Debug)]
+struct BwArgs {
+    /// Operation.
+    #[arg(value_enum)]
+    op: LatOp,
+    /// Server to connect to (client/server over TCP). Not available yet: use --loopback.
+    host: Option<String>,
+    /// Run both ends in this process.
+    #[arg(long)]
+    loopback: bool,
+    /// Message size in bytes (atomics: 8).
+    #[arg(short = 's', long, default_value_t = 65536, value_parser = clap::value_parser!(u32).range(1..=8 * 1024 * 1024))]
+    size: u32,
+    /// All sizes from 2 B to 8 MiB, powers of two.
+    #[arg(short = 'a', long)]
+    all_sizes: bool,
+    /// Messages per QP.
+    #[arg(short = 'n', long, default_value_t = 5000, value_parser = clap::value_parser!(u64).range(1..=1_000_000_000))]
+    iters: u64,
+    /// Outstanding operations per QP.
+    #[arg(short = 't', long = "tx-depth", default_value_t = 128, value_parser = clap::value_parser!(u32).range(1..=128))]
+    tx_depth: u32,
+    /// Operations per doorbell (postlist).
+    #[arg(short = 'l', long = "post-list", default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=64))]
+    postlist: u32,
+    /// A completion every this many operations.
+    #[arg(short = 'Q', long = "cq-mod", default_value_t = 64, value_parser = clap::value_parser!(u32).range(1..=128))]
+    cq_mod: u32,
+    /// QPs per thread.
+    #[arg(short = 'q', long = "qp", default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..=64))]
+    qps: u64,
+    /// Threads, each with its own QPs, CQs and buffers, pinned.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..=64))]
+    threads: u64,
+    /// Both ends send.
+    #[arg(short = 'b', long)]
+    bidirectional: bool,
+    /// Report Gb/s instead of MB/sec.
+    #[arg(long)]
+    report_gbits: bool,
+    /// Inline messages up to this size (default: the QP's max_inline_data; 0 disables).
+    #[arg(short = 'I', long)]
+    inline_size: Option<u32>,
+    /// Device (default: the first RDMA device, else model0).
+    #[arg(short = 'd', long = "ib-dev")]
+    device: Option<String>,
+    /// Port.
+    #[arg(short = 'i', long = "ib-port", default_value_t = 1, value_parser = clap::value_parser!(u8).range(1..))]
+    port: u8,
+    /// GID index (RoCE).
+    #[arg(short = 'x', long = "gid-index")]
+    gid: Option<u8>,
+    /// Post path(s); `all` runs every backend the device supports, one after the other.
+    #[arg(long, value_enum, default_value_t = BackendArg::All)]
+    backend: BackendArg,
+    /// Doorbell mode of the direct backend.
+    #[arg(long, value_enum, default_value_t = DbArg::Bf)]
+    db_mode: DbArg,
+    /// Seconds without any completion before a run is declared stalled.
+    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..=3600))]
+    stall_secs: u64,
+    /// Write the results as JSON.
+    #[arg(long)]
+    json: Option<std::path::PathBuf>,
+}
+
 static INTERRUPTED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
 extern "C" fn on_sigint(_: libc::c_int) {
@@ -138,6 +208,7 @@ fn main() -> ExitCode {
         Cmd::Devices { json, gids } => devices(json, gids),
         Cmd::Clock { json, window_ms } => clock(json, window_ms),
         Cmd::Lat(a) => lat(a),
+        Cmd::Bw(a) => bw(a),
     };
     match r {
         Ok(code) => code,
@@ -620,4 +691,182 @@ fn write_atomically(path: &std::path::Path, data: &[u8]) -> Result<()> {
     std::fs::write(&tmp, data).with_context(|| format!("writing {}", tmp.display()))?;
     std::fs::rename(&tmp, path).with_context(|| format!("renaming {} to {}", tmp.display(), path.display()))?;
     Ok(())
+}
+
+fn bw(a: BwArgs) -> Result<ExitCode> {
+    use rdmaprobe::backend::setup::Dev;
+    use rdmaprobe::backend::{BackendKind, OpKind};
+    use rdmaprobe::mlx5::sq::DbMode;
+    use rdmaprobe::report::env::Fingerprint;
+    use rdmaprobe::scenario::bw::BwParams;
+    use rdmaprobe::scenario::runner::run_bw;
+
+    if a.host.is_some() || !a.loopback {
+        anyhow::bail!(
+            "client/server mode over TCP is not available in this version: run both ends in one process with --loopback"
+        );
+    }
+    // SAFETY: installs a handler that only stores to an atomic (async-signal-safe).
+    unsafe { libc::signal(libc::SIGINT, on_sigint as *const () as libc::sighandler_t) };
+    let op = match a.op {
+        LatOp::Write => OpKind::Write,
+        LatOp::Send => OpKind::Send,
+        LatOp::Read => OpKind::Read,
+        LatOp::Atomic => OpKind::FetchAdd,
+    };
+    if a.postlist > a.tx_depth || a.cq_mod > a.tx_depth {
+        anyhow::bail!(
+            "--post-list ({}) and --cq-mod ({}) must not exceed --tx-depth ({})",
+            a.postlist,
+            a.cq_mod,
+            a.tx_depth
+        );
+    }
+    let sizes: Vec<u32> = if op == OpKind::FetchAdd {
+        vec![8]
+    } else if a.all_sizes {
+        (1..=23).map(|e| 1u32 << e).collect()
+    } else {
+        vec![a.size]
+    };
+    let max = *sizes.iter().max().unwrap_or(&8) as usize;
+    let buf_len = (2 * max.max(64)).next_multiple_of(4096);
+    let model_cfg = rdmaprobe::model::ModelConfig::default();
+    let (dev, note) = Dev::open(a.device.as_deref(), a.port, a.gid, model_cfg)?;
+    if let Some(n) = note {
+        eprintln!("rdmaprobe: {n}");
+    }
+    let kinds: Vec<BackendKind> = match a.backend {
+        BackendArg::All => dev.backends(),
+        BackendArg::Verbs => vec![BackendKind::Verbs],
+        BackendArg::Wr => vec![BackendKind::Wr],
+        BackendArg::Direct => vec![BackendKind::Direct],
+    };
+    for k in &kinds {
+        dev.supports(*k)?;
+    }
+    let mode = match a.db_mode {
+        DbArg::Bf => DbMode::Bf,
+        DbArg::BfNofence => DbMode::BfNoFence,
+        DbArg::Db => DbMode::Db,
+    };
+    let inline_limit = a.inline_size.unwrap_or(rdmaprobe::backend::setup::INLINE);
+    let cal = Calibration::run(200_000_000)?;
+    let mut fp = Fingerprint::collect(&cal, &dev.name(), &dev.provider(), dev.firmware(), dev.is_model());
+    if let Dev::Verbs { port, .. } = &dev {
+        fp.port = serde_json::to_value(port).ok();
+    }
+    let warnings = fp.warnings();
+    let unit = if a.report_gbits { "Gb/sec" } else { "MB/sec" };
+    println!("{}", "-".repeat(118));
+    println!(
+        " {} bandwidth, device {} ({}), {} thread(s) x {} QP(s), tx depth {}, postlist {}, CQE every {}{}",
+        a.op_name(),
+        dev.name(),
+        dev.provider(),
+        a.threads,
+        a.qps,
+        a.tx_depth,
+        a.postlist,
+        a.cq_mod,
+        if a.bidirectional { ", bidirectional" } else { "" }
+    );
+    println!(
+        " MB = 2^20 bytes, as perftest; TSC {:.3} MHz ({})",
+        cal.hz / 1e6,
+        cal.source.as_str()
+    );
+    for w in &warnings {
+        println!(" WARNING: {w}");
+    }
+    println!("{}", "-".repeat(118));
+    println!(
+        " {:>8} {:>7} {:>12} {:>18} {:>21} {:>24} {:>14}",
+        "#bytes",
+        "backend",
+        "#iterations",
+        format!("BW peak[{unit}]"),
+        format!("BW average[{unit}]"),
+        format!("BW min-window[{unit}]"),
+        "MsgRate[Mpps]"
+    );
+    let conv = |mib: f64| {
+        if a.report_gbits {
+            mib * 1024.0 * 1024.0 * 8.0 / 1e9
+        } else {
+            mib
+        }
+    };
+    let mut results = Vec::new();
+    for size in &sizes {
+        for k in &kinds {
+            let p = BwParams {
+                op,
+                size: *size,
+                iters: a.iters,
+                tx_depth: a.tx_depth,
+                postlist: a.postlist,
+                cq_mod: a.cq_mod,
+                inline: matches!(op, OpKind::Write | OpKind::Send) && *size <= inline_limit,
+                bidirectional: a.bidirectional,
+                stall: std::time::Duration::from_secs(a.stall_secs),
+            };
+            let r = run_bw(
+                &dev,
+                *k,
+                &p,
+                a.threads as usize,
+                a.qps as usize,
+                buf_len,
+                mode,
+                &cal,
+                &INTERRUPTED,
+            )?;
+            let s = &r.summary;
+            println!(
+                " {:>8} {:>7} {:>12} {:>18.2} {:>21.2} {:>24.2} {:>14.4}",
+                size,
+                k.as_str(),
+                s.messages,
+                conv(s.bw_peak_mib_s),
+                conv(s.bw_avg_mib_s),
+                conv(s.bw_min_window_mib_s),
+                s.msg_rate_mpps
+            );
+            results.push(r);
+        }
+    }
+    println!("{}", "-".repeat(118));
+    if let Some(path) = &a.json {
+        let doc = json!({
+            "schema_version": rdmaprobe::report::SCHEMA_VERSION,
+            "tool": { "name": "rdmaprobe", "version": env!("CARGO_PKG_VERSION") },
+            "created_unix": std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0),
+            "command": std::env::args().collect::<Vec<_>>(),
+            "environment": fp,
+            "clock": cal,
+            "timer_overhead_ns": cal.overhead_ns(),
+            "warnings": warnings,
+            "params": {
+                "scenario": "bw", "op": op.as_str(), "iters": a.iters, "tx_depth": a.tx_depth, "postlist": a.postlist,
+                "cq_mod": a.cq_mod, "qps_per_thread": a.qps, "threads": a.threads, "bidirectional": a.bidirectional,
+                "backends": kinds.iter().map(|k| k.as_str()).collect::<Vec<_>>(), "db_mode": mode.as_str(), "loopback": true,
+            },
+            "runs": results,
+        });
+        write_atomically(path, &serde_json::to_vec_pretty(&doc)?)?;
+        println!(" results written to {}", path.display());
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+impl BwArgs {
+    fn op_name(&self) -> &'static str {
+        match self.op {
+            LatOp::Write => "RDMA WRITE",
+            LatOp::Send => "SEND",
+            LatOp::Read => "RDMA READ",
+            LatOp::Atomic => "ATOMIC FETCH-AND-ADD",
+        }
+    }
 }

@@ -362,11 +362,13 @@ impl Model {
         recv_cq: &ModelCq,
         caps: ModelQpCaps,
     ) -> Result<ModelQp, ModelError> {
-        let sq_cnt = caps
-            .max_send_wr
-            .max(1)
+        // As mlx5 sizes it: room for max_send_wr WQEs of the largest size the QP allows (an
+        // atomic, 64 B, or an inline WRITE of max_inline_data bytes).
+        let largest = (32 + (caps.max_inline_data as usize + 4).div_ceil(16) * 16).max(64);
+        let sq_cnt = (caps.max_send_wr.max(1) as usize * largest.div_ceil(WQEBB))
             .checked_next_power_of_two()
-            .filter(|&c| c <= 32768);
+            .filter(|&c| c <= 32768)
+            .map(|c| c as u32);
         let rq_cnt = caps
             .max_recv_wr
             .max(1)
@@ -467,7 +469,8 @@ impl std::ops::Deref for ObjRef {
 /// Queue sizes of a model QP.
 #[derive(Clone, Copy, Debug)]
 pub struct ModelQpCaps {
-    /// Send queue depth in WQEBBs (rounded up to a power of two).
+    /// Send queue depth in WQEs of the largest size (the ring is sized in WQEBBs for them,
+    /// rounded up to a power of two).
     pub max_send_wr: u32,
     /// Receive queue depth (rounded up to a power of two).
     pub max_recv_wr: u32,

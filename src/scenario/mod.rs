@@ -1,6 +1,7 @@
 //! Measurement scenarios, generic over the backend (static dispatch). No unsafe code here.
 #![forbid(unsafe_code)]
 
+pub mod bw;
 pub mod lat;
 pub mod runner;
 

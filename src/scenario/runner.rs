@@ -148,3 +148,93 @@ pub fn run_interleaved(
     }
     Ok(out)
 }
+
+/// One backend's bandwidth result for one operation and size.
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+pub struct BwResult {
+    /// Backend name.
+    pub backend: String,
+    /// Operation.
+    pub op: String,
+    /// Message size.
+    pub size: u32,
+    /// Threads.
+    pub threads: usize,
+    /// QPs per thread.
+    pub qps_per_thread: usize,
+    /// Outstanding operations per QP.
+    pub tx_depth: u32,
+    /// Operations per doorbell.
+    pub postlist: u32,
+    /// A completion every this many operations.
+    pub cq_mod: u32,
+    /// Both directions.
+    pub bidirectional: bool,
+    /// Inline payloads.
+    pub inline: bool,
+    /// The figures.
+    pub summary: crate::scenario::bw::BwSummary,
+}
+
+fn build<B>(
+    threads: usize,
+    qps: usize,
+    mut mk: impl FnMut() -> Result<(B, B), SetupError>,
+) -> Result<Vec<Vec<(B, B)>>, SetupError> {
+    (0..threads).map(|_| (0..qps).map(|_| mk()).collect()).collect()
+}
+
+/// Builds `threads` x `qps` pairs of `kind` on `dev` and runs the bandwidth scenario.
+#[allow(clippy::too_many_arguments)]
+pub fn run_bw(
+    dev: &Dev,
+    kind: BackendKind,
+    p: &crate::scenario::bw::BwParams,
+    threads: usize,
+    qps: usize,
+    buf_len: usize,
+    mode: DbMode,
+    cal: &Calibration,
+    intr: &AtomicBool,
+) -> Result<BwResult, RunError> {
+    use crate::scenario::bw;
+    dev.supports(kind).map_err(SetupError::from)?;
+    let rs = match (dev, kind) {
+        (Dev::Model(m), _) => {
+            let mut t = build(threads, qps, || setup::model_pair(m, p.op, buf_len, mode))?;
+            bw::run(&mut t, p, intr)?
+        }
+        (_, BackendKind::Direct) => {
+            let mut t = build(threads, qps, || setup::mlx5_pair(dev, p.op, buf_len, mode))?;
+            bw::run(&mut t, p, intr)?
+        }
+        _ => {
+            let mut t = build(threads, qps, || setup::verbs_pair(dev, kind, p.op, buf_len))?;
+            bw::run(&mut t, p, intr)?
+        }
+    };
+    Ok(BwResult {
+        backend: kind.as_str().into(),
+        op: p.op.as_str().into(),
+        size: p.size,
+        threads,
+        qps_per_thread: qps,
+        tx_depth: p.tx_depth,
+        postlist: p.postlist,
+        cq_mod: p.cq_mod,
+        bidirectional: p.bidirectional,
+        inline: p.inline,
+        summary: bw::summarize(&rs, p.size, cal.hz),
+    })
+}
+
+/// A run that failed while setting up or while measuring.
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
+    /// Device, QP or memory set-up.
+    #[error(transparent)]
+    Setup(#[from] SetupError),
+    /// The measurement.
+    #[error(transparent)]
+    Scenario(#[from] ScenarioError),
+}

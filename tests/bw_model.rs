@@ -1,0 +1,179 @@
+//! The bandwidth scenario on model0: every operation completes exactly the messages asked for,
+//! in one and two threads, with several QPs, postlists, completion moderation and both
+//! directions; bad parameters are refused.
+
+use rdmaprobe::backend::setup::{Dev, DEPTH};
+use rdmaprobe::backend::{BackendKind, OpKind};
+use rdmaprobe::clock::Calibration;
+use rdmaprobe::mlx5::sq::DbMode;
+use rdmaprobe::model::ModelConfig;
+use rdmaprobe::scenario::bw::BwParams;
+use rdmaprobe::scenario::runner::{run_bw, RunError};
+use rdmaprobe::scenario::ScenarioError;
+use std::sync::atomic::AtomicBool;
+use std::time::Duration;
+
+static NO_INTR: AtomicBool = AtomicBool::new(false);
+
+fn p(op: OpKind, size: u32) -> BwParams {
+    BwParams {
+        op,
+        size,
+        iters: 3000,
+        tx_depth: 64,
+        postlist: 1,
+        cq_mod: 16,
+        inline: false,
+        bidirectional: false,
+        stall: Duration::from_secs(10),
+    }
+}
+
+fn model() -> Dev {
+    Dev::open(Some("model0"), 1, None, ModelConfig::default()).unwrap().0
+}
+
+#[test]
+fn every_operation_moves_exactly_what_was_asked() {
+    let dev = model();
+    let cal = Calibration::run(100_000_000).unwrap();
+    for (op, size, inline) in [
+        (OpKind::Write, 4096, false),
+        (OpKind::Write, 64, true),
+        (OpKind::Send, 512, false),
+        (OpKind::Read, 1024, false),
+        (OpKind::FetchAdd, 8, false),
+    ] {
+        let prm = BwParams { inline, ..p(op, size) };
+        let r = run_bw(
+            &dev,
+            BackendKind::Direct,
+            &prm,
+            1,
+            2,
+            1 << 16,
+            DbMode::Bf,
+            &cal,
+            &NO_INTR,
+        )
+        .unwrap();
+        let s = r.summary;
+        assert_eq!(s.messages, 2 * 3000, "{op:?}");
+        assert_eq!(s.bytes, 2 * 3000 * u64::from(size));
+        assert!(s.seconds > 0.0 && s.msg_rate_mpps > 0.0);
+        assert!(s.bw_peak_mib_s >= s.bw_min_window_mib_s, "{s:?}");
+        let avg_check = s.bytes as f64 / s.seconds / (1024.0 * 1024.0);
+        assert!((avg_check - s.bw_avg_mib_s).abs() < 1e-6 * avg_check.max(1.0));
+    }
+}
+
+#[test]
+fn threads_postlists_moderation_and_both_directions() {
+    let dev = model();
+    let cal = Calibration::run(100_000_000).unwrap();
+    for (threads, qps, postlist, cq_mod, bidir) in [
+        (2, 1, 1, 1, false),
+        (2, 2, 8, 32, false),
+        (1, 3, 32, 64, true),
+        (2, 1, 4, 16, true),
+    ] {
+        let prm = BwParams {
+            postlist,
+            cq_mod,
+            bidirectional: bidir,
+            ..p(OpKind::Write, 256)
+        };
+        let r = run_bw(
+            &dev,
+            BackendKind::Direct,
+            &prm,
+            threads,
+            qps,
+            1 << 16,
+            DbMode::Db,
+            &cal,
+            &NO_INTR,
+        )
+        .unwrap();
+        let dirs = if bidir { 2 } else { 1 };
+        assert_eq!(
+            r.summary.messages,
+            (threads * qps * dirs) as u64 * 3000,
+            "{threads} {qps} {postlist} {cq_mod} {bidir}"
+        );
+        assert_eq!(
+            (r.threads, r.qps_per_thread, r.postlist, r.cq_mod),
+            (threads, qps, postlist, cq_mod)
+        );
+    }
+    // SEND both ways, receives replenished on both ends
+    let prm = BwParams {
+        bidirectional: true,
+        ..p(OpKind::Send, 128)
+    };
+    let r = run_bw(
+        &dev,
+        BackendKind::Direct,
+        &prm,
+        1,
+        1,
+        1 << 16,
+        DbMode::Bf,
+        &cal,
+        &NO_INTR,
+    )
+    .unwrap();
+    assert_eq!(r.summary.messages, 6000);
+}
+
+#[test]
+fn bad_parameters_and_unsupported_backends_are_refused() {
+    let dev = model();
+    let cal = Calibration::run(100_000_000).unwrap();
+    let bad = BwParams {
+        postlist: 65,
+        tx_depth: 64,
+        ..p(OpKind::Write, 64)
+    };
+    let e = run_bw(
+        &dev,
+        BackendKind::Direct,
+        &bad,
+        1,
+        1,
+        1 << 16,
+        DbMode::Bf,
+        &cal,
+        &NO_INTR,
+    )
+    .unwrap_err();
+    assert!(matches!(e, RunError::Scenario(ScenarioError::Invalid(_))), "{e}");
+    let e = run_bw(
+        &dev,
+        BackendKind::Verbs,
+        &p(OpKind::Write, 64),
+        1,
+        1,
+        1 << 16,
+        DbMode::Bf,
+        &cal,
+        &NO_INTR,
+    )
+    .unwrap_err();
+    assert!(e.to_string().contains("needs an RDMA device"), "{e}");
+    let big = p(OpKind::Write, 1 << 16);
+    let e = run_bw(
+        &dev,
+        BackendKind::Direct,
+        &big,
+        1,
+        1,
+        1 << 16,
+        DbMode::Bf,
+        &cal,
+        &NO_INTR,
+    )
+    .unwrap_err();
+    assert!(e.to_string().contains("exceeds the buffers"), "{e}");
+    let _ = DEPTH;
+}
