@@ -163,6 +163,10 @@ wait \$srv
 echo "--- perftest ib_write_bw:"
 grep -A1 '#bytes' /tmp/pt-bw.txt
 echo "SIDE-BY-SIDE bw rdmaprobe: \$(grep -E '^ +16384 +(verbs|wr) ' /tmp/bw.txt | awk '{printf "%s %s msgs avg=%sMB/s; ", \$2, \$3, \$5}') perftest: \$(grep -A1 '#bytes' /tmp/pt-bw.txt | tail -1 | awk '{printf "%s bytes %s iters avg=%sMB/s", \$1, \$2, \$4}')"
+echo "===== post cost: rdmaprobe post-cost (verbs, wr)"
+/opt/rdmaprobe post-cost -d rxe0 -x 1 -n 2000 -l 1,8 > /tmp/pc.txt 2>&1 || lat_rc=1
+cat /tmp/pc.txt
+echo "POST-COST rows: \$(grep -cE '^ +(verbs|wr) ' /tmp/pc.txt)"
 echo "RDMAPROBE-LAT-RESULT lat=\$lat_rc"
 echo "===== device tests"
 /opt/device-tests --ignored --test-threads=2; tests_rc=\$?
@@ -213,5 +217,7 @@ done
 line=$(grep "^SIDE-BY-SIDE bw " "$log.txt" || true)
 [[ "$line" == *"verbs 1000 msgs"* && "$line" == *"wr 1000 msgs"* && "$line" == *"perftest: 16384 bytes 1000 iters"* ]] ||
   { echo "FAIL: bandwidth side by side incomplete: ${line:-missing}"; fail=1; }
+grep -q '^POST-COST rows: 16$' "$log.txt" ||
+  { echo "FAIL: post-cost on rxe0 did not measure 16 configurations (verbs and wr x 2 postlists x inline x CQE)"; fail=1; }
 if ((fail)); then die "Soft-RoCE lane"; fi
 echo "softroce: ${passed} passed, 0 failed (device tests on rxe0 in the guest; rdmaprobe devices OK)"

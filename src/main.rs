@@ -42,6 +42,9 @@ enum Cmd {
     /// QPs and threads; average, peak and minimum-window bandwidth. Both ends in this process
     /// (--loopback).
     Bw(BwArgs),
+    /// The cost of posting alone, per backend (and per doorbell mode on the direct path):
+    /// cycles and ns per WQE for each postlist, inline or not, a completion every WQE or every N.
+    PostCost(PostCostArgs),
     /// Calibrate the TSC and measure the cost of an empty timed region.
     Clock {
         /// Print JSON instead of text.
@@ -196,6 +199,37 @@ struct BwArgs {
     json: Option<std::path::PathBuf>,
 }
 
+#[derive(clap::Args, Debug)]
+struct PostCostArgs {
+    /// RDMA WRITE size in bytes.
+    #[arg(short = 's', long, default_value_t = 8, value_parser = clap::value_parser!(u32).range(1..=1024 * 1024))]
+    size: u32,
+    /// Postlists (WQEs per doorbell) to measure.
+    #[arg(short = 'l', long = "post-list", value_delimiter = ',', default_values_t = [1u32, 8, 32])]
+    postlists: Vec<u32>,
+    /// Completion every N WQEs, besides every WQE (at most 48).
+    #[arg(short = 'Q', long = "cq-mod", default_value_t = 32, value_parser = clap::value_parser!(u32).range(2..=48))]
+    cq_mod: u32,
+    /// Timed post calls per configuration.
+    #[arg(short = 'n', long, default_value_t = 20000, value_parser = clap::value_parser!(u64).range(1..=100_000_000))]
+    iters: u64,
+    /// Device (default: the first RDMA device, else model0).
+    #[arg(short = 'd', long = "ib-dev")]
+    device: Option<String>,
+    /// Port.
+    #[arg(short = 'i', long = "ib-port", default_value_t = 1, value_parser = clap::value_parser!(u8).range(1..))]
+    port: u8,
+    /// GID index (RoCE).
+    #[arg(short = 'x', long = "gid-index")]
+    gid: Option<u8>,
+    /// Post path(s).
+    #[arg(long, value_enum, default_value_t = BackendArg::All)]
+    backend: BackendArg,
+    /// Write the results as JSON.
+    #[arg(long)]
+    json: Option<std::path::PathBuf>,
+}
+
 static INTERRUPTED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
 extern "C" fn on_sigint(_: libc::c_int) {
@@ -209,6 +243,7 @@ fn main() -> ExitCode {
         Cmd::Clock { json, window_ms } => clock(json, window_ms),
         Cmd::Lat(a) => lat(a),
         Cmd::Bw(a) => bw(a),
+        Cmd::PostCost(a) => post_cost(a),
     };
     match r {
         Ok(code) => code,
@@ -869,4 +904,118 @@ impl BwArgs {
             LatOp::Atomic => "ATOMIC FETCH-AND-ADD",
         }
     }
+}
+
+fn post_cost(a: PostCostArgs) -> Result<ExitCode> {
+    use rdmaprobe::backend::setup::{Dev, INLINE};
+    use rdmaprobe::backend::BackendKind;
+    use rdmaprobe::mlx5::sq::DbMode;
+    use rdmaprobe::report::env::Fingerprint;
+    use rdmaprobe::scenario::post_cost::PostCostParams;
+    use rdmaprobe::scenario::runner::run_post_cost;
+
+    if let Some(bad) = a.postlists.iter().find(|&&l| l == 0 || l > 48) {
+        anyhow::bail!("--post-list {bad}: postlists must be within 1..=48");
+    }
+    // model0 executes only between timed calls, so the timed region holds the post alone
+    let model_cfg = rdmaprobe::model::ModelConfig {
+        wire_delay_ns: 0,
+        exec: rdmaprobe::model::ExecMode::Deferred,
+    };
+    let (dev, note) = Dev::open(a.device.as_deref(), a.port, a.gid, model_cfg)?;
+    if let Some(n) = note {
+        eprintln!("rdmaprobe: {n}");
+    }
+    let kinds: Vec<BackendKind> = match a.backend {
+        BackendArg::All => dev.backends(),
+        BackendArg::Verbs => vec![BackendKind::Verbs],
+        BackendArg::Wr => vec![BackendKind::Wr],
+        BackendArg::Direct => vec![BackendKind::Direct],
+    };
+    for k in &kinds {
+        dev.supports(*k)?;
+    }
+    let cal = Calibration::run(200_000_000)?;
+    let fp = Fingerprint::collect(&cal, &dev.name(), &dev.provider(), dev.firmware(), dev.is_model());
+    let warnings = fp.warnings();
+    println!("{}", "-".repeat(100));
+    println!(
+        " post cost of RDMA WRITE {} B, device {} ({}); TSC {:.3} MHz; timer overhead {:.1} ns (median)",
+        a.size,
+        dev.name(),
+        dev.provider(),
+        cal.hz / 1e6,
+        cal.overhead_ns()
+    );
+    for w in &warnings {
+        println!(" WARNING: {w}");
+    }
+    println!("{}", "-".repeat(100));
+    println!(
+        " {:>7} {:>10} {:>8} {:>6} {:>7} {:>13} {:>12} {:>12} {:>14}",
+        "backend", "doorbell", "postlist", "inline", "CQE/N", "cyc/WQE p50", "ns/WQE p50", "ns/WQE p99", "call p50[ns]"
+    );
+    let mut results = Vec::new();
+    for k in &kinds {
+        let modes: &[DbMode] = if *k == BackendKind::Direct {
+            &[DbMode::Bf, DbMode::BfNoFence, DbMode::Db]
+        } else {
+            &[DbMode::Bf]
+        };
+        for mode in modes {
+            for &postlist in &a.postlists {
+                for inline in [false, true] {
+                    if inline && a.size > INLINE {
+                        continue;
+                    }
+                    for cq_mod in [1, a.cq_mod] {
+                        let p = PostCostParams {
+                            size: a.size,
+                            postlist,
+                            inline,
+                            cq_mod,
+                            iters: a.iters,
+                            stall: std::time::Duration::from_secs(10),
+                        };
+                        let r = run_post_cost(&dev, *k, &p, *mode, &cal)?;
+                        println!(
+                            " {:>7} {:>10} {:>8} {:>6} {:>7} {:>13.1} {:>12.2} {:>12.2} {:>13.1}{}",
+                            k.as_str(),
+                            r.db_mode.as_deref().unwrap_or("-"),
+                            postlist,
+                            if inline { "yes" } else { "no" },
+                            cq_mod,
+                            r.per_wqe_cycles_p50,
+                            r.per_wqe_ns.p50,
+                            r.per_wqe_ns.p99,
+                            r.call_ns.p50,
+                            if r.below_overhead { "*" } else { "" }
+                        );
+                        results.push(r);
+                    }
+                }
+            }
+        }
+    }
+    if results.iter().any(|r| r.below_overhead) {
+        println!(" * call at or below the timer's own overhead: not a real measurement");
+    }
+    println!("{}", "-".repeat(100));
+    if let Some(path) = &a.json {
+        let doc = json!({
+            "schema_version": rdmaprobe::report::SCHEMA_VERSION,
+            "tool": { "name": "rdmaprobe", "version": env!("CARGO_PKG_VERSION") },
+            "created_unix": std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0),
+            "command": std::env::args().collect::<Vec<_>>(),
+            "environment": fp,
+            "clock": cal,
+            "timer_overhead_ns": cal.overhead_ns(),
+            "warnings": warnings,
+            "params": { "scenario": "post_cost", "op": "write", "size": a.size, "iters": a.iters, "postlists": a.postlists, "cq_mod": a.cq_mod },
+            "runs": results,
+        });
+        write_atomically(path, &serde_json::to_vec_pretty(&doc)?)?;
+        println!(" results written to {}", path.display());
+    }
+    Ok(ExitCode::SUCCESS)
 }

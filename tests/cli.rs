@@ -212,3 +212,46 @@ fn lat_refuses_bad_input_with_a_message_and_non_zero_exit() {
         assert!(!err.contains("panicked"), "{args:?}: {err}");
     }
 }
+
+#[test]
+fn post_cost_on_model0_measures_each_configuration() {
+    let dir = std::env::temp_dir().join(format!("rdmaprobe-pc-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let json = dir.join("pc.json");
+    let (code, out, err) = rdmaprobe(&[
+        "post-cost",
+        "-d",
+        "model0",
+        "-n",
+        "500",
+        "-l",
+        "1,8",
+        "-Q",
+        "16",
+        "--json",
+        json.to_str().unwrap(),
+    ]);
+    assert_eq!(code, 0, "{out}{err}");
+    let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    let runs = v["runs"].as_array().unwrap();
+    // direct only on model0: 3 doorbell modes x 2 postlists x inline or not x CQE every 1 or 16
+    assert_eq!(runs.len(), 3 * 2 * 2 * 2, "{out}");
+    for r in runs {
+        assert_eq!(r["backend"], "direct");
+        assert_eq!(r["call_ns"]["count"], 500);
+        let per = r["per_wqe_ns"]["p50"].as_f64().unwrap();
+        let call = r["call_ns"]["p50"].as_f64().unwrap();
+        let pl = r["postlist"].as_f64().unwrap();
+        assert!((per * pl - call).abs() <= call * 0.01 + 1e-9, "{r}");
+        assert!(
+            rdmaprobe::report::Hist::decode(r["call_histogram"].as_str().unwrap())
+                .unwrap()
+                .len()
+                == 500
+        );
+    }
+    let (code, _, err) = rdmaprobe(&["post-cost", "-d", "model0", "-l", "0"]);
+    assert_eq!(code, 1);
+    assert!(err.contains("postlists must be within"), "{err}");
+    std::fs::remove_dir_all(&dir).ok();
+}

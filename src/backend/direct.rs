@@ -15,12 +15,20 @@ pub trait DirectQueues {
     type Hook: RingHook;
     /// The send queue, receive queue and CQ.
     fn parts(&mut self) -> (&mut Sq<Self::Hook>, &mut Rq<Self::Hook>, &mut Cq);
+    /// Lets a device that executes only when asked (model0 in deferred mode) execute what was
+    /// rung. Nothing on hardware.
+    fn progress(&mut self) {}
 }
 
 impl DirectQueues for crate::model::DirectModelQp {
     type Hook = crate::model::ModelDoorbell;
     fn parts(&mut self) -> (&mut Sq<Self::Hook>, &mut Rq<Self::Hook>, &mut Cq) {
         (&mut self.sq, &mut self.rq, &mut self.cq)
+    }
+    fn progress(&mut self) {
+        if self.qp.deferred() {
+            self.qp.progress();
+        }
     }
 }
 
@@ -169,6 +177,7 @@ impl<Q: DirectQueues> Backend for DirectEnd<Q> {
 
     #[inline]
     fn poll(&mut self) -> Result<Polled, BackendError> {
+        self.q.progress();
         let (sq, rq, cq) = self.q.parts();
         let n = cq.poll(&mut self.cqes).map_err(BackendError::Cqe)?;
         let mut p = Polled::default();

@@ -703,6 +703,11 @@ impl ModelQp {
     pub fn progress(&self) {
         execute(&self.model, &self.shm);
     }
+
+    /// Whether this QP's model executes only on [`ModelQp::progress`].
+    pub fn deferred(&self) -> bool {
+        self.model.inner.cfg.exec == ExecMode::Deferred
+    }
 }
 
 impl Drop for ModelQp {

@@ -3,6 +3,7 @@
 
 pub mod bw;
 pub mod lat;
+pub mod post_cost;
 pub mod runner;
 
 use crate::backend::BackendError;

@@ -238,3 +238,67 @@ pub enum RunError {
     #[error(transparent)]
     Scenario(#[from] ScenarioError),
 }
+
+/// The post cost of one configuration.
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+pub struct PostCostResult {
+    /// Backend name.
+    pub backend: String,
+    /// Doorbell mode (direct only).
+    pub db_mode: Option<String>,
+    /// Message size.
+    pub size: u32,
+    /// WQEs per call.
+    pub postlist: u32,
+    /// Inline payload.
+    pub inline: bool,
+    /// A completion every this many WQEs.
+    pub cq_mod: u32,
+    /// Per WQE (call time / postlist), ns.
+    pub per_wqe_ns: Stats,
+    /// Per WQE, median in TSC cycles.
+    pub per_wqe_cycles_p50: f64,
+    /// The call itself, ns.
+    pub call_ns: Stats,
+    /// HdrHistogram of the call, ns.
+    pub call_histogram: String,
+    /// The median call is at or below the timer's own overhead: not a real measurement.
+    pub below_overhead: bool,
+}
+
+/// Runs the post-cost scenario for one backend (and doorbell mode) on `dev`.
+pub fn run_post_cost(
+    dev: &Dev,
+    kind: BackendKind,
+    p: &crate::scenario::post_cost::PostCostParams,
+    mode: DbMode,
+    cal: &Calibration,
+) -> Result<PostCostResult, RunError> {
+    use crate::scenario::post_cost;
+    let buf = (2 * (p.size as usize).max(64)).next_multiple_of(4096);
+    let ticks = match AnyPair::new(dev, kind, OpKind::Write, buf, mode)? {
+        AnyPair::Verbs(mut b) => post_cost::run(&mut b.0, p)?,
+        AnyPair::Model(mut b) => post_cost::run(&mut b.0, p)?,
+        AnyPair::Mlx5(mut b) => post_cost::run(&mut b.0, p)?,
+    };
+    let call: Vec<f64> = ticks.iter().map(|&t| cal.to_ns(t)).collect();
+    let per: Vec<f64> = call.iter().map(|&v| v / f64::from(p.postlist)).collect();
+    let mut h = Hist::new();
+    call.iter().for_each(|&v| h.record(v));
+    let empty = || ScenarioError::Invalid("no samples".into());
+    let call_stats = Stats::of(&call).ok_or_else(empty)?;
+    let per_stats = Stats::of(&per).ok_or_else(empty)?;
+    Ok(PostCostResult {
+        backend: kind.as_str().into(),
+        db_mode: (kind == BackendKind::Direct).then(|| mode.as_str().to_string()),
+        size: p.size,
+        postlist: p.postlist,
+        inline: p.inline,
+        cq_mod: p.cq_mod,
+        per_wqe_cycles_p50: per_stats.p50 * cal.hz / 1e9,
+        per_wqe_ns: per_stats,
+        call_ns: call_stats,
+        call_histogram: h.encode(),
+        below_overhead: call_stats.p50 <= cal.overhead_ns(),
+    })
+}
