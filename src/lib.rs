@@ -23,3 +23,6 @@ pub mod report;
 
 #[cfg(feature = "std")]
 pub mod scenario;
+
+#[cfg(feature = "std")]
+pub mod oob;

@@ -84,11 +84,17 @@ struct LatArgs {
     /// Operation.
     #[arg(value_enum)]
     op: LatOp,
-    /// Server to connect to (client/server over TCP). Not available yet: use --loopback.
+    /// Server to connect to; without it this side is the server and waits for a client.
     host: Option<String>,
     /// Run both ends in this process, on two pinned threads.
     #[arg(long)]
     loopback: bool,
+    /// TCP port of the out-of-band exchange.
+    #[arg(short = 'p', long, default_value_t = rdmaprobe::oob::DEFAULT_PORT)]
+    port_tcp: u16,
+    /// Seconds to wait for the peer to connect or answer out of band.
+    #[arg(long, default_value_t = 60, value_parser = clap::value_parser!(u64).range(1..=3600))]
+    oob_timeout: u64,
     /// Message size in bytes (atomics: 8).
     #[arg(short = 's', long, default_value_t = 2, value_parser = clap::value_parser!(u32).range(1..=8 * 1024 * 1024))]
     size: u32,
@@ -522,11 +528,10 @@ fn lat(a: LatArgs) -> Result<ExitCode> {
     use rdmaprobe::scenario::lat::LatParams;
     use rdmaprobe::scenario::runner::{run_interleaved, AnyPair, LatResult};
 
-    if a.host.is_some() || !a.loopback {
-        anyhow::bail!(
-            "client/server mode over TCP is not available in this version: run both ends in one process with --loopback"
-        );
+    if a.host.is_some() && a.loopback {
+        anyhow::bail!("--loopback runs both ends in this process: give no HOST");
     }
+    let network = !a.loopback;
     // SAFETY: installs a handler that only stores to an atomic (async-signal-safe).
     unsafe { libc::signal(libc::SIGINT, on_sigint as *const () as libc::sighandler_t) };
     let op = match a.op {
@@ -585,10 +590,18 @@ fn lat(a: LatArgs) -> Result<ExitCode> {
         warnings.push(format!("model0 adds a wire delay of {} ns each way", a.model_delay_ns));
     }
     let mut pairs = Vec::new();
-    for k in &kinds {
-        pairs.push((*k, AnyPair::new(&dev, *k, op, buf_len, mode)?));
-    }
-    let max_inline = pairs.iter().map(|(_, p)| p.max_inline()).min().unwrap_or(0);
+    let mut net: Option<(
+        rdmaprobe::oob::Peer,
+        Vec<(BackendKind, rdmaprobe::backend::setup::AnyEnd)>,
+    )> = None;
+    let max_inline = if network {
+        rdmaprobe::backend::setup::INLINE
+    } else {
+        for k in &kinds {
+            pairs.push((*k, AnyPair::new(&dev, *k, op, buf_len, mode)?));
+        }
+        pairs.iter().map(|(_, p)| p.max_inline()).min().unwrap_or(0)
+    };
     let inline_limit = match a.inline_size {
         Some(i) if i > max_inline && matches!(op, OpKind::Write | OpKind::Send) => {
             anyhow::bail!("-I {i} exceeds the QPs' max_inline_data {max_inline}")
@@ -596,48 +609,85 @@ fn lat(a: LatArgs) -> Result<ExitCode> {
         Some(i) => i,
         None => max_inline,
     };
-    let one_way = rdmaprobe::scenario::lat::one_way(op);
-    println!("{}", "-".repeat(118));
-    println!(
-        " {} latency, device {} ({}), backends {}, {} iterations per size and backend in {} interleaved blocks",
-        a.op_name(),
-        dev.name(),
-        dev.provider(),
-        kinds.iter().map(|k| k.as_str()).collect::<Vec<_>>().join(", "),
-        a.iters,
-        a.blocks
-    );
-    println!(
-        " figure: {}; TSC {:.3} MHz ({}); timer overhead {:.1} ns (median)",
-        if one_way {
-            "one-way latency = round trip / 2"
-        } else {
-            "round trip"
-        },
-        cal.hz / 1e6,
-        cal.source.as_str(),
-        cal.overhead_ns()
-    );
-    for w in &warnings {
-        println!(" WARNING: {w}");
+    if network {
+        let hello = rdmaprobe::oob::Hello::new(
+            [
+                ("scenario", "lat".to_string()),
+                ("op", op.as_str().to_string()),
+                (
+                    "sizes",
+                    sizes.iter().map(|s| s.to_string()).collect::<Vec<_>>().join(","),
+                ),
+                ("iters", a.iters.to_string()),
+                ("warmup", a.warmup.to_string()),
+                ("blocks", a.blocks.to_string()),
+                (
+                    "backends",
+                    kinds.iter().map(|k| k.as_str()).collect::<Vec<_>>().join(","),
+                ),
+                ("db_mode", mode.as_str().to_string()),
+                ("inline_limit", inline_limit.to_string()),
+                ("buffer", buf_len.to_string()),
+            ]
+            .into_iter()
+            .map(|(k, v)| (k.to_string(), v))
+            .collect(),
+        );
+        net = Some(connect_peer(&a, &hello, &dev, &kinds, op, buf_len, mode)?);
     }
-    println!("{}", "-".repeat(118));
-    println!(
-        " {:>8} {:>7} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9}",
-        "#bytes",
-        "backend",
-        "#iter",
-        "min[ns]",
-        "p50[ns]",
-        "p90[ns]",
-        "p99[ns]",
-        "p99.9",
-        "p99.99",
-        "max[ns]",
-        "avg[ns]",
-        "stdev",
-        "post p50"
-    );
+    let one_way = rdmaprobe::scenario::lat::one_way(op);
+    let server = network && a.host.is_none();
+    if server {
+        let (peer, _) = net.as_ref().expect("connected");
+        println!(
+            " server: client {} connected; running {} with it",
+            peer.addr(),
+            a.op_name()
+        );
+    }
+    if !server {
+        println!("{}", "-".repeat(118));
+        println!(
+            " {} latency, device {} ({}), backends {}, {} iterations per size and backend in {} interleaved blocks",
+            a.op_name(),
+            dev.name(),
+            dev.provider(),
+            kinds.iter().map(|k| k.as_str()).collect::<Vec<_>>().join(", "),
+            a.iters,
+            a.blocks
+        );
+        println!(
+            " figure: {}; TSC {:.3} MHz ({}); timer overhead {:.1} ns (median)",
+            if one_way {
+                "one-way latency = round trip / 2"
+            } else {
+                "round trip"
+            },
+            cal.hz / 1e6,
+            cal.source.as_str(),
+            cal.overhead_ns()
+        );
+        for w in &warnings {
+            println!(" WARNING: {w}");
+        }
+        println!("{}", "-".repeat(118));
+        println!(
+            " {:>8} {:>7} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9}",
+            "#bytes",
+            "backend",
+            "#iter",
+            "min[ns]",
+            "p50[ns]",
+            "p90[ns]",
+            "p99[ns]",
+            "p99.9",
+            "p99.99",
+            "max[ns]",
+            "avg[ns]",
+            "stdev",
+            "post p50"
+        );
+    }
     let mut results: Vec<LatResult> = Vec::new();
     for size in sizes {
         let inline = matches!(op, OpKind::Write | OpKind::Send) && size <= inline_limit;
@@ -650,7 +700,19 @@ fn lat(a: LatArgs) -> Result<ExitCode> {
             stall: std::time::Duration::from_secs(a.stall_secs),
         };
         let _ = DEPTH;
-        let rs = run_interleaved(&mut pairs, &p, a.blocks, &cal, &INTERRUPTED)?;
+        let rs = match net.as_mut() {
+            None => run_interleaved(&mut pairs, &p, a.blocks, &cal, &INTERRUPTED)?,
+            Some((peer, ends)) => match run_network(ends, &p, a.blocks, !server, &cal) {
+                Ok(rs) => rs,
+                Err(e) => {
+                    // tell the peer (best effort) and stop
+                    let _ = peer.send(&rdmaprobe::oob::Done {
+                        error: Some(e.to_string()),
+                    });
+                    return Err(e.into());
+                }
+            },
+        };
         for r in rs {
             let l = &r.latency;
             println!(
@@ -673,6 +735,18 @@ fn lat(a: LatArgs) -> Result<ExitCode> {
             results.push(r);
         }
     }
+    if let Some((peer, _)) = net.as_mut() {
+        peer.set_timeout(std::time::Duration::from_secs(a.stall_secs + a.oob_timeout))?;
+        peer.send(&rdmaprobe::oob::Done { error: None })?;
+        let theirs: rdmaprobe::oob::Done = peer.recv()?;
+        if let Some(e) = theirs.error {
+            anyhow::bail!("the peer failed: {e}");
+        }
+        if server {
+            println!(" server: done");
+            return Ok(ExitCode::SUCCESS);
+        }
+    }
     if results.iter().any(|r| r.post_below_overhead) {
         println!(" * post time at or below the timer's own overhead: not a real measurement");
     }
@@ -690,7 +764,8 @@ fn lat(a: LatArgs) -> Result<ExitCode> {
             "params": {
                 "scenario": "lat", "op": op.as_str(), "iters": a.iters, "warmup": a.warmup, "blocks": a.blocks,
                 "backends": kinds.iter().map(|k| k.as_str()).collect::<Vec<_>>(), "db_mode": mode.as_str(),
-                "inline_limit": inline_limit, "loopback": true, "model_delay_ns": a.model_delay_ns,
+                "inline_limit": inline_limit, "loopback": !network, "model_delay_ns": a.model_delay_ns,
+                "peer": net.as_ref().map(|(p, _)| p.addr().to_string()),
             },
             "runs": results,
         });
@@ -1018,4 +1093,111 @@ fn post_cost(a: PostCostArgs) -> Result<ExitCode> {
         println!(" results written to {}", path.display());
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// The out-of-band handshake: parameters compared (a difference stops both ends, naming it),
+/// then for each backend this side's QP and buffer exchanged with the peer's and connected.
+#[allow(clippy::too_many_arguments)]
+fn connect_peer(
+    a: &LatArgs,
+    hello: &rdmaprobe::oob::Hello,
+    dev: &rdmaprobe::backend::setup::Dev,
+    kinds: &[rdmaprobe::backend::BackendKind],
+    op: rdmaprobe::backend::OpKind,
+    buf_len: usize,
+    mode: rdmaprobe::mlx5::sq::DbMode,
+) -> Result<(
+    rdmaprobe::oob::Peer,
+    Vec<(rdmaprobe::backend::BackendKind, rdmaprobe::backend::setup::AnyEnd)>,
+)> {
+    use rdmaprobe::oob::{Answer, Hello, OobError, Peer, QpInfo};
+    let timeout = std::time::Duration::from_secs(a.oob_timeout);
+    let mut peer = match &a.host {
+        Some(h) => {
+            let mut p = Peer::connect(h, a.port_tcp, timeout)?;
+            p.send(hello)?;
+            match p.recv::<Answer>()? {
+                Answer::Agree(theirs) => hello.check(&theirs)?,
+                Answer::Refuse { param, server, client } => {
+                    return Err(OobError::Mismatch {
+                        param,
+                        ours: client,
+                        theirs: server,
+                    }
+                    .into())
+                }
+            }
+            p
+        }
+        None => {
+            eprintln!(
+                "rdmaprobe: server waiting for a client on TCP port {} ({} s)",
+                a.port_tcp, a.oob_timeout
+            );
+            let mut p = Peer::accept(a.port_tcp, timeout)?;
+            let theirs: Hello = p.recv()?;
+            if let Err(e) = hello.check(&theirs) {
+                if let OobError::Mismatch { param, ours, theirs } = &e {
+                    p.send(&Answer::Refuse {
+                        param: param.clone(),
+                        server: ours.clone(),
+                        client: theirs.clone(),
+                    })?;
+                }
+                return Err(e.into());
+            }
+            p.send(&Answer::Agree(hello.clone()))?;
+            p
+        }
+    };
+    let mut ends = Vec::new();
+    for k in kinds {
+        let half = rdmaprobe::backend::setup::HalfEnd::new(dev, *k, op, buf_len, mode)?;
+        peer.send(&half.info(dev)?)?;
+        let theirs: QpInfo = peer.recv()?;
+        ends.push((*k, half.connect(dev, op, &theirs)?));
+    }
+    Ok((peer, ends))
+}
+
+/// Runs the blocks of one size on connected ends; the client returns the results.
+fn run_network(
+    ends: &mut [(rdmaprobe::backend::BackendKind, rdmaprobe::backend::setup::AnyEnd)],
+    p: &rdmaprobe::scenario::lat::LatParams,
+    blocks: u64,
+    client: bool,
+    cal: &Calibration,
+) -> Result<Vec<rdmaprobe::scenario::runner::LatResult>> {
+    use rdmaprobe::scenario::lat::{LatSamples, PingState};
+    use rdmaprobe::scenario::runner::{finish, lat_side};
+    let blocks = blocks.clamp(1, p.iters.max(1));
+    let mut all: Vec<(LatSamples, Vec<f64>)> = ends.iter().map(|_| (LatSamples::default(), Vec::new())).collect();
+    let mut states: Vec<PingState> = ends.iter().map(|_| PingState::default()).collect();
+    for b in 0..blocks {
+        let iters = p.iters / blocks + u64::from(b < p.iters % blocks);
+        let warmup = if b == 0 { p.warmup } else { 0 };
+        for (i, (_, end)) in ends.iter_mut().enumerate() {
+            if let Some(s) = lat_side(end, client, p, iters, warmup, &mut states[i], &INTERRUPTED)? {
+                let half = if rdmaprobe::scenario::lat::one_way(p.op) {
+                    2.0
+                } else {
+                    1.0
+                };
+                let mut v: Vec<f64> = s.rtt.iter().map(|&t| cal.to_ns(t) / half).collect();
+                v.sort_by(|x, y| x.total_cmp(y));
+                all[i].1.push(rdmaprobe::report::percentile(&v, 0.5));
+                all[i].0.rtt.extend(s.rtt);
+                all[i].0.post.extend(s.post);
+                all[i].0.wait.extend(s.wait);
+            }
+        }
+    }
+    if !client {
+        return Ok(Vec::new());
+    }
+    let mut out = Vec::new();
+    for ((k, _), (s, m)) in ends.iter().zip(all) {
+        out.push(finish(*k, p, &s, m, cal)?);
+    }
+    Ok(out)
 }

@@ -186,8 +186,20 @@ fn lat_refuses_bad_input_with_a_message_and_non_zero_exit() {
         (&["lat", "write", "--loopback", "-n", "0"], 2, "--iters"),
         (&["lat", "write", "--loopback", "-s", "0"], 2, "--size"),
         (&["lat", "write", "--loopback", "-s", "99999999"], 2, "--size"),
-        (&["lat", "write"], 1, "--loopback"),
-        (&["lat", "write", "somehost"], 1, "--loopback"),
+        (&["lat", "write", "somehost", "--loopback"], 1, "give no HOST"),
+        (
+            &[
+                "lat",
+                "write",
+                "no-such-host.invalid",
+                "-d",
+                "model0",
+                "--oob-timeout",
+                "1",
+            ],
+            1,
+            "no-such-host.invalid",
+        ),
         (&["lat", "frob", "--loopback"], 2, "invalid value"),
         (
             &[

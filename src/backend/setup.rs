@@ -381,3 +381,191 @@ pub fn mlx5_pair(
         DirectEnd::new(qb, LocalBuf::Verbs(mb), ra, ib),
     ))
 }
+
+/// One end of a connection between two processes, before it knows its peer.
+pub enum HalfEnd {
+    /// verbs or wr.
+    Verbs {
+        /// Which of the two.
+        kind: BackendKind,
+        /// The QP.
+        qp: Qp,
+        /// Its CQ.
+        cq: Cq,
+        /// Its buffer.
+        mr: Mr,
+    },
+    /// direct on model0.
+    Model {
+        /// The queues.
+        q: Box<DirectModelQp>,
+        /// The buffer.
+        mr: crate::model::ModelMr,
+    },
+    /// direct on mlx5.
+    Mlx5 {
+        /// The queues.
+        q: Box<DirectQp>,
+        /// The buffer.
+        mr: Mr,
+    },
+}
+
+/// A connected end of any backend.
+pub enum AnyEnd {
+    /// verbs or wr.
+    Verbs(Box<VerbsEnd>),
+    /// direct on model0.
+    Model(Box<DirectEnd<DirectModelQp>>),
+    /// direct on mlx5.
+    Mlx5(Box<DirectEnd<DirectQp>>),
+}
+
+impl HalfEnd {
+    /// Creates this side's QP, CQ and buffer for `kind` on `dev`.
+    pub fn new(dev: &Dev, kind: BackendKind, op: OpKind, buf_len: usize, mode: DbMode) -> Result<Self, SetupError> {
+        dev.supports(kind)?;
+        let caps = QpCaps {
+            max_send_wr: DEPTH,
+            max_recv_wr: DEPTH,
+            max_send_sge: 1,
+            max_recv_sge: 1,
+            max_inline_data: INLINE,
+        };
+        Ok(match dev {
+            Dev::Model(m) => {
+                let pd = m.alloc_pd();
+                let mcaps = ModelQpCaps {
+                    max_send_wr: DEPTH,
+                    max_recv_wr: DEPTH,
+                    max_recv_sge: 1,
+                    max_inline_data: INLINE,
+                };
+                let q = DirectModelQp::new(m, pd, mcaps, 2 * DEPTH, mode)?;
+                let mr = m.reg_mr(pd, buf_len, model_access(op))?;
+                HalfEnd::Model { q: Box::new(q), mr }
+            }
+            Dev::Verbs { ctx, .. } => {
+                let pd = Pd::new(ctx)?;
+                if kind == BackendKind::Direct {
+                    let q = DirectQp::new(&pd, caps, 2 * DEPTH, mode)?;
+                    let mr = Mr::new(&pd, buf_len, access_for(op), false)?;
+                    HalfEnd::Mlx5 { q: Box::new(q), mr }
+                } else {
+                    let cq = Cq::new(ctx, 2 * DEPTH)?;
+                    let qp = match Qp::new_rc(&pd, &cq, &cq, caps, kind == BackendKind::Wr) {
+                        Ok(q) => q,
+                        Err(_) => Qp::new_rc(
+                            &pd,
+                            &cq,
+                            &cq,
+                            QpCaps {
+                                max_inline_data: 0,
+                                ..caps
+                            },
+                            kind == BackendKind::Wr,
+                        )?,
+                    };
+                    let mr = Mr::new(&pd, buf_len, access_for(op), false)?;
+                    HalfEnd::Verbs { kind, qp, cq, mr }
+                }
+            }
+        })
+    }
+
+    /// What the peer needs: QP number, PSN, LID, GID, buffer address, rkey and length.
+    pub fn info(&self, dev: &Dev) -> Result<crate::oob::QpInfo, SetupError> {
+        let ep = |qp: &Qp| -> Result<crate::verbs::Endpoint, SetupError> {
+            let Dev::Verbs { port, gid, .. } = dev else {
+                unreachable!("verbs ends live on verbs devices")
+            };
+            Ok(qp.endpoint(port, *gid)?)
+        };
+        Ok(match self {
+            HalfEnd::Verbs { qp, mr, .. } => {
+                let e = ep(qp)?;
+                crate::oob::QpInfo {
+                    qpn: e.qpn,
+                    psn: e.psn,
+                    lid: e.lid,
+                    gid: e.gid.0,
+                    addr: mr.addr(),
+                    rkey: mr.rkey(),
+                    len: mr.len() as u64,
+                }
+            }
+            HalfEnd::Mlx5 { q, mr } => {
+                let Dev::Verbs { port, gid, .. } = dev else {
+                    unreachable!("mlx5 ends live on verbs devices")
+                };
+                let e = q.endpoint(port, *gid)?;
+                crate::oob::QpInfo {
+                    qpn: e.qpn,
+                    psn: e.psn,
+                    lid: e.lid,
+                    gid: e.gid.0,
+                    addr: mr.addr(),
+                    rkey: mr.rkey(),
+                    len: mr.len() as u64,
+                }
+            }
+            HalfEnd::Model { q, mr } => crate::oob::QpInfo {
+                qpn: q.qp.qpn(),
+                psn: 0,
+                lid: 0,
+                gid: [0; 16],
+                addr: mr.addr(),
+                rkey: mr.rkey(),
+                len: mr.len() as u64,
+            },
+        })
+    }
+
+    /// Connects to the peer described by `r`.
+    pub fn connect(self, dev: &Dev, op: OpKind, r: &crate::oob::QpInfo) -> Result<AnyEnd, SetupError> {
+        let remote = crate::verbs::RemoteBuf {
+            addr: r.addr,
+            rkey: r.rkey,
+            len: r.len,
+        };
+        let rep = crate::verbs::Endpoint {
+            qpn: r.qpn,
+            psn: r.psn,
+            lid: r.lid,
+            gid: crate::verbs::Gid(r.gid),
+        };
+        Ok(match self {
+            HalfEnd::Model { q, mr } => {
+                q.qp.connect(r.qpn, ModelConnect::default());
+                AnyEnd::Model(Box::new(DirectEnd::new(*q, LocalBuf::Model(mr), remote, INLINE)))
+            }
+            HalfEnd::Verbs { kind, mut qp, cq, mr } => {
+                let Dev::Verbs { port, gid, .. } = dev else {
+                    unreachable!("verbs ends live on verbs devices")
+                };
+                let opts = ConnectOpts {
+                    port: port.port,
+                    gid_index: *gid,
+                    access: access_for(op),
+                    ..Default::default()
+                };
+                qp.connect(port, &opts, &rep)?;
+                AnyEnd::Verbs(Box::new(VerbsEnd::new(kind, qp, cq, mr, remote)?))
+            }
+            HalfEnd::Mlx5 { mut q, mr } => {
+                let Dev::Verbs { port, gid, .. } = dev else {
+                    unreachable!("mlx5 ends live on verbs devices")
+                };
+                let opts = ConnectOpts {
+                    port: port.port,
+                    gid_index: *gid,
+                    access: access_for(op),
+                    ..Default::default()
+                };
+                q.connect(port, &opts, &rep)?;
+                let inl = q.max_inline();
+                AnyEnd::Mlx5(Box::new(DirectEnd::new(*q, LocalBuf::Verbs(mr), remote, inl)))
+            }
+        })
+    }
+}

@@ -55,6 +55,18 @@ pub struct PingState {
     primed: bool,
 }
 
+impl PingState {
+    /// Reserves the numbering of a block of `total` iterations: its first number, and whether
+    /// the receives must be primed (first block of a run).
+    pub fn take(&mut self, total: u64) -> (u64, bool) {
+        let first = self.next;
+        self.next += total;
+        let prime = !self.primed;
+        self.primed = true;
+        (first, prime)
+    }
+}
+
 fn marker(k: u64) -> u8 {
     (k % 255) as u8 + 1
 }
@@ -199,10 +211,7 @@ pub fn run<B: Backend + Send>(
     };
     cpus(); // before anything is pinned
     let total = warmup + iters;
-    let first = st.next;
-    st.next += total;
-    let prime = !st.primed;
-    st.primed = true;
+    let (first, prime) = st.take(total);
     let res = std::thread::scope(|s| {
         let flags = &flags;
         let h = s.spawn(move || {
@@ -234,7 +243,10 @@ pub fn run<B: Backend + Send>(
     }
 }
 
-fn client_loop<B: Backend>(
+/// The client's side of one block: `total` iterations from `first` (marker numbering), the first
+/// `warmup` not recorded; `prime` posts the initial receives (first block of a SEND run). For a
+/// client in another process than its server, with [`server_loop`] run there.
+pub fn client_loop<B: Backend>(
     b: &mut B,
     p: &LatParams,
     first: u64,
@@ -324,7 +336,8 @@ fn client_loop<B: Backend>(
     Ok(out)
 }
 
-fn server_loop<B: Backend>(
+/// The server's side of one block (see [`client_loop`]).
+pub fn server_loop<B: Backend>(
     b: &mut B,
     p: &LatParams,
     first: u64,

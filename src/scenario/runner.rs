@@ -92,6 +92,76 @@ pub struct LatResult {
     pub post_below_overhead: bool,
 }
 
+/// Turns one backend's samples into its result.
+pub fn finish(
+    kind: BackendKind,
+    p: &LatParams,
+    s: &LatSamples,
+    medians: Vec<f64>,
+    cal: &Calibration,
+) -> Result<LatResult, ScenarioError> {
+    let half = if lat::one_way(p.op) { 2.0 } else { 1.0 };
+    let fig: Vec<f64> = s.rtt.iter().map(|&t| cal.to_ns(t) / half).collect();
+    let post: Vec<f64> = s.post.iter().map(|&t| cal.to_ns(t)).collect();
+    let wait: Vec<f64> = s.wait.iter().map(|&t| cal.to_ns(t)).collect();
+    let (mut h, mut hp) = (Hist::new(), Hist::new());
+    fig.iter().for_each(|&v| h.record(v));
+    post.iter().for_each(|&v| hp.record(v));
+    let empty = || ScenarioError::Invalid("no samples".into());
+    let post_stats = Stats::of(&post).ok_or_else(empty)?;
+    Ok(LatResult {
+        backend: kind.as_str().into(),
+        op: p.op.as_str().into(),
+        size: p.size,
+        inline: p.inline,
+        figure: if lat::one_way(p.op) { "one_way" } else { "round_trip" }.into(),
+        iterations: fig.len() as u64,
+        latency: Stats::of(&fig).ok_or_else(empty)?,
+        post: post_stats,
+        completion_wait: Stats::of(&wait).ok_or_else(empty)?,
+        block_medians_ns: medians,
+        histogram: h.encode(),
+        post_histogram: hp.encode(),
+        post_below_overhead: post_stats.p50 <= cal.overhead_ns(),
+    })
+}
+
+/// One side's block on a connected end (the other side runs in another process): the client's
+/// samples, or `None` for the server.
+pub fn lat_side(
+    end: &mut crate::backend::setup::AnyEnd,
+    client: bool,
+    p: &LatParams,
+    iters: u64,
+    warmup: u64,
+    st: &mut PingState,
+    intr: &AtomicBool,
+) -> Result<Option<LatSamples>, ScenarioError> {
+    use crate::backend::setup::AnyEnd;
+    let flags = lat::Flags {
+        failed: AtomicBool::new(false),
+        interrupt: intr,
+    };
+    let total = warmup + iters;
+    let (first, prime) = st.take(total);
+    // client and server processes on different CPUs (on one machine they would share CPU 0)
+    lat::pin(if client { 0 } else { 1 });
+    macro_rules! side {
+        ($b:expr) => {
+            if client {
+                lat::client_loop($b, p, first, total, warmup, prime, &flags).map(Some)
+            } else {
+                lat::server_loop($b, p, first, total, prime, &flags).map(|()| None)
+            }
+        };
+    }
+    match end {
+        AnyEnd::Verbs(b) => side!(&mut **b),
+        AnyEnd::Model(b) => side!(&mut **b),
+        AnyEnd::Mlx5(b) => side!(&mut **b),
+    }
+}
+
 /// Runs `p` on every pair, `blocks` interleaved blocks each (warm-up before the first block),
 /// and summarises.
 pub fn run_interleaved(
@@ -118,33 +188,9 @@ pub fn run_interleaved(
             all[i].0.wait.extend(s.wait);
         }
     }
-    let overhead = cal.overhead_ns();
     let mut out = Vec::new();
     for ((kind, _), (s, medians)) in pairs.iter().zip(all) {
-        let half = if lat::one_way(p.op) { 2.0 } else { 1.0 };
-        let fig: Vec<f64> = s.rtt.iter().map(|&t| cal.to_ns(t) / half).collect();
-        let post: Vec<f64> = s.post.iter().map(|&t| cal.to_ns(t)).collect();
-        let wait: Vec<f64> = s.wait.iter().map(|&t| cal.to_ns(t)).collect();
-        let (mut h, mut hp) = (Hist::new(), Hist::new());
-        fig.iter().for_each(|&v| h.record(v));
-        post.iter().for_each(|&v| hp.record(v));
-        let empty = || ScenarioError::Invalid("no samples".into());
-        let post_stats = Stats::of(&post).ok_or_else(empty)?;
-        out.push(LatResult {
-            backend: kind.as_str().into(),
-            op: p.op.as_str().into(),
-            size: p.size,
-            inline: p.inline,
-            figure: if lat::one_way(p.op) { "one_way" } else { "round_trip" }.into(),
-            iterations: fig.len() as u64,
-            latency: Stats::of(&fig).ok_or_else(empty)?,
-            post: post_stats,
-            completion_wait: Stats::of(&wait).ok_or_else(empty)?,
-            block_medians_ns: medians,
-            histogram: h.encode(),
-            post_histogram: hp.encode(),
-            post_below_overhead: post_stats.p50 <= overhead,
-        });
+        out.push(finish(*kind, p, &s, medians, cal)?);
     }
     Ok(out)
 }

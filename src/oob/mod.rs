@@ -1,0 +1,334 @@
+//! The out-of-band exchange between a client and a server over TCP: one JSON document per line,
+//! versioned. The client sends its `Hello` (every scenario parameter); the server compares it with
+//! its own and answers with its `Hello` or a refusal naming the first parameter that differs and
+//! both values (and both stop); then each side sends the endpoints of its QPs; at the end each
+//! sends `Done`. Every read has a deadline.
+#![forbid(unsafe_code)]
+
+use std::io::{BufRead, BufReader, Write};
+use std::net::{TcpListener, TcpStream, ToSocketAddrs};
+use std::time::Duration;
+
+/// Protocol name and version: a peer speaking another version is refused.
+pub const PROTO: &str = "rdmaprobe-oob";
+/// Protocol version.
+pub const VERSION: u32 = 1;
+/// Default TCP port (perftest's).
+pub const DEFAULT_PORT: u16 = 18515;
+
+/// Out-of-band failures.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum OobError {
+    /// Socket trouble (connect, accept, read, write), with the peer address.
+    #[error("{what} {peer}: {source}")]
+    Io {
+        /// What was being done.
+        what: &'static str,
+        /// Address.
+        peer: String,
+        /// The error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The peer closed the connection or sent something that is not this protocol.
+    #[error("peer {peer}: {why}")]
+    Protocol {
+        /// Address.
+        peer: String,
+        /// What was wrong.
+        why: String,
+    },
+    /// The two ends were started with different parameters.
+    #[error("the two ends disagree on {param}: this side has {ours}, the peer has {theirs}")]
+    Mismatch {
+        /// The parameter.
+        param: String,
+        /// Our value.
+        ours: String,
+        /// The peer's value.
+        theirs: String,
+    },
+}
+
+/// A connected peer.
+pub struct Peer {
+    stream: TcpStream,
+    reader: BufReader<TcpStream>,
+    addr: String,
+}
+
+impl Peer {
+    /// Connects to `host:port`, trying for up to `timeout` (the server may still be starting).
+    pub fn connect(host: &str, port: u16, timeout: Duration) -> Result<Peer, OobError> {
+        let addr = format!("{host}:{port}");
+        let deadline = std::time::Instant::now() + timeout;
+        let io = |what, source| OobError::Io {
+            what,
+            peer: addr.clone(),
+            source,
+        };
+        let targets: Vec<_> = addr.to_socket_addrs().map_err(|e| io("resolving", e))?.collect();
+        loop {
+            let mut last = None;
+            for t in &targets {
+                match TcpStream::connect_timeout(t, Duration::from_secs(2)) {
+                    Ok(s) => return Peer::from_stream(s, addr.clone(), timeout),
+                    Err(e) => last = Some(e),
+                }
+            }
+            if std::time::Instant::now() >= deadline {
+                return Err(io(
+                    "connecting to",
+                    last.unwrap_or_else(|| std::io::Error::other("no address")),
+                ));
+            }
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+
+    /// Waits on `port` for one client, for up to `timeout`.
+    pub fn accept(port: u16, timeout: Duration) -> Result<Peer, OobError> {
+        let here = format!("0.0.0.0:{port}");
+        let io = |what, source| OobError::Io {
+            what,
+            peer: here.clone(),
+            source,
+        };
+        let l = TcpListener::bind(("0.0.0.0", port)).map_err(|e| io("listening on", e))?;
+        l.set_nonblocking(true).map_err(|e| io("listening on", e))?;
+        let deadline = std::time::Instant::now() + timeout;
+        loop {
+            match l.accept() {
+                Ok((s, a)) => {
+                    s.set_nonblocking(false).map_err(|e| io("accepting on", e))?;
+                    return Peer::from_stream(s, a.to_string(), timeout);
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                    if std::time::Instant::now() >= deadline {
+                        return Err(io(
+                            "no client within the deadline on",
+                            std::io::Error::from(std::io::ErrorKind::TimedOut),
+                        ));
+                    }
+                    std::thread::sleep(Duration::from_millis(50));
+                }
+                Err(e) => return Err(io("accepting on", e)),
+            }
+        }
+    }
+
+    fn from_stream(s: TcpStream, addr: String, timeout: Duration) -> Result<Peer, OobError> {
+        let io = |source| OobError::Io {
+            what: "configuring the socket to",
+            peer: addr.clone(),
+            source,
+        };
+        s.set_read_timeout(Some(timeout)).map_err(io)?;
+        s.set_write_timeout(Some(timeout)).map_err(io)?;
+        s.set_nodelay(true).map_err(io)?;
+        let reader = BufReader::new(s.try_clone().map_err(io)?);
+        Ok(Peer {
+            stream: s,
+            reader,
+            addr,
+        })
+    }
+
+    /// The peer's address.
+    pub fn addr(&self) -> &str {
+        &self.addr
+    }
+
+    /// Changes the deadline of later reads (e.g. the length of a run before `Done`).
+    pub fn set_timeout(&self, t: Duration) -> Result<(), OobError> {
+        self.stream.set_read_timeout(Some(t)).map_err(|source| OobError::Io {
+            what: "configuring",
+            peer: self.addr.clone(),
+            source,
+        })
+    }
+
+    /// Sends one message.
+    pub fn send<T: serde::Serialize>(&mut self, msg: &T) -> Result<(), OobError> {
+        let mut line = serde_json::to_vec(msg).map_err(|e| OobError::Protocol {
+            peer: self.addr.clone(),
+            why: e.to_string(),
+        })?;
+        line.push(b'\n');
+        self.stream.write_all(&line).map_err(|source| OobError::Io {
+            what: "sending to",
+            peer: self.addr.clone(),
+            source,
+        })
+    }
+
+    /// Receives one message.
+    pub fn recv<T: serde::de::DeserializeOwned>(&mut self) -> Result<T, OobError> {
+        let mut line = String::new();
+        let n = self.reader.read_line(&mut line).map_err(|source| OobError::Io {
+            what: "receiving from",
+            peer: self.addr.clone(),
+            source,
+        })?;
+        if n == 0 {
+            return Err(OobError::Protocol {
+                peer: self.addr.clone(),
+                why: "closed the connection (it stopped or failed)".into(),
+            });
+        }
+        serde_json::from_str(&line).map_err(|e| OobError::Protocol {
+            peer: self.addr.clone(),
+            why: format!(
+                "sent an unexpected message ({e}): {}",
+                line.trim().chars().take(200).collect::<String>()
+            ),
+        })
+    }
+}
+
+/// The first message of each side: protocol, version and every parameter that both ends must
+/// share, as a flat name -> value map (compared key by key).
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct Hello {
+    /// Always [`PROTO`].
+    pub proto: String,
+    /// Always [`VERSION`].
+    pub version: u32,
+    /// The parameters.
+    pub params: std::collections::BTreeMap<String, String>,
+}
+
+impl Hello {
+    /// A hello with these parameters.
+    pub fn new(params: std::collections::BTreeMap<String, String>) -> Self {
+        Hello {
+            proto: PROTO.into(),
+            version: VERSION,
+            params,
+        }
+    }
+
+    /// The first difference from `theirs`, as an error naming it.
+    pub fn check(&self, theirs: &Hello) -> Result<(), OobError> {
+        if theirs.proto != PROTO || theirs.version != VERSION {
+            return Err(OobError::Mismatch {
+                param: "protocol version".into(),
+                ours: format!("{PROTO} {VERSION}"),
+                theirs: format!("{} {}", theirs.proto, theirs.version),
+            });
+        }
+        let keys: std::collections::BTreeSet<&String> = self.params.keys().chain(theirs.params.keys()).collect();
+        for k in keys {
+            let (a, b) = (self.params.get(k), theirs.params.get(k));
+            if a != b {
+                return Err(OobError::Mismatch {
+                    param: k.clone(),
+                    ours: a.cloned().unwrap_or_else(|| "(not set)".into()),
+                    theirs: b.cloned().unwrap_or_else(|| "(not set)".into()),
+                });
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The server's answer to a client's hello.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub enum Answer {
+    /// Parameters agree: here is the server's hello.
+    Agree(Hello),
+    /// They do not: the first difference, from the server's side.
+    Refuse {
+        /// The parameter.
+        param: String,
+        /// The server's value.
+        server: String,
+        /// The client's value.
+        client: String,
+    },
+}
+
+/// What a peer needs to connect to one QP and use its buffer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct QpInfo {
+    /// QP number.
+    pub qpn: u32,
+    /// Initial PSN.
+    pub psn: u32,
+    /// LID.
+    pub lid: u16,
+    /// GID, 16 bytes.
+    pub gid: [u8; 16],
+    /// Buffer address.
+    pub addr: u64,
+    /// Remote key.
+    pub rkey: u32,
+    /// Buffer length.
+    pub len: u64,
+}
+
+/// End of a run, with whether it went well.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct Done {
+    /// `None` when the side finished cleanly, else its error.
+    pub error: Option<String>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::BTreeMap;
+
+    fn params(size: &str) -> BTreeMap<String, String> {
+        [("op", "write"), ("size", size), ("iters", "1000")]
+            .into_iter()
+            .map(|(a, b)| (a.to_string(), b.to_string()))
+            .collect()
+    }
+
+    #[test]
+    fn hello_check_names_the_parameter_and_both_values() {
+        let a = Hello::new(params("64"));
+        assert!(a.check(&Hello::new(params("64"))).is_ok());
+        let e = a.check(&Hello::new(params("128"))).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "the two ends disagree on size: this side has 64, the peer has 128"
+        );
+        let mut old = Hello::new(params("64"));
+        old.version = 0;
+        assert!(a.check(&old).unwrap_err().to_string().contains("protocol version"));
+        let mut missing = params("64");
+        missing.remove("iters");
+        let e = a.check(&Hello::new(missing)).unwrap_err().to_string();
+        assert!(e.contains("iters: this side has 1000, the peer has (not set)"), "{e}");
+    }
+
+    #[test]
+    fn messages_cross_a_real_socket_and_a_closed_peer_is_reported() {
+        let port = 20000 + (std::process::id() % 20000) as u16;
+        let srv = std::thread::spawn(move || {
+            let mut p = Peer::accept(port, Duration::from_secs(5)).unwrap();
+            let h: Hello = p.recv().unwrap();
+            p.send(&Answer::Agree(h)).unwrap();
+            // then close without Done
+        });
+        let mut c = Peer::connect("127.0.0.1", port, Duration::from_secs(5)).unwrap();
+        let h = Hello::new(params("64"));
+        c.send(&h).unwrap();
+        assert_eq!(c.recv::<Answer>().unwrap(), Answer::Agree(h));
+        srv.join().unwrap();
+        let e = c.recv::<Done>().unwrap_err();
+        assert!(e.to_string().contains("closed the connection"), "{e}");
+    }
+
+    #[test]
+    fn unreachable_server_fails_within_the_deadline() {
+        let t = std::time::Instant::now();
+        // port 1 on loopback: nothing listens there
+        let e = Peer::connect("127.0.0.1", 1, Duration::from_millis(600)).err().unwrap();
+        assert!(e.to_string().starts_with("connecting to 127.0.0.1:1"), "{e}");
+        assert!(t.elapsed() < Duration::from_secs(5));
+    }
+}

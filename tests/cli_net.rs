@@ -1,0 +1,201 @@
+//! Client and server as two processes over the out-of-band TCP exchange, on model0: a normal
+//! run, parameters that disagree, a server that is not there, a server that dies mid-run, a
+//! client that never comes. Each case ends with a message and a non-zero exit, never a hang.
+
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+fn bin() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_rdmaprobe"))
+}
+
+/// A TCP port of this test process's own (5 per process).
+fn port(i: u16) -> String {
+    (21000 + (std::process::id() % 2000) as u16 * 5 + i).to_string()
+}
+
+fn spawn(args: &[&str]) -> Child {
+    bin()
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn rdmaprobe")
+}
+
+fn finish(c: Child) -> (i32, String, String) {
+    let o = c.wait_with_output().expect("wait");
+    (
+        o.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&o.stdout).into(),
+        String::from_utf8_lossy(&o.stderr).into(),
+    )
+}
+
+#[test]
+fn client_and_server_processes_measure_together() {
+    let p = port(0);
+    let srv = spawn(&[
+        "lat",
+        "write",
+        "-d",
+        "model0",
+        "-n",
+        "3000",
+        "-s",
+        "32",
+        "-p",
+        &p,
+        "--oob-timeout",
+        "20",
+    ]);
+    let cli = spawn(&[
+        "lat",
+        "write",
+        "127.0.0.1",
+        "-d",
+        "model0",
+        "-n",
+        "3000",
+        "-s",
+        "32",
+        "-p",
+        &p,
+        "--oob-timeout",
+        "20",
+    ]);
+    let (cc, co, ce) = finish(cli);
+    let (sc, so, se) = finish(srv);
+    assert_eq!(cc, 0, "client: {co}{ce}");
+    assert_eq!(sc, 0, "server: {so}{se}");
+    let row = co
+        .lines()
+        .find(|l| l.trim_start().starts_with("32") && l.contains("direct"))
+        .expect("client table row");
+    assert_eq!(row.split_whitespace().nth(2), Some("3000"), "{row}");
+    assert!(
+        so.contains("server: client 127.0.0.1:") && so.contains("server: done"),
+        "{so}"
+    );
+}
+
+#[test]
+fn parameters_that_disagree_stop_both_ends_naming_the_parameter() {
+    let p = port(1);
+    let srv = spawn(&[
+        "lat",
+        "write",
+        "-d",
+        "model0",
+        "-n",
+        "100",
+        "-s",
+        "64",
+        "-p",
+        &p,
+        "--oob-timeout",
+        "20",
+    ]);
+    let cli = spawn(&[
+        "lat",
+        "write",
+        "127.0.0.1",
+        "-d",
+        "model0",
+        "-n",
+        "100",
+        "-s",
+        "128",
+        "-p",
+        &p,
+        "--oob-timeout",
+        "20",
+    ]);
+    let (cc, _, ce) = finish(cli);
+    let (sc, _, se) = finish(srv);
+    assert_eq!(cc, 1, "{ce}");
+    assert_eq!(sc, 1, "{se}");
+    assert!(
+        ce.contains("disagree on sizes: this side has 128, the peer has 64"),
+        "client: {ce}"
+    );
+    assert!(
+        se.contains("disagree on sizes: this side has 64, the peer has 128"),
+        "server: {se}"
+    );
+}
+
+#[test]
+fn an_unreachable_server_is_reported_within_the_deadline() {
+    let t = Instant::now();
+    let (c, _, e) = finish(spawn(&[
+        "lat",
+        "write",
+        "127.0.0.1",
+        "-d",
+        "model0",
+        "-p",
+        &port(2),
+        "--oob-timeout",
+        "1",
+    ]));
+    assert_eq!(c, 1, "{e}");
+    assert!(e.contains("connecting to 127.0.0.1:"), "{e}");
+    assert!(t.elapsed() < Duration::from_secs(10), "{:?}", t.elapsed());
+}
+
+#[test]
+fn a_server_that_dies_mid_run_is_reported_not_waited_for() {
+    let p = port(3);
+    let mut srv = spawn(&[
+        "lat",
+        "write",
+        "-d",
+        "model0",
+        "-n",
+        "100000000",
+        "-p",
+        &p,
+        "--oob-timeout",
+        "20",
+    ]);
+    let cli = spawn(&[
+        "lat",
+        "write",
+        "127.0.0.1",
+        "-d",
+        "model0",
+        "-n",
+        "100000000",
+        "-p",
+        &p,
+        "--oob-timeout",
+        "20",
+        "--stall-secs",
+        "2",
+    ]);
+    std::thread::sleep(Duration::from_millis(1500));
+    let t = Instant::now();
+    srv.kill().expect("kill the server");
+    let _ = srv.wait();
+    let (c, _, e) = finish(cli);
+    assert_eq!(c, 1, "{e}");
+    assert!(e.contains("no progress") && e.contains("the peer stopped"), "{e}");
+    assert!(t.elapsed() < Duration::from_secs(15), "{:?}", t.elapsed());
+}
+
+#[test]
+fn a_server_without_client_gives_up_at_its_deadline() {
+    let (c, _, e) = finish(spawn(&[
+        "lat",
+        "write",
+        "-d",
+        "model0",
+        "-p",
+        &port(4),
+        "--oob-timeout",
+        "1",
+    ]));
+    assert_eq!(c, 1, "{e}");
+    assert!(e.contains("no client within the deadline"), "{e}");
+}
