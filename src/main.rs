@@ -709,7 +709,7 @@ fn lat(a: LatArgs) -> Result<ExitCode> {
                     let _ = peer.send(&rdmaprobe::oob::Done {
                         error: Some(e.to_string()),
                     });
-                    return Err(e.into());
+                    return Err(e);
                 }
             },
         };
