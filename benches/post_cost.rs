@@ -5,14 +5,14 @@
 //! The device is model0 in deferred mode: the model executes the WQEs between timed blocks, so the
 //! timed region holds the post path alone. Its ring, doorbell record and register page are shared
 //! memory (write-back), not a NIC's write-combining MMIO, so absolute figures are not a NIC's; the
-//! ratio direct/floor is the cost of the path's own logic (building, checks, bookkeeping). Run:
+//! ratio direct/floor is the cost of the path's own logic (index, flags, checks, bookkeeping). Run:
 //! `cargo bench --bench post_cost`.
 
 use rdmaprobe::clock::{self, Calibration};
 use rdmaprobe::mlx5::barrier::{mmio_flush_writes, mmio_wc_start, udma_to_device_barrier};
 use rdmaprobe::mlx5::cq::Cqe;
 use rdmaprobe::mlx5::seg::DataSeg;
-use rdmaprobe::mlx5::sq::DbMode;
+use rdmaprobe::mlx5::sq::{DbMode, Prepared};
 use rdmaprobe::mlx5::wqe::{Payload, Wqe};
 use rdmaprobe::model::{DirectModelQp, ExecMode, Model, ModelConfig, ModelConnect, ModelQpCaps};
 use rdmaprobe::sys;
@@ -78,6 +78,9 @@ fn main() {
                     Wqe::write(dst.addr(), dst.rkey(), Payload::Gather(&sge))
                 };
                 let last = Wqe::nop().signaled();
+                // The direct path posts the WQE prepared once (as the verbs backends reuse their
+                // prepared work requests); `post(&Wqe)`, building each time, is in the tests.
+                let prepared = Prepared::new(&wqe, a.qp.qpn(), 220).expect("prepared WQE");
                 // The floor's WQE image: the very bytes the path writes (taken from the ring).
                 a.sq.post(&wqe).expect("post");
                 let cfg = a.qp.sq_config();
@@ -127,7 +130,7 @@ fn main() {
                     let t0 = clock::start();
                     for _ in 0..batches {
                         for _ in 0..postlist {
-                            if a.sq.post(black_box(&wqe)).is_err() {
+                            if a.sq.post_prepared(black_box(&prepared), false).is_err() {
                                 panic!("ring full");
                             }
                         }

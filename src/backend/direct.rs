@@ -5,7 +5,7 @@ use super::{Backend, BackendError, BackendKind, MemView, OpKind, Polled};
 use crate::mlx5::cq::{cqe_op, Cq, Cqe};
 use crate::mlx5::rq::Rq;
 use crate::mlx5::seg::DataSeg;
-use crate::mlx5::sq::{RingHook, Sq};
+use crate::mlx5::sq::{Prepared, RingHook, Sq};
 use crate::mlx5::wqe::{Payload, Wqe};
 use crate::verbs::RemoteBuf;
 
@@ -68,6 +68,7 @@ pub struct DirectEnd<Q: DirectQueues> {
     remote: RemoteBuf,
     max_inline: u32,
     cqes: [Cqe; 16],
+    prepared: Option<(OpKind, u32, Prepared)>,
     _buf: LocalBuf,
 }
 
@@ -88,6 +89,7 @@ impl<Q: DirectQueues> DirectEnd<Q> {
             remote,
             max_inline,
             cqes: [Cqe::default(); 16],
+            prepared: None,
             _buf: buf,
         }
     }
@@ -149,10 +151,30 @@ impl<Q: DirectQueues> Backend for DirectEnd<Q> {
             OpKind::FetchAdd => Wqe::atomic_fa(raddr, rkey, 1, &self.tx),
             OpKind::CmpSwap => Wqe::atomic_cs(raddr, rkey, 0, 0, &self.tx),
         };
+        if inline {
+            // the payload is copied at post time: build each time
+            let (sq, _, _) = self.q.parts();
+            for i in 0..n {
+                let w = if signal_last && i == n - 1 { wqe.signaled() } else { wqe };
+                sq.post(&w).map_err(BackendError::Sq)?;
+            }
+            sq.ring();
+            return Ok(());
+        }
+        // gather entries: the device reads the data, so the WQE is prepared once per operation
+        // and size, as the verbs backends prepare their work requests
+        if !matches!(&self.prepared, Some((o, l, _)) if *o == op && *l == len) {
+            let qpn = self.q.parts().0.qpn();
+            let prep = Prepared::new(&wqe, qpn, self.max_inline).map_err(BackendError::Sq)?;
+            self.prepared = Some((op, len, prep));
+        }
+        let Some((_, _, prep)) = &self.prepared else {
+            unreachable!("just prepared")
+        };
         let (sq, _, _) = self.q.parts();
         for i in 0..n {
-            let w = if signal_last && i == n - 1 { wqe.signaled() } else { wqe };
-            sq.post(&w).map_err(BackendError::Sq)?;
+            sq.post_prepared(prep, signal_last && i == n - 1)
+                .map_err(BackendError::Sq)?;
         }
         sq.ring();
         Ok(())

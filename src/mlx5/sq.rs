@@ -7,7 +7,7 @@
 //! following rdma-core's `post_send_db`.
 
 use super::barrier::{mmio_flush_writes, mmio_wc_start, udma_to_device_barrier};
-use super::seg::{Be32, CtrlSeg, DataSeg, InlineHdr, BF_MAX_BYTES, INLINE_SEG, MAX_DS, WQEBB};
+use super::seg::{Be32, CtrlSeg, DataSeg, InlineHdr, BF_MAX_BYTES, CE_CQ_UPDATE, INLINE_SEG, MAX_DS, WQEBB};
 use super::wqe::{Payload, Wqe};
 use core::ptr;
 
@@ -136,7 +136,9 @@ pub struct Sq<H: RingHook = NoHook> {
     ci: u32,
     /// Start of the last WQE posted since the last doorbell.
     last_start: u32,
-    posted_since_ring: u32,
+    /// The producer index at the last doorbell: `pi == rung_pi` means nothing to ring, and
+    /// `last_start == rung_pi` exactly one WQE since (BlueFlame may carry it).
+    rung_pi: u32,
     bf_offset: u32,
     mode: DbMode,
     hook: H,
@@ -172,7 +174,7 @@ impl<H: RingHook> Sq<H> {
             pi: 0,
             ci: 0,
             last_start: 0,
-            posted_since_ring: 0,
+            rung_pi: 0,
             bf_offset: 0,
             mode,
             hook,
@@ -312,7 +314,6 @@ impl<H: RingHook> Sq<H> {
         }
         self.pi = start.wrapping_add(nbb);
         self.last_start = start;
-        self.posted_since_ring += 1;
         Ok(idx)
     }
 
@@ -354,7 +355,7 @@ impl<H: RingHook> Sq<H> {
     /// 6. The BlueFlame offset toggles.
     #[inline]
     pub fn ring(&mut self) {
-        if self.posted_since_ring == 0 {
+        if self.pi == self.rung_pi {
             return;
         }
         let start = self.last_start;
@@ -365,7 +366,7 @@ impl<H: RingHook> Sq<H> {
         mmio_wc_start();
         let reg = self.cfg.bf_reg.wrapping_add(self.bf_offset as usize) as *mut u64;
         let use_bf = self.mode != DbMode::Db
-            && self.posted_since_ring == 1
+            && self.last_start == self.rung_pi
             && (nbb as usize) * WQEBB <= self.cfg.bf_size as usize;
         if use_bf {
             for b in 0..nbb {
@@ -388,8 +389,67 @@ impl<H: RingHook> Sq<H> {
             mmio_flush_writes();
         }
         self.bf_offset ^= self.cfg.bf_size;
-        self.posted_since_ring = 0;
+        self.rung_pi = self.pi;
         self.hook.rung(self.cfg.qpn, self.pi);
+    }
+
+    /// Writes a [`Prepared`] WQE at the producer index (no doorbell): its bytes copied as they
+    /// are, the first 16 (control segment) with this post's WQE index and completion flag
+    /// written in. Returns the 16-bit index.
+    #[inline(always)]
+    pub fn post_prepared(&mut self, w: &Prepared, signaled: bool) -> Result<u16, SqError> {
+        let nbb = w.nbb;
+        let free = self.free();
+        if nbb > free {
+            return Err(SqError::Full {
+                qpn: self.cfg.qpn,
+                need: nbb,
+                free,
+            });
+        }
+        let start = self.pi;
+        let idx = (start & 0xffff) as u16;
+        // control segment words on this little-endian machine: bytes 0..4 are
+        // be32(idx << 8 | opcode), byte 11 the flags
+        let lo = w.words[0] & !0x00ff_ff00u64 | u64::from((u32::from(idx) << 8).to_be()) & 0x00ff_ff00;
+        let hi = if signaled {
+            w.words[1] | u64::from(CE_CQ_UPDATE) << 24
+        } else {
+            w.words[1]
+        };
+        let slot = start & (self.cfg.wqe_cnt - 1);
+        if slot + nbb <= self.cfg.wqe_cnt {
+            // SAFETY: slot + nbb <= wqe_cnt: [p, p + nbb * 64) is inside the ring, and free
+            // (checked above); 8-byte aligned stores.
+            unsafe {
+                let p = self.cfg.buf.add(slot as usize * WQEBB) as *mut u64;
+                ptr::write(p, lo);
+                ptr::write(p.add(1), hi);
+                let src = w.words.as_ptr().add(2);
+                match nbb {
+                    1 => ptr::copy_nonoverlapping(src, p.add(2), 6),
+                    2 => ptr::copy_nonoverlapping(src, p.add(2), 14),
+                    3 => ptr::copy_nonoverlapping(src, p.add(2), 22),
+                    _ => ptr::copy_nonoverlapping(src, p.add(2), 30),
+                }
+            }
+        } else {
+            for b in 0..nbb {
+                let dst = self.unit(start.wrapping_add(b), 0) as *mut u64;
+                for q in 0..8usize {
+                    let v = match (b, q) {
+                        (0, 0) => lo,
+                        (0, 1) => hi,
+                        _ => w.words[b as usize * 8 + q],
+                    };
+                    // SAFETY: a free WQEBB of the ring (the wrap handled by `unit`).
+                    unsafe { ptr::write(dst.add(q), v) };
+                }
+            }
+        }
+        self.pi = start.wrapping_add(nbb);
+        self.last_start = start;
+        Ok(idx)
     }
 
     /// Posts one WQE and rings the doorbell.
@@ -410,6 +470,80 @@ impl<H: RingHook> Sq<H> {
         let qpn_ds = unsafe { ptr::read(self.unit(start, 0) as *const CtrlSeg) }.qpn_ds.get();
         let nbb = (qpn_ds & 0x3f).div_ceil(4).max(1);
         self.ci = start.wrapping_add(nbb);
+    }
+}
+
+/// A WQE built once and posted many times with [`Sq::post_prepared`] (as benchmarks post the same
+/// operation over and over, and as the verbs backends reuse their prepared work requests): its
+/// byte image for one QP, up to 4 WQEBBs.
+#[derive(Clone)]
+#[repr(C, align(16))]
+pub struct Prepared {
+    words: [u64; 32],
+    nbb: u32,
+}
+
+impl Prepared {
+    /// The image of `w` on QP `qpn` (the index and the completion flag are set at each post).
+    pub fn new(w: &Wqe<'_>, qpn: u32, max_inline: u32) -> Result<Self, SqError> {
+        let ds = w.ds();
+        if ds > 16 {
+            return Err(SqError::TooLarge { qpn, ds });
+        }
+        if let Payload::Inline(b) = w.payload {
+            if b.len() as u64 > u64::from(max_inline) {
+                return Err(SqError::InlineTooLarge {
+                    qpn,
+                    len: b.len() as u32,
+                    max: max_inline,
+                });
+            }
+        }
+        let mut img = [0u64; 32];
+        let base = img.as_mut_ptr() as *mut u8;
+        let unsig = Wqe {
+            fm_ce_se: w.fm_ce_se & !CE_CQ_UPDATE,
+            ..*w
+        };
+        // SAFETY: the image has room for 16 units (256 bytes) and ds <= 16; segments are written
+        // at 16-byte offsets inside it; the inline bytes fit (ds counts them).
+        unsafe {
+            ptr::write_unaligned(base as *mut CtrlSeg, unsig.ctrl(0, qpn));
+            let mut off = 16;
+            if let Some(r) = w.raddr {
+                ptr::write_unaligned(base.add(off) as *mut _, r);
+                off += 16;
+            }
+            if let Some(a) = w.atomic {
+                ptr::write_unaligned(base.add(off) as *mut _, a);
+                off += 16;
+            }
+            match w.payload {
+                Payload::None => {}
+                Payload::Gather(segs) => {
+                    for s in segs {
+                        ptr::write_unaligned(base.add(off) as *mut DataSeg, *s);
+                        off += 16;
+                    }
+                }
+                Payload::Inline(bytes) => {
+                    let hdr = InlineHdr {
+                        byte_count: Be32::new(bytes.len() as u32 | INLINE_SEG),
+                    };
+                    ptr::write_unaligned(base.add(off) as *mut InlineHdr, hdr);
+                    ptr::copy_nonoverlapping(bytes.as_ptr(), base.add(off + 4), bytes.len());
+                }
+            }
+        }
+        Ok(Prepared {
+            words: img,
+            nbb: ds.div_ceil(4),
+        })
+    }
+
+    /// WQEBBs it occupies.
+    pub fn wqebbs(&self) -> u32 {
+        self.nbb
     }
 }
 
@@ -602,6 +736,47 @@ mod tests {
             q.post(&Wqe::send(Payload::Inline(&big))),
             Err(SqError::InlineTooLarge { .. })
         ));
+    }
+
+    #[test]
+    fn prepared_wqes_write_the_same_bytes_as_built_ones() {
+        let d = [DataSeg::new(0x7f00_0000_1000, 0x42, 64)];
+        let data: [u8; 150] = core::array::from_fn(|i| i as u8 ^ 0x5a);
+        let wqes = [
+            Wqe::write(0xaa00, 0x77, Payload::Gather(&d)),
+            Wqe::send_imm(0xdead, Payload::Inline(&data[..40])),
+            Wqe::write(0x10, 1, Payload::Inline(&data)),
+            Wqe::atomic_fa(0x20, 2, 9, &d),
+        ];
+        for (i, w) in wqes.iter().enumerate() {
+            for signaled in [false, true] {
+                let (mut r1, mut r2) = (rig(), rig());
+                let mut a = sq(&mut r1, DbMode::Db, 0);
+                let mut b = sq(&mut r2, DbMode::Db, 0);
+                // start both at WQEBB 6 so the larger ones wrap
+                for _ in 0..6 {
+                    a.post(&Wqe::nop()).unwrap();
+                    b.post(&Wqe::nop()).unwrap();
+                }
+                a.retire(5);
+                b.retire(5);
+                let built = if signaled { w.signaled() } else { *w };
+                let ia = a.post(&built).unwrap();
+                let p = Prepared::new(w, 0x123, 220).unwrap();
+                let ib = b.post_prepared(&p, signaled).unwrap();
+                assert_eq!(ia, ib);
+                let n = built.wqebbs() as usize;
+                for k in 0..n {
+                    let s = ((6 + k) % 8) * 64;
+                    assert_eq!(
+                        &r1.ring.0[s..s + 64],
+                        &r2.ring.0[s..s + 64],
+                        "WQE {i} signaled {signaled} WQEBB {k}"
+                    );
+                }
+                assert_eq!((a.pi(), b.pi()), (6 + n as u32, 6 + n as u32));
+            }
+        }
     }
 
     #[test]
