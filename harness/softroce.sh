@@ -140,6 +140,14 @@ echo "===== rdmaprobe devices --json"
 /opt/rdmaprobe devices --json > /tmp/devices.json; djson_rc=\$?
 echo "===== latency: rdmaprobe (verbs, wr) and perftest, same operation and size"
 lat_rc=0
+/opt/rdmaprobe lat atomic --loopback -d rxe0 -x 1 -n 300 --warmup 30 --blocks 3 --stall-secs 60 > /tmp/lat-atomic.txt 2>&1 || lat_rc=1
+cat /tmp/lat-atomic.txt
+echo "ATOMIC rows: \$(grep -cE '^ +8 +(verbs|wr) +300 ' /tmp/lat-atomic.txt)"
+for op in send read atomic; do
+  /opt/rdmaprobe bw \$op --loopback -d rxe0 -x 1 -s 4096 -n 300 --stall-secs 60 > /tmp/bw-\$op.txt 2>&1 || lat_rc=1
+  cat /tmp/bw-\$op.txt
+  echo "BW \$op rows: \$(grep -cE '^ +[0-9]+ +(verbs|wr) +300 ' /tmp/bw-\$op.txt)"
+done
 for op in write send read; do
   /opt/rdmaprobe lat \$op --loopback -d rxe0 -x 1 -s 64 -n 500 --warmup 50 --blocks 5 --stall-secs 60 --json /tmp/lat-\$op.json > /tmp/lat-\$op.txt 2>&1 || lat_rc=1
   cat /tmp/lat-\$op.txt
@@ -217,6 +225,10 @@ done
 line=$(grep "^SIDE-BY-SIDE bw " "$log.txt" || true)
 [[ "$line" == *"verbs 1000 msgs"* && "$line" == *"wr 1000 msgs"* && "$line" == *"perftest: 16384 bytes 1000 iters"* ]] ||
   { echo "FAIL: bandwidth side by side incomplete: ${line:-missing}"; fail=1; }
+grep -q '^ATOMIC rows: 2$' "$log.txt" || { echo "FAIL: lat atomic did not run on both verbs and wr"; fail=1; }
+for op in send read atomic; do
+  grep -q "^BW $op rows: 2$" "$log.txt" || { echo "FAIL: bw $op did not run on both verbs and wr"; fail=1; }
+done
 grep -q '^POST-COST rows: 16$' "$log.txt" ||
   { echo "FAIL: post-cost on rxe0 did not measure 16 configurations (verbs and wr x 2 postlists x inline x CQE)"; fail=1; }
 if ((fail)); then die "Soft-RoCE lane"; fi

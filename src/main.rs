@@ -575,6 +575,9 @@ fn lat(a: LatArgs) -> Result<ExitCode> {
     if kinds.is_empty() {
         anyhow::bail!("no backend can run on {}", dev.name());
     }
+    for s in &sizes {
+        dev.check_size(*s)?;
+    }
     let mode = match a.db_mode {
         DbArg::Bf => DbMode::Bf,
         DbArg::BfNofence => DbMode::BfNoFence,
@@ -860,6 +863,9 @@ fn bw(a: BwArgs) -> Result<ExitCode> {
         DbArg::BfNofence => DbMode::BfNoFence,
         DbArg::Db => DbMode::Db,
     };
+    for s in &sizes {
+        dev.check_size(*s)?;
+    }
     let inline_limit = a.inline_size.unwrap_or(rdmaprobe::backend::setup::INLINE);
     let cal = Calibration::run(200_000_000)?;
     let mut fp = Fingerprint::collect(&cal, &dev.name(), &dev.provider(), dev.firmware(), dev.is_model());

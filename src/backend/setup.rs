@@ -221,6 +221,20 @@ impl Dev {
         }
     }
 
+    /// Refuses a message size above the port's maximum message size.
+    pub fn check_size(&self, size: u32) -> Result<(), SetupError> {
+        if let Dev::Verbs { ctx, port, .. } = self {
+            if size > port.max_msg_sz {
+                return Err(VerbsError::Invalid {
+                    ctx: crate::verbs::Ctx::dev(ctx.name()).port(port.port),
+                    why: format!("message size {size} exceeds the port's max_msg_sz {}", port.max_msg_sz),
+                }
+                .into());
+            }
+        }
+        Ok(())
+    }
+
     /// The backends this device runs.
     pub fn backends(&self) -> Vec<BackendKind> {
         [BackendKind::Verbs, BackendKind::Wr, BackendKind::Direct]

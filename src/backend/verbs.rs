@@ -264,6 +264,35 @@ impl Backend for VerbsEnd {
     }
 
     fn post_recv(&mut self, len: u32, n: u32) -> Result<(), BackendError> {
+        // chains of at most MAX_POSTLIST receives
+        let mut left = n;
+        while left > MAX_POSTLIST as u32 {
+            self.post_recv_chain(len, MAX_POSTLIST as u32)?;
+            left -= MAX_POSTLIST as u32;
+        }
+        self.post_recv_chain(len, left)
+    }
+
+    #[inline]
+    fn poll(&mut self) -> Result<Polled, BackendError> {
+        self.poll_cq()
+    }
+
+    fn mem(&self) -> &MemView {
+        &self.view
+    }
+
+    fn max_inline(&self) -> u32 {
+        self.max_inline
+    }
+
+    fn rx_offset(&self) -> usize {
+        self.rx_off
+    }
+}
+
+impl VerbsEnd {
+    fn post_recv_chain(&mut self, len: u32, n: u32) -> Result<(), BackendError> {
         let n = n as usize;
         if n == 0 || n > MAX_POSTLIST || len as usize > self.view.len() - self.rx_off {
             return Err(BackendError::Invalid {
@@ -296,7 +325,7 @@ impl Backend for VerbsEnd {
     }
 
     #[inline]
-    fn poll(&mut self) -> Result<Polled, BackendError> {
+    fn poll_cq(&mut self) -> Result<Polled, BackendError> {
         // SAFETY: a live CQ and room for 16 completions.
         let n = unsafe { poll_cq(self.cq.as_ptr(), 16, self.wc.as_mut_ptr()) };
         if n < 0 {
@@ -330,17 +359,5 @@ impl Backend for VerbsEnd {
             }
         }
         Ok(p)
-    }
-
-    fn mem(&self) -> &MemView {
-        &self.view
-    }
-
-    fn max_inline(&self) -> u32 {
-        self.max_inline
-    }
-
-    fn rx_offset(&self) -> usize {
-        self.rx_off
     }
 }
