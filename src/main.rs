@@ -107,6 +107,13 @@ struct LatArgs {
     /// Iterations before measuring.
     #[arg(long, default_value_t = 100)]
     warmup: u64,
+    /// Run for this many seconds per size instead of -n iterations (blocks of 1000 per backend,
+    /// interleaved; every sample kept, percentiles included). --loopback only.
+    #[arg(short = 'D', long, value_parser = clap::value_parser!(u64).range(1..=86_400))]
+    duration: Option<u64>,
+    /// Write an HdrHistogram interval log: one interval per block and backend (tagged).
+    #[arg(long)]
+    hdr: Option<std::path::PathBuf>,
     /// Inline messages up to this size (default: the QP's max_inline_data; 0 disables).
     #[arg(short = 'I', long)]
     inline_size: Option<u32>,
@@ -526,12 +533,17 @@ fn lat(a: LatArgs) -> Result<ExitCode> {
     use rdmaprobe::mlx5::sq::DbMode;
     use rdmaprobe::report::env::Fingerprint;
     use rdmaprobe::scenario::lat::LatParams;
-    use rdmaprobe::scenario::runner::{run_interleaved, AnyPair, LatResult};
+    use rdmaprobe::scenario::runner::{run_blocks, AnyPair, LatResult, Length};
 
     if a.host.is_some() && a.loopback {
         anyhow::bail!("--loopback runs both ends in this process: give no HOST");
     }
     let network = !a.loopback;
+    if network && (a.duration.is_some() || a.hdr.is_some()) {
+        anyhow::bail!(
+            "-D and --hdr are available with --loopback only in this version (both ends must run the same iterations)"
+        );
+    }
     // SAFETY: installs a handler that only stores to an atomic (async-signal-safe).
     unsafe { libc::signal(libc::SIGINT, on_sigint as *const () as libc::sighandler_t) };
     let op = match a.op {
@@ -692,6 +704,8 @@ fn lat(a: LatArgs) -> Result<ExitCode> {
         );
     }
     let mut results: Vec<LatResult> = Vec::new();
+    let mut intervals: Vec<rdmaprobe::report::Interval> = Vec::new();
+    let run_start = std::time::Instant::now();
     for size in sizes {
         let inline = matches!(op, OpKind::Write | OpKind::Send) && size <= inline_limit;
         let p = LatParams {
@@ -704,7 +718,33 @@ fn lat(a: LatArgs) -> Result<ExitCode> {
         };
         let _ = DEPTH;
         let rs = match net.as_mut() {
-            None => run_interleaved(&mut pairs, &p, a.blocks, &cal, &INTERRUPTED)?,
+            None => {
+                let len = match a.duration {
+                    Some(d) => Length::Duration {
+                        time: std::time::Duration::from_secs(d),
+                        block: 1000,
+                    },
+                    None => Length::Iterations {
+                        iters: a.iters,
+                        blocks: a.blocks,
+                    },
+                };
+                // interval times from the start of the whole run (several sizes follow each other)
+                let t_base = run_start.elapsed().as_secs_f64();
+                let mut on_block = |k: BackendKind, v: &[f64], t0: f64, t1: f64| {
+                    if a.hdr.is_some() {
+                        let mut h = rdmaprobe::report::Hist::new();
+                        v.iter().for_each(|&x| h.record(x));
+                        intervals.push(rdmaprobe::report::Interval {
+                            tag: format!("{}-{}-{}", k.as_str(), op.as_str(), size),
+                            start_s: t_base + t0,
+                            duration_s: t1 - t0,
+                            hist: h,
+                        });
+                    }
+                };
+                run_blocks(&mut pairs, &p, len, &cal, &INTERRUPTED, &mut on_block)?
+            }
             Some((peer, ends)) => match run_network(ends, &p, a.blocks, !server, &cal) {
                 Ok(rs) => rs,
                 Err(e) => {
@@ -738,6 +778,27 @@ fn lat(a: LatArgs) -> Result<ExitCode> {
             results.push(r);
         }
     }
+    if let Some(path) = &a.hdr {
+        let mut buf = Vec::new();
+        rdmaprobe::report::write_interval_log(
+            &mut buf,
+            &format!(
+                "rdmaprobe {} lat {} on {} ({}), ns",
+                env!("CARGO_PKG_VERSION"),
+                op.as_str(),
+                dev.name(),
+                dev.provider()
+            ),
+            &intervals,
+        )
+        .map_err(|e| anyhow::anyhow!("writing the interval log: {e}"))?;
+        write_atomically(path, &buf)?;
+        println!(
+            " interval log ({} intervals) written to {}",
+            intervals.len(),
+            path.display()
+        );
+    }
     if let Some((peer, _)) = net.as_mut() {
         peer.set_timeout(std::time::Duration::from_secs(a.stall_secs + a.oob_timeout))?;
         peer.send(&rdmaprobe::oob::Done { error: None })?;
@@ -768,6 +829,7 @@ fn lat(a: LatArgs) -> Result<ExitCode> {
                 "scenario": "lat", "op": op.as_str(), "iters": a.iters, "warmup": a.warmup, "blocks": a.blocks,
                 "backends": kinds.iter().map(|k| k.as_str()).collect::<Vec<_>>(), "db_mode": mode.as_str(),
                 "inline_limit": inline_limit, "loopback": !network, "model_delay_ns": a.model_delay_ns,
+                "duration_s": a.duration,
                 "peer": net.as_ref().map(|(p, _)| p.addr().to_string()),
             },
             "runs": results,

@@ -267,3 +267,52 @@ fn post_cost_on_model0_measures_each_configuration() {
     assert!(err.contains("postlists must be within"), "{err}");
     std::fs::remove_dir_all(&dir).ok();
 }
+
+#[test]
+fn lat_duration_mode_keeps_every_sample_and_writes_an_interval_log() {
+    let dir = std::env::temp_dir().join(format!("rdmaprobe-hdr-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let (json, hlog) = (dir.join("lat.json"), dir.join("lat.hlog"));
+    let (code, out, err) = rdmaprobe(&[
+        "lat",
+        "write",
+        "--loopback",
+        "-d",
+        "model0",
+        "-D",
+        "1",
+        "-s",
+        "16",
+        "--json",
+        json.to_str().unwrap(),
+        "--hdr",
+        hlog.to_str().unwrap(),
+    ]);
+    assert_eq!(code, 0, "{out}{err}");
+    let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    let n = v["runs"][0]["latency"]["count"].as_u64().unwrap();
+    assert!(n >= 1000 && n % 1000 == 0, "{n} samples: whole blocks of 1000");
+    assert_eq!(v["params"]["duration_s"], 1);
+    // the interval log: one tagged interval per block, together exactly the samples of the run
+    let log = std::fs::read(&hlog).unwrap();
+    let mut total = 0u64;
+    let mut intervals = 0;
+    for e in hdrhistogram::serialization::interval_log::IntervalLogIterator::new(&log) {
+        if let Ok(hdrhistogram::serialization::interval_log::LogEntry::Interval(i)) = e {
+            assert_eq!(i.tag().map(|t| t.as_str()), Some("direct-write-16"));
+            let bytes =
+                base64::Engine::decode(&base64::engine::general_purpose::STANDARD, i.encoded_histogram()).unwrap();
+            let h: hdrhistogram::Histogram<u64> = hdrhistogram::serialization::Deserializer::new()
+                .deserialize(&mut &bytes[..])
+                .unwrap();
+            total += h.len();
+            intervals += 1;
+        }
+    }
+    assert_eq!(intervals as u64, n / 1000);
+    assert_eq!(total, n);
+    let (code, _, err) = rdmaprobe(&["lat", "write", "127.0.0.1", "-d", "model0", "-D", "1"]);
+    assert_eq!(code, 1);
+    assert!(err.contains("--loopback only"), "{err}");
+    std::fs::remove_dir_all(&dir).ok();
+}

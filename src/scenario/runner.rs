@@ -162,6 +162,25 @@ pub fn lat_side(
     }
 }
 
+/// How long a run lasts.
+#[derive(Debug, Clone, Copy)]
+pub enum Length {
+    /// This many measured iterations per backend, in this many blocks.
+    Iterations {
+        /// Iterations per backend.
+        iters: u64,
+        /// Blocks they are split into.
+        blocks: u64,
+    },
+    /// Blocks of this many iterations until the time has passed.
+    Duration {
+        /// How long.
+        time: std::time::Duration,
+        /// Iterations per block.
+        block: u64,
+    },
+}
+
 /// Runs `p` on every pair, `blocks` interleaved blocks each (warm-up before the first block),
 /// and summarises.
 pub fn run_interleaved(
@@ -171,14 +190,57 @@ pub fn run_interleaved(
     cal: &Calibration,
     intr: &AtomicBool,
 ) -> Result<Vec<LatResult>, ScenarioError> {
-    let blocks = blocks.clamp(1, p.iters.max(1));
+    run_blocks(
+        pairs,
+        p,
+        Length::Iterations { iters: p.iters, blocks },
+        cal,
+        intr,
+        &mut |_, _, _, _| {},
+    )
+}
+
+/// As [`run_interleaved`], for a number of iterations or a duration, calling `on_block` with
+/// each block's backend, figures (ns) and start and end (seconds since the run began).
+pub fn run_blocks(
+    pairs: &mut [(BackendKind, AnyPair)],
+    p: &LatParams,
+    len: Length,
+    cal: &Calibration,
+    intr: &AtomicBool,
+    on_block: &mut dyn FnMut(BackendKind, &[f64], f64, f64),
+) -> Result<Vec<LatResult>, ScenarioError> {
     let mut all: Vec<(LatSamples, Vec<f64>)> = pairs.iter().map(|_| (LatSamples::default(), Vec::new())).collect();
     let mut states: Vec<PingState> = pairs.iter().map(|_| PingState::default()).collect();
-    for b in 0..blocks {
-        let iters = p.iters / blocks + u64::from(b < p.iters % blocks);
+    let t_run = crate::clock::start();
+    let started = std::time::Instant::now();
+    let mut b = 0u64;
+    loop {
+        let iters = match len {
+            Length::Iterations { iters, blocks } => {
+                let blocks = blocks.clamp(1, iters.max(1));
+                if b >= blocks {
+                    break;
+                }
+                iters / blocks + u64::from(b < iters % blocks)
+            }
+            Length::Duration { time, block } => {
+                if b > 0 && started.elapsed() >= time {
+                    break;
+                }
+                block.max(1)
+            }
+        };
         let warmup = if b == 0 { p.warmup } else { 0 };
-        for (i, (_, pair)) in pairs.iter_mut().enumerate() {
+        for (i, (kind, pair)) in pairs.iter_mut().enumerate() {
+            let t0 = crate::clock::start();
             let s = pair.run(p, iters, warmup, &mut states[i], intr)?;
+            let t1 = crate::clock::stop();
+            {
+                let half = if lat::one_way(p.op) { 2.0 } else { 1.0 };
+                let v: Vec<f64> = s.rtt.iter().map(|&t| cal.to_ns(t) / half).collect();
+                on_block(*kind, &v, cal.to_ns(t0 - t_run) / 1e9, cal.to_ns(t1 - t_run) / 1e9);
+            }
             let half = if lat::one_way(p.op) { 2.0 } else { 1.0 };
             let mut block: Vec<f64> = s.rtt.iter().map(|&t| cal.to_ns(t) / half).collect();
             block.sort_by(|a, b| a.total_cmp(b));
@@ -187,6 +249,7 @@ pub fn run_interleaved(
             all[i].0.post.extend(s.post);
             all[i].0.wait.extend(s.wait);
         }
+        b += 1;
     }
     let mut out = Vec::new();
     for ((kind, _), (s, medians)) in pairs.iter().zip(all) {
