@@ -160,6 +160,41 @@ impl Hist {
     }
 }
 
+/// One interval of an HdrHistogram interval log: a tag (the backend), when it started and how
+/// long it lasted (seconds from the start of the run), and its values.
+pub struct Interval {
+    /// Tag (backend name).
+    pub tag: String,
+    /// Start, seconds since the run started.
+    pub start_s: f64,
+    /// Length, seconds.
+    pub duration_s: f64,
+    /// The values recorded in it.
+    pub hist: Hist,
+}
+
+/// Writes an HdrHistogram interval log (the format HdrHistogram's tools read: `HistogramLogProcessor`,
+/// `hdr-plot`), one interval per block and backend.
+pub fn write_interval_log(out: &mut Vec<u8>, comment: &str, intervals: &[Interval]) -> Result<(), String> {
+    use hdrhistogram::serialization::interval_log::{IntervalLogWriterBuilder, Tag};
+    let mut ser = V2DeflateSerializer::new();
+    let mut b = IntervalLogWriterBuilder::new();
+    b.add_comment(comment);
+    b.with_start_time(std::time::SystemTime::now());
+    let mut w = b.begin_log_with(out, &mut ser).map_err(|e| e.to_string())?;
+    for i in intervals {
+        let tag = Tag::new(&i.tag);
+        w.write_histogram(
+            i.hist.inner(),
+            std::time::Duration::from_secs_f64(i.start_s.max(0.0)),
+            std::time::Duration::from_secs_f64(i.duration_s.max(0.0)),
+            tag,
+        )
+        .map_err(|e| format!("{e:?}"))?;
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -217,39 +252,4 @@ mod tests {
         assert!((m - 350.0).abs() < 1.0, "{m}");
         assert!(Hist::new().trimmed_mean(0.1, 0.9).is_nan());
     }
-}
-
-/// One interval of an HdrHistogram interval log: a tag (the backend), when it started and how
-/// long it lasted (seconds from the start of the run), and its values.
-pub struct Interval {
-    /// Tag (backend name).
-    pub tag: String,
-    /// Start, seconds since the run started.
-    pub start_s: f64,
-    /// Length, seconds.
-    pub duration_s: f64,
-    /// The values recorded in it.
-    pub hist: Hist,
-}
-
-/// Writes an HdrHistogram interval log (the format HdrHistogram's tools read: `HistogramLogProcessor`,
-/// `hdr-plot`), one interval per block and backend.
-pub fn write_interval_log(out: &mut Vec<u8>, comment: &str, intervals: &[Interval]) -> Result<(), String> {
-    use hdrhistogram::serialization::interval_log::{IntervalLogWriterBuilder, Tag};
-    let mut ser = V2DeflateSerializer::new();
-    let mut b = IntervalLogWriterBuilder::new();
-    b.add_comment(comment);
-    b.with_start_time(std::time::SystemTime::now());
-    let mut w = b.begin_log_with(out, &mut ser).map_err(|e| e.to_string())?;
-    for i in intervals {
-        let tag = Tag::new(&i.tag);
-        w.write_histogram(
-            i.hist.inner(),
-            std::time::Duration::from_secs_f64(i.start_s.max(0.0)),
-            std::time::Duration::from_secs_f64(i.duration_s.max(0.0)),
-            tag,
-        )
-        .map_err(|e| format!("{e:?}"))?;
-    }
-    Ok(())
 }

@@ -200,6 +200,9 @@ pub fn run_interleaved(
     )
 }
 
+/// Called after each block: backend, the block's figures (ns), its start and end (seconds).
+pub type OnBlock<'a> = dyn FnMut(BackendKind, &[f64], f64, f64) + 'a;
+
 /// As [`run_interleaved`], for a number of iterations or a duration, calling `on_block` with
 /// each block's backend, figures (ns) and start and end (seconds since the run began).
 pub fn run_blocks(
@@ -208,7 +211,7 @@ pub fn run_blocks(
     len: Length,
     cal: &Calibration,
     intr: &AtomicBool,
-    on_block: &mut dyn FnMut(BackendKind, &[f64], f64, f64),
+    on_block: &mut OnBlock<'_>,
 ) -> Result<Vec<LatResult>, ScenarioError> {
     let mut all: Vec<(LatSamples, Vec<f64>)> = pairs.iter().map(|_| (LatSamples::default(), Vec::new())).collect();
     let mut states: Vec<PingState> = pairs.iter().map(|_| PingState::default()).collect();
