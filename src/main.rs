@@ -151,11 +151,17 @@ struct BwArgs {
     /// Operation.
     #[arg(value_enum)]
     op: LatOp,
-    /// Server to connect to (client/server over TCP). Not available yet: use --loopback.
+    /// Server to connect to; without it this side is the server and waits for a client.
     host: Option<String>,
     /// Run both ends in this process.
     #[arg(long)]
     loopback: bool,
+    /// TCP port of the out-of-band exchange.
+    #[arg(short = 'p', long, default_value_t = rdmaprobe::oob::DEFAULT_PORT)]
+    port_tcp: u16,
+    /// Seconds to wait for the peer to connect or answer out of band.
+    #[arg(long, default_value_t = 60, value_parser = clap::value_parser!(u64).range(1..=3600))]
+    oob_timeout: u64,
     /// Message size in bytes (atomics: 8).
     #[arg(short = 's', long, default_value_t = 65536, value_parser = clap::value_parser!(u32).range(1..=8 * 1024 * 1024))]
     size: u32,
@@ -876,11 +882,11 @@ fn bw(a: BwArgs) -> Result<ExitCode> {
     use rdmaprobe::scenario::bw::BwParams;
     use rdmaprobe::scenario::runner::run_bw;
 
-    if a.host.is_some() || !a.loopback {
-        anyhow::bail!(
-            "client/server mode over TCP is not available in this version: run both ends in one process with --loopback"
-        );
+    if a.host.is_some() && a.loopback {
+        anyhow::bail!("--loopback runs both ends in this process: give no HOST");
     }
+    let network = !a.loopback;
+    let server = network && a.host.is_none();
     // SAFETY: installs a handler that only stores to an atomic (async-signal-safe).
     unsafe { libc::signal(libc::SIGINT, on_sigint as *const () as libc::sighandler_t) };
     let op = match a.op {
@@ -935,6 +941,66 @@ fn bw(a: BwArgs) -> Result<ExitCode> {
         fp.port = serde_json::to_value(port).ok();
     }
     let warnings = fp.warnings();
+    // client and server: the handshake, then every thread's QPs of every backend connected
+    let mut net: Option<(rdmaprobe::oob::Peer, Vec<Vec<Vec<rdmaprobe::backend::setup::AnyEnd>>>)> = None;
+    if network {
+        let hello = rdmaprobe::oob::Hello::new(
+            [
+                ("scenario", "bw".to_string()),
+                ("op", op.as_str().to_string()),
+                (
+                    "sizes",
+                    sizes.iter().map(|s| s.to_string()).collect::<Vec<_>>().join(","),
+                ),
+                ("iters", a.iters.to_string()),
+                ("tx_depth", a.tx_depth.to_string()),
+                ("postlist", a.postlist.to_string()),
+                ("cq_mod", a.cq_mod.to_string()),
+                ("qps", a.qps.to_string()),
+                ("threads", a.threads.to_string()),
+                ("bidirectional", a.bidirectional.to_string()),
+                (
+                    "backends",
+                    kinds.iter().map(|k| k.as_str()).collect::<Vec<_>>().join(","),
+                ),
+                ("db_mode", mode.as_str().to_string()),
+                ("inline_limit", inline_limit.to_string()),
+                ("buffer", buf_len.to_string()),
+            ]
+            .into_iter()
+            .map(|(k, v)| (k.to_string(), v))
+            .collect(),
+        );
+        let link = OobLink {
+            host: a.host.clone(),
+            port: a.port_tcp,
+            timeout: a.oob_timeout,
+        };
+        let mut peer = handshake(&link, &hello)?;
+        let mut all = Vec::new();
+        for k in &kinds {
+            let mut threads = Vec::new();
+            for _ in 0..a.threads {
+                let mut ends = Vec::new();
+                for _ in 0..a.qps {
+                    let half = rdmaprobe::backend::setup::HalfEnd::new(&dev, *k, op, buf_len, mode)?;
+                    peer.send(&half.info(&dev)?)?;
+                    let theirs: rdmaprobe::oob::QpInfo = peer.recv()?;
+                    ends.push(half.connect(&dev, op, &theirs)?);
+                }
+                threads.push(ends);
+            }
+            all.push(threads);
+        }
+        if server {
+            println!(
+                " server: client {} connected; running {} bandwidth with it",
+                peer.addr(),
+                a.op_name()
+            );
+        }
+        net = Some((peer, all));
+    }
     let unit = if a.report_gbits { "Gb/sec" } else { "MB/sec" };
     println!("{}", "-".repeat(118));
     println!(
@@ -989,17 +1055,47 @@ fn bw(a: BwArgs) -> Result<ExitCode> {
                 bidirectional: a.bidirectional,
                 stall: std::time::Duration::from_secs(a.stall_secs),
             };
-            let r = run_bw(
-                &dev,
-                *k,
-                &p,
-                a.threads as usize,
-                a.qps as usize,
-                buf_len,
-                mode,
-                &cal,
-                &INTERRUPTED,
-            )?;
+            let r = match net.as_mut() {
+                None => run_bw(
+                    &dev,
+                    *k,
+                    &p,
+                    a.threads as usize,
+                    a.qps as usize,
+                    buf_len,
+                    mode,
+                    &cal,
+                    &INTERRUPTED,
+                )?,
+                Some((peer, all)) => {
+                    let ki = kinds.iter().position(|x| x == k).unwrap_or(0);
+                    let out = match rdmaprobe::scenario::runner::bw_side(&mut all[ki], &p, !server, &INTERRUPTED) {
+                        Ok(o) => o,
+                        Err(e) => {
+                            let _ = peer.send(&rdmaprobe::oob::Done {
+                                error: Some(e.to_string()),
+                            });
+                            return Err(e.into());
+                        }
+                    };
+                    if server {
+                        continue;
+                    }
+                    rdmaprobe::scenario::runner::BwResult {
+                        backend: k.as_str().into(),
+                        op: op.as_str().into(),
+                        size: *size,
+                        threads: a.threads as usize,
+                        qps_per_thread: a.qps as usize,
+                        tx_depth: a.tx_depth,
+                        postlist: a.postlist,
+                        cq_mod: a.cq_mod,
+                        bidirectional: a.bidirectional,
+                        inline: p.inline,
+                        summary: rdmaprobe::scenario::bw::summarize(&out, *size, cal.hz),
+                    }
+                }
+            };
             let s = &r.summary;
             println!(
                 " {:>8} {:>7} {:>12} {:>18.2} {:>21.2} {:>24.2} {:>14.4}",
@@ -1012,6 +1108,18 @@ fn bw(a: BwArgs) -> Result<ExitCode> {
                 s.msg_rate_mpps
             );
             results.push(r);
+        }
+    }
+    if let Some((peer, _)) = net.as_mut() {
+        peer.set_timeout(std::time::Duration::from_secs(a.stall_secs + a.oob_timeout))?;
+        peer.send(&rdmaprobe::oob::Done { error: None })?;
+        let theirs: rdmaprobe::oob::Done = peer.recv()?;
+        if let Some(e) = theirs.error {
+            anyhow::bail!("the peer failed: {e}");
+        }
+        if server {
+            println!(" server: done");
+            return Ok(ExitCode::SUCCESS);
         }
     }
     println!("{}", "-".repeat(118));
@@ -1028,7 +1136,8 @@ fn bw(a: BwArgs) -> Result<ExitCode> {
             "params": {
                 "scenario": "bw", "op": op.as_str(), "iters": a.iters, "tx_depth": a.tx_depth, "postlist": a.postlist,
                 "cq_mod": a.cq_mod, "qps_per_thread": a.qps, "threads": a.threads, "bidirectional": a.bidirectional,
-                "backends": kinds.iter().map(|k| k.as_str()).collect::<Vec<_>>(), "db_mode": mode.as_str(), "loopback": true,
+                "backends": kinds.iter().map(|k| k.as_str()).collect::<Vec<_>>(), "db_mode": mode.as_str(), "loopback": !network,
+                "peer": net.as_ref().map(|(p, _)| p.addr().to_string()),
             },
             "runs": results,
         });
@@ -1163,26 +1272,20 @@ fn post_cost(a: PostCostArgs) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// The out-of-band handshake: parameters compared (a difference stops both ends, naming it),
-/// then for each backend this side's QP and buffer exchanged with the peer's and connected.
-#[allow(clippy::too_many_arguments)]
-fn connect_peer(
-    a: &LatArgs,
-    hello: &rdmaprobe::oob::Hello,
-    dev: &rdmaprobe::backend::setup::Dev,
-    kinds: &[rdmaprobe::backend::BackendKind],
-    op: rdmaprobe::backend::OpKind,
-    buf_len: usize,
-    mode: rdmaprobe::mlx5::sq::DbMode,
-) -> Result<(
-    rdmaprobe::oob::Peer,
-    Vec<(rdmaprobe::backend::BackendKind, rdmaprobe::backend::setup::AnyEnd)>,
-)> {
-    use rdmaprobe::oob::{Answer, Hello, OobError, Peer, QpInfo};
-    let timeout = std::time::Duration::from_secs(a.oob_timeout);
-    let mut peer = match &a.host {
+/// Where the peer is: a server to connect to, or none (this side is the server).
+struct OobLink {
+    host: Option<String>,
+    port: u16,
+    timeout: u64,
+}
+
+/// The out-of-band handshake: parameters compared; a difference stops both ends, naming it.
+fn handshake(link: &OobLink, hello: &rdmaprobe::oob::Hello) -> Result<rdmaprobe::oob::Peer> {
+    use rdmaprobe::oob::{Answer, Hello, OobError, Peer};
+    let timeout = std::time::Duration::from_secs(link.timeout);
+    Ok(match &link.host {
         Some(h) => {
-            let mut p = Peer::connect(h, a.port_tcp, timeout)?;
+            let mut p = Peer::connect(h, link.port, timeout)?;
             p.send(hello)?;
             match p.recv::<Answer>()? {
                 Answer::Agree(theirs) => hello.check(&theirs)?,
@@ -1200,9 +1303,9 @@ fn connect_peer(
         None => {
             eprintln!(
                 "rdmaprobe: server waiting for a client on TCP port {} ({} s)",
-                a.port_tcp, a.oob_timeout
+                link.port, link.timeout
             );
-            let mut p = Peer::accept(a.port_tcp, timeout)?;
+            let mut p = Peer::accept(link.port, timeout)?;
             let theirs: Hello = p.recv()?;
             if let Err(e) = hello.check(&theirs) {
                 if let OobError::Mismatch { param, ours, theirs } = &e {
@@ -1217,12 +1320,35 @@ fn connect_peer(
             p.send(&Answer::Agree(hello.clone()))?;
             p
         }
+    })
+}
+
+/// The handshake, then for each backend this side's QP and buffer exchanged with the peer's and
+/// connected.
+#[allow(clippy::too_many_arguments)]
+fn connect_peer(
+    a: &LatArgs,
+    hello: &rdmaprobe::oob::Hello,
+    dev: &rdmaprobe::backend::setup::Dev,
+    kinds: &[rdmaprobe::backend::BackendKind],
+    op: rdmaprobe::backend::OpKind,
+    buf_len: usize,
+    mode: rdmaprobe::mlx5::sq::DbMode,
+) -> Result<(
+    rdmaprobe::oob::Peer,
+    Vec<(rdmaprobe::backend::BackendKind, rdmaprobe::backend::setup::AnyEnd)>,
+)> {
+    let link = OobLink {
+        host: a.host.clone(),
+        port: a.port_tcp,
+        timeout: a.oob_timeout,
     };
+    let mut peer = handshake(&link, hello)?;
     let mut ends = Vec::new();
     for k in kinds {
         let half = rdmaprobe::backend::setup::HalfEnd::new(dev, *k, op, buf_len, mode)?;
         peer.send(&half.info(dev)?)?;
-        let theirs: QpInfo = peer.recv()?;
+        let theirs: rdmaprobe::oob::QpInfo = peer.recv()?;
         ends.push((*k, half.connect(dev, op, &theirs)?));
     }
     Ok((peer, ends))

@@ -199,3 +199,37 @@ fn a_server_without_client_gives_up_at_its_deadline() {
     assert_eq!(c, 1, "{e}");
     assert!(e.contains("no client within the deadline"), "{e}");
 }
+
+#[test]
+fn bandwidth_client_and_server_processes() {
+    for (i, args) in [
+        &["send", "-s", "256"][..],
+        &["write", "-s", "64", "-b", "--threads", "2", "-q", "2"][..],
+    ]
+    .iter()
+    .enumerate()
+    {
+        let p = port(if i == 0 { 1 } else { 2 }).parse::<u16>().unwrap() + 1000;
+        let p = p.to_string();
+        let mut sa = vec!["bw"];
+        sa.extend_from_slice(args);
+        sa.extend_from_slice(&["-d", "model0", "-n", "5000", "-p", &p, "--oob-timeout", "20"]);
+        let mut ca = sa.clone();
+        ca.insert(2, "127.0.0.1");
+        let srv = spawn(&sa);
+        let cli = spawn(&ca);
+        let (cc, co, ce) = finish(cli);
+        let (sc, so, se) = finish(srv);
+        assert_eq!(cc, 0, "client {args:?}: {co}{ce}");
+        assert_eq!(sc, 0, "server {args:?}: {so}{se}");
+        let row = co
+            .lines()
+            .find(|l| l.trim_start().starts_with(|c: char| c.is_ascii_digit()) && l.contains("direct"))
+            .expect("a row");
+        let msgs: u64 = row.split_whitespace().nth(2).unwrap().parse().unwrap();
+        // bidirectional: only the client's own direction is its figure: threads x QPs x iterations
+        let expect = if i == 0 { 5000 } else { 2 * 2 * 5000 };
+        assert_eq!(msgs, expect, "{row}");
+        assert!(so.contains("server: done"), "{so}");
+    }
+}

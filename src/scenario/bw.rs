@@ -56,33 +56,69 @@ struct Dir {
     signals: VecDeque<u64>,
 }
 
-/// Runs one thread's pairs; `side` 0 sends on the first end, and on both with `bidirectional`.
-fn drive<B: Backend>(
-    pairs: &mut [(B, B)],
+/// What one end does in a run: send `iters` operations (`sends`), take `iters` SENDs
+/// (`receives`: post and replenish receives), or both (bidirectional), or neither (the passive
+/// side of a one-sided operation).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Role {
+    /// This end posts the operations.
+    pub sends: bool,
+    /// This end receives SENDs.
+    pub receives: bool,
+}
+
+/// The roles of the two ends of a pair (first end, second end) for `p`.
+pub fn roles(p: &BwParams) -> (Role, Role) {
+    let recv = p.op == OpKind::Send;
+    (
+        Role {
+            sends: true,
+            receives: recv && p.bidirectional,
+        },
+        Role {
+            sends: p.bidirectional,
+            receives: recv,
+        },
+    )
+}
+
+struct Ctl<'a, B> {
+    end: &'a mut B,
+    role: Role,
+    dir: Dir,
+    received: u64,
+    pending_recvs: u32,
+}
+
+/// Drives the ends of one thread until every sending end completed `p.iters` operations and
+/// every receiving end took `p.iters` messages. Each end's CQ (sends and receives) is polled once
+/// per turn and each completion given to what it belongs to.
+pub fn drive_ends<B: Backend>(
+    ends: &mut [(&mut B, Role)],
     p: &BwParams,
     window: u64,
     intr: &AtomicBool,
 ) -> Result<ThreadResult, ScenarioError> {
-    let dirs_per_pair = if p.bidirectional { 2 } else { 1 };
-    let mut dirs: Vec<Dir> = (0..pairs.len() * dirs_per_pair)
-        .map(|_| Dir {
-            posted: 0,
-            completed: 0,
-            signals: VecDeque::new(),
+    let recv_batch = 16u32;
+    let mut ctl: Vec<Ctl<'_, B>> = ends
+        .iter_mut()
+        .map(|(e, r)| Ctl {
+            end: &mut **e,
+            role: *r,
+            dir: Dir {
+                posted: 0,
+                completed: 0,
+                signals: VecDeque::new(),
+            },
+            received: 0,
+            pending_recvs: 0,
         })
         .collect();
-    let total = p.iters * dirs.len() as u64;
-    let recv_batch = 16u32;
-    if p.op == OpKind::Send {
-        for (a, b) in pairs.iter_mut() {
-            let depth = (p.tx_depth + 2 * recv_batch).min(crate::backend::setup::DEPTH);
-            b.post_recv(p.size, depth).map_err(|e| be("receiver", 0, e))?;
-            if p.bidirectional {
-                a.post_recv(p.size, depth).map_err(|e| be("receiver", 0, e))?;
-            }
-        }
+    for c in ctl.iter_mut().filter(|c| c.role.receives) {
+        let depth = (p.tx_depth + 2 * recv_batch).min(crate::backend::setup::DEPTH);
+        c.end.post_recv(p.size, depth).map_err(|e| be("receiver", 0, e))?;
     }
-    let mut pending_recvs = vec![0u32; pairs.len() * 2];
+    let total: u64 = ctl.iter().map(|c| u64::from(c.role.sends) * p.iters).sum();
     let mut out = ThreadResult {
         start: clock::start(),
         ..Default::default()
@@ -90,62 +126,65 @@ fn drive<B: Backend>(
     let mut done = 0u64;
     let mut last_progress = Instant::now();
     let mut next_window = window;
-    while done < total {
-        for (pi, (a, b)) in pairs.iter_mut().enumerate() {
-            // Each end has one CQ for its sends and its receives: poll each end once and give
-            // each completion to what it belongs to (the end's own sending direction, or the
-            // receives to replenish).
-            for side in 0..2 {
-                let end: &mut B = if side == 0 { &mut *a } else { &mut *b };
-                let sends = side == 0 || p.bidirectional;
-                if sends {
-                    let d = &mut dirs[pi * dirs_per_pair + side];
-                    while d.posted < p.iters
-                        && d.posted - d.completed + u64::from(p.postlist.min((p.iters - d.posted) as u32))
-                            <= u64::from(p.tx_depth)
-                    {
-                        let n = p.postlist.min((p.iters - d.posted) as u32);
-                        let e = d.posted + u64::from(n);
-                        let signal = e / u64::from(p.cq_mod) > d.posted / u64::from(p.cq_mod) || e == p.iters;
-                        end.post(p.op, p.size, n, p.inline, signal)
-                            .map_err(|x| be("sender", d.posted, x))?;
-                        if signal {
-                            d.signals.push_back(e);
-                        }
-                        d.posted = e;
+    loop {
+        let finished = ctl
+            .iter()
+            .all(|c| (!c.role.sends || c.dir.completed >= p.iters) && (!c.role.receives || c.received >= p.iters));
+        if finished {
+            break;
+        }
+        for c in ctl.iter_mut() {
+            if c.role.sends {
+                let d = &mut c.dir;
+                while d.posted < p.iters
+                    && d.posted - d.completed + u64::from(p.postlist.min((p.iters - d.posted) as u32))
+                        <= u64::from(p.tx_depth)
+                {
+                    let n = p.postlist.min((p.iters - d.posted) as u32);
+                    let e = d.posted + u64::from(n);
+                    let signal = e / u64::from(p.cq_mod) > d.posted / u64::from(p.cq_mod) || e == p.iters;
+                    c.end
+                        .post(p.op, p.size, n, p.inline, signal)
+                        .map_err(|x| be("sender", d.posted, x))?;
+                    if signal {
+                        d.signals.push_back(e);
                     }
+                    d.posted = e;
                 }
-                let q = end
-                    .poll()
-                    .map_err(|x| be(if sends { "sender" } else { "receiver" }, done, x))?;
-                if sends {
-                    let d = &mut dirs[pi * dirs_per_pair + side];
-                    for _ in 0..q.sends {
-                        if let Some(upto) = d.signals.pop_front() {
-                            done += upto - d.completed;
-                            d.completed = upto;
-                            last_progress = Instant::now();
-                        }
-                    }
-                }
-                if p.op == OpKind::Send && q.recvs > 0 {
-                    let ri = pi * 2 + side;
-                    pending_recvs[ri] += q.recvs;
-                    if pending_recvs[ri] >= recv_batch {
-                        end.post_recv(p.size, pending_recvs[ri])
-                            .map_err(|x| be("receiver", done, x))?;
-                        pending_recvs[ri] = 0;
+            }
+            let q = c
+                .end
+                .poll()
+                .map_err(|x| be(if c.role.sends { "sender" } else { "receiver" }, done, x))?;
+            if c.role.sends {
+                for _ in 0..q.sends {
+                    if let Some(upto) = c.dir.signals.pop_front() {
+                        done += upto - c.dir.completed;
+                        c.dir.completed = upto;
+                        last_progress = Instant::now();
                     }
                 }
             }
+            if c.role.receives && q.recvs > 0 {
+                c.received += u64::from(q.recvs);
+                last_progress = Instant::now();
+                c.pending_recvs += q.recvs;
+                let still = p.iters.saturating_sub(c.received);
+                if c.pending_recvs >= recv_batch && still > 0 {
+                    c.end
+                        .post_recv(p.size, c.pending_recvs)
+                        .map_err(|x| be("receiver", done, x))?;
+                    c.pending_recvs = 0;
+                }
+            }
         }
-        if done >= next_window {
+        if total > 0 && done >= next_window {
             out.windows.push((clock::stop(), done));
             next_window = done + window;
         }
         if last_progress.elapsed() > p.stall {
             return Err(ScenarioError::Stalled {
-                side: "sender",
+                side: "bw",
                 index: done,
                 what: "completions",
                 waited: p.stall,
@@ -156,8 +195,44 @@ fn drive<B: Backend>(
         }
     }
     out.end = clock::stop();
-    out.messages = done;
+    out.messages = if total > 0 {
+        done
+    } else {
+        ctl.iter().map(|c| c.received).sum()
+    };
     Ok(out)
+}
+
+/// Drives one thread's in-process pairs.
+fn drive<B: Backend>(
+    pairs: &mut [(B, B)],
+    p: &BwParams,
+    window: u64,
+    intr: &AtomicBool,
+) -> Result<ThreadResult, ScenarioError> {
+    let (ra, rb) = roles(p);
+    let mut ends: Vec<(&mut B, Role)> = Vec::new();
+    for (a, b) in pairs.iter_mut() {
+        ends.push((a, ra));
+        ends.push((b, rb));
+    }
+    drive_ends(&mut ends, p, window, intr)
+}
+
+/// Validates `p` and returns the window (messages) for peak and minimum bandwidth.
+pub fn check(p: &BwParams) -> Result<u64, ScenarioError> {
+    if p.iters == 0 || p.tx_depth == 0 || p.postlist == 0 || p.cq_mod == 0 {
+        return Err(ScenarioError::Invalid(
+            "iterations, tx depth, postlist and cq_mod must be at least 1".into(),
+        ));
+    }
+    if p.postlist > p.tx_depth || p.cq_mod > p.tx_depth {
+        return Err(ScenarioError::Invalid(format!(
+            "postlist ({}) and cq_mod ({}) must not exceed the tx depth ({})",
+            p.postlist, p.cq_mod, p.tx_depth
+        )));
+    }
+    Ok((p.iters / 50).max(u64::from(p.cq_mod)))
 }
 
 fn be(side: &'static str, index: u64, source: crate::backend::BackendError) -> ScenarioError {
@@ -170,18 +245,7 @@ pub fn run<B: Backend + Send>(
     p: &BwParams,
     intr: &AtomicBool,
 ) -> Result<Vec<ThreadResult>, ScenarioError> {
-    if p.iters == 0 || p.tx_depth == 0 || p.postlist == 0 || p.cq_mod == 0 {
-        return Err(ScenarioError::Invalid(
-            "iterations, tx depth, postlist and cq_mod must be at least 1".into(),
-        ));
-    }
-    if p.postlist > p.tx_depth || p.cq_mod > p.tx_depth {
-        return Err(ScenarioError::Invalid(format!(
-            "postlist ({}) and cq_mod ({}) must not exceed the tx depth ({})",
-            p.postlist, p.cq_mod, p.tx_depth
-        )));
-    }
-    let window = (p.iters / 50).max(u64::from(p.cq_mod));
+    let window = check(p)?;
     let barrier = Barrier::new(threads.len());
     let failed = AtomicBool::new(false);
     std::thread::scope(|s| {

@@ -174,6 +174,13 @@ fn cpus() -> &'static [core_affinity::CoreId] {
     CPUS.get_or_init(|| core_affinity::get_core_ids().unwrap_or_default())
 }
 
+/// Pins the calling thread to the `i`-th CPU from the end of the process's set (a server process
+/// keeps off the CPUs its client on the same machine takes from the start).
+pub fn pin_from_end(i: usize) -> bool {
+    let n = cpus().len();
+    n > 1 && pin(n - 1 - i % n)
+}
+
 /// Pins the calling thread to the `i`-th CPU of the process when it has more than one.
 pub fn pin(i: usize) -> bool {
     let ids = cpus();

@@ -145,7 +145,11 @@ pub fn lat_side(
     let total = warmup + iters;
     let (first, prime) = st.take(total);
     // client and server processes on different CPUs (on one machine they would share CPU 0)
-    lat::pin(if client { 0 } else { 1 });
+    if client {
+        lat::pin(0);
+    } else {
+        lat::pin_from_end(0);
+    }
     macro_rules! side {
         ($b:expr) => {
             if client {
@@ -412,5 +416,63 @@ pub fn run_post_cost(
         call_ns: call_stats,
         call_histogram: h.encode(),
         below_overhead: call_stats.p50 <= cal.overhead_ns(),
+    })
+}
+
+/// One side of a bandwidth run between two processes: each thread (pinned: a client's from the
+/// first CPU up, a server's from the last down) drives its ends in the side's role; all ends of
+/// one backend.
+pub fn bw_side(
+    threads: &mut [Vec<crate::backend::setup::AnyEnd>],
+    p: &crate::scenario::bw::BwParams,
+    client: bool,
+    intr: &AtomicBool,
+) -> Result<Vec<crate::scenario::bw::ThreadResult>, ScenarioError> {
+    use crate::backend::setup::AnyEnd;
+    use crate::scenario::bw;
+    let window = bw::check(p)?;
+    let (rc, rs) = bw::roles(p);
+    let role = if client { rc } else { rs };
+    let barrier = std::sync::Barrier::new(threads.len());
+    std::thread::scope(|s| {
+        let handles: Vec<_> = threads
+            .iter_mut()
+            .enumerate()
+            .map(|(i, ends)| {
+                let barrier = &barrier;
+                s.spawn(move || {
+                    if client {
+                        lat::pin(i);
+                    } else {
+                        lat::pin_from_end(i);
+                    }
+                    barrier.wait();
+                    macro_rules! go {
+                        ($v:ident) => {{
+                            let mut e: Vec<_> = ends
+                                .iter_mut()
+                                .map(|x| match x {
+                                    AnyEnd::$v(b) => Ok((&mut **b, role)),
+                                    _ => Err(ScenarioError::Invalid(
+                                        "ends of one thread differ in backend".into(),
+                                    )),
+                                })
+                                .collect::<Result<_, _>>()?;
+                            bw::drive_ends(&mut e, p, window, intr)
+                        }};
+                    }
+                    match ends.first() {
+                        Some(AnyEnd::Verbs(_)) => go!(Verbs),
+                        Some(AnyEnd::Model(_)) => go!(Model),
+                        Some(AnyEnd::Mlx5(_)) => go!(Mlx5),
+                        None => Ok(bw::ThreadResult::default()),
+                    }
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().unwrap_or(Err(ScenarioError::PeerFailed { side: "bw thread" })))
+            .collect()
     })
 }
