@@ -229,12 +229,47 @@ pub struct Model {
     inner: Arc<Inner>,
 }
 
-/// Spins for `ns` nanoseconds of TSC time (the overshoot is about one counter read).
+/// Spins for `ns` nanoseconds of TSC time. The loop is calibrated against its own cost at
+/// start-up (see [`wire_clock`]), so it adds D, not D plus the cost of measuring it.
 #[inline(never)]
 fn wire_wait(ns: u64) {
-    let until = raw_ticks() + (ns as f64 * ticks_per_ns()) as u64;
+    let (tpn, extra) = wire_clock();
+    spin_ticks((ns as f64 * tpn - extra).max(0.0) as u64);
+}
+
+#[inline(always)]
+fn spin_ticks(ticks: u64) {
+    let until = raw_ticks() + ticks;
     // No `pause` in this loop: one costs up to ~140 cycles and would be the overshoot.
     while raw_ticks() < until {}
+}
+
+/// Ticks per ns, and the delay loop's own cost in ticks: the typical time of a 2 us spin, timed
+/// with fenced reads, minus 2 us and minus the timer's own typical cost (measured the same way).
+fn wire_clock() -> (f64, f64) {
+    static C: OnceLock<(f64, f64)> = OnceLock::new();
+    *C.get_or_init(|| {
+        let tpn = ticks_per_ns();
+        let target = (2000.0 * tpn) as u64;
+        // the mean of the central half: the counter moves in coarse steps on some VMs, and a
+        // median would be one of those steps
+        let median = |f: &dyn Fn() -> u64| {
+            let mut v: Vec<u64> = (0..2001).map(|_| f()).collect();
+            v.sort_unstable();
+            let mid = &v[v.len() / 4..3 * v.len() / 4];
+            mid.iter().sum::<u64>() as f64 / mid.len() as f64
+        };
+        let empty = median(&|| {
+            let a = clock::start();
+            clock::stop() - a
+        });
+        let spun = median(&|| {
+            let a = clock::start();
+            spin_ticks(target);
+            clock::stop() - a
+        });
+        (tpn, (spun - empty - target as f64).max(0.0))
+    })
 }
 
 /// An unfenced timestamp (the delay loop needs no ordering, only the time).
@@ -260,7 +295,7 @@ impl Model {
         std::fs::create_dir_all(shm::dir()).map_err(io(format!("creating {}", shm::dir().display())))?;
         shm::sweep(owner_of);
         if cfg.wire_delay_ns > 0 {
-            ticks_per_ns();
+            wire_clock();
         }
         let seed = clock::start() ^ ((std::process::id() as u64) << 32) ^ 0x9e37_79b9_7f4a_7c15;
         Ok(Model {
@@ -688,7 +723,7 @@ impl ModelQp {
     /// Sets this QP's added wire delay (ns) from now on.
     pub fn set_wire_delay(&self, ns: u64) {
         if ns > 0 {
-            ticks_per_ns();
+            wire_clock();
         }
         self.h().wire_delay_ns.store(ns, Ordering::Release);
     }
