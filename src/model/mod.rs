@@ -229,8 +229,8 @@ pub struct Model {
     inner: Arc<Inner>,
 }
 
-/// Spins for `ns` nanoseconds of TSC time. The loop is calibrated against its own cost at
-/// start-up (see [`wire_clock`]), so it adds D, not D plus the cost of measuring it.
+/// Spins for `ns` nanoseconds of TSC time, less the loop's average overshoot (see
+/// [`wire_clock`]), so it adds D on average.
 #[inline(never)]
 fn wire_wait(ns: u64) {
     let (tpn, extra) = wire_clock();
@@ -244,31 +244,21 @@ fn spin_ticks(ticks: u64) {
     while raw_ticks() < until {}
 }
 
-/// Ticks per ns, and the delay loop's own cost in ticks: the typical time of a 2 us spin, timed
-/// with fenced reads, minus 2 us and minus the timer's own typical cost (measured the same way).
+/// Ticks per ns, and the delay loop's average overshoot in ticks, about one counter read: the
+/// deadline is set from a read taken after the wait began (half a read late on average), and the
+/// loop ends on the first read at or past it (half a read late on average). The read time is the
+/// median step between two consecutive reads.
 fn wire_clock() -> (f64, f64) {
     static C: OnceLock<(f64, f64)> = OnceLock::new();
     *C.get_or_init(|| {
-        let tpn = ticks_per_ns();
-        let target = (2000.0 * tpn) as u64;
-        // the mean of the central half: the counter moves in coarse steps on some VMs, and a
-        // median would be one of those steps
-        let median = |f: &dyn Fn() -> u64| {
-            let mut v: Vec<u64> = (0..2001).map(|_| f()).collect();
-            v.sort_unstable();
-            let mid = &v[v.len() / 4..3 * v.len() / 4];
-            mid.iter().sum::<u64>() as f64 / mid.len() as f64
-        };
-        let empty = median(&|| {
-            let a = clock::start();
-            clock::stop() - a
-        });
-        let spun = median(&|| {
-            let a = clock::start();
-            spin_ticks(target);
-            clock::stop() - a
-        });
-        (tpn, (spun - empty - target as f64).max(0.0))
+        let mut steps: Vec<u64> = (0..2001)
+            .map(|_| {
+                let a = raw_ticks();
+                raw_ticks().wrapping_sub(a)
+            })
+            .collect();
+        steps.sort_unstable();
+        (ticks_per_ns(), steps[steps.len() / 2] as f64)
     })
 }
 
