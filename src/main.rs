@@ -45,6 +45,10 @@ enum Cmd {
     /// The cost of posting alone, per backend (and per doorbell mode on the direct path):
     /// cycles and ns per WQE for each postlist, inline or not, a completion every WQE or every N.
     PostCost(PostCostArgs),
+    /// Compare two result files (BASE, NEW): per matched run and metric, the change, its
+    /// bootstrap 95 % interval from the per-block samples, and a verdict. Exit 0: no regression;
+    /// 1: regression; 2: the inputs cannot be compared.
+    Compare(CompareArgs),
     /// Calibrate the TSC and measure the cost of an empty timed region.
     Clock {
         /// Print JSON instead of text.
@@ -249,6 +253,30 @@ struct PostCostArgs {
     json: Option<std::path::PathBuf>,
 }
 
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq)]
+enum CmpFormat {
+    Text,
+    Markdown,
+    Junit,
+}
+
+#[derive(clap::Args, Debug)]
+struct CompareArgs {
+    /// The reference result file.
+    base: String,
+    /// The result file under test.
+    new: String,
+    /// Smallest change (percent) that can be a regression.
+    #[arg(long, default_value_t = 5.0)]
+    threshold: f64,
+    /// Metrics to compare.
+    #[arg(long, value_delimiter = ',', default_values_t = ["p50".to_string(), "p99".to_string(), "bw".to_string()])]
+    metric: Vec<String>,
+    /// Output format.
+    #[arg(long, value_enum, default_value_t = CmpFormat::Text)]
+    format: CmpFormat,
+}
+
 static INTERRUPTED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
 extern "C" fn on_sigint(_: libc::c_int) {
@@ -263,6 +291,7 @@ fn main() -> ExitCode {
         Cmd::Lat(a) => lat(a),
         Cmd::Bw(a) => bw(a),
         Cmd::PostCost(a) => post_cost(a),
+        Cmd::Compare(a) => compare(a),
     };
     match r {
         Ok(code) => code,
@@ -1394,4 +1423,36 @@ fn run_network(
         out.push(finish(*k, p, &s, m, cal)?);
     }
     Ok(out)
+}
+
+fn compare(a: CompareArgs) -> Result<ExitCode> {
+    use rdmaprobe::report::compare;
+    if !(a.threshold.is_finite() && a.threshold >= 0.0) {
+        eprintln!("rdmaprobe: error: --threshold must be a percentage >= 0");
+        return Ok(ExitCode::from(2));
+    }
+    if let Some(m) = a.metric.iter().find(|m| !["p50", "p99", "bw"].contains(&m.as_str())) {
+        eprintln!("rdmaprobe: error: unknown metric '{m}' (p50, p99, bw)");
+        return Ok(ExitCode::from(2));
+    }
+    let load = |p: &str| compare::load(p);
+    let (base, new) = match (load(&a.base), load(&a.new)) {
+        (Ok(b), Ok(n)) => (b, n),
+        (Err(e), _) | (_, Err(e)) => {
+            eprintln!("rdmaprobe: error: cannot compare: {e}");
+            return Ok(ExitCode::from(2));
+        }
+    };
+    let r = compare::compare(&base, &new, a.threshold, &a.metric);
+    if r.rows.is_empty() {
+        eprintln!("rdmaprobe: error: cannot compare: no run of BASE matches a run of NEW (scenario, operation, backend, size, parameters)");
+        print!("{}", compare::text(&r));
+        return Ok(ExitCode::from(2));
+    }
+    match a.format {
+        CmpFormat::Text => print!("{}", compare::text(&r)),
+        CmpFormat::Markdown => print!("{}", compare::markdown(&r)),
+        CmpFormat::Junit => print!("{}", compare::junit(&r)),
+    }
+    Ok(ExitCode::from(if r.regressed() { 1 } else { 0 }))
 }

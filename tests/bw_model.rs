@@ -57,7 +57,7 @@ fn every_operation_moves_exactly_what_was_asked() {
             &NO_INTR,
         )
         .unwrap();
-        let s = r.summary;
+        let s = r.summary.clone();
         assert_eq!(s.messages, 2 * 3000, "{op:?}");
         assert_eq!(s.bytes, 2 * 3000 * u64::from(size));
         assert!(s.seconds > 0.0 && s.msg_rate_mpps > 0.0);

@@ -273,7 +273,7 @@ pub fn run<B: Backend + Send>(
 }
 
 /// Summary of a bandwidth run.
-#[derive(Debug, Clone, Copy, serde::Serialize, serde::Deserialize, PartialEq)]
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize, PartialEq)]
 pub struct BwSummary {
     /// Messages completed in all threads.
     pub messages: u64,
@@ -291,6 +291,9 @@ pub struct BwSummary {
     pub bw_peak_mib_s: f64,
     /// Lowest bandwidth over a window, MiB/s.
     pub bw_min_window_mib_s: f64,
+    /// Every window's bandwidth (summed over threads), MiB/s: the samples `compare` resamples.
+    #[serde(default)]
+    pub window_mib_s: Vec<f64>,
 }
 
 /// Aggregates the threads' results (windows: the sum over threads of each thread's rate in its
@@ -345,6 +348,7 @@ pub fn summarize(rs: &[ThreadResult], size: u32, hz: f64) -> BwSummary {
         },
         bw_peak_mib_s: sums.iter().cloned().fold(0.0, f64::max),
         bw_min_window_mib_s: steady.iter().cloned().fold(f64::INFINITY, f64::min).min(f64::MAX),
+        window_mib_s: sums.clone(),
     }
 }
 
