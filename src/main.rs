@@ -45,6 +45,11 @@ enum Cmd {
     /// The cost of posting alone, per backend (and per doorbell mode on the direct path):
     /// cycles and ns per WQE for each postlist, inline or not, a completion every WQE or every N.
     PostCost(PostCostArgs),
+    /// The standard matrix in one run: latency (send, write, read, atomic), bandwidth (write,
+    /// send) and post cost, on every backend the device runs, backends interleaved; writes
+    /// results.json and an HdrHistogram interval log into --out and prints the driver's overhead
+    /// (verbs - direct, wr - direct) per operation and size.
+    Suite(SuiteArgs),
     /// Compare two result files (BASE, NEW): per matched run and metric, the change, its
     /// bootstrap 95 % interval from the per-block samples, and a verdict. Exit 0: no regression;
     /// 1: regression; 2: the inputs cannot be compared.
@@ -253,6 +258,25 @@ struct PostCostArgs {
     json: Option<std::path::PathBuf>,
 }
 
+#[derive(clap::Args, Debug)]
+struct SuiteArgs {
+    /// Device (default: the first RDMA device, else model0).
+    #[arg(short = 'd', long = "ib-dev")]
+    device: Option<String>,
+    /// Port.
+    #[arg(short = 'i', long = "ib-port", default_value_t = 1, value_parser = clap::value_parser!(u8).range(1..))]
+    port: u8,
+    /// GID index (RoCE).
+    #[arg(short = 'x', long = "gid-index")]
+    gid: Option<u8>,
+    /// Output directory (created).
+    #[arg(long, default_value = "rdmaprobe-out")]
+    out: std::path::PathBuf,
+    /// A small matrix that finishes in well under a minute.
+    #[arg(long)]
+    quick: bool,
+}
+
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq)]
 enum CmpFormat {
     Text,
@@ -292,6 +316,7 @@ fn main() -> ExitCode {
         Cmd::Bw(a) => bw(a),
         Cmd::PostCost(a) => post_cost(a),
         Cmd::Compare(a) => compare(a),
+        Cmd::Suite(a) => suite(a),
     };
     match r {
         Ok(code) => code,
@@ -1455,4 +1480,231 @@ fn compare(a: CompareArgs) -> Result<ExitCode> {
         CmpFormat::Junit => print!("{}", compare::junit(&r)),
     }
     Ok(ExitCode::from(if r.regressed() { 1 } else { 0 }))
+}
+
+fn suite(a: SuiteArgs) -> Result<ExitCode> {
+    use anyhow::Context;
+    use rdmaprobe::backend::setup::Dev;
+    use rdmaprobe::backend::{BackendKind, OpKind};
+    use rdmaprobe::mlx5::sq::DbMode;
+    use rdmaprobe::report::env::Fingerprint;
+    use rdmaprobe::scenario::bw::BwParams;
+    use rdmaprobe::scenario::lat::LatParams;
+    use rdmaprobe::scenario::post_cost::PostCostParams;
+    use rdmaprobe::scenario::runner::{run_blocks, run_bw, run_post_cost, AnyPair, Length};
+
+    // SAFETY: installs a handler that only stores to an atomic (async-signal-safe).
+    unsafe { libc::signal(libc::SIGINT, on_sigint as *const () as libc::sighandler_t) };
+    std::fs::create_dir_all(&a.out).with_context(|| format!("creating {}", a.out.display()))?;
+    let probe = a.out.join(".rdmaprobe-write-test");
+    std::fs::write(&probe, b"").with_context(|| format!("{} is not writable", a.out.display()))?;
+    let _ = std::fs::remove_file(&probe);
+
+    let (lat_sizes, bw_sizes, iters, bw_iters, pc_iters): (Vec<u32>, Vec<u32>, u64, u64, u64) = if a.quick {
+        (vec![8, 4096, 65536], vec![64, 65536], 2000, 20000, 5000)
+    } else {
+        (
+            (3..=20).map(|e| 1u32 << e).collect(),
+            (6..=22).map(|e| 1u32 << e).collect(),
+            10000,
+            100000,
+            20000,
+        )
+    };
+    let model_cfg = rdmaprobe::model::ModelConfig::default();
+    let (dev, note) = Dev::open(a.device.as_deref(), a.port, a.gid, model_cfg)?;
+    let cal = Calibration::run(200_000_000)?;
+    let mut fp = Fingerprint::collect(&cal, &dev.name(), &dev.provider(), dev.firmware(), dev.is_model());
+    if let Dev::Verbs { port, .. } = &dev {
+        fp.port = serde_json::to_value(port).ok();
+    }
+    let mut warnings = fp.warnings();
+    if let Some(n) = &note {
+        warnings.insert(0, n.clone());
+    }
+    let kinds = dev.backends();
+    println!(
+        "rdmaprobe suite{} on {} ({}), backends {}",
+        if a.quick { " --quick" } else { "" },
+        dev.name(),
+        dev.provider(),
+        kinds.iter().map(|k| k.as_str()).collect::<Vec<_>>().join(", ")
+    );
+    for w in &warnings {
+        println!("WARNING: {w}");
+    }
+    let mut runs: Vec<serde_json::Value> = Vec::new();
+    let mut intervals: Vec<rdmaprobe::report::Interval> = Vec::new();
+    let started = std::time::Instant::now();
+    let mut summary: Vec<String> = Vec::new();
+    // latency
+    for (op, name) in [
+        (OpKind::Send, "send"),
+        (OpKind::Write, "write"),
+        (OpKind::Read, "read"),
+        (OpKind::FetchAdd, "atomic"),
+    ] {
+        let sizes: Vec<u32> = if op == OpKind::FetchAdd {
+            vec![8]
+        } else {
+            lat_sizes.clone()
+        };
+        let buf = (2 * *sizes.iter().max().unwrap_or(&8) as usize)
+            .max(128)
+            .next_multiple_of(4096);
+        let mut pairs = Vec::new();
+        for k in &kinds {
+            pairs.push((*k, AnyPair::new(&dev, *k, op, buf, DbMode::Bf)?));
+        }
+        let max_inline = pairs.iter().map(|(_, p)| p.max_inline()).min().unwrap_or(0);
+        for size in sizes {
+            println!("[{:>5.1}s] lat {name} {size} B", started.elapsed().as_secs_f64());
+            let p = LatParams {
+                op,
+                size,
+                iters,
+                warmup: 100,
+                inline: matches!(op, OpKind::Write | OpKind::Send) && size <= max_inline,
+                stall: std::time::Duration::from_secs(10),
+            };
+            let t_base = started.elapsed().as_secs_f64();
+            let mut on_block = |k: BackendKind, v: &[f64], t0: f64, t1: f64| {
+                let mut h = rdmaprobe::report::Hist::new();
+                v.iter().for_each(|&x| h.record(x));
+                intervals.push(rdmaprobe::report::Interval {
+                    tag: format!("lat-{name}-{size}-{}", k.as_str()),
+                    start_s: t_base + t0,
+                    duration_s: t1 - t0,
+                    hist: h,
+                });
+            };
+            let rs = run_blocks(
+                &mut pairs,
+                &p,
+                Length::Iterations { iters, blocks: 10 },
+                &cal,
+                &INTERRUPTED,
+                &mut on_block,
+            )?;
+            summary.push(overhead_line(&format!("lat {name} {size} B"), &rs));
+            for r in rs {
+                let mut v = serde_json::to_value(&r)?;
+                v["scenario"] = json!("lat");
+                runs.push(v);
+            }
+        }
+    }
+    // bandwidth
+    for (op, name) in [(OpKind::Write, "write"), (OpKind::Send, "send")] {
+        for &size in &bw_sizes {
+            println!("[{:>5.1}s] bw {name} {size} B", started.elapsed().as_secs_f64());
+            let buf = (2 * size as usize).max(128).next_multiple_of(4096);
+            for k in &kinds {
+                let p = BwParams {
+                    op,
+                    size,
+                    iters: (bw_iters * 64 / u64::from(size).max(64)).max(500),
+                    tx_depth: 128,
+                    postlist: 1,
+                    cq_mod: 64,
+                    inline: size <= rdmaprobe::backend::setup::INLINE,
+                    bidirectional: false,
+                    stall: std::time::Duration::from_secs(10),
+                };
+                let r = run_bw(&dev, *k, &p, 1, 1, buf, DbMode::Bf, &cal, &INTERRUPTED)?;
+                let mut v = serde_json::to_value(&r)?;
+                v["scenario"] = json!("bw");
+                runs.push(v);
+            }
+        }
+    }
+    // post cost (model0: its own handle in deferred mode, so only the post is timed)
+    let pc_dev = if dev.is_model() {
+        Dev::open(
+            Some("model0"),
+            1,
+            None,
+            rdmaprobe::model::ModelConfig {
+                wire_delay_ns: 0,
+                exec: rdmaprobe::model::ExecMode::Deferred,
+            },
+        )?
+        .0
+    } else {
+        Dev::open(a.device.as_deref(), a.port, a.gid, model_cfg)?.0
+    };
+    for postlist in [1u32, 8, 32] {
+        println!(
+            "[{:>5.1}s] post-cost postlist {postlist}",
+            started.elapsed().as_secs_f64()
+        );
+        for k in &kinds {
+            let p = PostCostParams {
+                size: 8,
+                postlist,
+                inline: true,
+                cq_mod: 32,
+                iters: pc_iters,
+                stall: std::time::Duration::from_secs(10),
+            };
+            let r = run_post_cost(&pc_dev, *k, &p, DbMode::Bf, &cal)?;
+            let mut v = serde_json::to_value(&r)?;
+            v["scenario"] = json!("post_cost");
+            v["op"] = json!("write");
+            runs.push(v);
+        }
+    }
+    let doc = json!({
+        "schema_version": rdmaprobe::report::SCHEMA_VERSION,
+        "tool": { "name": "rdmaprobe", "version": env!("CARGO_PKG_VERSION") },
+        "created_unix": std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0),
+        "command": std::env::args().collect::<Vec<_>>(),
+        "environment": fp,
+        "clock": cal,
+        "timer_overhead_ns": cal.overhead_ns(),
+        "warnings": warnings,
+        "params": { "scenario": "suite", "quick": a.quick, "backends": kinds.iter().map(|k| k.as_str()).collect::<Vec<_>>() },
+        "runs": runs,
+    });
+    write_atomically(&a.out.join("results.json"), &serde_json::to_vec_pretty(&doc)?)?;
+    let mut hlog = Vec::new();
+    rdmaprobe::report::write_interval_log(
+        &mut hlog,
+        &format!("rdmaprobe suite on {} ({}), latency in ns", dev.name(), dev.provider()),
+        &intervals,
+    )
+    .map_err(|e| anyhow::anyhow!("writing the interval log: {e}"))?;
+    write_atomically(&a.out.join("latency.hlog"), &hlog)?;
+    println!();
+    println!(
+        "summary: latency p50 / p99 in ns per backend; the driver's overhead = backend - direct (p50, 95 % interval)"
+    );
+    for line in &summary {
+        println!("{line}");
+    }
+    println!(
+        "\nwritten: {} (results.json, latency.hlog) in {:.1} s",
+        a.out.display(),
+        started.elapsed().as_secs_f64()
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
+/// One summary line: each backend's p50/p99, and verbs - direct, wr - direct with a bootstrap
+/// interval over the per-block medians.
+fn overhead_line(what: &str, rs: &[rdmaprobe::scenario::runner::LatResult]) -> String {
+    let mut s = format!("  {what:<22}");
+    for r in rs {
+        s.push_str(&format!(" {}: {:.0}/{:.0}", r.backend, r.latency.p50, r.latency.p99));
+    }
+    if let Some(d) = rs.iter().find(|r| r.backend == "direct") {
+        for r in rs.iter().filter(|r| r.backend != "direct") {
+            let diff = r.latency.p50 - d.latency.p50;
+            let iv = rdmaprobe::report::compare::bootstrap(&d.block_medians_ns, &r.block_medians_ns, 1000)
+                .map(|(lo, hi)| format!(" [{:+.0}, {:+.0}]", lo * d.latency.p50, hi * d.latency.p50))
+                .unwrap_or_default();
+            s.push_str(&format!("  {}-direct: {diff:+.0}{iv}", r.backend));
+        }
+    }
+    s
 }

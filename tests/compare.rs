@@ -126,3 +126,29 @@ fn inputs_that_cannot_be_compared_exit_2() {
     assert!(e.contains("unknown metric"), "{e}");
     std::fs::remove_dir_all(&dir).ok();
 }
+
+#[test]
+fn suite_quick_writes_its_files_and_compares_with_itself() {
+    let dir = std::env::temp_dir().join(format!("rdmaprobe-suite-{}", std::process::id()));
+    let (c, o, e) = run(&["suite", "--quick", "-d", "model0", "--out", dir.to_str().unwrap()]);
+    assert_eq!(c, 0, "{o}{e}");
+    assert!(o.contains("WARNING: device is model0, a software model"), "{o}");
+    let v: serde_json::Value = serde_json::from_slice(&std::fs::read(dir.join("results.json")).unwrap()).unwrap();
+    let runs = v["runs"].as_array().unwrap();
+    for scen in ["lat", "bw", "post_cost"] {
+        assert!(runs.iter().any(|r| r["scenario"] == scen), "no {scen} run");
+    }
+    // lat: send, write, read at 3 sizes and atomic at 8 B
+    assert_eq!(runs.iter().filter(|r| r["scenario"] == "lat").count(), 3 * 3 + 1);
+    let hlog = std::fs::read_to_string(dir.join("latency.hlog")).unwrap();
+    assert!(hlog.lines().filter(|l| l.starts_with("Tag=lat-")).count() >= 10);
+    let res = dir.join("results.json");
+    let (c, o, _) = run(&["compare", res.to_str().unwrap(), res.to_str().unwrap()]);
+    assert_eq!(c, 0, "{o}");
+    assert!(o.contains("lat send direct 8B") && o.contains("post_cost write direct 8B"), "{o}");
+    // an output directory that cannot be written
+    let (c, _, e) = run(&["suite", "--quick", "-d", "model0", "--out", "/proc/rdmaprobe-cannot-write"]);
+    assert_eq!(c, 1);
+    assert!(e.contains("/proc/rdmaprobe-cannot-write"), "{e}");
+    std::fs::remove_dir_all(&dir).ok();
+}

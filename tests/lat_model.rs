@@ -264,3 +264,43 @@ fn bad_parameters_are_refused() {
     let e = run(&mut c, &mut s, p, 10).unwrap_err();
     assert!(e.to_string().contains("inline"), "{e}");
 }
+
+/// Regression: a SEND ping-pong over many blocks (new server thread each block) used to stall at
+/// the first operation of some block: the model unlocked a send queue with a plain store and
+/// then read its wake-up counter, a load that could pass the store, so a doorbell rung by the
+/// other thread in between was lost. It must now run through.
+#[test]
+fn send_ping_pong_over_many_blocks_never_loses_a_doorbell() {
+    let _g = serial();
+    let m = Model::open(ModelConfig::default()).unwrap();
+    let (mut c, mut s) = model_pair(&m, OpKind::Send, 1 << 16, DbMode::Bf).unwrap();
+    let p = LatParams {
+        stall: Duration::from_secs(2),
+        ..params(OpKind::Send, 16384, 500)
+    };
+    let mut st = PingState::default();
+    for b in 0..60 {
+        if let Err(e) = lat::run(&mut c, &mut s, &p, 500, if b == 0 { 100 } else { 0 }, &mut st, &NO_INTR) {
+            eprintln!(
+                "block {b}: {e}\nclient {}\nserver {}",
+                c.queues().qp.debug_state(),
+                s.queues().qp.debug_state()
+            );
+            let (sq, rq, _) = rdmaprobe::backend::direct::DirectQueues::parts(c.queues());
+            eprintln!(
+                "client app: sq pi {} ci {}, rq outstanding {}",
+                sq.pi(),
+                sq.ci(),
+                rq.outstanding()
+            );
+            let (sq, rq, _) = rdmaprobe::backend::direct::DirectQueues::parts(s.queues());
+            eprintln!(
+                "server app: sq pi {} ci {}, rq outstanding {}",
+                sq.pi(),
+                sq.ci(),
+                rq.outstanding()
+            );
+            panic!("stalled");
+        }
+    }
+}

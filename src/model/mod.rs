@@ -729,6 +729,32 @@ impl ModelQp {
         execute(&self.model, &self.shm);
     }
 
+    /// The model's view of this QP, for diagnostics: state, send doorbell and consumer index,
+    /// receive head and consumer index.
+    pub fn debug_state(&self) -> String {
+        let h = self.h();
+        // SAFETY: the doorbell record (two u32) inside the header page.
+        let (r, sdb) = unsafe {
+            let p = self.shm.ptr().add(QP_DBREC_OFF) as *const u32;
+            (
+                u32::from_be(std::ptr::read_volatile(p)),
+                u32::from_be(std::ptr::read_volatile(p.add(1))),
+            )
+        };
+        format!(
+            "QP {:#x}: state {}, sq dbrec {} sq_ci {} (lock {}), rq head {} rq_ci {} (lock {}), kicks {}",
+            self.qpn,
+            h.state.load(Ordering::Relaxed),
+            sdb,
+            h.sq_ci.load(Ordering::Relaxed),
+            h.sq_lock.load(Ordering::Relaxed),
+            r,
+            h.rq_ci.load(Ordering::Relaxed),
+            h.rq_lock.load(Ordering::Relaxed),
+            h.kicks.load(Ordering::Relaxed)
+        )
+    }
+
     /// Whether this QP's model executes only on [`ModelQp::progress`].
     pub fn deferred(&self) -> bool {
         self.model.inner.cfg.exec == ExecMode::Deferred
@@ -773,7 +799,7 @@ impl RingHook for ModelDoorbell {
         if delay > 0 {
             wire_wait(delay);
         }
-        hdr::<QpHdr>(&self.qp).kicks.fetch_add(1, Ordering::AcqRel);
+        hdr::<QpHdr>(&self.qp).kicks.fetch_add(1, Ordering::SeqCst);
         execute(&self.model, &self.qp);
     }
 
@@ -790,7 +816,7 @@ impl RingHook for ModelDoorbell {
         let peer = h.peer.load(Ordering::Acquire);
         if peer != 0 {
             if let Some(p) = self.model.lookup(ObjKind::Qp, peer) {
-                hdr::<QpHdr>(&p).kicks.fetch_add(1, Ordering::AcqRel);
+                hdr::<QpHdr>(&p).kicks.fetch_add(1, Ordering::SeqCst);
                 execute(&self.model, &p);
             }
         }
@@ -1283,13 +1309,16 @@ fn run_one(m: &Model, me: &QpHdr, d: &Decoded, buf: &[u8; 1024]) -> Outcome {
 fn execute(m: &Model, q: &Shm) {
     let h: &QpHdr = hdr(q);
     loop {
-        let kicks = h.kicks.load(Ordering::Acquire);
+        let kicks = h.kicks.load(Ordering::SeqCst);
         if !try_lock(&h.sq_lock) {
             return; // another thread runs it and will see our kick
         }
         run_sq(m, q);
-        unlock(&h.sq_lock);
-        if h.kicks.load(Ordering::Acquire) == kicks {
+        // Unlock with a locked instruction, not a plain store: a later load may otherwise pass
+        // the store (store-load reordering, even on x86) and miss a kick given by a thread that
+        // then failed to take the still-held lock (a lost wake-up).
+        h.sq_lock.swap(0, Ordering::SeqCst);
+        if h.kicks.load(Ordering::SeqCst) == kicks {
             return;
         }
     }

@@ -123,7 +123,11 @@ pub fn load(path: &str) -> Result<Value, CompareError> {
 }
 
 fn key(doc: &Value, r: &Value) -> String {
-    let scen = doc["params"]["scenario"].as_str().unwrap_or("?");
+    // a suite's runs say their scenario; single-scenario files say it once
+    let scen = r["scenario"]
+        .as_str()
+        .or_else(|| doc["params"]["scenario"].as_str())
+        .unwrap_or("?");
     let mut k = format!(
         "{scen} {} {} {}B",
         r["op"].as_str().unwrap_or("?"),

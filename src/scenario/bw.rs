@@ -116,7 +116,8 @@ pub fn drive_ends<B: Backend>(
         .collect();
     for c in ctl.iter_mut().filter(|c| c.role.receives) {
         let depth = (p.tx_depth + 2 * recv_batch).min(crate::backend::setup::DEPTH);
-        c.end.post_recv(p.size, depth).map_err(|e| be("receiver", 0, e))?;
+        let l = recv_len(&*c.end);
+        c.end.post_recv(l, depth).map_err(|e| be("receiver", 0, e))?;
     }
     let total: u64 = ctl.iter().map(|c| u64::from(c.role.sends) * p.iters).sum();
     let mut out = ThreadResult {
@@ -171,8 +172,9 @@ pub fn drive_ends<B: Backend>(
                 c.pending_recvs += q.recvs;
                 let still = p.iters.saturating_sub(c.received);
                 if c.pending_recvs >= recv_batch && still > 0 {
+                    let l = recv_len(&*c.end);
                     c.end
-                        .post_recv(p.size, c.pending_recvs)
+                        .post_recv(l, c.pending_recvs)
                         .map_err(|x| be("receiver", done, x))?;
                     c.pending_recvs = 0;
                 }
@@ -233,6 +235,12 @@ pub fn check(p: &BwParams) -> Result<u64, ScenarioError> {
         )));
     }
     Ok((p.iters / 50).max(u64::from(p.cq_mod)))
+}
+
+/// Receives cover the whole incoming half of the buffer, so they fit every message size (the
+/// sizes of a run change while receives posted for earlier ones are still outstanding).
+fn recv_len<B: Backend>(b: &B) -> u32 {
+    (b.mem().len() - b.rx_offset()).min(u32::MAX as usize) as u32
 }
 
 fn be(side: &'static str, index: u64, source: crate::backend::BackendError) -> ScenarioError {

@@ -123,6 +123,12 @@ impl Spin<'_> {
     }
 }
 
+/// Receives cover the whole incoming half of the buffer, so they fit every message size (the
+/// sizes of a run change while receives posted for earlier ones are still outstanding).
+fn recv_len<B: Backend>(b: &B) -> u32 {
+    (b.mem().len() - b.rx_offset()).min(u32::MAX as usize) as u32
+}
+
 fn be(side: &'static str, index: u64) -> impl Fn(crate::backend::BackendError) -> ScenarioError {
     move |source| ScenarioError::Backend { side, index, source }
 }
@@ -278,7 +284,7 @@ pub fn client_loop<B: Backend>(
     };
     let mut outst = Outstanding { n: 0 };
     if p.op == OpKind::Send && prime {
-        b.post_recv(p.size, RECV_DEPTH).map_err(be(side, first))?;
+        b.post_recv(recv_len(b), RECV_DEPTH).map_err(be(side, first))?;
     }
     for k in first..first + total {
         let m = marker(k);
@@ -332,7 +338,7 @@ pub fn client_loop<B: Backend>(
         }
         // Bookkeeping outside the timed region.
         if p.op == OpKind::Send {
-            b.post_recv(p.size, 1).map_err(be(side, k))?;
+            b.post_recv(recv_len(b), 1).map_err(be(side, k))?;
         }
         reap(b, &spin, &mut outst, k, k - first)?;
     }
@@ -367,7 +373,7 @@ pub fn server_loop<B: Backend>(
         _ => return Ok(()),
     }
     if p.op == OpKind::Send && prime {
-        b.post_recv(p.size, RECV_DEPTH).map_err(be(side, first))?;
+        b.post_recv(recv_len(b), RECV_DEPTH).map_err(be(side, first))?;
     }
     for k in first..first + total {
         let m = marker(k);
@@ -404,7 +410,7 @@ pub fn server_loop<B: Backend>(
         b.post(p.op, p.size, 1, p.inline, signal).map_err(be(side, k))?;
         outst.n += u32::from(signal);
         if p.op == OpKind::Send {
-            b.post_recv(p.size, 1).map_err(be(side, k))?;
+            b.post_recv(recv_len(b), 1).map_err(be(side, k))?;
         }
     }
     spin.until(first + total, "the last send completions", || {
