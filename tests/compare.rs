@@ -145,9 +145,19 @@ fn suite_quick_writes_its_files_and_compares_with_itself() {
     let res = dir.join("results.json");
     let (c, o, _) = run(&["compare", res.to_str().unwrap(), res.to_str().unwrap()]);
     assert_eq!(c, 0, "{o}");
-    assert!(o.contains("lat send direct 8B") && o.contains("post_cost write direct 8B"), "{o}");
+    assert!(
+        o.contains("lat send direct 8B") && o.contains("post_cost write direct 8B"),
+        "{o}"
+    );
     // an output directory that cannot be written
-    let (c, _, e) = run(&["suite", "--quick", "-d", "model0", "--out", "/proc/rdmaprobe-cannot-write"]);
+    let (c, _, e) = run(&[
+        "suite",
+        "--quick",
+        "-d",
+        "model0",
+        "--out",
+        "/proc/rdmaprobe-cannot-write",
+    ]);
     assert_eq!(c, 1);
     assert!(e.contains("/proc/rdmaprobe-cannot-write"), "{e}");
     std::fs::remove_dir_all(&dir).ok();
