@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # harness/setup.sh: installs the Debian packages rdmaprobe needs to build and test. Idempotent:
 # checks what is missing first, runs `apt-get update` then installs only when something is.
-#   harness/setup.sh             build + host tests
+#   harness/setup.sh             build (and the main job)
+#   harness/setup.sh --browser   also chromium, for the test that renders report.html
 #   harness/setup.sh --softroce  also what the Soft-RoCE guest lane needs
 #   harness/setup.sh --cross     also the aarch64 cross compiler (for the aarch64 build check)
 set -euo pipefail
@@ -9,13 +10,15 @@ set -euo pipefail
 build_pkgs=(libibverbs-dev ibverbs-providers libclang-dev clang pkg-config gcc python3)
 softroce_pkgs=(qemu-system-x86 busybox-static rdma-core ibverbs-utils perftest iproute2 cpio kmod xz-utils zstd)
 cross_pkgs=(gcc-aarch64-linux-gnu libc6-dev-arm64-cross)
+browser_pkgs=(chromium)
 
 want=("${build_pkgs[@]}")
 for a in "$@"; do
   case "$a" in
     --softroce) want+=("${softroce_pkgs[@]}");;
     --cross) want+=("${cross_pkgs[@]}");;
-    *) echo "setup: unknown option $a (use --softroce, --cross)" >&2; exit 2;;
+    --browser) want+=("${browser_pkgs[@]}");;
+    *) echo "setup: unknown option $a (use --softroce, --cross, --browser)" >&2; exit 2;;
   esac
 done
 

@@ -54,6 +54,10 @@ enum Cmd {
     /// bootstrap 95 % interval from the per-block samples, and a verdict. Exit 0: no regression;
     /// 1: regression; 2: the inputs cannot be compared.
     Compare(CompareArgs),
+    /// Plots (SVG) and report.html of a result file: latency percentile spectrum and CDF,
+    /// latency versus size, bandwidth versus size, one line per backend. Exit 2 when the file
+    /// cannot be read as an rdmaprobe result.
+    Plot(PlotArgs),
     /// Calibrate the TSC and measure the cost of an empty timed region.
     Clock {
         /// Print JSON instead of text.
@@ -277,6 +281,15 @@ struct SuiteArgs {
     quick: bool,
 }
 
+#[derive(clap::Args, Debug)]
+struct PlotArgs {
+    /// The result file (results.json of suite, or the --json of lat / bw).
+    results: String,
+    /// Output directory (created): the SVG files and report.html.
+    #[arg(long, default_value = "rdmaprobe-plots")]
+    out: std::path::PathBuf,
+}
+
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq)]
 enum CmpFormat {
     Text,
@@ -317,6 +330,7 @@ fn main() -> ExitCode {
         Cmd::PostCost(a) => post_cost(a),
         Cmd::Compare(a) => compare(a),
         Cmd::Suite(a) => suite(a),
+        Cmd::Plot(a) => plot(a),
     };
     match r {
         Ok(code) => code,
@@ -1483,7 +1497,6 @@ fn compare(a: CompareArgs) -> Result<ExitCode> {
 }
 
 fn suite(a: SuiteArgs) -> Result<ExitCode> {
-    use anyhow::Context;
     use rdmaprobe::backend::setup::Dev;
     use rdmaprobe::backend::{BackendKind, OpKind};
     use rdmaprobe::mlx5::sq::DbMode;
@@ -1495,10 +1508,10 @@ fn suite(a: SuiteArgs) -> Result<ExitCode> {
 
     // SAFETY: installs a handler that only stores to an atomic (async-signal-safe).
     unsafe { libc::signal(libc::SIGINT, on_sigint as *const () as libc::sighandler_t) };
-    std::fs::create_dir_all(&a.out).with_context(|| format!("creating {}", a.out.display()))?;
-    let probe = a.out.join(".rdmaprobe-write-test");
-    std::fs::write(&probe, b"").with_context(|| format!("{} is not writable", a.out.display()))?;
-    let _ = std::fs::remove_file(&probe);
+    if let Err(e) = writable_dir(&a.out) {
+        eprintln!("rdmaprobe: error: {}", chain(&e));
+        return Ok(ExitCode::from(2));
+    }
 
     let (lat_sizes, bw_sizes, iters, bw_iters, pc_iters): (Vec<u32>, Vec<u32>, u64, u64, u64) = if a.quick {
         (vec![8, 4096, 65536], vec![64, 65536], 2000, 20000, 5000)
@@ -1675,6 +1688,7 @@ fn suite(a: SuiteArgs) -> Result<ExitCode> {
     )
     .map_err(|e| anyhow::anyhow!("writing the interval log: {e}"))?;
     write_atomically(&a.out.join("latency.hlog"), &hlog)?;
+    let plots = write_plots(&doc, &a.out)?;
     println!();
     println!(
         "summary: latency p50 / p99 in ns per backend; the driver's overhead = backend - direct (p50, 95 % interval)"
@@ -1683,11 +1697,62 @@ fn suite(a: SuiteArgs) -> Result<ExitCode> {
         println!("{line}");
     }
     println!(
-        "\nwritten: {} (results.json, latency.hlog) in {:.1} s",
+        "\nwritten: {} (results.json, latency.hlog, {}) in {:.1} s",
         a.out.display(),
+        plots.join(", "),
         started.elapsed().as_secs_f64()
     );
     Ok(ExitCode::SUCCESS)
+}
+
+/// Writes the plots and report.html of a results document into `out`; returns the file names.
+fn write_plots(doc: &serde_json::Value, out: &std::path::Path) -> Result<Vec<String>> {
+    let figs = rdmaprobe::report::plot::figures(doc).map_err(|e| anyhow::anyhow!("plotting: {e}"))?;
+    let mut names = Vec::new();
+    for f in &figs {
+        write_atomically(&out.join(&f.file), f.svg.as_bytes())?;
+        names.push(f.file.clone());
+    }
+    write_atomically(
+        &out.join("report.html"),
+        rdmaprobe::report::html::report(doc, &figs).as_bytes(),
+    )?;
+    names.push("report.html".into());
+    Ok(names)
+}
+
+/// Creates `dir` and checks that a file can be written in it.
+fn writable_dir(dir: &std::path::Path) -> Result<()> {
+    use anyhow::Context;
+    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    let probe = dir.join(".rdmaprobe-write-test");
+    std::fs::write(&probe, b"").with_context(|| format!("{} is not writable", dir.display()))?;
+    let _ = std::fs::remove_file(&probe);
+    Ok(())
+}
+
+fn plot(a: PlotArgs) -> Result<ExitCode> {
+    let doc = match rdmaprobe::report::compare::load(&a.results) {
+        Ok(d) => d,
+        Err(e) => {
+            eprintln!("rdmaprobe: error: cannot plot: {e}");
+            return Ok(ExitCode::from(2));
+        }
+    };
+    if let Err(e) = writable_dir(&a.out) {
+        eprintln!("rdmaprobe: error: {}", chain(&e));
+        return Ok(ExitCode::from(2));
+    }
+    match write_plots(&doc, &a.out) {
+        Ok(names) => {
+            println!("written in {}: {}", a.out.display(), names.join(", "));
+            Ok(ExitCode::SUCCESS)
+        }
+        Err(e) => {
+            eprintln!("rdmaprobe: error: {}", chain(&e));
+            Ok(ExitCode::from(2))
+        }
+    }
 }
 
 /// One summary line: each backend's p50/p99, and verbs - direct, wr - direct with a bootstrap

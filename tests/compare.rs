@@ -158,7 +158,7 @@ fn suite_quick_writes_its_files_and_compares_with_itself() {
         "--out",
         "/proc/rdmaprobe-cannot-write",
     ]);
-    assert_eq!(c, 1);
+    assert_eq!(c, 2);
     assert!(e.contains("/proc/rdmaprobe-cannot-write"), "{e}");
     std::fs::remove_dir_all(&dir).ok();
 }

@@ -3,6 +3,8 @@
 
 pub mod compare;
 pub mod env;
+pub mod html;
+pub mod plot;
 
 use base64::Engine;
 use hdrhistogram::serialization::{Serializer, V2DeflateSerializer};

@@ -1,0 +1,251 @@
+//! `report.html`: one self-contained page (inline CSS and SVG, nothing fetched) with the
+//! environment, the warnings, the summary tables and the plots of a results document.
+
+use super::plot::{device_label, Figure};
+use serde_json::Value;
+use std::fmt::Write;
+
+/// Escapes text for HTML.
+pub fn esc(s: &str) -> String {
+    let mut o = String::with_capacity(s.len());
+    for c in s.chars() {
+        match c {
+            '<' => o.push_str("&lt;"),
+            '>' => o.push_str("&gt;"),
+            '&' => o.push_str("&amp;"),
+            '"' => o.push_str("&quot;"),
+            '\'' => o.push_str("&#39;"),
+            c => o.push(c),
+        }
+    }
+    o
+}
+
+fn cell(v: &Value) -> String {
+    match v {
+        Value::Null => "—".into(),
+        Value::String(s) => esc(s),
+        Value::Array(a) if a.is_empty() => "—".into(),
+        Value::Number(n) => n
+            .as_f64()
+            .filter(|f| f.fract() != 0.0)
+            .map(|f| format!("{f:.3}"))
+            .unwrap_or_else(|| n.to_string()),
+        other => esc(&other.to_string()),
+    }
+}
+
+fn ns(v: &Value) -> String {
+    v.as_f64().map(|f| format!("{f:.0}")).unwrap_or_else(|| "—".into())
+}
+
+const CSS: &str = "body{font-family:sans-serif;margin:2em;color:#222;max-width:1000px}\
+table{border-collapse:collapse;margin:1em 0}td,th{border:1px solid #bbb;padding:3px 8px;text-align:right}\
+th{background:#eee}td.l,th.l{text-align:left}.warn{background:#fff3cd;border:1px solid #e0b400;padding:.6em 1em}\
+figure{margin:1.5em 0}figcaption{font-size:90%;color:#555}";
+
+/// The page. `figs` are the plots to inline (from [`super::plot::figures`]).
+pub fn report(doc: &Value, figs: &[Figure]) -> String {
+    let dev = device_label(doc);
+    let mut h = String::new();
+    let _ = write!(
+        h,
+        "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>rdmaprobe report: {}</title>\
+         <style>{CSS}</style></head><body>\n<h1>rdmaprobe report: {}</h1>\n",
+        esc(&dev),
+        esc(&dev)
+    );
+    let _ = writeln!(
+        h,
+        "<p>rdmaprobe {} · command <code>{}</code></p>",
+        esc(doc["tool"]["version"].as_str().unwrap_or("?")),
+        esc(&doc["command"]
+            .as_array()
+            .map(|a| a.iter().filter_map(|s| s.as_str()).collect::<Vec<_>>().join(" "))
+            .unwrap_or_default())
+    );
+    // warnings
+    let warnings: Vec<&str> = doc["warnings"]
+        .as_array()
+        .map(|a| a.iter().filter_map(|w| w.as_str()).collect())
+        .unwrap_or_default();
+    if !warnings.is_empty() {
+        h.push_str("<div class=\"warn\" id=\"warnings\"><b>Warnings</b><ul>");
+        for w in warnings {
+            let _ = write!(h, "<li>{}</li>", esc(w));
+        }
+        h.push_str("</ul></div>\n");
+    }
+    // environment
+    h.push_str(
+        "<h2>Environment</h2>\n<table id=\"environment\"><tr><th class=\"l\">item</th><th class=\"l\">value</th></tr>",
+    );
+    if let Some(env) = doc["environment"].as_object() {
+        for (k, v) in env {
+            let _ = write!(
+                h,
+                "<tr><td class=\"l\">{}</td><td class=\"l\">{}</td></tr>",
+                esc(k),
+                cell(v)
+            );
+        }
+    }
+    if let Some(o) = doc["timer_overhead_ns"].as_f64() {
+        let _ = write!(
+            h,
+            "<tr><td class=\"l\">timer overhead</td><td class=\"l\">{o:.1} ns</td></tr>"
+        );
+    }
+    h.push_str("</table>\n");
+    let runs: &[Value] = doc["runs"].as_array().map(|a| a.as_slice()).unwrap_or(&[]);
+    let scen = |r: &Value, s: &str| r["scenario"].as_str() == Some(s);
+    // latency summary
+    let lat: Vec<&Value> = runs.iter().filter(|r| scen(r, "lat")).collect();
+    if !lat.is_empty() {
+        h.push_str(
+            "<h2>Latency</h2>\n<p>ns; the driver's overhead is the backend's p50 minus direct's p50 \
+             for the same operation and size.</p>\n<table id=\"latency\"><tr><th class=\"l\">op</th><th>size (B)</th>\
+             <th class=\"l\">figure</th><th class=\"l\">backend</th><th>p50</th><th>p99</th><th>p99.9</th><th>max</th>\
+             <th>samples</th><th>− direct (p50)</th></tr>",
+        );
+        for r in &lat {
+            let direct = lat.iter().find(|d| {
+                d["backend"] == "direct" && d["op"] == r["op"] && d["size"] == r["size"] && d["figure"] == r["figure"]
+            });
+            let diff = match (direct, r["latency"]["p50"].as_f64()) {
+                (Some(d), Some(p)) if r["backend"] != "direct" => d["latency"]["p50"]
+                    .as_f64()
+                    .map(|dp| format!("{:+.0}", p - dp))
+                    .unwrap_or_default(),
+                _ => String::new(),
+            };
+            let l = &r["latency"];
+            let _ = write!(
+                h,
+                "<tr><td class=\"l\">{}</td><td>{}</td><td class=\"l\">{}</td><td class=\"l\">{}</td><td>{}</td><td>{}</td>\
+                 <td>{}</td><td>{}</td><td>{}</td><td>{diff}</td></tr>",
+                cell(&r["op"]),
+                cell(&r["size"]),
+                cell(&r["figure"]),
+                cell(&r["backend"]),
+                ns(&l["p50"]),
+                ns(&l["p99"]),
+                ns(&l["p99_9"]),
+                ns(&l["max"]),
+                cell(&l["count"]),
+            );
+        }
+        h.push_str("</table>\n");
+    }
+    let bw: Vec<&Value> = runs.iter().filter(|r| scen(r, "bw")).collect();
+    if !bw.is_empty() {
+        h.push_str(
+            "<h2>Bandwidth</h2>\n<table id=\"bandwidth\"><tr><th class=\"l\">op</th><th>size (B)</th><th class=\"l\">backend</th>\
+             <th>Gbit/s</th><th>MiB/s</th><th>slowest window MiB/s</th><th>Mpps</th><th>threads × QPs</th></tr>",
+        );
+        for r in bw {
+            let s = &r["summary"];
+            let f = |v: &Value, d: usize| v.as_f64().map(|x| format!("{x:.d$}")).unwrap_or_else(|| "—".into());
+            let _ = write!(
+                h,
+                "<tr><td class=\"l\">{}{}</td><td>{}</td><td class=\"l\">{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td>\
+                 <td>{} × {}</td></tr>",
+                cell(&r["op"]),
+                if r["bidirectional"].as_bool() == Some(true) { " (bidir)" } else { "" },
+                cell(&r["size"]),
+                cell(&r["backend"]),
+                f(&s["bw_avg_gbit_s"], 3),
+                f(&s["bw_avg_mib_s"], 1),
+                f(&s["bw_min_window_mib_s"], 1),
+                f(&s["msg_rate_mpps"], 3),
+                cell(&r["threads"]),
+                cell(&r["qps_per_thread"]),
+            );
+        }
+        h.push_str("</table>\n");
+    }
+    let pc: Vec<&Value> = runs.iter().filter(|r| scen(r, "post_cost")).collect();
+    if !pc.is_empty() {
+        h.push_str(
+            "<h2>Post cost</h2>\n<table id=\"post_cost\"><tr><th>postlist</th><th class=\"l\">backend</th>\
+             <th>ns per WQE p50</th><th>p99</th><th>cycles per WQE p50</th><th>below timer overhead</th></tr>",
+        );
+        for r in pc {
+            let _ = write!(
+                h,
+                "<tr><td>{}</td><td class=\"l\">{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+                cell(&r["postlist"]),
+                cell(&r["backend"]),
+                ns(&r["per_wqe_ns"]["p50"]),
+                ns(&r["per_wqe_ns"]["p99"]),
+                cell(&r["per_wqe_cycles_p50"]),
+                cell(&r["below_overhead"]),
+            );
+        }
+        h.push_str("</table>\n");
+    }
+    if !figs.is_empty() {
+        h.push_str("<h2>Plots</h2>\n");
+        for f in figs {
+            let svg = f.svg.trim_start_matches(|c| c != '<');
+            let svg = if svg.starts_with("<?xml") {
+                svg.split_once("?>").map(|x| x.1).unwrap_or(svg)
+            } else {
+                svg
+            };
+            let _ = writeln!(
+                h,
+                "<figure class=\"plot\" id=\"{}\">{}<figcaption>{} ({})</figcaption></figure>",
+                esc(&f.file),
+                svg.trim(),
+                esc(&f.title),
+                esc(&f.file)
+            );
+        }
+    }
+    // After layout, the page records what rendered (tables with rows of non-zero size, plots
+    // with drawn lines) in <body data-rendered>: a headless browser's --dump-dom shows it, so a
+    // test can tell a page that renders from one that only parses. Inline, nothing fetched.
+    h.push_str(RENDER_CHECK);
+    h.push_str("</body></html>\n");
+    h
+}
+
+const RENDER_CHECK: &str = "<script>window.addEventListener('load',function(){\
+var t=[].map.call(document.querySelectorAll('table'),function(e){var r=e.getBoundingClientRect();\
+return {id:e.id,rows:e.rows.length,w:Math.round(r.width),h:Math.round(r.height)};});\
+var p=[].map.call(document.querySelectorAll('figure.plot'),function(f){var s=f.querySelector('svg');\
+var r=s?s.getBoundingClientRect():{width:0,height:0};var lines=0;\
+if(s){[].forEach.call(s.querySelectorAll('polyline,path'),function(l){var b=l.getBBox();\
+var c=(l.getAttribute('stroke')||'').toUpperCase();\
+if(c&&c!=='#000000'&&c!=='NONE'&&b.width>50&&l.getTotalLength()>50)lines++;});}\
+return {id:f.id,w:Math.round(r.width),h:Math.round(r.height),lines:lines};});\
+document.body.setAttribute('data-rendered',JSON.stringify({tables:t,plots:p}));});</script>\n";
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn escapes_markup() {
+        assert_eq!(esc("<a href=\"x\">&'"), "&lt;a href=&quot;x&quot;&gt;&amp;&#39;");
+    }
+
+    #[test]
+    fn page_holds_the_warnings_and_tables_of_the_document() {
+        let doc = serde_json::json!({
+            "environment": {"device": "model0", "software_model": true, "provider": "model0"},
+            "warnings": ["<model0> is a model"],
+            "runs": [
+                {"scenario": "lat", "op": "write", "size": 8, "backend": "direct", "figure": "one_way", "latency": {"p50": 100.0, "p99": 150.0}},
+                {"scenario": "lat", "op": "write", "size": 8, "backend": "verbs", "figure": "one_way", "latency": {"p50": 130.0, "p99": 190.0}}
+            ]
+        });
+        let page = report(&doc, &[]);
+        assert!(page.contains("&lt;model0&gt; is a model"));
+        assert!(page.contains("model0 (software model, not hardware)"));
+        assert!(page.contains("<td>+30</td>"), "verbs - direct p50 shown");
+        assert!(page.contains("id=\"latency\""));
+        assert!(!page.contains("id=\"bandwidth\""));
+    }
+}

@@ -1,0 +1,403 @@
+//! Plots of a results document (the `results.json` that `suite`, `lat` and `bw` write), drawn
+//! as SVG with plotters: the latency percentile spectrum in the HdrHistogram style (x axis
+//! 1/(1-q) on a log scale), the latency CDF, latency versus size and bandwidth versus size, one
+//! line per backend. Every title names the device, and says so when it is the software model
+//! (model0) or an emulation (Soft-RoCE).
+
+use super::Hist;
+use plotters::prelude::*;
+use serde_json::Value;
+use std::collections::BTreeMap;
+
+/// One plot: its file name, its title and the SVG text.
+pub struct Figure {
+    /// File name (`lat-send-spectrum.svg`, ...).
+    pub file: String,
+    /// Title shown above the plot.
+    pub title: String,
+    /// The SVG document.
+    pub svg: String,
+}
+
+const W: u32 = 900;
+const H: u32 = 520;
+
+fn colour(backend: &str) -> RGBColor {
+    match backend {
+        "direct" => RGBColor(0, 114, 178),
+        "verbs" => RGBColor(213, 94, 0),
+        "wr" => RGBColor(0, 158, 115),
+        _ => RGBColor(80, 80, 80),
+    }
+}
+
+/// What the results were measured on, for every title: the device, marked as the software
+/// model or an emulation where it is one.
+pub fn device_label(doc: &Value) -> String {
+    let env = &doc["environment"];
+    let dev = env["device"].as_str().unwrap_or("unknown device");
+    let provider = env["provider"].as_str().unwrap_or("");
+    if env["software_model"].as_bool() == Some(true) {
+        format!("{dev} (software model, not hardware)")
+    } else if provider == "rxe" || provider == "siw" {
+        format!("{dev} ({provider}: software emulation)")
+    } else {
+        dev.to_string()
+    }
+}
+
+/// Points of a line.
+type Pts = Vec<(f64, f64)>;
+
+/// A named line: label, colour and points.
+type Line = (String, RGBColor, Pts);
+
+struct Axes {
+    x_desc: &'static str,
+    y_desc: &'static str,
+    x_log: bool,
+    y_log: bool,
+    x_fmt: fn(&f64) -> String,
+}
+
+fn bounds(lines: &[Line], pick: fn(&(f64, f64)) -> f64, log: bool) -> Option<(f64, f64)> {
+    let vals = lines
+        .iter()
+        .flat_map(|l| l.2.iter().map(pick))
+        .filter(|v| v.is_finite() && (!log || *v > 0.0));
+    let (mut lo, mut hi) = vals.fold((f64::INFINITY, f64::NEG_INFINITY), |(a, b), v| (a.min(v), b.max(v)));
+    if !lo.is_finite() || !hi.is_finite() {
+        return None;
+    }
+    if log {
+        // a decade below (so the lowest values have labels near them), a 1-2-5 step above
+        lo = 10f64.powf((lo / 1.05).log10().floor());
+        let d = 10f64.powf((hi * 1.05).log10().floor());
+        hi = [1.0, 2.0, 5.0, 10.0]
+            .iter()
+            .map(|m| m * d)
+            .find(|v| *v >= hi * 1.05)
+            .unwrap_or(10.0 * d);
+    } else {
+        let pad = ((hi - lo) * 0.05).max(hi.abs() * 0.01).max(1e-9);
+        lo -= pad;
+        hi += pad;
+    }
+    Some((lo, hi))
+}
+
+fn draw(title: &str, axes: &Axes, lines: &[Line]) -> Result<String, String> {
+    let (x0, x1) = bounds(lines, |p| p.0, axes.x_log).ok_or_else(|| format!("{title}: no data to plot"))?;
+    let (y0, y1) = bounds(lines, |p| p.1, axes.y_log).ok_or_else(|| format!("{title}: no data to plot"))?;
+    let mut svg = String::new();
+    {
+        let root = SVGBackend::with_string(&mut svg, (W, H)).into_drawing_area();
+        let e = |e: DrawingAreaErrorKind<_>| format!("{title}: {e:?}");
+        root.fill(&WHITE).map_err(e)?;
+        let mut b = ChartBuilder::on(&root);
+        b.caption(title, ("sans-serif", 18))
+            .margin(12)
+            .x_label_area_size(45)
+            .y_label_area_size(70);
+        // Four axis combinations have four types; one macro body for all of them.
+        macro_rules! body {
+            ($chart:expr) => {{
+                let mut chart = $chart.map_err(e)?;
+                chart
+                    .configure_mesh()
+                    .x_desc(axes.x_desc)
+                    .y_desc(axes.y_desc)
+                    .x_label_formatter(&axes.x_fmt)
+                    .y_label_formatter(&|v: &f64| fmt_num(*v))
+                    .draw()
+                    .map_err(e)?;
+                for (label, c, pts) in lines {
+                    let c = *c;
+                    let pts: Vec<(f64, f64)> = pts
+                        .iter()
+                        .copied()
+                        .filter(|p| {
+                            p.0.is_finite()
+                                && p.1.is_finite()
+                                && (!axes.x_log || p.0 > 0.0)
+                                && (!axes.y_log || p.1 > 0.0)
+                        })
+                        .collect();
+                    let style = if label.ends_with("p99") {
+                        c.stroke_width(1)
+                    } else {
+                        c.stroke_width(2)
+                    };
+                    chart
+                        .draw_series(LineSeries::new(pts, style))
+                        .map_err(e)?
+                        .label(label.as_str())
+                        .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], c.stroke_width(2)));
+                }
+                chart
+                    .configure_series_labels()
+                    .position(SeriesLabelPosition::UpperLeft)
+                    .background_style(WHITE.mix(0.85))
+                    .border_style(BLACK)
+                    .draw()
+                    .map_err(e)?;
+            }};
+        }
+        match (axes.x_log, axes.y_log) {
+            (true, true) => body!(b.build_cartesian_2d((x0..x1).log_scale(), (y0..y1).log_scale())),
+            (true, false) => body!(b.build_cartesian_2d((x0..x1).log_scale(), y0..y1)),
+            (false, true) => body!(b.build_cartesian_2d(x0..x1, (y0..y1).log_scale())),
+            (false, false) => body!(b.build_cartesian_2d(x0..x1, y0..y1)),
+        }
+        root.present().map_err(e)?;
+    }
+    Ok(svg)
+}
+
+/// A number for an axis label: no more digits than it needs.
+fn fmt_num(v: f64) -> String {
+    let a = v.abs();
+    if a >= 1e6 {
+        format!("{:.0}M", v / 1e6)
+    } else if a >= 1e4 {
+        format!("{:.0}k", v / 1e3)
+    } else if a >= 100.0 || a == 0.0 {
+        format!("{v:.0}")
+    } else if a >= 1.0 {
+        format!("{v:.1}")
+    } else {
+        format!("{v:.3}")
+    }
+}
+
+fn fmt_size(v: &f64) -> String {
+    let v = *v;
+    if v >= 1048576.0 {
+        format!("{:.0}M", v / 1048576.0)
+    } else if v >= 1024.0 {
+        format!("{:.0}K", v / 1024.0)
+    } else {
+        format!("{v:.0}")
+    }
+}
+
+fn fmt_pct(x: &f64) -> String {
+    // x = 1/(1-q)
+    let q = 1.0 - 1.0 / x.max(1.0);
+    let p = q * 100.0;
+    if p < 99.0 {
+        format!("{p:.0}%")
+    } else {
+        let s = format!("{p:.4}");
+        format!("{}%", s.trim_end_matches('0').trim_end_matches('.'))
+    }
+}
+
+/// The spectrum points of a histogram: (1/(1-q), latency in ns), the maximum placed at
+/// x = count (the last sample's quantile) as HdrHistogram's plots do.
+fn spectrum(h: &Hist) -> Vec<(f64, f64)> {
+    let n = h.len() as f64;
+    let mut pts = Vec::new();
+    for v in h.inner().iter_quantiles(5) {
+        let q = v.quantile_iterated_to();
+        let x = if q >= 1.0 { n } else { (1.0 / (1.0 - q)).min(n) };
+        pts.push((x, h.inner().highest_equivalent(v.value_iterated_to()) as f64));
+    }
+    pts
+}
+
+/// The CDF points of a histogram: (latency in ns, fraction of samples at or below it).
+fn cdf(h: &Hist) -> Vec<(f64, f64)> {
+    let n = h.len() as f64;
+    let mut seen = 0u64;
+    let mut pts = Vec::new();
+    for v in h.inner().iter_recorded() {
+        seen += v.count_at_value();
+        pts.push((
+            h.inner().highest_equivalent(v.value_iterated_to()) as f64,
+            seen as f64 / n,
+        ));
+    }
+    pts
+}
+
+fn str_of<'a>(v: &'a Value, k: &str) -> &'a str {
+    v[k].as_str().unwrap_or("?")
+}
+
+/// Every figure the document's runs support. Runs without the fields a plot needs are skipped;
+/// a histogram that does not decode is an error (the file is damaged).
+pub fn figures(doc: &Value) -> Result<Vec<Figure>, String> {
+    let runs = doc["runs"].as_array().ok_or("the document has no \"runs\" array")?;
+    let dev = device_label(doc);
+    let mut out = Vec::new();
+    // latency runs: op -> size -> [(backend, run)]
+    let mut lat: BTreeMap<String, BTreeMap<u64, Vec<&Value>>> = BTreeMap::new();
+    let mut bw: BTreeMap<String, Vec<&Value>> = BTreeMap::new();
+    for r in runs {
+        let scenario = r["scenario"]
+            .as_str()
+            .unwrap_or(if r.get("latency").is_some() { "lat" } else { "" });
+        match scenario {
+            "lat" if r["histogram"].is_string() => {
+                let size = r["size"].as_u64().ok_or("a latency run without a size")?;
+                lat.entry(str_of(r, "op").to_string())
+                    .or_default()
+                    .entry(size)
+                    .or_default()
+                    .push(r);
+            }
+            "bw" if r["summary"]["bw_avg_gbit_s"].is_number() && r["bidirectional"].as_bool() != Some(true) => {
+                bw.entry(str_of(r, "op").to_string()).or_default().push(r);
+            }
+            _ => {}
+        }
+    }
+    for (op, by_size) in &lat {
+        // spectrum and CDF at the smallest size (where the post path weighs most)
+        if let Some((size, rs)) = by_size.iter().next() {
+            let mut sp = Vec::new();
+            let mut cd = Vec::new();
+            for r in rs {
+                let b = str_of(r, "backend");
+                let h = Hist::decode(str_of(r, "histogram"))
+                    .map_err(|e| format!("lat {op} {size} B {b}: the histogram does not decode: {e}"))?;
+                if h.is_empty() {
+                    continue;
+                }
+                sp.push((format!("{b} (n={})", h.len()), colour(b), spectrum(&h)));
+                cd.push((b.to_string(), colour(b), cdf(&h)));
+            }
+            let fig = str_of(rs[0], "figure");
+            let title = format!("{op} {size} B latency ({fig}) percentile spectrum, {dev}");
+            let axes = Axes {
+                x_desc: "percentile",
+                y_desc: "latency (ns)",
+                x_log: true,
+                y_log: true,
+                x_fmt: fmt_pct,
+            };
+            out.push(Figure {
+                file: format!("lat-{op}-spectrum.svg"),
+                svg: draw(&title, &axes, &sp)?,
+                title,
+            });
+            let title = format!("{op} {size} B latency ({fig}) CDF, {dev}");
+            let axes = Axes {
+                x_desc: "latency (ns)",
+                y_desc: "fraction of samples",
+                x_log: true,
+                y_log: false,
+                x_fmt: |v| fmt_num(*v),
+            };
+            out.push(Figure {
+                file: format!("lat-{op}-cdf.svg"),
+                svg: draw(&title, &axes, &cd)?,
+                title,
+            });
+        }
+        if by_size.len() >= 2 {
+            let mut per: BTreeMap<String, (Pts, Pts)> = BTreeMap::new();
+            for (size, rs) in by_size {
+                for r in rs {
+                    let e = per.entry(str_of(r, "backend").to_string()).or_default();
+                    if let (Some(p50), Some(p99)) = (r["latency"]["p50"].as_f64(), r["latency"]["p99"].as_f64()) {
+                        e.0.push((*size as f64, p50));
+                        e.1.push((*size as f64, p99));
+                    }
+                }
+            }
+            let mut lines = Vec::new();
+            for (b, (p50, p99)) in per {
+                lines.push((format!("{b} p50"), colour(&b), p50));
+                lines.push((format!("{b} p99"), colour(&b), p99));
+            }
+            let title = format!("{op} latency versus size, {dev}");
+            let axes = Axes {
+                x_desc: "message size (bytes)",
+                y_desc: "latency (ns)",
+                x_log: true,
+                y_log: true,
+                x_fmt: fmt_size,
+            };
+            out.push(Figure {
+                file: format!("lat-{op}-vs-size.svg"),
+                svg: draw(&title, &axes, &lines)?,
+                title,
+            });
+        }
+    }
+    for (op, rs) in &bw {
+        let mut per: BTreeMap<String, Vec<(f64, f64)>> = BTreeMap::new();
+        for r in rs {
+            if let (Some(size), Some(g)) = (r["size"].as_u64(), r["summary"]["bw_avg_gbit_s"].as_f64()) {
+                per.entry(str_of(r, "backend").to_string())
+                    .or_default()
+                    .push((size as f64, g));
+            }
+        }
+        if per.values().all(|v| v.len() < 2) {
+            continue;
+        }
+        let lines: Vec<Line> = per
+            .into_iter()
+            .map(|(b, mut v)| {
+                v.sort_by(|a, b| a.0.total_cmp(&b.0));
+                (b.clone(), colour(&b), v)
+            })
+            .collect();
+        let title = format!("{op} bandwidth versus size, {dev}");
+        let axes = Axes {
+            x_desc: "message size (bytes)",
+            y_desc: "bandwidth (Gbit/s)",
+            x_log: true,
+            y_log: true,
+            x_fmt: fmt_size,
+        };
+        out.push(Figure {
+            file: format!("bw-{op}-vs-size.svg"),
+            svg: draw(&title, &axes, &lines)?,
+            title,
+        });
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn spectrum_runs_from_the_median_region_to_the_maximum_at_x_equal_count() {
+        let mut h = Hist::new();
+        for i in 1..=1000 {
+            h.record(i as f64);
+        }
+        let s = spectrum(&h);
+        let last = s.last().copied().unwrap_or_default();
+        assert_eq!(last.0, 1000.0);
+        assert!((last.1 - 1000.0).abs() <= 1.0, "{last:?}");
+        // x = 2 is the median
+        let med = s.iter().find(|p| (p.0 - 2.0).abs() < 1e-9).copied().unwrap_or_default();
+        assert!((med.1 - 500.0).abs() <= 1.0, "{med:?}");
+        assert!(s.windows(2).all(|w| w[0].0 <= w[1].0 && w[0].1 <= w[1].1));
+    }
+
+    #[test]
+    fn cdf_ends_at_one_and_is_monotonic() {
+        let mut h = Hist::new();
+        for v in [10.0, 20.0, 20.0, 40.0] {
+            h.record(v);
+        }
+        let c = cdf(&h);
+        assert_eq!(c, vec![(10.0, 0.25), (20.0, 0.75), (40.0, 1.0)]);
+    }
+
+    #[test]
+    fn percent_labels() {
+        assert_eq!(fmt_pct(&2.0), "50%");
+        assert_eq!(fmt_pct(&100.0), "99%");
+        assert_eq!(fmt_pct(&1000.0), "99.9%");
+        assert_eq!(fmt_pct(&100000.0), "99.999%");
+    }
+}
