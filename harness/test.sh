@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # harness/test.sh: the whole test suite, as CI runs it. Installs what it needs (harness/setup.sh),
-# then: formatting, clippy (-D warnings), the no_std core build, every host test, and the
+# then: formatting, clippy (-D warnings), the no_std core build, every host test, the
+# rdma-core comparison (harness/compare-rdma-core.sh against a second install), and the
 # Soft-RoCE lane (device tests on rxe0 in a qemu guest, harness/softroce.sh).
 #   RDMAPROBE_SKIP_SOFTROCE=1 skips the guest lane (and says so).
 set -euo pipefail
@@ -34,6 +35,30 @@ status=${PIPESTATUS[0]}
 ((status == 0)) || die "cargo test"
 host_passed=$(sed -nE 's/^test result: ok\. ([0-9]+) passed.*/\1/p' "$host_log" | awk '{s+=$1} END {print s+0}')
 host_ignored=$(sed -nE 's/^test result: .* ([0-9]+) ignored.*/\1/p' "$host_log" | awk '{s+=$1} END {print s+0}')
+
+say "rdma-core comparison lane: harness/compare-rdma-core.sh, the system's rdma-core against a second install"
+# The second install: the same version's Debian packages unpacked into a directory (what a
+# vendor's /opt/rdma-core-NN is to the script). On model0 the post path does not go through
+# libibverbs, so this checks the mechanism: two builds, each loading its own libibverbs, both
+# runs compared, the difference named, a verdict given.
+work=${RDMAPROBE_WORK:-/var/tmp/rdmaprobe-work}
+second=$work/rdma-core-second
+if [[ ! -f $second/usr/include/infiniband/verbs.h ]]; then
+  rm -rf "$second" && mkdir -p "$second/deb"
+  (cd "$second/deb" && apt-get download libibverbs-dev libibverbs1 ibverbs-providers >/dev/null 2>&1) ||
+    die "apt-get download of the rdma-core packages for the second install"
+  for d in "$second"/deb/*.deb; do dpkg-deb -x "$d" "$second"; done
+fi
+cmp_log=$(mktemp)
+set +e
+COMPARE_ARGS="--metric p50,bw --threshold 25" "$repo/harness/compare-rdma-core.sh" system "$second" >"$cmp_log" 2>&1
+cmp_rc=$?
+set -e
+cat "$cmp_log"
+((cmp_rc == 0 || cmp_rc == 1)) || die "compare-rdma-core.sh exited $cmp_rc (no verdict)"
+grep -q "libibverbs_loaded.*$second/usr/lib" "$cmp_log" ||
+  die "compare did not name the second install's libibverbs among the environment differences"
+rm -f "$cmp_log"
 
 guest_passed=0
 if [[ "${RDMAPROBE_SKIP_SOFTROCE:-0}" == 1 ]]; then

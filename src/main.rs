@@ -321,6 +321,11 @@ extern "C" fn on_sigint(_: libc::c_int) {
 }
 
 fn main() -> ExitCode {
+    // Output into a closed pipe (`rdmaprobe suite | head`) ends the process quietly, as it does
+    // a C tool, instead of a panic in println!. Sockets are unaffected: Rust's std sends with
+    // MSG_NOSIGNAL, so a peer that goes away is still an EPIPE error we report.
+    // SAFETY: restores the default disposition of one signal before any thread starts.
+    unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
     let cli = Cli::parse();
     let r = match cli.cmd {
         Cmd::Devices { json, gids } => devices(json, gids),
@@ -1550,6 +1555,7 @@ fn suite(a: SuiteArgs) -> Result<ExitCode> {
     let mut intervals: Vec<rdmaprobe::report::Interval> = Vec::new();
     let started = std::time::Instant::now();
     let mut summary: Vec<String> = Vec::new();
+    let mut progress = Progress::new(3 * lat_sizes.len() + 1 + 2 * bw_sizes.len() + 3, started);
     // latency
     for (op, name) in [
         (OpKind::Send, "send"),
@@ -1571,7 +1577,7 @@ fn suite(a: SuiteArgs) -> Result<ExitCode> {
         }
         let max_inline = pairs.iter().map(|(_, p)| p.max_inline()).min().unwrap_or(0);
         for size in sizes {
-            println!("[{:>5.1}s] lat {name} {size} B", started.elapsed().as_secs_f64());
+            progress.step(&format!("lat {name} {size} B"));
             let p = LatParams {
                 op,
                 size,
@@ -1610,7 +1616,7 @@ fn suite(a: SuiteArgs) -> Result<ExitCode> {
     // bandwidth
     for (op, name) in [(OpKind::Write, "write"), (OpKind::Send, "send")] {
         for &size in &bw_sizes {
-            println!("[{:>5.1}s] bw {name} {size} B", started.elapsed().as_secs_f64());
+            progress.step(&format!("bw {name} {size} B"));
             let buf = (2 * size as usize).max(128).next_multiple_of(4096);
             for k in &kinds {
                 let p = BwParams {
@@ -1647,10 +1653,7 @@ fn suite(a: SuiteArgs) -> Result<ExitCode> {
         Dev::open(a.device.as_deref(), a.port, a.gid, model_cfg)?.0
     };
     for postlist in [1u32, 8, 32] {
-        println!(
-            "[{:>5.1}s] post-cost postlist {postlist}",
-            started.elapsed().as_secs_f64()
-        );
+        progress.step(&format!("post-cost postlist {postlist}"));
         for k in &kinds {
             let p = PostCostParams {
                 size: 8,
@@ -1689,6 +1692,7 @@ fn suite(a: SuiteArgs) -> Result<ExitCode> {
     .map_err(|e| anyhow::anyhow!("writing the interval log: {e}"))?;
     write_atomically(&a.out.join("latency.hlog"), &hlog)?;
     let plots = write_plots(&doc, &a.out)?;
+    progress.done();
     println!();
     println!(
         "summary: latency p50 / p99 in ns per backend; the driver's overhead = backend - direct (p50, 95 % interval)"
@@ -1703,6 +1707,53 @@ fn suite(a: SuiteArgs) -> Result<ExitCode> {
         started.elapsed().as_secs_f64()
     );
     Ok(ExitCode::SUCCESS)
+}
+
+/// The suite's progress: a bar redrawn in place on a terminal, one plain line per step otherwise
+/// (a log file or CI).
+struct Progress {
+    total: usize,
+    n: usize,
+    started: std::time::Instant,
+    tty: bool,
+}
+
+impl Progress {
+    fn new(total: usize, started: std::time::Instant) -> Self {
+        // SAFETY: isatty only inspects the descriptor.
+        let tty = unsafe { libc::isatty(libc::STDOUT_FILENO) } == 1;
+        Progress {
+            total,
+            n: 0,
+            started,
+            tty,
+        }
+    }
+
+    fn step(&mut self, what: &str) {
+        use std::io::Write;
+        self.n += 1;
+        let t = self.started.elapsed().as_secs_f64();
+        if self.tty {
+            let filled = 30 * (self.n - 1) / self.total.max(1);
+            print!(
+                "\r\x1b[2K[{}{}] {}/{} {t:>5.1}s {what}",
+                "#".repeat(filled),
+                " ".repeat(30 - filled),
+                self.n,
+                self.total
+            );
+            let _ = std::io::stdout().flush();
+        } else {
+            println!("[{t:>5.1}s] {}/{} {what}", self.n, self.total);
+        }
+    }
+
+    fn done(&self) {
+        if self.tty {
+            println!("\r\x1b[2K[{}] {}/{} done", "#".repeat(30), self.n, self.total);
+        }
+    }
 }
 
 /// Writes the plots and report.html of a results document into `out`; returns the file names.
