@@ -1,18 +1,7 @@
 //! The `rdmaprobe` binary as a user runs it: exit statuses, explanations, JSON.
 
-use std::process::Command;
-
-fn rdmaprobe(args: &[&str]) -> (i32, String, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_rdmaprobe"))
-        .args(args)
-        .output()
-        .expect("run rdmaprobe");
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
-}
+mod cmd;
+use cmd::run as rdmaprobe;
 
 #[test]
 fn devices_explains_or_lists() {

@@ -2,19 +2,8 @@
 //! slowdown: regression; both stable over repeated comparisons and runs), the output formats,
 //! and inputs that cannot be compared (exit 2).
 
-use std::process::Command;
-
-fn run(args: &[&str]) -> (i32, String, String) {
-    let o = Command::new(env!("CARGO_BIN_EXE_rdmaprobe"))
-        .args(args)
-        .output()
-        .expect("run");
-    (
-        o.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&o.stdout).into(),
-        String::from_utf8_lossy(&o.stderr).into(),
-    )
-}
+mod cmd;
+use cmd::run;
 
 fn result(dir: &std::path::Path, name: &str, delay: u64) -> String {
     let p = dir.join(name);

@@ -5,17 +5,8 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-fn run(args: &[&str]) -> (i32, String, String) {
-    let o = Command::new(env!("CARGO_BIN_EXE_rdmaprobe"))
-        .args(args)
-        .output()
-        .expect("run");
-    (
-        o.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&o.stdout).into(),
-        String::from_utf8_lossy(&o.stderr).into(),
-    )
-}
+mod cmd;
+use cmd::run;
 
 fn tmp(name: &str) -> PathBuf {
     let d = std::env::temp_dir().join(format!("rdmaprobe-report-{name}-{}", std::process::id()));

@@ -1,0 +1,16 @@
+//! Running the `rdmaprobe` binary as a user does, for the CLI tests.
+
+use std::process::Command;
+
+/// Runs `rdmaprobe ARGS`: (exit status, or -1 when killed by a signal; stdout; stderr).
+pub fn run(args: &[&str]) -> (i32, String, String) {
+    let o = Command::new(env!("CARGO_BIN_EXE_rdmaprobe"))
+        .args(args)
+        .output()
+        .expect("run rdmaprobe");
+    (
+        o.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&o.stdout).into_owned(),
+        String::from_utf8_lossy(&o.stderr).into_owned(),
+    )
+}
