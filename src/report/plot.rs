@@ -86,9 +86,24 @@ fn bounds(lines: &[Line], pick: fn(&(f64, f64)) -> f64, log: bool) -> Option<(f6
     Some((lo, hi))
 }
 
-fn draw(title: &str, axes: &Axes, lines: &[Line]) -> Result<String, String> {
-    let (x0, x1) = bounds(lines, |p| p.0, axes.x_log).ok_or_else(|| format!("{title}: no data to plot"))?;
-    let (y0, y1) = bounds(lines, |p| p.1, axes.y_log).ok_or_else(|| format!("{title}: no data to plot"))?;
+/// Draws the figure and adds it to `out`; a figure with no point it can draw (no samples, or
+/// nothing positive on a log axis) is left out rather than drawn empty.
+fn add(out: &mut Vec<Figure>, file: String, title: String, axes: &Axes, lines: &[Line]) -> Result<(), String> {
+    let (Some(x), Some(y)) = (bounds(lines, |p| p.0, axes.x_log), bounds(lines, |p| p.1, axes.y_log)) else {
+        return Ok(());
+    };
+    let svg = draw(&title, axes, lines, x, y)?;
+    out.push(Figure { file, title, svg });
+    Ok(())
+}
+
+fn draw(
+    title: &str,
+    axes: &Axes,
+    lines: &[Line],
+    (x0, x1): (f64, f64),
+    (y0, y1): (f64, f64),
+) -> Result<String, String> {
     let mut svg = String::new();
     {
         let root = SVGBackend::with_string(&mut svg, (W, H)).into_drawing_area();
@@ -277,11 +292,7 @@ pub fn figures(doc: &Value) -> Result<Vec<Figure>, String> {
                 y_log: true,
                 x_fmt: fmt_pct,
             };
-            out.push(Figure {
-                file: format!("lat-{op}-spectrum.svg"),
-                svg: draw(&title, &axes, &sp)?,
-                title,
-            });
+            add(&mut out, format!("lat-{op}-spectrum.svg"), title, &axes, &sp)?;
             let title = format!("{op} {size} B latency ({fig}) CDF, {dev}");
             let axes = Axes {
                 x_desc: "latency (ns)",
@@ -290,11 +301,7 @@ pub fn figures(doc: &Value) -> Result<Vec<Figure>, String> {
                 y_log: false,
                 x_fmt: |v| fmt_num(*v),
             };
-            out.push(Figure {
-                file: format!("lat-{op}-cdf.svg"),
-                svg: draw(&title, &axes, &cd)?,
-                title,
-            });
+            add(&mut out, format!("lat-{op}-cdf.svg"), title, &axes, &cd)?;
         }
         if by_size.len() >= 2 {
             let mut per: BTreeMap<String, (Pts, Pts)> = BTreeMap::new();
@@ -320,11 +327,7 @@ pub fn figures(doc: &Value) -> Result<Vec<Figure>, String> {
                 y_log: true,
                 x_fmt: fmt_size,
             };
-            out.push(Figure {
-                file: format!("lat-{op}-vs-size.svg"),
-                svg: draw(&title, &axes, &lines)?,
-                title,
-            });
+            add(&mut out, format!("lat-{op}-vs-size.svg"), title, &axes, &lines)?;
         }
     }
     for (op, rs) in &bw {
@@ -354,11 +357,7 @@ pub fn figures(doc: &Value) -> Result<Vec<Figure>, String> {
             y_log: true,
             x_fmt: fmt_size,
         };
-        out.push(Figure {
-            file: format!("bw-{op}-vs-size.svg"),
-            svg: draw(&title, &axes, &lines)?,
-            title,
-        });
+        add(&mut out, format!("bw-{op}-vs-size.svg"), title, &axes, &lines)?;
     }
     Ok(out)
 }
@@ -391,6 +390,28 @@ mod tests {
         }
         let c = cdf(&h);
         assert_eq!(c, vec![(10.0, 0.25), (20.0, 0.75), (40.0, 1.0)]);
+    }
+
+    fn doc(hist: &Hist) -> Value {
+        serde_json::json!({
+            "environment": {"device": "rxe0", "provider": "rxe", "software_model": false},
+            "runs": [{"scenario": "lat", "op": "write", "size": 8, "backend": "verbs",
+                      "figure": "one_way", "histogram": hist.encode()}]
+        })
+    }
+
+    #[test]
+    fn a_run_without_samples_gives_no_figure_and_one_with_samples_gives_spectrum_and_cdf() {
+        assert!(figures(&doc(&Hist::new())).map(|f| f.is_empty()).unwrap_or(false));
+        let mut h = Hist::new();
+        (1..=100).for_each(|i| h.record(1000.0 + i as f64));
+        let figs = figures(&doc(&h)).unwrap_or_default();
+        let names: Vec<&str> = figs.iter().map(|f| f.file.as_str()).collect();
+        assert_eq!(names, ["lat-write-spectrum.svg", "lat-write-cdf.svg"]);
+        for f in &figs {
+            assert!(f.svg.contains("stroke=\"#D55E00\""), "{}: no verbs line", f.file);
+            assert!(f.title.contains("rxe0 (rxe: software emulation)"), "{}", f.title);
+        }
     }
 
     #[test]
