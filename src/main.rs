@@ -77,6 +77,18 @@ enum LatOp {
     Atomic,
 }
 
+impl LatOp {
+    /// The operation's name in perftest's banner style.
+    fn title(self) -> &'static str {
+        match self {
+            LatOp::Write => "RDMA WRITE",
+            LatOp::Send => "SEND",
+            LatOp::Read => "RDMA READ",
+            LatOp::Atomic => "ATOMIC FETCH-AND-ADD",
+        }
+    }
+}
+
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq)]
 enum BackendArg {
     Verbs,
@@ -736,14 +748,14 @@ fn lat(a: LatArgs) -> Result<ExitCode> {
         println!(
             " server: client {} connected; running {} with it",
             peer.addr(),
-            a.op_name()
+            a.op.title()
         );
     }
     if !server {
         println!("{}", "-".repeat(118));
         println!(
             " {} latency, device {} ({}), backends {}, {} iterations per size and backend in {} interleaved blocks",
-            a.op_name(),
+            a.op.title(),
             dev.name(),
             dev.provider(),
             kinds.iter().map(|k| k.as_str()).collect::<Vec<_>>().join(", "),
@@ -895,39 +907,23 @@ fn lat(a: LatArgs) -> Result<ExitCode> {
     }
     println!("{}", "-".repeat(118));
     if let Some(path) = &a.json {
-        let doc = json!({
-            "schema_version": rdmaprobe::report::SCHEMA_VERSION,
-            "tool": { "name": "rdmaprobe", "version": env!("CARGO_PKG_VERSION") },
-            "created_unix": std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0),
-            "command": std::env::args().collect::<Vec<_>>(),
-            "environment": fp,
-            "clock": cal,
-            "timer_overhead_ns": cal.overhead_ns(),
-            "warnings": warnings,
-            "params": {
+        let doc = result_doc(
+            &fp,
+            &cal,
+            &warnings,
+            json!({
                 "scenario": "lat", "op": op.as_str(), "iters": a.iters, "warmup": a.warmup, "blocks": a.blocks,
                 "backends": kinds.iter().map(|k| k.as_str()).collect::<Vec<_>>(), "db_mode": mode.as_str(),
                 "inline_limit": inline_limit, "loopback": !network, "model_delay_ns": a.model_delay_ns,
                 "duration_s": a.duration,
                 "peer": net.as_ref().map(|(p, _)| p.addr().to_string()),
-            },
-            "runs": results,
-        });
+            }),
+            &results,
+        )?;
         write_atomically(path, &serde_json::to_vec_pretty(&doc)?)?;
         println!(" results written to {}", path.display());
     }
     Ok(ExitCode::SUCCESS)
-}
-
-impl LatArgs {
-    fn op_name(&self) -> &'static str {
-        match self.op {
-            LatOp::Write => "RDMA WRITE",
-            LatOp::Send => "SEND",
-            LatOp::Read => "RDMA READ",
-            LatOp::Atomic => "ATOMIC FETCH-AND-ADD",
-        }
-    }
 }
 
 /// Writes `data` to `path` through a temporary file and a rename: never a half-written file.
@@ -1069,7 +1065,7 @@ fn bw(a: BwArgs) -> Result<ExitCode> {
             println!(
                 " server: client {} connected; running {} bandwidth with it",
                 peer.addr(),
-                a.op_name()
+                a.op.title()
             );
         }
         net = Some((peer, all));
@@ -1078,7 +1074,7 @@ fn bw(a: BwArgs) -> Result<ExitCode> {
     println!("{}", "-".repeat(118));
     println!(
         " {} bandwidth, device {} ({}), {} thread(s) x {} QP(s), tx depth {}, postlist {}, CQE every {}{}",
-        a.op_name(),
+        a.op.title(),
         dev.name(),
         dev.provider(),
         a.threads,
@@ -1197,38 +1193,22 @@ fn bw(a: BwArgs) -> Result<ExitCode> {
     }
     println!("{}", "-".repeat(118));
     if let Some(path) = &a.json {
-        let doc = json!({
-            "schema_version": rdmaprobe::report::SCHEMA_VERSION,
-            "tool": { "name": "rdmaprobe", "version": env!("CARGO_PKG_VERSION") },
-            "created_unix": std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0),
-            "command": std::env::args().collect::<Vec<_>>(),
-            "environment": fp,
-            "clock": cal,
-            "timer_overhead_ns": cal.overhead_ns(),
-            "warnings": warnings,
-            "params": {
+        let doc = result_doc(
+            &fp,
+            &cal,
+            &warnings,
+            json!({
                 "scenario": "bw", "op": op.as_str(), "iters": a.iters, "tx_depth": a.tx_depth, "postlist": a.postlist,
                 "cq_mod": a.cq_mod, "qps_per_thread": a.qps, "threads": a.threads, "bidirectional": a.bidirectional,
                 "backends": kinds.iter().map(|k| k.as_str()).collect::<Vec<_>>(), "db_mode": mode.as_str(), "loopback": !network,
                 "peer": net.as_ref().map(|(p, _)| p.addr().to_string()),
-            },
-            "runs": results,
-        });
+            }),
+            &results,
+        )?;
         write_atomically(path, &serde_json::to_vec_pretty(&doc)?)?;
         println!(" results written to {}", path.display());
     }
     Ok(ExitCode::SUCCESS)
-}
-
-impl BwArgs {
-    fn op_name(&self) -> &'static str {
-        match self.op {
-            LatOp::Write => "RDMA WRITE",
-            LatOp::Send => "SEND",
-            LatOp::Read => "RDMA READ",
-            LatOp::Atomic => "ATOMIC FETCH-AND-ADD",
-        }
-    }
 }
 
 fn post_cost(a: PostCostArgs) -> Result<ExitCode> {
@@ -1327,18 +1307,13 @@ fn post_cost(a: PostCostArgs) -> Result<ExitCode> {
     }
     println!("{}", "-".repeat(100));
     if let Some(path) = &a.json {
-        let doc = json!({
-            "schema_version": rdmaprobe::report::SCHEMA_VERSION,
-            "tool": { "name": "rdmaprobe", "version": env!("CARGO_PKG_VERSION") },
-            "created_unix": std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0),
-            "command": std::env::args().collect::<Vec<_>>(),
-            "environment": fp,
-            "clock": cal,
-            "timer_overhead_ns": cal.overhead_ns(),
-            "warnings": warnings,
-            "params": { "scenario": "post_cost", "op": "write", "size": a.size, "iters": a.iters, "postlists": a.postlists, "cq_mod": a.cq_mod },
-            "runs": results,
-        });
+        let doc = result_doc(
+            &fp,
+            &cal,
+            &warnings,
+            json!({ "scenario": "post_cost", "op": "write", "size": a.size, "iters": a.iters, "postlists": a.postlists, "cq_mod": a.cq_mod }),
+            &results,
+        )?;
         write_atomically(path, &serde_json::to_vec_pretty(&doc)?)?;
         println!(" results written to {}", path.display());
     }
@@ -1670,18 +1645,13 @@ fn suite(a: SuiteArgs) -> Result<ExitCode> {
             runs.push(v);
         }
     }
-    let doc = json!({
-        "schema_version": rdmaprobe::report::SCHEMA_VERSION,
-        "tool": { "name": "rdmaprobe", "version": env!("CARGO_PKG_VERSION") },
-        "created_unix": std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0),
-        "command": std::env::args().collect::<Vec<_>>(),
-        "environment": fp,
-        "clock": cal,
-        "timer_overhead_ns": cal.overhead_ns(),
-        "warnings": warnings,
-        "params": { "scenario": "suite", "quick": a.quick, "backends": kinds.iter().map(|k| k.as_str()).collect::<Vec<_>>() },
-        "runs": runs,
-    });
+    let doc = result_doc(
+        &fp,
+        &cal,
+        &warnings,
+        json!({ "scenario": "suite", "quick": a.quick, "backends": kinds.iter().map(|k| k.as_str()).collect::<Vec<_>>() }),
+        &runs,
+    )?;
     write_atomically(&a.out.join("results.json"), &serde_json::to_vec_pretty(&doc)?)?;
     let mut hlog = Vec::new();
     rdmaprobe::report::write_interval_log(
@@ -1707,6 +1677,29 @@ fn suite(a: SuiteArgs) -> Result<ExitCode> {
         started.elapsed().as_secs_f64()
     );
     Ok(ExitCode::SUCCESS)
+}
+
+/// A results document: what every rdmaprobe result file carries (schema, tool, time, command,
+/// environment, clock, timer overhead, warnings), then the parameters and the runs.
+fn result_doc(
+    fp: &rdmaprobe::report::env::Fingerprint,
+    cal: &Calibration,
+    warnings: &[String],
+    params: serde_json::Value,
+    runs: &impl serde::Serialize,
+) -> Result<serde_json::Value> {
+    Ok(json!({
+        "schema_version": rdmaprobe::report::SCHEMA_VERSION,
+        "tool": { "name": "rdmaprobe", "version": env!("CARGO_PKG_VERSION") },
+        "created_unix": std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0),
+        "command": std::env::args().collect::<Vec<_>>(),
+        "environment": fp,
+        "clock": cal,
+        "timer_overhead_ns": cal.overhead_ns(),
+        "warnings": warnings,
+        "params": params,
+        "runs": serde_json::to_value(runs)?,
+    }))
 }
 
 /// The suite's progress: a bar redrawn in place on a terminal, one plain line per step otherwise
