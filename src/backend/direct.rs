@@ -172,11 +172,13 @@ impl<Q: DirectQueues> Backend for DirectEnd<Q> {
             unreachable!("just prepared")
         };
         let (sq, _, _) = self.q.parts();
-        for i in 0..n {
-            sq.post_prepared(prep, signal_last && i == n - 1)
-                .map_err(BackendError::Sq)?;
+        if n == 1 {
+            // the latency path: one WQE, one doorbell
+            sq.post_prepared_ring(prep, signal_last).map_err(BackendError::Sq)?;
+        } else {
+            sq.post_prepared_n(prep, n, signal_last).map_err(BackendError::Sq)?;
+            sq.ring();
         }
-        sq.ring();
         Ok(())
     }
 

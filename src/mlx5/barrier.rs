@@ -2,15 +2,23 @@
 //! are not installed), one implementation per architecture. Each use in `sq.rs`/`cq.rs` says
 //! which two accesses it orders.
 
-#[cfg(not(target_arch = "aarch64"))]
+#[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
 use core::sync::atomic::Ordering;
 
 /// Orders CPU writes to memory the device reads (WQEs) before a later write that makes the device
-/// read them (the doorbell record). x86-64 keeps stores in order: a compiler barrier.
+/// read them (the doorbell record). x86-64 keeps stores in order: a compiler barrier, as
+/// rdma-core's `asm volatile("" ::: "memory")`: an empty `asm!` without `nomem` makes the compiler
+/// complete every store to memory it could reach (the ring) before it and issue later ones after
+/// it. Unlike `compiler_fence`, which LLVM takes as touching all memory, the asm is treated as a
+/// call, so state the compiler can prove private (the queue's own indices, behind `&mut self`)
+/// stays in registers across it.
 #[inline(always)]
 pub fn udma_to_device_barrier() {
     #[cfg(target_arch = "x86_64")]
-    core::sync::atomic::compiler_fence(Ordering::SeqCst);
+    // SAFETY: an empty instruction sequence; it only constrains the compiler's ordering.
+    unsafe {
+        core::arch::asm!("", options(nostack, preserves_flags))
+    };
     #[cfg(target_arch = "aarch64")]
     // SAFETY: a barrier instruction; no memory operands.
     unsafe {
