@@ -1411,23 +1411,19 @@ fn run_network(
     cal: &Calibration,
 ) -> Result<Vec<rdmaprobe::scenario::runner::LatResult>> {
     use rdmaprobe::scenario::lat::{LatSamples, PingState};
-    use rdmaprobe::scenario::runner::{finish, lat_side};
+    use rdmaprobe::scenario::runner::{figures_ns, finish, lat_side, Blocks};
     let blocks = blocks.clamp(1, p.iters.max(1));
-    let mut all: Vec<(LatSamples, Vec<f64>)> = ends.iter().map(|_| (LatSamples::default(), Vec::new())).collect();
+    let mut all: Vec<(LatSamples, Blocks)> = ends
+        .iter()
+        .map(|_| (LatSamples::default(), Blocks::default()))
+        .collect();
     let mut states: Vec<PingState> = ends.iter().map(|_| PingState::default()).collect();
     for b in 0..blocks {
         let iters = p.iters / blocks + u64::from(b < p.iters % blocks);
         let warmup = if b == 0 { p.warmup } else { 0 };
         for (i, (_, end)) in ends.iter_mut().enumerate() {
             if let Some(s) = lat_side(end, client, p, iters, warmup, &mut states[i], &INTERRUPTED)? {
-                let half = if rdmaprobe::scenario::lat::one_way(p.op) {
-                    2.0
-                } else {
-                    1.0
-                };
-                let mut v: Vec<f64> = s.rtt.iter().map(|&t| cal.to_ns(t) / half).collect();
-                v.sort_by(|x, y| x.total_cmp(y));
-                all[i].1.push(rdmaprobe::report::percentile(&v, 0.5));
+                all[i].1.add(figures_ns(p, &s.rtt, cal));
                 all[i].0.rtt.extend(s.rtt);
                 all[i].0.post.extend(s.post);
                 all[i].0.wait.extend(s.wait);

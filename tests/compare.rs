@@ -40,15 +40,29 @@ fn verdicts_are_right_and_stable() {
         result(&dir, "slow.json", 2000),
     );
     for _ in 0..3 {
-        let (c, o, e) = run(&["compare", &a, &b, "--threshold", "25"]);
+        let (c, o, e) = run(&["compare", &a, &b, "--threshold", "25", "--metric", "p50,p99"]);
         assert_eq!(c, 0, "same configuration judged a regression:\n{o}{e}");
         assert!(
             o.contains("environment differences:\n  none") && o.contains(" same"),
             "{o}"
         );
-        let (c, o, e) = run(&["compare", &a, &slow, "--threshold", "25"]);
+        // p50 and p99 each have an interval from the per-block values
+        for m in [" p50 ", " p99 "] {
+            let row = o
+                .lines()
+                .find(|l| l.contains(m))
+                .unwrap_or_else(|| panic!("no{m}row:\n{o}"));
+            assert!(row.contains('[') && row.ends_with("same"), "{row}");
+        }
+        let (c, o, e) = run(&["compare", &a, &slow, "--threshold", "25", "--metric", "p50,p99"]);
         assert_eq!(c, 1, "a 2 us slowdown not found:\n{o}{e}");
-        assert!(o.contains("REGRESSION"), "{o}");
+        for m in [" p50 ", " p99 "] {
+            let row = o
+                .lines()
+                .find(|l| l.contains(m))
+                .unwrap_or_else(|| panic!("no{m}row:\n{o}"));
+            assert!(row.contains('[') && row.ends_with("REGRESSION"), "{row}");
+        }
         // the other way round it is an improvement, not a regression
         let (c, o, _) = run(&["compare", &slow, &a, "--threshold", "25"]);
         assert_eq!(c, 0, "{o}");

@@ -154,10 +154,12 @@ fn key(doc: &Value, r: &Value) -> String {
 /// Metrics of a run: name, value, per-block samples (if any), larger is worse.
 fn metrics(r: &Value, wanted: &[String]) -> Vec<(String, f64, Vec<f64>, bool)> {
     let mut out = Vec::new();
-    let blocks: Vec<f64> = r["block_medians_ns"]
-        .as_array()
-        .map(|a| a.iter().filter_map(|x| x.as_f64()).collect())
-        .unwrap_or_default();
+    let blocks = |field: &str| -> Vec<f64> {
+        r[field]
+            .as_array()
+            .map(|a| a.iter().filter_map(|x| x.as_f64()).collect())
+            .unwrap_or_default()
+    };
     let lat = if r["latency"].is_object() {
         Some(&r["latency"])
     } else if r["per_wqe_ns"].is_object() {
@@ -172,7 +174,7 @@ fn metrics(r: &Value, wanted: &[String]) -> Vec<(String, f64, Vec<f64>, bool)> {
                     out.push((
                         m.to_string(),
                         v,
-                        if m == "p50" { blocks.clone() } else { Vec::new() },
+                        blocks(if m == "p50" { "block_medians_ns" } else { "block_p99_ns" }),
                         true,
                     ));
                 }
@@ -216,6 +218,21 @@ pub fn bootstrap(base: &[f64], new: &[f64], rounds: usize) -> Option<(f64, f64)>
         .collect();
     d.sort_by(|a, b| a.total_cmp(b));
     Some((super::percentile(&d, 0.025), super::percentile(&d, 0.975)))
+}
+
+/// The bootstrap interval moved so it is centred where the reported change is: the bootstrap
+/// measures how much the change of the per-block statistic (mean of the blocks' values) varies,
+/// while the change reported is that of the whole run's percentile, which can sit apart from the
+/// blocks' mean (a skewed distribution, few blocks). The interval keeps its width and its offsets
+/// from the blocks' own change.
+fn centred(iv: Option<(f64, f64)>, base: &[f64], new: &[f64], change: f64) -> Option<(f64, f64)> {
+    let (lo, hi) = iv?;
+    let mean = |v: &[f64]| v.iter().sum::<f64>() / v.len() as f64;
+    let blocks_change = mean(new) / mean(base) - 1.0;
+    if !blocks_change.is_finite() {
+        return None;
+    }
+    Some((lo - blocks_change + change, hi - blocks_change + change))
 }
 
 fn verdict(change: f64, interval: Option<(f64, f64)>, larger_is_worse: bool, threshold: f64) -> Verdict {
@@ -283,7 +300,7 @@ pub fn compare(base: &Value, new: &Value, threshold_pct: f64, metrics_wanted: &[
                 continue;
             };
             let change = if bv != 0.0 { nv / bv - 1.0 } else { 0.0 };
-            let interval = bootstrap(&bs, ns, 2000);
+            let interval = centred(bootstrap(&bs, ns, 2000), &bs, ns, change);
             rows.push(Row {
                 key: k.clone(),
                 metric: name,
@@ -436,6 +453,36 @@ mod tests {
         assert_eq!(verdict(0.10, Some((0.05, 0.15)), false, 0.05), Verdict::Improvement);
         // no samples: threshold alone
         assert_eq!(verdict(0.10, None, true, 0.05), Verdict::Regression);
+    }
+
+    #[test]
+    fn intervals_are_centred_on_the_reported_change() {
+        let a: Vec<f64> = (0..10).map(|i| 100.0 + (i % 3) as f64).collect();
+        let b: Vec<f64> = a.iter().map(|x| x * 1.2).collect();
+        let iv = bootstrap(&a, &b, 2000);
+        let (lo, hi) = iv.unwrap();
+        // the run's percentile changed by +25 % while the blocks' mean changed by +20 %
+        let (clo, chi) = centred(iv, &a, &b, 0.25).unwrap();
+        assert!((clo - (lo + 0.05)).abs() < 1e-12 && (chi - (hi + 0.05)).abs() < 1e-12);
+        assert!(clo < 0.25 && 0.25 < chi, "{clo} {chi}");
+        assert_eq!(centred(None, &a, &b, 0.25), None);
+    }
+
+    #[test]
+    fn p99_is_judged_on_the_blocks_p99s() {
+        let run = serde_json::json!({
+            "latency": {"p50": 100.0, "p99": 150.0},
+            "block_medians_ns": [100.0, 101.0, 99.0],
+            "block_p99_ns": [150.0, 160.0, 140.0],
+        });
+        let m = metrics(&run, &["p50".into(), "p99".into()]);
+        assert_eq!(m[0].0, "p50");
+        assert_eq!(m[0].2, vec![100.0, 101.0, 99.0]);
+        assert_eq!(m[1].0, "p99");
+        assert_eq!(m[1].2, vec![150.0, 160.0, 140.0]);
+        // a file from before block p99s were recorded: no interval, the threshold alone
+        let old = serde_json::json!({"latency": {"p50": 100.0, "p99": 150.0}, "block_medians_ns": [1.0, 2.0, 3.0]});
+        assert!(metrics(&old, &["p99".into()])[0].2.is_empty());
     }
 
     #[test]

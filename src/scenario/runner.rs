@@ -84,6 +84,10 @@ pub struct LatResult {
     pub completion_wait: Stats,
     /// The median of the figure in each block, ns (for statistics across blocks).
     pub block_medians_ns: Vec<f64>,
+    /// The 99th percentile of the figure in each block, ns (the p99 verdict's interval; absent
+    /// in files written before it was recorded).
+    #[serde(default)]
+    pub block_p99_ns: Vec<f64>,
     /// The figure's HdrHistogram (V2, deflate, base64).
     pub histogram: String,
     /// The post call's HdrHistogram.
@@ -92,16 +96,40 @@ pub struct LatResult {
     pub post_below_overhead: bool,
 }
 
+/// Each block's median and 99th percentile of the figure: the samples of the statistics across
+/// blocks (`compare`'s intervals, the summary's uncertainty).
+#[derive(Debug, Clone, Default)]
+pub struct Blocks {
+    /// Per-block medians, ns.
+    pub medians: Vec<f64>,
+    /// Per-block 99th percentiles, ns.
+    pub p99s: Vec<f64>,
+}
+
+impl Blocks {
+    /// Adds one block: its figures in ns, in any order.
+    pub fn add(&mut self, mut figures: Vec<f64>) {
+        figures.sort_by(|a, b| a.total_cmp(b));
+        self.medians.push(crate::report::percentile(&figures, 0.5));
+        self.p99s.push(crate::report::percentile(&figures, 0.99));
+    }
+}
+
+/// The figure of each sample in ns: half the round trip where the figure is one-way.
+pub fn figures_ns(p: &LatParams, rtt: &[u64], cal: &Calibration) -> Vec<f64> {
+    let half = if lat::one_way(p.op) { 2.0 } else { 1.0 };
+    rtt.iter().map(|&t| cal.to_ns(t) / half).collect()
+}
+
 /// Turns one backend's samples into its result.
 pub fn finish(
     kind: BackendKind,
     p: &LatParams,
     s: &LatSamples,
-    medians: Vec<f64>,
+    blocks: Blocks,
     cal: &Calibration,
 ) -> Result<LatResult, ScenarioError> {
-    let half = if lat::one_way(p.op) { 2.0 } else { 1.0 };
-    let fig: Vec<f64> = s.rtt.iter().map(|&t| cal.to_ns(t) / half).collect();
+    let fig = figures_ns(p, &s.rtt, cal);
     let post: Vec<f64> = s.post.iter().map(|&t| cal.to_ns(t)).collect();
     let wait: Vec<f64> = s.wait.iter().map(|&t| cal.to_ns(t)).collect();
     let (mut h, mut hp) = (Hist::new(), Hist::new());
@@ -119,7 +147,8 @@ pub fn finish(
         latency: Stats::of(&fig).ok_or_else(empty)?,
         post: post_stats,
         completion_wait: Stats::of(&wait).ok_or_else(empty)?,
-        block_medians_ns: medians,
+        block_medians_ns: blocks.medians,
+        block_p99_ns: blocks.p99s,
         histogram: h.encode(),
         post_histogram: hp.encode(),
         post_below_overhead: post_stats.p50 <= cal.overhead_ns(),
@@ -217,7 +246,10 @@ pub fn run_blocks(
     intr: &AtomicBool,
     on_block: &mut OnBlock<'_>,
 ) -> Result<Vec<LatResult>, ScenarioError> {
-    let mut all: Vec<(LatSamples, Vec<f64>)> = pairs.iter().map(|_| (LatSamples::default(), Vec::new())).collect();
+    let mut all: Vec<(LatSamples, Blocks)> = pairs
+        .iter()
+        .map(|_| (LatSamples::default(), Blocks::default()))
+        .collect();
     let mut states: Vec<PingState> = pairs.iter().map(|_| PingState::default()).collect();
     let t_run = crate::clock::start();
     let started = std::time::Instant::now();
@@ -243,15 +275,9 @@ pub fn run_blocks(
             let t0 = crate::clock::start();
             let s = pair.run(p, iters, warmup, &mut states[i], intr)?;
             let t1 = crate::clock::stop();
-            {
-                let half = if lat::one_way(p.op) { 2.0 } else { 1.0 };
-                let v: Vec<f64> = s.rtt.iter().map(|&t| cal.to_ns(t) / half).collect();
-                on_block(*kind, &v, cal.to_ns(t0 - t_run) / 1e9, cal.to_ns(t1 - t_run) / 1e9);
-            }
-            let half = if lat::one_way(p.op) { 2.0 } else { 1.0 };
-            let mut block: Vec<f64> = s.rtt.iter().map(|&t| cal.to_ns(t) / half).collect();
-            block.sort_by(|a, b| a.total_cmp(b));
-            all[i].1.push(crate::report::percentile(&block, 0.5));
+            let v = figures_ns(p, &s.rtt, cal);
+            on_block(*kind, &v, cal.to_ns(t0 - t_run) / 1e9, cal.to_ns(t1 - t_run) / 1e9);
+            all[i].1.add(v);
             all[i].0.rtt.extend(s.rtt);
             all[i].0.post.extend(s.post);
             all[i].0.wait.extend(s.wait);
@@ -259,8 +285,8 @@ pub fn run_blocks(
         b += 1;
     }
     let mut out = Vec::new();
-    for ((kind, _), (s, medians)) in pairs.iter().zip(all) {
-        out.push(finish(*kind, p, &s, medians, cal)?);
+    for ((kind, _), (s, blocks)) in pairs.iter().zip(all) {
+        out.push(finish(*kind, p, &s, blocks, cal)?);
     }
     Ok(out)
 }
