@@ -111,16 +111,17 @@ fn alternate(op: OpKind, delays: (u64, u64), both_ends: bool) -> (f64, f64) {
     (h0.trimmed_mean(0.25, 0.75), h1.trimmed_mean(0.25, 0.75))
 }
 
-/// The harness measures an added delay D exactly (within 2 %, D = 500 ns and 5 us):
-/// - RDMA READ round trip (one delay per round trip, one thread busy): measured minus the
-///   zero-delay baseline;
-/// - WRITE one-way (half the round trip, a delay each way): measured with D + 1 us minus measured
-///   with 1 us. Against a zero-delay baseline the WRITE difference also comes out at D on a quiet
-///   host, but under host contention part of the model's own turnaround (which runs on the CPUs
-///   of the two ping-pong threads) overlaps the delay and the difference comes out up to ~8 %
-///   short: that is the model, not the harness. It is printed, not asserted.
+/// The harness measures an added delay D exactly: the figure with the model's wire delay set to D
+/// minus the figure with it set to 0 (the zero-delay baseline, on the same pair in alternating
+/// blocks) equals D within 2 %, for D = 500 ns and 5 us:
+/// - WRITE one-way (half the round trip; the delay on both ends, so each leg carries D);
+/// - RDMA READ round trip (one delay per round trip, the server passive).
 ///
-/// 2 % of 500 ns is 10 ns, one step of the TSC on these VMs, and the model's own cost moves by
+/// Both runs go through the model's timed doorbell path (`set_wire_delay(0)` times a zero wait),
+/// so they differ only in the wait (see `wire_wait` in src/model). Measured here: WRITE
+/// 500 ns: +501.5 to +503.5 ns; 5 us: +5006 to +5009 ns; READ 500 ns: +501.5 to +503.5 ns.
+///
+/// 2 % of 500 ns is 10 ns, one read of the TSC on these VMs, and the model's own cost moves by
 /// about that much with where its buffers land: a miss is measured again with a fresh pair (at
 /// most 3 times). A systematic error of the harness (tick rate, a lost or doubled leg, a
 /// dropped sample) misses every time and fails.
@@ -128,21 +129,18 @@ fn alternate(op: OpKind, delays: (u64, u64), both_ends: bool) -> (f64, f64) {
 fn wire_delay_is_measured_within_two_percent() {
     let _g = serial();
     for d in [500u64, 5000] {
-        for (what, op, base) in [
-            ("READ round trip", OpKind::Read, 0u64),
-            ("WRITE one-way over 1 us", OpKind::Write, 1000),
-        ] {
+        for (what, op) in [("WRITE one-way", OpKind::Write), ("READ round trip", OpKind::Read)] {
             let mut attempts = Vec::new();
             let mut ok = false;
             for _ in 0..3 {
-                let (b, dl) = alternate(op, (base, base + d), op == OpKind::Write);
+                let (b, dl) = alternate(op, (0, d), op == OpKind::Write);
                 let err = ((dl - b) - d as f64).abs() / d as f64;
                 attempts.push(format!(
                     "{dl:.1} - {b:.1} = {:.1} ns ({:.2} % off)",
                     dl - b,
                     err * 100.0
                 ));
-                eprintln!("{what}, D = {d} ns: {}", attempts.last().unwrap());
+                eprintln!("{what}, D = {d} ns over zero: {}", attempts.last().unwrap());
                 if err <= 0.02 {
                     ok = true;
                     break;
@@ -150,11 +148,6 @@ fn wire_delay_is_measured_within_two_percent() {
             }
             assert!(ok, "{what}, D = {d} ns, 3 attempts: {attempts:?}");
         }
-        let (b, dl) = alternate(OpKind::Write, (0, d), true);
-        eprintln!(
-            "WRITE one-way, D = {d} ns over zero (informative): {dl:.1} - {b:.1} = {:.1} ns",
-            dl - b
-        );
     }
 }
 

@@ -101,7 +101,8 @@ pub enum ExecMode {
 #[derive(Clone, Copy, Debug)]
 pub struct ModelConfig {
     /// Added one-way wire delay in ns: the WQEs a doorbell carries take effect this much later
-    /// (inline execution only).
+    /// (inline execution only). 0: no wire (no timing on the doorbell path; a QP's
+    /// `set_wire_delay(0)` times a zero wait instead, for a baseline).
     pub wire_delay_ns: u64,
     /// When WQEs execute.
     pub exec: ExecMode,
@@ -229,25 +230,34 @@ pub struct Model {
     inner: Arc<Inner>,
 }
 
-/// Spins for `ns` nanoseconds of TSC time, less the loop's average overshoot (see
-/// [`wire_clock`]), so it adds D on average.
+/// The wire-delay word of a QP: the added delay in ns, with this bit set when the doorbell path
+/// times it, even a delay of 0, so a zero-delay baseline and a delayed run take the same
+/// instructions and differ only in how long the wait loop turns (0: no wire, no timing at all).
+const WIRE_TIMED: u64 = 1 << 63;
+
+/// The wire: returns `ns` nanoseconds of TSC time after its first counter read, by an absolute
+/// deadline, taking the same steps for every `ns` including 0 (no early exit for 0: the loop
+/// then ends on its first read). Two delays thus differ by the difference of their deadlines,
+/// plus how the loop's end falls on the counter's reads, one read period `P` apart (about 10 ns
+/// here): for 0 the loop ends on the read one `P` after the start, for `ns > 0` on the first
+/// read at or past the deadline, `P / 2` past it on average. So a delay's deadline is set
+/// `P / 2` later, and the wait with `ns` lasts `ns` longer than the wait with 0, on average.
 #[inline(never)]
 fn wire_wait(ns: u64) {
-    let (tpn, extra) = wire_clock();
-    spin_ticks((ns as f64 * tpn - extra).max(0.0) as u64);
-}
-
-#[inline(always)]
-fn spin_ticks(ticks: u64) {
-    let until = raw_ticks() + ticks;
+    let start = raw_ticks();
+    let ticks = if ns == 0 {
+        0
+    } else {
+        let (tpn, half_read) = wire_clock();
+        (ns as f64 * tpn + half_read) as u64
+    };
+    let until = start.wrapping_add(ticks);
     // No `pause` in this loop: one costs up to ~140 cycles and would be the overshoot.
     while raw_ticks() < until {}
 }
 
-/// Ticks per ns, and the delay loop's average overshoot in ticks, about one counter read: the
-/// deadline is set from a read taken after the wait began (half a read late on average), and the
-/// loop ends on the first read at or past it (half a read late on average). The read time is the
-/// median step between two consecutive reads.
+/// TSC ticks per ns, and half the counter's read period in ticks (the median step between two
+/// consecutive reads), calibrated once per process (100 ms).
 fn wire_clock() -> (f64, f64) {
     static C: OnceLock<(f64, f64)> = OnceLock::new();
     *C.get_or_init(|| {
@@ -258,7 +268,7 @@ fn wire_clock() -> (f64, f64) {
             })
             .collect();
         steps.sort_unstable();
-        (ticks_per_ns(), steps[steps.len() / 2] as f64)
+        (ticks_per_ns(), steps[steps.len() / 2] as f64 / 2.0)
     })
 }
 
@@ -423,7 +433,9 @@ impl Model {
         let h: &QpHdr = hdr(&shm);
         h.rnr_retry.store(7, Ordering::Relaxed);
         h.min_rnr_timer.store(12, Ordering::Relaxed);
-        h.wire_delay_ns.store(self.inner.cfg.wire_delay_ns, Ordering::Relaxed);
+        let d = self.inner.cfg.wire_delay_ns;
+        h.wire_delay_ns
+            .store(if d > 0 { d | WIRE_TIMED } else { 0 }, Ordering::Relaxed);
         h.obj.valid.store(1, Ordering::Release);
         let shm = Arc::new(shm);
         self.inner
@@ -710,12 +722,19 @@ impl ModelQp {
     pub fn set_error(&self) {
         set_err(&self.model, &self.shm);
     }
-    /// Sets this QP's added wire delay (ns) from now on.
+    /// Sets this QP's added wire delay (ns) from now on, and times it on the doorbell path even
+    /// when it is 0 (the baseline of an accuracy measurement takes the same path as the delayed
+    /// runs). `clear_wire_delay` removes the wire.
     pub fn set_wire_delay(&self, ns: u64) {
-        if ns > 0 {
-            wire_clock();
-        }
-        self.h().wire_delay_ns.store(ns, Ordering::Release);
+        wire_clock();
+        self.h()
+            .wire_delay_ns
+            .store(ns.min(!WIRE_TIMED) | WIRE_TIMED, Ordering::Release);
+    }
+
+    /// No wire: doorbells take effect at once, without timing.
+    pub fn clear_wire_delay(&self) {
+        self.h().wire_delay_ns.store(0, Ordering::Release);
     }
 
     /// Error injection: the `after`-th WQE from now (0 = the next) fails with `syndrome`.
@@ -795,9 +814,9 @@ impl RingHook for ModelDoorbell {
         fence(Ordering::SeqCst);
         // The wire: everything this doorbell carries arrives D later. The wait comes before any
         // of the model's own work, so the delay shifts the whole operation by D.
-        let delay = hdr::<QpHdr>(&self.qp).wire_delay_ns.load(Ordering::Acquire);
-        if delay > 0 {
-            wire_wait(delay);
+        let wire = hdr::<QpHdr>(&self.qp).wire_delay_ns.load(Ordering::Acquire);
+        if wire != 0 {
+            wire_wait(wire & !WIRE_TIMED);
         }
         hdr::<QpHdr>(&self.qp).kicks.fetch_add(1, Ordering::SeqCst);
         execute(&self.model, &self.qp);
