@@ -132,7 +132,9 @@ pub struct SqConfig {
 /// A send queue driven directly.
 pub struct Sq<H: RingHook = NoHook> {
     cfg: SqConfig,
-    pi: u32,
+    /// The producer index (low 32 bits) and the BlueFlame offset (high 32 bits) in one word, so
+    /// the single-WQE path, which changes both, stores them with one store.
+    pos: u64,
     ci: u32,
     /// Start of the last WQE posted since the last doorbell.
     last_start: u32,
@@ -141,7 +143,6 @@ pub struct Sq<H: RingHook = NoHook> {
     /// since (BlueFlame may carry it). A count rather than that index, so the single-WQE path,
     /// which starts and ends with nothing pending, leaves it alone.
     pending: u32,
-    bf_offset: u32,
     mode: DbMode,
     hook: H,
 }
@@ -173,11 +174,10 @@ impl<H: RingHook> Sq<H> {
         let mode = if cfg.bf_size == 0 { DbMode::Db } else { mode };
         Ok(Sq {
             cfg,
-            pi: 0,
+            pos: 0,
             ci: 0,
             last_start: 0,
             pending: 0,
-            bf_offset: 0,
             mode,
             hook,
         })
@@ -189,7 +189,16 @@ impl<H: RingHook> Sq<H> {
     }
     /// Producer index (free-running, in WQEBBs).
     pub fn pi(&self) -> u32 {
-        self.pi
+        self.pos as u32
+    }
+    #[inline(always)]
+    fn set_pi(&mut self, pi: u32) {
+        self.pos = self.pos & !0xffff_ffff | u64::from(pi);
+    }
+    /// Offset of the BlueFlame half the next doorbell writes (0 or `bf_size`).
+    #[inline(always)]
+    pub fn bf_offset(&self) -> u32 {
+        (self.pos >> 32) as u32
     }
     /// Consumer index: everything before it is retired.
     pub fn ci(&self) -> u32 {
@@ -197,7 +206,7 @@ impl<H: RingHook> Sq<H> {
     }
     /// Free WQEBBs.
     pub fn free(&self) -> u32 {
-        self.cfg.wqe_cnt - self.pi.wrapping_sub(self.ci)
+        self.cfg.wqe_cnt - self.pi().wrapping_sub(self.ci)
     }
     /// Ring size in WQEBBs.
     pub fn wqe_cnt(&self) -> u32 {
@@ -243,7 +252,7 @@ impl<H: RingHook> Sq<H> {
         if nbb > free {
             return Err(SqError::Full { qpn, need: nbb, free });
         }
-        let start = self.pi;
+        let start = self.pi();
         let idx = (start & 0xffff) as u16;
         let ctrl = CtrlSeg {
             opmod_idx_opcode: Be32::new(((idx as u32) << 8) | w.opcode as u32),
@@ -314,7 +323,7 @@ impl<H: RingHook> Sq<H> {
                 }
             }
         }
-        self.pi = start.wrapping_add(nbb);
+        self.set_pi(start.wrapping_add(nbb));
         self.pending += nbb;
         self.last_start = start;
         Ok(idx)
@@ -362,14 +371,14 @@ impl<H: RingHook> Sq<H> {
             return;
         }
         let start = self.last_start;
-        let nbb = self.pi.wrapping_sub(start);
+        let nbb = self.pi().wrapping_sub(start);
         udma_to_device_barrier();
         // SAFETY: dbrec points to two writable u32s (see `new`); volatile, as the device reads it.
-        unsafe { ptr::write_volatile(self.cfg.dbrec.add(1), (self.pi & 0xffff).to_be()) };
+        unsafe { ptr::write_volatile(self.cfg.dbrec.add(1), (self.pi() & 0xffff).to_be()) };
         mmio_wc_start();
-        let reg = self.cfg.bf_reg.wrapping_add(self.bf_offset as usize) as *mut u64;
+        let reg = self.cfg.bf_reg.wrapping_add(self.bf_offset() as usize) as *mut u64;
         let use_bf = self.mode != DbMode::Db
-            && self.last_start == self.pi.wrapping_sub(self.pending)
+            && self.last_start == self.pi().wrapping_sub(self.pending)
             && (nbb as usize) * WQEBB <= self.cfg.bf_size as usize;
         if use_bf {
             for b in 0..nbb {
@@ -391,9 +400,9 @@ impl<H: RingHook> Sq<H> {
         if self.mode != DbMode::BfNoFence {
             mmio_flush_writes();
         }
-        self.bf_offset ^= self.cfg.bf_size;
+        self.pos ^= u64::from(self.cfg.bf_size) << 32;
         self.pending = 0;
-        self.hook.rung(self.cfg.qpn, self.pi);
+        self.hook.rung(self.cfg.qpn, self.pi());
     }
 
     /// Writes a [`Prepared`] WQE at the producer index (no doorbell): its bytes copied as they
@@ -410,7 +419,7 @@ impl<H: RingHook> Sq<H> {
                 free,
             });
         }
-        let start = self.pi;
+        let start = self.pi();
         let idx = (start & 0xffff) as u16;
         // control segment words on this little-endian machine: bytes 0..4 are
         // be32(idx << 8 | opcode), byte 11 the flags
@@ -450,7 +459,7 @@ impl<H: RingHook> Sq<H> {
                 }
             }
         }
-        self.pi = start.wrapping_add(nbb);
+        self.set_pi(start.wrapping_add(nbb));
         self.pending += nbb;
         self.last_start = start;
         Ok(idx)
@@ -476,7 +485,7 @@ impl<H: RingHook> Sq<H> {
                 free,
             });
         }
-        let start = self.pi;
+        let start = self.pi();
         let slot = start & (self.cfg.wqe_cnt - 1);
         if nbb != 1 || slot + n > self.cfg.wqe_cnt {
             let mut last = 0;
@@ -506,7 +515,7 @@ impl<H: RingHook> Sq<H> {
             };
             write_wqebb(p, lo0 | u64::from((pi << 8).swap_bytes() & 0x00ff_ff00), hi, body);
             self.last_start = pi;
-            self.pi = pi.wrapping_add(1);
+            self.set_pi(pi.wrapping_add(1));
             self.pending += n;
             Ok(Some((pi & 0xffff) as u16))
         }
@@ -519,14 +528,14 @@ impl<H: RingHook> Sq<H> {
     /// the ring's bookkeeping is that of exactly one WQE. Otherwise it is those two calls.
     #[inline(always)]
     pub fn post_prepared_ring(&mut self, w: &Prepared, signaled: bool) -> Result<u16, SqError> {
-        let start = self.pi;
+        let start = self.pi();
         let slot = start & (self.cfg.wqe_cnt - 1);
         if w.nbb != 1 || self.pending != 0 || self.free() == 0 {
             let i = self.post_prepared(w, signaled)?;
             self.ring();
             return Ok(i);
         }
-        let lo = w.words[0] & !0x00ff_ff00u64 | u64::from((start << 8).swap_bytes() & 0x00ff_ff00);
+        let lo = w.words[0] & !0x00ff_ff00u64 | u64::from((start as u16).swap_bytes()) << 8;
         let hi = if signaled {
             w.words[1] | u64::from(CE_CQ_UPDATE) << 24
         } else {
@@ -542,7 +551,8 @@ impl<H: RingHook> Sq<H> {
         // SAFETY: dbrec points to two writable u32s (see `new`); volatile, as the device reads it.
         unsafe { ptr::write_volatile(self.cfg.dbrec.add(1), (pi & 0xffff).to_be()) };
         mmio_wc_start();
-        let reg = self.cfg.bf_reg.wrapping_add(self.bf_offset as usize) as *mut u64;
+        let bf_offset = self.bf_offset();
+        let reg = self.cfg.bf_reg.wrapping_add(bf_offset as usize) as *mut u64;
         // SAFETY: the register takes 64 bytes at bf_offset in the BlueFlame modes (bf_size is 256
         // there, see `new`) and 8 bytes in `db` mode; `body` is 6 words of the image.
         unsafe {
@@ -557,9 +567,8 @@ impl<H: RingHook> Sq<H> {
         if self.mode != DbMode::BfNoFence {
             mmio_flush_writes();
         }
-        self.bf_offset ^= self.cfg.bf_size;
         // `last_start` is read by `ring` only while WQEs wait for a doorbell: none do now
-        self.pi = pi;
+        self.pos = (self.pos ^ u64::from(self.cfg.bf_size) << 32) & !0xffff_ffff | u64::from(pi);
         self.hook.rung(self.cfg.qpn, pi);
         Ok((start & 0xffff) as u16)
     }
@@ -1029,7 +1038,7 @@ mod tests {
                     (b.pi(), b.hook.0, b.hook.1),
                     "{what}: index, doorbells"
                 );
-                assert_eq!(a.bf_offset, b.bf_offset, "{what}: BlueFlame offset");
+                assert_eq!(a.bf_offset(), b.bf_offset(), "{what}: BlueFlame offset");
                 // retire everything, as the completion of the last WQE would
                 if let Some(last) = last {
                     a.retire(last);
