@@ -7,7 +7,7 @@
 #   harness/setup.sh --cross     also the aarch64 cross compiler (for the aarch64 build check)
 set -euo pipefail
 
-build_pkgs=(libibverbs-dev ibverbs-providers libclang-dev clang pkg-config gcc python3)
+build_pkgs=(libibverbs-dev ibverbs-providers libclang-dev clang pkg-config gcc python3 fonts-dejavu-core)
 softroce_pkgs=(qemu-system-x86 busybox-static rdma-core ibverbs-utils perftest iproute2 cpio kmod xz-utils zstd)
 cross_pkgs=(gcc-aarch64-linux-gnu libc6-dev-arm64-cross)
 browser_pkgs=(chromium)

@@ -1749,9 +1749,26 @@ impl Progress {
 fn write_plots(doc: &serde_json::Value, out: &std::path::Path) -> Result<Vec<String>> {
     let figs = rdmaprobe::report::plot::figures(doc).map_err(|e| anyhow::anyhow!("plotting: {e}"))?;
     let mut names = Vec::new();
+    let mut png = true;
     for f in &figs {
         write_atomically(&out.join(&f.file), f.svg.as_bytes())?;
         names.push(f.file.clone());
+        if !png {
+            continue;
+        }
+        // the same figure as PNG (for slides, issue trackers, mail)
+        let file = f.file.trim_end_matches(".svg").to_string() + ".png";
+        match rdmaprobe::report::png::render(&f.file, &f.svg) {
+            Ok(bytes) => {
+                write_atomically(&out.join(&file), &bytes)?;
+                names.push(file);
+            }
+            Err(e @ rdmaprobe::report::png::PngError::NoFont) => {
+                eprintln!("rdmaprobe: warning: {e}");
+                png = false;
+            }
+            Err(e) => return Err(e.into()),
+        }
     }
     write_atomically(
         &out.join("report.html"),

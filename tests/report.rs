@@ -60,6 +60,7 @@ fn suite_and_plot_write_every_figure() {
             "{f}: model0 not named as a model"
         );
     }
+    pngs_match_the_svgs(&dir, &expected);
     let page = std::fs::read_to_string(dir.join("report.html")).unwrap();
     assert!(page.contains("device is model0, a software model"));
     assert_eq!(page.matches("<figure class=\"plot\"").count(), expected.len());
@@ -80,9 +81,41 @@ fn suite_and_plot_write_every_figure() {
     ]);
     assert_eq!(c, 0, "{o}{e}");
     assert_eq!(svgs(&again), expected);
+    pngs_match_the_svgs(&again, &expected);
     assert!(again.join("report.html").exists());
     std::fs::remove_dir_all(&dir).ok();
     std::fs::remove_dir_all(&again).ok();
+}
+
+/// Each figure has its PNG twin: a PNG of the SVG's size (900x520) with the direct backend's line
+/// drawn in its colour, and the title's and axes' text in dark pixels in the top band.
+fn pngs_match_the_svgs(dir: &Path, svgs: &[&str]) {
+    use rdmaprobe::report::png::text_family;
+    assert!(
+        text_family().is_some(),
+        "no font for the PNGs' text on this machine (harness/setup.sh installs fonts-dejavu-core)"
+    );
+    for f in svgs {
+        let png = f.replace(".svg", ".png");
+        let bytes = std::fs::read(dir.join(&png)).unwrap_or_else(|e| panic!("{png}: {e}"));
+        let pm = resvg::tiny_skia::Pixmap::decode_png(&bytes).unwrap_or_else(|e| panic!("{png}: {e}"));
+        assert_eq!((pm.width(), pm.height()), (900, 520), "{png}");
+        let (mut line, mut title_ink) = (0, 0);
+        for y in 0..pm.height() {
+            for x in 0..pm.width() {
+                let c = pm.pixel(x, y).unwrap();
+                let (r, g, b) = (c.red() as i32, c.green() as i32, c.blue() as i32);
+                if r.abs() + (g - 114).abs() + (b - 178).abs() < 40 {
+                    line += 1;
+                }
+                if y < 40 && r + g + b < 200 {
+                    title_ink += 1;
+                }
+            }
+        }
+        assert!(line > 100, "{png}: the direct line is missing ({line} pixels)");
+        assert!(title_ink > 200, "{png}: the title is missing ({title_ink} dark pixels)");
+    }
 }
 
 fn chromium() -> String {

@@ -5,6 +5,7 @@ pub mod compare;
 pub mod env;
 pub mod html;
 pub mod plot;
+pub mod png;
 
 use base64::Engine;
 use hdrhistogram::serialization::{Serializer, V2DeflateSerializer};
