@@ -1,8 +1,12 @@
 #!/usr/bin/env bash
 # harness/softroce.sh: the Soft-RoCE lane. Boots Debian's own kernel under qemu with a busybox
 # initramfs, loads rdma_rxe, creates rxe0 on a dummy netdev (no packet can leave the guest) and
-# runs there: `rdmaprobe devices`, and every device test (`tests/device.rs`, the #[ignore]d
-# ones) on rxe0. Fails if any failed or did not run.
+# runs there: `rdmaprobe devices`, every scenario on rxe0 with perftest beside it, every device
+# test (`tests/device.rs`, the #[ignore]d ones) on rxe0, and the rdma-core version comparison:
+# `rdmaprobe suite --quick` with Debian 12's rdma-core 44, then, in the same boot, the same
+# binary with trixie's rdma-core 56 (and trixie's libc6, which it needs) put in place of 44,
+# and `rdmaprobe compare` of the two. Fails if anything failed or did not run.
+#   RDMAPROBE_SKIP_RDMA_CORE_56=1 leaves the comparison out (and says so).
 #
 # The work directory (kernel, ~550 MB unpacked) stays outside the repo and is reused:
 #   RDMAPROBE_WORK=/var/tmp/rdmaprobe-work (default)
@@ -71,6 +75,48 @@ expected=$("$test_bin" --list --ignored 2>/dev/null | grep -c ': test$' || true)
 ((expected > 0)) || die "no device tests listed by $test_bin"
 say "device tests to run in the guest: $expected"
 
+# --- 2b. the second rdma-core: trixie's 56 and the libc6 it needs, from a private apt directory
+# whose source is this machine's own Debian source with the suite changed to trixie ------------
+cmp56=1
+[[ "${RDMAPROBE_SKIP_RDMA_CORE_56:-0}" == 1 ]] && cmp56=0
+trixie="$WORK/trixie-rdma-core"
+trixie_pkgs=(libc6 libgcc-s1 libibverbs1 ibverbs-providers libnl-3-200 libnl-route-3-200)
+if ((cmp56)) && [[ ! -f "$trixie/ready" ]]; then
+  say "fetching trixie's rdma-core 56 and libc6 (${trixie_pkgs[*]})"
+  rm -rf "$trixie" && mkdir -p "$trixie"/{apt/parts,apt/lists/partial,apt/cache/archives/partial,deb,root}
+  python3 - "$trixie/apt/parts/trixie.sources" <<'PY' || die "no Debian apt source on this machine to derive a trixie source from"
+import re, sys, pathlib
+stanzas = []
+deb822 = pathlib.Path('/etc/apt/sources.list.d/debian.sources')
+if deb822.exists():
+    for st in deb822.read_text().split('\n\n'):
+        m = re.search(r'^Suites:\s*(.*)$', st, re.M)
+        if m and 'bookworm' in m.group(1).split():
+            stanzas.append(re.sub(r'^Suites:.*$', 'Suites: trixie', st, flags=re.M).strip())
+else:
+    for line in pathlib.Path('/etc/apt/sources.list').read_text().splitlines():
+        f = line.split()
+        if len(f) >= 4 and f[0] == 'deb' and 'bookworm' in f:
+            uri = [x for x in f[1:] if '://' in x][0]
+            stanzas.append('Types: deb\nURIs: %s\nSuites: trixie\nComponents: main\n'
+                           'Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg' % uri)
+            break
+if not stanzas:
+    sys.exit(1)
+open(sys.argv[1], 'w').write('\n\n'.join(stanzas) + '\n')
+PY
+  apt_o=(-o Dir::Etc::sourcelist=/dev/null -o "Dir::Etc::sourceparts=$trixie/apt/parts"
+         -o "Dir::State::Lists=$trixie/apt/lists" -o "Dir::Cache=$trixie/apt/cache"
+         -o APT::Sandbox::User=root)
+  apt-get "${apt_o[@]}" update -qq || die "apt-get update of the trixie source"
+  (cd "$trixie/deb" && apt-get "${apt_o[@]}" download "${trixie_pkgs[@]}" >/dev/null) ||
+    die "apt-get download of ${trixie_pkgs[*]} from trixie"
+  for d in "$trixie"/deb/*.deb; do dpkg-deb -x "$d" "$trixie/root"; done
+  [[ -n "$(ls "$trixie"/root/usr/lib/x86_64-linux-gnu/libibverbs.so.1.14.56.* 2>/dev/null)" ]] ||
+    die "trixie's libibverbs is not rdma-core 56: $(ls "$trixie"/root/usr/lib/x86_64-linux-gnu/ | grep libibverbs)"
+  touch "$trixie/ready"
+fi
+
 # --- 3. initramfs -------------------------------------------------------------------------------
 root="$WORK/initramfs"
 rm -rf "$root"
@@ -110,6 +156,17 @@ mkdir -p "$root/usr/lib/x86_64-linux-gnu/libibverbs" "$root/etc/libibverbs.d"
 cp -L /usr/lib/x86_64-linux-gnu/libibverbs/*.so "$root/usr/lib/x86_64-linux-gnu/libibverbs/"
 cp /etc/libibverbs.d/*.driver "$root/etc/libibverbs.d/"
 copy_libs "${progs[@]}" "$root/opt/rdmaprobe" "$root/opt/device-tests" /usr/lib/x86_64-linux-gnu/libibverbs/librxe-rdmav34.so
+
+if ((cmp56)); then
+  # the overlay, kept apart until the guest swaps it in: the libraries (not gconv, locales),
+  # the providers and their driver files, and the loader
+  ov="$root/opt/rc56"
+  mkdir -p "$ov/lib/libibverbs" "$ov/etc"
+  find "$trixie/root/usr/lib/x86_64-linux-gnu" -maxdepth 1 -name '*.so*' -exec cp -a {} "$ov/lib/" \;
+  cp -a "$trixie"/root/usr/lib/x86_64-linux-gnu/libibverbs/*.so "$ov/lib/libibverbs/"
+  cp -a "$trixie/root/etc/libibverbs.d" "$ov/etc/"
+  [[ -e "$ov/lib/ld-linux-x86-64.so.2" ]] || die "trixie's libc6 has no ld-linux-x86-64.so.2"
+fi
 
 # modules in load order (crc32_generic is a hidden dependency of rdma_rxe)
 : > "$root/modules/order"
@@ -179,6 +236,25 @@ echo "RDMAPROBE-LAT-RESULT lat=\$lat_rc"
 echo "===== device tests"
 /opt/device-tests --ignored --test-threads=2; tests_rc=\$?
 echo "RDMAPROBE-GUEST-RESULT devices=\$dev_rc devices_json=\$djson_rc device_tests=\$tests_rc"
+if [ -d /opt/rc56 ]; then
+  echo "===== rdma-core 44 (Debian 12): rdmaprobe suite --quick on rxe0"
+  /opt/rdmaprobe suite --quick -d rxe0 -x 1 --out /tmp/rc44 > /tmp/rc44.txt 2>&1; s44=\$?
+  cat /tmp/rc44.txt
+  echo "===== rdma-core 56 (trixie) with trixie's libc6, put in place of 44 and its libc"
+  # busybox is static and nothing dynamic runs now: every program started from here on loads
+  # the new libc and libibverbs (new files, not overwritten ones)
+  rm -f /usr/lib/x86_64-linux-gnu/libibverbs/*.so /etc/libibverbs.d/*.driver
+  for f in /opt/rc56/lib/*.so*; do rm -f "/usr/lib/x86_64-linux-gnu/\${f##*/}"; cp -a "\$f" /usr/lib/x86_64-linux-gnu/; done
+  cp -a /opt/rc56/lib/libibverbs/*.so /usr/lib/x86_64-linux-gnu/libibverbs/
+  cp -a /opt/rc56/etc/libibverbs.d/*.driver /etc/libibverbs.d/
+  rm -f /usr/lib64/ld-linux-x86-64.so.2 && cp -L /opt/rc56/lib/ld-linux-x86-64.so.2 /usr/lib64/ld-linux-x86-64.so.2
+  echo "RC56-LOADED \$(/opt/rdmaprobe devices --json 2>&1 | grep -o 'libibverbs.so.1.14.[0-9.]*[0-9]' | sort -u | tr '\n' ' ')"
+  /opt/rdmaprobe suite --quick -d rxe0 -x 1 --out /tmp/rc56 > /tmp/rc56.txt 2>&1; s56=\$?
+  cat /tmp/rc56.txt
+  echo "===== compare: rdma-core 44 (base) against 56 (new), p50 and bandwidth, threshold 25 %"
+  /opt/rdmaprobe compare --metric p50,bw --threshold 25 /tmp/rc44/results.json /tmp/rc56/results.json; cmp_rc=\$?
+  echo "RDMAPROBE-RC56-RESULT suite44=\$s44 suite56=\$s56 compare=\$cmp_rc"
+fi
 poweroff -f
 INIT
 chmod +x "$root/init"
@@ -231,5 +307,20 @@ for op in send read atomic; do
 done
 grep -q '^POST-COST rows: 16$' "$log.txt" ||
   { echo "FAIL: post-cost on rxe0 did not measure 16 configurations (verbs and wr x 2 postlists x inline x CQE)"; fail=1; }
+if ((cmp56)); then
+  r56=$(grep '^RDMAPROBE-RC56-RESULT' "$log.txt" | tail -n 1)
+  [[ -n "$r56" ]] || { echo "FAIL: the rdma-core 44/56 comparison printed no result line"; fail=1; }
+  grep -q 'suite44=0 ' <<<"$r56" || { echo "FAIL: suite --quick with rdma-core 44 failed in the guest"; fail=1; }
+  grep -q 'suite56=0 ' <<<"$r56" || { echo "FAIL: suite --quick with rdma-core 56 failed in the guest"; fail=1; }
+  grep -qE 'compare=(0|1)$' <<<"$r56" || { echo "FAIL: compare of rdma-core 44 and 56 gave no verdict ($r56)"; fail=1; }
+  grep -qE '^RC56-LOADED libibverbs.so.1.14.56' "$log.txt" ||
+    { echo "FAIL: after the swap the guest did not load rdma-core 56's libibverbs"; fail=1; }
+  # compare names the difference: the libibverbs each run loaded
+  grep -qE 'libibverbs_loaded.*1\.14\.44.*1\.14\.56' "$log.txt" ||
+    { echo "FAIL: compare did not list the libibverbs 44 -> 56 difference"; fail=1; }
+  grep -q 'GLIBC_' "$log.txt" && { echo "FAIL: a GLIBC_ version error in the guest"; fail=1; }
+else
+  say "rdma-core 44/56 comparison SKIPPED (RDMAPROBE_SKIP_RDMA_CORE_56=1)"
+fi
 if ((fail)); then die "Soft-RoCE lane"; fi
 echo "softroce: ${passed} passed, 0 failed (device tests on rxe0 in the guest; rdmaprobe devices OK)"
