@@ -47,6 +47,24 @@ pub fn syndrome_name(s: u8) -> &'static str {
     }
 }
 
+/// What a syndrome usually means for the one reading the error ("" when the name says it all).
+pub fn syndrome_hint(s: u8) -> &'static str {
+    use crate::sys::*;
+    match s as u32 {
+        MLX5_CQE_SYNDROME_TRANSPORT_RETRY_EXC_ERR => {
+            "the peer never acknowledged: it may have stopped or its QP gone to error, or the path (GID index, MTU, LID) is wrong"
+        }
+        MLX5_CQE_SYNDROME_RNR_RETRY_EXC_ERR => "the peer had no receive posted for as long as the RNR retries lasted",
+        MLX5_CQE_SYNDROME_REMOTE_ACCESS_ERR => {
+            "the peer refused the access: wrong rkey, an address outside its memory region, or a missing access right"
+        }
+        MLX5_CQE_SYNDROME_LOCAL_PROT_ERR => "a local buffer is outside its memory region, or its lkey is wrong",
+        MLX5_CQE_SYNDROME_LOCAL_LENGTH_ERR => "a message is longer than the receive buffer",
+        MLX5_CQE_SYNDROME_WR_FLUSH_ERR => "the QP was already in error: the first error before this one is the cause",
+        _ => "",
+    }
+}
+
 /// A successful completion.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Cqe {
@@ -97,7 +115,11 @@ impl core::fmt::Display for CqeError {
             self.wqe_counter,
             self.wqe_opcode,
             super::seg::opcode::name(self.wqe_opcode)
-        )
+        )?;
+        match syndrome_hint(self.syndrome) {
+            "" => Ok(()),
+            h => write!(f, " ({h})"),
+        }
     }
 }
 
@@ -333,5 +355,34 @@ mod tests {
         );
         assert_eq!(cq.ci(), 2);
         assert_eq!(syndrome_name(e.syndrome), "REMOTE_ACCESS_ERR");
+    }
+
+    /// The message says what a syndrome usually means where the name alone does not tell
+    /// (retry exceeded: the peer may be gone), and adds nothing where there is no hint.
+    #[cfg(feature = "std")]
+    #[test]
+    fn error_messages_carry_a_hint() {
+        let e = CqeError {
+            cqn: 3,
+            qpn: 0x11,
+            syndrome: crate::sys::MLX5_CQE_SYNDROME_TRANSPORT_RETRY_EXC_ERR as u8,
+            vendor_syndrome: 0x81,
+            wqe_counter: 9,
+            wqe_opcode: 8,
+            responder: false,
+        };
+        let m = std::format!("{e}");
+        assert!(
+            m.contains("TRANSPORT_RETRY_EXC_ERR") && m.ends_with("(the peer never acknowledged: it may have stopped or its QP gone to error, or the path (GID index, MTU, LID) is wrong)"),
+            "{m}"
+        );
+        let m = std::format!(
+            "{}",
+            CqeError {
+                syndrome: crate::sys::MLX5_CQE_SYNDROME_BAD_RESP_ERR as u8,
+                ..e
+            }
+        );
+        assert!(m.ends_with("opcode 0x08 RDMA_WRITE"), "{m}");
     }
 }

@@ -84,10 +84,29 @@ impl Completion {
             ctx: Ctx::dev(device).qpn(self.qp_num),
             status: self.status,
             status_str: status_str(self.status),
+            hint: status_hint(self.status),
             vendor_err: self.vendor_err,
             wr_id: self.wr_id,
             opcode: self.opcode,
         })
+    }
+}
+
+/// What a completion status usually means for the one reading the error ("" when the name says
+/// it all).
+pub fn status_hint(status: u32) -> &'static str {
+    match status {
+        sys::IBV_WC_RETRY_EXC_ERR => {
+            " (the peer never acknowledged: it may have stopped or its QP gone to error, or the path (GID index, MTU, LID) is wrong)"
+        }
+        sys::IBV_WC_RNR_RETRY_EXC_ERR => " (the peer had no receive posted for as long as the RNR retries lasted)",
+        sys::IBV_WC_REM_ACCESS_ERR => {
+            " (the peer refused the access: wrong rkey, an address outside its memory region, or a missing access right)"
+        }
+        sys::IBV_WC_LOC_PROT_ERR => " (a local buffer is outside its memory region, or its lkey is wrong)",
+        sys::IBV_WC_LOC_LEN_ERR => " (a message is longer than the receive buffer)",
+        sys::IBV_WC_WR_FLUSH_ERR => " (the QP was already in error: the first error before this one is the cause)",
+        _ => "",
     }
 }
 
@@ -206,6 +225,28 @@ mod tests {
         };
         assert_eq!(ok.check("rxe0").unwrap(), ok);
         assert_eq!(status_str(sys::IBV_WC_RNR_RETRY_EXC_ERR), "RNR retry counter exceeded");
+    }
+
+    #[test]
+    fn retry_exceeded_says_the_peer_may_be_gone() {
+        let e = Completion {
+            wr_id: 1,
+            status: sys::IBV_WC_RETRY_EXC_ERR,
+            opcode: sys::IBV_WC_RDMA_WRITE,
+            vendor_err: 0x81,
+            byte_len: 0,
+            qp_num: 0x22,
+            imm: None,
+        }
+        .check("rxe0")
+        .unwrap_err()
+        .to_string();
+        assert!(
+            e.contains("transport retry counter exceeded") && e.contains("the peer never acknowledged"),
+            "{e}"
+        );
+        assert_eq!(status_hint(sys::IBV_WC_SUCCESS), "");
+        assert_eq!(status_hint(sys::IBV_WC_GENERAL_ERR), "");
     }
 
     #[test]

@@ -136,7 +136,7 @@ pub enum VerbsError {
         why: String,
     },
     /// A completion with an error status.
-    #[error("completion error on {ctx}: {status_str} (status {status}, vendor error {vendor_err:#x}), wr_id {wr_id}, opcode {opcode}")]
+    #[error("completion error on {ctx}: {status_str} (status {status}, vendor error {vendor_err:#x}), wr_id {wr_id}, opcode {opcode}{hint}")]
     Completion {
         /// Where (the QP number is the completion's).
         ctx: Ctx,
@@ -144,6 +144,8 @@ pub enum VerbsError {
         status: u32,
         /// `ibv_wc_status_str(status)`.
         status_str: String,
+        /// What the status usually means (with its leading space and parentheses), or "".
+        hint: &'static str,
         /// The provider's vendor error (the mlx5 vendor syndrome).
         vendor_err: u32,
         /// The work request id.
