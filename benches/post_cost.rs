@@ -112,8 +112,8 @@ fn floor_block(f: &mut Floor, image: &[u8; 64], batches: u32, postlist: u32, mod
         };
         if bf {
             for q in 0..8 {
-                // SAFETY: a 64-byte chunk of the register page at bf_off; the source is the slot
-                // just written.
+                // SAFETY: a 64-byte chunk of the register page at bf_off; the source is the
+                // 64-byte WQE image.
                 unsafe { ptr::write_volatile(r.add(q), ptr::read(src.add(q))) };
             }
         } else {

@@ -955,7 +955,8 @@ mod tests {
     /// register (BlueFlame copy or 8-byte doorbell, at the toggling offset), indices, doorbells,
     /// over 40 rounds of mixed sizes that wrap the 8-WQEBB ring many times, in every mode, with
     /// WQEs left waiting before a single post (the fast path must step aside) and batches that
-    /// do not fit (both refuse, neither writes).
+    /// do not fit (the batch path refuses the whole batch and writes nothing; the reference,
+    /// post by post, writes what fits and is brought level by hand).
     #[test]
     fn fast_prepared_posts_store_what_post_then_ring_stores() {
         let d = [DataSeg::new(0x7f00_0000_1000, 0x42, 64)];

@@ -237,7 +237,8 @@ const WIRE_TIMED: u64 = 1 << 63;
 
 /// The wire: returns `ns` nanoseconds of TSC time after its first counter read, by an absolute
 /// deadline, taking the same steps for every `ns` including 0 (no early exit for 0: the loop
-/// then ends on its first read). Two delays thus differ by the difference of their deadlines,
+/// then ends on its first read; the deadline's arithmetic for `ns > 0` comes after the start
+/// read, so it is part of the wait, not added to it). Two delays thus differ by the difference of their deadlines,
 /// plus how the loop's end falls on the counter's reads, one read period `P` apart (about 10 ns
 /// here): for 0 the loop ends on the read one `P` after the start, for `ns > 0` on the first
 /// read at or past the deadline, `P / 2` past it on average. So a delay's deadline is set
@@ -724,17 +725,12 @@ impl ModelQp {
     }
     /// Sets this QP's added wire delay (ns) from now on, and times it on the doorbell path even
     /// when it is 0 (the baseline of an accuracy measurement takes the same path as the delayed
-    /// runs). `clear_wire_delay` removes the wire.
+    /// runs).
     pub fn set_wire_delay(&self, ns: u64) {
         wire_clock();
         self.h()
             .wire_delay_ns
             .store(ns.min(!WIRE_TIMED) | WIRE_TIMED, Ordering::Release);
-    }
-
-    /// No wire: doorbells take effect at once, without timing.
-    pub fn clear_wire_delay(&self) {
-        self.h().wire_delay_ns.store(0, Ordering::Release);
     }
 
     /// Error injection: the `after`-th WQE from now (0 = the next) fails with `syndrome`.
