@@ -150,8 +150,9 @@ cp -L /usr/lib/x86_64-linux-gnu/libgcc_s.so.1 "$root/usr/lib/x86_64-linux-gnu/" 
 progs=("$(command -v ip)" "$(command -v rdma)" "$(command -v ibv_devinfo)")
 for t in ib_write_lat ib_send_lat ib_read_lat ib_write_bw; do progs+=("$(command -v $t)"); done
 for p in "${progs[@]}"; do cp -L "$p" "$root/usr/bin/"; done
-cp "$repo/target/debug/rdmaprobe" "$root/opt/rdmaprobe"
-cp "$test_bin" "$root/opt/device-tests"
+# without their debug sections (symbols stay, for backtraces): a smaller image boots faster
+objcopy --strip-debug "$repo/target/debug/rdmaprobe" "$root/opt/rdmaprobe"
+objcopy --strip-debug "$test_bin" "$root/opt/device-tests"
 mkdir -p "$root/usr/lib/x86_64-linux-gnu/libibverbs" "$root/etc/libibverbs.d"
 cp -L /usr/lib/x86_64-linux-gnu/libibverbs/*.so "$root/usr/lib/x86_64-linux-gnu/libibverbs/"
 cp /etc/libibverbs.d/*.driver "$root/etc/libibverbs.d/"
