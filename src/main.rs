@@ -1660,8 +1660,15 @@ fn suite(a: SuiteArgs) -> Result<ExitCode> {
     let plots = write_plots(&doc, &a.out)?;
     progress.done();
     println!();
+    let has_direct = kinds.contains(&rdmaprobe::backend::BackendKind::Direct);
     println!(
-        "summary: latency p50 / p99 in ns per backend; the driver's overhead = backend - direct (p50, 95 % interval)"
+        "summary: latency p50 / p99 in ns per backend; {}",
+        match (has_direct, kinds.len() > 1) {
+            (true, true) => "the driver's overhead = backend - direct (p50, 95 % interval)",
+            (true, false) => "only the direct backend runs here, so no driver overhead to show",
+            (false, _) =>
+                "no direct backend on this device (it needs an mlx5 device or model0), so no driver overhead to show",
+        }
     );
     for line in &summary {
         println!("{line}");

@@ -136,6 +136,11 @@ fn suite_quick_writes_its_files_and_compares_with_itself() {
     let (c, o, e) = run(&["suite", "--quick", "-d", "model0", "--out", dir.to_str().unwrap()]);
     assert_eq!(c, 0, "{o}{e}");
     assert!(o.contains("WARNING: device is model0, a software model"), "{o}");
+    // model0 runs the direct backend alone: the summary says there is no overhead to show
+    assert!(
+        o.contains("only the direct backend runs here, so no driver overhead to show"),
+        "{o}"
+    );
     let v: serde_json::Value = serde_json::from_slice(&std::fs::read(dir.join("results.json")).unwrap()).unwrap();
     let runs = v["runs"].as_array().unwrap();
     for scen in ["lat", "bw", "post_cost"] {
