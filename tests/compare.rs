@@ -29,6 +29,18 @@ fn result(dir: &std::path::Path, name: &str, delay: u64) -> String {
     p.to_str().unwrap().to_string()
 }
 
+/// The p50 and the p99 row of `compare`'s text output each show an interval and end with
+/// `verdict`.
+fn rows_have_interval_and_verdict(o: &str, verdict: &str) {
+    for m in [" p50 ", " p99 "] {
+        let row = o
+            .lines()
+            .find(|l| l.contains(m))
+            .unwrap_or_else(|| panic!("no{m}row:\n{o}"));
+        assert!(row.contains('[') && row.ends_with(verdict), "{row}");
+    }
+}
+
 #[test]
 fn verdicts_are_right_and_stable() {
     let dir = std::env::temp_dir().join(format!("rdmaprobe-cmp-{}", std::process::id()));
@@ -47,22 +59,10 @@ fn verdicts_are_right_and_stable() {
             "{o}"
         );
         // p50 and p99 each have an interval from the per-block values
-        for m in [" p50 ", " p99 "] {
-            let row = o
-                .lines()
-                .find(|l| l.contains(m))
-                .unwrap_or_else(|| panic!("no{m}row:\n{o}"));
-            assert!(row.contains('[') && row.ends_with("same"), "{row}");
-        }
+        rows_have_interval_and_verdict(&o, "same");
         let (c, o, e) = run(&["compare", &a, &slow, "--threshold", "25", "--metric", "p50,p99"]);
         assert_eq!(c, 1, "a 2 us slowdown not found:\n{o}{e}");
-        for m in [" p50 ", " p99 "] {
-            let row = o
-                .lines()
-                .find(|l| l.contains(m))
-                .unwrap_or_else(|| panic!("no{m}row:\n{o}"));
-            assert!(row.contains('[') && row.ends_with("REGRESSION"), "{row}");
-        }
+        rows_have_interval_and_verdict(&o, "REGRESSION");
         // the other way round it is an improvement, not a regression
         let (c, o, _) = run(&["compare", &slow, &a, "--threshold", "25"]);
         assert_eq!(c, 0, "{o}");
