@@ -1061,6 +1061,9 @@ fn bw(a: BwArgs) -> Result<ExitCode> {
             }
             all.push(threads);
         }
+        // neither side posts before the other's QPs are connected
+        let connected: usize = all.iter().flatten().map(|t| t.len()).sum();
+        peer.ready(connected as u32)?;
         if server {
             println!(
                 " server: client {} connected; running {} bandwidth with it",
@@ -1399,6 +1402,8 @@ fn connect_peer(
         let theirs: rdmaprobe::oob::QpInfo = peer.recv()?;
         ends.push((*k, half.connect(dev, op, &theirs)?));
     }
+    // neither side posts before the other's QPs are connected
+    peer.ready(ends.len() as u32)?;
     Ok((peer, ends))
 }
 

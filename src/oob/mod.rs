@@ -1,8 +1,10 @@
 //! The out-of-band exchange between a client and a server over TCP: one JSON document per line,
 //! versioned. The client sends its `Hello` (every scenario parameter); the server compares it with
 //! its own and answers with its `Hello` or a refusal naming the first parameter that differs and
-//! both values (and both stop); then each side sends the endpoints of its QPs; at the end each
-//! sends `Done`. Every read has a deadline.
+//! both values (and both stop); then each side sends the endpoints of its QPs, connects them and
+//! sends `Ready` (a barrier: neither side posts before the other's QPs can take its operations,
+//! as perftest's handshake after connecting); at the end each sends `Done`. Every read has a
+//! deadline.
 #![forbid(unsafe_code)]
 
 use std::io::{BufRead, BufReader, Write};
@@ -11,8 +13,8 @@ use std::time::Duration;
 
 /// Protocol name and version: a peer speaking another version is refused.
 pub const PROTO: &str = "rdmaprobe-oob";
-/// Protocol version.
-pub const VERSION: u32 = 1;
+/// Protocol version (2: the `Ready` barrier after connecting).
+pub const VERSION: u32 = 2;
 /// Default TCP port (perftest's).
 pub const DEFAULT_PORT: u16 = 18515;
 
@@ -268,6 +270,31 @@ pub struct QpInfo {
     pub len: u64,
 }
 
+/// Sent by each side once all its QPs are connected (in RTS): after the peer's, its QPs take our
+/// operations.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Ready {
+    /// QPs this side connected.
+    pub qps: u32,
+}
+
+impl Peer {
+    /// The barrier after connecting `qps` QPs: sends our [`Ready`] and waits for the peer's; the
+    /// two must have connected as many.
+    pub fn ready(&mut self, qps: u32) -> Result<(), OobError> {
+        self.send(&Ready { qps })?;
+        let theirs: Ready = self.recv()?;
+        if theirs.qps != qps {
+            return Err(OobError::Mismatch {
+                param: "connected QPs".into(),
+                ours: qps.to_string(),
+                theirs: theirs.qps.to_string(),
+            });
+        }
+        Ok(())
+    }
+}
+
 /// End of a run, with whether it went well.
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Done {
@@ -321,6 +348,31 @@ mod tests {
         srv.join().unwrap();
         let e = c.recv::<Done>().unwrap_err();
         assert!(e.to_string().contains("closed the connection"), "{e}");
+    }
+
+    /// The barrier waits for the peer's `Ready` (a side that returns from it early would post to
+    /// a QP that is not connected yet) and refuses a peer that connected another number of QPs.
+    #[test]
+    fn ready_waits_for_the_peer_and_checks_the_qp_count() {
+        let port = 20000 + ((std::process::id() + 7) % 20000) as u16;
+        let srv = std::thread::spawn(move || {
+            let mut p = Peer::accept(port, Duration::from_secs(5)).unwrap();
+            // the server is slow to connect its QPs
+            std::thread::sleep(Duration::from_millis(300));
+            p.ready(2).unwrap();
+            let e = p.ready(3).unwrap_err().to_string();
+            assert!(e.contains("connected QPs: this side has 3, the peer has 4"), "{e}");
+        });
+        let mut c = Peer::connect("127.0.0.1", port, Duration::from_secs(5)).unwrap();
+        let t = std::time::Instant::now();
+        c.ready(2).unwrap();
+        assert!(
+            t.elapsed() >= Duration::from_millis(250),
+            "returned before the peer was ready"
+        );
+        let e = c.ready(4).unwrap_err().to_string();
+        assert!(e.contains("connected QPs: this side has 4, the peer has 3"), "{e}");
+        srv.join().unwrap();
     }
 
     #[test]
