@@ -104,6 +104,30 @@ enum DbArg {
     Db,
 }
 
+/// Which device and port a scenario runs on (`-d`, `-i`, `-x`, as perftest).
+#[derive(clap::Args, Debug)]
+struct DevArgs {
+    /// Device (default: the first RDMA device, else model0).
+    #[arg(short = 'd', long = "ib-dev")]
+    device: Option<String>,
+    /// Port.
+    #[arg(short = 'i', long = "ib-port", default_value_t = 1, value_parser = clap::value_parser!(u8).range(1..))]
+    port: u8,
+    /// GID index (RoCE; default: the RoCE v2 IPv4-mapped entry).
+    #[arg(short = 'x', long = "gid-index")]
+    gid: Option<u8>,
+}
+
+impl DevArgs {
+    /// Opens the device (the note says when it fell back to model0).
+    fn open(
+        &self,
+        model: rdmaprobe::model::ModelConfig,
+    ) -> Result<(rdmaprobe::backend::setup::Dev, Option<String>), rdmaprobe::backend::setup::SetupError> {
+        rdmaprobe::backend::setup::Dev::open(self.device.as_deref(), self.port, self.gid, model)
+    }
+}
+
 #[derive(clap::Args, Debug)]
 struct LatArgs {
     /// Operation.
@@ -142,15 +166,9 @@ struct LatArgs {
     /// Inline messages up to this size (default: the QP's max_inline_data; 0 disables).
     #[arg(short = 'I', long)]
     inline_size: Option<u32>,
-    /// Device (default: the first RDMA device, else model0).
-    #[arg(short = 'd', long = "ib-dev")]
-    device: Option<String>,
-    /// Port.
-    #[arg(short = 'i', long = "ib-port", default_value_t = 1, value_parser = clap::value_parser!(u8).range(1..))]
-    port: u8,
-    /// GID index (RoCE; default: the RoCE v2 IPv4-mapped entry).
-    #[arg(short = 'x', long = "gid-index")]
-    gid: Option<u8>,
+    /// Device, port and GID index.
+    #[command(flatten)]
+    dev: DevArgs,
     /// Post path(s); `all` runs every backend the device supports, interleaved in blocks.
     #[arg(long, value_enum, default_value_t = BackendArg::All)]
     backend: BackendArg,
@@ -220,15 +238,9 @@ struct BwArgs {
     /// Inline messages up to this size (default: the QP's max_inline_data; 0 disables).
     #[arg(short = 'I', long)]
     inline_size: Option<u32>,
-    /// Device (default: the first RDMA device, else model0).
-    #[arg(short = 'd', long = "ib-dev")]
-    device: Option<String>,
-    /// Port.
-    #[arg(short = 'i', long = "ib-port", default_value_t = 1, value_parser = clap::value_parser!(u8).range(1..))]
-    port: u8,
-    /// GID index (RoCE).
-    #[arg(short = 'x', long = "gid-index")]
-    gid: Option<u8>,
+    /// Device, port and GID index.
+    #[command(flatten)]
+    dev: DevArgs,
     /// Post path(s); `all` runs every backend the device supports, one after the other.
     #[arg(long, value_enum, default_value_t = BackendArg::All)]
     backend: BackendArg,
@@ -257,15 +269,9 @@ struct PostCostArgs {
     /// Timed post calls per configuration.
     #[arg(short = 'n', long, default_value_t = 20000, value_parser = clap::value_parser!(u64).range(1..=100_000_000))]
     iters: u64,
-    /// Device (default: the first RDMA device, else model0).
-    #[arg(short = 'd', long = "ib-dev")]
-    device: Option<String>,
-    /// Port.
-    #[arg(short = 'i', long = "ib-port", default_value_t = 1, value_parser = clap::value_parser!(u8).range(1..))]
-    port: u8,
-    /// GID index (RoCE).
-    #[arg(short = 'x', long = "gid-index")]
-    gid: Option<u8>,
+    /// Device, port and GID index.
+    #[command(flatten)]
+    dev: DevArgs,
     /// Post path(s).
     #[arg(long, value_enum, default_value_t = BackendArg::All)]
     backend: BackendArg,
@@ -276,15 +282,9 @@ struct PostCostArgs {
 
 #[derive(clap::Args, Debug)]
 struct SuiteArgs {
-    /// Device (default: the first RDMA device, else model0).
-    #[arg(short = 'd', long = "ib-dev")]
-    device: Option<String>,
-    /// Port.
-    #[arg(short = 'i', long = "ib-port", default_value_t = 1, value_parser = clap::value_parser!(u8).range(1..))]
-    port: u8,
-    /// GID index (RoCE).
-    #[arg(short = 'x', long = "gid-index")]
-    gid: Option<u8>,
+    /// Device, port and GID index.
+    #[command(flatten)]
+    dev: DevArgs,
     /// Output directory (created).
     #[arg(long, default_value = "rdmaprobe-out")]
     out: std::path::PathBuf,
@@ -659,7 +659,7 @@ fn lat(a: LatArgs) -> Result<ExitCode> {
         wire_delay_ns: a.model_delay_ns,
         exec: rdmaprobe::model::ExecMode::Inline,
     };
-    let (dev, note) = Dev::open(a.device.as_deref(), a.port, a.gid, model_cfg)?;
+    let (dev, note) = a.dev.open(model_cfg)?;
     if let Some(n) = note {
         eprintln!("rdmaprobe: {n}");
     }
@@ -982,7 +982,7 @@ fn bw(a: BwArgs) -> Result<ExitCode> {
     let max = *sizes.iter().max().unwrap_or(&8) as usize;
     let buf_len = (2 * max.max(64)).next_multiple_of(4096);
     let model_cfg = rdmaprobe::model::ModelConfig::default();
-    let (dev, note) = Dev::open(a.device.as_deref(), a.port, a.gid, model_cfg)?;
+    let (dev, note) = a.dev.open(model_cfg)?;
     if let Some(n) = note {
         eprintln!("rdmaprobe: {n}");
     }
@@ -1215,7 +1215,7 @@ fn bw(a: BwArgs) -> Result<ExitCode> {
 }
 
 fn post_cost(a: PostCostArgs) -> Result<ExitCode> {
-    use rdmaprobe::backend::setup::{Dev, INLINE};
+    use rdmaprobe::backend::setup::INLINE;
     use rdmaprobe::backend::BackendKind;
     use rdmaprobe::mlx5::sq::DbMode;
     use rdmaprobe::report::env::Fingerprint;
@@ -1230,7 +1230,7 @@ fn post_cost(a: PostCostArgs) -> Result<ExitCode> {
         wire_delay_ns: 0,
         exec: rdmaprobe::model::ExecMode::Deferred,
     };
-    let (dev, note) = Dev::open(a.device.as_deref(), a.port, a.gid, model_cfg)?;
+    let (dev, note) = a.dev.open(model_cfg)?;
     if let Some(n) = note {
         eprintln!("rdmaprobe: {n}");
     }
@@ -1506,7 +1506,7 @@ fn suite(a: SuiteArgs) -> Result<ExitCode> {
         )
     };
     let model_cfg = rdmaprobe::model::ModelConfig::default();
-    let (dev, note) = Dev::open(a.device.as_deref(), a.port, a.gid, model_cfg)?;
+    let (dev, note) = a.dev.open(model_cfg)?;
     let cal = Calibration::run(200_000_000)?;
     let mut fp = Fingerprint::collect(&cal, &dev.name(), &dev.provider(), dev.firmware(), dev.is_model());
     if let Dev::Verbs { port, .. } = &dev {
@@ -1626,7 +1626,7 @@ fn suite(a: SuiteArgs) -> Result<ExitCode> {
         )?
         .0
     } else {
-        Dev::open(a.device.as_deref(), a.port, a.gid, model_cfg)?.0
+        a.dev.open(model_cfg)?.0
     };
     for postlist in [1u32, 8, 32] {
         progress.step(&format!("post-cost postlist {postlist}"));
