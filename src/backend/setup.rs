@@ -244,6 +244,27 @@ impl Dev {
     }
 }
 
+/// The capabilities of every verbs or mlx5 QP the scenarios create.
+fn qp_caps() -> QpCaps {
+    QpCaps {
+        max_send_wr: DEPTH,
+        max_recv_wr: DEPTH,
+        max_send_sge: 1,
+        max_recv_sge: 1,
+        max_inline_data: INLINE,
+    }
+}
+
+/// How a scenario's QP connects on `port` with GID index `gid`, with the access `op` needs.
+fn connect_opts(port: &PortInfo, gid: Option<u8>, op: OpKind) -> ConnectOpts {
+    ConnectOpts {
+        port: port.port,
+        gid_index: gid,
+        access: access_for(op),
+        ..Default::default()
+    }
+}
+
 /// Remote access an operation needs at the responder (plus local write for results/receives).
 pub fn access_for(op: OpKind) -> MrAccess {
     MrAccess::LOCAL_WRITE
@@ -272,19 +293,8 @@ pub fn verbs_pair(
         unreachable!("supports() admits only verbs devices")
     };
     let pd = Pd::new(ctx)?;
-    let caps = QpCaps {
-        max_send_wr: DEPTH,
-        max_recv_wr: DEPTH,
-        max_send_sge: 1,
-        max_recv_sge: 1,
-        max_inline_data: INLINE,
-    };
-    let opts = ConnectOpts {
-        port: port.port,
-        gid_index: *gid,
-        access: access_for(op),
-        ..Default::default()
-    };
+    let caps = qp_caps();
+    let opts = connect_opts(port, *gid, op);
     let mk = || -> Result<(Qp, Cq, Mr), SetupError> {
         let cq = Cq::new(ctx, 2 * DEPTH)?;
         let qp = match Qp::new_rc(&pd, &cq, &cq, caps, kind == BackendKind::Wr) {
@@ -368,19 +378,8 @@ pub fn mlx5_pair(
         unreachable!("supports() admits only mlx5 devices here")
     };
     let pd = Pd::new(ctx)?;
-    let caps = QpCaps {
-        max_send_wr: DEPTH,
-        max_recv_wr: DEPTH,
-        max_send_sge: 1,
-        max_recv_sge: 1,
-        max_inline_data: INLINE,
-    };
-    let opts = ConnectOpts {
-        port: port.port,
-        gid_index: *gid,
-        access: access_for(op),
-        ..Default::default()
-    };
+    let caps = qp_caps();
+    let opts = connect_opts(port, *gid, op);
     let mut qa = DirectQp::new(&pd, caps, 2 * DEPTH, mode)?;
     let mut qb = DirectQp::new(&pd, caps, 2 * DEPTH, mode)?;
     let (ea, eb) = (qa.endpoint(port, *gid)?, qb.endpoint(port, *gid)?);
@@ -441,13 +440,7 @@ impl HalfEnd {
     /// Creates this side's QP, CQ and buffer for `kind` on `dev`.
     pub fn new(dev: &Dev, kind: BackendKind, op: OpKind, buf_len: usize, mode: DbMode) -> Result<Self, SetupError> {
         dev.supports(kind)?;
-        let caps = QpCaps {
-            max_send_wr: DEPTH,
-            max_recv_wr: DEPTH,
-            max_send_sge: 1,
-            max_recv_sge: 1,
-            max_inline_data: INLINE,
-        };
+        let caps = qp_caps();
         Ok(match dev {
             Dev::Model(m) => {
                 let pd = m.alloc_pd();
@@ -559,12 +552,7 @@ impl HalfEnd {
                 let Dev::Verbs { port, gid, .. } = dev else {
                     unreachable!("verbs ends live on verbs devices")
                 };
-                let opts = ConnectOpts {
-                    port: port.port,
-                    gid_index: *gid,
-                    access: access_for(op),
-                    ..Default::default()
-                };
+                let opts = connect_opts(port, *gid, op);
                 qp.connect(port, &opts, &rep)?;
                 AnyEnd::Verbs(Box::new(VerbsEnd::new(kind, qp, cq, mr, remote)?))
             }
@@ -572,12 +560,7 @@ impl HalfEnd {
                 let Dev::Verbs { port, gid, .. } = dev else {
                     unreachable!("mlx5 ends live on verbs devices")
                 };
-                let opts = ConnectOpts {
-                    port: port.port,
-                    gid_index: *gid,
-                    access: access_for(op),
-                    ..Default::default()
-                };
+                let opts = connect_opts(port, *gid, op);
                 q.connect(port, &opts, &rep)?;
                 let inl = q.max_inline();
                 AnyEnd::Mlx5(Box::new(DirectEnd::new(*q, LocalBuf::Verbs(mr), remote, inl)))
