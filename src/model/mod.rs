@@ -348,12 +348,7 @@ impl Model {
             (*h).pd = pd;
         }
         hdr::<ObjHdr>(&shm).valid.store(1, Ordering::Release);
-        let shm = Arc::new(shm);
-        self.inner
-            .mrs
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(key, shm.clone());
+        let shm = publish(&self.inner.mrs, key, shm);
         Ok(ModelMr {
             shm,
             key,
@@ -381,12 +376,7 @@ impl Model {
             }
         }
         hdr::<ObjHdr>(&shm).valid.store(1, Ordering::Release);
-        let shm = Arc::new(shm);
-        self.inner
-            .cqs
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(cqn, shm.clone());
+        let shm = publish(&self.inner.cqs, cqn, shm);
         Ok(ModelCq { shm, cqn, cnt })
     }
 
@@ -438,12 +428,7 @@ impl Model {
         h.wire_delay_ns
             .store(if d > 0 { d | WIRE_TIMED } else { 0 }, Ordering::Relaxed);
         h.obj.valid.store(1, Ordering::Release);
-        let shm = Arc::new(shm);
-        self.inner
-            .qps
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(qpn, shm.clone());
+        let shm = publish(&self.inner.qps, qpn, shm);
         Ok(ModelQp {
             shm,
             qpn,
@@ -840,6 +825,14 @@ impl RingHook for ModelDoorbell {
 
 // ---------------------------------------------------------------------------------------------
 // Execution
+
+/// Puts a new object in this process's table of `map` (its kind) under `id`; returns the shared
+/// handle.
+fn publish(map: &Mutex<HashMap<u32, Arc<Shm>>>, id: u32, shm: Shm) -> Arc<Shm> {
+    let shm = Arc::new(shm);
+    map.lock().unwrap_or_else(|p| p.into_inner()).insert(id, shm.clone());
+    shm
+}
 
 fn try_lock(l: &AtomicU32) -> bool {
     l.compare_exchange(0, 1, Ordering::Acquire, Ordering::Relaxed).is_ok()
