@@ -133,6 +133,51 @@ fn be(side: &'static str, index: u64) -> impl Fn(crate::backend::BackendError) -
     move |source| ScenarioError::Backend { side, index, source }
 }
 
+/// Waits for the peer's WRITE of marker `m` at byte `at` of our buffer, watching that byte; now
+/// and then also the CQ, so an error CQE of our own WRITE stops the run instead of waiting for an
+/// answer that cannot come.
+#[inline(always)]
+fn await_write<B: Backend>(
+    b: &mut B,
+    spin: &Spin<'_>,
+    outst: &mut Outstanding,
+    k: u64,
+    what: &'static str,
+    at: usize,
+    m: u8,
+) -> Result<(), ScenarioError> {
+    let mut turn = 0u32;
+    spin.until(k, what, || {
+        if b.mem().load(at) == m {
+            return Ok(true);
+        }
+        turn = turn.wrapping_add(1);
+        if turn % CQ_CHECK_TURNS == 0 {
+            outst.add(b.poll().map_err(be(spin.side, k))?);
+        }
+        Ok(false)
+    })
+}
+
+/// Waits for the peer's SEND: polls the CQ until a receive completes (send completions seen on
+/// the way are counted off).
+#[inline(always)]
+fn await_send<B: Backend>(
+    b: &mut B,
+    spin: &Spin<'_>,
+    outst: &mut Outstanding,
+    k: u64,
+    what: &'static str,
+) -> Result<(), ScenarioError> {
+    let mut got = 0;
+    spin.until(k, what, || {
+        let q = b.poll().map_err(be(spin.side, k))?;
+        outst.add(q);
+        got += q.recvs;
+        Ok(got > 0)
+    })
+}
+
 /// Tracks signalled sends not yet completed, so the send queue never overflows.
 struct Outstanding {
     n: u32,
@@ -297,30 +342,8 @@ pub fn client_loop<B: Backend>(
         let t1 = clock::stop();
         outst.n += u32::from(signal);
         match p.op {
-            OpKind::Write => {
-                // Watch the last byte; now and then also the CQ, so an error CQE of our own WRITE
-                // stops the run instead of waiting for an answer that cannot come.
-                let mut turn = 0u32;
-                spin.until(k, "the server's WRITE", || {
-                    if b.mem().load(rx + len - 1) == m {
-                        return Ok(true);
-                    }
-                    turn = turn.wrapping_add(1);
-                    if turn % CQ_CHECK_TURNS == 0 {
-                        outst.add(b.poll().map_err(be(side, k))?);
-                    }
-                    Ok(false)
-                })?
-            }
-            OpKind::Send => {
-                let mut got = 0;
-                spin.until(k, "the server's SEND", || {
-                    let q = b.poll().map_err(be(side, k))?;
-                    outst.add(q);
-                    got += q.recvs;
-                    Ok(got > 0)
-                })?;
-            }
+            OpKind::Write => await_write(b, &spin, &mut outst, k, "the server's WRITE", rx + len - 1, m)?,
+            OpKind::Send => await_send(b, &spin, &mut outst, k, "the server's SEND")?,
             _ => {
                 let before = outst.n;
                 spin.until(k, "the completion", || {
@@ -378,26 +401,10 @@ pub fn server_loop<B: Backend>(
     for k in first..first + total {
         let m = marker(k);
         if p.op == OpKind::Write {
-            let mut turn = 0u32;
-            spin.until(k, "the client's WRITE", || {
-                if b.mem().load(rx + len - 1) == m {
-                    return Ok(true);
-                }
-                turn = turn.wrapping_add(1);
-                if turn % CQ_CHECK_TURNS == 0 {
-                    outst.add(b.poll().map_err(be(side, k))?);
-                }
-                Ok(false)
-            })?;
+            await_write(b, &spin, &mut outst, k, "the client's WRITE", rx + len - 1, m)?;
             b.mem().store(len - 1, m);
         } else {
-            let mut got = 0;
-            spin.until(k, "the client's SEND", || {
-                let q = b.poll().map_err(be(side, k))?;
-                outst.add(q);
-                got += q.recvs;
-                Ok(got > 0)
-            })?;
+            await_send(b, &spin, &mut outst, k, "the client's SEND")?;
         }
         // The server reaps before answering: then the reaping is on the measured path in every
         // iteration alike, never hidden in one configuration and exposed in another (after the
