@@ -727,16 +727,10 @@ fn lat(a: LatArgs) -> Result<ExitCode> {
                 ("iters", a.iters.to_string()),
                 ("warmup", a.warmup.to_string()),
                 ("blocks", a.blocks.to_string()),
-                (
-                    "backends",
-                    kinds.iter().map(|k| k.as_str()).collect::<Vec<_>>().join(","),
-                ),
-                ("db_mode", mode.as_str().to_string()),
-                ("inline_limit", inline_limit.to_string()),
-                ("buffer", buf_len.to_string()),
             ]
             .into_iter()
             .map(|(k, v)| (k.to_string(), v))
+            .chain(end_params(&kinds, mode, inline_limit, buf_len))
             .collect(),
         );
         net = Some(connect_peer(&a, &hello, &dev, &kinds, op, buf_len, mode)?);
@@ -1028,16 +1022,10 @@ fn bw(a: BwArgs) -> Result<ExitCode> {
                 ("qps", a.qps.to_string()),
                 ("threads", a.threads.to_string()),
                 ("bidirectional", a.bidirectional.to_string()),
-                (
-                    "backends",
-                    kinds.iter().map(|k| k.as_str()).collect::<Vec<_>>().join(","),
-                ),
-                ("db_mode", mode.as_str().to_string()),
-                ("inline_limit", inline_limit.to_string()),
-                ("buffer", buf_len.to_string()),
             ]
             .into_iter()
             .map(|(k, v)| (k.to_string(), v))
+            .chain(end_params(&kinds, mode, inline_limit, buf_len))
             .collect(),
         );
         let link = OobLink {
@@ -1372,6 +1360,25 @@ fn handshake(link: &OobLink, hello: &rdmaprobe::oob::Hello) -> Result<rdmaprobe:
             p
         }
     })
+}
+
+/// The hello parameters every client/server scenario shares: the backends and what each end's
+/// QPs and buffers are made with.
+fn end_params(
+    kinds: &[rdmaprobe::backend::BackendKind],
+    mode: rdmaprobe::mlx5::sq::DbMode,
+    inline_limit: u32,
+    buf_len: usize,
+) -> [(String, String); 4] {
+    [
+        (
+            "backends".into(),
+            kinds.iter().map(|k| k.as_str()).collect::<Vec<_>>().join(","),
+        ),
+        ("db_mode".into(), mode.as_str().to_string()),
+        ("inline_limit".into(), inline_limit.to_string()),
+        ("buffer".into(), buf_len.to_string()),
+    ]
 }
 
 /// The handshake, then for each backend this side's QP and buffer exchanged with the peer's and

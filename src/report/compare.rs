@@ -40,6 +40,17 @@ pub enum Verdict {
     Same,
 }
 
+impl Verdict {
+    /// The word a report shows.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Verdict::Regression => "REGRESSION",
+            Verdict::Improvement => "improvement",
+            Verdict::Same => "same",
+        }
+    }
+}
+
 /// One matched run and metric.
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct Row {
@@ -350,11 +361,7 @@ pub fn text(r: &Report) -> String {
             x.new,
             x.change * 100.0,
             iv(x),
-            match x.verdict {
-                Verdict::Regression => "REGRESSION",
-                Verdict::Improvement => "improvement",
-                Verdict::Same => "same",
-            }
+            x.verdict.as_str()
         ));
     }
     for k in &r.only_base {
@@ -387,10 +394,10 @@ pub fn markdown(r: &Report) -> String {
             x.new,
             x.change * 100.0,
             iv(x),
-            match x.verdict {
-                Verdict::Regression => "**REGRESSION**",
-                Verdict::Improvement => "improvement",
-                Verdict::Same => "same",
+            if x.verdict == Verdict::Regression {
+                format!("**{}**", x.verdict.as_str())
+            } else {
+                x.verdict.as_str().to_string()
             }
         ));
     }
