@@ -295,27 +295,8 @@ pub fn verbs_pair(
     let pd = Pd::new(ctx)?;
     let caps = qp_caps();
     let opts = connect_opts(port, *gid, op);
-    let mk = || -> Result<(Qp, Cq, Mr), SetupError> {
-        let cq = Cq::new(ctx, 2 * DEPTH)?;
-        let qp = match Qp::new_rc(&pd, &cq, &cq, caps, kind == BackendKind::Wr) {
-            Ok(q) => q,
-            // Some providers grant less inline data: retry with none.
-            Err(_) => Qp::new_rc(
-                &pd,
-                &cq,
-                &cq,
-                QpCaps {
-                    max_inline_data: 0,
-                    ..caps
-                },
-                kind == BackendKind::Wr,
-            )?,
-        };
-        let mr = Mr::new(&pd, buf_len, access_for(op), false)?;
-        Ok((qp, cq, mr))
-    };
-    let (mut qa, ca, ma) = mk()?;
-    let (mut qb, cb, mb) = mk()?;
+    let (mut qa, ca, ma) = verbs_qp(ctx, &pd, kind, caps, buf_len, op)?;
+    let (mut qb, cb, mb) = verbs_qp(ctx, &pd, kind, caps, buf_len, op)?;
     let (ea, eb) = (qa.endpoint(port, *gid)?, qb.endpoint(port, *gid)?);
     qa.connect(port, &opts, &eb)?;
     qb.connect(port, &opts, &ea)?;
@@ -324,6 +305,35 @@ pub fn verbs_pair(
         VerbsEnd::new(kind, qa, ca, ma, rb)?,
         VerbsEnd::new(kind, qb, cb, mb, ra)?,
     ))
+}
+
+/// One verbs (or wr) QP with its CQ and buffer in `pd`. Some providers grant less inline data
+/// than asked: the QP is then made again with none.
+fn verbs_qp(
+    ctx: &Context,
+    pd: &Pd,
+    kind: BackendKind,
+    caps: QpCaps,
+    buf_len: usize,
+    op: OpKind,
+) -> Result<(Qp, Cq, Mr), SetupError> {
+    let cq = Cq::new(ctx, 2 * DEPTH)?;
+    let wr = kind == BackendKind::Wr;
+    let qp = match Qp::new_rc(pd, &cq, &cq, caps, wr) {
+        Ok(q) => q,
+        Err(_) => Qp::new_rc(
+            pd,
+            &cq,
+            &cq,
+            QpCaps {
+                max_inline_data: 0,
+                ..caps
+            },
+            wr,
+        )?,
+    };
+    let mr = Mr::new(pd, buf_len, access_for(op), false)?;
+    Ok((qp, cq, mr))
 }
 
 fn model_access(op: OpKind) -> u32 {
@@ -461,21 +471,7 @@ impl HalfEnd {
                     let mr = Mr::new(&pd, buf_len, access_for(op), false)?;
                     HalfEnd::Mlx5 { q: Box::new(q), mr }
                 } else {
-                    let cq = Cq::new(ctx, 2 * DEPTH)?;
-                    let qp = match Qp::new_rc(&pd, &cq, &cq, caps, kind == BackendKind::Wr) {
-                        Ok(q) => q,
-                        Err(_) => Qp::new_rc(
-                            &pd,
-                            &cq,
-                            &cq,
-                            QpCaps {
-                                max_inline_data: 0,
-                                ..caps
-                            },
-                            kind == BackendKind::Wr,
-                        )?,
-                    };
-                    let mr = Mr::new(&pd, buf_len, access_for(op), false)?;
+                    let (qp, cq, mr) = verbs_qp(ctx, &pd, kind, caps, buf_len, op)?;
                     HalfEnd::Verbs { kind, qp, cq, mr }
                 }
             }
