@@ -28,6 +28,46 @@ pub struct PostCostParams {
 /// Most WQEs kept outstanding.
 const TX_DEPTH: u64 = 96;
 
+/// Polls, advancing `completed` to the end of each signalled batch whose completion arrives,
+/// until `enough(completed, signals pending)`; a stall of `stall` is an error at operation `index`.
+fn reap<B: Backend>(
+    b: &mut B,
+    signals: &mut VecDeque<u64>,
+    completed: &mut u64,
+    stall: std::time::Duration,
+    index: u64,
+    what: &'static str,
+    enough: impl Fn(u64, usize) -> bool,
+) -> Result<(), ScenarioError> {
+    let started = Instant::now();
+    while !enough(*completed, signals.len()) {
+        let q = b.poll().map_err(be(index))?;
+        for _ in 0..q.sends {
+            if let Some(upto) = signals.pop_front() {
+                *completed = upto;
+            }
+        }
+        if started.elapsed() > stall {
+            return Err(ScenarioError::Stalled {
+                side: "client",
+                index,
+                what,
+                waited: stall,
+            });
+        }
+    }
+    Ok(())
+}
+
+/// A backend error at operation `index`.
+fn be(index: u64) -> impl Fn(crate::backend::BackendError) -> ScenarioError {
+    move |source| ScenarioError::Backend {
+        side: "client",
+        index,
+        source,
+    }
+}
+
 /// Times `p.iters` post calls of RDMA WRITEs from `b` (its peer only receives); returns the
 /// ticks of each call.
 pub fn run<B: Backend>(b: &mut B, p: &PostCostParams) -> Result<Vec<u64>, ScenarioError> {
@@ -45,35 +85,13 @@ pub fn run<B: Backend>(b: &mut B, p: &PostCostParams) -> Result<Vec<u64>, Scenar
             TX_DEPTH / 2
         )));
     }
-    let be = |index: u64| {
-        move |source| ScenarioError::Backend {
-            side: "client",
-            index,
-            source,
-        }
-    };
     let mut out = Vec::with_capacity(p.iters as usize);
     let (mut posted, mut completed) = (0u64, 0u64);
     let mut signals: VecDeque<u64> = VecDeque::new();
     for i in 0..p.iters {
         // room for the next call, reaped outside the timed region
-        let started = Instant::now();
-        while posted - completed + u64::from(p.postlist) > TX_DEPTH {
-            let q = b.poll().map_err(be(i))?;
-            for _ in 0..q.sends {
-                if let Some(upto) = signals.pop_front() {
-                    completed = upto;
-                }
-            }
-            if started.elapsed() > p.stall {
-                return Err(ScenarioError::Stalled {
-                    side: "client",
-                    index: i,
-                    what: "completions",
-                    waited: p.stall,
-                });
-            }
-        }
+        let room = |completed: u64, _: usize| posted - completed + u64::from(p.postlist) <= TX_DEPTH;
+        reap(b, &mut signals, &mut completed, p.stall, i, "completions", room)?;
         let end = posted + u64::from(p.postlist);
         let signal = end / u64::from(p.cq_mod) > posted / u64::from(p.cq_mod);
         let t0 = clock::start();
@@ -87,22 +105,15 @@ pub fn run<B: Backend>(b: &mut B, p: &PostCostParams) -> Result<Vec<u64>, Scenar
         posted = end;
     }
     // drain
-    let started = Instant::now();
-    while completed < posted && !signals.is_empty() {
-        let q = b.poll().map_err(be(p.iters))?;
-        for _ in 0..q.sends {
-            if let Some(upto) = signals.pop_front() {
-                completed = upto;
-            }
-        }
-        if started.elapsed() > p.stall {
-            return Err(ScenarioError::Stalled {
-                side: "client",
-                index: p.iters,
-                what: "the last completions",
-                waited: p.stall,
-            });
-        }
-    }
+    let drained = |completed: u64, pending: usize| completed >= posted || pending == 0;
+    reap(
+        b,
+        &mut signals,
+        &mut completed,
+        p.stall,
+        p.iters,
+        "the last completions",
+        drained,
+    )?;
     Ok(out)
 }
