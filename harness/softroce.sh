@@ -238,23 +238,42 @@ echo "===== device tests"
 /opt/device-tests --ignored --test-threads=2; tests_rc=\$?
 echo "RDMAPROBE-GUEST-RESULT devices=\$dev_rc devices_json=\$djson_rc device_tests=\$tests_rc"
 if [ -d /opt/rc56 ]; then
+  # put the libraries of \$1 (lib/*.so* with the loader, lib/libibverbs/*.so providers,
+  # etc/libibverbs.d/*.driver) in place of the ones in use. busybox is static and nothing dynamic
+  # runs meanwhile: every program started afterwards loads them (new files, not overwritten ones)
+  use_libs() {
+    rm -f /usr/lib/x86_64-linux-gnu/libibverbs/*.so /etc/libibverbs.d/*.driver
+    for f in \$1/lib/*.so*; do rm -f "/usr/lib/x86_64-linux-gnu/\${f##*/}"; cp -a "\$f" /usr/lib/x86_64-linux-gnu/; done
+    cp -a \$1/lib/libibverbs/*.so /usr/lib/x86_64-linux-gnu/libibverbs/
+    cp -a \$1/etc/libibverbs.d/*.driver /etc/libibverbs.d/
+    rm -f /usr/lib64/ld-linux-x86-64.so.2 && cp -L \$1/lib/ld-linux-x86-64.so.2 /usr/lib64/ld-linux-x86-64.so.2
+  }
+  loaded() { /opt/rdmaprobe devices --json 2>&1 | grep -o 'libibverbs.so.1.14.[0-9.]*[0-9]' | sort -u | tr '\n' ' '; }
+  suite() { /opt/rdmaprobe suite --quick -d rxe0 -x 1 --out /tmp/\$1 > /tmp/\$1.txt 2>&1; r=\$?; cat /tmp/\$1.txt; return \$r; }
   echo "===== rdma-core 44 (Debian 12): rdmaprobe suite --quick on rxe0"
-  /opt/rdmaprobe suite --quick -d rxe0 -x 1 --out /tmp/rc44 > /tmp/rc44.txt 2>&1; s44=\$?
-  cat /tmp/rc44.txt
+  suite rc44; s44=\$?
+  # keep Debian 12's files (those 56 replaces, the providers, the loader) to come back to them
+  mkdir -p /opt/rc44/lib/libibverbs /opt/rc44/etc/libibverbs.d
+  for f in /opt/rc56/lib/*.so*; do
+    b=\${f##*/}
+    if [ -e "/usr/lib/x86_64-linux-gnu/\$b" ] || [ -L "/usr/lib/x86_64-linux-gnu/\$b" ]; then cp -a "/usr/lib/x86_64-linux-gnu/\$b" /opt/rc44/lib/; fi
+  done
+  cp -a /usr/lib/x86_64-linux-gnu/libibverbs/*.so /opt/rc44/lib/libibverbs/
+  cp -a /etc/libibverbs.d/*.driver /opt/rc44/etc/libibverbs.d/
+  cp -L /usr/lib64/ld-linux-x86-64.so.2 /opt/rc44/lib/ld-linux-x86-64.so.2
   echo "===== rdma-core 56 (trixie) with trixie's libc6, put in place of 44 and its libc"
-  # busybox is static and nothing dynamic runs now: every program started from here on loads
-  # the new libc and libibverbs (new files, not overwritten ones)
-  rm -f /usr/lib/x86_64-linux-gnu/libibverbs/*.so /etc/libibverbs.d/*.driver
-  for f in /opt/rc56/lib/*.so*; do rm -f "/usr/lib/x86_64-linux-gnu/\${f##*/}"; cp -a "\$f" /usr/lib/x86_64-linux-gnu/; done
-  cp -a /opt/rc56/lib/libibverbs/*.so /usr/lib/x86_64-linux-gnu/libibverbs/
-  cp -a /opt/rc56/etc/libibverbs.d/*.driver /etc/libibverbs.d/
-  rm -f /usr/lib64/ld-linux-x86-64.so.2 && cp -L /opt/rc56/lib/ld-linux-x86-64.so.2 /usr/lib64/ld-linux-x86-64.so.2
-  echo "RC56-LOADED \$(/opt/rdmaprobe devices --json 2>&1 | grep -o 'libibverbs.so.1.14.[0-9.]*[0-9]' | sort -u | tr '\n' ' ')"
-  /opt/rdmaprobe suite --quick -d rxe0 -x 1 --out /tmp/rc56 > /tmp/rc56.txt 2>&1; s56=\$?
-  cat /tmp/rc56.txt
+  use_libs /opt/rc56
+  echo "RC56-LOADED \$(loaded)"
+  suite rc56; s56=\$?
+  echo "===== rdma-core 44 again (the control: how far two runs of one version differ here)"
+  use_libs /opt/rc44
+  echo "RC44-AGAIN-LOADED \$(loaded)"
+  suite rc44b; s44b=\$?
+  echo "===== compare: rdma-core 44 against 44 again (control), p50 and bandwidth, threshold 25 %"
+  /opt/rdmaprobe compare --metric p50,bw --threshold 25 /tmp/rc44/results.json /tmp/rc44b/results.json; ctl_rc=\$?
   echo "===== compare: rdma-core 44 (base) against 56 (new), p50 and bandwidth, threshold 25 %"
   /opt/rdmaprobe compare --metric p50,bw --threshold 25 /tmp/rc44/results.json /tmp/rc56/results.json; cmp_rc=\$?
-  echo "RDMAPROBE-RC56-RESULT suite44=\$s44 suite56=\$s56 compare=\$cmp_rc"
+  echo "RDMAPROBE-RC56-RESULT suite44=\$s44 suite56=\$s56 suite44b=\$s44b control=\$ctl_rc compare=\$cmp_rc"
 fi
 poweroff -f
 INIT
@@ -313,6 +332,10 @@ if ((cmp56)); then
   [[ -n "$r56" ]] || { echo "FAIL: the rdma-core 44/56 comparison printed no result line"; fail=1; }
   grep -q 'suite44=0 ' <<<"$r56" || { echo "FAIL: suite --quick with rdma-core 44 failed in the guest"; fail=1; }
   grep -q 'suite56=0 ' <<<"$r56" || { echo "FAIL: suite --quick with rdma-core 56 failed in the guest"; fail=1; }
+  grep -q 'suite44b=0 ' <<<"$r56" || { echo "FAIL: suite --quick with rdma-core 44 again failed in the guest"; fail=1; }
+  grep -qE 'control=(0|1) ' <<<"$r56" || { echo "FAIL: the 44 against 44 control gave no verdict ($r56)"; fail=1; }
+  grep -qE '^RC44-AGAIN-LOADED libibverbs.so.1.14.44' "$log.txt" ||
+    { echo "FAIL: back on 44, the guest did not load rdma-core 44's libibverbs"; fail=1; }
   grep -qE 'compare=(0|1)$' <<<"$r56" || { echo "FAIL: compare of rdma-core 44 and 56 gave no verdict ($r56)"; fail=1; }
   grep -qE '^RC56-LOADED libibverbs.so.1.14.56' "$log.txt" ||
     { echo "FAIL: after the swap the guest did not load rdma-core 56's libibverbs"; fail=1; }
