@@ -618,13 +618,16 @@ fn clock(as_json: bool, window_ms: u64) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
+/// Fewer iterations per latency block than this get a warning.
+const MIN_BLOCK: u64 = 100;
+
 fn lat(a: LatArgs) -> Result<ExitCode> {
     use rdmaprobe::backend::setup::{Dev, DEPTH};
     use rdmaprobe::backend::{BackendKind, OpKind};
     use rdmaprobe::mlx5::sq::DbMode;
     use rdmaprobe::report::env::Fingerprint;
     use rdmaprobe::scenario::lat::LatParams;
-    use rdmaprobe::scenario::runner::{run_blocks, AnyPair, LatResult, Length};
+    use rdmaprobe::scenario::runner::{run_blocks, AnyPair, LatPair, LatResult, Length};
 
     if a.host.is_some() && a.loopback {
         anyhow::bail!("--loopback runs both ends in this process: give no HOST");
@@ -695,6 +698,15 @@ fn lat(a: LatArgs) -> Result<ExitCode> {
     if a.model_delay_ns > 0 {
         warnings.push(format!("model0 adds a wire delay of {} ns each way", a.model_delay_ns));
     }
+    let per_block = a.iters / a.blocks.max(1);
+    if a.duration.is_none() && per_block < MIN_BLOCK {
+        warnings.push(format!(
+            "{per_block} iterations per block (-n {} / --blocks {}): a block's first iterations follow the hand-over \
+             to the measuring threads, and per-block statistics (compare's intervals) rest on few samples; \
+             use at least {MIN_BLOCK} per block",
+            a.iters, a.blocks
+        ));
+    }
     let mut pairs = Vec::new();
     let mut net: Option<(
         rdmaprobe::oob::Peer,
@@ -704,9 +716,9 @@ fn lat(a: LatArgs) -> Result<ExitCode> {
         rdmaprobe::backend::setup::INLINE
     } else {
         for k in &kinds {
-            pairs.push((*k, AnyPair::new(&dev, *k, op, buf_len, mode)?));
+            pairs.push(LatPair::new(*k, AnyPair::new(&dev, *k, op, buf_len, mode)?));
         }
-        pairs.iter().map(|(_, p)| p.max_inline()).min().unwrap_or(0)
+        pairs.iter().map(|p| p.pair.max_inline()).min().unwrap_or(0)
     };
     let inline_limit = match a.inline_size {
         Some(i) if i > max_inline && matches!(op, OpKind::Write | OpKind::Send) => {
@@ -791,6 +803,8 @@ fn lat(a: LatArgs) -> Result<ExitCode> {
     let mut results: Vec<LatResult> = Vec::new();
     let mut intervals: Vec<rdmaprobe::report::Interval> = Vec::new();
     let run_start = std::time::Instant::now();
+    // ping-pong state per backend across sizes (marker numbering, receives posted once)
+    let mut net_states = vec![rdmaprobe::scenario::lat::PingState::default(); kinds.len()];
     for size in sizes {
         let inline = matches!(op, OpKind::Write | OpKind::Send) && size <= inline_limit;
         let p = LatParams {
@@ -830,7 +844,7 @@ fn lat(a: LatArgs) -> Result<ExitCode> {
                 };
                 run_blocks(&mut pairs, &p, len, &cal, &INTERRUPTED, &mut on_block)?
             }
-            Some((peer, ends)) => match run_network(ends, &p, a.blocks, !server, &cal) {
+            Some((peer, ends)) => match run_network(ends, &mut net_states, &p, a.blocks, !server, &cal) {
                 Ok(rs) => rs,
                 Err(e) => {
                     // tell the peer (best effort) and stop
@@ -1417,19 +1431,19 @@ fn connect_peer(
 /// Runs the blocks of one size on connected ends; the client returns the results.
 fn run_network(
     ends: &mut [(rdmaprobe::backend::BackendKind, rdmaprobe::backend::setup::AnyEnd)],
+    states: &mut [rdmaprobe::scenario::lat::PingState],
     p: &rdmaprobe::scenario::lat::LatParams,
     blocks: u64,
     client: bool,
     cal: &Calibration,
 ) -> Result<Vec<rdmaprobe::scenario::runner::LatResult>> {
-    use rdmaprobe::scenario::lat::{LatSamples, PingState};
+    use rdmaprobe::scenario::lat::LatSamples;
     use rdmaprobe::scenario::runner::{figures_ns, finish, lat_side, Blocks};
     let blocks = blocks.clamp(1, p.iters.max(1));
     let mut all: Vec<(LatSamples, Blocks)> = ends
         .iter()
         .map(|_| (LatSamples::default(), Blocks::default()))
         .collect();
-    let mut states: Vec<PingState> = ends.iter().map(|_| PingState::default()).collect();
     for b in 0..blocks {
         let iters = p.iters / blocks + u64::from(b < p.iters % blocks);
         let warmup = if b == 0 { p.warmup } else { 0 };
@@ -1492,7 +1506,7 @@ fn suite(a: SuiteArgs) -> Result<ExitCode> {
     use rdmaprobe::scenario::bw::BwParams;
     use rdmaprobe::scenario::lat::LatParams;
     use rdmaprobe::scenario::post_cost::PostCostParams;
-    use rdmaprobe::scenario::runner::{run_blocks, run_bw, run_post_cost, AnyPair, Length};
+    use rdmaprobe::scenario::runner::{run_blocks, run_bw, run_post_cost, AnyPair, LatPair, Length};
 
     // SAFETY: installs a handler that only stores to an atomic (async-signal-safe).
     unsafe { libc::signal(libc::SIGINT, on_sigint as *const () as libc::sighandler_t) };
@@ -1556,9 +1570,9 @@ fn suite(a: SuiteArgs) -> Result<ExitCode> {
             .next_multiple_of(4096);
         let mut pairs = Vec::new();
         for k in &kinds {
-            pairs.push((*k, AnyPair::new(&dev, *k, op, buf, DbMode::Bf)?));
+            pairs.push(LatPair::new(*k, AnyPair::new(&dev, *k, op, buf, DbMode::Bf)?));
         }
-        let max_inline = pairs.iter().map(|(_, p)| p.max_inline()).min().unwrap_or(0);
+        let max_inline = pairs.iter().map(|p| p.pair.max_inline()).min().unwrap_or(0);
         for size in sizes {
             progress.step(&format!("lat {name} {size} B"));
             let p = LatParams {

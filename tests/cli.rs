@@ -305,3 +305,46 @@ fn lat_duration_mode_keeps_every_sample_and_writes_an_interval_log() {
     assert!(err.contains("--loopback only"), "{err}");
     std::fs::remove_dir_all(&dir).ok();
 }
+
+/// The full matrix runs to the end on model0: every size of `lat send -a` and `lat write -a`
+/// (SEND used to stop at the 9th size, "receive queue full"), a block shorter than the
+/// signalling period ("send queue full"), and the whole `suite` without `--quick` (it used to
+/// die at step 9 of 92 and write nothing).
+#[test]
+fn the_full_matrix_finishes_on_model0() {
+    for op in ["send", "write"] {
+        let (code, out, err) = rdmaprobe(&["lat", op, "--loopback", "-d", "model0", "-a", "-n", "100"]);
+        assert_eq!(code, 0, "lat {op} -a:\n{out}{err}");
+        let rows = out.lines().filter(|l| l.contains(" direct ")).count();
+        assert_eq!(rows, 23, "lat {op} -a: one row per size 2 B .. 8 MiB:\n{out}");
+    }
+    let (code, out, err) = rdmaprobe(&[
+        "lat",
+        "write",
+        "--loopback",
+        "-d",
+        "model0",
+        "-n",
+        "1000",
+        "--blocks",
+        "100",
+    ]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(
+        out.contains("10 iterations per block"),
+        "tiny blocks are not flagged:\n{out}"
+    );
+    let dir = std::env::temp_dir().join(format!("rdmaprobe-full-suite-{}", std::process::id()));
+    let t = std::time::Instant::now();
+    let (code, out, err) = rdmaprobe(&["suite", "-d", "model0", "--out", dir.to_str().unwrap()]);
+    assert_eq!(code, 0, "full suite:\n{out}{err}");
+    eprintln!("full suite on model0: {:.1} s", t.elapsed().as_secs_f64());
+    let v: serde_json::Value = serde_json::from_slice(&std::fs::read(dir.join("results.json")).unwrap()).unwrap();
+    let runs = v["runs"].as_array().unwrap();
+    let count = |s: &str| runs.iter().filter(|r| r["scenario"] == s).count();
+    // latency: send/write/read at 18 sizes 8 B .. 1 MiB, and the atomic; bw: write/send at 17 sizes
+    assert_eq!(count("lat"), 3 * 18 + 1, "{out}");
+    assert_eq!(count("bw"), 2 * 17, "{out}");
+    assert_eq!(count("post_cost"), 3, "{out}");
+    std::fs::remove_dir_all(&dir).ok();
+}
