@@ -178,9 +178,11 @@ struct LatArgs {
     /// Doorbell mode of the direct backend.
     #[arg(long, value_enum, default_value_t = DbArg::Bf)]
     db_mode: DbArg,
-    /// model0 only: added one-way wire delay in ns.
-    #[arg(long, default_value_t = 0)]
-    model_delay_ns: u64,
+    /// model0 only: a wire delay in ns added to every message in each direction (WRITE and SEND
+    /// one-way figures rise by D; READ and atomic round trips by 2D); at most 1 s. Given (even 0),
+    /// the model times the wire on every operation, so runs with 0 and with D differ by D alone.
+    #[arg(long, value_parser = clap::value_parser!(u64).range(0..=rdmaprobe::model::MAX_WIRE_DELAY_NS))]
+    model_delay_ns: Option<u64>,
     /// Seconds without progress before a run is declared stalled.
     #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..=3600))]
     stall_secs: u64,
@@ -330,6 +332,7 @@ static INTERRUPTED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBoo
 
 extern "C" fn on_sigint(_: libc::c_int) {
     INTERRUPTED.store(true, std::sync::atomic::Ordering::Relaxed);
+    rdmaprobe::model::abort_wire_waits();
 }
 
 fn main() -> ExitCode {
@@ -660,13 +663,14 @@ fn lat(a: LatArgs) -> Result<ExitCode> {
     let buf_len = (2 * max.max(64)).next_multiple_of(4096);
     let model_cfg = rdmaprobe::model::ModelConfig {
         wire_delay_ns: a.model_delay_ns,
-        exec: rdmaprobe::model::ExecMode::Inline,
+        // the model executes a WQE after the post call returns: the post column is the post alone
+        exec: rdmaprobe::model::ExecMode::AfterPost,
     };
     let (dev, note) = a.dev.open(model_cfg)?;
     if let Some(n) = note {
         eprintln!("rdmaprobe: {n}");
     }
-    if a.model_delay_ns > 0 && !dev.is_model() {
+    if a.model_delay_ns.is_some() && !dev.is_model() {
         anyhow::bail!("--model-delay-ns applies to model0 only (device is {})", dev.name());
     }
     let kinds: Vec<BackendKind> = match a.backend {
@@ -695,8 +699,18 @@ fn lat(a: LatArgs) -> Result<ExitCode> {
         fp.port = serde_json::to_value(port).ok();
     }
     let mut warnings = fp.warnings();
-    if a.model_delay_ns > 0 {
-        warnings.push(format!("model0 adds a wire delay of {} ns each way", a.model_delay_ns));
+    if let Some(d) = a.model_delay_ns {
+        if d.saturating_mul(2) >= a.stall_secs.saturating_mul(1_000_000_000) {
+            eprintln!(
+                "rdmaprobe: error: --model-delay-ns {d} must stay below half the stall deadline (--stall-secs {})",
+                a.stall_secs
+            );
+            return Ok(ExitCode::from(2));
+        }
+        warnings.push(format!(
+            "model0 adds a wire delay of {d} ns to every message in each direction (one-way figures +{d} ns, round trips +{} ns)",
+            2 * d
+        ));
     }
     let per_block = a.iters / a.blocks.max(1);
     if a.duration.is_none() && per_block < MIN_BLOCK {
@@ -779,6 +793,11 @@ fn lat(a: LatArgs) -> Result<ExitCode> {
             cal.source.as_str(),
             cal.overhead_ns()
         );
+        if dev.is_model() {
+            println!(
+                " post p50: the post call alone; model0 executes each WQE after it returns (in the completion wait)"
+            );
+        }
         for w in &warnings {
             println!(" WARNING: {w}");
         }
@@ -923,6 +942,7 @@ fn lat(a: LatArgs) -> Result<ExitCode> {
                 "scenario": "lat", "op": op.as_str(), "iters": a.iters, "warmup": a.warmup, "blocks": a.blocks,
                 "backends": kinds.iter().map(|k| k.as_str()).collect::<Vec<_>>(), "db_mode": mode.as_str(),
                 "inline_limit": inline_limit, "loopback": !network, "model_delay_ns": a.model_delay_ns,
+                "model_exec": dev.is_model().then_some("after_post"),
                 "duration_s": a.duration,
                 "peer": net.as_ref().map(|(p, _)| p.addr().to_string()),
             }),
@@ -1229,7 +1249,7 @@ fn post_cost(a: PostCostArgs) -> Result<ExitCode> {
     }
     // model0 executes only between timed calls, so the timed region holds the post alone
     let model_cfg = rdmaprobe::model::ModelConfig {
-        wire_delay_ns: 0,
+        wire_delay_ns: None,
         exec: rdmaprobe::model::ExecMode::Deferred,
     };
     let (dev, note) = a.dev.open(model_cfg)?;
@@ -1526,7 +1546,10 @@ fn suite(a: SuiteArgs) -> Result<ExitCode> {
             20000,
         )
     };
-    let model_cfg = rdmaprobe::model::ModelConfig::default();
+    let model_cfg = rdmaprobe::model::ModelConfig {
+        wire_delay_ns: None,
+        exec: rdmaprobe::model::ExecMode::AfterPost,
+    };
     let (dev, note) = a.dev.open(model_cfg)?;
     let cal = Calibration::run(200_000_000)?;
     let mut fp = Fingerprint::collect(&cal, &dev.name(), &dev.provider(), dev.firmware(), dev.is_model());
@@ -1641,7 +1664,7 @@ fn suite(a: SuiteArgs) -> Result<ExitCode> {
             1,
             None,
             rdmaprobe::model::ModelConfig {
-                wire_delay_ns: 0,
+                wire_delay_ns: None,
                 exec: rdmaprobe::model::ExecMode::Deferred,
             },
         )?

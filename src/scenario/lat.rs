@@ -368,6 +368,8 @@ pub fn client_loop<B: Backend>(
         let t0 = clock::start();
         b.post(p.op, p.size, 1, p.inline, signal).map_err(be(side, k))?;
         let t1 = clock::stop();
+        // a device model executes the WQE here, after the post's timestamp (on hardware: nothing)
+        b.after_post();
         outst.n += u32::from(signal);
         match p.op {
             OpKind::Write => await_write(b, &spin, &mut outst, k, "the server's WRITE", rx + len - 1, m)?,
@@ -443,6 +445,7 @@ pub fn server_loop<B: Backend>(
         }
         let signal = signalled(p.op, k - first) || k + 1 == first + total;
         b.post(p.op, p.size, 1, p.inline, signal).map_err(be(side, k))?;
+        b.after_post();
         outst.n += u32::from(signal);
         if p.op == OpKind::Send {
             b.post_recv(recv_len(b), 1).map_err(be(side, k))?;
