@@ -28,6 +28,8 @@ fn main() {
         inline: true,
         bidirectional: false,
         stall: Duration::from_secs(30),
+        window: Duration::from_millis(1),
+        min_duration: Duration::ZERO,
     };
     let (mut one, mut two) = (Vec::new(), Vec::new());
     for _ in 0..5 {

@@ -237,6 +237,13 @@ struct BwArgs {
     /// Report Gb/s instead of MB/sec.
     #[arg(long)]
     report_gbits: bool,
+    /// Length of the bandwidth windows (best and worst window), microseconds.
+    #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u64).range(1..=10_000_000))]
+    window_us: u64,
+    /// --loopback: a run shorter than this many ms is run again with more iterations, sized by
+    /// the first (0: never).
+    #[arg(long, default_value_t = 200, value_parser = clap::value_parser!(u64).range(0..=3_600_000))]
+    min_ms: u64,
     /// Inline messages up to this size (default: the QP's max_inline_data; 0 disables).
     #[arg(short = 'I', long)]
     inline_size: Option<u32>,
@@ -1131,15 +1138,27 @@ fn bw(a: BwArgs) -> Result<ExitCode> {
     }
     println!("{}", "-".repeat(118));
     println!(
-        " {:>8} {:>7} {:>12} {:>18} {:>21} {:>24} {:>14}",
+        " windows of {:.3} ms partition each run (the last may be up to 1.5 windows); peak: perftest's (shortest time per message from a post to a later completion; one QP, one direction only); {}",
+        a.window_us as f64 / 1e3,
+        if network {
+            format!("runs are -n messages per QP (client and server agree on them); runs under {} ms are flagged", a.min_ms)
+        } else {
+            format!("runs shorter than {} ms are repeated with more messages (--min-ms)", a.min_ms)
+        }
+    );
+    println!(
+        " {:>8} {:>7} {:>12} {:>10} {:>16} {:>16} {:>16} {:>16} {:>12}",
         "#bytes",
         "backend",
-        "#iterations",
-        format!("BW peak[{unit}]"),
-        format!("BW average[{unit}]"),
-        format!("BW min-window[{unit}]"),
+        "#messages",
+        "time[ms]",
+        format!("peak[{unit}]"),
+        format!("average[{unit}]"),
+        format!("best win[{unit}]"),
+        format!("worst win[{unit}]"),
         "MsgRate[Mpps]"
     );
+    let mut short_runs: Vec<String> = Vec::new();
     let conv = |mib: f64| {
         if a.report_gbits {
             mib * 1024.0 * 1024.0 * 8.0 / 1e9
@@ -1160,6 +1179,13 @@ fn bw(a: BwArgs) -> Result<ExitCode> {
                 inline: matches!(op, OpKind::Write | OpKind::Send) && *size <= inline_limit,
                 bidirectional: a.bidirectional,
                 stall: std::time::Duration::from_secs(a.stall_secs),
+                window: std::time::Duration::from_micros(a.window_us),
+                // both ends of a client/server run must agree on the iterations: no resizing
+                min_duration: if network {
+                    std::time::Duration::ZERO
+                } else {
+                    std::time::Duration::from_millis(a.min_ms)
+                },
             };
             let r = match net.as_mut() {
                 None => run_bw(
@@ -1175,7 +1201,8 @@ fn bw(a: BwArgs) -> Result<ExitCode> {
                 )?,
                 Some((peer, all)) => {
                     let ki = kinds.iter().position(|x| x == k).unwrap_or(0);
-                    let out = match rdmaprobe::scenario::runner::bw_side(&mut all[ki], &p, !server, &INTERRUPTED) {
+                    let out = match rdmaprobe::scenario::runner::bw_side(&mut all[ki], &p, !server, &cal, &INTERRUPTED)
+                    {
                         Ok(o) => o,
                         Err(e) => {
                             let _ = peer.send(&rdmaprobe::oob::Done {
@@ -1198,23 +1225,39 @@ fn bw(a: BwArgs) -> Result<ExitCode> {
                         cq_mod: a.cq_mod,
                         bidirectional: a.bidirectional,
                         inline: p.inline,
+                        iters: p.iters,
+                        min_duration_ms: 0.0,
                         summary: rdmaprobe::scenario::bw::summarize(&out, *size, cal.hz),
                     }
                 }
             };
             let s = &r.summary;
             println!(
-                " {:>8} {:>7} {:>12} {:>18.2} {:>21.2} {:>24.2} {:>14.4}",
+                " {:>8} {:>7} {:>12} {:>10.1} {:>16} {:>16.2} {:>16.2} {:>16.2} {:>12.4}",
                 size,
                 k.as_str(),
                 s.messages,
-                conv(s.bw_peak_mib_s),
+                s.seconds * 1e3,
+                s.bw_peak_perftest_mib_s
+                    .map(|v| format!("{:.2}", conv(v)))
+                    .unwrap_or_else(|| "-".into()),
                 conv(s.bw_avg_mib_s),
+                conv(s.bw_peak_window_mib_s),
                 conv(s.bw_min_window_mib_s),
                 s.msg_rate_mpps
             );
+            if s.seconds * 1e3 < a.min_ms as f64 {
+                short_runs.push(format!("{size} B {} ({:.1} ms)", k.as_str(), s.seconds * 1e3));
+            }
             results.push(r);
         }
+    }
+    if !short_runs.is_empty() && !server {
+        println!(
+            " WARNING: shorter than {} ms, too short for a steady figure (raise -n): {}",
+            a.min_ms,
+            short_runs.join(", ")
+        );
     }
     if let Some((peer, _)) = net.as_mut() {
         peer.set_timeout(std::time::Duration::from_secs(a.stall_secs + a.oob_timeout))?;
@@ -1235,7 +1278,7 @@ fn bw(a: BwArgs) -> Result<ExitCode> {
             &cal,
             &warnings,
             json!({
-                "scenario": "bw", "op": op.as_str(), "iters": a.iters, "tx_depth": a.tx_depth, "postlist": a.postlist,
+                "scenario": "bw", "window_ms": a.window_us as f64 / 1e3, "min_duration_ms": a.min_ms, "op": op.as_str(), "iters": a.iters, "tx_depth": a.tx_depth, "postlist": a.postlist,
                 "cq_mod": a.cq_mod, "qps_per_thread": a.qps, "threads": a.threads, "bidirectional": a.bidirectional,
                 "backends": kinds.iter().map(|k| k.as_str()).collect::<Vec<_>>(), "db_mode": mode.as_str(), "loopback": !network,
                 "peer": net.as_ref().map(|(p, _)| p.addr().to_string()),
@@ -1706,6 +1749,9 @@ fn suite(a: SuiteArgs) -> Result<ExitCode> {
                     inline: size <= rdmaprobe::backend::setup::INLINE,
                     bidirectional: false,
                     stall: std::time::Duration::from_secs(10),
+                    window: std::time::Duration::from_millis(1),
+                    // long enough for 50 (quick) or 200 one-millisecond windows
+                    min_duration: std::time::Duration::from_millis(if a.quick { 50 } else { 200 }),
                 };
                 let r = run_bw(&dev, *k, &p, 1, 1, buf, DbMode::Bf, &cal, &INTERRUPTED)?;
                 let mut v = serde_json::to_value(&r)?;

@@ -26,6 +26,8 @@ fn p(op: OpKind, size: u32) -> BwParams {
         inline: false,
         bidirectional: false,
         stall: Duration::from_secs(10),
+        window: Duration::from_micros(100),
+        min_duration: Duration::ZERO,
     }
 }
 
@@ -61,7 +63,14 @@ fn every_operation_moves_exactly_what_was_asked() {
         assert_eq!(s.messages, 2 * 3000, "{op:?}");
         assert_eq!(s.bytes, 2 * 3000 * u64::from(size));
         assert!(s.seconds > 0.0 && s.msg_rate_mpps > 0.0);
-        assert!(s.bw_peak_mib_s >= s.bw_min_window_mib_s, "{s:?}");
+        // the windows partition the run: the worst is never above the average, the best never
+        // below; perftest's peak (two QPs here) does not apply
+        assert!(
+            s.bw_min_window_mib_s <= s.bw_avg_mib_s && s.bw_avg_mib_s <= s.bw_peak_window_mib_s,
+            "{s:?}"
+        );
+        assert_eq!(s.bw_peak_perftest_mib_s, None);
+        assert!((s.window_ms - 0.1).abs() < 0.001, "{s:?}");
         let avg_check = s.bytes as f64 / s.seconds / (1024.0 * 1024.0);
         assert!((avg_check - s.bw_avg_mib_s).abs() < 1e-6 * avg_check.max(1.0));
     }
@@ -176,4 +185,71 @@ fn bad_parameters_and_unsupported_backends_are_refused() {
     .unwrap_err();
     assert!(e.to_string().contains("exceeds the buffers"), "{e}");
     let _ = DEPTH;
+}
+
+/// Bandwidth as perftest users read it: perftest's peak for one QP in one direction (at or above
+/// the average, which it bounds from above by definition: the whole run is one of its spans),
+/// windows of the stated length partitioning the run (the worst at or below the average), and a
+/// run shorter than the minimum duration sized up and repeated.
+#[test]
+fn peak_windows_and_minimum_duration() {
+    let dev = model();
+    let cal = Calibration::run(100_000_000).unwrap();
+    let prm = BwParams {
+        iters: 2000,
+        window: Duration::from_millis(1),
+        min_duration: Duration::from_millis(50),
+        ..p(OpKind::Write, 1024)
+    };
+    let r = run_bw(
+        &dev,
+        BackendKind::Direct,
+        &prm,
+        1,
+        1,
+        1 << 16,
+        DbMode::Bf,
+        &cal,
+        &NO_INTR,
+    )
+    .unwrap();
+    let s = &r.summary;
+    assert!(
+        s.seconds >= 0.05,
+        "the run lasted {} s, under the 50 ms minimum",
+        s.seconds
+    );
+    assert!(r.iters > 2000 && s.messages == r.iters, "{} {}", r.iters, s.messages);
+    assert_eq!(r.min_duration_ms, 50.0);
+    // about one window per millisecond (the last up to 1.5 windows)
+    let n = s.window_mib_s.len() as f64;
+    assert!(
+        n >= (s.seconds * 1e3 / 1.5).floor() && n <= (s.seconds * 1e3).ceil(),
+        "{n} windows in {} s",
+        s.seconds
+    );
+    let peak = s.bw_peak_perftest_mib_s.expect("perftest's peak for one QP one way");
+    assert!(peak >= s.bw_avg_mib_s * (1.0 - 1e-9), "{s:?}");
+    assert!(
+        s.bw_min_window_mib_s <= s.bw_avg_mib_s && s.bw_avg_mib_s <= s.bw_peak_window_mib_s,
+        "{s:?}"
+    );
+    // both directions: no perftest peak (its definition is one stream)
+    let prm = BwParams {
+        bidirectional: true,
+        ..prm
+    };
+    let r = run_bw(
+        &dev,
+        BackendKind::Direct,
+        &prm,
+        1,
+        1,
+        1 << 16,
+        DbMode::Bf,
+        &cal,
+        &NO_INTR,
+    )
+    .unwrap();
+    assert_eq!(r.summary.bw_peak_perftest_mib_s, None);
 }

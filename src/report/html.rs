@@ -141,7 +141,8 @@ pub fn report(doc: &Value, figs: &[Figure]) -> String {
     if !bw.is_empty() {
         h.push_str(
             "<h2>Bandwidth</h2>\n<table id=\"bandwidth\"><tr><th class=\"l\">op</th><th>size (B)</th><th class=\"l\">backend</th>\
-             <th>Gbit/s</th><th>MiB/s</th><th>slowest window MiB/s</th><th>Mpps</th><th>threads × QPs</th></tr>",
+             <th>Gbit/s</th><th>MiB/s</th><th>peak (perftest) MiB/s</th><th>slowest window MiB/s</th><th>window ms</th>\
+             <th>Mpps</th><th>threads × QPs</th></tr>",
         );
         for r in bw {
             let s = &r["summary"];
@@ -149,14 +150,16 @@ pub fn report(doc: &Value, figs: &[Figure]) -> String {
             let _ = write!(
                 h,
                 "<tr><td class=\"l\">{}{}</td><td>{}</td><td class=\"l\">{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td>\
-                 <td>{} × {}</td></tr>",
+                 <td>{}</td><td>{}</td><td>{} × {}</td></tr>",
                 cell(&r["op"]),
                 if r["bidirectional"].as_bool() == Some(true) { " (bidir)" } else { "" },
                 cell(&r["size"]),
                 cell(&r["backend"]),
                 f(&s["bw_avg_gbit_s"], 3),
                 f(&s["bw_avg_mib_s"], 1),
+                f(&s["bw_peak_perftest_mib_s"], 1),
                 f(&s["bw_min_window_mib_s"], 1),
+                f(&s["window_ms"], 3),
                 f(&s["msg_rate_mpps"], 3),
                 cell(&r["threads"]),
                 cell(&r["qps_per_thread"]),

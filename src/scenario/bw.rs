@@ -1,8 +1,13 @@
 //! Bandwidth and message rate, as perftest's `ib_*_bw` measure them: each thread drives its own
 //! QPs (with their own CQs and buffers), keeps up to `tx_depth` operations outstanding per QP,
 //! posts `postlist` operations per doorbell and asks for a completion every `cq_mod`. Reported:
-//! average bandwidth and message rate over the whole run, the peak and the minimum over sliding
-//! windows (a flapping link shows in the minimum).
+//! average bandwidth and message rate over the whole run; the peak as perftest defines it (the
+//! shortest time per message over any span from a post to a later completion,
+//! `perftest_parameters.c`); and the best and the worst of fixed-length time windows that
+//! partition the run (a flapping link shows in the worst). The windows are one grid shared by the
+//! run's threads; the last, partial window is merged into the one before it when shorter than
+//! half a window, so every window lasts at least half a window and the average is their
+//! duration-weighted mean: the worst window never exceeds the average.
 
 use super::ScenarioError;
 use crate::backend::{Backend, OpKind};
@@ -32,6 +37,52 @@ pub struct BwParams {
     pub bidirectional: bool,
     /// Longest time without any completion before the run is declared stalled.
     pub stall: Duration,
+    /// Length of the bandwidth windows.
+    pub window: Duration,
+    /// In-process runs shorter than this are repeated with more iterations, sized by the first
+    /// (zero: no minimum).
+    pub min_duration: Duration,
+}
+
+/// The time grid of a run's windows: its origin (the first thread's first post) and the window
+/// length, in ticks. Shared by the run's threads.
+#[derive(Debug)]
+pub struct Grid {
+    origin: std::sync::atomic::AtomicU64,
+    /// Window length, ticks.
+    pub window_ticks: u64,
+}
+
+impl Grid {
+    /// A grid of windows of `window_ticks` (at least 1), origin set by the first thread to start.
+    pub fn new(window_ticks: u64) -> Self {
+        Grid {
+            origin: std::sync::atomic::AtomicU64::new(0),
+            window_ticks: window_ticks.max(1),
+        }
+    }
+
+    /// The origin: `now` when the caller is the first, else the first caller's.
+    fn origin(&self, now: u64) -> u64 {
+        match self
+            .origin
+            .compare_exchange(0, now, Ordering::AcqRel, Ordering::Acquire)
+        {
+            Ok(_) => now,
+            Err(o) => o,
+        }
+    }
+}
+
+/// Post and completion times of one sending end, for perftest's peak: (ticks before the post
+/// call, messages posted before it) and (ticks at the poll that saw a completion, messages
+/// completed up to it).
+#[derive(Debug, Clone, Default)]
+pub struct PeakTrace {
+    /// One per post call.
+    pub posts: Vec<(u64, u64)>,
+    /// One per signalled completion.
+    pub completions: Vec<(u64, u64)>,
 }
 
 /// What one thread measured.
@@ -43,8 +94,14 @@ pub struct ThreadResult {
     pub start: u64,
     /// Last completion (ticks).
     pub end: u64,
-    /// (ticks, messages completed so far) at window boundaries.
-    pub windows: Vec<(u64, u64)>,
+    /// The grid's origin and window length (ticks).
+    pub grid: (u64, u64),
+    /// Messages completed so far at each grid boundary the thread passed (origin + k windows,
+    /// k = 1, 2, ...).
+    pub windows: Vec<u64>,
+    /// The first sending end's post and completion times (when asked for: a run with one
+    /// sending end).
+    pub peak_trace: Option<PeakTrace>,
 }
 
 struct Dir {
@@ -94,7 +151,8 @@ struct Ctl<'a, B> {
 pub fn drive_ends<B: Backend>(
     ends: &mut [(&mut B, Role)],
     p: &BwParams,
-    window: u64,
+    grid: &Grid,
+    trace_peak: bool,
     intr: &AtomicBool,
 ) -> Result<ThreadResult, ScenarioError> {
     let recv_batch = 16u32;
@@ -118,13 +176,22 @@ pub fn drive_ends<B: Backend>(
         c.end.post_recv(l, depth).map_err(|e| be("receiver", 0, e))?;
     }
     let total: u64 = ctl.iter().map(|c| u64::from(c.role.sends) * p.iters).sum();
+    let tracer = if trace_peak {
+        ctl.iter().position(|c| c.role.sends)
+    } else {
+        None
+    };
+    let mut trace = PeakTrace::default();
+    let start = clock::start();
+    let origin = grid.origin(start);
     let mut out = ThreadResult {
-        start: clock::start(),
+        start,
+        grid: (origin, grid.window_ticks),
         ..Default::default()
     };
     let mut done = 0u64;
     let mut last_progress = Instant::now();
-    let mut next_window = window;
+    let mut next_boundary = origin.wrapping_add(grid.window_ticks);
     loop {
         let finished = ctl
             .iter()
@@ -132,7 +199,8 @@ pub fn drive_ends<B: Backend>(
         if finished {
             break;
         }
-        for c in ctl.iter_mut() {
+        for (ci, c) in ctl.iter_mut().enumerate() {
+            let traced = tracer == Some(ci);
             if c.role.sends {
                 let d = &mut c.dir;
                 while d.posted < p.iters
@@ -142,6 +210,9 @@ pub fn drive_ends<B: Backend>(
                     let n = p.postlist.min((p.iters - d.posted) as u32);
                     let e = d.posted + u64::from(n);
                     let signal = e / u64::from(p.cq_mod) > d.posted / u64::from(p.cq_mod) || e == p.iters;
+                    if traced {
+                        trace.posts.push((clock::start(), d.posted));
+                    }
                     c.end
                         .post(p.op, p.size, n, p.inline, signal)
                         .map_err(|x| be("sender", d.posted, x))?;
@@ -156,11 +227,15 @@ pub fn drive_ends<B: Backend>(
                 .poll()
                 .map_err(|x| be(if c.role.sends { "sender" } else { "receiver" }, done, x))?;
             if c.role.sends {
+                let seen = if traced && q.sends > 0 { clock::stop() } else { 0 };
                 for _ in 0..q.sends {
                     if let Some(upto) = c.dir.signals.pop_front() {
                         done += upto - c.dir.completed;
                         c.dir.completed = upto;
                         last_progress = Instant::now();
+                        if traced {
+                            trace.completions.push((seen, upto));
+                        }
                     }
                 }
             }
@@ -178,9 +253,15 @@ pub fn drive_ends<B: Backend>(
                 }
             }
         }
-        if total > 0 && done >= next_window {
-            out.windows.push((clock::stop(), done));
-            next_window = done + window;
+        let now = clock::stop();
+        while now >= next_boundary {
+            let progress = if total > 0 {
+                done
+            } else {
+                ctl.iter().map(|c| c.received).sum()
+            };
+            out.windows.push(progress);
+            next_boundary = next_boundary.wrapping_add(grid.window_ticks);
         }
         if last_progress.elapsed() > p.stall {
             return Err(ScenarioError::Stalled {
@@ -200,6 +281,7 @@ pub fn drive_ends<B: Backend>(
     } else {
         ctl.iter().map(|c| c.received).sum()
     };
+    out.peak_trace = tracer.map(|_| trace);
     Ok(out)
 }
 
@@ -207,7 +289,8 @@ pub fn drive_ends<B: Backend>(
 fn drive<B: Backend>(
     pairs: &mut [(B, B)],
     p: &BwParams,
-    window: u64,
+    grid: &Grid,
+    trace_peak: bool,
     intr: &AtomicBool,
 ) -> Result<ThreadResult, ScenarioError> {
     let (ra, rb) = roles(p);
@@ -216,11 +299,11 @@ fn drive<B: Backend>(
         ends.push((a, ra));
         ends.push((b, rb));
     }
-    drive_ends(&mut ends, p, window, intr)
+    drive_ends(&mut ends, p, grid, trace_peak, intr)
 }
 
-/// Validates `p` and returns the window (messages) for peak and minimum bandwidth.
-pub fn check(p: &BwParams) -> Result<u64, ScenarioError> {
+/// Validates `p`.
+pub fn check(p: &BwParams) -> Result<(), ScenarioError> {
     if p.iters == 0 || p.tx_depth == 0 || p.postlist == 0 || p.cq_mod == 0 {
         return Err(ScenarioError::Invalid(
             "iterations, tx depth, postlist and cq_mod must be at least 1".into(),
@@ -232,7 +315,12 @@ pub fn check(p: &BwParams) -> Result<u64, ScenarioError> {
             p.postlist, p.cq_mod, p.tx_depth
         )));
     }
-    Ok((p.iters / 50).max(u64::from(p.cq_mod)))
+    if p.window.is_zero() {
+        return Err(ScenarioError::Invalid(
+            "the bandwidth window must be longer than 0".into(),
+        ));
+    }
+    Ok(())
 }
 
 /// Receives cover the whole incoming half of the buffer, so they fit every message size (the
@@ -249,9 +337,12 @@ fn be(side: &'static str, index: u64, source: crate::backend::BackendError) -> S
 pub fn run<B: Backend + Send>(
     threads: &mut [Vec<(B, B)>],
     p: &BwParams,
+    grid: &Grid,
     intr: &AtomicBool,
 ) -> Result<Vec<ThreadResult>, ScenarioError> {
-    let window = check(p)?;
+    check(p)?;
+    // perftest's peak is defined for one stream of posts and completions
+    let trace_peak = threads.len() == 1 && threads[0].len() == 1 && !p.bidirectional;
     let mut out: Vec<Option<Result<ThreadResult, ScenarioError>>> = threads.iter().map(|_| None).collect();
     let jobs = threads
         .iter_mut()
@@ -262,7 +353,7 @@ pub fn run<B: Backend + Send>(
             crate::workers::Placed {
                 cpu: crate::workers::cpu_from_start(i),
                 job: Box::new(move || {
-                    *slot = Some(drive(pairs, p, window, intr));
+                    *slot = Some(drive(pairs, p, grid, trace_peak, intr));
                 }),
             }
         })
@@ -288,49 +379,122 @@ pub struct BwSummary {
     pub bw_avg_mib_s: f64,
     /// Average bandwidth, Gb/s (10^9 bits).
     pub bw_avg_gbit_s: f64,
-    /// Highest bandwidth over a window, MiB/s.
-    pub bw_peak_mib_s: f64,
-    /// Lowest bandwidth over a window, MiB/s.
+    /// Peak bandwidth as perftest computes it: the message size over the shortest time per
+    /// message of any span from a post call to a later completion, MiB/s. `None` where perftest's
+    /// definition does not apply (several QPs, threads or directions).
+    pub bw_peak_perftest_mib_s: Option<f64>,
+    /// The best window, MiB/s.
+    pub bw_peak_window_mib_s: f64,
+    /// The worst window, MiB/s (never above the average).
     pub bw_min_window_mib_s: f64,
-    /// Every window's bandwidth (summed over threads), MiB/s: the samples `compare` resamples.
-    #[serde(default)]
+    /// Length of a window, ms (the last window may be up to 1.5 times as long).
+    pub window_ms: f64,
+    /// Every window's bandwidth (all threads together), MiB/s, in time order: `compare`'s samples.
     pub window_mib_s: Vec<f64>,
 }
 
-/// Aggregates the threads' results (windows: the sum over threads of each thread's rate in its
-/// window sequence position).
+/// perftest's peak message rate (messages per tick) of one stream: the largest
+/// (messages between) / (time between) over every post call `i` and later completion `j`
+/// (messages posted from call `i` up to those completed at `j`), exactly as
+/// `perftest_parameters.c` searches it, in O((posts + completions) log posts): the best post
+/// for a completion lies on the lower convex hull of the (time, messages posted) points, where
+/// the slope to the completion point is unimodal.
+pub fn perftest_peak_rate(t: &PeakTrace) -> Option<f64> {
+    // lower hull of post points (x = time, y = messages posted before), x strictly increasing
+    let mut hull: Vec<(i128, i128)> = Vec::new();
+    let cross =
+        |o: (i128, i128), a: (i128, i128), b: (i128, i128)| (a.0 - o.0) * (b.1 - o.1) - (a.1 - o.1) * (b.0 - o.0);
+    let mut next_post = 0usize;
+    let mut best: Option<(i128, i128)> = None; // (messages, ticks)
+    for &(ct, upto) in &t.completions {
+        let q = (i128::from(ct), i128::from(upto));
+        // posts whose first message is covered by this completion and that came before it
+        while let Some(&(pt, first)) = t.posts.get(next_post) {
+            if first >= upto || pt >= ct {
+                break;
+            }
+            let a = (i128::from(pt), i128::from(first));
+            if hull.last().is_some_and(|l| l.0 == a.0) {
+                // same tick: the earlier post (fewer messages before it) is the lower point
+            } else {
+                while hull.len() >= 2 && cross(hull[hull.len() - 2], hull[hull.len() - 1], a) <= 0 {
+                    hull.pop();
+                }
+                hull.push(a);
+            }
+            next_post += 1;
+        }
+        if hull.is_empty() {
+            continue;
+        }
+        // the tangent from q: the first hull vertex whose next edge is at least as steep as the
+        // line from the vertex to q
+        let steeper = |k: usize| -> bool {
+            let (a, b) = (hull[k], hull[k + 1]);
+            // slope(a, b) >= slope(a, q)
+            (b.1 - a.1) * (q.0 - a.0) >= (q.1 - a.1) * (b.0 - a.0)
+        };
+        let (mut lo, mut hi) = (0usize, hull.len() - 1);
+        while lo < hi {
+            let mid = (lo + hi) / 2;
+            if steeper(mid) {
+                hi = mid;
+            } else {
+                lo = mid + 1;
+            }
+        }
+        let a = hull[lo];
+        let (n, dt) = (q.1 - a.1, q.0 - a.0);
+        if n > 0 && dt > 0 && best.is_none_or(|(bn, bt)| n * bt > bn * dt) {
+            best = Some((n, dt));
+        }
+    }
+    best.map(|(n, dt)| n as f64 / dt as f64)
+}
+
+/// Aggregates the threads' results: totals, perftest's peak (one stream only), and the windows
+/// of the shared grid, each window's messages summed over the threads.
 pub fn summarize(rs: &[ThreadResult], size: u32, hz: f64) -> BwSummary {
     let messages: u64 = rs.iter().map(|r| r.messages).sum();
-    let start = rs.iter().map(|r| r.start).min().unwrap_or(0);
+    // the run starts at the grid's origin (the first thread's first post)
+    let start = rs
+        .first()
+        .map(|r| r.grid.0)
+        .unwrap_or_else(|| rs.iter().map(|r| r.start).min().unwrap_or(0));
     let end = rs.iter().map(|r| r.end).max().unwrap_or(0);
     let seconds = end.saturating_sub(start) as f64 / hz;
     let bytes = messages * u64::from(size);
     let mib = |b: f64, s: f64| if s > 0.0 { b / s / (1024.0 * 1024.0) } else { 0.0 };
-    // per-thread window rates, summed across threads position by position
-    let per: Vec<Vec<f64>> = rs
-        .iter()
-        .map(|r| {
-            let mut prev = (r.start, 0u64);
-            r.windows
-                .iter()
-                .map(|&(t, m)| {
-                    let rate = mib(
-                        ((m - prev.1) * u64::from(size)) as f64,
-                        t.saturating_sub(prev.0) as f64 / hz,
-                    );
-                    prev = (t, m);
-                    rate
-                })
-                .collect()
-        })
+    let (origin, w) = rs.first().map(|r| r.grid).unwrap_or((start, 1));
+    let w = w.max(1);
+    // boundaries: origin + k w for the whole windows before the run's end; the rest of the run
+    // is the last window, merged into the one before when shorter than half a window
+    let whole = end.saturating_sub(origin) / w;
+    let rest = end.saturating_sub(origin) - whole * w;
+    let n_bounds = if whole >= 1 && rest < w / 2 { whole - 1 } else { whole } as usize;
+    // cumulative messages of the run at each boundary, then at the end
+    let mut cum: Vec<u64> = (0..n_bounds)
+        .map(|k| rs.iter().map(|r| r.windows.get(k).copied().unwrap_or(r.messages)).sum())
         .collect();
-    let n = per.iter().map(|v| v.len()).min().unwrap_or(0);
-    let sums: Vec<f64> = (0..n).map(|i| per.iter().map(|v| v[i]).sum()).collect();
-    // the first window includes the ramp-up: the minimum is taken over the others
-    let steady = if sums.len() > 2 {
-        &sums[1..sums.len() - 1]
-    } else {
-        &sums[..]
+    cum.push(messages);
+    let mut bounds: Vec<u64> = (1..=n_bounds as u64).map(|k| origin + k * w).collect();
+    bounds.push(end.max(origin));
+    let mut rates = Vec::with_capacity(cum.len());
+    let (mut prev_t, mut prev_m) = (origin, 0u64);
+    for (&t, &m) in bounds.iter().zip(&cum) {
+        rates.push(mib(
+            (m.saturating_sub(prev_m) * u64::from(size)) as f64,
+            t.saturating_sub(prev_t) as f64 / hz,
+        ));
+        (prev_t, prev_m) = (t, m);
+    }
+    let peak = match rs {
+        [r] => r
+            .peak_trace
+            .as_ref()
+            .and_then(perftest_peak_rate)
+            .map(|per_tick| per_tick * hz * f64::from(size) / (1024.0 * 1024.0)),
+        _ => None,
     };
     BwSummary {
         messages,
@@ -347,9 +511,11 @@ pub fn summarize(rs: &[ThreadResult], size: u32, hz: f64) -> BwSummary {
         } else {
             0.0
         },
-        bw_peak_mib_s: sums.iter().cloned().fold(0.0, f64::max),
-        bw_min_window_mib_s: steady.iter().cloned().fold(f64::INFINITY, f64::min).min(f64::MAX),
-        window_mib_s: sums.clone(),
+        bw_peak_perftest_mib_s: peak,
+        bw_peak_window_mib_s: rates.iter().cloned().fold(0.0, f64::max),
+        bw_min_window_mib_s: rates.iter().cloned().fold(f64::INFINITY, f64::min).min(f64::MAX),
+        window_ms: w as f64 / hz * 1e3,
+        window_mib_s: rates,
     }
 }
 
@@ -357,24 +523,129 @@ pub fn summarize(rs: &[ThreadResult], size: u32, hz: f64) -> BwSummary {
 mod tests {
     use super::*;
 
+    fn thread(messages: u64, start: u64, end: u64, w: u64, windows: Vec<u64>) -> ThreadResult {
+        ThreadResult {
+            messages,
+            start,
+            end,
+            grid: (start, w),
+            windows,
+            peak_trace: None,
+        }
+    }
+
     #[test]
     fn summary_arithmetic() {
-        // one thread: 1000 messages of 1 KiB in 1 s (hz = 1000 ticks/s), windows every 250
-        let r = ThreadResult {
-            messages: 1000,
-            start: 0,
-            end: 1000,
-            windows: vec![(250, 250), (500, 500), (800, 750), (1000, 1000)],
-        };
+        // one thread: 1000 messages of 1 KiB in 1 s (hz = 1000 ticks/s), windows of 250 ticks;
+        // cumulative 250, 500, 750 at the boundaries
+        let r = thread(1000, 0, 1000, 250, vec![250, 500, 750]);
         let s = summarize(&[r], 1024, 1000.0);
         assert_eq!(s.messages, 1000);
         assert!((s.seconds - 1.0).abs() < 1e-12);
         assert!((s.msg_rate_mpps - 0.001).abs() < 1e-12);
         assert!((s.bw_avg_mib_s - 1000.0 / 1024.0).abs() < 1e-9);
         assert!((s.bw_avg_gbit_s - 1000.0 * 1024.0 * 8.0 / 1e9).abs() < 1e-12);
-        // window rates: 250/0.25, 250/0.25, 250/0.3, 250/0.2 messages/s of 1 KiB
-        assert!((s.bw_peak_mib_s - 1250.0 / 1024.0).abs() < 1e-9);
-        // the minimum skips the first and last window: min(1000, 833.3)
-        assert!((s.bw_min_window_mib_s - (250.0 / 0.3) / 1024.0).abs() < 1e-9);
+        assert_eq!(s.window_mib_s.len(), 4);
+        assert!((s.window_ms - 250.0).abs() < 1e-9);
+        // a slow second window: 100 messages in it
+        let r = thread(1000, 0, 1000, 250, vec![250, 350, 750]);
+        let s = summarize(&[r], 1024, 1000.0);
+        assert!((s.bw_min_window_mib_s - 400.0 / 1024.0).abs() < 1e-9, "{s:?}");
+        assert!((s.bw_peak_window_mib_s - 1600.0 / 1024.0).abs() < 1e-9, "{s:?}");
+        assert_eq!(s.bw_peak_perftest_mib_s, None);
+    }
+
+    #[test]
+    fn the_last_partial_window_is_merged_and_the_minimum_never_exceeds_the_average() {
+        // 1100 ticks with windows of 250: four whole windows and 100 ticks (< 125) merged into
+        // the fourth, which lasts 350; the tail is slow (the last 100 messages)
+        let r = thread(1000, 0, 1100, 250, vec![300, 600, 900, 1000]);
+        let s = summarize(&[r], 1024, 1000.0);
+        assert_eq!(s.window_mib_s.len(), 4, "{s:?}");
+        // the merged window: 100 messages in 350 ticks
+        assert!((s.bw_min_window_mib_s - (100.0 / 0.35) / 1024.0).abs() < 1e-9, "{s:?}");
+        assert!(s.bw_min_window_mib_s <= s.bw_avg_mib_s && s.bw_avg_mib_s <= s.bw_peak_window_mib_s);
+        // randomised: the minimum window is never above the average, the best never below
+        let mut x = 0x1234_5678_9abc_def1u64;
+        let mut rnd = |m: u64| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x % m
+        };
+        for _ in 0..2000 {
+            let w = 1 + rnd(300);
+            let end = 1 + rnd(5000);
+            let nb = (end / w) as usize;
+            let mut cum = 0;
+            let windows: Vec<u64> = (0..nb)
+                .map(|_| {
+                    cum += rnd(100);
+                    cum
+                })
+                .collect();
+            let total = cum + rnd(100) + 1;
+            let s = summarize(&[thread(total, 0, end, w, windows)], 64, 1e6);
+            assert!(
+                s.bw_min_window_mib_s <= s.bw_avg_mib_s * (1.0 + 1e-12)
+                    && s.bw_avg_mib_s <= s.bw_peak_window_mib_s * (1.0 + 1e-12),
+                "{s:?}"
+            );
+        }
+    }
+
+    /// perftest's own search, O(n^2) over messages: min over i <= j of
+    /// (tcompleted[j] - tposted[i]) / (j - i + 1).
+    fn perftest_brute(t: &PeakTrace) -> Option<f64> {
+        let mut best: Option<f64> = None;
+        for &(pt, first) in &t.posts {
+            for &(ct, upto) in &t.completions {
+                if upto > first && ct > pt {
+                    let rate = (upto - first) as f64 / (ct - pt) as f64;
+                    if best.is_none_or(|b| rate > b) {
+                        best = Some(rate);
+                    }
+                }
+            }
+        }
+        best
+    }
+
+    #[test]
+    fn perftest_peak_agrees_with_perftests_own_search() {
+        let mut x = 0x9e37_79b9_7f4a_7c15u64;
+        let mut rnd = |m: u64| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x % m
+        };
+        for case in 0..500 {
+            let postlist = 1 + rnd(8);
+            let cq_mod = postlist * (1 + rnd(4));
+            let calls = 2 + rnd(200);
+            let mut t = PeakTrace::default();
+            let mut now = 0u64;
+            let mut pending: Vec<(u64, u64)> = Vec::new(); // (ready tick, upto)
+            for c in 0..calls {
+                now += rnd(30) + if rnd(10) == 0 { 500 } else { 0 };
+                t.posts.push((now, c * postlist));
+                let upto = (c + 1) * postlist;
+                if upto % cq_mod == 0 || c + 1 == calls {
+                    pending.push((now + 20 + rnd(200), upto));
+                }
+            }
+            // completions are seen in order, each no earlier than the one before
+            let mut last = 0;
+            for (ready, upto) in pending {
+                last = last.max(ready);
+                t.completions.push((last, upto));
+            }
+            let (fast, brute) = (perftest_peak_rate(&t), perftest_brute(&t));
+            match (fast, brute) {
+                (Some(a), Some(b)) => assert!((a - b).abs() <= 1e-12 * b, "case {case}: {a} vs {b}"),
+                (a, b) => assert_eq!(a, b, "case {case}"),
+            }
+        }
     }
 }

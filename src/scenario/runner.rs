@@ -339,6 +339,10 @@ pub struct BwResult {
     pub bidirectional: bool,
     /// Inline payloads.
     pub inline: bool,
+    /// Messages per QP and direction in the reported run.
+    pub iters: u64,
+    /// The shortest run reported, ms: a shorter first run only sized the reported one (0: none).
+    pub min_duration_ms: f64,
     /// The figures.
     pub summary: crate::scenario::bw::BwSummary,
 }
@@ -351,7 +355,11 @@ fn build<B>(
     (0..threads).map(|_| (0..qps).map(|_| mk()).collect()).collect()
 }
 
-/// Builds `threads` x `qps` pairs of `kind` on `dev` and runs the bandwidth scenario.
+/// The most messages per QP a run is sized up to.
+const MAX_BW_ITERS: u64 = 1_000_000_000;
+
+/// Builds `threads` x `qps` pairs of `kind` on `dev` and runs the bandwidth scenario; an
+/// in-process run shorter than `p.min_duration` is run again with more messages.
 #[allow(clippy::too_many_arguments)]
 pub fn run_bw(
     dev: &Dev,
@@ -366,20 +374,38 @@ pub fn run_bw(
 ) -> Result<BwResult, RunError> {
     use crate::scenario::bw;
     dev.supports(kind).map_err(SetupError::from)?;
-    let rs = match (dev, kind) {
-        (Dev::Model(m), _) => {
-            let mut t = build(threads, qps, || setup::model_pair(m, p.op, buf_len, mode))?;
-            bw::run(&mut t, p, intr)?
-        }
-        (_, BackendKind::Direct) => {
-            let mut t = build(threads, qps, || setup::mlx5_pair(dev, p.op, buf_len, mode))?;
-            bw::run(&mut t, p, intr)?
-        }
-        _ => {
-            let mut t = build(threads, qps, || setup::verbs_pair(dev, kind, p.op, buf_len))?;
-            bw::run(&mut t, p, intr)?
-        }
+    let once = |p: &bw::BwParams| -> Result<Vec<bw::ThreadResult>, RunError> {
+        // fresh pairs for every run: a run leaves receives posted on its pairs
+        let grid = bw::Grid::new(cal.to_ticks(p.window.as_nanos() as f64));
+        Ok(match (dev, kind) {
+            (Dev::Model(m), _) => {
+                let mut t = build(threads, qps, || setup::model_pair(m, p.op, buf_len, mode))?;
+                bw::run(&mut t, p, &grid, intr)?
+            }
+            (_, BackendKind::Direct) => {
+                let mut t = build(threads, qps, || setup::mlx5_pair(dev, p.op, buf_len, mode))?;
+                bw::run(&mut t, p, &grid, intr)?
+            }
+            _ => {
+                let mut t = build(threads, qps, || setup::verbs_pair(dev, kind, p.op, buf_len))?;
+                bw::run(&mut t, p, &grid, intr)?
+            }
+        })
     };
+    let mut p = *p;
+    let mut rs = once(&p)?;
+    let min = p.min_duration.as_secs_f64();
+    // too short to mean anything: the run sizes the next one (a fifth over the minimum; a
+    // short first run is slower per message, so a few rounds may be needed)
+    for _ in 0..6 {
+        let took = bw::summarize(&rs, p.size, cal.hz).seconds;
+        if min <= 0.0 || took >= min || p.iters >= MAX_BW_ITERS {
+            break;
+        }
+        let scale = (min * 1.2 / took.max(1e-9)).clamp(1.2, 1e6);
+        p.iters = ((p.iters as f64 * scale).ceil() as u64).min(MAX_BW_ITERS);
+        rs = once(&p)?;
+    }
     Ok(BwResult {
         backend: kind.as_str().into(),
         op: p.op.as_str().into(),
@@ -391,6 +417,8 @@ pub fn run_bw(
         cq_mod: p.cq_mod,
         bidirectional: p.bidirectional,
         inline: p.inline,
+        iters: p.iters,
+        min_duration_ms: min * 1e3,
         summary: bw::summarize(&rs, p.size, cal.hz),
     })
 }
@@ -524,11 +552,16 @@ pub fn bw_side(
     threads: &mut [Vec<crate::backend::setup::AnyEnd>],
     p: &crate::scenario::bw::BwParams,
     client: bool,
+    cal: &Calibration,
     intr: &AtomicBool,
 ) -> Result<Vec<crate::scenario::bw::ThreadResult>, ScenarioError> {
     use crate::backend::setup::AnyEnd;
     use crate::scenario::bw;
-    let window = bw::check(p)?;
+    bw::check(p)?;
+    let grid = bw::Grid::new(cal.to_ticks(p.window.as_nanos() as f64));
+    let grid = &grid;
+    // perftest's peak is defined for one stream of posts and completions
+    let trace_peak = client && threads.len() == 1 && threads[0].len() == 1 && !p.bidirectional;
     let (rc, rs) = bw::roles(p);
     let role = if client { rc } else { rs };
     let mut out: Vec<Option<Result<bw::ThreadResult, ScenarioError>>> = threads.iter().map(|_| None).collect();
@@ -554,7 +587,7 @@ pub fn bw_side(
                                 )),
                             })
                             .collect();
-                        e.and_then(|mut e| bw::drive_ends(&mut e, p, window, intr))
+                        e.and_then(|mut e| bw::drive_ends(&mut e, p, grid, trace_peak, intr))
                     }};
                 }
                 *slot = Some(match ends.first() {
