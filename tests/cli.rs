@@ -3,6 +3,14 @@
 mod cmd;
 use cmd::run as rdmaprobe;
 
+/// Tests that measure run one at a time: each pins its threads to the same CPUs, and two at
+/// once would measure each other (the clock test and the wire-delay figures most of all).
+static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    SERIAL.lock().unwrap_or_else(|p| p.into_inner())
+}
+
 #[test]
 fn devices_explains_or_lists() {
     let (code, out, err) = rdmaprobe(&["devices"]);
@@ -63,6 +71,7 @@ fn bad_arguments_exit_2_with_a_message() {
 #[cfg(target_arch = "x86_64")]
 #[test]
 fn clock_rate_agrees_with_an_independent_calibration() {
+    let _g = serial();
     let (code, out, err) = rdmaprobe(&["clock", "--json"]);
     assert_eq!(code, 0, "{err}");
     let v: serde_json::Value = serde_json::from_str(&out).expect("valid JSON");
@@ -94,6 +103,7 @@ fn clock_rate_agrees_with_an_independent_calibration() {
 
 #[test]
 fn lat_on_model0_prints_the_table_and_writes_json() {
+    let _g = serial();
     let dir = std::env::temp_dir().join(format!("rdmaprobe-cli-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let json = dir.join("lat.json");
@@ -216,6 +226,7 @@ fn lat_refuses_bad_input_with_a_message_and_non_zero_exit() {
 
 #[test]
 fn post_cost_on_model0_measures_each_configuration() {
+    let _g = serial();
     let dir = std::env::temp_dir().join(format!("rdmaprobe-pc-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let json = dir.join("pc.json");
@@ -279,6 +290,7 @@ fn post_cost_on_model0_measures_each_configuration() {
 
 #[test]
 fn lat_duration_mode_keeps_every_sample_and_writes_an_interval_log() {
+    let _g = serial();
     let dir = std::env::temp_dir().join(format!("rdmaprobe-hdr-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let (json, hlog) = (dir.join("lat.json"), dir.join("lat.hlog"));
@@ -332,6 +344,7 @@ fn lat_duration_mode_keeps_every_sample_and_writes_an_interval_log() {
 /// die at step 9 of 92 and write nothing).
 #[test]
 fn the_full_matrix_finishes_on_model0() {
+    let _g = serial();
     for op in ["send", "write"] {
         let (code, out, err) = rdmaprobe(&["lat", op, "--loopback", "-d", "model0", "-a", "-n", "100"]);
         assert_eq!(code, 0, "lat {op} -a:\n{out}{err}");
@@ -375,6 +388,7 @@ fn the_full_matrix_finishes_on_model0() {
 /// the same timed path as any D, D is bounded, and a long delay ends on SIGINT.
 #[test]
 fn model0_post_column_and_wire_delay_mean_what_they_say() {
+    let _g = serial();
     let p50 = |args: &[&str]| -> (f64, f64) {
         let dir = std::env::temp_dir().join(format!("rdmaprobe-wire-{}-{}", std::process::id(), args.join("_")));
         let mut all = vec!["lat", "--loopback", "-d", "model0", "--json", dir.to_str().unwrap()];
