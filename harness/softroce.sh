@@ -202,7 +202,7 @@ lat_rc=0
 cat /tmp/lat-atomic.txt
 echo "ATOMIC rows: \$(grep -cE '^ +8 +(verbs|wr) +300 ' /tmp/lat-atomic.txt)"
 for op in send read atomic; do
-  /opt/rdmaprobe bw \$op --loopback -d rxe0 -x 1 -s 4096 -n 300 --stall-secs 60 > /tmp/bw-\$op.txt 2>&1 || lat_rc=1
+  /opt/rdmaprobe bw \$op --loopback -d rxe0 -x 1 -s 4096 -n 300 --min-ms 0 --stall-secs 60 > /tmp/bw-\$op.txt 2>&1 || lat_rc=1
   cat /tmp/bw-\$op.txt
   echo "BW \$op rows: \$(grep -cE '^ +[0-9]+ +(verbs|wr) +300 ' /tmp/bw-\$op.txt)"
 done
@@ -219,7 +219,7 @@ for op in write send read; do
   echo "SIDE-BY-SIDE \$op rdmaprobe: \$(grep -E '^ +64 +(verbs|wr) ' /tmp/lat-\$op.txt | awk '{printf "%s %s iters p50=%sns; ", \$2, \$3, \$5}') perftest: \$(grep -A1 '#bytes' /tmp/pt-\$op.txt | tail -1 | awk '{printf "%s bytes %s iters t_typical=%sus", \$1, \$2, \$5}')"
 done
 echo "===== bandwidth: rdmaprobe bw write (verbs, wr) and perftest ib_write_bw, 16 KiB x 1000"
-/opt/rdmaprobe bw write --loopback -d rxe0 -x 1 -s 16384 -n 1000 --stall-secs 60 --json /tmp/bw.json > /tmp/bw.txt 2>&1 || lat_rc=1
+/opt/rdmaprobe bw write --loopback -d rxe0 -x 1 -s 16384 -n 1000 --min-ms 0 --stall-secs 60 --json /tmp/bw.json > /tmp/bw.txt 2>&1 || lat_rc=1
 cat /tmp/bw.txt
 ib_write_bw -d rxe0 -x 1 -s 16384 -n 1000 > /tmp/pt-srv-bw.txt 2>&1 &
 srv=\$!
@@ -228,11 +228,23 @@ ib_write_bw -d rxe0 -x 1 -s 16384 -n 1000 127.0.0.1 > /tmp/pt-bw.txt 2>&1 || lat
 wait \$srv
 echo "--- perftest ib_write_bw:"
 grep -A1 '#bytes' /tmp/pt-bw.txt
-echo "SIDE-BY-SIDE bw rdmaprobe: \$(grep -E '^ +16384 +(verbs|wr) ' /tmp/bw.txt | awk '{printf "%s %s msgs avg=%sMB/s; ", \$2, \$3, \$5}') perftest: \$(grep -A1 '#bytes' /tmp/pt-bw.txt | tail -1 | awk '{printf "%s bytes %s iters avg=%sMB/s", \$1, \$2, \$4}')"
-echo "===== post cost: rdmaprobe post-cost (verbs, wr)"
-/opt/rdmaprobe post-cost -d rxe0 -x 1 -n 2000 -l 1,8 > /tmp/pc.txt 2>&1 || lat_rc=1
+echo "SIDE-BY-SIDE bw rdmaprobe: \$(grep -E '^ +16384 +(verbs|wr) ' /tmp/bw.txt | awk '{printf "%s %s msgs avg=%sMB/s; ", \$2, \$3, \$6}') perftest: \$(grep -A1 '#bytes' /tmp/pt-bw.txt | tail -1 | awk '{printf "%s bytes %s iters avg=%sMB/s", \$1, \$2, \$4}')"
+echo "===== post cost: rdmaprobe post-cost (verbs, wr; write, send, read)"
+/opt/rdmaprobe post-cost -d rxe0 -x 1 -n 20 -l 1,8 > /tmp/pc.txt 2>&1 || lat_rc=1
 cat /tmp/pc.txt
-echo "POST-COST rows: \$(grep -cE '^ +(verbs|wr) ' /tmp/pc.txt)"
+echo "POST-COST rows: \$(grep -cE '^ +(write|send|read) +(verbs|wr) ' /tmp/pc.txt)"
+echo "===== the full matrix on rxe0: lat send -a, lat write -a (2 B .. 8 MiB), suite without --quick (fewer iterations: emulated)"
+full_rc=0
+t0=\$(date +%s)
+for op in send write; do
+  /opt/rdmaprobe lat \$op --loopback -d rxe0 -x 1 -a -n 10 --warmup 2 --blocks 2 --stall-secs 60 > /tmp/lat-all-\$op.txt 2>&1 || full_rc=1
+  tail -n 4 /tmp/lat-all-\$op.txt
+  echo "LAT-ALL \$op rows: \$(grep -cE '^ +[0-9]+ +(verbs|wr) +10 ' /tmp/lat-all-\$op.txt)"
+done
+/opt/rdmaprobe suite -d rxe0 -x 1 -n 20 --bw-messages 20 --bw-min-ms 0 --post-cost-blocks 20 --out /tmp/full > /tmp/full.txt 2>&1 || full_rc=1
+tail -n 8 /tmp/full.txt
+echo "FULL-SUITE runs: \$(grep -c '\"scenario\"' /tmp/full/results.json 2>/dev/null)"
+echo "RDMAPROBE-FULL-RESULT full=\$full_rc seconds=\$((\$(date +%s) - t0))"
 echo "RDMAPROBE-LAT-RESULT lat=\$lat_rc"
 echo "===== device tests"
 /opt/device-tests --ignored --test-threads=2; tests_rc=\$?
@@ -325,8 +337,15 @@ grep -q '^ATOMIC rows: 2$' "$log.txt" || { echo "FAIL: lat atomic did not run on
 for op in send read atomic; do
   grep -q "^BW $op rows: 2$" "$log.txt" || { echo "FAIL: bw $op did not run on both verbs and wr"; fail=1; }
 done
-grep -q '^POST-COST rows: 16$' "$log.txt" ||
-  { echo "FAIL: post-cost on rxe0 did not measure 16 configurations (verbs and wr x 2 postlists x inline x CQE)"; fail=1; }
+grep -q '^POST-COST rows: 40$' "$log.txt" ||
+  { echo "FAIL: post-cost on rxe0 did not measure 40 configurations (verbs and wr x (write, send: 2 postlists x inline x CQE; read: 2 postlists x CQE))"; fail=1; }
+grep -q 'RDMAPROBE-FULL-RESULT full=0 ' "$log.txt" || { echo "FAIL: the full matrix (lat -a, suite) did not finish on rxe0"; fail=1; }
+# the full suite's runs on verbs and wr: latency (send, write, read x 18 sizes + atomic) x 2,
+# bandwidth (write, send x 17 sizes) x 2, post cost (3 postlists) x 2; plus the parameters' own
+grep -q '^FULL-SUITE runs: 185$' "$log.txt" || { echo "FAIL: the full suite on rxe0 did not write its 184 runs"; fail=1; }
+for op in send write; do
+  grep -q "^LAT-ALL $op rows: 46$" "$log.txt" || { echo "FAIL: lat $op -a did not run all 23 sizes on verbs and wr"; fail=1; }
+done
 if ((cmp56)); then
   r56=$(grep '^RDMAPROBE-RC56-RESULT' "$log.txt" | tail -n 1)
   [[ -n "$r56" ]] || { echo "FAIL: the rdma-core 44/56 comparison printed no result line"; fail=1; }

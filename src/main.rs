@@ -312,6 +312,19 @@ struct SuiteArgs {
     /// A small matrix that finishes in well under a minute.
     #[arg(long)]
     quick: bool,
+    /// Latency iterations per size and backend (default 10000; --quick 2000).
+    #[arg(short = 'n', long, value_parser = clap::value_parser!(u64).range(10..=100_000_000))]
+    iters: Option<u64>,
+    /// Bandwidth messages per point before a run is sized to the minimum duration (default
+    /// 100000 x 64 B / size, at least 500).
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..=1_000_000_000))]
+    bw_messages: Option<u64>,
+    /// Shortest bandwidth run, ms (default 200; --quick 50; 0: no minimum).
+    #[arg(long, value_parser = clap::value_parser!(u64).range(0..=3_600_000))]
+    bw_min_ms: Option<u64>,
+    /// Post-cost blocks per configuration (default 1000; --quick 300).
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..=10_000_000))]
+    post_cost_blocks: Option<u64>,
 }
 
 #[derive(clap::Args, Debug)]
@@ -1635,7 +1648,7 @@ fn suite(a: SuiteArgs) -> Result<ExitCode> {
     }
 
     // post cost: timed blocks (of up to 96 WQEs) per configuration
-    let (lat_sizes, bw_sizes, iters, bw_iters, pc_blocks): (Vec<u32>, Vec<u32>, u64, u64, u64) = if a.quick {
+    let (lat_sizes, bw_sizes, mut iters, bw_iters, mut pc_blocks): (Vec<u32>, Vec<u32>, u64, u64, u64) = if a.quick {
         (vec![8, 4096, 65536], vec![64, 65536], 2000, 20000, 300)
     } else {
         (
@@ -1646,6 +1659,9 @@ fn suite(a: SuiteArgs) -> Result<ExitCode> {
             1000,
         )
     };
+    iters = a.iters.unwrap_or(iters);
+    pc_blocks = a.post_cost_blocks.unwrap_or(pc_blocks);
+    let bw_min_ms = a.bw_min_ms.unwrap_or(if a.quick { 50 } else { 200 });
     let model_cfg = rdmaprobe::model::ModelConfig {
         wire_delay_ns: None,
         exec: rdmaprobe::model::ExecMode::AfterPost,
@@ -1702,7 +1718,7 @@ fn suite(a: SuiteArgs) -> Result<ExitCode> {
                 op,
                 size,
                 iters,
-                warmup: 100,
+                warmup: 100.min(iters),
                 inline: matches!(op, OpKind::Write | OpKind::Send) && size <= max_inline,
                 stall: std::time::Duration::from_secs(10),
             };
@@ -1742,7 +1758,9 @@ fn suite(a: SuiteArgs) -> Result<ExitCode> {
                 let p = BwParams {
                     op,
                     size,
-                    iters: (bw_iters * 64 / u64::from(size).max(64)).max(500),
+                    iters: a
+                        .bw_messages
+                        .unwrap_or((bw_iters * 64 / u64::from(size).max(64)).max(500)),
                     tx_depth: 128,
                     postlist: 1,
                     cq_mod: 64,
@@ -1751,7 +1769,7 @@ fn suite(a: SuiteArgs) -> Result<ExitCode> {
                     stall: std::time::Duration::from_secs(10),
                     window: std::time::Duration::from_millis(1),
                     // long enough for 50 (quick) or 200 one-millisecond windows
-                    min_duration: std::time::Duration::from_millis(if a.quick { 50 } else { 200 }),
+                    min_duration: std::time::Duration::from_millis(bw_min_ms),
                 };
                 let r = run_bw(&dev, *k, &p, 1, 1, buf, DbMode::Bf, &cal, &INTERRUPTED)?;
                 let mut v = serde_json::to_value(&r)?;
@@ -1797,7 +1815,8 @@ fn suite(a: SuiteArgs) -> Result<ExitCode> {
         &fp,
         &cal,
         &warnings,
-        json!({ "scenario": "suite", "quick": a.quick, "backends": kinds.iter().map(|k| k.as_str()).collect::<Vec<_>>() }),
+        json!({ "scenario": "suite", "quick": a.quick, "backends": kinds.iter().map(|k| k.as_str()).collect::<Vec<_>>(),
+                "lat_iters": iters, "bw_min_duration_ms": bw_min_ms, "bw_window_ms": 1.0, "post_cost_blocks": pc_blocks }),
         &runs,
     )?;
     write_atomically(&a.out.join("results.json"), &serde_json::to_vec_pretty(&doc)?)?;
