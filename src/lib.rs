@@ -26,3 +26,6 @@ pub mod scenario;
 
 #[cfg(feature = "std")]
 pub mod oob;
+
+#[cfg(feature = "std")]
+pub mod workers;

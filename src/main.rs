@@ -180,9 +180,11 @@ struct LatArgs {
     /// Doorbell mode of the direct backend.
     #[arg(long, value_enum, default_value_t = DbArg::Bf)]
     db_mode: DbArg,
-    /// model0 only: added one-way wire delay in ns.
-    #[arg(long, default_value_t = 0)]
-    model_delay_ns: u64,
+    /// model0 only: a wire delay in ns added to every message in each direction (WRITE and SEND
+    /// one-way figures rise by D; READ and atomic round trips by 2D); at most 1 s. Given (even 0),
+    /// the model times the wire on every operation, so runs with 0 and with D differ by D alone.
+    #[arg(long, value_parser = clap::value_parser!(u64).range(0..=rdmaprobe::model::MAX_WIRE_DELAY_NS))]
+    model_delay_ns: Option<u64>,
     /// Seconds without progress before a run is declared stalled.
     #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..=3600))]
     stall_secs: u64,
@@ -344,6 +346,7 @@ static INTERRUPTED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBoo
 
 extern "C" fn on_sigint(_: libc::c_int) {
     INTERRUPTED.store(true, std::sync::atomic::Ordering::Relaxed);
+    rdmaprobe::model::abort_wire_waits();
 }
 
 fn main() -> ExitCode {
@@ -632,13 +635,16 @@ fn clock(as_json: bool, window_ms: u64) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
+/// Fewer iterations per latency block than this get a warning.
+const MIN_BLOCK: u64 = 100;
+
 fn lat(a: LatArgs) -> Result<ExitCode> {
     use rdmaprobe::backend::setup::{Dev, DEPTH};
     use rdmaprobe::backend::{BackendKind, OpKind};
     use rdmaprobe::mlx5::sq::DbMode;
     use rdmaprobe::report::env::Fingerprint;
     use rdmaprobe::scenario::lat::LatParams;
-    use rdmaprobe::scenario::runner::{run_blocks, AnyPair, LatResult, Length};
+    use rdmaprobe::scenario::runner::{run_blocks, AnyPair, LatPair, LatResult, Length};
 
     if a.host.is_some() && a.loopback {
         anyhow::bail!("--loopback runs both ends in this process: give no HOST");
@@ -671,13 +677,14 @@ fn lat(a: LatArgs) -> Result<ExitCode> {
     let buf_len = (2 * max.max(64)).next_multiple_of(4096);
     let model_cfg = rdmaprobe::model::ModelConfig {
         wire_delay_ns: a.model_delay_ns,
-        exec: rdmaprobe::model::ExecMode::Inline,
+        // the model executes a WQE after the post call returns: the post column is the post alone
+        exec: rdmaprobe::model::ExecMode::AfterPost,
     };
     let (dev, note) = a.dev.open(model_cfg)?;
     if let Some(n) = note {
         eprintln!("rdmaprobe: {n}");
     }
-    if a.model_delay_ns > 0 && !dev.is_model() {
+    if a.model_delay_ns.is_some() && !dev.is_model() {
         anyhow::bail!("--model-delay-ns applies to model0 only (device is {})", dev.name());
     }
     let kinds: Vec<BackendKind> = match a.backend {
@@ -706,8 +713,27 @@ fn lat(a: LatArgs) -> Result<ExitCode> {
         fp.port = serde_json::to_value(port).ok();
     }
     let mut warnings = fp.warnings();
-    if a.model_delay_ns > 0 {
-        warnings.push(format!("model0 adds a wire delay of {} ns each way", a.model_delay_ns));
+    if let Some(d) = a.model_delay_ns {
+        if d.saturating_mul(2) >= a.stall_secs.saturating_mul(1_000_000_000) {
+            eprintln!(
+                "rdmaprobe: error: --model-delay-ns {d} must stay below half the stall deadline (--stall-secs {})",
+                a.stall_secs
+            );
+            return Ok(ExitCode::from(2));
+        }
+        warnings.push(format!(
+            "model0 adds a wire delay of {d} ns to every message in each direction (one-way figures +{d} ns, round trips +{} ns)",
+            2 * d
+        ));
+    }
+    let per_block = a.iters / a.blocks.max(1);
+    if a.duration.is_none() && per_block < MIN_BLOCK {
+        warnings.push(format!(
+            "{per_block} iterations per block (-n {} / --blocks {}): a block's first iterations follow the hand-over \
+             to the measuring threads, and per-block statistics (compare's intervals) rest on few samples; \
+             use at least {MIN_BLOCK} per block",
+            a.iters, a.blocks
+        ));
     }
     let mut pairs = Vec::new();
     let mut net: Option<(
@@ -718,9 +744,9 @@ fn lat(a: LatArgs) -> Result<ExitCode> {
         rdmaprobe::backend::setup::INLINE
     } else {
         for k in &kinds {
-            pairs.push((*k, AnyPair::new(&dev, *k, op, buf_len, mode)?));
+            pairs.push(LatPair::new(*k, AnyPair::new(&dev, *k, op, buf_len, mode)?));
         }
-        pairs.iter().map(|(_, p)| p.max_inline()).min().unwrap_or(0)
+        pairs.iter().map(|p| p.pair.max_inline()).min().unwrap_or(0)
     };
     let inline_limit = match a.inline_size {
         Some(i) if i > max_inline && matches!(op, OpKind::Write | OpKind::Send) => {
@@ -781,6 +807,11 @@ fn lat(a: LatArgs) -> Result<ExitCode> {
             cal.source.as_str(),
             cal.overhead_ns()
         );
+        if dev.is_model() {
+            println!(
+                " post p50: the post call alone; model0 executes each WQE after it returns (in the completion wait)"
+            );
+        }
         for w in &warnings {
             println!(" WARNING: {w}");
         }
@@ -805,6 +836,8 @@ fn lat(a: LatArgs) -> Result<ExitCode> {
     let mut results: Vec<LatResult> = Vec::new();
     let mut intervals: Vec<rdmaprobe::report::Interval> = Vec::new();
     let run_start = std::time::Instant::now();
+    // ping-pong state per backend across sizes (marker numbering, receives posted once)
+    let mut net_states = vec![rdmaprobe::scenario::lat::PingState::default(); kinds.len()];
     for size in sizes {
         let inline = matches!(op, OpKind::Write | OpKind::Send) && size <= inline_limit;
         let p = LatParams {
@@ -844,7 +877,7 @@ fn lat(a: LatArgs) -> Result<ExitCode> {
                 };
                 run_blocks(&mut pairs, &p, len, &cal, &INTERRUPTED, &mut on_block)?
             }
-            Some((peer, ends)) => match run_network(ends, &p, a.blocks, !server, &cal) {
+            Some((peer, ends)) => match run_network(ends, &mut net_states, &p, a.blocks, !server, &cal) {
                 Ok(rs) => rs,
                 Err(e) => {
                     // tell the peer (best effort) and stop
@@ -923,6 +956,7 @@ fn lat(a: LatArgs) -> Result<ExitCode> {
                 "scenario": "lat", "op": op.as_str(), "iters": a.iters, "warmup": a.warmup, "blocks": a.blocks,
                 "backends": kinds.iter().map(|k| k.as_str()).collect::<Vec<_>>(), "db_mode": mode.as_str(),
                 "inline_limit": inline_limit, "loopback": !network, "model_delay_ns": a.model_delay_ns,
+                "model_exec": dev.is_model().then_some("after_post"),
                 "duration_s": a.duration,
                 "peer": net.as_ref().map(|(p, _)| p.addr().to_string()),
             }),
@@ -1229,7 +1263,7 @@ fn post_cost(a: PostCostArgs) -> Result<ExitCode> {
     }
     // model0 executes only between timed calls, so the timed region holds the post alone
     let model_cfg = rdmaprobe::model::ModelConfig {
-        wire_delay_ns: 0,
+        wire_delay_ns: None,
         exec: rdmaprobe::model::ExecMode::Deferred,
     };
     let (dev, note) = a.dev.open(model_cfg)?;
@@ -1431,19 +1465,19 @@ fn connect_peer(
 /// Runs the blocks of one size on connected ends; the client returns the results.
 fn run_network(
     ends: &mut [(rdmaprobe::backend::BackendKind, rdmaprobe::backend::setup::AnyEnd)],
+    states: &mut [rdmaprobe::scenario::lat::PingState],
     p: &rdmaprobe::scenario::lat::LatParams,
     blocks: u64,
     client: bool,
     cal: &Calibration,
 ) -> Result<Vec<rdmaprobe::scenario::runner::LatResult>> {
-    use rdmaprobe::scenario::lat::{LatSamples, PingState};
+    use rdmaprobe::scenario::lat::LatSamples;
     use rdmaprobe::scenario::runner::{figures_ns, finish, lat_side, Blocks};
     let blocks = blocks.clamp(1, p.iters.max(1));
     let mut all: Vec<(LatSamples, Blocks)> = ends
         .iter()
         .map(|_| (LatSamples::default(), Blocks::default()))
         .collect();
-    let mut states: Vec<PingState> = ends.iter().map(|_| PingState::default()).collect();
     for b in 0..blocks {
         let iters = p.iters / blocks + u64::from(b < p.iters % blocks);
         let warmup = if b == 0 { p.warmup } else { 0 };
@@ -1530,7 +1564,7 @@ fn suite(a: SuiteArgs) -> Result<ExitCode> {
     use rdmaprobe::scenario::bw::BwParams;
     use rdmaprobe::scenario::lat::LatParams;
     use rdmaprobe::scenario::post_cost::PostCostParams;
-    use rdmaprobe::scenario::runner::{run_blocks, run_bw, run_post_cost, AnyPair, Length};
+    use rdmaprobe::scenario::runner::{run_blocks, run_bw, run_post_cost, AnyPair, LatPair, Length};
 
     // SAFETY: installs a handler that only stores to an atomic (async-signal-safe).
     unsafe { libc::signal(libc::SIGINT, on_sigint as *const () as libc::sighandler_t) };
@@ -1550,7 +1584,10 @@ fn suite(a: SuiteArgs) -> Result<ExitCode> {
             20000,
         )
     };
-    let model_cfg = rdmaprobe::model::ModelConfig::default();
+    let model_cfg = rdmaprobe::model::ModelConfig {
+        wire_delay_ns: None,
+        exec: rdmaprobe::model::ExecMode::AfterPost,
+    };
     let (dev, note) = a.dev.open(model_cfg)?;
     let cal = Calibration::run(200_000_000)?;
     let mut fp = Fingerprint::collect(&cal, &dev.name(), &dev.provider(), dev.firmware(), dev.is_model());
@@ -1594,9 +1631,9 @@ fn suite(a: SuiteArgs) -> Result<ExitCode> {
             .next_multiple_of(4096);
         let mut pairs = Vec::new();
         for k in &kinds {
-            pairs.push((*k, AnyPair::new(&dev, *k, op, buf, DbMode::Bf)?));
+            pairs.push(LatPair::new(*k, AnyPair::new(&dev, *k, op, buf, DbMode::Bf)?));
         }
-        let max_inline = pairs.iter().map(|(_, p)| p.max_inline()).min().unwrap_or(0);
+        let max_inline = pairs.iter().map(|p| p.pair.max_inline()).min().unwrap_or(0);
         for size in sizes {
             progress.step(&format!("lat {name} {size} B"));
             let p = LatParams {
@@ -1665,7 +1702,7 @@ fn suite(a: SuiteArgs) -> Result<ExitCode> {
             1,
             None,
             rdmaprobe::model::ModelConfig {
-                wire_delay_ns: 0,
+                wire_delay_ns: None,
                 exec: rdmaprobe::model::ExecMode::Deferred,
             },
         )?

@@ -305,3 +305,125 @@ fn lat_duration_mode_keeps_every_sample_and_writes_an_interval_log() {
     assert!(err.contains("--loopback only"), "{err}");
     std::fs::remove_dir_all(&dir).ok();
 }
+
+/// The full matrix runs to the end on model0: every size of `lat send -a` and `lat write -a`
+/// (SEND used to stop at the 9th size, "receive queue full"), a block shorter than the
+/// signalling period ("send queue full"), and the whole `suite` without `--quick` (it used to
+/// die at step 9 of 92 and write nothing).
+#[test]
+fn the_full_matrix_finishes_on_model0() {
+    for op in ["send", "write"] {
+        let (code, out, err) = rdmaprobe(&["lat", op, "--loopback", "-d", "model0", "-a", "-n", "100"]);
+        assert_eq!(code, 0, "lat {op} -a:\n{out}{err}");
+        let rows = out.lines().filter(|l| l.contains(" direct ")).count();
+        assert_eq!(rows, 23, "lat {op} -a: one row per size 2 B .. 8 MiB:\n{out}");
+    }
+    let (code, out, err) = rdmaprobe(&[
+        "lat",
+        "write",
+        "--loopback",
+        "-d",
+        "model0",
+        "-n",
+        "1000",
+        "--blocks",
+        "100",
+    ]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(
+        out.contains("10 iterations per block"),
+        "tiny blocks are not flagged:\n{out}"
+    );
+    let dir = std::env::temp_dir().join(format!("rdmaprobe-full-suite-{}", std::process::id()));
+    let t = std::time::Instant::now();
+    let (code, out, err) = rdmaprobe(&["suite", "-d", "model0", "--out", dir.to_str().unwrap()]);
+    assert_eq!(code, 0, "full suite:\n{out}{err}");
+    eprintln!("full suite on model0: {:.1} s", t.elapsed().as_secs_f64());
+    let v: serde_json::Value = serde_json::from_slice(&std::fs::read(dir.join("results.json")).unwrap()).unwrap();
+    let runs = v["runs"].as_array().unwrap();
+    let count = |s: &str| runs.iter().filter(|r| r["scenario"] == s).count();
+    // latency: send/write/read at 18 sizes 8 B .. 1 MiB, and the atomic; bw: write/send at 17 sizes
+    assert_eq!(count("lat"), 3 * 18 + 1, "{out}");
+    assert_eq!(count("bw"), 2 * 17, "{out}");
+    assert_eq!(count("post_cost"), 3, "{out}");
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+/// model0's figures say what they measure: the post column is the post call alone (the model
+/// executes the WQE after it, so a 1 MiB WRITE's post is not the 1 MiB copy); the wire delay is
+/// per message and direction (one-way WRITE +D, READ round trip +2D), `--model-delay-ns 0` takes
+/// the same timed path as any D, D is bounded, and a long delay ends on SIGINT.
+#[test]
+fn model0_post_column_and_wire_delay_mean_what_they_say() {
+    let p50 = |args: &[&str]| -> (f64, f64) {
+        let dir = std::env::temp_dir().join(format!("rdmaprobe-wire-{}-{}", std::process::id(), args.join("_")));
+        let mut all = vec!["lat", "--loopback", "-d", "model0", "--json", dir.to_str().unwrap()];
+        all.extend_from_slice(args);
+        let (code, out, err) = rdmaprobe(&all);
+        assert_eq!(code, 0, "{args:?}\n{out}{err}");
+        let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&dir).unwrap()).unwrap();
+        std::fs::remove_file(&dir).ok();
+        let r = &v["runs"][0];
+        (
+            r["latency"]["p50"].as_f64().unwrap(),
+            r["post"]["p50"].as_f64().unwrap(),
+        )
+    };
+    // 1 MiB WRITE: copying it takes tens of microseconds; the post call alone well under that
+    let (lat, post) = p50(&["write", "-s", "1048576", "-n", "200"]);
+    assert!(
+        post * 10.0 < lat,
+        "post p50 {post} ns includes the model's copy (latency p50 {lat} ns)"
+    );
+    for (op, legs) in [("write", 1.0), ("read", 2.0)] {
+        let (base, _) = p50(&[op, "-s", "8", "-n", "20000", "--model-delay-ns", "0"]);
+        let (slow, _) = p50(&[op, "-s", "8", "-n", "20000", "--model-delay-ns", "5000"]);
+        let added = slow - base;
+        let want = 5000.0 * legs;
+        assert!(
+            (added - want).abs() < 0.1 * want,
+            "{op}: +{added:.0} ns with D = 5000 ns (want {want}): {base} -> {slow}"
+        );
+    }
+    let (code, _, err) = rdmaprobe(&["lat", "write", "--loopback", "--model-delay-ns", "1000000001"]);
+    assert_eq!(code, 2, "{err}");
+    let (code, _, err) = rdmaprobe(&[
+        "lat",
+        "write",
+        "--loopback",
+        "--model-delay-ns",
+        "600000000",
+        "--stall-secs",
+        "1",
+    ]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("half the stall deadline"), "{err}");
+    // a 1 s wire delay each way, 100 iterations: minutes; SIGINT ends it within about a second
+    let child = std::process::Command::new(env!("CARGO_BIN_EXE_rdmaprobe"))
+        .args([
+            "lat",
+            "write",
+            "--loopback",
+            "-d",
+            "model0",
+            "-n",
+            "100",
+            "--warmup",
+            "0",
+        ])
+        .args(["--model-delay-ns", "1000000000"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(1500));
+    let t = std::time::Instant::now();
+    // SAFETY: signals our own child process.
+    unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
+    let o = child.wait_with_output().unwrap();
+    let took = t.elapsed();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(took < std::time::Duration::from_secs(3), "SIGINT took {took:?}: {err}");
+    assert_ne!(o.status.code(), Some(0), "{err}");
+    assert!(err.contains("interrupted"), "{err}");
+}

@@ -425,7 +425,7 @@ fn deferred_mode_executes_only_on_progress_and_doorbell_modes_agree() {
 fn wire_delay_is_applied() {
     let d = Duration::from_micros(200);
     let cfg = ModelConfig {
-        wire_delay_ns: d.as_nanos() as u64,
+        wire_delay_ns: Some(d.as_nanos() as u64),
         ..Default::default()
     };
     let mut p = pair_with(cfg, ModelQpCaps::default(), 64, DbMode::Bf, ModelConnect::default());

@@ -15,9 +15,12 @@ pub trait DirectQueues {
     type Hook: RingHook;
     /// The send queue, receive queue and CQ.
     fn parts(&mut self) -> (&mut Sq<Self::Hook>, &mut Rq<Self::Hook>, &mut Cq);
-    /// Lets a device that executes only when asked (model0 in deferred mode) execute what was
-    /// rung. Nothing on hardware.
+    /// Lets a device that executes only when asked (model0 in deferred or after-post mode)
+    /// execute what was rung. Nothing on hardware.
     fn progress(&mut self) {}
+    /// Right after a timed post call: a device that executes after the post (model0 in
+    /// after-post mode) executes now. Nothing on hardware.
+    fn after_post(&mut self) {}
 }
 
 impl DirectQueues for crate::model::DirectModelQp {
@@ -26,8 +29,15 @@ impl DirectQueues for crate::model::DirectModelQp {
         (&mut self.sq, &mut self.rq, &mut self.cq)
     }
     fn progress(&mut self) {
-        if self.qp.deferred() {
-            self.qp.progress();
+        match self.qp.exec_mode() {
+            crate::model::ExecMode::Deferred => self.qp.progress(),
+            crate::model::ExecMode::AfterPost => self.qp.deliver(),
+            crate::model::ExecMode::Inline => {}
+        }
+    }
+    fn after_post(&mut self) {
+        if self.qp.exec_mode() == crate::model::ExecMode::AfterPost {
+            self.qp.deliver();
         }
     }
 }
@@ -219,6 +229,11 @@ impl<Q: DirectQueues> Backend for DirectEnd<Q> {
             sq.retire(w);
         }
         Ok(p)
+    }
+
+    #[inline]
+    fn after_post(&mut self) {
+        self.q.after_post();
     }
 
     fn mem(&self) -> &MemView {

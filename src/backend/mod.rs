@@ -122,6 +122,11 @@ pub trait Backend {
     fn post_recv(&mut self, len: u32, n: u32) -> Result<(), BackendError>;
     /// Polls the CQ once (up to 16 completions).
     fn poll(&mut self) -> Result<Polled, BackendError>;
+    /// Called right after a timed post call returns: a device model that executes posted work
+    /// outside the post call (model0's after-post mode) executes it now. Hardware and the
+    /// verbs stack do nothing here.
+    #[inline]
+    fn after_post(&mut self) {}
     /// The local buffer.
     fn mem(&self) -> &MemView;
     /// Largest inline payload of the QP.

@@ -23,7 +23,7 @@ use crate::mlx5::sq::{RingHook, SqConfig};
 use crate::sys;
 use shm::{ObjKind, Shm};
 use std::collections::HashMap;
-use std::sync::atomic::{fence, AtomicU32, AtomicU64, AtomicU8, Ordering};
+use std::sync::atomic::{fence, AtomicBool, AtomicU32, AtomicU64, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 
 /// The model's device name.
@@ -95,15 +95,35 @@ pub enum ExecMode {
     Inline,
     /// Only when [`ModelQp::progress`] is called (benchmarks of the post path alone).
     Deferred,
+    /// Right after the post call, when the poster asks ([`ModelQp::deliver`], which the
+    /// scenarios call once the post call's timestamp is taken), or at the QP's next poll: so a
+    /// timed post call measures the post alone, never the model executing the WQE. Receives
+    /// wake a sender waiting on them at once, as in `Inline`.
+    AfterPost,
 }
+
+/// The longest wire delay the model accepts, ns (1 s): a longer one would outlast the scenarios'
+/// stall deadlines, and a wait must stay short enough to end on SIGINT.
+pub const MAX_WIRE_DELAY_NS: u64 = 1_000_000_000;
+
+/// Stops every wire wait in this process at once (async-signal-safe: one atomic store): a SIGINT
+/// handler calls it so a long delay does not hold the process.
+pub fn abort_wire_waits() {
+    WIRE_ABORT.store(true, Ordering::Relaxed);
+}
+
+static WIRE_ABORT: AtomicBool = AtomicBool::new(false);
 
 /// Model knobs.
 #[derive(Clone, Copy, Debug)]
 pub struct ModelConfig {
-    /// Added one-way wire delay in ns: the WQEs a doorbell carries take effect this much later
-    /// (inline execution only). 0: no wire (no timing on the doorbell path; a QP's
-    /// `set_wire_delay(0)` times a zero wait instead, for a baseline).
-    pub wire_delay_ns: u64,
+    /// Added wire delay of every message in each direction, in ns (at most
+    /// [`MAX_WIRE_DELAY_NS`]): what a doorbell carries arrives this much later at the responder
+    /// (a WRITE's or SEND's data, a READ's or atomic's request), and a READ's or atomic's response
+    /// takes as long again back (inline and after-post execution). `None`: no wire, no timing
+    /// on the doorbell path at all; `Some(0)` times a zero wait on the same path as any delay,
+    /// so a baseline and a delayed run differ by the delay alone.
+    pub wire_delay_ns: Option<u64>,
     /// When WQEs execute.
     pub exec: ExecMode,
 }
@@ -111,7 +131,7 @@ pub struct ModelConfig {
 impl Default for ModelConfig {
     fn default() -> Self {
         ModelConfig {
-            wire_delay_ns: 0,
+            wire_delay_ns: None,
             exec: ExecMode::Inline,
         }
     }
@@ -253,7 +273,20 @@ fn wire_wait(ns: u64) {
         (ns as f64 * tpn + half_read) as u64
     };
     let until = start.wrapping_add(ticks);
-    // No `pause` in this loop: one costs up to ~140 cycles and would be the overshoot.
+    // No `pause` in this loop: one costs up to ~140 cycles and would be the overshoot. Waits
+    // above 100 us also watch for an abort (SIGINT), in slices, so the short waits that are
+    // measured keep their exact steps.
+    if ns > 100_000 {
+        let slice = (ticks / 64).max(1);
+        loop {
+            let now = raw_ticks();
+            if now >= until || WIRE_ABORT.load(Ordering::Relaxed) {
+                return;
+            }
+            let stop = now.saturating_add(slice).min(until);
+            while raw_ticks() < stop {}
+        }
+    }
     while raw_ticks() < until {}
 }
 
@@ -295,7 +328,12 @@ impl Model {
     pub fn open(cfg: ModelConfig) -> Result<Self, ModelError> {
         std::fs::create_dir_all(shm::dir()).map_err(io(format!("creating {}", shm::dir().display())))?;
         shm::sweep(owner_of);
-        if cfg.wire_delay_ns > 0 {
+        if let Some(d) = cfg.wire_delay_ns {
+            if d > MAX_WIRE_DELAY_NS {
+                return Err(ModelError::Invalid(format!(
+                    "wire delay {d} ns exceeds the model's limit of {MAX_WIRE_DELAY_NS} ns (1 s)"
+                )));
+            }
             wire_clock();
         }
         let seed = clock::start() ^ ((std::process::id() as u64) << 32) ^ 0x9e37_79b9_7f4a_7c15;
@@ -424,14 +462,16 @@ impl Model {
         let h: &QpHdr = hdr(&shm);
         h.rnr_retry.store(7, Ordering::Relaxed);
         h.min_rnr_timer.store(12, Ordering::Relaxed);
-        let d = self.inner.cfg.wire_delay_ns;
-        h.wire_delay_ns
-            .store(if d > 0 { d | WIRE_TIMED } else { 0 }, Ordering::Relaxed);
+        h.wire_delay_ns.store(
+            self.inner.cfg.wire_delay_ns.map_or(0, |d| d | WIRE_TIMED),
+            Ordering::Relaxed,
+        );
         h.obj.valid.store(1, Ordering::Release);
         let shm = publish(&self.inner.qps, qpn, shm);
         Ok(ModelQp {
             shm,
             qpn,
+            pending: Arc::new(AtomicBool::new(false)),
             model: self.clone(),
             _cqs: (send_cq.shm.clone(), recv_cq.shm.clone()),
         })
@@ -639,6 +679,8 @@ impl Default for ModelConnect {
 pub struct ModelQp {
     shm: Arc<Shm>,
     qpn: u32,
+    /// A doorbell was rung and not yet delivered (after-post execution).
+    pending: Arc<AtomicBool>,
     model: Model,
     _cqs: (Arc<Shm>, Arc<Shm>),
 }
@@ -689,7 +731,8 @@ impl ModelQp {
         ModelDoorbell {
             model: self.model.clone(),
             qp: self.shm.clone(),
-            inline: self.model.inner.cfg.exec == ExecMode::Inline,
+            exec: self.model.inner.cfg.exec,
+            pending: self.pending.clone(),
         }
     }
     /// Connects to `peer` (the peer does the same towards us): state RTS.
@@ -715,7 +758,15 @@ impl ModelQp {
         wire_clock();
         self.h()
             .wire_delay_ns
-            .store(ns.min(!WIRE_TIMED) | WIRE_TIMED, Ordering::Release);
+            .store(ns.min(MAX_WIRE_DELAY_NS) | WIRE_TIMED, Ordering::Release);
+    }
+
+    /// After-post execution: delivers what the doorbells rung since the last call carry (the
+    /// wire, then the WQEs); nothing when nothing is pending.
+    pub fn deliver(&self) {
+        if self.pending.swap(false, Ordering::AcqRel) {
+            deliver_now(&self.model, &self.shm);
+        }
     }
 
     /// Error injection: the `after`-th WQE from now (0 = the next) fails with `syndrome`.
@@ -759,6 +810,11 @@ impl ModelQp {
     pub fn deferred(&self) -> bool {
         self.model.inner.cfg.exec == ExecMode::Deferred
     }
+
+    /// When this QP's WQEs execute.
+    pub fn exec_mode(&self) -> ExecMode {
+        self.model.inner.cfg.exec
+    }
 }
 
 impl Drop for ModelQp {
@@ -780,27 +836,35 @@ impl Drop for ModelQp {
 pub struct ModelDoorbell {
     model: Model,
     qp: Arc<Shm>,
-    inline: bool,
+    exec: ExecMode,
+    pending: Arc<AtomicBool>,
+}
+
+/// What a doorbell sets off: the wire (the data or request travels `D`), then the WQEs execute.
+#[inline]
+fn deliver_now(model: &Model, qp: &Shm) {
+    // A device sees the doorbell once the stores before it are visible: drain the store
+    // buffer first (the `sfence`s of the doorbell only order it), so a delay below cannot
+    // hide that drain and the delay adds exactly D.
+    fence(Ordering::SeqCst);
+    // The wire: everything this doorbell carries arrives D later. The wait comes before any
+    // of the model's own work, so the delay shifts the whole operation by D.
+    let wire = hdr::<QpHdr>(qp).wire_delay_ns.load(Ordering::Acquire);
+    if wire != 0 {
+        wire_wait(wire & !WIRE_TIMED);
+    }
+    hdr::<QpHdr>(qp).kicks.fetch_add(1, Ordering::SeqCst);
+    execute(model, qp);
 }
 
 impl RingHook for ModelDoorbell {
     #[inline]
     fn rung(&mut self, _qpn: u32, _pi: u32) {
-        if !self.inline {
-            return;
+        match self.exec {
+            ExecMode::Inline => deliver_now(&self.model, &self.qp),
+            ExecMode::AfterPost => self.pending.store(true, Ordering::Release),
+            ExecMode::Deferred => {}
         }
-        // A device sees the doorbell once the stores before it are visible: drain the store
-        // buffer first (the `sfence`s of the doorbell only order it), so a delay below cannot
-        // hide that drain and the delay adds exactly D.
-        fence(Ordering::SeqCst);
-        // The wire: everything this doorbell carries arrives D later. The wait comes before any
-        // of the model's own work, so the delay shifts the whole operation by D.
-        let wire = hdr::<QpHdr>(&self.qp).wire_delay_ns.load(Ordering::Acquire);
-        if wire != 0 {
-            wire_wait(wire & !WIRE_TIMED);
-        }
-        hdr::<QpHdr>(&self.qp).kicks.fetch_add(1, Ordering::SeqCst);
-        execute(&self.model, &self.qp);
     }
 
     fn rung_rq(&mut self, _qpn: u32, _head: u32) {
@@ -809,7 +873,7 @@ impl RingHook for ModelDoorbell {
             flush_rq(&self.model, &self.qp);
             return;
         }
-        if !self.inline {
+        if self.exec == ExecMode::Deferred {
             return;
         }
         // A sender stalled on RNR waits for this receive: let it go on.
@@ -1176,6 +1240,14 @@ fn deliver_to_receiver(m: &Model, peer: &Shm, d: &Decoded, payload: &[u8], resp_
     }
 }
 
+/// The wire delay of a response (READ data, an atomic's old value) on its way back to `me`.
+fn response_wire(me: &QpHdr) {
+    let wire = me.wire_delay_ns.load(Ordering::Acquire);
+    if wire != 0 {
+        wire_wait(wire & !WIRE_TIMED);
+    }
+}
+
 fn run_one(m: &Model, me: &QpHdr, d: &Decoded, buf: &[u8; 1024]) -> Outcome {
     if d.opcode == opcode::NOP {
         return Outcome::Done { byte_cnt: 0 };
@@ -1260,6 +1332,8 @@ fn run_one(m: &Model, me: &QpHdr, d: &Decoded, buf: &[u8; 1024]) -> Outcome {
                 Ok(r) => r,
                 Err(s) => return Outcome::Fail(s),
             };
+            // the response travels back over the wire before it lands
+            response_wire(me);
             let mut off = 0usize;
             for &(addr, lkey, len) in &d.sges[..d.nsge] {
                 match resolve(m, lkey, addr, len as u64, me.pd, sys::IBV_ACCESS_LOCAL_WRITE) {
@@ -1304,6 +1378,8 @@ fn run_one(m: &Model, me: &QpHdr, d: &Decoded, buf: &[u8; 1024]) -> Outcome {
                     Ok(v) | Err(v) => v,
                 }
             };
+            // the response (the old value) travels back over the wire before it lands
+            response_wire(me);
             // SAFETY: 8 bytes resolved in the requester's region (may be unaligned).
             unsafe { std::ptr::write_unaligned(l.ptr as *mut u64, old_be) };
             Outcome::Done { byte_cnt: 8 }

@@ -4,13 +4,11 @@
 //! average bandwidth and message rate over the whole run, the peak and the minimum over sliding
 //! windows (a flapping link shows in the minimum).
 
-use super::lat::pin;
 use super::ScenarioError;
 use crate::backend::{Backend, OpKind};
 use crate::clock;
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Barrier;
 use std::time::{Duration, Instant};
 
 /// What to run.
@@ -254,30 +252,25 @@ pub fn run<B: Backend + Send>(
     intr: &AtomicBool,
 ) -> Result<Vec<ThreadResult>, ScenarioError> {
     let window = check(p)?;
-    let barrier = Barrier::new(threads.len());
-    let failed = AtomicBool::new(false);
-    std::thread::scope(|s| {
-        let handles: Vec<_> = threads
-            .iter_mut()
-            .enumerate()
-            .map(|(i, pairs)| {
-                let (barrier, failed) = (&barrier, &failed);
-                s.spawn(move || {
-                    pin(i);
-                    barrier.wait();
-                    let r = drive(pairs, p, window, intr);
-                    if r.is_err() {
-                        failed.store(true, Ordering::Relaxed);
-                    }
-                    r
-                })
-            })
-            .collect();
-        handles
-            .into_iter()
-            .map(|h| h.join().unwrap_or(Err(ScenarioError::PeerFailed { side: "bw thread" })))
-            .collect()
-    })
+    let mut out: Vec<Option<Result<ThreadResult, ScenarioError>>> = threads.iter().map(|_| None).collect();
+    let jobs = threads
+        .iter_mut()
+        .zip(out.iter_mut())
+        .enumerate()
+        .map(|(i, (pairs, slot))| {
+            // the workers start together (a spin barrier in `workers::run`)
+            crate::workers::Placed {
+                cpu: crate::workers::cpu_from_start(i),
+                job: Box::new(move || {
+                    *slot = Some(drive(pairs, p, window, intr));
+                }),
+            }
+        })
+        .collect();
+    crate::workers::run(jobs, p.stall).map_err(|e| ScenarioError::Invalid(e.to_string()))?;
+    out.into_iter()
+        .map(|r| r.unwrap_or(Err(ScenarioError::PeerFailed { side: "bw thread" })))
+        .collect()
 }
 
 /// Summary of a bandwidth run.

@@ -218,27 +218,25 @@ const CQ_CHECK_TURNS: u32 = 2048;
 /// Receives kept posted in the SEND ping-pong.
 const RECV_DEPTH: u32 = 16;
 
-/// The CPUs this process may run on, read once before any thread is pinned (a pinned thread's
-/// children inherit its one-CPU mask, so reading it later would see a single CPU).
-fn cpus() -> &'static [core_affinity::CoreId] {
-    static CPUS: std::sync::OnceLock<Vec<core_affinity::CoreId>> = std::sync::OnceLock::new();
-    CPUS.get_or_init(|| core_affinity::get_core_ids().unwrap_or_default())
-}
-
 /// Pins the calling thread to the `i`-th CPU from the end of the process's set (a server process
 /// keeps off the CPUs its client on the same machine takes from the start).
 pub fn pin_from_end(i: usize) -> bool {
-    let n = cpus().len();
-    n > 1 && pin(n - 1 - i % n)
+    crate::workers::pin_current(crate::workers::cpu_from_end(i))
 }
 
 /// Pins the calling thread to the `i`-th CPU of the process when it has more than one.
 pub fn pin(i: usize) -> bool {
-    let ids = cpus();
-    if ids.len() > 1 && std::env::var_os("RDMAPROBE_NO_PIN").is_none() {
-        core_affinity::set_for_current(ids[i % ids.len()])
-    } else {
-        false
+    crate::workers::pin_current(crate::workers::cpu_from_start(i))
+}
+
+/// Sets the run's failure flag when a side unwinds (a panic), so the other side stops at once.
+struct FailOnUnwind<'a>(&'a Flags<'a>);
+
+impl Drop for FailOnUnwind<'_> {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            self.0.failed.store(true, Ordering::Relaxed);
+        }
     }
 }
 
@@ -263,31 +261,59 @@ pub fn run<B: Backend + Send>(
             p.op.as_str()
         )));
     }
+    // each end sends from the first half of its buffer and receives into the second
+    let half = |b: &B| b.rx_offset().min(b.mem().len() - b.rx_offset());
+    let room = half(client).min(half(server));
+    if p.size as usize > room {
+        return Err(ScenarioError::Invalid(format!(
+            "size {} exceeds the buffers ({room} bytes each way)",
+            p.size
+        )));
+    }
     let flags = Flags {
         failed: AtomicBool::new(false),
         interrupt,
     };
-    cpus(); // before anything is pinned
     let total = warmup + iters;
     let (first, prime) = st.take(total);
-    let res = std::thread::scope(|s| {
-        let flags = &flags;
-        let h = s.spawn(move || {
-            pin(1);
-            let r = server_loop(server, p, first, total, prime, flags);
-            if r.is_err() {
-                flags.failed.store(true, Ordering::Relaxed);
-            }
-            r
-        });
-        pin(0);
-        let c = client_loop(client, p, first, total, warmup, prime, flags);
-        if c.is_err() {
-            flags.failed.store(true, Ordering::Relaxed);
-        }
-        let srv = h.join().unwrap_or(Err(ScenarioError::PeerFailed { side: "server" }));
-        (c, srv)
-    });
+    // Client and server on the process's persistent workers for CPUs 0 and 1 (made once, pinned
+    // before they ever run; both start together), never a thread spawned for this block.
+    let (mut c, mut srv) = (None, None);
+    let flags_ref = &flags;
+    let started = crate::workers::run(
+        vec![
+            crate::workers::Placed {
+                cpu: crate::workers::cpu_from_start(1),
+                job: Box::new(|| {
+                    let _fail = FailOnUnwind(flags_ref);
+                    let r = server_loop(server, p, first, total, prime, flags_ref);
+                    if r.is_err() {
+                        flags_ref.failed.store(true, Ordering::Relaxed);
+                    }
+                    srv = Some(r);
+                }),
+            },
+            crate::workers::Placed {
+                cpu: crate::workers::cpu_from_start(0),
+                job: Box::new(|| {
+                    let _fail = FailOnUnwind(flags_ref);
+                    let r = client_loop(client, p, first, total, warmup, prime, flags_ref);
+                    if r.is_err() {
+                        flags_ref.failed.store(true, Ordering::Relaxed);
+                    }
+                    c = Some(r);
+                }),
+            },
+        ],
+        p.stall,
+    );
+    if let Err(e) = started {
+        return Err(ScenarioError::Invalid(e.to_string()));
+    }
+    let res = (
+        c.unwrap_or(Err(ScenarioError::PeerFailed { side: "client" })),
+        srv.unwrap_or(Err(ScenarioError::PeerFailed { side: "server" })),
+    );
     match res {
         (Ok(samples), Ok(())) => Ok(samples),
         // The first real failure wins over the other side's "peer failed".
@@ -336,10 +362,14 @@ pub fn client_loop<B: Backend>(
         if p.op == OpKind::Write {
             b.mem().store(len - 1, m);
         }
-        let signal = signalled(p.op, k - first);
+        // the last post of a block is signalled too, so a block shorter than the signalling
+        // period still leaves the send queue empty
+        let signal = signalled(p.op, k - first) || k + 1 == first + total;
         let t0 = clock::start();
         b.post(p.op, p.size, 1, p.inline, signal).map_err(be(side, k))?;
         let t1 = clock::stop();
+        // a device model executes the WQE here, after the post's timestamp (on hardware: nothing)
+        b.after_post();
         outst.n += u32::from(signal);
         match p.op {
             OpKind::Write => await_write(b, &spin, &mut outst, k, "the server's WRITE", rx + len - 1, m)?,
@@ -413,8 +443,9 @@ pub fn server_loop<B: Backend>(
         if k > first {
             reap(b, &spin, &mut outst, k, k - first - 1)?;
         }
-        let signal = signalled(p.op, k - first);
+        let signal = signalled(p.op, k - first) || k + 1 == first + total;
         b.post(p.op, p.size, 1, p.inline, signal).map_err(be(side, k))?;
+        b.after_post();
         outst.n += u32::from(signal);
         if p.op == OpKind::Send {
             b.post_recv(recv_len(b), 1).map_err(be(side, k))?;

@@ -61,6 +61,27 @@ impl AnyPair {
     }
 }
 
+/// A backend's pair with the state its ping-pongs carry from one block and size to the next
+/// (marker numbering; the receives a SEND ping-pong keeps posted are posted once per pair).
+pub struct LatPair {
+    /// The backend.
+    pub kind: BackendKind,
+    /// Its two connected ends.
+    pub pair: AnyPair,
+    state: PingState,
+}
+
+impl LatPair {
+    /// A pair of `kind` that has not run yet.
+    pub fn new(kind: BackendKind, pair: AnyPair) -> Self {
+        LatPair {
+            kind,
+            pair,
+            state: PingState::default(),
+        }
+    }
+}
+
 /// One backend's result for one operation and size.
 #[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 pub struct LatResult {
@@ -217,7 +238,7 @@ pub enum Length {
 /// Runs `p` on every pair, `blocks` interleaved blocks each (warm-up before the first block),
 /// and summarises.
 pub fn run_interleaved(
-    pairs: &mut [(BackendKind, AnyPair)],
+    pairs: &mut [LatPair],
     p: &LatParams,
     blocks: u64,
     cal: &Calibration,
@@ -239,7 +260,7 @@ pub type OnBlock<'a> = dyn FnMut(BackendKind, &[f64], f64, f64) + 'a;
 /// As [`run_interleaved`], for a number of iterations or a duration, calling `on_block` with
 /// each block's backend, figures (ns) and start and end (seconds since the run began).
 pub fn run_blocks(
-    pairs: &mut [(BackendKind, AnyPair)],
+    pairs: &mut [LatPair],
     p: &LatParams,
     len: Length,
     cal: &Calibration,
@@ -250,10 +271,10 @@ pub fn run_blocks(
         .iter()
         .map(|_| (LatSamples::default(), Blocks::default()))
         .collect();
-    let mut states: Vec<PingState> = pairs.iter().map(|_| PingState::default()).collect();
     let t_run = crate::clock::start();
     let started = std::time::Instant::now();
     let mut b = 0u64;
+    let n = pairs.len();
     loop {
         let iters = match len {
             Length::Iterations { iters, blocks } => {
@@ -271,12 +292,16 @@ pub fn run_blocks(
             }
         };
         let warmup = if b == 0 { p.warmup } else { 0 };
-        for (i, (kind, pair)) in pairs.iter_mut().enumerate() {
+        // the backends' order rotates from block to block, so none always runs first (after a
+        // pause) or always after the same other backend
+        for j in 0..n {
+            let i = (j + b as usize) % n;
+            let lp = &mut pairs[i];
             let t0 = crate::clock::start();
-            let s = pair.run(p, iters, warmup, &mut states[i], intr)?;
+            let s = lp.pair.run(p, iters, warmup, &mut lp.state, intr)?;
             let t1 = crate::clock::stop();
             let v = figures_ns(p, &s.rtt, cal);
-            on_block(*kind, &v, cal.to_ns(t0 - t_run) / 1e9, cal.to_ns(t1 - t_run) / 1e9);
+            on_block(lp.kind, &v, cal.to_ns(t0 - t_run) / 1e9, cal.to_ns(t1 - t_run) / 1e9);
             all[i].1.add(v);
             all[i].0.rtt.extend(s.rtt);
             all[i].0.post.extend(s.post);
@@ -285,8 +310,8 @@ pub fn run_blocks(
         b += 1;
     }
     let mut out = Vec::new();
-    for ((kind, _), (s, blocks)) in pairs.iter().zip(all) {
-        out.push(finish(*kind, p, &s, blocks, cal)?);
+    for (lp, (s, blocks)) in pairs.iter().zip(all) {
+        out.push(finish(lp.kind, p, &s, blocks, cal)?);
     }
     Ok(out)
 }
@@ -459,46 +484,43 @@ pub fn bw_side(
     let window = bw::check(p)?;
     let (rc, rs) = bw::roles(p);
     let role = if client { rc } else { rs };
-    let barrier = std::sync::Barrier::new(threads.len());
-    std::thread::scope(|s| {
-        let handles: Vec<_> = threads
-            .iter_mut()
-            .enumerate()
-            .map(|(i, ends)| {
-                let barrier = &barrier;
-                s.spawn(move || {
-                    if client {
-                        lat::pin(i);
-                    } else {
-                        lat::pin_from_end(i);
-                    }
-                    barrier.wait();
-                    macro_rules! go {
-                        ($v:ident) => {{
-                            let mut e: Vec<_> = ends
-                                .iter_mut()
-                                .map(|x| match x {
-                                    AnyEnd::$v(b) => Ok((&mut **b, role)),
-                                    _ => Err(ScenarioError::Invalid(
-                                        "ends of one thread differ in backend".into(),
-                                    )),
-                                })
-                                .collect::<Result<_, _>>()?;
-                            bw::drive_ends(&mut e, p, window, intr)
-                        }};
-                    }
-                    match ends.first() {
-                        Some(AnyEnd::Verbs(_)) => go!(Verbs),
-                        Some(AnyEnd::Model(_)) => go!(Model),
-                        Some(AnyEnd::Mlx5(_)) => go!(Mlx5),
-                        None => Ok(bw::ThreadResult::default()),
-                    }
-                })
-            })
-            .collect();
-        handles
-            .into_iter()
-            .map(|h| h.join().unwrap_or(Err(ScenarioError::PeerFailed { side: "bw thread" })))
-            .collect()
-    })
+    let mut out: Vec<Option<Result<bw::ThreadResult, ScenarioError>>> = threads.iter().map(|_| None).collect();
+    let jobs = threads
+        .iter_mut()
+        .zip(out.iter_mut())
+        .enumerate()
+        .map(|(i, (ends, slot))| crate::workers::Placed {
+            cpu: if client {
+                crate::workers::cpu_from_start(i)
+            } else {
+                crate::workers::cpu_from_end(i)
+            },
+            job: Box::new(move || {
+                macro_rules! go {
+                    ($v:ident) => {{
+                        let e: Result<Vec<_>, _> = ends
+                            .iter_mut()
+                            .map(|x| match x {
+                                AnyEnd::$v(b) => Ok((&mut **b, role)),
+                                _ => Err(ScenarioError::Invalid(
+                                    "ends of one thread differ in backend".into(),
+                                )),
+                            })
+                            .collect();
+                        e.and_then(|mut e| bw::drive_ends(&mut e, p, window, intr))
+                    }};
+                }
+                *slot = Some(match ends.first() {
+                    Some(AnyEnd::Verbs(_)) => go!(Verbs),
+                    Some(AnyEnd::Model(_)) => go!(Model),
+                    Some(AnyEnd::Mlx5(_)) => go!(Mlx5),
+                    None => Ok(bw::ThreadResult::default()),
+                });
+            }),
+        })
+        .collect();
+    crate::workers::run(jobs, p.stall).map_err(|e| ScenarioError::Invalid(e.to_string()))?;
+    out.into_iter()
+        .map(|r| r.unwrap_or(Err(ScenarioError::PeerFailed { side: "bw thread" })))
+        .collect()
 }
