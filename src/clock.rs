@@ -294,6 +294,27 @@ pub fn overhead_from_samples(s: &mut [u64]) -> Overhead {
     }
 }
 
+/// The counter's step: the smallest non-zero difference between two back-to-back reads, in
+/// ticks (1 on bare metal; tens on some hypervisors, which update the TSC in steps). A timed
+/// region is only resolved to this grid.
+pub fn tsc_step_ticks() -> u64 {
+    let mut step = u64::MAX;
+    let mut prev = start();
+    for _ in 0..20_000 {
+        let t = start();
+        let d = t.wrapping_sub(prev);
+        if d > 0 && d < step {
+            step = d;
+        }
+        prev = t;
+    }
+    if step == u64::MAX {
+        1
+    } else {
+        step
+    }
+}
+
 /// Everything known about the clock after start-up.
 #[derive(Debug, Clone, Copy, PartialEq)]
 #[cfg_attr(feature = "std", derive(serde::Serialize))]

@@ -261,7 +261,10 @@ struct BwArgs {
 
 #[derive(clap::Args, Debug)]
 struct PostCostArgs {
-    /// RDMA WRITE size in bytes.
+    /// Operations to measure.
+    #[arg(long = "op", value_enum, value_delimiter = ',', default_values_t = [PcOp::Write, PcOp::Send, PcOp::Read])]
+    ops: Vec<PcOp>,
+    /// Message size in bytes.
     #[arg(short = 's', long, default_value_t = 8, value_parser = clap::value_parser!(u32).range(1..=1024 * 1024))]
     size: u32,
     /// Postlists (WQEs per doorbell) to measure.
@@ -270,9 +273,10 @@ struct PostCostArgs {
     /// Completion every N WQEs, besides every WQE (at most 48).
     #[arg(short = 'Q', long = "cq-mod", default_value_t = 32, value_parser = clap::value_parser!(u32).range(2..=48))]
     cq_mod: u32,
-    /// Timed post calls per configuration.
-    #[arg(short = 'n', long, default_value_t = 20000, value_parser = clap::value_parser!(u64).range(1..=100_000_000))]
-    iters: u64,
+    /// Timed blocks per configuration (each as many post calls as fill 96 WQEs: 96 at postlist
+    /// 1, 3 at postlist 32).
+    #[arg(short = 'n', long = "blocks", default_value_t = 1000, value_parser = clap::value_parser!(u64).range(1..=10_000_000))]
+    blocks: u64,
     /// Device, port and GID index.
     #[command(flatten)]
     dev: DevArgs,
@@ -282,6 +286,14 @@ struct PostCostArgs {
     /// Write the results as JSON.
     #[arg(long)]
     json: Option<std::path::PathBuf>,
+}
+
+/// The operations of `post-cost`.
+#[derive(clap::ValueEnum, Clone, Copy, Debug)]
+enum PcOp {
+    Write,
+    Send,
+    Read,
 }
 
 #[derive(clap::Args, Debug)]
@@ -1252,16 +1264,16 @@ fn bw(a: BwArgs) -> Result<ExitCode> {
 
 fn post_cost(a: PostCostArgs) -> Result<ExitCode> {
     use rdmaprobe::backend::setup::INLINE;
-    use rdmaprobe::backend::BackendKind;
+    use rdmaprobe::backend::{BackendKind, OpKind};
     use rdmaprobe::mlx5::sq::DbMode;
     use rdmaprobe::report::env::Fingerprint;
-    use rdmaprobe::scenario::post_cost::PostCostParams;
-    use rdmaprobe::scenario::runner::run_post_cost;
+    use rdmaprobe::scenario::post_cost::{PostCostParams, BLOCK_WQES};
+    use rdmaprobe::scenario::runner::{run_post_cost, tsc_step};
 
     if let Some(bad) = a.postlists.iter().find(|&&l| l == 0 || l > 48) {
         anyhow::bail!("--post-list {bad}: postlists must be within 1..=48");
     }
-    // model0 executes only between timed calls, so the timed region holds the post alone
+    // model0 executes only between timed blocks, so the timed region holds the posts alone
     let model_cfg = rdmaprobe::model::ModelConfig {
         wire_delay_ns: None,
         exec: rdmaprobe::model::ExecMode::Deferred,
@@ -1279,79 +1291,123 @@ fn post_cost(a: PostCostArgs) -> Result<ExitCode> {
     for k in &kinds {
         dev.supports(*k)?;
     }
+    let ops: Vec<OpKind> = a
+        .ops
+        .iter()
+        .map(|o| match o {
+            PcOp::Write => OpKind::Write,
+            PcOp::Send => OpKind::Send,
+            PcOp::Read => OpKind::Read,
+        })
+        .collect();
     let cal = Calibration::run(200_000_000)?;
     let fp = Fingerprint::collect(&cal, &dev.name(), &dev.provider(), dev.firmware(), dev.is_model());
     let warnings = fp.warnings();
-    println!("{}", "-".repeat(100));
+    let step_ns = cal.to_ns(tsc_step());
+    println!("{}", "-".repeat(112));
     println!(
-        " post cost of RDMA WRITE {} B, device {} ({}); TSC {:.3} MHz; timer overhead {:.1} ns (median)",
+        " post cost, {} B, device {} ({}); {} blocks of up to {BLOCK_WQES} WQEs per configuration, each timed as a whole",
         a.size,
         dev.name(),
         dev.provider(),
+        a.blocks
+    );
+    println!(
+        " TSC {:.3} MHz, step {:.1} ns ({} ticks); timer overhead {:.1} ns (median, taken off every block); ticks are TSC ticks, not core cycles",
         cal.hz / 1e6,
+        step_ns,
+        tsc_step(),
         cal.overhead_ns()
     );
+    if dev.is_model() {
+        println!(" model0 executes the WQEs between blocks, outside the timed region");
+    }
     for w in &warnings {
         println!(" WARNING: {w}");
     }
-    println!("{}", "-".repeat(100));
+    println!("{}", "-".repeat(112));
     println!(
-        " {:>7} {:>10} {:>8} {:>6} {:>7} {:>13} {:>12} {:>12} {:>14}",
-        "backend", "doorbell", "postlist", "inline", "CQE/N", "cyc/WQE p50", "ns/WQE p50", "ns/WQE p99", "call p50[ns]"
+        " {:>5} {:>7} {:>10} {:>8} {:>6} {:>7} {:>7} {:>14} {:>12} {:>12} {:>13}",
+        "op",
+        "backend",
+        "doorbell",
+        "postlist",
+        "inline",
+        "CQE/N",
+        "blocks",
+        "ticks/WQE p50",
+        "ns/WQE p50",
+        "ns/WQE p99",
+        "ns/call p50"
     );
     let mut results = Vec::new();
-    for k in &kinds {
-        let modes: &[DbMode] = if *k == BackendKind::Direct {
-            &[DbMode::Bf, DbMode::BfNoFence, DbMode::Db]
-        } else {
-            &[DbMode::Bf]
-        };
-        for mode in modes {
-            for &postlist in &a.postlists {
-                for inline in [false, true] {
-                    if inline && a.size > INLINE {
-                        continue;
-                    }
-                    for cq_mod in [1, a.cq_mod] {
-                        let p = PostCostParams {
-                            size: a.size,
-                            postlist,
-                            inline,
-                            cq_mod,
-                            iters: a.iters,
-                            stall: std::time::Duration::from_secs(10),
-                        };
-                        let r = run_post_cost(&dev, *k, &p, *mode, &cal)?;
-                        println!(
-                            " {:>7} {:>10} {:>8} {:>6} {:>7} {:>13.1} {:>12.2} {:>12.2} {:>13.1}{}",
-                            k.as_str(),
-                            r.db_mode.as_deref().unwrap_or("-"),
-                            postlist,
-                            if inline { "yes" } else { "no" },
-                            cq_mod,
-                            r.per_wqe_cycles_p50,
-                            r.per_wqe_ns.p50,
-                            r.per_wqe_ns.p99,
-                            r.call_ns.p50,
-                            if r.below_overhead { "*" } else { "" }
-                        );
-                        results.push(r);
+    for &op in &ops {
+        for k in &kinds {
+            let modes: &[DbMode] = if *k == BackendKind::Direct {
+                &[DbMode::Bf, DbMode::BfNoFence, DbMode::Db]
+            } else {
+                &[DbMode::Bf]
+            };
+            for mode in modes {
+                for &postlist in &a.postlists {
+                    for inline in [false, true] {
+                        if inline && (a.size > INLINE || op == OpKind::Read) {
+                            continue;
+                        }
+                        for cq_mod in [1, a.cq_mod] {
+                            let p = PostCostParams {
+                                op,
+                                size: a.size,
+                                postlist,
+                                inline,
+                                cq_mod,
+                                blocks: a.blocks,
+                                stall: std::time::Duration::from_secs(10),
+                            };
+                            let r = run_post_cost(&dev, *k, &p, *mode, &cal)?;
+                            println!(
+                                " {:>5} {:>7} {:>10} {:>8} {:>6} {:>7} {:>7} {:>14.2} {:>12.2} {:>12.2} {:>12.2}{}",
+                                op.as_str(),
+                                k.as_str(),
+                                r.db_mode.as_deref().unwrap_or("-"),
+                                postlist,
+                                if inline { "yes" } else { "no" },
+                                cq_mod,
+                                r.block_per_wqe_ns.len(),
+                                r.per_wqe_ticks_p50,
+                                r.per_wqe_ns.p50,
+                                r.per_wqe_ns.p99,
+                                r.call_ns.p50,
+                                if r.below_overhead { "*" } else { "" }
+                            );
+                            results.push(r);
+                        }
                     }
                 }
             }
         }
     }
     if results.iter().any(|r| r.below_overhead) {
-        println!(" * call at or below the timer's own overhead: not a real measurement");
+        println!(" * block at or below the timer's own overhead: not a real measurement");
     }
-    println!("{}", "-".repeat(100));
+    println!("{}", "-".repeat(112));
     if let Some(path) = &a.json {
+        let runs: Vec<serde_json::Value> = results
+            .iter()
+            .map(|r| {
+                let mut v = serde_json::to_value(r)?;
+                v["scenario"] = json!("post_cost");
+                Ok(v)
+            })
+            .collect::<Result<_>>()?;
         let doc = result_doc(
             &fp,
             &cal,
             &warnings,
-            json!({ "scenario": "post_cost", "op": "write", "size": a.size, "iters": a.iters, "postlists": a.postlists, "cq_mod": a.cq_mod }),
-            &results,
+            json!({ "scenario": "post_cost", "ops": ops.iter().map(|o| o.as_str()).collect::<Vec<_>>(), "size": a.size,
+                    "blocks": a.blocks, "postlists": a.postlists, "cq_mod": a.cq_mod, "block_wqes": BLOCK_WQES,
+                    "tsc_step_ns": step_ns }),
+            &runs,
         )?;
         write_atomically(path, &serde_json::to_vec_pretty(&doc)?)?;
         println!(" results written to {}", path.display());
@@ -1573,15 +1629,16 @@ fn suite(a: SuiteArgs) -> Result<ExitCode> {
         return Ok(ExitCode::from(2));
     }
 
-    let (lat_sizes, bw_sizes, iters, bw_iters, pc_iters): (Vec<u32>, Vec<u32>, u64, u64, u64) = if a.quick {
-        (vec![8, 4096, 65536], vec![64, 65536], 2000, 20000, 5000)
+    // post cost: timed blocks (of up to 96 WQEs) per configuration
+    let (lat_sizes, bw_sizes, iters, bw_iters, pc_blocks): (Vec<u32>, Vec<u32>, u64, u64, u64) = if a.quick {
+        (vec![8, 4096, 65536], vec![64, 65536], 2000, 20000, 300)
     } else {
         (
             (3..=20).map(|e| 1u32 << e).collect(),
             (6..=22).map(|e| 1u32 << e).collect(),
             10000,
             100000,
-            20000,
+            1000,
         )
     };
     let model_cfg = rdmaprobe::model::ModelConfig {
@@ -1714,17 +1771,17 @@ fn suite(a: SuiteArgs) -> Result<ExitCode> {
         progress.step(&format!("post-cost postlist {postlist}"));
         for k in &kinds {
             let p = PostCostParams {
+                op: OpKind::Write,
                 size: 8,
                 postlist,
                 inline: true,
                 cq_mod: 32,
-                iters: pc_iters,
+                blocks: pc_blocks,
                 stall: std::time::Duration::from_secs(10),
             };
             let r = run_post_cost(&pc_dev, *k, &p, DbMode::Bf, &cal)?;
             let mut v = serde_json::to_value(&r)?;
             v["scenario"] = json!("post_cost");
-            v["op"] = json!("write");
             runs.push(v);
         }
     }

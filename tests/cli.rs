@@ -224,7 +224,7 @@ fn post_cost_on_model0_measures_each_configuration() {
         "-d",
         "model0",
         "-n",
-        "500",
+        "200",
         "-l",
         "1,8",
         "-Q",
@@ -233,22 +233,42 @@ fn post_cost_on_model0_measures_each_configuration() {
         json.to_str().unwrap(),
     ]);
     assert_eq!(code, 0, "{out}{err}");
+    // the header states the counter's step, the timer's cost and the unit
+    assert!(
+        out.contains(" step ") && out.contains("timer overhead") && out.contains("TSC ticks, not core cycles"),
+        "{out}"
+    );
+    assert!(out.contains("ticks/WQE p50") && !out.contains("cyc/WQE"), "{out}");
     let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
     let runs = v["runs"].as_array().unwrap();
-    // direct only on model0: 3 doorbell modes x 2 postlists x inline or not x CQE every 1 or 16
-    assert_eq!(runs.len(), 3 * 2 * 2 * 2, "{out}");
+    // direct only on model0: WRITE and SEND in 3 doorbell modes x 2 postlists x inline or not x
+    // CQE every 1 or 16, READ without inline
+    assert_eq!(runs.len(), 2 * 3 * 2 * 2 * 2 + 3 * 2 * 2, "{out}");
+    for op in ["write", "send", "read"] {
+        assert!(runs.iter().any(|r| r["op"] == op), "no {op} row");
+    }
     for r in runs {
         assert_eq!(r["backend"], "direct");
-        assert_eq!(r["call_ns"]["count"], 500);
+        assert_eq!(r["scenario"], "post_cost");
+        // 200 timed blocks, each the calls that fill 96 WQEs
+        assert_eq!(r["call_ns"]["count"], 200);
+        assert_eq!(r["block_per_wqe_ns"].as_array().map(|a| a.len()), Some(200));
+        let pl = r["postlist"].as_u64().unwrap();
+        assert_eq!(r["calls_per_block"].as_u64(), Some(96 / pl), "{r}");
+        assert_eq!(r["wqes_per_block"].as_u64(), Some(96 / pl * pl), "{r}");
         let per = r["per_wqe_ns"]["p50"].as_f64().unwrap();
         let call = r["call_ns"]["p50"].as_f64().unwrap();
-        let pl = r["postlist"].as_f64().unwrap();
-        assert!((per * pl - call).abs() <= call * 0.01 + 1e-9, "{r}");
-        assert!(
+        assert!((per * pl as f64 - call).abs() <= call * 0.01 + 1e-9, "{r}");
+        // a block resolves a WQE to the counter's step over its WQEs: far below a nanosecond
+        let step = r["tsc_step_ns"].as_f64().unwrap();
+        assert!(step > 0.0 && step / 96.0 < 1.0, "{r}");
+        assert!(r["timer_overhead_ns"].as_f64().unwrap() > 0.0);
+        assert!(r["per_wqe_ticks_p50"].as_f64().unwrap() > 0.0);
+        assert_eq!(
             rdmaprobe::report::Hist::decode(r["call_histogram"].as_str().unwrap())
                 .unwrap()
-                .len()
-                == 500
+                .len(),
+            200
         );
     }
     let (code, _, err) = rdmaprobe(&["post-cost", "-d", "model0", "-l", "0"]);

@@ -104,19 +104,10 @@ impl<Q: DirectQueues> DirectEnd<Q> {
         }
     }
 
-    /// The queues (for connection and knobs).
-    pub fn queues(&mut self) -> &mut Q {
-        &mut self.q
-    }
-}
-
-impl<Q: DirectQueues> Backend for DirectEnd<Q> {
-    fn kind(&self) -> BackendKind {
-        BackendKind::Direct
-    }
-
-    #[inline]
-    fn post(&mut self, op: OpKind, len: u32, n: u32, inline: bool, signal_last: bool) -> Result<(), BackendError> {
+    /// Every post that is not the repeat of a prepared WQE: checks, then builds (inline payloads
+    /// each time) or prepares the WQE.
+    #[inline(never)]
+    fn post_slow(&mut self, op: OpKind, len: u32, n: u32, inline: bool, signal_last: bool) -> Result<(), BackendError> {
         let backend = "direct";
         if n == 0 || n > 64 {
             return Err(BackendError::Invalid {
@@ -190,6 +181,40 @@ impl<Q: DirectQueues> Backend for DirectEnd<Q> {
             sq.ring();
         }
         Ok(())
+    }
+
+    /// The queues (for connection and knobs).
+    pub fn queues(&mut self) -> &mut Q {
+        &mut self.q
+    }
+}
+
+impl<Q: DirectQueues> Backend for DirectEnd<Q> {
+    fn kind(&self) -> BackendKind {
+        BackendKind::Direct
+    }
+
+    #[inline(always)]
+    fn post(&mut self, op: OpKind, len: u32, n: u32, inline: bool, signal_last: bool) -> Result<(), BackendError> {
+        // The repeated post of a prepared WQE (checked when it was prepared): nothing else on
+        // the path, as a provider posts a work request it was handed.
+        if !inline {
+            if let Some((o, l, prep)) = &self.prepared {
+                if *o == op && *l == len && (1..=64).contains(&n) {
+                    let (sq, _, _) = self.q.parts();
+                    if n == 1 {
+                        return sq
+                            .post_prepared_ring(prep, signal_last)
+                            .map(|_| ())
+                            .map_err(BackendError::Sq);
+                    }
+                    sq.post_prepared_n(prep, n, signal_last).map_err(BackendError::Sq)?;
+                    sq.ring();
+                    return Ok(());
+                }
+            }
+        }
+        self.post_slow(op, len, n, inline, signal_last)
     }
 
     fn post_recv(&mut self, len: u32, n: u32) -> Result<(), BackendError> {

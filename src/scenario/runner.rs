@@ -406,30 +406,43 @@ pub enum RunError {
     Scenario(#[from] ScenarioError),
 }
 
-/// The post cost of one configuration.
+/// The post cost of one configuration: blocks of post calls timed as a whole.
 #[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 pub struct PostCostResult {
     /// Backend name.
     pub backend: String,
     /// Doorbell mode (direct only).
     pub db_mode: Option<String>,
+    /// Operation (`write`, `send`, `read`).
+    pub op: String,
     /// Message size.
     pub size: u32,
     /// WQEs per call.
     pub postlist: u32,
     /// Inline payload.
     pub inline: bool,
-    /// A completion every this many WQEs.
+    /// A completion every this many WQEs (and on each block's last call).
     pub cq_mod: u32,
-    /// Per WQE (call time / postlist), ns.
+    /// Post calls in each timed block.
+    pub calls_per_block: u32,
+    /// WQEs in each timed block.
+    pub wqes_per_block: u32,
+    /// Per WQE, ns: statistics over the blocks (each block's time, less the timer's cost, over
+    /// its WQEs).
     pub per_wqe_ns: Stats,
-    /// Per WQE, median in TSC cycles.
-    pub per_wqe_cycles_p50: f64,
-    /// The call itself, ns.
+    /// Per WQE, median, in TSC ticks (the counter's unit, not core cycles).
+    pub per_wqe_ticks_p50: f64,
+    /// Per post call, ns: statistics over the blocks (block time over its calls).
     pub call_ns: Stats,
-    /// HdrHistogram of the call, ns.
+    /// Each block's per-WQE figure, ns, in the order measured (`compare`'s samples).
+    pub block_per_wqe_ns: Vec<f64>,
+    /// HdrHistogram of the per-call figure of each block, ns.
     pub call_histogram: String,
-    /// The median call is at or below the timer's own overhead: not a real measurement.
+    /// The counter's step, ns: one block is resolved to this, one WQE to this over the block's WQEs.
+    pub tsc_step_ns: f64,
+    /// The timer's own cost taken off every block, ns (the median empty timed region).
+    pub timer_overhead_ns: f64,
+    /// The median block is at or below the timer's own overhead: not a real measurement.
     pub below_overhead: bool,
 }
 
@@ -443,31 +456,65 @@ pub fn run_post_cost(
 ) -> Result<PostCostResult, RunError> {
     use crate::scenario::post_cost;
     let buf = (2 * (p.size as usize).max(64)).next_multiple_of(4096);
-    let ticks = match AnyPair::new(dev, kind, OpKind::Write, buf, mode)? {
-        AnyPair::Verbs(mut b) => post_cost::run(&mut b.0, p)?,
-        AnyPair::Model(mut b) => post_cost::run(&mut b.0, p)?,
-        AnyPair::Mlx5(mut b) => post_cost::run(&mut b.0, p)?,
-    };
-    let call: Vec<f64> = ticks.iter().map(|&t| cal.to_ns(t)).collect();
-    let per: Vec<f64> = call.iter().map(|&v| v / f64::from(p.postlist)).collect();
+    let mut pair = AnyPair::new(dev, kind, p.op, buf, mode)?;
+    // on the process's persistent worker for the first CPU, pinned, as every measurement runs
+    let mut res = None;
+    crate::workers::run(
+        vec![crate::workers::Placed {
+            cpu: crate::workers::cpu_from_start(0),
+            job: Box::new(|| {
+                res = Some(match &mut pair {
+                    AnyPair::Verbs(b) => post_cost::run(&mut b.0, &mut b.1, p),
+                    AnyPair::Model(b) => post_cost::run(&mut b.0, &mut b.1, p),
+                    AnyPair::Mlx5(b) => post_cost::run(&mut b.0, &mut b.1, p),
+                })
+            }),
+        }],
+        p.stall,
+    )
+    .map_err(|e| ScenarioError::Invalid(e.to_string()))?;
+    let s = res.unwrap_or(Err(ScenarioError::PeerFailed {
+        side: "post-cost thread",
+    }))?;
+    let over = cal.overhead.median_cycles;
+    let block_ns: Vec<f64> = s
+        .block_ticks
+        .iter()
+        .map(|&t| cal.to_ns(t.saturating_sub(over)))
+        .collect();
+    let per: Vec<f64> = block_ns.iter().map(|&v| v / f64::from(s.wqes_per_block)).collect();
+    let call: Vec<f64> = block_ns.iter().map(|&v| v / f64::from(s.calls_per_block)).collect();
     let mut h = Hist::new();
     call.iter().for_each(|&v| h.record(v));
     let empty = || ScenarioError::Invalid("no samples".into());
-    let call_stats = Stats::of(&call).ok_or_else(empty)?;
     let per_stats = Stats::of(&per).ok_or_else(empty)?;
+    let raw: Vec<f64> = s.block_ticks.iter().map(|&t| cal.to_ns(t)).collect();
+    let raw_p50 = Stats::of(&raw).ok_or_else(empty)?.p50;
     Ok(PostCostResult {
         backend: kind.as_str().into(),
         db_mode: (kind == BackendKind::Direct).then(|| mode.as_str().to_string()),
+        op: p.op.as_str().into(),
         size: p.size,
         postlist: p.postlist,
         inline: p.inline,
         cq_mod: p.cq_mod,
-        per_wqe_cycles_p50: per_stats.p50 * cal.hz / 1e9,
+        calls_per_block: s.calls_per_block,
+        wqes_per_block: s.wqes_per_block,
+        per_wqe_ticks_p50: per_stats.p50 * cal.hz / 1e9,
         per_wqe_ns: per_stats,
-        call_ns: call_stats,
+        call_ns: Stats::of(&call).ok_or_else(empty)?,
+        block_per_wqe_ns: per,
         call_histogram: h.encode(),
-        below_overhead: call_stats.p50 <= cal.overhead_ns(),
+        tsc_step_ns: cal.to_ns(tsc_step()),
+        timer_overhead_ns: cal.overhead_ns(),
+        below_overhead: raw_p50 <= cal.overhead_ns(),
     })
+}
+
+/// The TSC's step in ticks, measured once per process.
+pub fn tsc_step() -> u64 {
+    static STEP: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
+    *STEP.get_or_init(crate::clock::tsc_step_ticks)
 }
 
 /// One side of a bandwidth run between two processes: each thread (pinned: a client's from the
