@@ -11,7 +11,7 @@
 #      (0 of 20)
 # Every run is `rdmaprobe lat write --loopback -d model0 -s 8 -n 20000 --model-delay-ns D --json F`
 # (post-cost: `rdmaprobe post-cost -d model0 --json F`). D for +10 % is measured: the baseline
-# p50 first (5 runs at D = 0), then 3 runs at D = 0 and 3 at D = 20 alternately for the slope
+# p50 first (5 runs at D = 0), then 3 runs at D = 0 and 3 at D = 100 alternately for the slope
 # (about 1 ns of one-way latency per ns of D); D = 10 % of the baseline p50 over the slope.
 # A trial runs A A' B three times (A, A': D = 0; B: D + shift), so a change of the machine's
 # load falls on every side alike.
@@ -63,11 +63,11 @@ for i in 1 2 3 4 5; do lat 0 "$out/one/r$i.json"; done
 base=$(p50 "$out"/one/r*.json | median)
 if [[ -z $delay ]]; then
   mkdir -p "$out/slope"
-  for i in 1 2 3; do lat 0 "$out/slope/d0_$i.json"; lat 20 "$out/slope/d20_$i.json"; done
-  lo=$(p50 "$out"/slope/d0_*.json | median) hi=$(p50 "$out"/slope/d20_*.json | median)
+  for i in 1 2 3; do lat 0 "$out/slope/d0_$i.json"; lat 100 "$out/slope/d100_$i.json"; done
+  lo=$(p50 "$out"/slope/d0_*.json | median) hi=$(p50 "$out"/slope/d100_*.json | median)
   delay=$(awk -v b="$base" -v lo="$lo" -v hi="$hi" 'BEGIN {
-    s = (hi - lo) / 20; if (s < 0.25) s = 1; d = 0.10 * b / s; printf "%d", d + 0.5 }')
-  say "baseline p50 $base ns; D = 20 moves p50 from $lo to $hi ns; D for +10 %: $delay ns"
+    s = (hi - lo) / 100; if (s < 0.25) s = 1; d = 0.10 * b / s; printf "%d", d + 0.5 }')
+  say "baseline p50 $base ns; D = 100 moves p50 from $lo to $hi ns; D for +10 %: $delay ns"
 fi
 
 say "1. identical, one file per side: 20 ordered pairs of the 5 baseline runs"
@@ -85,8 +85,10 @@ for t in $(seq 1 "$trials"); do
   d="$out/t$t"
   mkdir -p "$d"
   for i in 1 2 3; do lat 0 "$d/a$i.json"; lat 0 "$d/c$i.json"; lat "$delay" "$d/b$i.json"; done
-  three=$((three + $(cmp --base "$d"/a?.json --new "$d"/c?.json)))
-  found=$((found + $(cmp --base "$d"/a?.json --new "$d"/b?.json)))
+  r3=$(cmp --base "$d"/a?.json --new "$d"/c?.json) rf=$(cmp --base "$d"/a?.json --new "$d"/b?.json)
+  three=$((three + r3)) found=$((found + rf))
+  echo "trial $t: p50 A $(p50 "$d"/a?.json | xargs printf '%.0f ') A' $(p50 "$d"/c?.json | xargs printf '%.0f ')" \
+    "B $(p50 "$d"/b?.json | xargs printf '%.0f ')-> identical exit $r3, shifted exit $rf" >>"$out/trials.txt"
 done
 a_p50=$(p50 "$out"/t*/a?.json | median) b_p50=$(p50 "$out"/t*/b?.json | median)
 
@@ -120,6 +122,8 @@ ok() { if eval "$1"; then echo "ok"; else echo "MISSED"; fi; }
     "$(ok "((found * 20 >= 19 * trials))")" \
     "4. identical post-cost runs (pairs with a REGRESSION row)" "$post/20" "target 0" "$(ok "((post == 0))")"
   echo "  (post-cost p50 rows with an interval: $post_judged of 20 pairs; none means the files carry no block_per_wqe_ns)"
+  echo "trials (p50 of each run, ns):"
+  sed 's/^/  /' "$out/trials.txt"
   echo "files: $out"
 } | tee "$out/summary.txt"
 ((one <= 1 && three == 0 && found * 20 >= 19 * trials && post == 0))

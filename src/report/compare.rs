@@ -18,27 +18,32 @@ pub const ROUNDS: usize = 10_000;
 /// Significance level of the adjusted p-values.
 pub const ALPHA: f64 = 0.05;
 
-/// Default thresholds (percent) by metric: (metric, several runs on both sides, one run on a
-/// side). With one run on a side the interval holds only the noise within that run, so the
-/// threshold must stand above the run-to-run variation; measured on model0 (a shared 2-CPU VM,
-/// `lat write -s 8 -n 20000`, identical configuration): p50 up to about +-25 %, p99 up to about
-/// +-50 %, and `bw` averages of one configuration a factor of 2 apart. With several runs per
-/// side the interval holds that variation and the threshold is the smallest change worth a
-/// report (p99 above p50: a tail moves more for the same cause).
+/// Default thresholds (percent) by row: (scenario, metric, several runs on both sides, one run
+/// on a side). With one run on a side the interval holds only the noise within that run, so the
+/// threshold must stand above the run-to-run variation. Measured on model0 (a shared 2-CPU VM)
+/// between process runs of one configuration: `lat write -s 8` p50 up to about +-25 %, p99 up to
+/// about +-50 %; `bw` averages a factor of 2 apart under load; `post-cost` per-WQE p50 up to
+/// +88 % (two states a process lands in, about 6 and 10 ns per WQE), so that three runs against
+/// three can split +56 % apart with no change at all. With several runs per side the interval
+/// holds the variation that the runs show, and the threshold is the smallest change worth a
+/// report; for post-cost it also covers the states three runs can miss.
 #[rustfmt::skip]
-pub const DEFAULT_THRESHOLDS_PCT: [(&str, f64, f64); 3] = [
-    ("p50",  5.0, 20.0),
-    ("p99", 10.0, 50.0),
-    ("bw",   5.0, 50.0),
+pub const DEFAULT_THRESHOLDS_PCT: [(&str, &str, f64, f64); 5] = [
+    ("lat",       "p50",   5.0,  20.0),
+    ("lat",       "p99",  10.0,  50.0),
+    ("bw",        "bw",   10.0,  50.0),
+    ("post_cost", "p50",  75.0, 100.0),
+    ("post_cost", "p99", 100.0, 100.0),
 ];
 
-/// The default threshold (percent) of `metric`, for several runs on both sides or not.
-pub fn default_threshold_pct(metric: &str, several_runs: bool) -> f64 {
-    let (_, several, one) = DEFAULT_THRESHOLDS_PCT
+/// The default threshold (percent) of a row of `scenario` and `metric`, for several runs on both
+/// sides or not (a row not in [`DEFAULT_THRESHOLDS_PCT`]: 10 and 50).
+pub fn default_threshold_pct(scenario: &str, metric: &str, several_runs: bool) -> f64 {
+    let (several, one) = DEFAULT_THRESHOLDS_PCT
         .iter()
-        .find(|(m, _, _)| *m == metric)
-        .copied()
-        .unwrap_or(("", 5.0, 50.0));
+        .find(|(s, m, _, _)| *s == scenario && *m == metric)
+        .map(|&(_, _, a, b)| (a, b))
+        .unwrap_or((10.0, 50.0));
     if several_runs {
         several
     } else {
@@ -135,7 +140,7 @@ impl Adjust {
 /// How to compare.
 #[derive(Debug, Clone)]
 pub struct Options {
-    /// Threshold in percent; `None`: the metric's default for the number of runs
+    /// Threshold in percent; `None`: the row's default for its scenario, metric and number of runs
     /// ([`DEFAULT_THRESHOLDS_PCT`]).
     pub threshold_pct: Option<f64>,
     /// Metrics (`p50`, `p99`, `bw`).
@@ -254,15 +259,15 @@ impl Report {
         n.push(match self.threshold_pct {
             Some(t) => format!("threshold: {t} % (given)"),
             None => {
-                let t = |several| {
+                let t = |several: bool| {
                     DEFAULT_THRESHOLDS_PCT
                         .iter()
-                        .map(|(m, a, b)| format!("{m} {} %", if several { a } else { b }))
+                        .map(|(sc, m, a, b)| format!("{sc} {m} {} %", if several { a } else { b }))
                         .collect::<Vec<_>>()
                         .join(", ")
                 };
                 format!(
-                    "threshold: default, by metric: {} with several runs on both sides; {} with one run on a side",
+                    "threshold: default by row, with several runs on both sides: {}; with one run on a side: {}",
                     t(true),
                     t(false)
                 )
@@ -680,7 +685,11 @@ pub fn compare_sets(base: &[(String, Value)], new: &[(String, Value)], o: &Optio
         let (bv, nv) = (point(bs), point(ns));
         let boot = hierarchical(bs, ns, o.rounds);
         let runs = bs.len().min(ns.len());
-        let threshold = o.threshold_pct.unwrap_or_else(|| default_threshold_pct(m, runs >= 2)) / 100.0;
+        let scenario = k.split(' ').next().unwrap_or("");
+        let threshold = o
+            .threshold_pct
+            .unwrap_or_else(|| default_threshold_pct(scenario, m, runs >= 2))
+            / 100.0;
         rows.push(Row {
             key: k.clone(),
             metric: m.clone(),
@@ -978,6 +987,24 @@ mod tests {
     }
 
     #[test]
+    fn default_thresholds_by_row_and_runs() {
+        assert_eq!(default_threshold_pct("lat", "p50", true), 5.0);
+        assert_eq!(default_threshold_pct("lat", "p50", false), 20.0);
+        assert_eq!(default_threshold_pct("lat", "p99", false), 50.0);
+        assert_eq!(default_threshold_pct("post_cost", "p50", false), 100.0);
+        assert_eq!(default_threshold_pct("suite?", "p50", true), 10.0);
+        // every default with one run is at least the one with several
+        assert!(DEFAULT_THRESHOLDS_PCT
+            .iter()
+            .all(|&(_, _, several, one)| one >= several));
+        // a row takes its scenario's default
+        let a = doc(json!([lat_run(json!(100.0))]));
+        let r = compare(&a, &a, &Options::default()).unwrap();
+        assert_eq!((r.rows[0].metric.as_str(), r.rows[0].threshold), ("p50", 0.20));
+        assert_eq!((r.rows[1].metric.as_str(), r.rows[1].threshold), ("p99", 0.50));
+    }
+
+    #[test]
     fn holm_and_benjamini_hochberg() {
         let p = [0.01, 0.04, 0.03, 0.005];
         // Holm: sorted 0.005 0.01 0.03 0.04 -> x4 x3 x2 x1 = 0.02 0.03 0.06 0.04 -> monotone 0.06
@@ -1058,10 +1085,18 @@ mod tests {
         // without blocks (older files) neither row is judged
         let r = compare(&pc(50.0, Value::Null), &pc(80.0, Value::Null), &Options::default()).unwrap();
         assert!(!r.regressed() && r.rows.iter().all(|x| x.verdict == Verdict::NoInterval));
-        // a real shift of every block is found
-        let c = pc(75.0, json!([75.0, 76.5, 73.5, 75.7, 74.2]));
+        // one run per side: a post-cost row needs more than model0's run-to-run +88 % (default
+        // 100 %); a real shift of every block beyond it is found, and below it with --threshold
+        let c = pc(125.0, json!([125.0, 127.5, 122.5, 126.2, 123.7]));
         let r = compare(&a, &c, &Options::default()).unwrap();
         assert!(r.regressed(), "{}", text(&r));
+        let c = pc(75.0, json!([75.0, 76.5, 73.5, 75.7, 74.2]));
+        assert!(!compare(&a, &c, &Options::default()).unwrap().regressed());
+        let o = Options {
+            threshold_pct: Some(10.0),
+            ..Options::default()
+        };
+        assert!(compare(&a, &c, &o).unwrap().regressed());
     }
 
     #[test]
