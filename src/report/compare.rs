@@ -22,7 +22,7 @@ pub const ALPHA: f64 = 0.05;
 /// on a side). With one run on a side the interval holds only the noise within that run, so the
 /// threshold must stand above the run-to-run variation. Measured on model0 (a shared 2-CPU VM)
 /// between process runs of one configuration: `lat write -s 8` p50 up to about +-25 %, p99 up to
-/// about +-50 %; `bw` averages a factor of 2 apart under load; `post-cost` per-WQE p50 up to
+/// about +-50 % (the median p99 of three runs against three: up to +-15 %); `bw` averages a factor of 2 apart under load; `post-cost` per-WQE p50 up to
 /// +88 % (two states a process lands in, about 6 and 10 ns per WQE), so that three runs against
 /// three can split +56 % apart with no change at all. With several runs per side the interval
 /// holds the variation that the runs show, and the threshold is the smallest change worth a
@@ -30,7 +30,7 @@ pub const ALPHA: f64 = 0.05;
 #[rustfmt::skip]
 pub const DEFAULT_THRESHOLDS_PCT: [(&str, &str, f64, f64); 5] = [
     ("lat",       "p50",   5.0,  20.0),
-    ("lat",       "p99",  10.0,  50.0),
+    ("lat",       "p99",  20.0,  50.0),
     ("bw",        "bw",   10.0,  50.0),
     ("post_cost", "p50",  75.0, 100.0),
     ("post_cost", "p99", 100.0, 100.0),
