@@ -50,9 +50,11 @@ enum Cmd {
     /// results.json and an HdrHistogram interval log into --out and prints the driver's overhead
     /// (verbs - direct, wr - direct) per operation and size.
     Suite(SuiteArgs),
-    /// Compare two result files (BASE, NEW): per matched run and metric, the change, its
-    /// bootstrap 95 % interval from the per-block samples, and a verdict. Exit 0: no regression;
-    /// 1: regression; 2: the inputs cannot be compared.
+    /// Compare result files: `compare BASE NEW`, or several process runs per side with
+    /// `--base F1 F2 F3 --new G1 G2 G3`. Per matched run and metric: the change, its 95 %
+    /// interval (hierarchical bootstrap: runs, then blocks within runs), the p-value adjusted
+    /// over all rows (Holm), and a verdict. Exit 0: no regression; 1: regression; 2: the inputs
+    /// cannot be compared.
     Compare(CompareArgs),
     /// Plots (SVG) and report.html of a result file: latency percentile spectrum and CDF,
     /// latency versus size, bandwidth versus size, one line per backend. Exit 2 when the file
@@ -345,16 +347,29 @@ enum CmpFormat {
 
 #[derive(clap::Args, Debug)]
 struct CompareArgs {
-    /// The reference result file.
-    base: String,
-    /// The result file under test.
-    new: String,
-    /// Smallest change (percent) that can be a regression.
-    #[arg(long, default_value_t = 5.0)]
-    threshold: f64,
+    /// BASE and NEW: one result file each (one process run per side). For several runs per
+    /// side use --base and --new instead.
+    #[arg(value_name = "FILE", num_args = 0..=2)]
+    files: Vec<String>,
+    /// BASE's result files, one process run each (run the two sides alternately: A B A B ...).
+    #[arg(long, value_name = "FILE", num_args = 1..)]
+    base: Vec<String>,
+    /// NEW's result files, one process run each.
+    #[arg(long, value_name = "FILE", num_args = 1..)]
+    new: Vec<String>,
+    /// Smallest change (percent) that can be a regression, every row. Default, by row, with
+    /// several runs on both sides: lat p50 5, lat p99 20, bw 10, post_cost 75 (p99 100); with one
+    /// run on a side (its interval cannot contain run-to-run variation): 20, 50, 50, 100: the
+    /// run-to-run variation measured on model0.
+    #[arg(long)]
+    threshold: Option<f64>,
     /// Metrics to compare.
     #[arg(long, value_delimiter = ',', default_values_t = ["p50".to_string(), "p99".to_string(), "bw".to_string()])]
     metric: Vec<String>,
+    /// Adjustment of the p-values over all rows: holm (any false alarm at 5 %) or bh
+    /// (Benjamini-Hochberg: 5 % of the alarms false).
+    #[arg(long, default_value = "holm", value_parser = ["holm", "bh"])]
+    adjust: String,
     /// Output format.
     #[arg(long, value_enum, default_value_t = CmpFormat::Text)]
     format: CmpFormat,
@@ -1600,23 +1615,47 @@ fn run_network(
 
 fn compare(a: CompareArgs) -> Result<ExitCode> {
     use rdmaprobe::report::compare;
-    if !(a.threshold.is_finite() && a.threshold >= 0.0) {
-        eprintln!("rdmaprobe: error: --threshold must be a percentage >= 0");
-        return Ok(ExitCode::from(2));
+    let fail = |why: String| {
+        eprintln!("rdmaprobe: error: {why}");
+        Ok(ExitCode::from(2))
+    };
+    if let Some(t) = a.threshold.filter(|t| !(t.is_finite() && *t >= 0.0)) {
+        return fail(format!("--threshold must be a percentage >= 0 (got {t})"));
     }
     if let Some(m) = a.metric.iter().find(|m| !["p50", "p99", "bw"].contains(&m.as_str())) {
-        eprintln!("rdmaprobe: error: unknown metric '{m}' (p50, p99, bw)");
-        return Ok(ExitCode::from(2));
+        return fail(format!("unknown metric '{m}' (p50, p99, bw)"));
     }
-    let load = |p: &str| compare::load(p);
-    let (base, new) = match (load(&a.base), load(&a.new)) {
-        (Ok(b), Ok(n)) => (b, n),
-        (Err(e), _) | (_, Err(e)) => {
-            eprintln!("rdmaprobe: error: cannot compare: {e}");
-            return Ok(ExitCode::from(2));
+    let (base, new) = match (a.files.as_slice(), a.base.is_empty(), a.new.is_empty()) {
+        ([b, n], true, true) => (vec![b.clone()], vec![n.clone()]),
+        ([], false, false) => (a.base.clone(), a.new.clone()),
+        _ => {
+            return fail(
+                "give BASE NEW (one file each) or --base FILE... --new FILE... (several runs per side), not both"
+                    .into(),
+            )
         }
     };
-    let r = compare::compare(&base, &new, a.threshold, &a.metric);
+    let load = |paths: &[String]| -> Result<Vec<(String, serde_json::Value)>, compare::CompareError> {
+        paths.iter().map(|p| Ok((p.clone(), compare::load(p)?))).collect()
+    };
+    let opts = compare::Options {
+        threshold_pct: a.threshold,
+        metrics: a.metric.clone(),
+        adjust: if a.adjust == "bh" {
+            compare::Adjust::BenjaminiHochberg
+        } else {
+            compare::Adjust::Holm
+        },
+        ..compare::Options::default()
+    };
+    let r = match load(&base).and_then(|b| Ok((b, load(&new)?))) {
+        Ok((b, n)) => compare::compare_sets(&b, &n, &opts),
+        Err(e) => Err(e),
+    };
+    let r = match r {
+        Ok(r) => r,
+        Err(e) => return fail(format!("cannot compare: {e}")),
+    };
     if r.rows.is_empty() {
         eprintln!("rdmaprobe: error: cannot compare: no run of BASE matches a run of NEW (scenario, operation, backend, size, parameters)");
         print!("{}", compare::text(&r));
