@@ -11,7 +11,9 @@ use crate::verbs::{Cq, Ctx, Mr, Qp, RemoteBuf, VerbsError};
 /// Most WQEs one post may chain.
 pub const MAX_POSTLIST: usize = 64;
 
-/// One end on a verbs device.
+/// One end on a verbs device. Aligned to two cache lines, as `DirectEnd` (the two ends of a
+/// pair are written by two threads and sit side by side).
+#[repr(align(128))]
 pub struct VerbsEnd {
     kind: BackendKind,
     wrs: Vec<sys::ibv_send_wr>,
