@@ -471,7 +471,7 @@ impl Model {
         Ok(ModelQp {
             shm,
             qpn,
-            pending: Arc::new(AtomicBool::new(false)),
+            pending: Arc::new(Pending(AtomicBool::new(false))),
             model: self.clone(),
             _cqs: (send_cq.shm.clone(), recv_cq.shm.clone()),
         })
@@ -680,7 +680,7 @@ pub struct ModelQp {
     shm: Arc<Shm>,
     qpn: u32,
     /// A doorbell was rung and not yet delivered (after-post execution).
-    pending: Arc<AtomicBool>,
+    pending: Arc<Pending>,
     model: Model,
     _cqs: (Arc<Shm>, Arc<Shm>),
 }
@@ -764,7 +764,7 @@ impl ModelQp {
     /// After-post execution: delivers what the doorbells rung since the last call carry (the
     /// wire, then the WQEs); nothing when nothing is pending.
     pub fn deliver(&self) {
-        if self.pending.swap(false, Ordering::AcqRel) {
+        if self.pending.0.swap(false, Ordering::AcqRel) {
             deliver_now(&self.model, &self.shm);
         }
     }
@@ -837,8 +837,14 @@ pub struct ModelDoorbell {
     model: Model,
     qp: Arc<Shm>,
     exec: ExecMode,
-    pending: Arc<AtomicBool>,
+    pending: Arc<Pending>,
 }
+
+/// A QP's "doorbell rung, not yet delivered" flag (after-post execution), alone on its cache
+/// lines: the flags of a pair's two QPs are written by two threads on every post, and two small
+/// allocations side by side would share a line.
+#[repr(align(128))]
+pub struct Pending(AtomicBool);
 
 /// What a doorbell sets off: the wire (the data or request travels `D`), then the WQEs execute.
 #[inline]
@@ -862,7 +868,7 @@ impl RingHook for ModelDoorbell {
     fn rung(&mut self, _qpn: u32, _pi: u32) {
         match self.exec {
             ExecMode::Inline => deliver_now(&self.model, &self.qp),
-            ExecMode::AfterPost => self.pending.store(true, Ordering::Release),
+            ExecMode::AfterPost => self.pending.0.store(true, Ordering::Release),
             ExecMode::Deferred => {}
         }
     }
