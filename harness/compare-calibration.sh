@@ -47,7 +47,7 @@ lat() { # D FILE
   "$bin" lat write --loopback -d model0 -s 8 -n 20000 --model-delay-ns "$1" --json "$2" >"$2.log" 2>&1 ||
     { cat "$2.log" >&2; echo "compare-calibration: lat run failed" >&2; exit 3; }
 }
-p50() { jq '.runs[0].latency.p50' "$@"; }
+p50() { jq '.runs[0].latency_ns.p50 // .runs[0].latency.p50' "$@"; }
 median() { sort -g | awk '{v[NR]=$1} END {print (NR % 2) ? v[(NR+1)/2] : (v[NR/2] + v[NR/2+1]) / 2}'; }
 # compare's exit status, 0 or 1; anything else stops the script
 cmp() {

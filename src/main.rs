@@ -575,7 +575,7 @@ fn print_model(m: &Result<model::ModelInfo, String>) {
             println!("\tshared memory:\t\t{}", i.shm_dir);
             println!("\tbackends:\t\t{}", i.backends.join(", "));
             println!("\tmax_qp_wr:\t\t{}", i.max_qp_wr);
-            println!("\tmax_inline_data:\t{}", i.max_inline_data);
+            println!("\tmax_inline_data:\t{} (device limit)", i.max_inline_data);
             println!("\tbf_size:\t\t{}", i.bf_size);
             if i.swept > 0 {
                 println!("\tcleaned up:\t\t{} objects of processes that died", i.swept);
@@ -989,6 +989,8 @@ fn lat(a: LatArgs) -> Result<ExitCode> {
                 "scenario": "lat", "op": op.as_str(), "iters": a.iters, "warmup": a.warmup, "blocks": a.blocks,
                 "backends": kinds.iter().map(|k| k.as_str()).collect::<Vec<_>>(), "db_mode": mode.as_str(),
                 "inline_limit": inline_limit, "loopback": !network, "model_delay_ns": a.model_delay_ns,
+                // what the QPs were granted (in process: read from them; client/server: asked for)
+                "qp_max_inline_data": max_inline, "qp_max_inline_data_source": if network { "requested" } else { "granted" },
                 "model_exec": dev.is_model().then_some("after_post"),
                 "duration_s": a.duration,
                 "peer": net.as_ref().map(|(p, _)| p.addr().to_string()),
@@ -1243,8 +1245,10 @@ fn bw(a: BwArgs) -> Result<ExitCode> {
                         continue;
                     }
                     rdmaprobe::scenario::runner::BwResult {
+                        scenario: "bw".into(),
                         backend: k.as_str().into(),
-                        op: op.as_str().into(),
+                        op: op.cli_name().into(),
+                        verb: op.as_str().into(),
                         size: *size,
                         threads: a.threads as usize,
                         qps_per_thread: a.qps as usize,
@@ -1306,7 +1310,7 @@ fn bw(a: BwArgs) -> Result<ExitCode> {
             &cal,
             &warnings,
             json!({
-                "scenario": "bw", "window_ms": a.window_us as f64 / 1e3, "min_duration_ms": a.min_ms, "op": op.as_str(), "iters": a.iters, "tx_depth": a.tx_depth, "postlist": a.postlist,
+                "scenario": "bw", "window_ms": a.window_us as f64 / 1e3, "min_duration_ms": a.min_ms, "inline_limit": inline_limit, "op": op.as_str(), "iters": a.iters, "tx_depth": a.tx_depth, "postlist": a.postlist,
                 "cq_mod": a.cq_mod, "qps_per_thread": a.qps, "threads": a.threads, "bidirectional": a.bidirectional,
                 "backends": kinds.iter().map(|k| k.as_str()).collect::<Vec<_>>(), "db_mode": mode.as_str(), "loopback": !network,
                 "peer": net.as_ref().map(|(p, _)| p.addr().to_string()),

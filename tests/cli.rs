@@ -136,16 +136,21 @@ fn lat_on_model0_prints_the_table_and_writes_json() {
         .expect("a result row");
     assert!(row.split_whitespace().nth(2) == Some("300"), "{row}");
     let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
-    assert_eq!(v["schema_version"], 1);
+    assert_eq!(v["schema_version"], 2);
     assert_eq!(v["environment"]["software_model"], true);
     let r = &v["runs"][0];
     assert_eq!(
-        (r["backend"].as_str(), r["op"].as_str(), r["size"].as_u64()),
+        (r["backend"].as_str(), r["op"].as_str(), r["size_bytes"].as_u64()),
         (Some("direct"), Some("write"), Some(64))
     );
-    assert_eq!(r["latency"]["count"], 300);
+    assert_eq!(r["latency_ns"]["count"], 300);
+    // schema 2: the scenario in every run, the verb beside the command line's name
+    assert_eq!(
+        (r["scenario"].as_str(), r["verb"].as_str()),
+        (Some("lat"), Some("write"))
+    );
     assert_eq!(r["block_medians_ns"].as_array().map(|a| a.len()), Some(3));
-    let h = rdmaprobe::report::Hist::decode(r["histogram"].as_str().unwrap()).unwrap();
+    let h = rdmaprobe::report::Hist::decode(r["histogram_ns"].as_str().unwrap()).unwrap();
     assert_eq!(h.len(), 300);
     assert!(v["timer_overhead_ns"].as_f64().is_some_and(|o| o > 0.0));
     // no temporary file left beside it
@@ -276,7 +281,7 @@ fn post_cost_on_model0_measures_each_configuration() {
         assert!(r["timer_overhead_ns"].as_f64().unwrap() > 0.0);
         assert!(r["per_wqe_ticks_p50"].as_f64().unwrap() > 0.0);
         assert_eq!(
-            rdmaprobe::report::Hist::decode(r["call_histogram"].as_str().unwrap())
+            rdmaprobe::report::Hist::decode(r["call_histogram_ns"].as_str().unwrap())
                 .unwrap()
                 .len(),
             200
@@ -311,7 +316,7 @@ fn lat_duration_mode_keeps_every_sample_and_writes_an_interval_log() {
     ]);
     assert_eq!(code, 0, "{out}{err}");
     let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
-    let n = v["runs"][0]["latency"]["count"].as_u64().unwrap();
+    let n = v["runs"][0]["latency_ns"]["count"].as_u64().unwrap();
     assert!(n >= 1000 && n % 1000 == 0, "{n} samples: whole blocks of 1000");
     assert_eq!(v["params"]["duration_s"], 1);
     // the interval log: one tagged interval per block, together exactly the samples of the run
@@ -399,8 +404,8 @@ fn model0_post_column_and_wire_delay_mean_what_they_say() {
         std::fs::remove_file(&dir).ok();
         let r = &v["runs"][0];
         (
-            r["latency"]["p50"].as_f64().unwrap(),
-            r["post"]["p50"].as_f64().unwrap(),
+            r["latency_ns"]["p50"].as_f64().unwrap(),
+            r["post_ns"]["p50"].as_f64().unwrap(),
         )
     };
     // 1 MiB WRITE: copying it takes tens of microseconds; the post call alone well under that

@@ -251,20 +251,20 @@ fn bad_values_and_duplicate_runs_exit_2_naming_file_and_run() {
     };
     let cases = [
         (
-            w("zero.json", &|d| d["runs"][0]["latency"]["p50"] = json!(0.0)),
-            "latency.p50 is 0",
+            w("zero.json", &|d| d["runs"][0]["latency_ns"]["p50"] = json!(0.0)),
+            "latency_ns.p50 is 0",
         ),
         (
-            w("neg.json", &|d| d["runs"][0]["latency"]["p99"] = json!(-3.5)),
-            "latency.p99 is -3.5",
+            w("neg.json", &|d| d["runs"][0]["latency_ns"]["p99"] = json!(-3.5)),
+            "latency_ns.p99 is -3.5",
         ),
         (
-            w("nonfinite.json", &|d| d["runs"][0]["latency"]["p50"] = Value::Null),
-            "latency.p50 is missing or null",
+            w("nonfinite.json", &|d| d["runs"][0]["latency_ns"]["p50"] = Value::Null),
+            "latency_ns.p50 is missing or null",
         ),
         (
-            w("string.json", &|d| d["runs"][0]["latency"]["p50"] = json!("165.2")),
-            "latency.p50 is \"165.2\": not a number",
+            w("string.json", &|d| d["runs"][0]["latency_ns"]["p50"] = json!("165.2")),
+            "latency_ns.p50 is \"165.2\": not a number",
         ),
         (
             w("block.json", &|d| d["runs"][0]["block_medians_ns"][3] = json!("x")),

@@ -37,8 +37,8 @@ fn suite_and_plot_write_every_figure() {
     let expected = [
         "bw-send-vs-size.svg",
         "bw-write-vs-size.svg",
-        "lat-fetch_add-cdf.svg",
-        "lat-fetch_add-spectrum.svg",
+        "lat-atomic-cdf.svg",
+        "lat-atomic-spectrum.svg",
         "lat-read-cdf.svg",
         "lat-read-spectrum.svg",
         "lat-read-vs-size.svg",
@@ -240,9 +240,9 @@ fn plot_refuses_bad_input_and_writes_nothing() {
         .as_array()
         .unwrap()
         .iter()
-        .position(|r| r["histogram"].is_string())
+        .position(|r| r["histogram_ns"].is_string())
         .unwrap();
-    v["runs"][i]["histogram"] = serde_json::json!("HISTFAAAnot-base64!");
+    v["runs"][i]["histogram_ns"] = serde_json::json!("HISTFAAAnot-base64!");
     let p = dir.join("damaged.json");
     std::fs::write(&p, serde_json::to_vec(&v).unwrap()).unwrap();
     let out = dir.join("out-damaged");

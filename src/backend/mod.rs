@@ -63,6 +63,14 @@ impl OpKind {
             OpKind::CmpSwap => "cmp_swap",
         }
     }
+
+    /// The operation as the command line names it (`write`, `send`, `read`, `atomic`).
+    pub fn cli_name(self) -> &'static str {
+        match self {
+            OpKind::FetchAdd | OpKind::CmpSwap => "atomic",
+            o => o.as_str(),
+        }
+    }
 }
 
 /// Completions seen by one poll.

@@ -1545,7 +1545,9 @@ pub struct ModelInfo {
     pub shm_dir: String,
     /// Largest queue depth.
     pub max_qp_wr: u32,
-    /// Largest inline payload.
+    /// Largest inline payload the device grants a QP (the device's limit; a QP's granted limit
+    /// is in each result as `qp_max_inline_data`).
+    #[serde(rename = "device_max_inline_data")]
     pub max_inline_data: u32,
     /// BlueFlame buffer size of its QPs.
     pub bf_size: u32,

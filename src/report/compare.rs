@@ -320,6 +320,8 @@ pub fn load(path: &str) -> Result<Value, CompareError> {
     if !v["runs"].is_array() {
         return Err(foreign("no runs".into()));
     }
+    let mut v = v;
+    super::schema::upgrade(&mut v);
     Ok(v)
 }
 
@@ -329,7 +331,7 @@ fn key(doc: &Value, r: &Value) -> String {
         .as_str()
         .or_else(|| doc["params"]["scenario"].as_str())
         .unwrap_or("?");
-    let size = r["size"].as_u64().or_else(|| r["size_bytes"].as_u64()).unwrap_or(0);
+    let size = r["size_bytes"].as_u64().unwrap_or(0);
     let mut k = format!(
         "{scen} {} {} {size}B",
         r["op"].as_str().or_else(|| doc["params"]["op"].as_str()).unwrap_or("?"),
@@ -408,7 +410,7 @@ fn metrics(r: &Value, wanted: &[String]) -> Result<Vec<Metric>, String> {
         }
     };
     let mut out = Vec::new();
-    let lat = [("latency", false), ("latency_ns", false), ("per_wqe_ns", true)]
+    let lat = [("latency_ns", false), ("per_wqe_ns", true)]
         .into_iter()
         .find(|(f, _)| r[*f].is_object());
     if let Some((obj_name, post_cost)) = lat {
@@ -652,6 +654,17 @@ const ENV_FIELDS: [&str; 14] = [
 
 /// Compares BASE's files with NEW's: (path, loaded document) each, one process run per file.
 pub fn compare_sets(base: &[(String, Value)], new: &[(String, Value)], o: &Options) -> Result<Report, CompareError> {
+    // documents of an older schema read as the current one
+    let up = |s: &[(String, Value)]| -> Vec<(String, Value)> {
+        s.iter()
+            .map(|(p, d)| {
+                let mut d = d.clone();
+                super::schema::upgrade(&mut d);
+                (p.clone(), d)
+            })
+            .collect()
+    };
+    let (base, new) = (&up(base)[..], &up(new)[..]);
     let (Some(b0), Some(n0)) = (base.first(), new.first()) else {
         return Err(CompareError::Foreign {
             path: "(none)".into(),
@@ -1039,8 +1052,8 @@ mod tests {
         let o = Options::default();
         let good = doc(json!([lat_run(json!(100.0))]));
         for (bad, why) in [
-            (json!(0.0), "latency.p50 is 0"),
-            (json!(-5.0), "latency.p50 is -5"),
+            (json!(0.0), "latency_ns.p50 is 0"),
+            (json!(-5.0), "latency_ns.p50 is -5"),
             (json!("100"), "not a number"),
             (Value::Null, "missing or null"),
         ] {
@@ -1124,9 +1137,11 @@ mod tests {
         // schema 2: the scenario in the run; schema 1: in the file's params
         let mut v2 = lat_run(json!(100.0));
         v2["scenario"] = json!("lat");
+        v2["size_bytes"] = json!(8);
         let d2 = json!({"schema_version": 2, "params": {}, "runs": [v2]});
         assert_eq!(key(&d2, &d2["runs"][0]), "lat write direct 8B");
-        let d1 = doc(json!([lat_run(json!(100.0))]));
+        let mut d1 = doc(json!([lat_run(json!(100.0))]));
+        super::super::schema::upgrade(&mut d1);
         assert_eq!(key(&d1, &d1["runs"][0]), "lat write direct 8B");
     }
 

@@ -46,6 +46,10 @@ figure{margin:1.5em 0}figcaption{font-size:90%;color:#555}";
 
 /// The page. `figs` are the plots to inline (from [`super::plot::figures`]).
 pub fn report(doc: &Value, figs: &[Figure]) -> String {
+    // an older schema reads as the current one
+    let mut up = doc.clone();
+    super::schema::upgrade(&mut up);
+    let doc = &up;
     let dev = device_label(doc);
     let mut h = String::new();
     let _ = write!(
@@ -110,22 +114,25 @@ pub fn report(doc: &Value, figs: &[Figure]) -> String {
         );
         for r in &lat {
             let direct = lat.iter().find(|d| {
-                d["backend"] == "direct" && d["op"] == r["op"] && d["size"] == r["size"] && d["figure"] == r["figure"]
+                d["backend"] == "direct"
+                    && d["op"] == r["op"]
+                    && d["size_bytes"] == r["size_bytes"]
+                    && d["figure"] == r["figure"]
             });
-            let diff = match (direct, r["latency"]["p50"].as_f64()) {
-                (Some(d), Some(p)) if r["backend"] != "direct" => d["latency"]["p50"]
+            let diff = match (direct, r["latency_ns"]["p50"].as_f64()) {
+                (Some(d), Some(p)) if r["backend"] != "direct" => d["latency_ns"]["p50"]
                     .as_f64()
                     .map(|dp| format!("{:+.0}", p - dp))
                     .unwrap_or_default(),
                 _ => String::new(),
             };
-            let l = &r["latency"];
+            let l = &r["latency_ns"];
             let _ = write!(
                 h,
                 "<tr><td class=\"l\">{}</td><td>{}</td><td class=\"l\">{}</td><td class=\"l\">{}</td><td>{}</td><td>{}</td>\
                  <td>{}</td><td>{}</td><td>{}</td><td>{diff}</td></tr>",
                 cell(&r["op"]),
-                cell(&r["size"]),
+                cell(&r["size_bytes"]),
                 cell(&r["figure"]),
                 cell(&r["backend"]),
                 ns(&l["p50"]),
@@ -153,7 +160,7 @@ pub fn report(doc: &Value, figs: &[Figure]) -> String {
                  <td>{}</td><td>{}</td><td>{} × {}</td></tr>",
                 cell(&r["op"]),
                 if r["bidirectional"].as_bool() == Some(true) { " (bidir)" } else { "" },
-                cell(&r["size"]),
+                cell(&r["size_bytes"]),
                 cell(&r["backend"]),
                 f(&s["bw_avg_gbit_s"], 3),
                 f(&s["bw_avg_mib_s"], 1),

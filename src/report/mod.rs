@@ -6,13 +6,14 @@ pub mod env;
 pub mod html;
 pub mod plot;
 pub mod png;
+pub mod schema;
 
 use base64::Engine;
 use hdrhistogram::serialization::{Serializer, V2DeflateSerializer};
 use hdrhistogram::Histogram;
 
 /// Result document schema version.
-pub const SCHEMA_VERSION: u32 = 1;
+pub const SCHEMA_VERSION: u32 = 2;
 
 /// Summary statistics of a sample, in ns. Percentiles are nearest-rank over every sample.
 #[derive(Debug, Clone, Copy, PartialEq, serde::Serialize, serde::Deserialize)]

@@ -243,6 +243,10 @@ fn str_of<'a>(v: &'a Value, k: &str) -> &'a str {
 /// Every figure the document's runs support. Runs without the fields a plot needs are skipped;
 /// a histogram that does not decode is an error (the file is damaged).
 pub fn figures(doc: &Value) -> Result<Vec<Figure>, String> {
+    // an older schema reads as the current one
+    let mut up = doc.clone();
+    super::schema::upgrade(&mut up);
+    let doc = &up;
     let runs = doc["runs"].as_array().ok_or("the document has no \"runs\" array")?;
     let dev = device_label(doc);
     let mut out = Vec::new();
@@ -252,10 +256,10 @@ pub fn figures(doc: &Value) -> Result<Vec<Figure>, String> {
     for r in runs {
         let scenario = r["scenario"]
             .as_str()
-            .unwrap_or(if r.get("latency").is_some() { "lat" } else { "" });
+            .unwrap_or(if r.get("latency_ns").is_some() { "lat" } else { "" });
         match scenario {
-            "lat" if r["histogram"].is_string() => {
-                let size = r["size"].as_u64().ok_or("a latency run without a size")?;
+            "lat" if r["histogram_ns"].is_string() => {
+                let size = r["size_bytes"].as_u64().ok_or("a latency run without a size")?;
                 lat.entry(str_of(r, "op").to_string())
                     .or_default()
                     .entry(size)
@@ -275,7 +279,7 @@ pub fn figures(doc: &Value) -> Result<Vec<Figure>, String> {
             let mut cd = Vec::new();
             for r in rs {
                 let b = str_of(r, "backend");
-                let h = Hist::decode(str_of(r, "histogram"))
+                let h = Hist::decode(str_of(r, "histogram_ns"))
                     .map_err(|e| format!("lat {op} {size} B {b}: the histogram does not decode: {e}"))?;
                 if h.is_empty() {
                     continue;
@@ -308,7 +312,7 @@ pub fn figures(doc: &Value) -> Result<Vec<Figure>, String> {
             for (size, rs) in by_size {
                 for r in rs {
                     let e = per.entry(str_of(r, "backend").to_string()).or_default();
-                    if let (Some(p50), Some(p99)) = (r["latency"]["p50"].as_f64(), r["latency"]["p99"].as_f64()) {
+                    if let (Some(p50), Some(p99)) = (r["latency_ns"]["p50"].as_f64(), r["latency_ns"]["p99"].as_f64()) {
                         e.0.push((*size as f64, p50));
                         e.1.push((*size as f64, p99));
                     }
@@ -333,7 +337,7 @@ pub fn figures(doc: &Value) -> Result<Vec<Figure>, String> {
     for (op, rs) in &bw {
         let mut per: BTreeMap<String, Vec<(f64, f64)>> = BTreeMap::new();
         for r in rs {
-            if let (Some(size), Some(g)) = (r["size"].as_u64(), r["summary"]["bw_avg_gbit_s"].as_f64()) {
+            if let (Some(size), Some(g)) = (r["size_bytes"].as_u64(), r["summary"]["bw_avg_gbit_s"].as_f64()) {
                 per.entry(str_of(r, "backend").to_string())
                     .or_default()
                     .push((size as f64, g));

@@ -82,14 +82,19 @@ impl LatPair {
     }
 }
 
-/// One backend's result for one operation and size.
+/// One backend's result for one operation and size (schema 2: units in the field names).
 #[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 pub struct LatResult {
+    /// `lat`.
+    pub scenario: String,
     /// Backend name.
     pub backend: String,
-    /// Operation.
+    /// Operation as the command line names it (`write`, `send`, `read`, `atomic`).
     pub op: String,
+    /// The verb (`write`, `send`, `read`, `fetch_add`, `cmp_swap`).
+    pub verb: String,
     /// Message size.
+    #[serde(rename = "size_bytes")]
     pub size: u32,
     /// Inline or not.
     pub inline: bool,
@@ -98,10 +103,13 @@ pub struct LatResult {
     /// Measured iterations.
     pub iterations: u64,
     /// The figure's statistics, ns.
+    #[serde(rename = "latency_ns")]
     pub latency: Stats,
     /// The post call's statistics, ns.
+    #[serde(rename = "post_ns")]
     pub post: Stats,
     /// From the end of the post to the response, ns.
+    #[serde(rename = "completion_wait_ns")]
     pub completion_wait: Stats,
     /// The median of the figure in each block, ns (for statistics across blocks).
     pub block_medians_ns: Vec<f64>,
@@ -109,9 +117,11 @@ pub struct LatResult {
     /// in files written before it was recorded).
     #[serde(default)]
     pub block_p99_ns: Vec<f64>,
-    /// The figure's HdrHistogram (V2, deflate, base64).
+    /// The figure's HdrHistogram (V2, deflate, base64), ns.
+    #[serde(rename = "histogram_ns")]
     pub histogram: String,
-    /// The post call's HdrHistogram.
+    /// The post call's HdrHistogram, ns.
+    #[serde(rename = "post_histogram_ns")]
     pub post_histogram: String,
     /// The post median is at or below the timer's own overhead: not a real measurement.
     pub post_below_overhead: bool,
@@ -159,8 +169,10 @@ pub fn finish(
     let empty = || ScenarioError::Invalid("no samples".into());
     let post_stats = Stats::of(&post).ok_or_else(empty)?;
     Ok(LatResult {
+        scenario: "lat".into(),
         backend: kind.as_str().into(),
-        op: p.op.as_str().into(),
+        op: p.op.cli_name().into(),
+        verb: p.op.as_str().into(),
         size: p.size,
         inline: p.inline,
         figure: if lat::one_way(p.op) { "one_way" } else { "round_trip" }.into(),
@@ -319,11 +331,16 @@ pub fn run_blocks(
 /// One backend's bandwidth result for one operation and size.
 #[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 pub struct BwResult {
+    /// `bw`.
+    pub scenario: String,
     /// Backend name.
     pub backend: String,
-    /// Operation.
+    /// Operation as the command line names it.
     pub op: String,
+    /// The verb.
+    pub verb: String,
     /// Message size.
+    #[serde(rename = "size_bytes")]
     pub size: u32,
     /// Threads.
     pub threads: usize,
@@ -407,8 +424,10 @@ pub fn run_bw(
         rs = once(&p)?;
     }
     Ok(BwResult {
+        scenario: "bw".into(),
         backend: kind.as_str().into(),
-        op: p.op.as_str().into(),
+        op: p.op.cli_name().into(),
+        verb: p.op.as_str().into(),
         size: p.size,
         threads,
         qps_per_thread: qps,
@@ -437,13 +456,18 @@ pub enum RunError {
 /// The post cost of one configuration: blocks of post calls timed as a whole.
 #[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 pub struct PostCostResult {
+    /// `post_cost`.
+    pub scenario: String,
     /// Backend name.
     pub backend: String,
     /// Doorbell mode (direct only).
     pub db_mode: Option<String>,
     /// Operation (`write`, `send`, `read`).
     pub op: String,
+    /// The verb (the same names here).
+    pub verb: String,
     /// Message size.
+    #[serde(rename = "size_bytes")]
     pub size: u32,
     /// WQEs per call.
     pub postlist: u32,
@@ -465,6 +489,7 @@ pub struct PostCostResult {
     /// Each block's per-WQE figure, ns, in the order measured (`compare`'s samples).
     pub block_per_wqe_ns: Vec<f64>,
     /// HdrHistogram of the per-call figure of each block, ns.
+    #[serde(rename = "call_histogram_ns")]
     pub call_histogram: String,
     /// The counter's step, ns: one block is resolved to this, one WQE to this over the block's WQEs.
     pub tsc_step_ns: f64,
@@ -519,9 +544,11 @@ pub fn run_post_cost(
     let raw: Vec<f64> = s.block_ticks.iter().map(|&t| cal.to_ns(t)).collect();
     let raw_p50 = Stats::of(&raw).ok_or_else(empty)?.p50;
     Ok(PostCostResult {
+        scenario: "post_cost".into(),
         backend: kind.as_str().into(),
         db_mode: (kind == BackendKind::Direct).then(|| mode.as_str().to_string()),
-        op: p.op.as_str().into(),
+        op: p.op.cli_name().into(),
+        verb: p.op.as_str().into(),
         size: p.size,
         postlist: p.postlist,
         inline: p.inline,
