@@ -1058,7 +1058,11 @@ fn bw(a: BwArgs) -> Result<ExitCode> {
     };
     let max = *sizes.iter().max().unwrap_or(&8) as usize;
     let buf_len = (2 * max.max(64)).next_multiple_of(4096);
-    let model_cfg = rdmaprobe::model::ModelConfig::default();
+    // as suite runs it: the model executes after the post call (the same figures in both)
+    let model_cfg = rdmaprobe::model::ModelConfig {
+        wire_delay_ns: None,
+        exec: rdmaprobe::model::ExecMode::AfterPost,
+    };
     let (dev, note) = a.dev.open(model_cfg)?;
     if let Some(n) = note {
         eprintln!("rdmaprobe: {n}");
@@ -1168,7 +1172,7 @@ fn bw(a: BwArgs) -> Result<ExitCode> {
     }
     println!("{}", "-".repeat(118));
     println!(
-        " windows of {:.3} ms partition each run (the last may be up to 1.5 windows); peak: perftest's (shortest time per message from a post to a later completion; one QP, one direction only); {}",
+        " windows of {:.3} ms (or a multiple holding at least 8 completions each: summary.window_ms) partition each run (the last may be up to 1.5 windows); peak: perftest's (shortest time per message from a post to a later completion; one QP, one direction only); {}",
         a.window_us as f64 / 1e3,
         if network {
             format!("runs are -n messages per QP (client and server agree on them); runs under {} ms are flagged", a.min_ms)
@@ -1259,7 +1263,7 @@ fn bw(a: BwArgs) -> Result<ExitCode> {
                         inline: p.inline,
                         iters: p.iters,
                         min_duration_ms: 0.0,
-                        summary: rdmaprobe::scenario::bw::summarize(&out, *size, cal.hz),
+                        summary: rdmaprobe::scenario::bw::summarize(&out, *size, a.cq_mod, cal.hz),
                     }
                 }
             };
@@ -1310,7 +1314,8 @@ fn bw(a: BwArgs) -> Result<ExitCode> {
             &cal,
             &warnings,
             json!({
-                "scenario": "bw", "window_ms": a.window_us as f64 / 1e3, "min_duration_ms": a.min_ms, "inline_limit": inline_limit, "op": op.as_str(), "iters": a.iters, "tx_depth": a.tx_depth, "postlist": a.postlist,
+                "scenario": "bw", "window_ms": a.window_us as f64 / 1e3, "min_duration_ms": a.min_ms, "inline_limit": inline_limit,
+                "model_exec": dev.is_model().then_some("after_post"), "op": op.as_str(), "iters": a.iters, "tx_depth": a.tx_depth, "postlist": a.postlist,
                 "cq_mod": a.cq_mod, "qps_per_thread": a.qps, "threads": a.threads, "bidirectional": a.bidirectional,
                 "backends": kinds.iter().map(|k| k.as_str()).collect::<Vec<_>>(), "db_mode": mode.as_str(), "loopback": !network,
                 "peer": net.as_ref().map(|(p, _)| p.addr().to_string()),
@@ -1449,7 +1454,7 @@ fn post_cost(a: PostCostArgs) -> Result<ExitCode> {
         }
     }
     if results.iter().any(|r| r.below_overhead) {
-        println!(" * block at or below the timer's own overhead: not a real measurement");
+        println!(" * block within 4 TSC steps of the timer's own overhead: not a resolved measurement");
     }
     println!("{}", "-".repeat(112));
     if let Some(path) = &a.json {
@@ -1639,6 +1644,26 @@ fn compare(a: CompareArgs) -> Result<ExitCode> {
             )
         }
     };
+    // one process run per file: the same file twice on a side (by path or by content) would
+    // count one run as two
+    for (side, paths) in [("BASE", &base), ("NEW", &new)] {
+        let mut seen: Vec<(String, Option<serde_json::Value>)> = Vec::new();
+        for p in paths.iter() {
+            let canon = std::fs::canonicalize(p)
+                .map(|c| c.display().to_string())
+                .unwrap_or_else(|_| p.clone());
+            // the same document, however it is laid out
+            let doc = std::fs::read(p)
+                .ok()
+                .and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).ok());
+            if let Some((q, _)) = seen.iter().find(|(c, d)| *c == canon || (doc.is_some() && *d == doc)) {
+                return fail(format!(
+                    "{side} names one run twice: {p} and {q} are the same file or have the same contents"
+                ));
+            }
+            seen.push((canon, doc));
+        }
+    }
     let load = |paths: &[String]| -> Result<Vec<(String, serde_json::Value)>, compare::CompareError> {
         paths.iter().map(|p| Ok((p.clone(), compare::load(p)?))).collect()
     };

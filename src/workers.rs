@@ -115,6 +115,7 @@ pub enum WorkerError {
     Start(Duration),
 }
 
+/// Counts the jobs of one call still to finish.
 #[derive(Default)]
 struct Latch {
     left: Mutex<usize>,
@@ -122,9 +123,12 @@ struct Latch {
 }
 
 impl Latch {
+    fn add(&self) {
+        *self.left.lock().unwrap_or_else(|p| p.into_inner()) += 1;
+    }
     fn done(&self) {
         let mut l = self.left.lock().unwrap_or_else(|p| p.into_inner());
-        *l -= 1;
+        *l = l.saturating_sub(1);
         if *l == 0 {
             self.cv.notify_all();
         }
@@ -147,53 +151,75 @@ impl Drop for WaitAll<'_> {
     }
 }
 
+/// Counts its job down when dropped: declared before the job inside a wrapped job, it drops
+/// after the job (and everything the job borrowed) on every path, unwinding included.
+struct CountDown(Arc<Latch>);
+
+impl Drop for CountDown {
+    fn drop(&mut self) {
+        self.0.done();
+    }
+}
+
+/// The jobs of a call: not decided yet, all arrived (run), or the start deadline passed (skip).
+const UNDECIDED: u8 = 0;
+const GO: u8 = 1;
+const ABORT: u8 = 2;
+
 /// Runs every job on its own persistent worker pinned to the job's CPU, all started together
 /// (each job begins only when every job of the call has reached its worker; `start_deadline`
-/// bounds that wait), and returns when all have finished. The calling thread only waits.
-pub fn run(jobs: Vec<Placed<'_>>, start_deadline: Duration) -> Result<(), WorkerError> {
+/// bounds that wait: past it no job runs), and returns when all have finished. The calling
+/// thread only waits. Calls are serialised (measurements never overlap, and two calls cannot
+/// wait on each other's workers); a job must not call `run` itself.
+pub(crate) fn run(jobs: Vec<Placed<'_>>, start_deadline: Duration) -> Result<(), WorkerError> {
     let n = jobs.len();
     if n == 0 {
         return Ok(());
     }
-    let latch = Arc::new(Latch {
-        left: Mutex::new(n),
-        cv: Condvar::new(),
-    });
-    let arrived = Arc::new(AtomicUsize::new(0));
-    let late = Arc::new(AtomicUsize::new(0));
-    let panics: Arc<Mutex<Vec<String>>> = Arc::default();
-    let mut senders = Vec::with_capacity(n);
-    {
-        let mut p = pool().lock().unwrap_or_else(|p| p.into_inner());
-        let ncpu = cpus().len().max(1);
-        if p.len() < ncpu {
-            p.resize_with(ncpu, Vec::new);
-        }
-        let mut used = vec![0usize; ncpu];
-        for j in &jobs {
-            let c = j.cpu % ncpu;
-            let k = used[c];
-            used[c] += 1;
-            while p[c].len() <= k {
-                let w = spawn_worker(c, p[c].len())?;
-                p[c].push(w);
-            }
-            senders.push(p[c][k].tx.clone());
-        }
+    // held for the whole call: the pool, and one call at a time
+    let mut pool = pool().lock().unwrap_or_else(|p| p.into_inner());
+    let ncpu = cpus().len().max(1);
+    if pool.len() < ncpu {
+        pool.resize_with(ncpu, Vec::new);
     }
+    let mut slots = Vec::with_capacity(n);
+    let mut used = vec![0usize; ncpu];
+    for j in &jobs {
+        let c = j.cpu % ncpu;
+        let k = used[c];
+        used[c] += 1;
+        while pool[c].len() <= k {
+            let w = spawn_worker(c, pool[c].len())?;
+            pool[c].push(w);
+        }
+        slots.push((c, k));
+    }
+    let latch = Arc::new(Latch::default());
+    let arrived = Arc::new(AtomicUsize::new(0));
+    let decision = Arc::new(std::sync::atomic::AtomicU8::new(UNDECIDED));
+    let panics: Arc<Mutex<Vec<String>>> = Arc::default();
     let guard = WaitAll(&latch);
-    for (j, tx) in jobs.into_iter().zip(senders) {
-        let (latch2, arrived, late, panics) = (latch.clone(), arrived.clone(), late.clone(), panics.clone());
+    let mut lost = false;
+    for (j, (c, k)) in jobs.into_iter().zip(slots) {
+        let (latch2, arrived, decision, panics) = (latch.clone(), arrived.clone(), decision.clone(), panics.clone());
         let job = j.job;
         let wrapped: Box<dyn FnOnce() + Send + '_> = Box::new(move || {
+            // first the count-down, then the job: locals drop in reverse order, so the job (and
+            // what it borrows) is gone before the call can see the count reach 0
+            let _cd = CountDown(latch2);
+            let job = job;
             arrived.fetch_add(1, Ordering::AcqRel);
             let t0 = Instant::now();
             let mut spins = 0u32;
-            while arrived.load(Ordering::Acquire) < n {
+            while decision.load(Ordering::Acquire) == UNDECIDED {
+                if arrived.load(Ordering::Acquire) >= n {
+                    let _ = decision.compare_exchange(UNDECIDED, GO, Ordering::AcqRel, Ordering::Acquire);
+                    break;
+                }
                 spins = spins.wrapping_add(1);
                 if spins % 1024 == 0 {
                     if t0.elapsed() > start_deadline {
-                        late.fetch_add(1, Ordering::Relaxed);
+                        let _ = decision.compare_exchange(UNDECIDED, ABORT, Ordering::AcqRel, Ordering::Acquire);
                         break;
                     }
                     // another job may share this CPU (one CPU, or pinning off)
@@ -201,41 +227,51 @@ pub fn run(jobs: Vec<Placed<'_>>, start_deadline: Duration) -> Result<(), Worker
                 }
                 std::hint::spin_loop();
             }
-            if late.load(Ordering::Relaxed) == 0 {
-                if let Err(e) = catch_unwind(AssertUnwindSafe(job)) {
-                    let msg = e
-                        .downcast_ref::<&str>()
-                        .map(|s| s.to_string())
-                        .or_else(|| e.downcast_ref::<String>().cloned())
-                        .unwrap_or_else(|| "(no message)".into());
-                    panics.lock().unwrap_or_else(|p| p.into_inner()).push(msg);
-                }
+            if decision.load(Ordering::Acquire) != GO {
+                drop(job);
+                return;
             }
-            latch2.done();
+            if let Err(e) = catch_unwind(AssertUnwindSafe(job)) {
+                let msg = e
+                    .downcast_ref::<&str>()
+                    .map(|s| s.to_string())
+                    .or_else(|| e.downcast_ref::<String>().cloned())
+                    .unwrap_or_else(|| "(no message)".into());
+                panics.lock().unwrap_or_else(|p| p.into_inner()).push(msg);
+            }
         });
         // SAFETY: the job may borrow data that lives only as long as this call; the lifetime is
         // widened so the job can cross the channel to a thread that outlives the call. It is
         // sound because this function does not return, and does not unwind past `guard`, until
-        // every submitted job has finished running (`guard` waits on the latch in its Drop, and
-        // every job counts the latch down exactly once, after its last use of borrowed data).
-        // A job whose send fails (the worker is gone) is dropped right here, inside the call.
+        // every submitted job has been dropped: the latch counts each job before it is sent,
+        // `guard` waits for the count to reach 0 in its Drop, and a wrapped job counts down
+        // through `CountDown`, which drops after the job itself on every path (run, skipped,
+        // panicked). A job whose send fails comes back in the error and is dropped here, inside
+        // the call, uncounted.
         let wrapped: Job = unsafe { std::mem::transmute::<Box<dyn FnOnce() + Send + '_>, Job>(wrapped) };
-        if let Err(e) = tx.send(wrapped) {
-            // the worker thread is gone: run nothing more; count this job down ourselves
+        latch.add();
+        if let Err(e) = pool[c][k].tx.send(wrapped) {
+            // the worker thread is gone: its job is dropped here, never run; the jobs already
+            // sent cannot start (one is missing) and end at the start deadline
             drop(e);
             latch.done();
+            lost = true;
+            // a fresh worker for the next call
+            if let Ok(w) = spawn_worker(c, k) {
+                pool[c][k] = w;
+            }
         }
     }
     drop(guard);
-    if late.load(Ordering::Relaxed) > 0 {
+    if lost {
+        return Err(WorkerError::Spawn(std::io::Error::other("a worker thread had exited")));
+    }
+    if decision.load(Ordering::Acquire) != GO {
         return Err(WorkerError::Start(start_deadline));
     }
     let p = panics.lock().unwrap_or_else(|p| p.into_inner());
     if let Some(m) = p.first() {
         return Err(WorkerError::Panicked(m.clone()));
-    }
-    if arrived.load(Ordering::Acquire) < n {
-        return Err(WorkerError::Spawn(std::io::Error::other("a worker thread has exited")));
     }
     Ok(())
 }

@@ -13,6 +13,14 @@ use rdmaprobe::scenario::ScenarioError;
 use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 
+/// The tests here measure (or load both CPUs): they run one at a time, or they would measure
+/// each other.
+static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    SERIAL.lock().unwrap_or_else(|p| p.into_inner())
+}
+
 static NO_INTR: AtomicBool = AtomicBool::new(false);
 
 fn p(op: OpKind, size: u32) -> BwParams {
@@ -37,6 +45,7 @@ fn model() -> Dev {
 
 #[test]
 fn every_operation_moves_exactly_what_was_asked() {
+    let _g = serial();
     let dev = model();
     let cal = Calibration::run(100_000_000).unwrap();
     for (op, size, inline) in [
@@ -78,6 +87,7 @@ fn every_operation_moves_exactly_what_was_asked() {
 
 #[test]
 fn threads_postlists_moderation_and_both_directions() {
+    let _g = serial();
     let dev = model();
     let cal = Calibration::run(100_000_000).unwrap();
     for (threads, qps, postlist, cq_mod, bidir) in [
@@ -137,6 +147,7 @@ fn threads_postlists_moderation_and_both_directions() {
 
 #[test]
 fn bad_parameters_and_unsupported_backends_are_refused() {
+    let _g = serial();
     let dev = model();
     let cal = Calibration::run(100_000_000).unwrap();
     let bad = BwParams {
@@ -193,6 +204,7 @@ fn bad_parameters_and_unsupported_backends_are_refused() {
 /// run shorter than the minimum duration sized up and repeated.
 #[test]
 fn peak_windows_and_minimum_duration() {
+    let _g = serial();
     let dev = model();
     let cal = Calibration::run(100_000_000).unwrap();
     let prm = BwParams {

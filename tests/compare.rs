@@ -9,6 +9,14 @@ use cmd::run;
 use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
 
+/// The tests here measure (or load both CPUs): they run one at a time, or they would measure
+/// each other.
+static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    SERIAL.lock().unwrap_or_else(|p| p.into_inner())
+}
+
 fn tmpdir(tag: &str) -> PathBuf {
     let dir = std::env::temp_dir().join(format!("rdmaprobe-cmp-{tag}-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
@@ -58,6 +66,7 @@ fn row<'a>(o: &'a str, metric: &str) -> &'a str {
 
 #[test]
 fn alternated_runs_three_per_side_identical_same_slowdown_found() {
+    let _g = serial();
     let dir = tmpdir("alt");
     // A A' B, three rounds: the two identical sides and the slow one made alternately, so a
     // change of the machine's load falls on every side alike
@@ -183,6 +192,7 @@ fn model_run(rng: &mut Rng, shift_ns: f64) -> Value {
 
 #[test]
 fn false_alarm_and_detection_rates_on_modelled_runs() {
+    let _g = serial();
     let dir = tmpdir("rates");
     let mut rng = Rng(42);
     let mut n = 0;
@@ -239,6 +249,7 @@ fn false_alarm_and_detection_rates_on_modelled_runs() {
 
 #[test]
 fn bad_values_and_duplicate_runs_exit_2_naming_file_and_run() {
+    let _g = serial();
     let dir = tmpdir("values");
     let good = result(&dir, "good.json", 0);
     let doc: Value = serde_json::from_str(&std::fs::read_to_string(&good).unwrap()).unwrap();
@@ -278,12 +289,15 @@ fn bad_values_and_duplicate_runs_exit_2_naming_file_and_run() {
             "appears more than once",
         ),
     ];
+    // other runs (another file, other bytes) for the several-files form
+    let good2 = w("good2.json", &|d| d["note"] = json!("another run"));
+    let good3 = w("good3.json", &|d| d["note"] = json!("a third run"));
     for (p, why) in &cases {
         // on either side, one file or several: exit 2, the file and the run named
         for args in [
             vec!["compare", &good, p],
             vec!["compare", p, &good],
-            vec!["compare", "--base", &good, &good, "--new", &good, p],
+            vec!["compare", "--base", &good, &good2, "--new", &good3, p],
         ] {
             let (c, o, e) = run(&args);
             assert_eq!(c, 2, "{args:?}: {o}{e}");
@@ -293,11 +307,22 @@ fn bad_values_and_duplicate_runs_exit_2_naming_file_and_run() {
             );
         }
     }
+    // one run named twice on a side, by path or by content: exit 2
+    let copy = w("copy.json", &|_| {});
+    for args in [
+        vec!["compare", "--base", &good, &good, "--new", &good2, &good3],
+        vec!["compare", "--base", &good, &copy, "--new", &good2, &good3],
+    ] {
+        let (c, o, e) = run(&args);
+        assert_eq!(c, 2, "{args:?}: {o}{e}");
+        assert!(e.contains("names one run twice"), "{e}");
+    }
     std::fs::remove_dir_all(&dir).ok();
 }
 
 #[test]
 fn post_cost_runs_of_one_configuration_have_no_regression_row() {
+    let _g = serial();
     let dir = tmpdir("post");
     let f: Vec<String> = (0..2)
         .map(|i| {
@@ -318,6 +343,7 @@ fn post_cost_runs_of_one_configuration_have_no_regression_row() {
 
 #[test]
 fn inputs_that_cannot_be_compared_exit_2() {
+    let _g = serial();
     let dir = tmpdir("bad");
     let good = result(&dir, "good.json", 0);
     let text = std::fs::read_to_string(&good).unwrap();
@@ -381,6 +407,7 @@ fn inputs_that_cannot_be_compared_exit_2() {
 
 #[test]
 fn suite_quick_writes_its_files_and_compares_with_itself() {
+    let _g = serial();
     let dir = std::env::temp_dir().join(format!("rdmaprobe-suite-{}", std::process::id()));
     let (c, o, e) = run(&["suite", "--quick", "-d", "model0", "--out", dir.to_str().unwrap()]);
     assert_eq!(c, 0, "{o}{e}");

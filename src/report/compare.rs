@@ -450,6 +450,18 @@ fn side(files: &[(String, Value)], wanted: &[String]) -> Result<SideRows, Compar
                     run: k,
                 });
             }
+            // a run must carry the figures of its scenario (an object), or it would drop out of
+            // the comparison unseen
+            let carries = ["latency_ns", "per_wqe_ns", "summary"]
+                .iter()
+                .any(|f| r[*f].is_object());
+            if !carries {
+                return Err(CompareError::BadValue {
+                    path: path.clone(),
+                    run: k,
+                    why: "no figures (latency_ns, per_wqe_ns or summary is missing or not an object)".into(),
+                });
+            }
             let ms = metrics(r, wanted).map_err(|why| CompareError::BadValue {
                 path: path.clone(),
                 run: k.clone(),

@@ -37,6 +37,12 @@ pub fn upgrade(doc: &mut Value) {
                     o.entry(new).or_insert(v);
                 }
             }
+            // version 1's peak was the best of about 50 windows of messages
+            if let Some(sm) = o.get_mut("summary").and_then(|x| x.as_object_mut()) {
+                if let Some(v) = sm.remove("bw_peak_mib_s") {
+                    sm.entry("bw_peak_window_mib_s").or_insert(v);
+                }
+            }
             if !o.contains_key("scenario") && scenario.is_string() && scenario != "suite" {
                 o.insert("scenario".into(), scenario.clone());
             }

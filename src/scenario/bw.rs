@@ -74,6 +74,9 @@ impl Grid {
     }
 }
 
+/// Most post calls traced for perftest's peak (a longer run reports none, as perftest's `-N`).
+pub const MAX_TRACE: usize = 4_000_000;
+
 /// Post and completion times of one sending end, for perftest's peak: (ticks before the post
 /// call, messages posted before it) and (ticks at the poll that saw a completion, messages
 /// completed up to it).
@@ -181,7 +184,16 @@ pub fn drive_ends<B: Backend>(
     } else {
         None
     };
+    // at most MAX_TRACE post calls are traced (16 B each); a longer run gets no perftest peak
     let mut trace = PeakTrace::default();
+    if tracer.is_some() {
+        let calls = (p.iters / u64::from(p.postlist) + 1).min(MAX_TRACE as u64) as usize;
+        trace.posts.reserve(calls);
+        trace
+            .completions
+            .reserve(calls / (p.cq_mod / p.postlist).max(1) as usize + 2);
+    }
+    let mut traced_out = false;
     let start = clock::start();
     let origin = grid.origin(start);
     let mut out = ThreadResult {
@@ -211,7 +223,11 @@ pub fn drive_ends<B: Backend>(
                     let e = d.posted + u64::from(n);
                     let signal = e / u64::from(p.cq_mod) > d.posted / u64::from(p.cq_mod) || e == p.iters;
                     if traced {
-                        trace.posts.push((clock::start(), d.posted));
+                        if trace.posts.len() < MAX_TRACE {
+                            trace.posts.push((clock::start(), d.posted));
+                        } else {
+                            traced_out = true;
+                        }
                     }
                     c.end
                         .post(p.op, p.size, n, p.inline, signal)
@@ -281,7 +297,7 @@ pub fn drive_ends<B: Backend>(
     } else {
         ctl.iter().map(|c| c.received).sum()
     };
-    out.peak_trace = tracer.map(|_| trace);
+    out.peak_trace = if traced_out { None } else { tracer.map(|_| trace) };
     Ok(out)
 }
 
@@ -358,7 +374,7 @@ pub fn run<B: Backend + Send>(
             }
         })
         .collect();
-    crate::workers::run(jobs, p.stall).map_err(|e| ScenarioError::Invalid(e.to_string()))?;
+    crate::workers::run(jobs, p.stall)?;
     out.into_iter()
         .map(|r| r.unwrap_or(Err(ScenarioError::PeerFailed { side: "bw thread" })))
         .collect()
@@ -387,8 +403,12 @@ pub struct BwSummary {
     pub bw_peak_window_mib_s: f64,
     /// The worst window, MiB/s (never above the average).
     pub bw_min_window_mib_s: f64,
-    /// Length of a window, ms (the last window may be up to 1.5 times as long).
+    /// Length of a window, ms (the last window may be up to 1.5 times as long): the requested
+    /// length, or a whole multiple of it long enough for several completions per window.
     pub window_ms: f64,
+    /// The window length asked for, ms.
+    #[serde(default)]
+    pub window_requested_ms: f64,
     /// Every window's bandwidth (all threads together), MiB/s, in time order: `compare`'s samples.
     pub window_mib_s: Vec<f64>,
 }
@@ -452,9 +472,12 @@ pub fn perftest_peak_rate(t: &PeakTrace) -> Option<f64> {
     best.map(|(n, dt)| n as f64 / dt as f64)
 }
 
+/// Fewest completion periods (`cq_mod` messages) a bandwidth window holds on average.
+pub const MIN_COMPLETIONS: f64 = 8.0;
+
 /// Aggregates the threads' results: totals, perftest's peak (one stream only), and the windows
 /// of the shared grid, each window's messages summed over the threads.
-pub fn summarize(rs: &[ThreadResult], size: u32, hz: f64) -> BwSummary {
+pub fn summarize(rs: &[ThreadResult], size: u32, cq_mod: u32, hz: f64) -> BwSummary {
     let messages: u64 = rs.iter().map(|r| r.messages).sum();
     // the run starts at the grid's origin (the first thread's first post)
     let start = rs
@@ -465,16 +488,34 @@ pub fn summarize(rs: &[ThreadResult], size: u32, hz: f64) -> BwSummary {
     let seconds = end.saturating_sub(start) as f64 / hz;
     let bytes = messages * u64::from(size);
     let mib = |b: f64, s: f64| if s > 0.0 { b / s / (1024.0 * 1024.0) } else { 0.0 };
-    let (origin, w) = rs.first().map(|r| r.grid).unwrap_or((start, 1));
-    let w = w.max(1);
+    let (origin, base) = rs.first().map(|r| r.grid).unwrap_or((start, 1));
+    let base = base.max(1);
+    let total = end.saturating_sub(origin);
+    // Completions arrive every `cq_mod` messages of a QP: a window holding only a few of them
+    // measures how completions fall, not bandwidth (0 in most windows, one huge one). Windows are
+    // widened to whole multiples `m` of the grid's until they hold at least `MIN_COMPLETIONS`
+    // completion periods on average; the result says the length used.
+    let per_base = messages as f64 * base as f64 / total.max(1) as f64;
+    let m = ((MIN_COMPLETIONS * f64::from(cq_mod.max(1))) / per_base.max(1e-9))
+        .ceil()
+        .max(1.0);
+    let m = if m.is_finite() {
+        (m as u64).min(total / base + 1).max(1)
+    } else {
+        1
+    };
+    let w = base * m;
     // boundaries: origin + k w for the whole windows before the run's end; the rest of the run
     // is the last window, merged into the one before when shorter than half a window
-    let whole = end.saturating_sub(origin) / w;
-    let rest = end.saturating_sub(origin) - whole * w;
+    let whole = total / w;
+    let rest = total - whole * w;
     let n_bounds = if whole >= 1 && rest < w / 2 { whole - 1 } else { whole } as usize;
-    // cumulative messages of the run at each boundary, then at the end
-    let mut cum: Vec<u64> = (0..n_bounds)
-        .map(|k| rs.iter().map(|r| r.windows.get(k).copied().unwrap_or(r.messages)).sum())
+    // cumulative messages of the run at each boundary (the grid's boundary k m), then at the end
+    let mut cum: Vec<u64> = (1..=n_bounds as u64)
+        .map(|k| {
+            let i = (k * m - 1) as usize;
+            rs.iter().map(|r| r.windows.get(i).copied().unwrap_or(r.messages)).sum()
+        })
         .collect();
     cum.push(messages);
     let mut bounds: Vec<u64> = (1..=n_bounds as u64).map(|k| origin + k * w).collect();
@@ -515,6 +556,7 @@ pub fn summarize(rs: &[ThreadResult], size: u32, hz: f64) -> BwSummary {
         bw_peak_window_mib_s: rates.iter().cloned().fold(0.0, f64::max),
         bw_min_window_mib_s: rates.iter().cloned().fold(f64::INFINITY, f64::min).min(f64::MAX),
         window_ms: w as f64 / hz * 1e3,
+        window_requested_ms: base as f64 / hz * 1e3,
         window_mib_s: rates,
     }
 }
@@ -539,7 +581,7 @@ mod tests {
         // one thread: 1000 messages of 1 KiB in 1 s (hz = 1000 ticks/s), windows of 250 ticks;
         // cumulative 250, 500, 750 at the boundaries
         let r = thread(1000, 0, 1000, 250, vec![250, 500, 750]);
-        let s = summarize(&[r], 1024, 1000.0);
+        let s = summarize(&[r], 1024, 1, 1000.0);
         assert_eq!(s.messages, 1000);
         assert!((s.seconds - 1.0).abs() < 1e-12);
         assert!((s.msg_rate_mpps - 0.001).abs() < 1e-12);
@@ -549,7 +591,7 @@ mod tests {
         assert!((s.window_ms - 250.0).abs() < 1e-9);
         // a slow second window: 100 messages in it
         let r = thread(1000, 0, 1000, 250, vec![250, 350, 750]);
-        let s = summarize(&[r], 1024, 1000.0);
+        let s = summarize(&[r], 1024, 1, 1000.0);
         assert!((s.bw_min_window_mib_s - 400.0 / 1024.0).abs() < 1e-9, "{s:?}");
         assert!((s.bw_peak_window_mib_s - 1600.0 / 1024.0).abs() < 1e-9, "{s:?}");
         assert_eq!(s.bw_peak_perftest_mib_s, None);
@@ -560,7 +602,7 @@ mod tests {
         // 1100 ticks with windows of 250: four whole windows and 100 ticks (< 125) merged into
         // the fourth, which lasts 350; the tail is slow (the last 100 messages)
         let r = thread(1000, 0, 1100, 250, vec![300, 600, 900, 1000]);
-        let s = summarize(&[r], 1024, 1000.0);
+        let s = summarize(&[r], 1024, 1, 1000.0);
         assert_eq!(s.window_mib_s.len(), 4, "{s:?}");
         // the merged window: 100 messages in 350 ticks
         assert!((s.bw_min_window_mib_s - (100.0 / 0.35) / 1024.0).abs() < 1e-9, "{s:?}");
@@ -585,13 +627,28 @@ mod tests {
                 })
                 .collect();
             let total = cum + rnd(100) + 1;
-            let s = summarize(&[thread(total, 0, end, w, windows)], 64, 1e6);
+            let s = summarize(&[thread(total, 0, end, w, windows)], 64, 1, 1e6);
             assert!(
                 s.bw_min_window_mib_s <= s.bw_avg_mib_s * (1.0 + 1e-12)
                     && s.bw_avg_mib_s <= s.bw_peak_window_mib_s * (1.0 + 1e-12),
                 "{s:?}"
             );
         }
+    }
+
+    #[test]
+    fn windows_hold_several_completions() {
+        // one message per tick, but completions only every 64 messages (cq_mod 64): a 10-tick
+        // window would hold 0 or 64 messages (bandwidth 0 or 6.4x the average)
+        let (end, base) = (6400u64, 10u64);
+        let windows: Vec<u64> = (1..end / base).map(|k| (k * base) / 64 * 64).collect();
+        let s = summarize(&[thread(end, 0, end, base, windows)], 1024, 64, 1e6);
+        // widened to whole multiples of the grid holding at least 8 completion periods
+        let w = s.window_ms * 1e-3 * 1e6;
+        assert!(w >= 8.0 * 64.0 && (w / base as f64).fract() == 0.0, "{s:?}");
+        assert!((s.window_requested_ms - 0.01).abs() < 1e-12);
+        assert!(s.bw_min_window_mib_s > 0.7 * s.bw_avg_mib_s, "{s:?}");
+        assert!(s.bw_peak_window_mib_s < 1.3 * s.bw_avg_mib_s, "{s:?}");
     }
 
     /// perftest's own search, O(n^2) over messages: min over i <= j of

@@ -308,7 +308,7 @@ pub fn run<B: Backend + Send>(
         p.stall,
     );
     if let Err(e) = started {
-        return Err(ScenarioError::Invalid(e.to_string()));
+        return Err(e.into());
     }
     let res = (
         c.unwrap_or(Err(ScenarioError::PeerFailed { side: "client" })),

@@ -48,4 +48,8 @@ pub enum ScenarioError {
     /// Bad parameters.
     #[error("{0}")]
     Invalid(String),
+    /// The measuring threads could not run the job (could not be made, did not start together
+    /// within the deadline, or panicked).
+    #[error(transparent)]
+    Workers(#[from] crate::workers::WorkerError),
 }

@@ -415,7 +415,7 @@ pub fn run_bw(
     // too short to mean anything: the run sizes the next one (a fifth over the minimum; a
     // short first run is slower per message, so a few rounds may be needed)
     for _ in 0..6 {
-        let took = bw::summarize(&rs, p.size, cal.hz).seconds;
+        let took = bw::summarize(&rs, p.size, p.cq_mod, cal.hz).seconds;
         if min <= 0.0 || took >= min || p.iters >= MAX_BW_ITERS {
             break;
         }
@@ -438,7 +438,7 @@ pub fn run_bw(
         inline: p.inline,
         iters: p.iters,
         min_duration_ms: min * 1e3,
-        summary: bw::summarize(&rs, p.size, cal.hz),
+        summary: bw::summarize(&rs, p.size, p.cq_mod, cal.hz),
     })
 }
 
@@ -495,7 +495,8 @@ pub struct PostCostResult {
     pub tsc_step_ns: f64,
     /// The timer's own cost taken off every block, ns (the median empty timed region).
     pub timer_overhead_ns: f64,
-    /// The median block is at or below the timer's own overhead: not a real measurement.
+    /// The median block, less the timer's own overhead, is within 4 steps of the counter: not a
+    /// resolved measurement.
     pub below_overhead: bool,
 }
 
@@ -525,7 +526,7 @@ pub fn run_post_cost(
         }],
         p.stall,
     )
-    .map_err(|e| ScenarioError::Invalid(e.to_string()))?;
+    .map_err(ScenarioError::from)?;
     let s = res.unwrap_or(Err(ScenarioError::PeerFailed {
         side: "post-cost thread",
     }))?;
@@ -562,7 +563,8 @@ pub fn run_post_cost(
         call_histogram: h.encode(),
         tsc_step_ns: cal.to_ns(tsc_step()),
         timer_overhead_ns: cal.overhead_ns(),
-        below_overhead: raw_p50 <= cal.overhead_ns(),
+        // the block less the timer within a few of the counter's steps: not resolved
+        below_overhead: raw_p50 - cal.overhead_ns() < 4.0 * cal.to_ns(tsc_step()),
     })
 }
 
@@ -626,7 +628,7 @@ pub fn bw_side(
             }),
         })
         .collect();
-    crate::workers::run(jobs, p.stall).map_err(|e| ScenarioError::Invalid(e.to_string()))?;
+    crate::workers::run(jobs, p.stall)?;
     out.into_iter()
         .map(|r| r.unwrap_or(Err(ScenarioError::PeerFailed { side: "bw thread" })))
         .collect()
