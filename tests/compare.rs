@@ -236,14 +236,17 @@ fn false_alarm_and_detection_rates_on_modelled_runs() {
         "one file per side, identical: {one} of 20 ordered pairs exit 1"
     );
     assert_eq!(three, 0, "three files per side, identical: {three} of 20 exit 1");
+    // Welch's t over three runs per side gives an honest p-value, and so less power than a
+    // bootstrap over three runs did (that one's p-values were too small: with three runs it
+    // called any two sides whose runs did not overlap significant). Measured on this model with
+    // its fixed seed: +25 % found 16 of 20, +10 % 7 of 20; issue 9 asks 19 of 20 at +10 %, which
+    // three runs per side on this noise (one run in four disturbed by up to +20 %) cannot give.
+    // These hold today's power so a change that loses power shows.
     assert!(
-        found25 >= 19,
+        found25 >= 14,
         "+25 % p50, three files per side: found in {found25} of 20"
     );
-    // issue 9 asks 19 of 20 at +10 %: three runs per side do not reach it on this noise (one
-    // run in four disturbed by up to +20 % can take the median of three); this holds today's
-    // figure so a change that loses power shows
-    assert!(found >= 12, "+10 % p50, three files per side: found in {found} of 20");
+    assert!(found >= 5, "+10 % p50, three files per side: found in {found} of 20");
     std::fs::remove_dir_all(&dir).ok();
 }
 
