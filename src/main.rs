@@ -1603,7 +1603,11 @@ fn run_network(
     for b in 0..blocks {
         let iters = p.iters / blocks + u64::from(b < p.iters % blocks);
         let warmup = if b == 0 { p.warmup } else { 0 };
-        for (i, (_, end)) in ends.iter_mut().enumerate() {
+        // the backends' order rotates from block to block, the same on both ends
+        let n = ends.len();
+        for j in 0..n {
+            let i = (j + b as usize) % n;
+            let end = &mut ends[i].1;
             if let Some(s) = lat_side(end, client, p, iters, warmup, &mut states[i], &INTERRUPTED)? {
                 all[i].1.add(figures_ns(p, &s.rtt, cal));
                 all[i].0.rtt.extend(s.rtt);
