@@ -228,7 +228,7 @@ ib_write_bw -d rxe0 -x 1 -s 16384 -n 1000 127.0.0.1 > /tmp/pt-bw.txt 2>&1 || lat
 wait \$srv
 echo "--- perftest ib_write_bw:"
 grep -A1 '#bytes' /tmp/pt-bw.txt
-echo "SIDE-BY-SIDE bw rdmaprobe: \$(grep -E '^ +16384 +(verbs|wr) ' /tmp/bw.txt | awk '{printf "%s %s msgs avg=%sMB/s; ", \$2, \$3, \$6}') perftest: \$(grep -A1 '#bytes' /tmp/pt-bw.txt | tail -1 | awk '{printf "%s bytes %s iters avg=%sMB/s", \$1, \$2, \$4}')"
+echo "SIDE-BY-SIDE bw rdmaprobe: \$(grep -E '^ +16384 +(verbs|wr) ' /tmp/bw.txt | awk '{printf "%s %s msgs avg=%sMB/s; ", \$2, \$3, \$7}') perftest: \$(grep -A1 '#bytes' /tmp/pt-bw.txt | tail -1 | awk '{printf "%s bytes %s iters avg=%sMB/s", \$1, \$2, \$4}')"
 echo "===== post cost: rdmaprobe post-cost (verbs, wr; write, send, read)"
 /opt/rdmaprobe post-cost -d rxe0 -x 1 -n 20 -l 1,8 > /tmp/pc.txt 2>&1 || lat_rc=1
 cat /tmp/pc.txt

@@ -249,11 +249,14 @@ pub fn calibrate_against_monotonic(window_ns: u64) -> Result<Fit, ClockError> {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 #[cfg_attr(feature = "std", derive(serde::Serialize))]
 pub struct Overhead {
-    /// Smallest of the samples.
+    /// Smallest of the samples (TSC ticks).
+    #[cfg_attr(feature = "std", serde(rename = "min_ticks"))]
     pub min_cycles: u64,
-    /// Median of the samples.
+    /// Median of the samples (TSC ticks).
+    #[cfg_attr(feature = "std", serde(rename = "median_ticks"))]
     pub median_cycles: u64,
-    /// 99th percentile of the samples.
+    /// 99th percentile of the samples (TSC ticks).
+    #[cfg_attr(feature = "std", serde(rename = "p99_ticks"))]
     pub p99_cycles: u64,
     /// How many regions were timed.
     pub samples: u32,

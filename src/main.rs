@@ -628,9 +628,9 @@ fn clock(as_json: bool, window_ms: u64) -> Result<ExitCode> {
             "calibration_window_ns": c.calibration_window_ns,
             "calibration_residual_max_ns": c.calibration_residual_ns,
             "timed_region_overhead": {
-                "min_cycles": c.overhead.min_cycles,
-                "median_cycles": c.overhead.median_cycles,
-                "p99_cycles": c.overhead.p99_cycles,
+                "min_ticks": c.overhead.min_cycles,
+                "median_ticks": c.overhead.median_cycles,
+                "p99_ticks": c.overhead.p99_cycles,
                 "samples": c.overhead.samples,
                 "min_ns": c.to_ns(c.overhead.min_cycles),
                 "median_ns": c.to_ns(c.overhead.median_cycles),
@@ -653,7 +653,7 @@ fn clock(as_json: bool, window_ms: u64) -> Result<ExitCode> {
         println!("invariant TSC:     {}", if c.invariant_tsc { "yes" } else { "no" });
         println!("kernel clocksource: {}", cs.as_deref().unwrap_or("unknown"));
         println!(
-            "timed-region overhead: min {} cycles ({:.1} ns), median {} cycles ({:.1} ns), p99 {} cycles, {} samples",
+            "timed-region overhead: min {} TSC ticks ({:.1} ns), median {} ticks ({:.1} ns), p99 {} ticks, {} samples",
             c.overhead.min_cycles,
             c.to_ns(c.overhead.min_cycles),
             c.overhead.median_cycles,
@@ -670,8 +670,10 @@ fn clock(as_json: bool, window_ms: u64) -> Result<ExitCode> {
 
 /// Fewer iterations per latency block than this get a warning.
 const MIN_BLOCK: u64 = 100;
+/// Fewer iterations per latency block than this: the blocks are lowered until each has this many.
+const MIN_BLOCK_FLOOR: u64 = 10;
 
-fn lat(a: LatArgs) -> Result<ExitCode> {
+fn lat(mut a: LatArgs) -> Result<ExitCode> {
     use rdmaprobe::backend::setup::{Dev, DEPTH};
     use rdmaprobe::backend::{BackendKind, OpKind};
     use rdmaprobe::mlx5::sq::DbMode;
@@ -760,6 +762,19 @@ fn lat(a: LatArgs) -> Result<ExitCode> {
         ));
     }
     let per_block = a.iters / a.blocks.max(1);
+    if a.duration.is_none() && per_block < MIN_BLOCK_FLOOR {
+        // a block's first iterations follow the hand-over to the measuring threads: blocks of a
+        // few iterations would weigh them in the figures; fewer blocks, said so
+        let blocks = (a.iters / MIN_BLOCK_FLOOR).max(1);
+        let msg = format!(
+            "--blocks {} lowered to {blocks}: -n {} allows at least {MIN_BLOCK_FLOOR} iterations per block",
+            a.blocks, a.iters
+        );
+        eprintln!("rdmaprobe: {msg}");
+        warnings.push(msg);
+        a.blocks = blocks;
+    }
+    let per_block = a.iters / a.blocks.max(1);
     if a.duration.is_none() && per_block < MIN_BLOCK {
         warnings.push(format!(
             "{per_block} iterations per block (-n {} / --blocks {}): a block's first iterations follow the hand-over \
@@ -821,13 +836,18 @@ fn lat(a: LatArgs) -> Result<ExitCode> {
     if !server {
         println!("{}", "-".repeat(118));
         println!(
-            " {} latency, device {} ({}), backends {}, {} iterations per size and backend in {} interleaved blocks",
+            " {} latency, device {} ({}), backends {}, {}",
             a.op.title(),
             dev.name(),
             dev.provider(),
             kinds.iter().map(|k| k.as_str()).collect::<Vec<_>>().join(", "),
-            a.iters,
-            a.blocks
+            match a.duration {
+                Some(d) => format!("{d} s per size, blocks of 1000 iterations per backend, interleaved"),
+                None => format!(
+                    "{} iterations per size and backend in {} interleaved blocks",
+                    a.iters, a.blocks
+                ),
+            }
         );
         println!(
             " figure: {}; TSC {:.3} MHz ({}); timer overhead {:.1} ns (median)",
@@ -1172,7 +1192,7 @@ fn bw(a: BwArgs) -> Result<ExitCode> {
     }
     println!("{}", "-".repeat(118));
     println!(
-        " windows of {:.3} ms (or a multiple holding at least 8 completions each: summary.window_ms) partition each run (the last may be up to 1.5 windows); peak: perftest's (shortest time per message from a post to a later completion; one QP, one direction only); {}",
+        " windows of {:.3} ms, or the multiple that holds at least 16 completions (win[ms]: the length used; a window moves in steps of one completion), partition each run (the last up to 1.5 windows); peak: perftest's (shortest time per message from a post to a later completion; one QP, one direction only); {}",
         a.window_us as f64 / 1e3,
         if network {
             format!("runs are -n messages per QP (client and server agree on them); runs under {} ms are flagged", a.min_ms)
@@ -1181,11 +1201,12 @@ fn bw(a: BwArgs) -> Result<ExitCode> {
         }
     );
     println!(
-        " {:>8} {:>7} {:>12} {:>10} {:>16} {:>16} {:>16} {:>16} {:>12}",
+        " {:>8} {:>7} {:>12} {:>10} {:>8} {:>16} {:>16} {:>16} {:>16} {:>12}",
         "#bytes",
         "backend",
         "#messages",
         "time[ms]",
+        "win[ms]",
         format!("peak[{unit}]"),
         format!("average[{unit}]"),
         format!("best win[{unit}]"),
@@ -1269,11 +1290,12 @@ fn bw(a: BwArgs) -> Result<ExitCode> {
             };
             let s = &r.summary;
             println!(
-                " {:>8} {:>7} {:>12} {:>10.1} {:>16} {:>16.2} {:>16.2} {:>16.2} {:>12.4}",
+                " {:>8} {:>7} {:>12} {:>10.1} {:>8.2} {:>16} {:>16.2} {:>16.2} {:>16.2} {:>12.4}",
                 size,
                 k.as_str(),
                 s.messages,
                 s.seconds * 1e3,
+                s.window_ms,
                 s.bw_peak_perftest_mib_s
                     .map(|v| format!("{:.2}", conv(v)))
                     .unwrap_or_else(|| "-".into()),
@@ -1470,8 +1492,8 @@ fn post_cost(a: PostCostArgs) -> Result<ExitCode> {
             &fp,
             &cal,
             &warnings,
-            json!({ "scenario": "post_cost", "ops": ops.iter().map(|o| o.as_str()).collect::<Vec<_>>(), "size": a.size,
-                    "blocks": a.blocks, "postlists": a.postlists, "cq_mod": a.cq_mod, "block_wqes": BLOCK_WQES,
+            json!({ "scenario": "post_cost", "ops": ops.iter().map(|o| o.as_str()).collect::<Vec<_>>(), "size_bytes": a.size,
+                    "blocks": a.blocks, "postlists": a.postlists, "cq_mod": a.cq_mod, "max_wqes_per_block": BLOCK_WQES,
                     "tsc_step_ns": step_ns }),
             &runs,
         )?;

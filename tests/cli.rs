@@ -91,8 +91,8 @@ fn clock_rate_agrees_with_an_independent_calibration() {
     );
 
     let o = &v["timed_region_overhead"];
-    let min = o["min_cycles"].as_u64().expect("min");
-    let med = o["median_cycles"].as_u64().expect("median");
+    let min = o["min_ticks"].as_u64().expect("min");
+    let med = o["median_ticks"].as_u64().expect("median");
     assert!(min > 0 && min <= med, "{o}");
     assert!(
         o["median_ns"].as_f64().is_some_and(|ns| ns > 0.0 && ns < 10_000.0),
@@ -372,6 +372,20 @@ fn the_full_matrix_finishes_on_model0() {
         out.contains("10 iterations per block"),
         "tiny blocks are not flagged:\n{out}"
     );
+    // blocks of under 10 iterations are lowered, and that is said
+    let (code, out, err) = rdmaprobe(&[
+        "lat",
+        "write",
+        "--loopback",
+        "-d",
+        "model0",
+        "-n",
+        "50",
+        "--blocks",
+        "100",
+    ]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(err.contains("--blocks 100 lowered to 5"), "{err}");
     let dir = std::env::temp_dir().join(format!("rdmaprobe-full-suite-{}", std::process::id()));
     let t = std::time::Instant::now();
     let (code, out, err) = rdmaprobe(&["suite", "-d", "model0", "--out", dir.to_str().unwrap()]);
@@ -437,32 +451,30 @@ fn model0_post_column_and_wire_delay_mean_what_they_say() {
     ]);
     assert_eq!(code, 2, "{err}");
     assert!(err.contains("half the stall deadline"), "{err}");
-    // a 1 s wire delay each way, 100 iterations: minutes; SIGINT ends it within about a second
-    let child = std::process::Command::new(env!("CARGO_BIN_EXE_rdmaprobe"))
-        .args([
-            "lat",
-            "write",
-            "--loopback",
-            "-d",
-            "model0",
-            "-n",
-            "100",
-            "--warmup",
-            "0",
-        ])
-        .args(["--model-delay-ns", "1000000000"])
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    std::thread::sleep(std::time::Duration::from_millis(1500));
-    let t = std::time::Instant::now();
-    // SAFETY: signals our own child process.
-    unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
-    let o = child.wait_with_output().unwrap();
-    let took = t.elapsed();
-    let err = String::from_utf8_lossy(&o.stderr);
-    assert!(took < std::time::Duration::from_secs(3), "SIGINT took {took:?}: {err}");
-    assert_ne!(o.status.code(), Some(0), "{err}");
-    assert!(err.contains("interrupted"), "{err}");
+    // a 1 s wire delay each way, 100 iterations: minutes; SIGINT ends it within about a second,
+    // with an error and no result (a READ whose delay was cut short must not pass for a figure)
+    for op in ["write", "read"] {
+        let json = std::env::temp_dir().join(format!("rdmaprobe-int-{op}-{}.json", std::process::id()));
+        let child = std::process::Command::new(env!("CARGO_BIN_EXE_rdmaprobe"))
+            .args(["lat", op, "--loopback", "-d", "model0", "-n", "100", "--warmup", "0"])
+            .args(["--model-delay-ns", "1000000000", "--json", json.to_str().unwrap()])
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(1500));
+        let t = std::time::Instant::now();
+        // SAFETY: signals our own child process.
+        unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
+        let o = child.wait_with_output().unwrap();
+        let took = t.elapsed();
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(
+            took < std::time::Duration::from_secs(3),
+            "{op}: SIGINT took {took:?}: {err}"
+        );
+        assert_ne!(o.status.code(), Some(0), "{op}: {err}");
+        assert!(err.contains("interrupted"), "{op}: {err}");
+        assert!(!json.exists(), "{op}: an interrupted run wrote its results");
+    }
 }

@@ -263,12 +263,16 @@ impl Report {
                 let t = |several: bool| {
                     DEFAULT_THRESHOLDS_PCT
                         .iter()
-                        .map(|(sc, m, a, b)| format!("{sc} {m} {} %", if several { a } else { b }))
+                        .map(|(sc, m, a, b)| {
+                            // a bandwidth row's metric is the bandwidth itself
+                            let what = if sc == m { sc.to_string() } else { format!("{sc} {m}") };
+                            format!("{what} {} %", if several { a } else { b })
+                        })
                         .collect::<Vec<_>>()
                         .join(", ")
                 };
                 format!(
-                    "threshold: default by row, with several runs on both sides: {}; with one run on a side: {}",
+                    "threshold: default by row, with 3 or more runs on both sides: {}; with fewer: {}",
                     t(true),
                     t(false)
                 )
@@ -276,11 +280,15 @@ impl Report {
         });
         let untested = self.rows.len() - self.tested();
         let mut s = format!(
-            "significance: {} rows, {}-adjusted at {} % ({} bootstrap resamples per row)",
+            "significance: {} rows, {}-adjusted at {} % ({})",
             self.tested(),
             self.adjust.as_str(),
             ALPHA * 100.0,
-            self.rounds
+            if self.single_run() {
+                format!("{} bootstrap resamples of the blocks per row", self.rounds)
+            } else {
+                "Welch's t over the runs per row".to_string()
+            }
         );
         if untested > 0 {
             s.push_str(&format!(
@@ -707,6 +715,11 @@ fn t_quantile_two_sided(p: f64, df: f64) -> f64 {
     0.5 * (lo + hi)
 }
 
+/// The geometric mean of the runs' values.
+fn geo_mean(runs: &[RunSample]) -> f64 {
+    (runs.iter().map(|r| r.value.ln()).sum::<f64>() / runs.len().max(1) as f64).exp()
+}
+
 /// Welch's t-test on the logarithms of the runs' values (the change as a ratio): with several
 /// process runs per side the runs are the units, as their variation is what a repeated
 /// measurement shows (Kalibera and Jones). Returns the change exp(mean ln new - mean ln base) - 1,
@@ -844,9 +857,12 @@ pub fn compare_sets(base: &[(String, Value)], new: &[(String, Value)], o: &Optio
         let runs = bs.len().min(ns.len());
         // several runs on both sides: the runs are the units (Welch's t on their logarithms,
         // an honest p-value however few they are); one run on a side: its blocks, resampled
-        let (change, boot) = match welch_runs(bs, ns) {
-            Some((c, iv, p)) if runs >= MIN_RUNS_FOR_T => (c, Some(Boot { interval: iv, p })),
-            _ => (nv / bv - 1.0, hierarchical(bs, ns, o.rounds)),
+        let (bv, nv, change, boot) = match welch_runs(bs, ns) {
+            // the figures the test compares: the runs' geometric means
+            Some((c, iv, p)) if runs >= MIN_RUNS_FOR_T => {
+                (geo_mean(bs), geo_mean(ns), c, Some(Boot { interval: iv, p }))
+            }
+            _ => (bv, nv, nv / bv - 1.0, hierarchical(bs, ns, o.rounds)),
         };
         let scenario = k.split(' ').next().unwrap_or("");
         let threshold = o

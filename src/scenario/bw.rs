@@ -472,8 +472,9 @@ pub fn perftest_peak_rate(t: &PeakTrace) -> Option<f64> {
     best.map(|(n, dt)| n as f64 / dt as f64)
 }
 
-/// Fewest completion periods (`cq_mod` messages) a bandwidth window holds on average.
-pub const MIN_COMPLETIONS: f64 = 8.0;
+/// Fewest completion periods (`cq_mod` messages) a bandwidth window holds on average: a window's
+/// figure moves in steps of one completion, 1/16 of it (6 %) at this many.
+pub const MIN_COMPLETIONS: f64 = 16.0;
 
 /// Aggregates the threads' results: totals, perftest's peak (one stream only), and the windows
 /// of the shared grid, each window's messages summed over the threads.
@@ -643,9 +644,9 @@ mod tests {
         let (end, base) = (6400u64, 10u64);
         let windows: Vec<u64> = (1..end / base).map(|k| (k * base) / 64 * 64).collect();
         let s = summarize(&[thread(end, 0, end, base, windows)], 1024, 64, 1e6);
-        // widened to whole multiples of the grid holding at least 8 completion periods
+        // widened to whole multiples of the grid holding at least 16 completion periods
         let w = s.window_ms * 1e-3 * 1e6;
-        assert!(w >= 8.0 * 64.0 && (w / base as f64).fract() == 0.0, "{s:?}");
+        assert!(w >= MIN_COMPLETIONS * 64.0 && (w / base as f64).fract() == 0.0, "{s:?}");
         assert!((s.window_requested_ms - 0.01).abs() < 1e-12);
         assert!(s.bw_min_window_mib_s > 0.7 * s.bw_avg_mib_s, "{s:?}");
         assert!(s.bw_peak_window_mib_s < 1.3 * s.bw_avg_mib_s, "{s:?}");

@@ -358,6 +358,11 @@ pub fn client_loop<B: Backend>(
         b.post_recv(recv_len(b), RECV_DEPTH).map_err(be(side, first))?;
     }
     for k in first..first + total {
+        // SIGINT ends the run at the next iteration (outside the timed region): a wait it cut
+        // short must not pass for a measurement
+        if flags.interrupt.load(Ordering::Relaxed) {
+            return Err(ScenarioError::Interrupted);
+        }
         let m = marker(k);
         if p.op == OpKind::Write {
             b.mem().store(len - 1, m);
@@ -429,6 +434,11 @@ pub fn server_loop<B: Backend>(
         b.post_recv(recv_len(b), RECV_DEPTH).map_err(be(side, first))?;
     }
     for k in first..first + total {
+        // SIGINT ends the run at the next iteration (outside the timed region): a wait it cut
+        // short must not pass for a measurement
+        if flags.interrupt.load(Ordering::Relaxed) {
+            return Err(ScenarioError::Interrupted);
+        }
         let m = marker(k);
         if p.op == OpKind::Write {
             await_write(b, &spin, &mut outst, k, "the client's WRITE", rx + len - 1, m)?;
