@@ -684,6 +684,9 @@ fn lat(mut a: LatArgs) -> Result<ExitCode> {
     if a.host.is_some() && a.loopback {
         anyhow::bail!("--loopback runs both ends in this process: give no HOST");
     }
+    if let Some(c) = outputs_ok(&[a.json.as_ref(), a.hdr.as_ref()]) {
+        return Ok(c);
+    }
     let network = !a.loopback;
     if network && (a.duration.is_some() || a.hdr.is_some()) {
         anyhow::bail!(
@@ -1023,21 +1026,22 @@ fn lat(mut a: LatArgs) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// Writes `data` to `path` through a temporary file and a rename: never a half-written file.
+/// Writes a result file safely (`report::output`): a regular file replaced whole through an
+/// exclusive temporary file, a symlink followed, a device or FIFO written through, never replaced.
 fn write_atomically(path: &std::path::Path, data: &[u8]) -> Result<()> {
-    use anyhow::Context;
-    let dir = path
-        .parent()
-        .filter(|p| !p.as_os_str().is_empty())
-        .unwrap_or(std::path::Path::new("."));
-    let tmp = dir.join(format!(
-        ".{}.tmp{}",
-        path.file_name().and_then(|n| n.to_str()).unwrap_or("out"),
-        std::process::id()
-    ));
-    std::fs::write(&tmp, data).with_context(|| format!("writing {}", tmp.display()))?;
-    std::fs::rename(&tmp, path).with_context(|| format!("renaming {} to {}", tmp.display(), path.display()))?;
+    rdmaprobe::report::output::write(path, data)?;
     Ok(())
+}
+
+/// Checks the output files given before the run spends its time: exit status 2 and a message.
+fn outputs_ok(paths: &[Option<&std::path::PathBuf>]) -> Option<ExitCode> {
+    for p in paths.iter().flatten() {
+        if let Err(e) = rdmaprobe::report::output::check(p) {
+            eprintln!("rdmaprobe: error: cannot write the output file {e}");
+            return Some(ExitCode::from(2));
+        }
+    }
+    None
 }
 
 fn bw(a: BwArgs) -> Result<ExitCode> {
@@ -1050,6 +1054,9 @@ fn bw(a: BwArgs) -> Result<ExitCode> {
 
     if a.host.is_some() && a.loopback {
         anyhow::bail!("--loopback runs both ends in this process: give no HOST");
+    }
+    if let Some(c) = outputs_ok(&[a.json.as_ref()]) {
+        return Ok(c);
     }
     let network = !a.loopback;
     let server = network && a.host.is_none();
@@ -1358,6 +1365,9 @@ fn post_cost(a: PostCostArgs) -> Result<ExitCode> {
     use rdmaprobe::scenario::post_cost::{PostCostParams, BLOCK_WQES};
     use rdmaprobe::scenario::runner::{run_post_cost, tsc_step};
 
+    if let Some(c) = outputs_ok(&[a.json.as_ref()]) {
+        return Ok(c);
+    }
     if let Some(bad) = a.postlists.iter().find(|&&l| l == 0 || l > 48) {
         anyhow::bail!("--post-list {bad}: postlists must be within 1..=48");
     }
@@ -1913,6 +1923,7 @@ fn suite(a: SuiteArgs) -> Result<ExitCode> {
                 "lat_iters": iters, "bw_min_duration_ms": bw_min_ms, "bw_window_ms": 1.0, "post_cost_blocks": pc_blocks }),
         &runs,
     )?;
+    make_dir(&a.out)?;
     write_atomically(&a.out.join("results.json"), &serde_json::to_vec_pretty(&doc)?)?;
     let mut hlog = Vec::new();
     rdmaprobe::report::write_interval_log(
@@ -2020,6 +2031,7 @@ impl Progress {
 /// Writes the plots and report.html of a results document into `out`; returns the file names.
 fn write_plots(doc: &serde_json::Value, out: &std::path::Path) -> Result<Vec<String>> {
     let figs = rdmaprobe::report::plot::figures(doc).map_err(|e| anyhow::anyhow!("plotting: {e}"))?;
+    make_dir(out)?;
     let mut names = Vec::new();
     let mut png = true;
     for f in &figs {
@@ -2051,13 +2063,31 @@ fn write_plots(doc: &serde_json::Value, out: &std::path::Path) -> Result<Vec<Str
 }
 
 /// Creates `dir` and checks that a file can be written in it.
+/// Checks that `dir` can hold the output, without creating it (a run that fails leaves no empty
+/// directory): an existing directory must take a file; else its nearest existing ancestor must.
 fn writable_dir(dir: &std::path::Path) -> Result<()> {
-    use anyhow::Context;
-    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
-    let probe = dir.join(".rdmaprobe-write-test");
-    std::fs::write(&probe, b"").with_context(|| format!("{} is not writable", dir.display()))?;
-    let _ = std::fs::remove_file(&probe);
+    let mut d = dir.to_path_buf();
+    while !d.exists() {
+        match d.parent().filter(|p| !p.as_os_str().is_empty()) {
+            Some(p) => d = p.to_path_buf(),
+            None => d = std::path::PathBuf::from("."),
+        }
+        if d == std::path::Path::new(".") {
+            break;
+        }
+    }
+    if !d.is_dir() {
+        anyhow::bail!("{} is not a directory", d.display());
+    }
+    rdmaprobe::report::output::check(&d.join(".rdmaprobe-probe"))
+        .map_err(|e| anyhow::anyhow!("{} is not writable: {e}", d.display()))?;
     Ok(())
+}
+
+/// Creates the output directory (after the run: a failed run leaves none).
+fn make_dir(dir: &std::path::Path) -> Result<()> {
+    use anyhow::Context;
+    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))
 }
 
 fn plot(a: PlotArgs) -> Result<ExitCode> {

@@ -217,7 +217,8 @@ fn lat_refuses_bad_input_with_a_message_and_non_zero_exit() {
                 "--json",
                 "/nonexistent-dir/x.json",
             ],
-            1,
+            // refused before the run, as a bad argument
+            2,
             "/nonexistent-dir",
         ),
     ];
@@ -477,4 +478,77 @@ fn model0_post_column_and_wire_delay_mean_what_they_say() {
         assert!(err.contains("interrupted"), "{op}: {err}");
         assert!(!json.exists(), "{op}: an interrupted run wrote its results");
     }
+}
+
+/// Output files are written safely (issue 11, point 2): a device node given as `--json` is
+/// written through, never replaced by a regular file (as root this was `/dev/null`); a
+/// destination that cannot work is refused before the run (exit 2 at once, not after it); a
+/// suite on a device that does not exist leaves no empty output directory; a symlink to a result
+/// file is followed and stays a link; nothing temporary is left beside the target.
+#[test]
+fn output_files_are_written_safely() {
+    use std::os::unix::fs::FileTypeExt;
+    let _g = serial();
+    let dir = std::env::temp_dir().join(format!("rdmaprobe-outputs-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let null = dir.join("null");
+    let made = std::process::Command::new("mknod")
+        .args([null.to_str().unwrap(), "c", "1", "3"])
+        .status()
+        .is_ok_and(|s| s.success());
+    let lat = |json: &std::path::Path, n: &str| {
+        rdmaprobe(&[
+            "lat",
+            "write",
+            "--loopback",
+            "-d",
+            "model0",
+            "-n",
+            n,
+            "--json",
+            json.to_str().unwrap(),
+        ])
+    };
+    if made {
+        let (code, out, err) = lat(&null, "100");
+        assert_eq!(code, 0, "{out}{err}");
+        assert!(
+            std::fs::metadata(&null).unwrap().file_type().is_char_device(),
+            "the device node was replaced"
+        );
+    }
+    // refused before the run: 10^8 iterations would take a minute
+    let t = std::time::Instant::now();
+    let (code, _, err) = lat(&dir.join("no/such/dir/x.json"), "100000000");
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.contains("cannot be used") && t.elapsed() < std::time::Duration::from_secs(5),
+        "{err}"
+    );
+    let (code, _, err) = lat(&dir, "100");
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("is a directory"), "{err}");
+    // a symlink to a result file: followed, the link kept
+    let real = dir.join("real.json");
+    std::fs::write(&real, b"old").unwrap();
+    let link = dir.join("link.json");
+    std::os::unix::fs::symlink(&real, &link).unwrap();
+    let (code, out, err) = lat(&link, "100");
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(std::fs::symlink_metadata(&link).unwrap().file_type().is_symlink());
+    assert!(std::fs::read_to_string(&real).unwrap().contains("\"schema_version\""));
+    // a suite that cannot start leaves no directory behind
+    let out_dir = dir.join("suite-out");
+    let (code, _, err) = rdmaprobe(&["suite", "-d", "no-such-device", "--out", out_dir.to_str().unwrap()]);
+    assert_ne!(code, 0, "{err}");
+    assert!(!out_dir.exists(), "an empty output directory was left");
+    let left: Vec<String> = std::fs::read_dir(&dir)
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n.ends_with(".tmp"))
+        .collect();
+    assert!(left.is_empty(), "{left:?}");
+    std::fs::remove_dir_all(&dir).ok();
 }

@@ -4,6 +4,7 @@
 pub mod compare;
 pub mod env;
 pub mod html;
+pub mod output;
 pub mod plot;
 pub mod png;
 pub mod schema;

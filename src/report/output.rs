@@ -1,0 +1,233 @@
+//! Writing result files safely, as root on a shared machine: a regular file (or a new one) is
+//! replaced atomically through a temporary file created exclusively beside it under an
+//! unpredictable name, removed again on any failure; a symlink is followed (the file it names is
+//! replaced, the link stays); a target that is not a regular file (`/dev/null`, a FIFO, a
+//! terminal, `/proc/self/fd/1`) is written through, never replaced. [`check`] finds a
+//! destination that cannot work before a run spends its time.
+#![forbid(unsafe_code)]
+
+use std::fs::{self, OpenOptions};
+use std::io::Write;
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::{Path, PathBuf};
+
+/// Why a result file could not be written.
+#[derive(Debug, thiserror::Error)]
+#[error("{path}: {why}")]
+pub struct OutputError {
+    /// The destination.
+    pub path: String,
+    /// What is wrong.
+    pub why: String,
+}
+
+fn err(path: &Path, why: impl Into<String>) -> OutputError {
+    OutputError {
+        path: path.display().to_string(),
+        why: why.into(),
+    }
+}
+
+/// Where the bytes go: the path to replace atomically (a regular file, or none yet), or a
+/// non-regular file to write through.
+enum Target {
+    Replace(PathBuf),
+    Through(PathBuf),
+}
+
+fn target(path: &Path) -> Result<Target, OutputError> {
+    if path.as_os_str().is_empty() {
+        return Err(err(path, "an empty path"));
+    }
+    match fs::metadata(path) {
+        // follows symlinks: what the path finally names
+        Ok(m) if m.is_dir() => Err(err(path, "is a directory")),
+        Ok(m) if m.is_file() => {
+            // a symlink to a regular file: replace the file it names, keep the link
+            let real = fs::canonicalize(path).map_err(|e| err(path, format!("cannot resolve: {e}")))?;
+            Ok(Target::Replace(real))
+        }
+        Ok(_) => Ok(Target::Through(path.to_path_buf())),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            if fs::symlink_metadata(path).is_ok() {
+                return Err(err(
+                    path,
+                    "is a symlink to nothing (refused: it would be followed anywhere)",
+                ));
+            }
+            let dir = parent(path);
+            match fs::metadata(&dir) {
+                Ok(m) if m.is_dir() => Ok(Target::Replace(path.to_path_buf())),
+                Ok(_) => Err(err(path, format!("{} is not a directory", dir.display()))),
+                Err(e) => Err(err(
+                    path,
+                    format!("its directory {} cannot be used: {e}", dir.display()),
+                )),
+            }
+        }
+        Err(e) => Err(err(path, e.to_string())),
+    }
+}
+
+fn parent(path: &Path) -> PathBuf {
+    path.parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .map(Path::to_path_buf)
+        .unwrap_or_else(|| PathBuf::from("."))
+}
+
+/// Checks, before a run, that `path` can be written: a writable directory for a new or regular
+/// file (a probe file created exclusively and removed), or an existing non-regular file that
+/// opens for writing.
+pub fn check(path: &Path) -> Result<(), OutputError> {
+    match target(path)? {
+        Target::Through(p) => OpenOptions::new()
+            .write(true)
+            .open(&p)
+            .map(|_| ())
+            .map_err(|e| err(path, format!("cannot be opened for writing: {e}"))),
+        Target::Replace(p) => {
+            let (f, tmp) = temp_beside(&p)?;
+            drop(f);
+            let _ = fs::remove_file(&tmp);
+            Ok(())
+        }
+    }
+}
+
+/// A new file beside `p`, created exclusively (never an existing file or a planted link) under
+/// a name nobody can predict, mode 0644.
+fn temp_beside(p: &Path) -> Result<(fs::File, PathBuf), OutputError> {
+    let dir = parent(p);
+    let name = p.file_name().and_then(|n| n.to_str()).unwrap_or("out");
+    let mut last = String::new();
+    for attempt in 0u64..16 {
+        let salt =
+            crate::clock::start() ^ (u64::from(std::process::id()) << 32) ^ attempt.wrapping_mul(0x9e37_79b9_7f4a_7c15);
+        let tmp = dir.join(format!(".{name}.{salt:016x}.tmp"));
+        match OpenOptions::new().write(true).create_new(true).mode(0o644).open(&tmp) {
+            Ok(f) => return Ok((f, tmp)),
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
+            Err(e) => last = e.to_string(),
+        }
+    }
+    Err(err(p, format!("cannot create a file in {}: {last}", dir.display())))
+}
+
+/// Writes `data` to `path` (see the module's rules): a complete file or none, nothing left
+/// behind on failure.
+pub fn write(path: &Path, data: &[u8]) -> Result<(), OutputError> {
+    match target(path)? {
+        Target::Through(p) => {
+            let mut f = OpenOptions::new()
+                .write(true)
+                .open(&p)
+                .map_err(|e| err(path, format!("cannot be opened for writing: {e}")))?;
+            f.write_all(data).map_err(|e| err(path, format!("writing: {e}")))
+        }
+        Target::Replace(p) => {
+            let (mut f, tmp) = temp_beside(&p)?;
+            let done = f
+                .write_all(data)
+                .and_then(|()| f.sync_all())
+                .map_err(|e| err(path, format!("writing: {e}")))
+                .and_then(|()| fs::rename(&tmp, &p).map_err(|e| err(path, format!("replacing: {e}"))));
+            if done.is_err() {
+                let _ = fs::remove_file(&tmp);
+            }
+            done
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tmpdir(name: &str) -> PathBuf {
+        let d = std::env::temp_dir().join(format!("rdmaprobe-out-{name}-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&d);
+        fs::create_dir_all(&d).unwrap();
+        d
+    }
+
+    fn leftovers(d: &Path) -> Vec<String> {
+        fs::read_dir(d)
+            .unwrap()
+            .flatten()
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .filter(|n| n.ends_with(".tmp"))
+            .collect()
+    }
+
+    #[test]
+    fn regular_files_are_replaced_whole_and_symlinks_followed() {
+        let d = tmpdir("reg");
+        let f = d.join("r.json");
+        write(&f, b"one").unwrap();
+        write(&f, b"two").unwrap();
+        assert_eq!(fs::read(&f).unwrap(), b"two");
+        // a symlink to a regular file: the file is replaced, the link stays a link
+        let l = d.join("link.json");
+        std::os::unix::fs::symlink(&f, &l).unwrap();
+        write(&l, b"three").unwrap();
+        assert!(fs::symlink_metadata(&l).unwrap().file_type().is_symlink());
+        assert_eq!(fs::read(&f).unwrap(), b"three");
+        assert!(leftovers(&d).is_empty());
+        fs::remove_dir_all(&d).ok();
+    }
+
+    #[test]
+    fn non_regular_targets_are_written_through_never_replaced() {
+        use std::os::unix::fs::FileTypeExt;
+        let d = tmpdir("dev");
+        // a FIFO with a reader: written through, still a FIFO afterwards
+        let fifo = d.join("fifo");
+        let ok = std::process::Command::new("mkfifo")
+            .arg(&fifo)
+            .status()
+            .is_ok_and(|s| s.success());
+        if ok {
+            let reader = {
+                let fifo = fifo.clone();
+                std::thread::spawn(move || fs::read(&fifo).unwrap())
+            };
+            write(&fifo, b"through").unwrap();
+            assert_eq!(reader.join().unwrap(), b"through");
+            assert!(fs::symlink_metadata(&fifo).unwrap().file_type().is_fifo());
+        }
+        // /dev/null and a symlink to it: written through, the device and the link untouched
+        write(Path::new("/dev/null"), b"x").unwrap();
+        assert!(fs::metadata("/dev/null").unwrap().file_type().is_char_device());
+        let l = d.join("null-link");
+        std::os::unix::fs::symlink("/dev/null", &l).unwrap();
+        write(&l, b"x").unwrap();
+        assert!(fs::symlink_metadata(&l).unwrap().file_type().is_symlink());
+        assert!(leftovers(&d).is_empty());
+        fs::remove_dir_all(&d).ok();
+    }
+
+    #[test]
+    fn impossible_destinations_are_found_before_and_leave_nothing() {
+        let d = tmpdir("bad");
+        for (p, why) in [
+            (d.join("no/such/dir/x.json"), "cannot be used"),
+            (d.clone(), "is a directory"),
+        ] {
+            let e = check(&p).unwrap_err().to_string();
+            assert!(e.contains(why), "{e}");
+            assert!(write(&p, b"x").is_err());
+        }
+        // a dangling symlink is refused, not followed
+        let l = d.join("dangling");
+        std::os::unix::fs::symlink(d.join("nowhere/x"), &l).unwrap();
+        assert!(check(&l).unwrap_err().to_string().contains("symlink to nothing"));
+        // a failed replace (the target turned into a directory after the check) leaves no file
+        let t = d.join("t.json");
+        check(&t).unwrap();
+        fs::create_dir(&t).unwrap();
+        assert!(write(&t, b"x").is_err());
+        assert!(leftovers(&d).is_empty(), "{:?}", leftovers(&d));
+        fs::remove_dir_all(&d).ok();
+    }
+}
