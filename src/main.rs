@@ -2076,11 +2076,12 @@ fn writable_dir(dir: &std::path::Path) -> Result<()> {
             break;
         }
     }
+    let what = if d.as_path() == dir { "writing in" } else { "creating" };
     if !d.is_dir() {
-        anyhow::bail!("{} is not a directory", d.display());
+        anyhow::bail!("{what} {}: {} is not a directory", dir.display(), d.display());
     }
     rdmaprobe::report::output::check(&d.join(".rdmaprobe-probe"))
-        .map_err(|e| anyhow::anyhow!("{} is not writable: {e}", d.display()))?;
+        .map_err(|e| anyhow::anyhow!("{what} {}: {} is not writable ({e})", dir.display(), d.display()))?;
     Ok(())
 }
 
