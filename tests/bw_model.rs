@@ -39,6 +39,16 @@ fn p(op: OpKind, size: u32) -> BwParams {
     }
 }
 
+/// One thread, one QP, a 64 KiB buffer, BlueFlame doorbells.
+fn one(
+    dev: &Dev,
+    kind: BackendKind,
+    prm: &BwParams,
+    cal: &Calibration,
+) -> Result<rdmaprobe::scenario::runner::BwResult, RunError> {
+    run_bw(dev, kind, prm, 1, 1, 1 << 16, DbMode::Bf, cal, &NO_INTR)
+}
+
 fn model() -> Dev {
     Dev::open(Some("model0"), 1, None, ModelConfig::default()).unwrap().0
 }
@@ -133,18 +143,7 @@ fn threads_postlists_moderation_and_both_directions() {
         bidirectional: true,
         ..p(OpKind::Send, 128)
     };
-    let r = run_bw(
-        &dev,
-        BackendKind::Direct,
-        &prm,
-        1,
-        1,
-        1 << 16,
-        DbMode::Bf,
-        &cal,
-        &NO_INTR,
-    )
-    .unwrap();
+    let r = one(&dev, BackendKind::Direct, &prm, &cal).unwrap();
     assert_eq!(r.summary.messages, 6000);
 }
 
@@ -158,45 +157,12 @@ fn bad_parameters_and_unsupported_backends_are_refused() {
         tx_depth: 64,
         ..p(OpKind::Write, 64)
     };
-    let e = run_bw(
-        &dev,
-        BackendKind::Direct,
-        &bad,
-        1,
-        1,
-        1 << 16,
-        DbMode::Bf,
-        &cal,
-        &NO_INTR,
-    )
-    .unwrap_err();
+    let e = one(&dev, BackendKind::Direct, &bad, &cal).unwrap_err();
     assert!(matches!(e, RunError::Scenario(ScenarioError::Invalid(_))), "{e}");
-    let e = run_bw(
-        &dev,
-        BackendKind::Verbs,
-        &p(OpKind::Write, 64),
-        1,
-        1,
-        1 << 16,
-        DbMode::Bf,
-        &cal,
-        &NO_INTR,
-    )
-    .unwrap_err();
+    let e = one(&dev, BackendKind::Verbs, &p(OpKind::Write, 64), &cal).unwrap_err();
     assert!(e.to_string().contains("needs an RDMA device"), "{e}");
     let big = p(OpKind::Write, 1 << 16);
-    let e = run_bw(
-        &dev,
-        BackendKind::Direct,
-        &big,
-        1,
-        1,
-        1 << 16,
-        DbMode::Bf,
-        &cal,
-        &NO_INTR,
-    )
-    .unwrap_err();
+    let e = one(&dev, BackendKind::Direct, &big, &cal).unwrap_err();
     assert!(e.to_string().contains("exceeds the buffers"), "{e}");
     let _ = DEPTH;
 }
@@ -216,18 +182,7 @@ fn peak_windows_and_minimum_duration() {
         min_duration: Duration::from_millis(50),
         ..p(OpKind::Write, 1024)
     };
-    let r = run_bw(
-        &dev,
-        BackendKind::Direct,
-        &prm,
-        1,
-        1,
-        1 << 16,
-        DbMode::Bf,
-        &cal,
-        &NO_INTR,
-    )
-    .unwrap();
+    let r = one(&dev, BackendKind::Direct, &prm, &cal).unwrap();
     let s = &r.summary;
     assert!(
         s.seconds >= 0.05,
@@ -254,17 +209,6 @@ fn peak_windows_and_minimum_duration() {
         bidirectional: true,
         ..prm
     };
-    let r = run_bw(
-        &dev,
-        BackendKind::Direct,
-        &prm,
-        1,
-        1,
-        1 << 16,
-        DbMode::Bf,
-        &cal,
-        &NO_INTR,
-    )
-    .unwrap();
+    let r = one(&dev, BackendKind::Direct, &prm, &cal).unwrap();
     assert_eq!(r.summary.bw_peak_perftest_mib_s, None);
 }
