@@ -1680,26 +1680,6 @@ fn compare(a: CompareArgs) -> Result<ExitCode> {
             )
         }
     };
-    // one process run per file: the same file twice on a side (by path or by content) would
-    // count one run as two
-    for (side, paths) in [("BASE", &base), ("NEW", &new)] {
-        let mut seen: Vec<(String, Option<serde_json::Value>)> = Vec::new();
-        for p in paths.iter() {
-            let canon = std::fs::canonicalize(p)
-                .map(|c| c.display().to_string())
-                .unwrap_or_else(|_| p.clone());
-            // the same document, however it is laid out
-            let doc = std::fs::read(p)
-                .ok()
-                .and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).ok());
-            if let Some((q, _)) = seen.iter().find(|(c, d)| *c == canon || (doc.is_some() && *d == doc)) {
-                return fail(format!(
-                    "{side} names one run twice: {p} and {q} are the same file or have the same contents"
-                ));
-            }
-            seen.push((canon, doc));
-        }
-    }
     let load = |paths: &[String]| -> Result<Vec<(String, serde_json::Value)>, compare::CompareError> {
         paths.iter().map(|p| Ok((p.clone(), compare::load(p)?))).collect()
     };

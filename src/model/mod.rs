@@ -806,11 +806,6 @@ impl ModelQp {
         )
     }
 
-    /// Whether this QP's model executes only on [`ModelQp::progress`].
-    pub fn deferred(&self) -> bool {
-        self.model.inner.cfg.exec == ExecMode::Deferred
-    }
-
     /// When this QP's WQEs execute.
     pub fn exec_mode(&self) -> ExecMode {
         self.model.inner.cfg.exec

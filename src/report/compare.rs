@@ -90,6 +90,17 @@ pub enum CompareError {
         /// The run's key.
         run: String,
     },
+    /// One side names the same document twice (the same file, or a copy): one process run would
+    /// count as two.
+    #[error("{side} names one run twice: {first} and {second} are the same file or have the same contents")]
+    SameRunTwice {
+        /// `BASE` or `NEW`.
+        side: &'static str,
+        /// The first file.
+        first: String,
+        /// The second.
+        second: String,
+    },
 }
 
 /// Verdict of one comparison.
@@ -812,6 +823,18 @@ const ENV_FIELDS: [&str; 14] = [
 
 /// Compares BASE's files with NEW's: (path, loaded document) each, one process run per file.
 pub fn compare_sets(base: &[(String, Value)], new: &[(String, Value)], o: &Options) -> Result<Report, CompareError> {
+    // one process run per file: a document given twice on a side would count one run as two
+    for (side, files) in [("BASE", base), ("NEW", new)] {
+        for (i, (p, d)) in files.iter().enumerate() {
+            if let Some((q, _)) = files[..i].iter().find(|(_, e)| e == d) {
+                return Err(CompareError::SameRunTwice {
+                    side,
+                    first: q.clone(),
+                    second: p.clone(),
+                });
+            }
+        }
+    }
     // documents of an older schema read as the current one
     let up = |s: &[(String, Value)]| -> Vec<(String, Value)> {
         s.iter()

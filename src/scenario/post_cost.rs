@@ -9,7 +9,6 @@
 use super::ScenarioError;
 use crate::backend::{Backend, OpKind};
 use crate::clock;
-use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
 /// What to run.
@@ -46,20 +45,25 @@ pub struct PostCostSamples {
     pub wqes_per_block: u32,
 }
 
-/// Polls `b` until every signalled batch in `signals` has completed (and `peer`, when it takes
-/// SENDs, until its receives completed), re-posting the peer's receives; a stall is an error.
-fn reap<B: Backend>(b: &mut B, signals: &mut VecDeque<u64>, stall: Duration, index: u64) -> Result<(), ScenarioError> {
+/// Polls with `poll` (how many of the awaited completions one poll saw) until `n` came; a
+/// stall of `stall` is an error naming `side`, the operation `index` and `what` was awaited.
+fn await_n(
+    stall: Duration,
+    side: &'static str,
+    index: u64,
+    what: &'static str,
+    n: u32,
+    mut poll: impl FnMut() -> Result<u32, ScenarioError>,
+) -> Result<(), ScenarioError> {
     let started = Instant::now();
-    while !signals.is_empty() {
-        let q = b.poll().map_err(be(index))?;
-        for _ in 0..q.sends {
-            signals.pop_front();
-        }
+    let mut got = 0u32;
+    while got < n {
+        got += poll()?;
         if started.elapsed() > stall {
             return Err(ScenarioError::Stalled {
-                side: "client",
+                side,
                 index,
-                what: "the block's completions",
+                what,
                 waited: stall,
             });
         }
@@ -110,7 +114,6 @@ pub fn run<B: Backend>(client: &mut B, server: &mut B, p: &PostCostParams) -> Re
         wqes_per_block: wqes,
     };
     let recv_len = (server.mem().len() - server.rx_offset()).min(u32::MAX as usize) as u32;
-    let mut signals: VecDeque<u64> = VecDeque::new();
     let mut posted = 0u64;
     // which calls of a block are signalled: a completion every cq_mod WQEs, and the last call
     let signal: Vec<bool> = (0..calls)
@@ -119,6 +122,7 @@ pub fn run<B: Backend>(client: &mut B, server: &mut B, p: &PostCostParams) -> Re
             after / u64::from(p.cq_mod) > before / u64::from(p.cq_mod) || c + 1 == calls
         })
         .collect();
+    let signalled = signal.iter().filter(|&&s| s).count() as u32;
     // one untimed block first: the path's code and the ring's lines warm
     for blk in 0..=p.blocks {
         if p.op == OpKind::Send {
@@ -126,38 +130,21 @@ pub fn run<B: Backend>(client: &mut B, server: &mut B, p: &PostCostParams) -> Re
         }
         let t0 = clock::start();
         for &s in &signal {
-            let r = client.post(p.op, p.size, p.postlist, p.inline, s);
-            if r.is_err() {
-                // leave the timed loop at once; the error is reported below
-                r.map_err(be(posted))?;
-            }
+            client.post(p.op, p.size, p.postlist, p.inline, s).map_err(be(posted))?;
         }
         let t1 = clock::stop();
-        for (c, &s) in signal.iter().enumerate() {
-            if s {
-                signals.push_back(posted + u64::from((c as u32 + 1) * p.postlist));
-            }
-        }
         posted += u64::from(wqes);
         if blk > 0 {
             out.block_ticks.push(t1.wrapping_sub(t0));
         }
         // outside the timed region: the device executes (model0: now), completions reaped
-        reap(client, &mut signals, p.stall, posted)?;
+        await_n(p.stall, "client", posted, "the block's completions", signalled, || {
+            Ok(client.poll().map_err(be(posted))?.sends)
+        })?;
         if p.op == OpKind::Send {
-            let mut got = 0u32;
-            let started = Instant::now();
-            while got < wqes {
-                got += server.poll().map_err(be(posted))?.recvs;
-                if started.elapsed() > p.stall {
-                    return Err(ScenarioError::Stalled {
-                        side: "server",
-                        index: posted,
-                        what: "the block's receives",
-                        waited: p.stall,
-                    });
-                }
-            }
+            await_n(p.stall, "server", posted, "the block's receives", wqes, || {
+                Ok(server.poll().map_err(be(posted))?.recvs)
+            })?;
         }
     }
     Ok(out)
