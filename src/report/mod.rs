@@ -8,6 +8,7 @@ pub mod output;
 pub mod plot;
 pub mod png;
 pub mod schema;
+pub mod tdist;
 
 use base64::Engine;
 use hdrhistogram::serialization::{Serializer, V2DeflateSerializer};
