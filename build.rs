@@ -135,6 +135,9 @@ fn from_pkg_config() -> RdmaCore {
     }
 }
 
+/// The libc functions model0's uverbs device interposes (`src/uverbs/interpose.rs`).
+const INTERPOSED: &[&str] = &["open", "openat", "stat", "close", "write", "ioctl", "mmap"];
+
 fn main() {
     println!("cargo:rerun-if-changed=wrapper.h");
     println!("cargo:rerun-if-changed=build.rs");
@@ -250,6 +253,44 @@ fn main() {
     bindings
         .write_to_file(out.join("bindings.rs"))
         .unwrap_or_else(|e| fail(&format!("writing bindings.rs: {e}")));
+
+    // The kernel ABI (legacy uverbs commands, mlx5 driver data) for model0's uverbs device.
+    let kabi_h = manifest.join("src/sys/kabi.h");
+    println!("cargo:rerun-if-changed=src/sys/kabi.h");
+    let kabi = bindgen::Builder::default()
+        .header(kabi_h.to_string_lossy())
+        .clang_args(&clang_args)
+        .use_core()
+        .ctypes_prefix("core::ffi")
+        .derive_default(true)
+        .prepend_enum_name(false)
+        .default_enum_style(bindgen::EnumVariation::Consts)
+        .allowlist_type("ib_uverbs_.*")
+        .allowlist_type("mlx5_ib_.*")
+        .allowlist_var("IB_USER_VERBS_.*")
+        .allowlist_var("IB_UVERBS_.*")
+        .allowlist_var("MLX5_IB_.*")
+        .allowlist_var("MLX5_QP_FLAG_.*")
+        .allowlist_var("MLX5_USER_.*")
+        .layout_tests(true)
+        .generate()
+        .unwrap_or_else(|e| {
+            fail(&format!(
+                "bindgen could not parse {}: {e}.\n  Install: apt-get install {PACKAGES}",
+                kabi_h.display()
+            ))
+        });
+    kabi.write_to_file(out.join("kabi.rs"))
+        .unwrap_or_else(|e| fail(&format!("writing kabi.rs: {e}")));
+    // model0's user-space uverbs device answers libibverbs' and libmlx5's system calls on its
+    // descriptor from inside the process: the executable exports these symbols (they forward
+    // every other descriptor to the kernel), and `-u` pulls their object out of the rlib.
+    if env::var_os("CARGO_FEATURE_STD").is_some() && target.contains("linux") {
+        for sym in INTERPOSED {
+            println!("cargo:rustc-link-arg=-Wl,-u,{sym}");
+            println!("cargo:rustc-link-arg=-Wl,--export-dynamic-symbol={sym}");
+        }
+    }
 
     // The C wrappers for static inline functions (ibv_post_send, ibv_wr_*, mlx5dv_set_*),
     // plus the layout probe the tests compare our hand-written types with.

@@ -29,3 +29,6 @@ pub mod oob;
 
 #[cfg(feature = "std")]
 pub mod workers;
+
+#[cfg(all(feature = "std", target_os = "linux"))]
+pub mod uverbs;

@@ -435,7 +435,17 @@ fn build_info() -> serde_json::Value {
 }
 
 fn devices(as_json: bool, max_gids: u32) -> Result<ExitCode> {
-    let model = model::info().map_err(|e| e.to_string());
+    let model = model::info().map_err(|e| e.to_string()).map(|mut i| {
+        // model0 through the machine's libibverbs and libmlx5 (its user-space uverbs device)
+        match rdmaprobe::verbs::Context::open_model0() {
+            Ok(ctx) => {
+                i.backends = vec!["verbs", "wr", "direct"];
+                i.provider_library = ctx.provider_library();
+            }
+            Err(e) => i.verbs_unavailable = Some(e.to_string()),
+        }
+        i
+    });
     let list = match DeviceList::get() {
         Ok(l) => l,
         Err(VerbsError::NoDevice(why)) => {
@@ -574,6 +584,12 @@ fn print_model(m: &Result<model::ModelInfo, String>) {
             println!("\tdescription:\t\t{}", i.description);
             println!("\tshared memory:\t\t{}", i.shm_dir);
             println!("\tbackends:\t\t{}", i.backends.join(", "));
+            if let Some(p) = &i.provider_library {
+                println!("\tprovider:\t\t{p} (verbs and wr run through it)");
+            }
+            if let Some(why) = &i.verbs_unavailable {
+                println!("\tverbs, wr:\t\tunavailable: {why}");
+            }
             println!("\tmax_qp_wr:\t\t{}", i.max_qp_wr);
             println!("\tmax_inline_data:\t{} (device limit)", i.max_inline_data);
             println!("\tbf_size:\t\t{}", i.bf_size);
@@ -747,6 +763,7 @@ fn lat(mut a: LatArgs) -> Result<ExitCode> {
     };
     let cal = Calibration::run(200_000_000)?;
     let mut fp = Fingerprint::collect(&cal, &dev.name(), &dev.provider(), dev.firmware(), dev.is_model());
+    fp.provider_library = dev.provider_library();
     if let Dev::Verbs { port, .. } = &dev {
         fp.port = serde_json::to_value(port).ok();
     }
@@ -1114,6 +1131,7 @@ fn bw(a: BwArgs) -> Result<ExitCode> {
     let inline_limit = a.inline_size.unwrap_or(rdmaprobe::backend::setup::INLINE);
     let cal = Calibration::run(200_000_000)?;
     let mut fp = Fingerprint::collect(&cal, &dev.name(), &dev.provider(), dev.firmware(), dev.is_model());
+    fp.provider_library = dev.provider_library();
     if let Dev::Verbs { port, .. } = &dev {
         fp.port = serde_json::to_value(port).ok();
     }
@@ -1399,7 +1417,8 @@ fn post_cost(a: PostCostArgs) -> Result<ExitCode> {
         })
         .collect();
     let cal = Calibration::run(200_000_000)?;
-    let fp = Fingerprint::collect(&cal, &dev.name(), &dev.provider(), dev.firmware(), dev.is_model());
+    let mut fp = Fingerprint::collect(&cal, &dev.name(), &dev.provider(), dev.firmware(), dev.is_model());
+    fp.provider_library = dev.provider_library();
     let warnings = fp.warnings();
     let step_ns = cal.to_ns(tsc_step());
     println!("{}", "-".repeat(112));
@@ -1753,6 +1772,7 @@ fn suite(a: SuiteArgs) -> Result<ExitCode> {
     let (dev, note) = a.dev.open(model_cfg)?;
     let cal = Calibration::run(200_000_000)?;
     let mut fp = Fingerprint::collect(&cal, &dev.name(), &dev.provider(), dev.firmware(), dev.is_model());
+    fp.provider_library = dev.provider_library();
     if let Dev::Verbs { port, .. } = &dev {
         fp.port = serde_json::to_value(port).ok();
     }

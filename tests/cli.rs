@@ -138,12 +138,18 @@ fn lat_on_model0_prints_the_table_and_writes_json() {
     let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
     assert_eq!(v["schema_version"], 2);
     assert_eq!(v["environment"]["software_model"], true);
-    let r = &v["runs"][0];
+    // the three post paths on model0: libibverbs + libmlx5 (verbs, wr) and direct
+    let runs = v["runs"].as_array().unwrap();
+    let backends: Vec<_> = runs.iter().map(|r| r["backend"].as_str().unwrap()).collect();
+    assert_eq!(backends, ["verbs", "wr", "direct"], "{out}");
+    for r in runs {
+        assert_eq!(r["latency_ns"]["count"], 300, "{r}");
+    }
+    let r = &runs[2];
     assert_eq!(
         (r["backend"].as_str(), r["op"].as_str(), r["size_bytes"].as_u64()),
         (Some("direct"), Some("write"), Some(64))
     );
-    assert_eq!(r["latency_ns"]["count"], 300);
     // schema 2: the scenario in every run, the verb beside the command line's name
     assert_eq!(
         (r["scenario"].as_str(), r["verb"].as_str()),
@@ -176,11 +182,6 @@ fn lat_refuses_bad_input_with_a_message_and_non_zero_exit() {
             &["lat", "write", "--loopback", "-d", "model0", "-x", "1"],
             1,
             "no GID table",
-        ),
-        (
-            &["lat", "write", "--loopback", "-d", "model0", "--backend", "verbs"],
-            1,
-            "needs an RDMA device",
         ),
         (
             &["lat", "write", "--loopback", "-d", "model0", "-I", "100000"],
@@ -230,6 +231,35 @@ fn lat_refuses_bad_input_with_a_message_and_non_zero_exit() {
     }
 }
 
+/// model0 through libibverbs can be switched off (and is off where libibverbs would not list it):
+/// the verbs backends are then refused with the reason, the direct one still runs.
+#[test]
+fn verbs_backends_on_model0_say_why_when_unavailable() {
+    let off = [("RDMAPROBE_NO_UVERBS", "1")];
+    let (code, out, err) = cmd::run_env(
+        &[
+            "lat",
+            "write",
+            "--loopback",
+            "-d",
+            "model0",
+            "--backend",
+            "verbs",
+            "-n",
+            "100",
+        ],
+        &off,
+    );
+    assert_eq!(code, 1, "{out}{err}");
+    assert!(err.contains("RDMAPROBE_NO_UVERBS is set"), "{err}");
+    let (code, out, err) = cmd::run_env(&["lat", "write", "--loopback", "-d", "model0", "-n", "100"], &off);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(
+        out.contains("backends direct,") || out.contains("backends direct "),
+        "{out}"
+    );
+}
+
 #[test]
 fn post_cost_on_model0_measures_each_configuration() {
     let _g = serial();
@@ -258,14 +288,19 @@ fn post_cost_on_model0_measures_each_configuration() {
     assert!(out.contains("ticks/WQE p50") && !out.contains("cyc/WQE"), "{out}");
     let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
     let runs = v["runs"].as_array().unwrap();
-    // direct only on model0: WRITE and SEND in 3 doorbell modes x 2 postlists x inline or not x
-    // CQE every 1 or 16, READ without inline
-    assert_eq!(runs.len(), 2 * 3 * 2 * 2 * 2 + 3 * 2 * 2, "{out}");
+    // direct: WRITE and SEND in 3 doorbell modes x 2 postlists x inline or not x CQE every 1 or
+    // 16, READ without inline; verbs and wr (libmlx5 on model0): the same without doorbell modes
+    let direct = 2 * 3 * 2 * 2 * 2 + 3 * 2 * 2;
+    let verbs = 2 * 2 * 2 * 2 + 2 * 2;
+    assert_eq!(runs.len(), direct + 2 * verbs, "{out}");
+    for b in ["verbs", "wr", "direct"] {
+        let n = runs.iter().filter(|r| r["backend"] == b).count();
+        assert_eq!(n, if b == "direct" { direct } else { verbs }, "{b}: {out}");
+    }
     for op in ["write", "send", "read"] {
         assert!(runs.iter().any(|r| r["op"] == op), "no {op} row");
     }
     for r in runs {
-        assert_eq!(r["backend"], "direct");
         assert_eq!(r["scenario"], "post_cost");
         // 200 timed blocks, each the calls that fill 96 WQEs
         assert_eq!(r["call_ns"]["count"], 200);
@@ -317,16 +352,31 @@ fn lat_duration_mode_keeps_every_sample_and_writes_an_interval_log() {
     ]);
     assert_eq!(code, 0, "{out}{err}");
     let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
-    let n = v["runs"][0]["latency_ns"]["count"].as_u64().unwrap();
-    assert!(n >= 1000 && n % 1000 == 0, "{n} samples: whole blocks of 1000");
+    let counts: Vec<u64> = v["runs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["latency_ns"]["count"].as_u64().unwrap())
+        .collect();
+    assert_eq!(counts.len(), 3, "verbs, wr and direct on model0");
+    for &c in &counts {
+        assert!(c >= 1000 && c % 1000 == 0, "{c} samples: whole blocks of 1000");
+    }
+    let n: u64 = counts.iter().sum();
     assert_eq!(v["params"]["duration_s"], 1);
     // the interval log: one tagged interval per block, together exactly the samples of the run
     let log = std::fs::read(&hlog).unwrap();
     let mut total = 0u64;
     let mut intervals = 0;
+    let mut tags = std::collections::BTreeSet::new();
     for e in hdrhistogram::serialization::interval_log::IntervalLogIterator::new(&log) {
         if let Ok(hdrhistogram::serialization::interval_log::LogEntry::Interval(i)) = e {
-            assert_eq!(i.tag().map(|t| t.as_str()), Some("direct-write-16"));
+            let tag = i.tag().map(|t| t.as_str().to_string()).unwrap_or_default();
+            assert!(
+                ["verbs-write-16", "wr-write-16", "direct-write-16"].contains(&tag.as_str()),
+                "{tag}"
+            );
+            tags.insert(tag);
             let bytes =
                 base64::Engine::decode(&base64::engine::general_purpose::STANDARD, i.encoded_histogram()).unwrap();
             let h: hdrhistogram::Histogram<u64> = hdrhistogram::serialization::Deserializer::new()
@@ -338,6 +388,7 @@ fn lat_duration_mode_keeps_every_sample_and_writes_an_interval_log() {
     }
     assert_eq!(intervals as u64, n / 1000);
     assert_eq!(total, n);
+    assert_eq!(tags.len(), 3, "{tags:?}");
     let (code, _, err) = rdmaprobe(&["lat", "write", "127.0.0.1", "-d", "model0", "-D", "1"]);
     assert_eq!(code, 1);
     assert!(err.contains("--loopback only"), "{err}");
@@ -395,10 +446,16 @@ fn the_full_matrix_finishes_on_model0() {
     let v: serde_json::Value = serde_json::from_slice(&std::fs::read(dir.join("results.json")).unwrap()).unwrap();
     let runs = v["runs"].as_array().unwrap();
     let count = |s: &str| runs.iter().filter(|r| r["scenario"] == s).count();
-    // latency: send/write/read at 18 sizes 8 B .. 1 MiB, and the atomic; bw: write/send at 17 sizes
-    assert_eq!(count("lat"), 3 * 18 + 1, "{out}");
-    assert_eq!(count("bw"), 2 * 17, "{out}");
-    assert_eq!(count("post_cost"), 3, "{out}");
+    // latency: send/write/read at 18 sizes 8 B .. 1 MiB, and the atomic; bw: write/send at 17
+    // sizes; each on the three backends (verbs and wr through libmlx5 on model0, and direct)
+    assert_eq!(count("lat"), 3 * (3 * 18 + 1), "{out}");
+    assert_eq!(count("bw"), 3 * 2 * 17, "{out}");
+    assert_eq!(count("post_cost"), 3 * 3, "{out}");
+    for b in ["verbs", "wr", "direct"] {
+        assert_eq!(runs.iter().filter(|r| r["backend"] == b).count(), 55 + 34 + 3, "{b}");
+    }
+    // the summary shows the driver's overhead: verbs - direct and wr - direct, with intervals
+    assert!(out.contains("verbs-direct:") && out.contains("wr-direct:"), "{out}");
     std::fs::remove_dir_all(&dir).ok();
 }
 

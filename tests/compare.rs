@@ -23,7 +23,8 @@ fn tmpdir(tag: &str) -> PathBuf {
     dir
 }
 
-/// `lat write` on model0 (8 B, 20000 iterations, 10 blocks) with the wire delay `delay`.
+/// `lat write` on model0 (8 B, 20000 iterations, 10 blocks, the direct backend) with the wire
+/// delay `delay`.
 fn result(dir: &Path, name: &str, delay: u64) -> String {
     let p = dir.join(name);
     let d = delay.to_string();
@@ -33,6 +34,8 @@ fn result(dir: &Path, name: &str, delay: u64) -> String {
         "--loopback",
         "-d",
         "model0",
+        "--backend",
+        "direct",
         "-s",
         "8",
         "-n",
@@ -415,18 +418,16 @@ fn suite_quick_writes_its_files_and_compares_with_itself() {
     let (c, o, e) = run(&["suite", "--quick", "-d", "model0", "--out", dir.to_str().unwrap()]);
     assert_eq!(c, 0, "{o}{e}");
     assert!(o.contains("WARNING: device is model0, a software model"), "{o}");
-    // model0 runs the direct backend alone: the summary says there is no overhead to show
-    assert!(
-        o.contains("only the direct backend runs here, so no driver overhead to show"),
-        "{o}"
-    );
+    // model0 runs the three backends (verbs and wr through libmlx5): the summary shows the
+    // driver's overhead over the direct path
+    assert!(o.contains("verbs-direct:") && o.contains("wr-direct:"), "{o}");
     let v: serde_json::Value = serde_json::from_slice(&std::fs::read(dir.join("results.json")).unwrap()).unwrap();
     let runs = v["runs"].as_array().unwrap();
     for scen in ["lat", "bw", "post_cost"] {
         assert!(runs.iter().any(|r| r["scenario"] == scen), "no {scen} run");
     }
     // lat: send, write, read at 3 sizes and atomic at 8 B
-    assert_eq!(runs.iter().filter(|r| r["scenario"] == "lat").count(), 3 * 3 + 1);
+    assert_eq!(runs.iter().filter(|r| r["scenario"] == "lat").count(), 3 * (3 * 3 + 1));
     let hlog = std::fs::read_to_string(dir.join("latency.hlog")).unwrap();
     assert!(hlog.lines().filter(|l| l.starts_with("Tag=lat-")).count() >= 10);
     let res = dir.join("results.json");

@@ -11,10 +11,42 @@ use crate::verbs::device::pick_gid_index;
 use crate::verbs::direct::DirectQp;
 use crate::verbs::{ConnectOpts, Context, Cq, DeviceList, Mr, MrAccess, Pd, PortInfo, Qp, QpCaps, VerbsError};
 
+/// model0: the model, and the same model opened through libibverbs and libmlx5 (its user-space
+/// uverbs device, `crate::uverbs`) for the `verbs` and `wr` backends, or why it could not be.
+pub struct ModelDev {
+    /// The model (the direct backend drives it).
+    pub model: Model,
+    /// model0 as an mlx5 device of the machine's libibverbs: the context and its port.
+    pub verbs: Result<(Context, PortInfo), String>,
+}
+
+impl std::ops::Deref for ModelDev {
+    type Target = Model;
+    fn deref(&self) -> &Model {
+        &self.model
+    }
+}
+
+impl ModelDev {
+    /// Opens model0 with `cfg`, and through libibverbs when this machine allows it.
+    pub fn open(cfg: ModelConfig) -> Result<Self, SetupError> {
+        let model = Model::open(cfg)?;
+        #[cfg(target_os = "linux")]
+        crate::uverbs::set_model(&model);
+        let verbs = Context::open_model0()
+            .and_then(|ctx| {
+                let p = ctx.query_port(1)?;
+                Ok((ctx, p))
+            })
+            .map_err(|e| e.to_string());
+        Ok(ModelDev { model, verbs })
+    }
+}
+
 /// The device a run uses.
 pub enum Dev {
     /// model0.
-    Model(Model),
+    Model(ModelDev),
     /// A verbs device and the port used.
     Verbs {
         /// The open device.
@@ -112,7 +144,7 @@ impl Dev {
                 }
                 .into());
             }
-            return Ok((Dev::Model(Model::open(model)?), note));
+            return Ok((Dev::Model(ModelDev::open(model)?), note));
         }
         let ctx = match Context::open(&name) {
             Ok(c) => c,
@@ -187,6 +219,12 @@ impl Dev {
         }
     }
 
+    /// The provider library the verbs backends run through (libmlx5's path on model0 and on a
+    /// ConnectX), when known.
+    pub fn provider_library(&self) -> Option<String> {
+        self.verbs_parts().and_then(|(ctx, _, _)| ctx.provider_library())
+    }
+
     /// Firmware version.
     pub fn firmware(&self) -> Option<String> {
         match self {
@@ -204,10 +242,13 @@ impl Dev {
     pub fn supports(&self, kind: BackendKind) -> Result<(), BackendError> {
         match (self, kind) {
             (Dev::Model(_), BackendKind::Direct) => Ok(()),
-            (Dev::Model(_), k) => Err(BackendError::Unsupported {
-                backend: k.as_str(),
-                why: "needs an RDMA device (model0 runs only the direct backend)".into(),
-            }),
+            (Dev::Model(m), k) => match &m.verbs {
+                Ok(_) => Ok(()),
+                Err(why) => Err(BackendError::Unsupported {
+                    backend: k.as_str(),
+                    why: format!("needs libibverbs to reach model0, and {why}"),
+                }),
+            },
             (Dev::Verbs { ctx, provider, .. }, BackendKind::Direct) if !ctx.is_mlx5() => {
                 Err(BackendError::Unsupported {
                     backend: "direct",
@@ -233,6 +274,15 @@ impl Dev {
             }
         }
         Ok(())
+    }
+
+    /// The verbs context, port and GID index the `verbs` and `wr` backends use (model0's through
+    /// libmlx5), if any.
+    pub fn verbs_parts(&self) -> Option<(&Context, &PortInfo, Option<u8>)> {
+        match self {
+            Dev::Verbs { ctx, port, gid, .. } => Some((ctx, port, *gid)),
+            Dev::Model(m) => m.verbs.as_ref().ok().map(|(c, p)| (c, p, None)),
+        }
     }
 
     /// The backends this device runs.
@@ -289,15 +339,15 @@ pub fn verbs_pair(
     buf_len: usize,
 ) -> Result<(VerbsEnd, VerbsEnd), SetupError> {
     dev.supports(kind)?;
-    let Dev::Verbs { ctx, port, gid, .. } = dev else {
-        unreachable!("supports() admits only verbs devices")
+    let Some((ctx, port, gid)) = dev.verbs_parts() else {
+        unreachable!("supports() admits only devices with a verbs context")
     };
     let pd = Pd::new(ctx)?;
     let caps = qp_caps();
-    let opts = connect_opts(port, *gid, op);
+    let opts = connect_opts(port, gid, op);
     let (mut qa, ca, ma) = verbs_qp(ctx, &pd, kind, caps, buf_len, op)?;
     let (mut qb, cb, mb) = verbs_qp(ctx, &pd, kind, caps, buf_len, op)?;
-    let (ea, eb) = (qa.endpoint(port, *gid)?, qb.endpoint(port, *gid)?);
+    let (ea, eb) = (qa.endpoint(port, gid)?, qb.endpoint(port, gid)?);
     qa.connect(port, &opts, &eb)?;
     qb.connect(port, &opts, &ea)?;
     let (ra, rb) = (ma.remote(0), mb.remote(0));
@@ -452,7 +502,7 @@ impl HalfEnd {
         dev.supports(kind)?;
         let caps = qp_caps();
         Ok(match dev {
-            Dev::Model(m) => {
+            Dev::Model(m) if kind == BackendKind::Direct => {
                 let pd = m.alloc_pd();
                 let mcaps = ModelQpCaps {
                     max_send_wr: DEPTH,
@@ -464,7 +514,10 @@ impl HalfEnd {
                 let mr = m.reg_mr(pd, buf_len, model_access(op))?;
                 HalfEnd::Model { q: Box::new(q), mr }
             }
-            Dev::Verbs { ctx, .. } => {
+            _ => {
+                let Some((ctx, _, _)) = dev.verbs_parts() else {
+                    unreachable!("supports() admits only devices with a verbs context")
+                };
                 let pd = Pd::new(ctx)?;
                 if kind == BackendKind::Direct {
                     let q = DirectQp::new(&pd, caps, 2 * DEPTH, mode)?;
@@ -481,10 +534,10 @@ impl HalfEnd {
     /// What the peer needs: QP number, PSN, LID, GID, buffer address, rkey and length.
     pub fn info(&self, dev: &Dev) -> Result<crate::oob::QpInfo, SetupError> {
         let ep = |qp: &Qp| -> Result<crate::verbs::Endpoint, SetupError> {
-            let Dev::Verbs { port, gid, .. } = dev else {
-                unreachable!("verbs ends live on verbs devices")
+            let Some((_, port, gid)) = dev.verbs_parts() else {
+                unreachable!("verbs ends live on devices with a verbs context")
             };
-            Ok(qp.endpoint(port, *gid)?)
+            Ok(qp.endpoint(port, gid)?)
         };
         Ok(match self {
             HalfEnd::Verbs { qp, mr, .. } => {
@@ -545,10 +598,10 @@ impl HalfEnd {
                 AnyEnd::Model(Box::new(DirectEnd::new(*q, LocalBuf::Model(mr), remote, INLINE)))
             }
             HalfEnd::Verbs { kind, mut qp, cq, mr } => {
-                let Dev::Verbs { port, gid, .. } = dev else {
-                    unreachable!("verbs ends live on verbs devices")
+                let Some((_, port, gid)) = dev.verbs_parts() else {
+                    unreachable!("verbs ends live on devices with a verbs context")
                 };
-                let opts = connect_opts(port, *gid, op);
+                let opts = connect_opts(port, gid, op);
                 qp.connect(port, &opts, &rep)?;
                 AnyEnd::Verbs(Box::new(VerbsEnd::new(kind, qp, cq, mr, remote)?))
             }

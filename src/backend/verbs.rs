@@ -27,6 +27,11 @@ pub struct VerbsEnd {
     rx_off: usize,
     max_inline: u32,
     device: String,
+    /// On model0 (through libmlx5): the model's QP, its execution mode and the last send
+    /// doorbell it delivered. libmlx5 rings a register page nothing watches, so the model executes
+    /// where a scenario lets it: right after the timed post, and when polling.
+    #[cfg(target_os = "linux")]
+    model: Option<(std::sync::Weak<crate::model::ModelQp>, crate::model::ExecMode, u32)>,
     // owners, dropped after the raw pointers above are no longer used
     qp: Qp,
     cq: Cq,
@@ -72,11 +77,20 @@ impl VerbsEnd {
             view,
             rx_off,
             max_inline,
+            #[cfg(target_os = "linux")]
+            model: None,
             device,
             qp,
             cq,
             mr,
         };
+        #[cfg(target_os = "linux")]
+        if me.device == crate::uverbs::IBDEV {
+            me.model = crate::uverbs::model_qp(me.qp.qpn()).and_then(|w| {
+                let mode = w.upgrade()?.exec_mode();
+                Some((w, mode, 0))
+            });
+        }
         let (sp, rp) = (me.sges.as_mut_ptr(), me.rsges.as_mut_ptr());
         for i in 0..MAX_POSTLIST {
             // SAFETY: i < MAX_POSTLIST: inside the vectors, whose heap buffers never move.
@@ -272,12 +286,38 @@ impl Backend for VerbsEnd {
             self.post_recv_chain(len, MAX_POSTLIST as u32)?;
             left -= MAX_POSTLIST as u32;
         }
-        self.post_recv_chain(len, left)
+        self.post_recv_chain(len, left)?;
+        #[cfg(target_os = "linux")]
+        if let Some(q) = self.model.as_ref().and_then(|m| m.0.upgrade()) {
+            q.receives_posted();
+        }
+        Ok(())
     }
 
     #[inline]
     fn poll(&mut self) -> Result<Polled, BackendError> {
+        #[cfg(target_os = "linux")]
+        if let Some((w, mode, seen)) = &mut self.model {
+            if let Some(q) = w.upgrade() {
+                match mode {
+                    crate::model::ExecMode::Deferred => q.progress(),
+                    _ => q.deliver_if_rung(seen),
+                }
+            }
+        }
         self.poll_cq()
+    }
+
+    #[inline]
+    fn after_post(&mut self) {
+        #[cfg(target_os = "linux")]
+        if let Some((w, mode, seen)) = &mut self.model {
+            if *mode != crate::model::ExecMode::Deferred {
+                if let Some(q) = w.upgrade() {
+                    q.deliver_if_rung(seen);
+                }
+            }
+        }
     }
 
     fn mem(&self) -> &MemView {

@@ -14,6 +14,8 @@
 //! words, and the old value is returned big-endian.
 
 pub mod shm;
+mod user;
+pub use user::{ModelDbPage, UserQpLayout};
 
 use crate::clock;
 use crate::mlx5::cq::{cqe_op, CqConfig};
@@ -33,6 +35,8 @@ const MAGIC: u64 = 0x7264_6d61_6d6f_6430; // "rdmamod0"
 const PAGE: usize = 4096;
 /// BlueFlame buffer size the model's QPs report (two halves in the register page).
 pub const BF_SIZE: u32 = 256;
+/// The largest inline payload a model QP grants.
+const MAX_INLINE: u32 = 912;
 
 /// Syndromes the model reports (`MLX5_CQE_SYNDROME_*`).
 pub mod syndrome {
@@ -156,6 +160,9 @@ struct MrHdr {
     len: u64,
     access: u32,
     pd: u32,
+    /// Where `base` lies in the file (one page in for the model's own regions; a region
+    /// registered through libibverbs starts where the user's buffer starts in its first page).
+    data_off: u64,
 }
 
 #[repr(C)]
@@ -165,6 +172,10 @@ struct CqHdr {
     lock: AtomicU32,
     pi: AtomicU32,
     overruns: AtomicU32,
+    /// The consumer's doorbell record: 0 = in this header at `CQ_DBREC_OFF`, else a `Db` object
+    /// (libmlx5's record page) and the offset in it.
+    db_id: u32,
+    db_off: u32,
 }
 const CQ_DBREC_OFF: usize = 128;
 
@@ -188,7 +199,17 @@ struct QpHdr {
     min_rnr_timer: AtomicU32,
     inject_syndrome: AtomicU32,
     wire_delay_ns: AtomicU64,
-    _pad_sq: [u8; 48],
+    /// The rings' offsets in the file (the model's own layout: SQ then RQ; libmlx5's: RQ then SQ).
+    sq_off: u32,
+    rq_off: u32,
+    /// The doorbell record: 0 = in this header at `QP_DBREC_OFF`, else a `Db` object and offset.
+    db_id: u32,
+    db_off: u32,
+    /// Responder payloads up to this many bytes go into the CQE (scatter-to-CQE), 0 = never.
+    scatter_cqe: u32,
+    /// The user index libmlx5 gave the QP (CQE version 1 names the QP by it), 0 otherwise.
+    uidx: u32,
+    _pad_sq: [u8; 24],
     sq_ci: AtomicU32,
     sq_lock: AtomicU32,
     kicks: AtomicU32,
@@ -212,6 +233,48 @@ fn hdr<T>(s: &Shm) -> &T {
     // SAFETY: every object file starts with its header, page-aligned, larger than T; fields
     // shared between processes are atomics; the mapping lives as long as `s`.
     unsafe { &*(s.ptr() as *const T) }
+}
+
+/// The doorbell record of an object: in its own header at `own_off`, or in the `Db` object
+/// `db_id` (a page of records libmlx5 allocated) at `db_off`. `None` when a `Db` object is gone
+/// or the offset lies outside it.
+fn dbrec_at(m: &Model, s: &Shm, own_off: usize, db_id: u32, db_off: u32) -> Option<*mut u32> {
+    if db_id == 0 {
+        // SAFETY: the record lies inside the header page.
+        return Some(unsafe { s.ptr().add(own_off) } as *mut u32);
+    }
+    let d = m.lookup(ObjKind::Db, db_id)?;
+    let off = PAGE + db_off as usize;
+    if db_off % 4 != 0 || off + 8 > d.len() {
+        return None;
+    }
+    // SAFETY: checked inside the Db object's mapping, which this thread's cache keeps.
+    Some(unsafe { d.ptr().add(off) } as *mut u32)
+}
+
+/// A QP's doorbell record (`[0]` receive counter, `[1]` send counter).
+fn qp_dbrec(m: &Model, q: &Shm) -> Option<*mut u32> {
+    let h: &QpHdr = hdr(q);
+    dbrec_at(m, q, QP_DBREC_OFF, h.db_id, h.db_off)
+}
+
+/// A CQ's consumer doorbell record.
+fn cq_dbrec(m: &Model, cq: &Shm) -> Option<*mut u32> {
+    let h: &CqHdr = hdr(cq);
+    dbrec_at(m, cq, CQ_DBREC_OFF, h.db_id, h.db_off)
+}
+
+/// A QP's send and receive rings, checked against the mapping (the header is written by the
+/// QP's owner, possibly another process).
+fn rings(q: &Shm) -> Option<(*mut u8, *mut u8)> {
+    let h: &QpHdr = hdr(q);
+    let sq_end = (h.sq_off as usize).checked_add((h.sq_wqe_cnt as usize).checked_mul(WQEBB)?)?;
+    let rq_end = (h.rq_off as usize).checked_add((h.rq_wqe_cnt as usize).checked_mul(h.rq_stride as usize)?)?;
+    if sq_end > q.len() || rq_end > q.len() || (h.sq_off as usize) < QP_SQ_OFF || (h.rq_off as usize) < QP_SQ_OFF {
+        return None;
+    }
+    // SAFETY: both offsets checked inside the mapping above.
+    Some(unsafe { (q.ptr().add(h.sq_off as usize), q.ptr().add(h.rq_off as usize)) })
 }
 
 fn owner_of(s: &Shm) -> Option<u32> {
@@ -241,6 +304,7 @@ struct Inner {
     mrs: Mutex<HashMap<u32, Arc<Shm>>>,
     qps: Mutex<HashMap<u32, Arc<Shm>>>,
     cqs: Mutex<HashMap<u32, Arc<Shm>>>,
+    dbs: Mutex<HashMap<u32, Arc<Shm>>>,
     next_pd: AtomicU32,
 }
 
@@ -344,6 +408,7 @@ impl Model {
                 mrs: Mutex::new(HashMap::new()),
                 qps: Mutex::new(HashMap::new()),
                 cqs: Mutex::new(HashMap::new()),
+                dbs: Mutex::new(HashMap::new()),
                 next_pd: AtomicU32::new(1),
             }),
         })
@@ -384,6 +449,7 @@ impl Model {
             (*h).len = len as u64;
             (*h).access = access;
             (*h).pd = pd;
+            (*h).data_off = PAGE as u64;
         }
         hdr::<ObjHdr>(&shm).valid.store(1, Ordering::Release);
         let shm = publish(&self.inner.mrs, key, shm);
@@ -391,8 +457,10 @@ impl Model {
             shm,
             key,
             data,
+            base: data as u64,
             len,
             model: self.clone(),
+            user: None,
         })
     }
 
@@ -415,7 +483,12 @@ impl Model {
         }
         hdr::<ObjHdr>(&shm).valid.store(1, Ordering::Release);
         let shm = publish(&self.inner.cqs, cqn, shm);
-        Ok(ModelCq { shm, cqn, cnt })
+        Ok(ModelCq {
+            shm,
+            cqn,
+            cnt,
+            user: None,
+        })
     }
 
     /// Creates an RC QP in `pd`.
@@ -441,23 +514,60 @@ impl Model {
         let (Some(sq_cnt), Some(rq_cnt)) = (sq_cnt, rq_cnt) else {
             return Err(ModelError::Invalid(format!("queue sizes {caps:?} exceed 32768")));
         };
-        if caps.max_recv_sge == 0 || caps.max_recv_sge > 32 || caps.max_inline_data > 912 {
+        if caps.max_recv_sge == 0 || caps.max_recv_sge > 32 || caps.max_inline_data > MAX_INLINE {
             return Err(ModelError::Invalid(format!("unsupported capabilities {caps:?}")));
         }
         let rq_stride = (caps.max_recv_sge * 16).next_power_of_two();
         let total = QP_SQ_OFF + sq_cnt as usize * WQEBB + rq_cnt as usize * rq_stride as usize;
         let (qpn, shm) = Shm::create(ObjKind::Qp, total, || self.next_id()).map_err(io("creating a QP"))?;
+        Ok(self.finish_qp(
+            shm,
+            qpn,
+            pd,
+            (send_cq, recv_cq),
+            QpShape {
+                sq_wqe_cnt: sq_cnt,
+                rq_wqe_cnt: rq_cnt,
+                rq_stride,
+                max_inline: caps.max_inline_data,
+                sq_off: QP_SQ_OFF as u32,
+                rq_off: (QP_SQ_OFF + sq_cnt as usize * WQEBB) as u32,
+                db: (0, 0),
+                scatter_cqe: 0,
+                uidx: 0,
+            },
+            None,
+        ))
+    }
+
+    /// Fills a new QP object's header (the model's defaults: RNR retry 7, RNR timer 12, the
+    /// configured wire delay), marks it valid and publishes it.
+    fn finish_qp(
+        &self,
+        shm: Shm,
+        qpn: u32,
+        pd: u32,
+        cqs: (&ModelCq, &ModelCq),
+        q: QpShape,
+        user: Option<user::Pinned>,
+    ) -> ModelQp {
         init_obj(&shm, qpn);
         // SAFETY: header fields of our own new object, before it is marked valid.
         unsafe {
             let h = shm.ptr() as *mut QpHdr;
             (*h).pd = pd;
-            (*h).send_cqn = send_cq.cqn;
-            (*h).recv_cqn = recv_cq.cqn;
-            (*h).sq_wqe_cnt = sq_cnt;
-            (*h).rq_wqe_cnt = rq_cnt;
-            (*h).rq_stride = rq_stride;
-            (*h).max_inline = caps.max_inline_data;
+            (*h).send_cqn = cqs.0.cqn;
+            (*h).recv_cqn = cqs.1.cqn;
+            (*h).sq_wqe_cnt = q.sq_wqe_cnt;
+            (*h).rq_wqe_cnt = q.rq_wqe_cnt;
+            (*h).rq_stride = q.rq_stride;
+            (*h).max_inline = q.max_inline;
+            (*h).sq_off = q.sq_off;
+            (*h).rq_off = q.rq_off;
+            (*h).db_id = q.db.0;
+            (*h).db_off = q.db.1;
+            (*h).scatter_cqe = q.scatter_cqe;
+            (*h).uidx = q.uidx;
         }
         let h: &QpHdr = hdr(&shm);
         h.rnr_retry.store(7, Ordering::Relaxed);
@@ -468,13 +578,14 @@ impl Model {
         );
         h.obj.valid.store(1, Ordering::Release);
         let shm = publish(&self.inner.qps, qpn, shm);
-        Ok(ModelQp {
+        ModelQp {
             shm,
             qpn,
             pending: Arc::new(Pending(AtomicBool::new(false))),
             model: self.clone(),
-            _cqs: (send_cq.shm.clone(), recv_cq.shm.clone()),
-        })
+            _cqs: (cqs.0.shm.clone(), cqs.1.shm.clone()),
+            user,
+        }
     }
 
     /// The object `id` of `kind`, from this thread's own cache (no lock, no reference count
@@ -498,6 +609,7 @@ impl Model {
                 ObjKind::Mr => &self.inner.mrs,
                 ObjKind::Qp => &self.inner.qps,
                 ObjKind::Cq => &self.inner.cqs,
+                ObjKind::Db => &self.inner.dbs,
             };
             let own = map.lock().unwrap_or_else(|p| p.into_inner()).get(&id).cloned();
             let s = match own {
@@ -527,6 +639,20 @@ impl std::ops::Deref for ObjRef {
         // never removed before the thread ends, and ObjRef cannot leave the thread.
         unsafe { &*self.0 }
     }
+}
+
+/// The layout and options of a new QP object's header.
+struct QpShape {
+    sq_wqe_cnt: u32,
+    rq_wqe_cnt: u32,
+    rq_stride: u32,
+    max_inline: u32,
+    sq_off: u32,
+    rq_off: u32,
+    /// The doorbell record's `Db` object and offset ((0, 0): in the header).
+    db: (u32, u32),
+    scatter_cqe: u32,
+    uidx: u32,
 }
 
 /// Queue sizes of a model QP.
@@ -559,8 +685,10 @@ pub struct ModelMr {
     shm: Arc<Shm>,
     key: u32,
     data: *mut u8,
+    base: u64,
     len: usize,
     model: Model,
+    user: Option<user::Pinned>,
 }
 
 // SAFETY: the region is shared memory; handing its pointer to another thread is fine.
@@ -577,9 +705,10 @@ impl ModelMr {
     pub fn rkey(&self) -> u32 {
         self.key
     }
-    /// Address used in WQEs.
+    /// Address used in WQEs (the I/O virtual address of a region registered through
+    /// libibverbs).
     pub fn addr(&self) -> u64 {
-        self.data as u64
+        self.base
     }
     /// Length.
     pub fn len(&self) -> usize {
@@ -609,15 +738,19 @@ impl ModelMr {
 
 impl Drop for ModelMr {
     fn drop(&mut self) {
-        hdr::<ObjHdr>(&self.shm).valid.store(0, Ordering::Release);
-        self.shm.unlink();
-        self.model
-            .inner
-            .mrs
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .remove(&self.key);
+        retire(&self.shm, self.user.take(), &self.model.inner.mrs, self.key);
     }
+}
+
+/// Takes an object out of service: invalid for lookups, the program's memory it pinned given
+/// back, its file removed, out of this process's table.
+fn retire(shm: &Shm, pin: Option<user::Pinned>, table: &Mutex<HashMap<u32, Arc<Shm>>>, id: u32) {
+    hdr::<ObjHdr>(shm).valid.store(0, Ordering::Release);
+    if let Some(p) = pin {
+        p.release(shm);
+    }
+    shm.unlink();
+    table.lock().unwrap_or_else(|p| p.into_inner()).remove(&id);
 }
 
 /// A completion queue in shared memory.
@@ -625,6 +758,7 @@ pub struct ModelCq {
     shm: Arc<Shm>,
     cqn: u32,
     cnt: u32,
+    user: Option<user::Pinned>,
 }
 
 impl ModelCq {
@@ -653,6 +787,9 @@ impl ModelCq {
 impl Drop for ModelCq {
     fn drop(&mut self) {
         hdr::<ObjHdr>(&self.shm).valid.store(0, Ordering::Release);
+        if let Some(p) = self.user.take() {
+            p.release(&self.shm);
+        }
         self.shm.unlink();
     }
 }
@@ -683,6 +820,7 @@ pub struct ModelQp {
     pending: Arc<Pending>,
     model: Model,
     _cqs: (Arc<Shm>, Arc<Shm>),
+    user: Option<user::Pinned>,
 }
 
 // SAFETY: shared memory and atomics; may move between threads.
@@ -784,9 +922,11 @@ impl ModelQp {
     /// receive head and consumer index.
     pub fn debug_state(&self) -> String {
         let h = self.h();
-        // SAFETY: the doorbell record (two u32) inside the header page.
+        let Some(p) = qp_dbrec(&self.model, &self.shm) else {
+            return format!("QP {:#x}: doorbell record gone", self.qpn);
+        };
+        // SAFETY: the doorbell record (two u32), checked by qp_dbrec.
         let (r, sdb) = unsafe {
-            let p = self.shm.ptr().add(QP_DBREC_OFF) as *const u32;
             (
                 u32::from_be(std::ptr::read_volatile(p)),
                 u32::from_be(std::ptr::read_volatile(p.add(1))),
@@ -814,14 +954,7 @@ impl ModelQp {
 
 impl Drop for ModelQp {
     fn drop(&mut self) {
-        self.h().obj.valid.store(0, Ordering::Release);
-        self.shm.unlink();
-        self.model
-            .inner
-            .qps
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .remove(&self.qpn);
+        retire(&self.shm, self.user.take(), &self.model.inner.qps, self.qpn);
     }
 }
 
@@ -869,21 +1002,26 @@ impl RingHook for ModelDoorbell {
     }
 
     fn rung_rq(&mut self, _qpn: u32, _head: u32) {
-        let h: &QpHdr = hdr(&self.qp);
-        if h.state.load(Ordering::Acquire) == state::ERR {
-            flush_rq(&self.model, &self.qp);
-            return;
-        }
-        if self.exec == ExecMode::Deferred {
-            return;
-        }
-        // A sender stalled on RNR waits for this receive: let it go on.
-        let peer = h.peer.load(Ordering::Acquire);
-        if peer != 0 {
-            if let Some(p) = self.model.lookup(ObjKind::Qp, peer) {
-                hdr::<QpHdr>(&p).kicks.fetch_add(1, Ordering::SeqCst);
-                execute(&self.model, &p);
-            }
+        receives_posted(&self.model, &self.qp, self.exec);
+    }
+}
+
+/// What posting receives sets off: flushed at once on a QP in error; otherwise a sender of the
+/// peer stalled on RNR goes on (not in deferred mode).
+fn receives_posted(model: &Model, qp: &Shm, exec: ExecMode) {
+    let h: &QpHdr = hdr(qp);
+    if h.state.load(Ordering::Acquire) == state::ERR {
+        flush_rq(model, qp);
+        return;
+    }
+    if exec == ExecMode::Deferred {
+        return;
+    }
+    let peer = h.peer.load(Ordering::Acquire);
+    if peer != 0 {
+        if let Some(p) = model.lookup(ObjKind::Qp, peer) {
+            hdr::<QpHdr>(&p).kicks.fetch_add(1, Ordering::SeqCst);
+            execute(model, &p);
         }
     }
 }
@@ -918,6 +1056,7 @@ fn unlock(l: &AtomicU32) {
 struct CqeOut {
     op: u8,
     qpn: u32,
+    uidx: u32,
     wqe_counter: u16,
     byte_cnt: u32,
     imm: u32,
@@ -925,19 +1064,25 @@ struct CqeOut {
     wqe_opcode: u8,
 }
 
-fn push_cqe(cq: &Shm, c: CqeOut) {
+fn push_cqe(m: &Model, cq: &Shm, c: CqeOut) {
     let h: &CqHdr = hdr(cq);
     lock(&h.lock);
     let cnt = h.cqe_cnt;
     let pi = h.pi.load(Ordering::Relaxed);
-    // SAFETY: the consumer's doorbell record inside the header page.
-    let ci = u32::from_be(unsafe { std::ptr::read_volatile(cq.ptr().add(CQ_DBREC_OFF) as *const u32) });
+    let Some(db) = cq_dbrec(m, cq) else {
+        h.overruns.fetch_add(1, Ordering::Relaxed);
+        unlock(&h.lock);
+        return;
+    };
+    // SAFETY: the consumer's doorbell record (checked by cq_dbrec).
+    let ci = u32::from_be(unsafe { std::ptr::read_volatile(db) });
     if (pi.wrapping_sub(ci) & 0xff_ffff) >= cnt {
         h.overruns.fetch_add(1, Ordering::Relaxed);
         unlock(&h.lock);
         return;
     }
     let mut b = [0u8; 64];
+    b[32..36].copy_from_slice(&(c.uidx & 0xff_ffff).to_be_bytes());
     b[36..40].copy_from_slice(&c.imm.to_ne_bytes());
     b[44..48].copy_from_slice(&c.byte_cnt.to_be_bytes());
     let q = if c.op == cqe_op::REQ_ERR || c.op == cqe_op::RESP_ERR {
@@ -983,11 +1128,15 @@ fn resolve(m: &Model, key: u32, addr: u64, len: u64, pd: u32, need: u32) -> Resu
         return Err(KeyErr::Access);
     }
     let end = addr.checked_add(len).ok_or(KeyErr::Bounds)?;
-    if addr < h.base || end > h.base + h.len {
+    if addr < h.base || end > h.base.saturating_add(h.len) {
         return Err(KeyErr::Bounds);
     }
-    // SAFETY: within the region's data, which starts one page into the mapping.
-    let ptr = unsafe { shm.ptr().add(PAGE + (addr - h.base) as usize) };
+    let off = h.data_off.checked_add(addr - h.base).ok_or(KeyErr::Bounds)?;
+    if off.checked_add(len).is_none_or(|e| e > shm.len() as u64) {
+        return Err(KeyErr::Bounds);
+    }
+    // SAFETY: checked inside the mapping above.
+    let ptr = unsafe { shm.ptr().add(off as usize) };
     Ok(Region { _shm: shm, ptr })
 }
 
@@ -1133,16 +1282,19 @@ fn flush_rq(m: &Model, q: &Shm) {
     let Some(cq) = m.lookup(ObjKind::Cq, h.recv_cqn) else {
         return;
     };
+    let Some(db) = qp_dbrec(m, q) else { return };
     lock(&h.rq_lock);
-    // SAFETY: the receive counter, dbrec[0], in the header page.
-    let head = u32::from_be(unsafe { std::ptr::read_volatile(q.ptr().add(QP_DBREC_OFF) as *const u32) }) & 0xffff;
+    // SAFETY: the receive counter, dbrec[0] (checked by qp_dbrec).
+    let head = u32::from_be(unsafe { std::ptr::read_volatile(db) }) & 0xffff;
     let mut ci = h.rq_ci.load(Ordering::Relaxed);
     while (ci & 0xffff) != head {
         push_cqe(
+            m,
             &cq,
             CqeOut {
                 op: cqe_op::RESP_ERR,
                 qpn: h.obj.id,
+                uidx: h.uidx,
                 wqe_counter: ci as u16,
                 syndrome: syndrome::WR_FLUSH,
                 ..Default::default()
@@ -1156,9 +1308,12 @@ fn flush_rq(m: &Model, q: &Shm) {
 
 fn deliver_to_receiver(m: &Model, peer: &Shm, d: &Decoded, payload: &[u8], resp_op: u8) -> Outcome {
     let ph: &QpHdr = hdr(peer);
+    let (Some(db), Some((_, rq))) = (qp_dbrec(m, peer), rings(peer)) else {
+        return Outcome::Fail(syndrome::TRANSPORT_RETRY_EXC);
+    };
     lock(&ph.rq_lock);
-    // SAFETY: the peer's receive counter in its header page.
-    let head = u32::from_be(unsafe { std::ptr::read_volatile(peer.ptr().add(QP_DBREC_OFF) as *const u32) }) & 0xffff;
+    // SAFETY: the peer's receive counter (checked by qp_dbrec).
+    let head = u32::from_be(unsafe { std::ptr::read_volatile(db) }) & 0xffff;
     let ci = ph.rq_ci.load(Ordering::Relaxed);
     if (ci & 0xffff) == head {
         unlock(&ph.rq_lock);
@@ -1170,11 +1325,8 @@ fn deliver_to_receiver(m: &Model, peer: &Shm, d: &Decoded, payload: &[u8], resp_
         return Outcome::Fail(syndrome::TRANSPORT_RETRY_EXC);
     };
     let stride = ph.rq_stride as usize;
-    // SAFETY: the receive WQE at slot ci inside the peer's RQ ring.
-    let rwqe = unsafe {
-        peer.ptr()
-            .add(QP_SQ_OFF + ph.sq_wqe_cnt as usize * WQEBB + (ci & (ph.rq_wqe_cnt - 1)) as usize * stride)
-    };
+    // SAFETY: the receive WQE at slot ci inside the peer's RQ ring (checked by rings).
+    let rwqe = unsafe { rq.add((ci & (ph.rq_wqe_cnt - 1)) as usize * stride) };
     let mut off = 0usize;
     let mut fail = None;
     let write_len = if resp_op == cqe_op::RESP_WR_IMM {
@@ -1213,10 +1365,12 @@ fn deliver_to_receiver(m: &Model, peer: &Shm, d: &Decoded, payload: &[u8], resp_
     unlock(&ph.rq_lock);
     if let Some(s) = fail {
         push_cqe(
+            m,
             &rcq,
             CqeOut {
                 op: cqe_op::RESP_ERR,
                 qpn: ph.obj.id,
+                uidx: ph.uidx,
                 wqe_counter: ci as u16,
                 syndrome: s,
                 ..Default::default()
@@ -1226,10 +1380,12 @@ fn deliver_to_receiver(m: &Model, peer: &Shm, d: &Decoded, payload: &[u8], resp_
         return Outcome::Fail(syndrome::REMOTE_INVAL_REQ);
     }
     push_cqe(
+        m,
         &rcq,
         CqeOut {
             op: resp_op,
             qpn: ph.obj.id,
+            uidx: ph.uidx,
             wqe_counter: ci as u16,
             byte_cnt: payload.len() as u32,
             imm: d.imm,
@@ -1312,8 +1468,11 @@ fn run_one(m: &Model, me: &QpHdr, d: &Decoded, buf: &[u8; 1024]) -> Outcome {
             if d.opcode == opcode::RDMA_WRITE_IMM {
                 // The immediate needs a receive; check before placing data.
                 let ci = ph.rq_ci.load(Ordering::Relaxed);
-                // SAFETY: the peer's receive counter in its header page.
-                let head = u32::from_be(unsafe { std::ptr::read_volatile(peer.ptr().add(QP_DBREC_OFF) as *const u32) });
+                let Some(db) = qp_dbrec(m, &peer) else {
+                    return Outcome::Fail(syndrome::TRANSPORT_RETRY_EXC);
+                };
+                // SAFETY: the peer's receive counter (checked by qp_dbrec).
+                let head = u32::from_be(unsafe { std::ptr::read_volatile(db) });
                 if (ci & 0xffff) == (head & 0xffff) {
                     return Outcome::Stall;
                 }
@@ -1414,14 +1573,14 @@ fn run_sq(m: &Model, q: &Shm) {
     let Some(scq) = m.lookup(ObjKind::Cq, h.send_cqn) else {
         return;
     };
-    // SAFETY: the send counter, dbrec[1], in the header page.
-    let db =
-        u32::from_be(unsafe { std::ptr::read_volatile((q.ptr().add(QP_DBREC_OFF) as *const u32).add(1)) }) & 0xffff;
+    let (Some(dbrec), Some((sq, _))) = (qp_dbrec(m, q), rings(q)) else {
+        return;
+    };
+    // SAFETY: the send counter, dbrec[1] (checked by qp_dbrec).
+    let db = u32::from_be(unsafe { std::ptr::read_volatile(dbrec.add(1)) }) & 0xffff;
     fence(Ordering::Acquire);
     let mut ci = h.sq_ci.load(Ordering::Relaxed);
     let target = ci.wrapping_add(db.wrapping_sub(ci) & 0xffff);
-    // SAFETY: the SQ ring inside the mapping.
-    let sq = unsafe { q.ptr().add(QP_SQ_OFF) };
     let mut buf = [0u8; 1024];
     let mut rnr_deadline: Option<std::time::Instant> = None;
     while ci != target {
@@ -1430,10 +1589,12 @@ fn run_sq(m: &Model, q: &Shm) {
             Err((op, idx)) => {
                 // Malformed: report at the slot, move the QP to error; the rest is flushed.
                 push_cqe(
+                    m,
                     &scq,
                     CqeOut {
                         op: cqe_op::REQ_ERR,
                         qpn: h.obj.id,
+                        uidx: h.uidx,
                         wqe_counter: idx,
                         syndrome: syndrome::LOCAL_QP_OP,
                         wqe_opcode: op,
@@ -1460,10 +1621,12 @@ fn run_sq(m: &Model, q: &Shm) {
             Outcome::Done { byte_cnt } => {
                 if d.signaled {
                     push_cqe(
+                        m,
                         &scq,
                         CqeOut {
                             op: cqe_op::REQ,
                             qpn: h.obj.id,
+                            uidx: h.uidx,
                             wqe_counter: d.idx,
                             byte_cnt,
                             ..Default::default()
@@ -1473,10 +1636,12 @@ fn run_sq(m: &Model, q: &Shm) {
             }
             Outcome::Fail(s) => {
                 push_cqe(
+                    m,
                     &scq,
                     CqeOut {
                         op: cqe_op::REQ_ERR,
                         qpn: h.obj.id,
+                        uidx: h.uidx,
                         wqe_counter: d.idx,
                         syndrome: s,
                         wqe_opcode: d.opcode,
@@ -1503,10 +1668,12 @@ fn run_sq(m: &Model, q: &Shm) {
                     continue; // retry the same WQE
                 }
                 push_cqe(
+                    m,
                     &scq,
                     CqeOut {
                         op: cqe_op::REQ_ERR,
                         qpn: h.obj.id,
+                        uidx: h.uidx,
                         wqe_counter: d.idx,
                         syndrome: syndrome::RNR_RETRY_EXC,
                         wqe_opcode: d.opcode,
@@ -1546,8 +1713,13 @@ pub struct ModelInfo {
     pub max_inline_data: u32,
     /// BlueFlame buffer size of its QPs.
     pub bf_size: u32,
-    /// Backends it runs.
-    pub backends: &'static [&'static str],
+    /// Backends it runs (`verbs` and `wr` when libibverbs reaches it: see `crate::uverbs`).
+    pub backends: Vec<&'static str>,
+    /// The provider library libibverbs runs it with (libmlx5's path), when it does.
+    pub provider_library: Option<String>,
+    /// Why libibverbs does not reach it here, when it does not.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub verbs_unavailable: Option<String>,
     /// Objects of dead processes removed while checking it.
     pub swept: usize,
 }
@@ -1565,7 +1737,9 @@ pub fn info() -> Result<ModelInfo, ModelError> {
         max_qp_wr: 32768,
         max_inline_data: 912,
         bf_size: BF_SIZE,
-        backends: &["direct"],
+        backends: vec!["direct"],
+        provider_library: None,
+        verbs_unavailable: None,
         swept: before,
     })
 }

@@ -24,6 +24,8 @@ pub enum ObjKind {
     Qp,
     /// Completion queue (named by its CQ number).
     Cq,
+    /// A page of doorbell records that libmlx5 allocated (model0 under rdma-core).
+    Db,
 }
 
 impl ObjKind {
@@ -32,6 +34,7 @@ impl ObjKind {
             ObjKind::Mr => "mr",
             ObjKind::Qp => "qp",
             ObjKind::Cq => "cq",
+            ObjKind::Db => "db",
         }
     }
 }
@@ -43,6 +46,7 @@ fn path(kind: ObjKind, id: u32) -> PathBuf {
 /// A mapped object file. The creating handle removes the file when dropped.
 pub struct Shm {
     map: memmap2::MmapMut,
+    file: File,
     path: PathBuf,
     owner: bool,
 }
@@ -73,6 +77,7 @@ impl Shm {
                         id,
                         Shm {
                             map,
+                            file: f,
                             path: p,
                             owner: true,
                         },
@@ -95,6 +100,7 @@ impl Shm {
         let map = unsafe { memmap2::MmapOptions::new().len(len).map_mut(&f) }?;
         Ok(Shm {
             map,
+            file: f,
             path: p,
             owner: false,
         })
@@ -116,6 +122,65 @@ impl Shm {
         if self.owner {
             let _ = fs::remove_file(&self.path);
         }
+    }
+
+    /// Turns the user memory `[addr, addr + len)` (page-aligned, whole pages) into a second view
+    /// of this object at `off`: its bytes are copied into the object, then the object is mapped
+    /// over them (`MAP_FIXED`), so what the process stores there lands in shared memory that
+    /// other processes and the model read. This is how model0 "pins" memory that libmlx5 or a
+    /// user allocated and registered (queues, doorbell records, memory regions).
+    ///
+    /// # Safety
+    /// `[addr, addr + len)` must be mapped, writable memory of this process that nothing else
+    /// remaps meanwhile; `off + len` must lie inside the object and be page-aligned.
+    pub unsafe fn map_over(&self, off: usize, addr: usize, len: usize) -> io::Result<()> {
+        use std::os::fd::AsRawFd;
+        if off % 4096 != 0 || addr % 4096 != 0 || len % 4096 != 0 || off + len > self.len() {
+            return Err(io::Error::from_raw_os_error(libc::EINVAL));
+        }
+        // SAFETY: the caller guarantees the source range; the destination is inside our mapping.
+        unsafe { std::ptr::copy_nonoverlapping(addr as *const u8, self.ptr().add(off), len) };
+        // SAFETY: replaces the caller's pages (guaranteed by the caller) with the object's, which
+        // now hold the same bytes.
+        let p = unsafe {
+            libc::mmap(
+                addr as *mut libc::c_void,
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED | libc::MAP_FIXED,
+                self.file.as_raw_fd(),
+                off as libc::off_t,
+            )
+        };
+        if p == libc::MAP_FAILED {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(())
+    }
+
+    /// Undoes [`Shm::map_over`]: private anonymous memory again at `addr`, holding the bytes the
+    /// object holds now.
+    ///
+    /// # Safety
+    /// `[addr, addr + len)` must be a range this object was mapped over with `map_over(off, ..)`.
+    pub unsafe fn unmap_over(&self, off: usize, addr: usize, len: usize) -> io::Result<()> {
+        // SAFETY: the caller guarantees the range was ours; the new pages are private and empty.
+        let p = unsafe {
+            libc::mmap(
+                addr as *mut libc::c_void,
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_FIXED,
+                -1,
+                0,
+            )
+        };
+        if p == libc::MAP_FAILED {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: both ranges are mapped and `len` long; they no longer alias.
+        unsafe { std::ptr::copy_nonoverlapping(self.ptr().add(off), addr as *mut u8, len) };
+        Ok(())
     }
 
     /// Never true (objects have a header).
@@ -157,6 +222,7 @@ pub fn sweep(owner_of: impl Fn(&Shm) -> Option<u32>) -> usize {
             "mr" => ObjKind::Mr,
             "qp" => ObjKind::Qp,
             "cq" => ObjKind::Cq,
+            "db" => ObjKind::Db,
             _ => continue,
         };
         let Ok(id) = u32::from_str_radix(id, 16) else { continue };

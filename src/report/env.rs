@@ -40,6 +40,10 @@ pub struct Fingerprint {
     pub device: String,
     /// Provider (rxe, mlx5, model0, ...).
     pub provider: String,
+    /// The provider library libibverbs loaded for the device (resolved path; on model0 the
+    /// libmlx5 its `verbs` and `wr` backends run through), when known.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub provider_library: Option<String>,
     /// Firmware version.
     pub firmware: Option<String>,
     /// Whether the device is the software model.
@@ -83,6 +87,7 @@ impl Fingerprint {
             libibverbs_version: ver,
             device: device.into(),
             provider: provider.into(),
+            provider_library: None,
             firmware,
             software_model: model,
             virtualized,

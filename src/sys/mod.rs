@@ -30,6 +30,24 @@ mod raw {
 }
 pub use raw::*;
 
+/// bindgen's output for the kernel ABI libibverbs and libmlx5 speak to a uverbs device (the
+/// legacy `write()` commands of `<rdma/ib_user_verbs.h>` and mlx5's driver data of
+/// `<rdma/mlx5-abi.h>`), answered by model0's user-space device (`src/uverbs`).
+#[allow(
+    non_upper_case_globals,
+    non_camel_case_types,
+    non_snake_case,
+    dead_code,
+    missing_docs,
+    unnecessary_transmutes,
+    clippy::all,
+    clippy::undocumented_unsafe_blocks,
+    clippy::missing_safety_doc
+)]
+pub mod kabi {
+    include!(concat!(env!("OUT_DIR"), "/kabi.rs"));
+}
+
 pub mod inline;
 
 /// `struct mlx5_wqe_ctrl_seg`, written by hand: in C it is `packed` and `aligned(4)`, which

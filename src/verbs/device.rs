@@ -20,11 +20,27 @@ pub fn device_names() -> Result<Vec<String>> {
 pub struct DeviceList {
     ptr: *mut *mut sys::ibv_device,
     n: usize,
+    /// The hardware devices (list positions), without model0's uverbs device.
+    hw: Vec<usize>,
+    /// model0's uverbs device, when libibverbs lists it (`crate::uverbs`).
+    model: Option<usize>,
 }
 
 impl DeviceList {
     /// Gets the list; an empty or failed list becomes [`VerbsError::NoDevice`] with the reason.
     pub fn get() -> Result<Self> {
+        let list = Self::get_with_model()?;
+        if list.hw.is_empty() {
+            return Err(VerbsError::NoDevice(classify_missing(netlink_rdma_errno())));
+        }
+        Ok(list)
+    }
+
+    /// The list with model0's uverbs device in it (hardware devices may be absent).
+    fn get_with_model() -> Result<Self> {
+        // model0's uverbs device must be in place before libibverbs reads sysfs the first time.
+        #[cfg(target_os = "linux")]
+        let _ = crate::uverbs::status();
         let mut n: core::ffi::c_int = 0;
         // SAFETY: writes the count into `n`; returns an owned list or NULL with errno set.
         let ptr = unsafe { sys::ibv_get_device_list(&mut n) };
@@ -32,14 +48,38 @@ impl DeviceList {
             let e = std::io::Error::last_os_error().raw_os_error().unwrap_or(0);
             return Err(VerbsError::NoDevice(classify_missing(e)));
         }
-        let list = DeviceList {
+        let mut list = DeviceList {
             ptr,
             n: n.max(0) as usize,
+            hw: Vec::new(),
+            model: None,
         };
-        if list.n == 0 {
-            return Err(VerbsError::NoDevice(classify_missing(0)));
+        for i in 0..list.n {
+            if list.is_model(i) {
+                list.model = Some(i);
+            } else {
+                list.hw.push(i);
+            }
         }
         Ok(list)
+    }
+
+    /// Whether entry `i` is model0's uverbs device (its sysfs name is ours).
+    fn is_model(&self, i: usize) -> bool {
+        #[cfg(target_os = "linux")]
+        {
+            // SAFETY: a valid device from the list; its kernel-device name is a string it owns.
+            let dev = unsafe { CStr::from_ptr(sys::ibv_get_device_name(self.raw(i))) };
+            // SAFETY: as above: `dev_name` is a NUL-terminated array inside the device.
+            let uv = unsafe { CStr::from_ptr((*self.raw(i)).dev_name.as_ptr()) };
+            dev.to_bytes() == crate::uverbs::IBDEV.as_bytes()
+                && uv.to_bytes() == crate::uverbs::device::UVERBS_NAME.as_bytes()
+        }
+        #[cfg(not(target_os = "linux"))]
+        {
+            let _ = i;
+            false
+        }
     }
 
     fn raw(&self, i: usize) -> *mut sys::ibv_device {
@@ -48,10 +88,11 @@ impl DeviceList {
         unsafe { *self.ptr.add(i) }
     }
 
-    /// Device names in list order.
+    /// Hardware device names in list order (model0's uverbs device is not one).
     pub fn names(&self) -> Vec<String> {
-        (0..self.n)
-            .map(|i| {
+        self.hw
+            .iter()
+            .map(|&i| {
                 // SAFETY: a valid device from the list; the name is a NUL-terminated string it owns.
                 unsafe { CStr::from_ptr(sys::ibv_get_device_name(self.raw(i))) }
                     .to_string_lossy()
@@ -70,6 +111,10 @@ impl DeviceList {
                 name: name.to_string(),
                 available: names.clone(),
             })?;
+        self.open_at(self.hw[i], name)
+    }
+
+    fn open_at(&self, i: usize, name: &str) -> Result<Context> {
         let dev = self.raw(i);
         // SAFETY: a valid device pointer from the live list.
         let ctx = check_ptr(unsafe { sys::ibv_open_device(dev) }, "ibv_open_device", || {
@@ -122,6 +167,25 @@ pub fn classify(errno: i32, verbs_class: bool, ib_devices: bool, uverbs_denied: 
         return NoDevice::KernelWithoutRdma;
     }
     NoDevice::NoDevices
+}
+
+/// What the kernel says to an RDMA netlink socket (libibverbs' first way to list devices): 0
+/// when it opens, else the errno (`EPROTONOSUPPORT`: a kernel without RDMA).
+fn netlink_rdma_errno() -> i32 {
+    // SAFETY: a plain socket call; the descriptor is closed at once.
+    let fd = unsafe {
+        libc::socket(
+            libc::AF_NETLINK,
+            libc::SOCK_RAW | libc::SOCK_CLOEXEC,
+            libc::NETLINK_RDMA,
+        )
+    };
+    if fd < 0 {
+        return std::io::Error::last_os_error().raw_os_error().unwrap_or(0);
+    }
+    // SAFETY: our own descriptor.
+    unsafe { libc::close(fd) };
+    0
 }
 
 fn dir_has_entries(p: &str) -> bool {
@@ -180,6 +244,26 @@ impl Context {
         DeviceList::get()?.open(name)
     }
 
+    /// Opens model0 through libibverbs and libmlx5 (its user-space uverbs device), or says why
+    /// it cannot be.
+    pub fn open_model0() -> Result<Self> {
+        #[cfg(target_os = "linux")]
+        if let Err(why) = crate::uverbs::status() {
+            return Err(VerbsError::Invalid {
+                ctx: Ctx::dev(crate::uverbs::IBDEV),
+                why: format!("model0 is not reachable through libibverbs here: {why}"),
+            });
+        }
+        let list = DeviceList::get_with_model()?;
+        match list.model {
+            Some(i) => list.open_at(i, crate::uverbs::IBDEV),
+            None => Err(VerbsError::Invalid {
+                ctx: Ctx::dev(crate::uverbs::IBDEV),
+                why: "libibverbs did not list model0's uverbs device (does libmlx5 load? ibverbs-providers)".into(),
+            }),
+        }
+    }
+
     /// Opens the first device of the list.
     pub fn open_first() -> Result<Self> {
         let list = DeviceList::get()?;
@@ -189,6 +273,12 @@ impl Context {
             .next()
             .ok_or(VerbsError::NoDevice(NoDevice::NoDevices))?;
         list.open(&first)
+    }
+
+    /// The provider library this context runs on (for example libmlx5's resolved path), when
+    /// the loader can tell.
+    pub fn provider_library(&self) -> Option<String> {
+        provider_path_of(self.as_ptr())
     }
 
     /// The device name.
@@ -337,6 +427,15 @@ pub struct DeviceInfo {
     pub atomic_cap: &'static str,
     /// Whether mlx5dv supports the device (the direct backend's precondition).
     pub mlx5dv: bool,
+}
+
+/// The path of the provider library a context runs on (the shared object its `post_send` entry
+/// lives in), resolved.
+fn provider_path_of(ctx: *mut sys::ibv_context) -> Option<String> {
+    // SAFETY: live context; we only read the function pointer's address.
+    let f = unsafe { (*ctx).ops.post_send }?;
+    let p = library_of(f as usize)?;
+    Some(std::fs::canonicalize(&p).map(|r| r.display().to_string()).unwrap_or(p))
 }
 
 /// The provider of a context: the shared object its `post_send` entry lives in.

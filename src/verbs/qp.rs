@@ -311,9 +311,14 @@ impl Qp {
         self.granted
     }
 
-    /// The `ibv_wr_*` entry points and the extended QP they take, when created with them.
+    /// The `ibv_wr_*` entry points and the extended QP they take, when created with them, as
+    /// they are now: read again at each call, because a provider may change them with the QP's
+    /// state (libmlx5 installs a `wr_complete` that fails with `EINVAL` until the QP reaches RTS,
+    /// providers/mlx5/verbs.c `set_qp_operational_state`): take them after connecting.
     pub fn wr_ops(&self) -> Option<(WrOps, *mut sys::ibv_qp_ex)> {
-        self.wr.map(|w| (w, self.qpx))
+        self.wr?;
+        // SAFETY: qpx is this live QP's extended view (set with `wr`).
+        unsafe { WrOps::from_qp_ex(self.qpx) }.map(|w| (w, self.qpx))
     }
 
     /// Whether the `ibv_wr_*` API is available on this QP.
@@ -624,7 +629,7 @@ impl Qp {
     /// one data setter (`ibv_wr_set_sge`, `_sge_list`, `_inline_data` or `_inline_data_list`),
     /// then `ibv_wr_complete`.
     pub fn wr_post(&mut self, batch: &[WrBatch<'_, '_>]) -> Result<()> {
-        let ops = self.wr.ok_or_else(|| VerbsError::Invalid {
+        let (ops, _) = self.wr_ops().ok_or_else(|| VerbsError::Invalid {
             ctx: self.ctx(),
             why: "QP was created without the ibv_wr_* API (extended = false)".into(),
         })?;

@@ -4,8 +4,14 @@ use std::process::Command;
 
 /// Runs `rdmaprobe ARGS`: (exit status, or -1 when killed by a signal; stdout; stderr).
 pub fn run(args: &[&str]) -> (i32, String, String) {
+    run_env(args, &[])
+}
+
+/// Runs `rdmaprobe ARGS` with environment variables `env` set.
+pub fn run_env(args: &[&str], env: &[(&str, &str)]) -> (i32, String, String) {
     let o = Command::new(env!("CARGO_BIN_EXE_rdmaprobe"))
         .args(args)
+        .envs(env.iter().copied())
         .output()
         .expect("run rdmaprobe");
     (

@@ -1,0 +1,307 @@
+//! Objects whose memory someone else allocated: the queues and doorbell-record pages libmlx5
+//! allocates, and the memory a program registers through libibverbs (model0 under rdma-core,
+//! `src/uverbs`). A kernel pins such memory; model0 "pins" it by mapping an object file over it
+//! (`Shm::map_over`): the program keeps its addresses and stores as before, and the bytes live in
+//! shared memory that the model, in this process or the peer's, reads and writes. Destroying
+//! the object gives the program private memory back with the same bytes, before libmlx5 frees it.
+
+use super::shm::{ObjKind, Shm};
+use super::{
+    hdr, init_obj, publish, CqHdr, Model, ModelCq, ModelError, ModelMr, ModelQp, MrHdr, ObjHdr, QpHdr, QpShape,
+    MAX_INLINE, PAGE, QP_SQ_OFF, WQEBB,
+};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+/// A range of the program's memory that an object file is mapped over.
+pub(super) struct Pinned {
+    addr: usize,
+    len: usize,
+    off: usize,
+}
+
+impl Pinned {
+    /// Maps `shm` at `off` over `[addr, addr + len)`.
+    ///
+    /// # Safety
+    /// As [`Shm::map_over`].
+    unsafe fn new(shm: &Shm, off: usize, addr: usize, len: usize, what: &str) -> Result<Pinned, ModelError> {
+        // SAFETY: forwarded from the caller.
+        unsafe { shm.map_over(off, addr, len) }
+            .map_err(|e| ModelError::Invalid(format!("pinning {what} at {addr:#x} ({len} bytes): {e}")))?;
+        Ok(Pinned { addr, len, off })
+    }
+
+    /// Gives the program private memory back, with the object's bytes.
+    pub(super) fn release(self, shm: &Shm) {
+        // SAFETY: this range was mapped over by `new` and is released once.
+        if let Err(e) = unsafe { shm.unmap_over(self.off, self.addr, self.len) } {
+            eprintln!(
+                "rdmaprobe: model0: giving back {:#x} ({} bytes) failed: {e}",
+                self.addr, self.len
+            );
+        }
+    }
+}
+
+fn page_span(addr: usize, len: usize) -> Result<(usize, usize), ModelError> {
+    let start = addr & !(PAGE - 1);
+    let end = addr
+        .checked_add(len)
+        .and_then(|e| e.checked_next_multiple_of(PAGE))
+        .ok_or_else(|| ModelError::Invalid(format!("range {addr:#x} + {len} overflows")))?;
+    Ok((start, end - start))
+}
+
+/// A page of doorbell records that libmlx5 allocated, pinned into a `Db` object (records of
+/// several QPs and CQs share it).
+pub struct ModelDbPage {
+    shm: Arc<Shm>,
+    id: u32,
+    addr: usize,
+    pin: Option<Pinned>,
+    model: Model,
+}
+
+impl ModelDbPage {
+    /// The page's address in the program.
+    pub fn addr(&self) -> usize {
+        self.addr
+    }
+}
+
+impl Drop for ModelDbPage {
+    fn drop(&mut self) {
+        super::retire(&self.shm, self.pin.take(), &self.model.inner.dbs, self.id);
+    }
+}
+
+/// The rings of a QP as libmlx5 laid them out in its buffer (receive ring first, then the send
+/// ring), with what the create command asked.
+#[derive(Clone, Copy, Debug)]
+pub struct UserQpLayout {
+    /// The buffer (page-aligned, `buf_len` a whole number of pages).
+    pub buf: usize,
+    /// Its length.
+    pub buf_len: usize,
+    /// Send ring entries (64-byte WQEBBs, a power of two).
+    pub sq_wqe_cnt: u32,
+    /// Receive ring entries (a power of two, or 0).
+    pub rq_wqe_cnt: u32,
+    /// Receive WQE stride (a power of two, at least 16).
+    pub rq_stride: u32,
+    /// Largest inline payload granted.
+    pub max_inline: u32,
+    /// Responder payloads up to this many bytes are scattered into the CQE (0: never).
+    pub scatter_cqe: u32,
+    /// The user index CQEs carry (CQE version 1).
+    pub uidx: u32,
+}
+
+impl Model {
+    /// Pins the page at `addr` (page-aligned) that holds doorbell records.
+    ///
+    /// # Safety
+    /// `addr` must be a mapped, writable page of this process that stays allocated until the
+    /// returned page is dropped.
+    pub unsafe fn map_db_page(&self, addr: usize) -> Result<ModelDbPage, ModelError> {
+        if addr % PAGE != 0 {
+            return Err(ModelError::Invalid(format!("doorbell page {addr:#x} not page-aligned")));
+        }
+        let (id, shm) = Shm::create(ObjKind::Db, 2 * PAGE, || self.next_id())
+            .map_err(super::io("creating a doorbell-record page"))?;
+        init_obj(&shm, id);
+        // SAFETY: forwarded from the caller; the object's second page is the record page.
+        let pin = unsafe { Pinned::new(&shm, PAGE, addr, PAGE, "a doorbell-record page")? };
+        hdr::<ObjHdr>(&shm).valid.store(1, Ordering::Release);
+        let shm = publish(&self.inner.dbs, id, shm);
+        Ok(ModelDbPage {
+            shm,
+            id,
+            addr,
+            pin: Some(pin),
+            model: self.clone(),
+        })
+    }
+
+    /// Registers `len` bytes of the program's memory at `start`, addressed in WQEs as `iova`.
+    ///
+    /// # Safety
+    /// `[start, start + len)` must be mapped, writable memory of this process that stays
+    /// allocated until the region is dropped, and no other region may cover its pages.
+    pub unsafe fn reg_user_mr(
+        &self,
+        pd: u32,
+        start: usize,
+        len: usize,
+        iova: u64,
+        access: u32,
+    ) -> Result<ModelMr, ModelError> {
+        if len == 0 {
+            return Err(ModelError::Invalid("memory region of 0 bytes".into()));
+        }
+        let (pstart, plen) = page_span(start, len)?;
+        let (key, shm) =
+            Shm::create(ObjKind::Mr, PAGE + plen, || self.next_id()).map_err(super::io("creating a memory region"))?;
+        init_obj(&shm, key);
+        // SAFETY: forwarded from the caller; the object's data starts one page in.
+        let pin = unsafe { Pinned::new(&shm, PAGE, pstart, plen, "a memory region")? };
+        // SAFETY: header fields of our own new object, before it is marked valid.
+        unsafe {
+            let h = shm.ptr() as *mut MrHdr;
+            (*h).base = iova;
+            (*h).len = len as u64;
+            (*h).access = access;
+            (*h).pd = pd;
+            (*h).data_off = (PAGE + (start - pstart)) as u64;
+        }
+        hdr::<ObjHdr>(&shm).valid.store(1, Ordering::Release);
+        let shm = publish(&self.inner.mrs, key, shm);
+        Ok(ModelMr {
+            shm,
+            key,
+            data: start as *mut u8,
+            base: iova,
+            len,
+            model: self.clone(),
+            user: Some(pin),
+        })
+    }
+
+    /// A CQ of `cnt` 64-byte CQEs in the program's buffer `buf` (page-aligned), its consumer
+    /// record at `db_off` in `db`.
+    ///
+    /// # Safety
+    /// `buf` must be mapped, writable memory of `cnt * 64` bytes rounded up to whole pages,
+    /// allocated until the CQ is dropped; `db` must outlive the CQ.
+    pub unsafe fn create_user_cq(
+        &self,
+        cnt: u32,
+        buf: usize,
+        db: &ModelDbPage,
+        db_off: u32,
+    ) -> Result<ModelCq, ModelError> {
+        if !cnt.is_power_of_two() || !(2..=1 << 22).contains(&cnt) || buf % PAGE != 0 {
+            return Err(ModelError::Invalid(format!("CQ of {cnt} entries at {buf:#x}")));
+        }
+        if db_off as usize % 8 != 0 || db_off as usize + 8 > PAGE {
+            return Err(ModelError::Invalid(format!("CQ doorbell record at offset {db_off}")));
+        }
+        let len = (cnt as usize * 64).next_multiple_of(PAGE);
+        let (cqn, shm) = Shm::create(ObjKind::Cq, PAGE + len, || self.next_id()).map_err(super::io("creating a CQ"))?;
+        init_obj(&shm, cqn);
+        // SAFETY: forwarded from the caller; the CQEs start one page in, as in the model's own.
+        let pin = unsafe { Pinned::new(&shm, PAGE, buf, len, "a CQ buffer")? };
+        // SAFETY: header fields of our own new object, before it is marked valid.
+        unsafe {
+            let h = shm.ptr() as *mut CqHdr;
+            (*h).cqe_cnt = cnt;
+            (*h).db_id = db.id;
+            (*h).db_off = db_off;
+        }
+        hdr::<ObjHdr>(&shm).valid.store(1, Ordering::Release);
+        let shm = publish(&self.inner.cqs, cqn, shm);
+        Ok(ModelCq {
+            shm,
+            cqn,
+            cnt,
+            user: Some(pin),
+        })
+    }
+
+    /// An RC QP whose rings are libmlx5's buffer (`l`), its doorbell record at `db_off` in `db`.
+    ///
+    /// # Safety
+    /// `l.buf` must be mapped, writable memory of `l.buf_len` bytes, allocated until the QP is
+    /// dropped; `db` must outlive the QP.
+    pub unsafe fn create_user_qp(
+        &self,
+        pd: u32,
+        send_cq: &ModelCq,
+        recv_cq: &ModelCq,
+        l: UserQpLayout,
+        db: &ModelDbPage,
+        db_off: u32,
+    ) -> Result<ModelQp, ModelError> {
+        let rq_len = l.rq_wqe_cnt as usize * l.rq_stride as usize;
+        let sq_len = l.sq_wqe_cnt as usize * WQEBB;
+        let ok = l.sq_wqe_cnt.is_power_of_two()
+            && l.sq_wqe_cnt <= 32768
+            && (l.rq_wqe_cnt == 0 || (l.rq_wqe_cnt.is_power_of_two() && l.rq_wqe_cnt <= 32768))
+            && l.rq_stride.is_power_of_two()
+            && (16..=512).contains(&l.rq_stride)
+            && l.buf % PAGE == 0
+            && l.buf_len % PAGE == 0
+            && rq_len + sq_len <= l.buf_len
+            && l.max_inline <= MAX_INLINE
+            && db_off as usize % 8 == 0
+            && db_off as usize + 8 <= PAGE;
+        if !ok {
+            return Err(ModelError::Invalid(format!(
+                "QP layout {l:?}, doorbell record at {db_off}"
+            )));
+        }
+        let (qpn, shm) =
+            Shm::create(ObjKind::Qp, QP_SQ_OFF + l.buf_len, || self.next_id()).map_err(super::io("creating a QP"))?;
+        // SAFETY: forwarded from the caller; the rings start two pages in, as in the model's own.
+        let pin = unsafe { Pinned::new(&shm, QP_SQ_OFF, l.buf, l.buf_len, "a QP buffer")? };
+        let shape = QpShape {
+            sq_wqe_cnt: l.sq_wqe_cnt,
+            // An RQ of 0 entries (max_recv_wr 0) is a ring of one that never holds a receive.
+            rq_wqe_cnt: l.rq_wqe_cnt.max(1),
+            rq_stride: l.rq_stride,
+            max_inline: l.max_inline,
+            rq_off: QP_SQ_OFF as u32,
+            sq_off: (QP_SQ_OFF + rq_len) as u32,
+            db: (db.id, db_off),
+            scatter_cqe: l.scatter_cqe,
+            uidx: l.uidx,
+        };
+        Ok(self.finish_qp(shm, qpn, pd, (send_cq, recv_cq), shape, Some(pin)))
+    }
+}
+
+impl ModelQp {
+    /// After a post whose doorbell the model does not see (libmlx5 rings a register page that
+    /// nothing watches): the wire, then the WQEs up to the doorbell record, now.
+    pub fn deliver_rung(&self) {
+        super::deliver_now(&self.model, &self.shm);
+    }
+
+    /// Back to RESET (libmlx5 then starts its rings over at index 0): the model's consumer
+    /// indices follow.
+    pub fn reset(&self) {
+        let h: &QpHdr = hdr(&self.shm);
+        super::lock(&h.sq_lock);
+        super::lock(&h.rq_lock);
+        h.state.store(super::state::RESET, Ordering::Release);
+        h.sq_ci.store(0, Ordering::Relaxed);
+        h.rq_ci.store(0, Ordering::Relaxed);
+        super::unlock(&h.rq_lock);
+        super::unlock(&h.sq_lock);
+    }
+
+    /// After a post, or while waiting, with libmlx5 ringing: when the send doorbell record moved
+    /// since `seen` (the last value this caller delivered), the wire and then the WQEs up to it
+    /// (as a doorbell would set off); otherwise only what is left to run (a sender resumed after
+    /// RNR), with no wire.
+    pub fn deliver_if_rung(&self, seen: &mut u32) {
+        let Some(db) = super::qp_dbrec(&self.model, &self.shm) else {
+            return;
+        };
+        // SAFETY: the send counter, dbrec[1] (checked by qp_dbrec).
+        let pi = unsafe { std::ptr::read_volatile(db.add(1)) };
+        if pi != *seen {
+            *seen = pi;
+            super::deliver_now(&self.model, &self.shm);
+        } else {
+            super::execute(&self.model, &self.shm);
+        }
+    }
+
+    /// After receives were posted by someone other than the direct path (libmlx5): a QP in
+    /// error flushes them, a peer stalled on RNR goes on.
+    pub fn receives_posted(&self) {
+        super::receives_posted(&self.model, &self.shm, self.model.inner.cfg.exec);
+    }
+}

@@ -1,0 +1,104 @@
+//! model0 behind the real rdma-core: a user-space uverbs device.
+//!
+//! The machine's own, unmodified libibverbs and libmlx5 open model0 as an mlx5 device
+//! (`mlx5_model0`... named `model0`), so the `verbs` and `wr` backends run on model0 beside
+//! `direct`, and libmlx5's own WQEs, doorbell records and CQE parsing meet model0:
+//!
+//! - discovery: a sysfs directory (`SYSFS_PATH`, set before libibverbs first reads it) that
+//!   holds one uverbs device with a ConnectX-5 PCI id, so libibverbs loads libmlx5 for it;
+//! - the descriptor: the executable defines `open`, `openat`, `stat`, `close`, `write`, `ioctl`
+//!   and `mmap` ([`interpose`]); calls on the device node or descriptor are answered here, all
+//!   others go to the kernel untouched;
+//! - the commands ([`device`]): `ioctl` answers `ENOTTY`, so libibverbs sends the legacy
+//!   `write()` commands; objects become model0's, with libmlx5's buffers and doorbell-record pages
+//!   and the program's registered memory pinned into model0's shared files;
+//! - execution: libmlx5 rings a register page nothing watches, so model0 executes where the
+//!   scenarios already let it (after the timed post call, and when polling), through
+//!   [`device::model_qp`]; no thread polls for doorbells.
+//!
+//! Limits: RC QPs, 64-byte CQEs, no completion channels, no SRQ; a kernel whose RDMA netlink
+//! lists devices makes libibverbs ignore `SYSFS_PATH`, so on such a machine model0 keeps the
+//! direct backend only.
+
+pub mod device;
+mod interpose;
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::Ordering;
+use std::sync::OnceLock;
+
+pub use device::{model_qp, set_model};
+
+/// The name libibverbs lists model0 under.
+pub const IBDEV: &str = "model0";
+
+/// Whether model0 is reachable through libibverbs in this process, and if not why.
+pub fn status() -> &'static Result<PathBuf, String> {
+    static S: OnceLock<Result<PathBuf, String>> = OnceLock::new();
+    S.get_or_init(install)
+}
+
+/// Creates the sysfs directory and points libibverbs at it. Must run before libibverbs reads
+/// `SYSFS_PATH` (its first device list): `DeviceList::get` calls it.
+fn install() -> Result<PathBuf, String> {
+    if std::env::var_os("RDMAPROBE_NO_UVERBS").is_some() {
+        return Err("RDMAPROBE_NO_UVERBS is set".into());
+    }
+    if let Some(p) = std::env::var_os("SYSFS_PATH") {
+        return Err(format!(
+            "SYSFS_PATH is set ({}): libibverbs reads devices from there",
+            Path::new(&p).display()
+        ));
+    }
+    if Path::new("/sys/class/infiniband_verbs").is_dir() {
+        return Err(
+            "the kernel has RDMA devices (libibverbs lists them through netlink and ignores SYSFS_PATH)".into(),
+        );
+    }
+    let root = crate::model::shm::dir().join("sysfs");
+    write_tree(&root).map_err(|e| format!("creating {}: {e}", root.display()))?;
+    // SAFETY: set once, before libibverbs is initialised, from the first device list.
+    unsafe { std::env::set_var("SYSFS_PATH", &root) };
+    interpose::PATH_ON.store(true, Ordering::Release);
+    Ok(root)
+}
+
+fn write_tree(root: &Path) -> std::io::Result<()> {
+    // SAFETY: `stat` is plain data; all zeroes is a valid value.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: a constant path and a stat buffer of ours.
+    if unsafe { libc::syscall(libc::SYS_newfstatat, libc::AT_FDCWD, c"/dev/null".as_ptr(), &mut st, 0) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    let (maj, min) = (libc::major(st.st_rdev), libc::minor(st.st_rdev));
+    let uv = root.join("class/infiniband_verbs").join(device::UVERBS_NAME);
+    let ib = root.join("class/infiniband").join(IBDEV);
+    let files: &[(PathBuf, String)] = &[
+        (root.join("class/infiniband_verbs/abi_version"), "6\n".into()),
+        (uv.join("ibdev"), format!("{IBDEV}\n")),
+        (uv.join("dev"), format!("{maj}:{min}\n")),
+        (uv.join("abi_version"), "1\n".into()),
+        (ib.join("node_type"), "1: CA\n".into()),
+        (ib.join("fw_ver"), "16.35.1000\n".into()),
+        (
+            ib.join("device/modalias"),
+            "pci:v000015B3d00001017sv000015B3sd00000020bc02sc00i00\n".into(),
+        ),
+        (
+            ib.join("ports/1/gids/0"),
+            "fe80:0000:0000:0000:0000:0000:0000:0001\n".into(),
+        ),
+        (ib.join("ports/1/gid_attrs/types/0"), "IB/RoCE v1\n".into()),
+        (ib.join("ports/1/link_layer"), "InfiniBand\n".into()),
+    ];
+    for (p, content) in files {
+        if let Some(d) = p.parent() {
+            std::fs::create_dir_all(d)?;
+        }
+        // Written whole under a temporary name and renamed: other processes read it meanwhile.
+        let tmp = p.with_extension(format!("tmp{}", std::process::id()));
+        std::fs::write(&tmp, content)?;
+        std::fs::rename(&tmp, p)?;
+    }
+    Ok(())
+}
