@@ -290,6 +290,7 @@ fn main() {
         ModelConfig {
             wire_delay_ns: None,
             exec: ExecMode::Deferred,
+            ..Default::default()
         },
     )
     .expect("model0");

@@ -733,6 +733,7 @@ fn lat(mut a: LatArgs) -> Result<ExitCode> {
         wire_delay_ns: a.model_delay_ns,
         // the model executes a WQE after the post call returns: the post column is the post alone
         exec: rdmaprobe::model::ExecMode::AfterPost,
+        ..Default::default()
     };
     let (dev, note) = a.dev.open(model_cfg)?;
     if let Some(n) = note {
@@ -1106,6 +1107,7 @@ fn bw(a: BwArgs) -> Result<ExitCode> {
     let model_cfg = rdmaprobe::model::ModelConfig {
         wire_delay_ns: None,
         exec: rdmaprobe::model::ExecMode::AfterPost,
+        ..Default::default()
     };
     let (dev, note) = a.dev.open(model_cfg)?;
     if let Some(n) = note {
@@ -1393,6 +1395,7 @@ fn post_cost(a: PostCostArgs) -> Result<ExitCode> {
     let model_cfg = rdmaprobe::model::ModelConfig {
         wire_delay_ns: None,
         exec: rdmaprobe::model::ExecMode::Deferred,
+        ..Default::default()
     };
     let (dev, note) = a.dev.open(model_cfg)?;
     if let Some(n) = note {
@@ -1768,6 +1771,7 @@ fn suite(a: SuiteArgs) -> Result<ExitCode> {
     let model_cfg = rdmaprobe::model::ModelConfig {
         wire_delay_ns: None,
         exec: rdmaprobe::model::ExecMode::AfterPost,
+        ..Default::default()
     };
     let (dev, note) = a.dev.open(model_cfg)?;
     let cal = Calibration::run(200_000_000)?;
@@ -1891,6 +1895,7 @@ fn suite(a: SuiteArgs) -> Result<ExitCode> {
             rdmaprobe::model::ModelConfig {
                 wire_delay_ns: None,
                 exec: rdmaprobe::model::ExecMode::Deferred,
+                ..Default::default()
             },
         )?
         .0

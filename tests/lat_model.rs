@@ -44,6 +44,7 @@ fn pair(delay_ns: u64, op: OpKind) -> AnyPair {
     let m = Model::open(ModelConfig {
         wire_delay_ns: Some(delay_ns),
         exec: ExecMode::AfterPost,
+        ..Default::default()
     })
     .unwrap();
     AnyPair::Model(Box::new(model_pair(&m, op, 1 << 16, DbMode::Bf).unwrap()))
@@ -92,6 +93,7 @@ fn alternate(op: OpKind, delays: (u64, u64), both_ends: bool) -> (f64, f64) {
     let m = Model::open(ModelConfig {
         wire_delay_ns: None,
         exec: ExecMode::AfterPost,
+        ..Default::default()
     })
     .unwrap();
     let (mut c, mut s) = model_pair(&m, op, 1 << 16, DbMode::Bf).unwrap();

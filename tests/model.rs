@@ -93,11 +93,19 @@ fn write_and_write_with_immediate() {
     direct::write(a, b);
 }
 
+/// Both atomic byte orders a ConnectX may use: host order (the default, what `IBV_ATOMIC_HCA`
+/// means) and big-endian words.
 #[test]
 fn read_and_atomics() {
-    let mut p = pair();
-    let (a, b) = ends(&mut p);
-    direct::read_and_atomics(a, b);
+    for big in [false, true] {
+        let cfg = ModelConfig {
+            atomic_big_endian: big,
+            ..Default::default()
+        };
+        let mut p = pair_with(cfg, ModelQpCaps::default(), 256, DbMode::Bf, ModelConnect::default());
+        let (a, b) = ends(&mut p);
+        direct::read_and_atomics(a, b, big);
+    }
 }
 
 fn pair() -> Pair {
@@ -475,8 +483,9 @@ fn random_operation_sequences_match_a_reference() {
             }
             2 => {
                 let add = rnd() % 1000;
-                let cur = u64::from_be_bytes(reference[off..off + 8].try_into().unwrap());
-                reference[off..off + 8].copy_from_slice(&cur.wrapping_add(add).to_be_bytes());
+                // model0's default: atomics on host-order words (IBV_ATOMIC_HCA)
+                let cur = u64::from_ne_bytes(reference[off..off + 8].try_into().unwrap());
+                reference[off..off + 8].copy_from_slice(&cur.wrapping_add(add).to_ne_bytes());
                 let res = sge(&p.a.mr, 60000, 8);
                 let w = Wqe::atomic_fa(p.b.mr.addr() + off as u64, p.b.mr.rkey(), add, &res);
                 p.a.q.sq.post(&if signaled { w.signaled() } else { w })

@@ -10,8 +10,11 @@
 //! run against each other through the model, exchanging QP number, rkey and address as with
 //! real hosts. Results on model0 are about the tool and the data path, never about a NIC.
 //!
-//! Semantics follow mlx5 where the IB spec leaves a choice: atomics operate on big-endian 64-bit
-//! words, and the old value is returned big-endian.
+//! Semantics follow mlx5 where the IB spec leaves a choice. Atomics: a ConnectX works on the
+//! 64-bit word in host byte order when its `atomic_req_8B_endianness_mode` says so (and only then
+//! does the kernel advertise `IBV_ATOMIC_HCA`), else big-endian; model0 does either
+//! ([`ModelConfig::atomic_big_endian`], default host order) and its uverbs device advertises
+//! the capability that goes with it.
 
 pub mod shm;
 mod user;
@@ -130,6 +133,9 @@ pub struct ModelConfig {
     pub wire_delay_ns: Option<u64>,
     /// When WQEs execute.
     pub exec: ExecMode,
+    /// Atomics on big-endian words (a ConnectX in its default endianness mode, whose kernel
+    /// driver then advertises no atomic capability), instead of host-order words (`IBV_ATOMIC_HCA`).
+    pub atomic_big_endian: bool,
 }
 
 impl Default for ModelConfig {
@@ -137,6 +143,7 @@ impl Default for ModelConfig {
         ModelConfig {
             wire_delay_ns: None,
             exec: ExecMode::Inline,
+            atomic_big_endian: false,
         }
     }
 }
@@ -209,7 +216,9 @@ struct QpHdr {
     scatter_cqe: u32,
     /// The user index libmlx5 gave the QP (CQE version 1 names the QP by it), 0 otherwise.
     uidx: u32,
-    _pad_sq: [u8; 24],
+    /// 1: atomics on this QP's memory (as responder) use big-endian words; 0: host order.
+    atomic_be: u32,
+    _pad_sq: [u8; 20],
     sq_ci: AtomicU32,
     sq_lock: AtomicU32,
     kicks: AtomicU32,
@@ -568,6 +577,7 @@ impl Model {
             (*h).db_off = q.db.1;
             (*h).scatter_cqe = q.scatter_cqe;
             (*h).uidx = q.uidx;
+            (*h).atomic_be = self.inner.cfg.atomic_big_endian as u32;
         }
         let h: &QpHdr = hdr(&shm);
         h.rnr_retry.store(7, Ordering::Relaxed);
@@ -1085,8 +1095,12 @@ fn push_cqe(m: &Model, cq: &Shm, c: CqeOut) {
     b[32..36].copy_from_slice(&(c.uidx & 0xff_ffff).to_be_bytes());
     b[36..40].copy_from_slice(&c.imm.to_ne_bytes());
     b[44..48].copy_from_slice(&c.byte_cnt.to_be_bytes());
-    let q = if c.op == cqe_op::REQ_ERR || c.op == cqe_op::RESP_ERR {
+    // sop_drop_qpn: a requester CQE carries the WQE's opcode in its top byte (libmlx5 takes the
+    // work completion's opcode from it), as does an error CQE (s_wqe_opcode_qpn)
+    if c.op == cqe_op::REQ_ERR || c.op == cqe_op::RESP_ERR {
         b[55] = c.syndrome;
+    }
+    let q = if c.op == cqe_op::REQ || c.op == cqe_op::REQ_ERR || c.op == cqe_op::RESP_ERR {
         ((c.wqe_opcode as u32) << 24) | (c.qpn & 0xff_ffff)
     } else {
         c.qpn & 0xff_ffff
@@ -1523,18 +1537,21 @@ fn run_one(m: &Model, me: &QpHdr, d: &Decoded, buf: &[u8; 1024]) -> Outcome {
             // SAFETY: an 8-byte aligned word inside the responder's region (checked above);
             // shared memory is accessed atomically by every process.
             let word = unsafe { &*(r.ptr as *const AtomicU64) };
-            // The word is big-endian in memory, as on mlx5.
+            // The word's byte order is the responder device's (big-endian or host order); the
+            // old value goes back in the same order.
+            let big = ph.atomic_be != 0;
+            let order = |v: u64| if big { v.to_be() } else { v };
             let old_be = if d.opcode == opcode::ATOMIC_FA {
                 let mut cur = word.load(Ordering::Acquire);
                 loop {
-                    let new = (u64::from_be(cur).wrapping_add(swap_add)).to_be();
+                    let new = order(order(cur).wrapping_add(swap_add));
                     match word.compare_exchange_weak(cur, new, Ordering::AcqRel, Ordering::Acquire) {
                         Ok(v) => break v,
                         Err(v) => cur = v,
                     }
                 }
             } else {
-                match word.compare_exchange(compare.to_be(), swap_add.to_be(), Ordering::AcqRel, Ordering::Acquire) {
+                match word.compare_exchange(order(compare), order(swap_add), Ordering::AcqRel, Ordering::Acquire) {
                     Ok(v) | Err(v) => v,
                 }
             };
@@ -1629,6 +1646,7 @@ fn run_sq(m: &Model, q: &Shm) {
                             uidx: h.uidx,
                             wqe_counter: d.idx,
                             byte_cnt,
+                            wqe_opcode: d.opcode,
                             ..Default::default()
                         },
                     );

@@ -25,6 +25,9 @@ pub const DEV_PATH: &str = "/dev/infiniband/uverbs_model0";
 const PAGE: usize = 4096;
 /// BlueFlame registers: 16 in 8 UAR pages (2 per page, `bf_reg_size` 512, halves of 256 B).
 const TOT_BFREGS: u32 = 16;
+/// Dynamic BlueFlame registers (dedicated ones for thread domains, `ibv_alloc_td`): libmlx5 maps
+/// them page by page with `MLX5_IB_MMAP_ALLOC_WC`, 2 per page.
+const DYN_BFREGS: u32 = 32;
 const BF_REG_SIZE: u32 = 512;
 /// IB QP states.
 const QPS_RESET: u8 = 0;
@@ -66,7 +69,9 @@ struct Ctx {
 unsafe impl Send for Ctx {}
 
 static CTXS: Mutex<Vec<(c_int, Option<Ctx>)>> = Mutex::new(Vec::new());
-static QPS: Mutex<Vec<(u32, Weak<ModelQp>)>> = Mutex::new(Vec::new());
+/// The QPs made through this device in this process: number, the model's QP, and the last send
+/// doorbell record [`progress`] delivered for it.
+static QPS: Mutex<Vec<(u32, Weak<ModelQp>, u32)>> = Mutex::new(Vec::new());
 static MODEL: Mutex<Option<Model>> = Mutex::new(None);
 
 /// The model new contexts use (the run's, with its execution mode and wire delay).
@@ -79,8 +84,29 @@ pub fn model_qp(qpn: u32) -> Option<Weak<ModelQp>> {
     QPS.lock()
         .unwrap_or_else(|p| p.into_inner())
         .iter()
-        .find(|(n, _)| *n == qpn)
-        .map(|(_, w)| w.clone())
+        .find(|(n, _, _)| *n == qpn)
+        .map(|(_, w, _)| w.clone())
+}
+
+/// Lets model0 execute what libmlx5 rang on this process's QPs (the wire, then the WQEs, for
+/// each QP whose send doorbell record moved; a sender stalled on RNR goes on): what a program
+/// polling a model0 CQ through libibverbs needs, since no thread watches the doorbells. The
+/// verbs layer's CQ polling calls it on model0; the measured backends use their own hooks.
+pub fn progress() {
+    let qps: Vec<(usize, Arc<ModelQp>, u32)> = QPS
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .iter()
+        .enumerate()
+        .filter_map(|(i, (_, w, seen))| Some((i, w.upgrade()?, *seen)))
+        .collect();
+    for (i, q, mut seen) in qps {
+        q.deliver_if_rung(&mut seen);
+        let mut t = QPS.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(e) = t.get_mut(i).filter(|e| e.0 == q.qpn()) {
+            e.2 = seen;
+        }
+    }
 }
 
 fn errno_of<T>(e: impl std::fmt::Display, errno: c_int) -> Result<T, c_int> {
@@ -131,11 +157,13 @@ pub(super) fn mmap_device(fd: c_int, len: usize, off: libc::off_t) -> Result<*mu
     let pgoff = off as u64 / PAGE as u64;
     let cmd = (pgoff >> 8) & 0xff;
     let index = (pgoff & 0xff) | ((pgoff >> 16) << 8);
-    let ok = matches!(
-        cmd as u32,
-        k::MLX5_IB_MMAP_REGULAR_PAGE | k::MLX5_IB_MMAP_WC_PAGE | k::MLX5_IB_MMAP_NC_PAGE
-    );
-    if !ok || len != PAGE || index >= (TOT_BFREGS / 2) as u64 {
+    let pages = match cmd as u32 {
+        k::MLX5_IB_MMAP_REGULAR_PAGE | k::MLX5_IB_MMAP_WC_PAGE | k::MLX5_IB_MMAP_NC_PAGE => TOT_BFREGS / 2,
+        // libmlx5 counts its dynamic pages on from the static ones
+        k::MLX5_IB_MMAP_ALLOC_WC => (TOT_BFREGS + DYN_BFREGS) / 2,
+        _ => 0,
+    };
+    if len != PAGE || index >= pages as u64 {
         return errno_of(
             format!("fd {fd}: mmap of command {cmd} index {index}, {len} bytes: not a UAR page model0 has"),
             libc::EINVAL,
@@ -314,11 +342,11 @@ pub(super) fn command(fd: c_int, b: &[u8]) -> Result<(), c_int> {
     match (c.op, c.ex) {
         (k::IB_USER_VERBS_CMD_QUERY_DEVICE, false) => {
             legacy::<k::ib_uverbs_query_device, k::ib_uverbs_query_device_resp>(&mut c, true);
-            c.resp.put(bytes(&device_attr()), &[])
+            c.resp.put(bytes(&device_attr(&ctx.model)), &[])
         }
         (k::IB_USER_VERBS_EX_CMD_QUERY_DEVICE, true) => {
             let mut r = k::ib_uverbs_ex_query_device_resp {
-                base: device_attr(),
+                base: device_attr(&ctx.model),
                 ..Default::default()
             };
             r.response_length = (size_of::<k::ib_uverbs_ex_query_device_resp>().min(c.resp.core)) as u32;
@@ -448,6 +476,10 @@ pub(super) fn command(fd: c_int, b: &[u8]) -> Result<(), c_int> {
                 return errno_of(format!("QUERY_QP of unknown handle {}", q.qp_handle), libc::EINVAL);
             };
             let mut a: k::ib_uverbs_query_qp_resp = rd(bytes(&e.attr), 0);
+            // the model moves a QP to error on a failed WQE, as a NIC does
+            if e.qp.state() == crate::model::state::ERR {
+                a.qp_state = QPS_ERR;
+            }
             a.cur_qp_state = a.qp_state;
             c.resp.put(bytes(&a), &[])
         }
@@ -502,12 +534,15 @@ fn get_context(c: &Cmd<'_>) -> Result<(), c_int> {
         response_length: size_of::<k::mlx5_ib_alloc_ucontext_resp>() as u32,
         log_uar_size: 12,
         num_uars_per_page: 1,
+        num_dyn_bfregs: DYN_BFREGS,
         ..Default::default()
     };
     c.resp.put(bytes(&r), bytes(&d))
 }
 
-fn device_attr() -> k::ib_uverbs_query_device_resp {
+/// What a ConnectX-5 reports, with model0's limits; atomics: `IBV_ATOMIC_HCA` when model0 works
+/// on host-order words, none when on big-endian ones (as the mlx5 kernel driver advertises).
+fn device_attr(m: &Model) -> k::ib_uverbs_query_device_resp {
     k::ib_uverbs_query_device_resp {
         fw_ver: (16u64 << 32) | (35 << 16) | 1000,
         node_guid: 0x0000_0000_0000_0001u64.to_be(),
@@ -529,7 +564,11 @@ fn device_attr() -> k::ib_uverbs_query_device_resp {
         max_qp_rd_atom: 16,
         max_res_rd_atom: 16 << 18,
         max_qp_init_rd_atom: 16,
-        atomic_cap: crate::sys::IBV_ATOMIC_HCA,
+        atomic_cap: if m.config().atomic_big_endian {
+            crate::sys::IBV_ATOMIC_NONE
+        } else {
+            crate::sys::IBV_ATOMIC_HCA
+        },
         max_pkeys: 128,
         local_ca_ack_delay: 16,
         phys_port_cnt: 1,
@@ -678,7 +717,8 @@ fn create_qp(ctx: &mut Ctx, c: &Cmd<'_>, q: &k::ib_uverbs_ex_create_qp, ex: bool
             libc::EOPNOTSUPP,
         );
     }
-    if d.flags & !(k::MLX5_QP_FLAG_SCATTER_CQE | k::MLX5_QP_FLAG_SIGNATURE) != 0 {
+    let known = k::MLX5_QP_FLAG_SCATTER_CQE | k::MLX5_QP_FLAG_SIGNATURE | k::MLX5_QP_FLAG_BFREG_INDEX;
+    if d.flags & !known != 0 {
         return errno_of(format!("CREATE_QP with mlx5 flags {:#x}", d.flags), libc::EOPNOTSUPP);
     }
     if d.flags & k::MLX5_QP_FLAG_SIGNATURE != 0 {
@@ -728,7 +768,7 @@ fn create_qp(ctx: &mut Ctx, c: &Cmd<'_>, q: &k::ib_uverbs_ex_create_qp, ex: bool
     let qpn = qp.qpn();
     QPS.lock()
         .unwrap_or_else(|p| p.into_inner())
-        .push((qpn, Arc::downgrade(&qp)));
+        .push((qpn, Arc::downgrade(&qp), 0));
     let r = k::ib_uverbs_create_qp_resp {
         qp_handle: h,
         qpn,
@@ -779,7 +819,9 @@ fn create_qp(ctx: &mut Ctx, c: &Cmd<'_>, q: &k::ib_uverbs_ex_create_qp, ex: bool
 fn destroy_qp_ent(ctx: &mut Ctx, h: u32) {
     if let Some(e) = ctx.qps.remove(&h) {
         let qpn = e.qp.qpn();
-        QPS.lock().unwrap_or_else(|p| p.into_inner()).retain(|(n, _)| *n != qpn);
+        QPS.lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .retain(|(n, _, _)| *n != qpn);
         drop(e.qp);
         release_db(ctx, e.db);
     }

@@ -241,6 +241,10 @@ pub struct Context {
 impl Context {
     /// Opens a device by name.
     pub fn open(name: &str) -> Result<Self> {
+        #[cfg(target_os = "linux")]
+        if name == crate::uverbs::IBDEV {
+            return Self::open_model0();
+        }
         DeviceList::get()?.open(name)
     }
 

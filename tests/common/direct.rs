@@ -125,8 +125,18 @@ pub fn write<H: RingHook>(a: End<'_, H>, b: End<'_, H>) {
     assert_eq!(got, &data[..100]);
 }
 
-/// RDMA READ; fetch-and-add; compare-and-swap hit and miss (big-endian words, as on mlx5); NOP.
-pub fn read_and_atomics<H: RingHook>(a: End<'_, H>, b: End<'_, H>) {
+/// RDMA READ; fetch-and-add; compare-and-swap hit and miss; NOP. `big_endian`: the device's
+/// atomics work on big-endian words (a ConnectX in its default mode, or model0 so configured),
+/// else on host-order ones (what `IBV_ATOMIC_HCA` means on mlx5).
+pub fn read_and_atomics<H: RingHook>(a: End<'_, H>, b: End<'_, H>, big_endian: bool) {
+    let enc = |v: u64| if big_endian { v.to_be_bytes() } else { v.to_ne_bytes() };
+    let dec = |w: [u8; 8]| {
+        if big_endian {
+            u64::from_be_bytes(w)
+        } else {
+            u64::from_ne_bytes(w)
+        }
+    };
     let data = pattern(4096, 5);
     b.mem.write(8192, &data);
     let s = a.mem.sge(0, 4096);
@@ -136,24 +146,24 @@ pub fn read_and_atomics<H: RingHook>(a: End<'_, H>, b: End<'_, H>) {
     let mut got = vec![0u8; 4096];
     a.mem.read(0, &mut got);
     assert_eq!(got, data);
-    b.mem.write(64, &1000u64.to_be_bytes());
+    b.mem.write(64, &enc(1000));
     let res = a.mem.sge(5000, 8);
     a.sq.post_and_ring(&Wqe::atomic_fa(b.mem.addr + 64, b.mem.rkey, 7, &res).signaled())
         .unwrap();
     next(a.cq).unwrap();
     let mut w = [0u8; 8];
     a.mem.read(5000, &mut w);
-    assert_eq!(u64::from_be_bytes(w), 1000);
+    assert_eq!(dec(w), 1000);
     b.mem.read(64, &mut w);
-    assert_eq!(u64::from_be_bytes(w), 1007);
+    assert_eq!(dec(w), 1007);
     for (compare, expect_old, expect_now) in [(1007u64, 1007u64, 5u64), (1007, 5, 5)] {
         let wqe = Wqe::atomic_cs(b.mem.addr + 64, b.mem.rkey, compare, 5, &res).signaled();
         a.sq.post_and_ring(&wqe).unwrap();
         next(a.cq).unwrap();
         a.mem.read(5000, &mut w);
-        assert_eq!(u64::from_be_bytes(w), expect_old);
+        assert_eq!(dec(w), expect_old);
         b.mem.read(64, &mut w);
-        assert_eq!(u64::from_be_bytes(w), expect_now);
+        assert_eq!(dec(w), expect_now);
     }
     let i = a.sq.post_and_ring(&Wqe::nop().signaled()).unwrap();
     assert_eq!(next(a.cq).unwrap().wqe_counter, i);
