@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # harness/test.sh: the whole test suite, as CI runs it. Installs what it needs (harness/setup.sh),
-# then: formatting, clippy (-D warnings), the no_std core build, every host test, the
-# rdma-core comparison (harness/compare-rdma-core.sh against a second install), and the
-# Soft-RoCE lane (device tests on rxe0 in a qemu guest, harness/softroce.sh).
+# then: formatting, clippy (-D warnings), the no_std core build, every host test, the device
+# tests on model0 through libibverbs + libmlx5, the rdma-core comparison on model0 (rdma-core 44
+# against 56.1 built from source: harness/rdma-core-56.sh, harness/compare-rdma-core.sh), and
+# the Soft-RoCE lane (device tests on rxe0 in a qemu guest, harness/softroce.sh).
 #   RDMAPROBE_SKIP_SOFTROCE=1 skips the guest lane (and says so).
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
@@ -40,28 +41,23 @@ status=${PIPESTATUS[0]}
 host_passed=$(sed -nE 's/^test result: ok\. ([0-9]+) passed.*/\1/p' "$host_log" | awk '{s+=$1} END {print s+0}')
 host_ignored=$(sed -nE 's/^test result: .* ([0-9]+) ignored.*/\1/p' "$host_log" | awk '{s+=$1} END {print s+0}')
 
-say "rdma-core comparison lane: harness/compare-rdma-core.sh, the system's rdma-core against a second install"
-# The second install: the same version's Debian packages unpacked into a directory (what a
-# vendor's /opt/rdma-core-NN is to the script). On model0 the post path does not go through
-# libibverbs, so this checks the mechanism: two builds, each loading its own libibverbs, both
-# runs compared, the difference named, a verdict given.
-work=${RDMAPROBE_WORK:-/var/tmp/rdmaprobe-work}
-second=$work/rdma-core-second
-if [[ ! -f $second/usr/include/infiniband/verbs.h ]]; then
-  rm -rf "$second" && mkdir -p "$second/deb"
-  (cd "$second/deb" && apt-get download libibverbs-dev libibverbs1 ibverbs-providers >/dev/null 2>&1) ||
-    die "apt-get download of the rdma-core packages for the second install"
-  for d in "$second"/deb/*.deb; do dpkg-deb -x "$d" "$second"; done
-fi
+say "rdma-core comparison lane: harness/compare-rdma-core.sh, rdma-core 44 (the system's) against 56.1 on model0"
+# The second install: rdma-core 56.1 built from Debian trixie's source into a prefix (cached in
+# the work directory). Both builds run the three backends on model0, verbs and wr through their
+# own libmlx5 (44 and 56.1), direct as the control that does not change; 3 runs per side,
+# alternated, with a BASE-against-BASE control.
+second=$("$repo/harness/rdma-core-56.sh") || die "building rdma-core 56.1 (harness/rdma-core-56.sh)"
 cmp_log=$(mktemp)
 set +e
-COMPARE_ARGS="--metric p50,bw --threshold 25" "$repo/harness/compare-rdma-core.sh" system "$second" >"$cmp_log" 2>&1
+"$repo/harness/compare-rdma-core.sh" system "$second" --runs 3 >"$cmp_log" 2>&1
 cmp_rc=$?
 set -e
 cat "$cmp_log"
 ((cmp_rc == 0 || cmp_rc == 1)) || die "compare-rdma-core.sh exited $cmp_rc (no verdict)"
-grep -q "libibverbs_loaded.*$second/usr/lib" "$cmp_log" ||
-  die "compare did not name the second install's libibverbs among the environment differences"
+grep -q "libibverbs_loaded.*$second/lib/libibverbs.so.1.14.56" "$cmp_log" ||
+  die "compare did not name rdma-core 56.1's libibverbs among the environment differences"
+grep -q "^post_cost write verbs 8B .*postlist=8 " "$cmp_log" ||
+  die "compare has no post-cost row of the verbs backend on model0"
 rm -f "$cmp_log"
 
 guest_passed=0
