@@ -284,11 +284,12 @@ impl<H: RingHook> Sq<H> {
                     Payload::None => {}
                     Payload::Gather(segs) => {
                         let mut d = p as *mut DataSeg;
-                        for s in segs {
+                        for s in segs.iter().filter(|s| s.byte_count.get() != 0) {
                             ptr::write(d, *s);
                             d = d.add(1);
                         }
                     }
+                    Payload::Inline([]) => {}
                     Payload::Inline(bytes) => {
                         let hdr = InlineHdr {
                             byte_count: Be32::new(bytes.len() as u32 | INLINE_SEG),
@@ -315,11 +316,12 @@ impl<H: RingHook> Sq<H> {
                 match w.payload {
                     Payload::None => {}
                     Payload::Gather(segs) => {
-                        for s in segs {
+                        for s in segs.iter().filter(|s| s.byte_count.get() != 0) {
                             ptr::write(self.unit(start, u) as *mut _, *s);
                             u += 1;
                         }
                     }
+                    Payload::Inline([]) => {}
                     Payload::Inline(bytes) => self.write_inline(start, u, bytes),
                 }
             }
@@ -361,9 +363,10 @@ impl<H: RingHook> Sq<H> {
     /// 1. `udma_to_device_barrier`: WQE stores before the doorbell record.
     /// 2. doorbell record `dbrec[1] = be32(pi & 0xffff)`.
     /// 3. `mmio_wc_start` (`sfence`): the record before the write-combining register stores.
-    /// 4. BlueFlame (one WQE of at most 256 B posted since the last ring, mode `bf*`): the WQE
-    ///    copied in ascending 64-byte chunks of 8-byte stores; else the 8-byte doorbell store of
-    ///    the last WQE's first 8 bytes.
+    /// 4. BlueFlame (one WQE of more than one and at most 256/16 units posted since the last
+    ///    ring, mode `bf*`; a WQE of the control segment alone is rung with the doorbell, as
+    ///    libmlx5's `post_send_db` does, `size > 1`): the WQE copied in ascending 64-byte chunks
+    ///    of 8-byte stores; else the 8-byte doorbell store of the last WQE's first 8 bytes.
     /// 5. `mmio_flush_writes` (`sfence`) except in `bf-nofence` mode.
     /// 6. The BlueFlame offset toggles.
     #[inline(always)]
@@ -378,8 +381,11 @@ impl<H: RingHook> Sq<H> {
         unsafe { ptr::write_volatile(self.cfg.dbrec.add(1), (self.pi() & 0xffff).to_be()) };
         mmio_wc_start();
         let reg = self.cfg.bf_reg.wrapping_add(self.bf_offset() as usize) as *mut u64;
+        // SAFETY: the last WQE's control segment is in the ring; byte 7 is its DS.
+        let ds = unsafe { ptr::read(self.unit(start, 0).add(7)) } & 0x3f;
         let use_bf = self.mode != DbMode::Db
             && self.last_start == self.pi().wrapping_sub(self.pending)
+            && ds > 1
             && (nbb as usize) * WQEBB <= self.cfg.bf_size as usize;
         if use_bf {
             for b in 0..nbb {
@@ -554,11 +560,13 @@ impl<H: RingHook> Sq<H> {
         mmio_wc_start();
         let bf_offset = self.bf_offset();
         let reg = self.cfg.bf_reg.wrapping_add(bf_offset as usize) as *mut u64;
+        // A WQE of the control segment alone (DS 1, byte 7 of the image) takes the doorbell.
+        let bf = self.mode != DbMode::Db && (w.words[0] >> 56) & 0x3f > 1;
         // SAFETY: the register takes 64 bytes at bf_offset in the BlueFlame modes (bf_size is 256
-        // there, see `new`) and 8 bytes in `db` mode; `body` is 6 words of the image.
+        // there, see `new`) and 8 bytes otherwise; `body` is 6 words of the image.
         unsafe {
             ptr::write_volatile(reg, lo);
-            if self.mode != DbMode::Db {
+            if bf {
                 ptr::write_volatile(reg.add(1), hi);
                 for q in 0..6 {
                     ptr::write_volatile(reg.add(2 + q), ptr::read(body.add(q)));
@@ -643,11 +651,12 @@ impl Prepared {
             match w.payload {
                 Payload::None => {}
                 Payload::Gather(segs) => {
-                    for s in segs {
+                    for s in segs.iter().filter(|s| s.byte_count.get() != 0) {
                         ptr::write_unaligned(base.add(off) as *mut DataSeg, *s);
                         off += 16;
                     }
                 }
+                Payload::Inline([]) => {}
                 Payload::Inline(bytes) => {
                     let hdr = InlineHdr {
                         byte_count: Be32::new(bytes.len() as u32 | INLINE_SEG),

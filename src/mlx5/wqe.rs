@@ -21,7 +21,20 @@ impl Payload<'_> {
     pub const fn ds(&self) -> u32 {
         match self {
             Payload::None => 0,
-            Payload::Gather(s) => s.len() as u32,
+            // zero-length entries take no segment, an empty inline payload no header, as
+            // libmlx5 builds them (providers/mlx5/qp.c: set_data_ptr_seg only for a non-zero
+            // length; set_data_inl_seg writes nothing for 0 bytes)
+            Payload::Gather(s) => {
+                let (mut n, mut i) = (0, 0);
+                while i < s.len() {
+                    if s[i].byte_count.get() != 0 {
+                        n += 1;
+                    }
+                    i += 1;
+                }
+                n
+            }
+            Payload::Inline([]) => 0,
             Payload::Inline(b) => (4 + b.len() as u32).div_ceil(16),
         }
     }
@@ -194,12 +207,18 @@ mod tests {
         assert_eq!(Wqe::atomic_fa(0, 0, 1, &one).ds(), 4);
         assert_eq!(Wqe::atomic_cs(0, 0, 1, 2, &one).wqebbs(), 1);
         assert_eq!(Wqe::nop().ds(), 1);
-        // inline WRITE of n bytes = 32 + align(n + 4, 16) bytes
-        for n in [0usize, 1, 12, 13, 60, 100, 220] {
+        // inline WRITE of n bytes = 32 + align(n + 4, 16) bytes; 0 bytes: no inline segment at
+        // all, as libmlx5 (tests/oracle.rs compares the two)
+        for n in [1usize, 12, 13, 60, 100, 220] {
             let data = [0u8; 256];
             let w = Wqe::write(0, 0, Payload::Inline(&data[..n]));
             assert_eq!(w.ds() as usize * 16, 32 + (n + 4).div_ceil(16) * 16, "n={n}");
         }
+        assert_eq!(Wqe::write(0, 0, Payload::Inline(&[])).ds(), 2);
+        // zero-length gather entries take no segment
+        let mixed = [DataSeg::new(0x1000, 7, 0), DataSeg::new(0x2000, 7, 8), DataSeg::new(0x3000, 7, 0)];
+        assert_eq!(Wqe::send(Payload::Gather(&mixed)).ds(), 2);
+        assert_eq!(Wqe::read(0, 0, &mixed[..1]).ds(), 2);
         let data = [0u8; 200];
         assert_eq!(Wqe::send(Payload::Inline(&data)).wqebbs(), 4); // 16 + 208 = 224 B
     }

@@ -594,7 +594,7 @@ impl Model {
             pending: Arc::new(Pending(AtomicBool::new(false))),
             model: self.clone(),
             _cqs: (cqs.0.shm.clone(), cqs.1.shm.clone()),
-            user,
+            user: Mutex::new(user),
         }
     }
 
@@ -830,7 +830,9 @@ pub struct ModelQp {
     pending: Arc<Pending>,
     model: Model,
     _cqs: (Arc<Shm>, Arc<Shm>),
-    user: Option<user::Pinned>,
+    /// The program's memory it is mapped over (a QP made through libmlx5), given back at once
+    /// by [`ModelQp::release_user_memory`] even while others still hold the QP.
+    user: Mutex<Option<user::Pinned>>,
 }
 
 // SAFETY: shared memory and atomics; may move between threads.
@@ -964,7 +966,8 @@ impl ModelQp {
 
 impl Drop for ModelQp {
     fn drop(&mut self) {
-        retire(&self.shm, self.user.take(), &self.model.inner.qps, self.qpn);
+        let pin = self.user.get_mut().unwrap_or_else(|p| p.into_inner()).take();
+        retire(&self.shm, pin, &self.model.inner.qps, self.qpn);
     }
 }
 

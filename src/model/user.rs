@@ -268,6 +268,18 @@ impl ModelQp {
         super::deliver_now(&self.model, &self.shm);
     }
 
+    /// Destruction through libibverbs: the QP leaves service and the program gets its memory
+    /// back now, before libmlx5 frees it, even while another thread still holds this QP (a
+    /// concurrent `uverbs::progress`, a backend's handle): from here on the model reaches the
+    /// rings only through its own object file, never the program's addresses.
+    pub fn release_user_memory(&self) {
+        hdr::<ObjHdr>(&self.shm).valid.store(0, Ordering::Release);
+        let pin = self.user.lock().unwrap_or_else(|p| p.into_inner()).take();
+        if let Some(p) = pin {
+            p.release(&self.shm);
+        }
+    }
+
     /// Back to RESET (libmlx5 then starts its rings over at index 0): the model's consumer
     /// indices follow.
     pub fn reset(&self) {

@@ -49,6 +49,8 @@ struct CqEnt {
 struct QpEnt {
     qp: Arc<ModelQp>,
     db: usize,
+    /// The BlueFlame register given to it (0..TOT_BFREGS).
+    bfreg: u32,
     send_cq: u32,
     recv_cq: u32,
     attr: k::ib_uverbs_query_qp_resp,
@@ -63,6 +65,10 @@ struct Ctx {
     cqs: HashMap<u32, CqEnt>,
     qps: HashMap<u32, QpEnt>,
     dbs: HashMap<usize, DbRef>,
+    /// QPs per BlueFlame register, and how many registers (the last ones) are low-latency
+    /// (dedicated to one QP each), as GET_CONTEXT asked.
+    bfreg_users: [u32; TOT_BFREGS as usize],
+    low_latency: u32,
 }
 
 // SAFETY: the context is only reached under `CTXS`' lock; its model objects are shared memory.
@@ -324,8 +330,10 @@ pub(super) fn command(fd: c_int, b: &[u8]) -> Result<(), c_int> {
             Some(m) => m,
             None => Model::open(Default::default()).or_else(|e| errno_of(e, libc::ENODEV))?,
         };
-        get_context(&c)?;
+        let low_latency = get_context(&c)?;
         slot.1 = Some(Ctx {
+            bfreg_users: [0; TOT_BFREGS as usize],
+            low_latency,
             model,
             next: 1,
             pds: HashMap::new(),
@@ -507,8 +515,18 @@ fn handle(ctx: &mut Ctx) -> u32 {
     ctx.next
 }
 
-fn get_context(c: &Cmd<'_>) -> Result<(), c_int> {
+/// Answers GET_CONTEXT; returns how many low-latency BlueFlame registers libmlx5 asked for.
+fn get_context(c: &Cmd<'_>) -> Result<u32, c_int> {
     let req: k::mlx5_ib_alloc_ucontext_req_v2 = rd(c.drv, 0);
+    if req.total_num_bfregs > TOT_BFREGS || req.num_low_latency_bfregs >= TOT_BFREGS {
+        return errno_of(
+            format!(
+                "GET_CONTEXT asks {} BlueFlame registers, {} of them low-latency: model0 has {TOT_BFREGS}",
+                req.total_num_bfregs, req.num_low_latency_bfregs
+            ),
+            libc::EINVAL,
+        );
+    }
     // SAFETY: an eventfd nobody signals: model0 raises no asynchronous events.
     let async_fd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK) };
     if async_fd < 0 {
@@ -537,7 +555,22 @@ fn get_context(c: &Cmd<'_>) -> Result<(), c_int> {
         num_dyn_bfregs: DYN_BFREGS,
         ..Default::default()
     };
-    c.resp.put(bytes(&r), bytes(&d))
+    c.resp.put(bytes(&r), bytes(&d))?;
+    Ok(req.num_low_latency_bfregs)
+}
+
+/// A BlueFlame register for a new QP, as the mlx5 kernel driver allocates them: a free
+/// low-latency one (the last `low_latency`, one QP each), else the least used medium one, else
+/// register 0 (no BlueFlame, doorbells only). Returns the register and the index libmlx5 takes
+/// (`bfs[]` counts 4 registers per UAR page, 2 of them usable: the kernel's adjust_bfregn).
+fn alloc_bfreg(ctx: &mut Ctx) -> (u32, u32) {
+    let first_low = TOT_BFREGS - ctx.low_latency;
+    let n = (first_low..TOT_BFREGS)
+        .find(|&i| ctx.bfreg_users[i as usize] == 0)
+        .or_else(|| (1..first_low).min_by_key(|&i| ctx.bfreg_users[i as usize]))
+        .unwrap_or(0);
+    ctx.bfreg_users[n as usize] += 1;
+    (n, n / 2 * 4 + n % 2)
 }
 
 /// What a ConnectX-5 reports, with model0's limits; atomics: `IBV_ATOMIC_HCA` when model0 works
@@ -779,8 +812,9 @@ fn create_qp(ctx: &mut Ctx, c: &Cmd<'_>, q: &k::ib_uverbs_ex_create_qp, ex: bool
         max_inline_data: q.max_inline_data,
         ..Default::default()
     };
+    let (bfreg, bfreg_index) = alloc_bfreg(ctx);
     let dr = k::mlx5_ib_create_qp_resp {
-        bfreg_index: 1,
+        bfreg_index,
         ..Default::default()
     };
     let attr = k::ib_uverbs_query_qp_resp {
@@ -799,6 +833,7 @@ fn create_qp(ctx: &mut Ctx, c: &Cmd<'_>, q: &k::ib_uverbs_ex_create_qp, ex: bool
         QpEnt {
             qp,
             db: page,
+            bfreg,
             send_cq,
             recv_cq,
             attr,
@@ -822,8 +857,12 @@ fn destroy_qp_ent(ctx: &mut Ctx, h: u32) {
         QPS.lock()
             .unwrap_or_else(|p| p.into_inner())
             .retain(|(n, _, _)| *n != qpn);
+        // libmlx5 frees the buffer when this command returns: the memory goes back now, whoever
+        // still holds the QP (a concurrent progress call, a backend) keeps only the model's file
+        e.qp.release_user_memory();
         drop(e.qp);
         release_db(ctx, e.db);
+        ctx.bfreg_users[e.bfreg as usize] -= 1;
     }
 }
 

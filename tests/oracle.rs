@@ -1,0 +1,665 @@
+//! The differential oracle: the direct path against the provider that runs on ConnectX.
+//!
+//! Random work requests (every RC opcode rdmaprobe builds; 0..=4 gather entries of 0..=2 KiB,
+//! zero-length ones included; inline or not; signalled or not; fence; solicited; immediates)
+//! are posted through the machine's libmlx5 (`ibv_post_send`, and `ibv_wr_*`) on one model0 QP
+//! and through the direct path's builders on a second QP of the same geometry, over several
+//! wraps of the rings. After each post the two WQEs are compared field by field (the control
+//! segment's fields, then every following byte), and so are the doorbell records and what each
+//! side stored into its BlueFlame register. model0 then executes both and the completions are
+//! drained. The CQEs of the libmlx5 QP are decoded twice, by libmlx5's `ibv_poll_cq` and by the
+//! direct path's CQ code (a second view of the same ring), good and error ones, and must agree.
+//!
+//! Differences that are legitimate are listed in `allowed`, each with the rdma-core source line
+//! that makes it so; a mutation of any field the direct path writes fails the comparison (the
+//! test checks its own comparator on every pair).
+//!
+//! Runs on model0 through rdmaprobe's user-space uverbs device (`src/uverbs`): no hardware.
+
+use rdmaprobe::mlx5::cq::{Cq as DirectCq, CqConfig};
+use rdmaprobe::mlx5::seg::DataSeg;
+use rdmaprobe::mlx5::sq::{DbMode, NoHook, Sq, SqConfig};
+use rdmaprobe::mlx5::wqe::{Payload, Wqe};
+use rdmaprobe::sys;
+use rdmaprobe::verbs::{ConnectOpts, Context, Cq, Mr, MrAccess, Op, Pd, Qp, QpCaps, SendFlags, WrBatch};
+use std::time::{Duration, Instant};
+
+const CAPS: QpCaps = QpCaps {
+    max_send_wr: 64,
+    max_recv_wr: 256,
+    max_send_sge: 4,
+    max_recv_sge: 4,
+    max_inline_data: 128,
+};
+const WRS: usize = 1500;
+
+/// What mlx5dv says about a QP's send ring and register, or a CQ's ring.
+struct RawQp {
+    buf: *mut u8,
+    wqe_cnt: u32,
+    dbrec: *mut u32,
+    bf: *mut u8,
+    bf_size: u32,
+}
+
+fn raw_qp(qp: &Qp) -> RawQp {
+    let mut dv = sys::mlx5dv_qp::default();
+    let mut obj = sys::mlx5dv_obj::default();
+    obj.qp.in_ = qp.as_ptr();
+    obj.qp.out = &mut dv;
+    // SAFETY: a live QP of an mlx5 device (model0 through libmlx5); `out` is a valid local.
+    let rc = unsafe { sys::mlx5dv_init_obj(&mut obj, sys::MLX5DV_OBJ_QP as u64) };
+    assert_eq!(rc, 0, "mlx5dv_init_obj(QP)");
+    assert_eq!(dv.sq.stride, 64);
+    RawQp {
+        buf: dv.sq.buf.cast(),
+        wqe_cnt: dv.sq.wqe_cnt,
+        dbrec: dv.dbrec,
+        bf: dv.bf.reg.cast(),
+        bf_size: dv.bf.size,
+    }
+}
+
+fn raw_cq(cq: &Cq, dbrec: *mut u32) -> DirectCq {
+    let mut dv = sys::mlx5dv_cq::default();
+    let mut obj = sys::mlx5dv_obj::default();
+    obj.cq.in_ = cq.as_ptr();
+    obj.cq.out = &mut dv;
+    // SAFETY: a live CQ of an mlx5 device; `out` is a valid local.
+    let rc = unsafe { sys::mlx5dv_init_obj(&mut obj, sys::MLX5DV_OBJ_CQ as u64) };
+    assert_eq!(rc, 0, "mlx5dv_init_obj(CQ)");
+    let cfg = CqConfig {
+        buf: dv.buf.cast(),
+        cqe_cnt: dv.cqe_cnt,
+        cqe_size: dv.cqe_size,
+        // the caller's record: the libmlx5 CQ's own one when the direct path owns the CQ, a
+        // private word for a second view that must not move libmlx5's consumer index
+        dbrec: if dbrec.is_null() { dv.dbrec } else { dbrec },
+        cqn: dv.cqn,
+    };
+    // SAFETY: the CQ's ring from mlx5dv, alive while `cq` is (the test keeps both).
+    unsafe { DirectCq::new(cfg) }.expect("direct view of the CQ")
+}
+
+/// The `len` bytes of the WQE at WQEBB `start` of a ring, following its wrap.
+fn wqe_bytes(r: &RawQp, start: u32, len: usize) -> Vec<u8> {
+    let ring = r.wqe_cnt as usize * 64;
+    let off = (start & (r.wqe_cnt - 1)) as usize * 64;
+    (0..len)
+        // SAFETY: inside the ring (index taken modulo its size).
+        .map(|i| unsafe { *r.buf.add((off + i) % ring) })
+        .collect()
+}
+
+fn pi(r: &RawQp) -> u32 {
+    // SAFETY: the send counter of the QP's doorbell record.
+    u32::from_be(unsafe { std::ptr::read_volatile(r.dbrec.add(1)) })
+}
+
+/// What one post stored into the BlueFlame register: `(offset, bytes)` of the non-zero span
+/// written since the register was cleared (both halves looked at).
+fn reg_written(r: &RawQp) -> Vec<(usize, Vec<u8>)> {
+    let mut out = Vec::new();
+    for half in 0..2 {
+        // SAFETY: the register's two halves, `bf_size` bytes each, in a mapped UAR page.
+        let b: Vec<u8> = (0..r.bf_size as usize)
+            .map(|i| unsafe { std::ptr::read_volatile(r.bf.add(half * r.bf_size as usize + i)) })
+            .collect();
+        if let Some(end) = b.iter().rposition(|&x| x != 0) {
+            out.push((half * r.bf_size as usize, b[..(end + 1).next_multiple_of(8)].to_vec()));
+        }
+    }
+    out
+}
+
+fn clear_reg(r: &RawQp) {
+    for i in 0..2 * r.bf_size as usize {
+        // SAFETY: the register's two halves in a mapped UAR page (plain memory on model0).
+        unsafe { std::ptr::write_volatile(r.bf.add(i), 0) };
+    }
+}
+
+/// One work request, as both sides build it.
+#[derive(Clone, Debug)]
+struct Req {
+    op: u8,                    // 0 WRITE, 1 WRITE_IMM, 2 SEND, 3 SEND_IMM, 4 READ, 5 FETCH_ADD, 6 CMP_SWAP
+    sges: Vec<(usize, usize)>, // (offset in the local MR, length)
+    remote_off: usize,
+    inline: bool,
+    signaled: bool,
+    fence: bool,
+    solicited: bool,
+    imm: u32,
+    add: u64,
+    swap: u64,
+}
+
+struct Rng(u64);
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+}
+
+fn random_req(r: &mut Rng, max_inline: usize, n: usize) -> Req {
+    let op = r.below(7) as u8;
+    let atomic = op >= 5;
+    let mut sges = Vec::new();
+    if atomic {
+        sges.push((8 * r.below(512) as usize, 8));
+    } else {
+        for _ in 0..1 + r.below(4) {
+            // zero-length entries a quarter of the time, else up to 2 KiB
+            let len = if r.below(4) == 0 { 0 } else { 1 + r.below(2048) as usize };
+            sges.push((r.below(8192) as usize, len));
+        }
+    }
+    let total: usize = sges.iter().map(|s| s.1).sum();
+    let inline = op <= 3 && total <= max_inline && r.below(2) == 0;
+    Req {
+        op,
+        sges,
+        remote_off: if atomic {
+            8 * r.below(512) as usize
+        } else {
+            r.below(8192) as usize
+        },
+        inline,
+        // every 8th signalled at least, so the rings drain
+        signaled: n % 8 == 7 || r.below(3) == 0,
+        fence: r.below(8) == 0,
+        solicited: (op == 1 || op == 2 || op == 3) && r.below(4) == 0,
+        imm: r.next() as u32,
+        add: r.next(),
+        swap: r.next(),
+    }
+}
+
+/// The direct path's WQE for `q`.
+fn direct_wqe<'a>(q: &Req, segs: &'a [DataSeg], inl: &'a [u8], remote: (u64, u32)) -> Wqe<'a> {
+    let payload = if q.inline {
+        Payload::Inline(inl)
+    } else {
+        Payload::Gather(segs)
+    };
+    let mut w = match q.op {
+        0 => Wqe::write(remote.0, remote.1, payload),
+        1 => Wqe::write_imm(remote.0, remote.1, q.imm, payload),
+        2 => Wqe::send(payload),
+        3 => Wqe::send_imm(q.imm, payload),
+        4 => Wqe::read(remote.0, remote.1, segs),
+        5 => Wqe::atomic_fa(remote.0, remote.1, q.add, segs),
+        _ => Wqe::atomic_cs(remote.0, remote.1, q.add, q.swap, segs),
+    };
+    if q.signaled {
+        w = w.signaled();
+    }
+    if q.fence {
+        w = w.fence();
+    }
+    if q.solicited {
+        w = w.solicited();
+    }
+    w
+}
+
+/// The legitimate differences: byte ranges of a WQE that libmlx5 leaves unwritten (stale ring
+/// contents) where the direct path writes zeros, for request `r`, with the rdma-core source that
+/// makes it so.
+fn allowed(r: &Req, api_wr: bool) -> Vec<(std::ops::Range<usize>, &'static str)> {
+    let mut v = Vec::new();
+    if api_wr && r.op != 1 && r.op != 3 {
+        v.push((
+            12..16,
+            "ibv_wr_*: ctrl.imm is written only by the builders with an immediate or an rkey to \
+             invalidate (providers/mlx5/qp.c, rdma-core 44: _common_wqe_init_op 1236-1288 leaves \
+             it; mlx5_send_wr_send_imm 1403, _mlx5_send_wr_rdma_imm 1509 set it); the NIC reads \
+             it only for those opcodes",
+        ));
+    }
+    if r.inline {
+        let total: usize = r.sges.iter().map(|s| s.1).sum();
+        let start = if r.op <= 1 { 32 } else { 16 } + 4;
+        if total > 0 {
+            v.push((
+                start + total..(start + total).next_multiple_of(16),
+                "inline padding: libmlx5 copies exactly the payload after the inline header \
+                 (providers/mlx5/qp.c set_data_inl_seg / mlx5_send_wr_set_inline_data); the \
+                 bytes up to the 16-byte boundary keep what the ring held",
+            ));
+        }
+    }
+    if r.op == 5 {
+        // ctrl 16 B, remote address 16 B, then the atomic segment: swap_add, compare
+        v.push((
+            40..48,
+            "FETCH_AND_ADD: libmlx5 writes only swap_add, not compare (providers/mlx5/qp.c \
+             _set_atomic_seg, rdma-core 44: lines 239-244); the NIC ignores compare for it",
+        ));
+    }
+    v
+}
+
+/// Field-by-field differences between libmlx5's WQE `a` (QP `qa`) and the direct path's `b`
+/// (QP `qb`), as `field: libmlx5 vs direct` lines; bytes in `skip` are not compared.
+fn diff_wqe(a: &[u8], qa: u32, b: &[u8], qb: u32, skip: &[std::ops::Range<usize>]) -> Vec<String> {
+    let mut d = Vec::new();
+    let be32 = |x: &[u8], o: usize| u32::from_be_bytes(x[o..o + 4].try_into().unwrap());
+    let (ds_a, ds_b) = (be32(a, 4) & 0x3f, be32(b, 4) & 0x3f);
+    let fields: [(&str, u32, u32); 5] = [
+        ("ctrl.opmod_idx_opcode", be32(a, 0), be32(b, 0)),
+        ("ctrl.ds", ds_a, ds_b),
+        ("ctrl.signature", a[8] as u32, b[8] as u32),
+        ("ctrl.fm_ce_se", a[11] as u32, b[11] as u32),
+        ("ctrl.imm", be32(a, 12), be32(b, 12)),
+    ];
+    let imm_skipped = skip.iter().any(|r| r.contains(&12));
+    for (name, x, y) in fields {
+        if x != y && !(name == "ctrl.imm" && imm_skipped) {
+            d.push(format!("{name}: {x:#x} vs {y:#x}"));
+        }
+    }
+    if be32(a, 4) >> 8 != qa || be32(b, 4) >> 8 != qb {
+        d.push(format!(
+            "ctrl.qpn: {:#x} vs {:#x} (QPs {qa:#x}, {qb:#x})",
+            be32(a, 4) >> 8,
+            be32(b, 4) >> 8
+        ));
+    }
+    if a[9..11] != b[9..11] {
+        d.push(format!(
+            "ctrl.dci_stream_channel_id: {:?} vs {:?}",
+            &a[9..11],
+            &b[9..11]
+        ));
+    }
+    let n = (ds_a.min(ds_b) as usize * 16).min(a.len()).min(b.len());
+    for seg in (16..n).step_by(16) {
+        let differs = (seg..seg + 16).any(|i| a[i] != b[i] && !skip.iter().any(|r| r.contains(&i)));
+        if differs {
+            d.push(format!(
+                "segment at byte {seg}: {:02x?} vs {:02x?}",
+                &a[seg..seg + 16],
+                &b[seg..seg + 16]
+            ));
+        }
+    }
+    d
+}
+
+/// The comparator fails on a mutation of any byte the direct path wrote (a check of the check):
+/// every field of every builder, the DS count included.
+fn comparator_sees_every_byte(a: &[u8], qa: u32, b: &[u8], qb: u32, skip: &[std::ops::Range<usize>]) {
+    let ds = (u32::from_be_bytes(b[4..8].try_into().unwrap()) & 0x3f) as usize * 16;
+    let compared = |i: &usize| !(4..7).contains(i) && !skip.iter().any(|r| r.contains(i));
+    for i in (0..ds.min(b.len())).filter(compared) {
+        let mut m = b.to_vec();
+        m[i] ^= 0x01;
+        assert!(
+            !diff_wqe(a, qa, &m, qb, skip).is_empty(),
+            "a mutation of byte {i} of the direct WQE went unnoticed"
+        );
+    }
+}
+
+struct Side {
+    qp: Qp,
+    cq: Cq,
+}
+
+fn connect(ctx: &Context, a: &mut Qp, b: &mut Qp) {
+    let port = ctx.query_port(1).unwrap();
+    let opts = ConnectOpts {
+        port: 1,
+        gid_index: None,
+        access: MrAccess::LOCAL_WRITE | MrAccess::REMOTE_WRITE | MrAccess::REMOTE_READ | MrAccess::REMOTE_ATOMIC,
+        ..Default::default()
+    };
+    let (ea, eb) = (a.endpoint(&port, None).unwrap(), b.endpoint(&port, None).unwrap());
+    a.connect(&port, &opts, &eb).unwrap();
+    b.connect(&port, &opts, &ea).unwrap();
+}
+
+fn run(api_wr: bool, seed: u64) {
+    let ctx = Context::open("model0").expect("model0 through libibverbs and libmlx5");
+    assert!(ctx.is_mlx5(), "model0 must be driven by libmlx5 here");
+    let pd = Pd::new(&ctx).unwrap();
+    let all = MrAccess::LOCAL_WRITE | MrAccess::REMOTE_WRITE | MrAccess::REMOTE_READ | MrAccess::REMOTE_ATOMIC;
+    let local = Mr::new(&pd, 16384, all, false).unwrap();
+    let remote = Mr::new(&pd, 16384, all, false).unwrap();
+    let mk = |wr| {
+        let cq = Cq::new(&ctx, 1024).unwrap();
+        let qp = Qp::new_rc(&pd, &cq, &cq, CAPS, wr).unwrap();
+        Side { qp, cq }
+    };
+    // A: libmlx5 posts; B: the direct path posts (same capabilities, so the same ring);
+    // P and Q: their peers, each with receives for SENDs and immediates
+    let (mut a, mut b, mut p, mut q) = (mk(api_wr), mk(api_wr), mk(false), mk(false));
+    connect(&ctx, &mut a.qp, &mut p.qp);
+    connect(&ctx, &mut b.qp, &mut q.qp);
+    let (ra, rb) = (raw_qp(&a.qp), raw_qp(&b.qp));
+    assert_eq!(ra.wqe_cnt, rb.wqe_cnt, "same capabilities, same ring");
+    let max_inline = a.qp.granted_caps().max_inline_data as usize;
+    let cfg = SqConfig {
+        buf: rb.buf,
+        wqe_cnt: rb.wqe_cnt,
+        stride: 64,
+        dbrec: rb.dbrec,
+        bf_reg: rb.bf,
+        bf_size: rb.bf_size,
+        qpn: b.qp.qpn(),
+        max_inline: b.qp.granted_caps().max_inline_data,
+    };
+    // SAFETY: B's ring, record and register from mlx5dv; B lives to the end of the test and
+    // libmlx5 never posts to it.
+    let mut sq = unsafe { Sq::new(cfg, DbMode::Bf, NoHook) }.expect("direct SQ over B");
+    let mut bcq = raw_cq(&b.cq, std::ptr::null_mut());
+    // a second view of A's CQ: the direct path's decoding of the CQEs libmlx5 polls
+    let mut shadow_ci = 0u32;
+    let mut acq_view = raw_cq(&a.cq, &mut shadow_ci);
+    for s in [&mut p, &mut q] {
+        for i in 0..256 {
+            let sge = [remote.sge(8192, 8192).unwrap()];
+            s.qp.post_recv(i, &sge).unwrap();
+        }
+    }
+    let mut rng = Rng(seed);
+    let mut decoded = 0usize;
+    // signalled WRs posted and not yet completed, on A and on B (model0 may execute a QP from
+    // another thread's progress call, so "nothing polled now" does not mean "all done")
+    let (mut due_a, mut due_b) = (0u32, 0u32);
+    for n in 0..WRS {
+        let r = random_req(&mut rng, max_inline, n);
+        let sges: Vec<_> = r.sges.iter().map(|&(o, l)| local.sge(o, l).unwrap()).collect();
+        let segs: Vec<DataSeg> = sges
+            .iter()
+            .map(|s| DataSeg::new(s.raw().addr, s.raw().lkey, s.raw().length))
+            .collect();
+        let mut inl = Vec::new();
+        for &(o, l) in &r.sges {
+            let mut buf = vec![0u8; l];
+            local.read(o, &mut buf).unwrap();
+            inl.extend_from_slice(&buf);
+        }
+        let rem = remote.remote(r.remote_off);
+        let op = match r.op {
+            0 => Op::Write(rem),
+            1 => Op::WriteImm(rem, r.imm),
+            2 => Op::Send,
+            3 => Op::SendImm(r.imm),
+            4 => Op::Read(rem),
+            5 => Op::FetchAdd {
+                remote: rem,
+                add: r.add,
+            },
+            _ => Op::CmpSwap {
+                remote: rem,
+                compare: r.add,
+                swap: r.swap,
+            },
+        };
+        let flags = SendFlags {
+            signaled: r.signaled,
+            inline: r.inline,
+            fence: r.fence,
+            solicited: r.solicited,
+        };
+        clear_reg(&ra);
+        clear_reg(&rb);
+        let (pa, pb) = (pi(&ra), pi(&rb));
+        if api_wr {
+            a.qp.wr_post(&[WrBatch {
+                wr_id: n as u64,
+                op,
+                sges: &sges,
+                flags,
+            }])
+            .unwrap_or_else(|e| panic!("WR {n} {r:?}: {e}"));
+        } else {
+            a.qp.post_send(n as u64, op, &sges, flags)
+                .unwrap_or_else(|e| panic!("WR {n} {r:?}: {e}"));
+        }
+        let w = direct_wqe(&r, &segs, &inl, (rem.addr, rem.rkey));
+        let idx = sq
+            .post_and_ring(&w)
+            .unwrap_or_else(|e| panic!("WR {n} {r:?}: direct: {e}"));
+        if r.signaled {
+            due_a += 1;
+            due_b += 1;
+        }
+        assert_eq!(idx as u32, pb & 0xffff);
+        // the doorbell records advance alike
+        assert_eq!(
+            (pi(&ra), pi(&rb)),
+            (pa + (pi(&rb) - pb), pi(&rb)),
+            "WR {n} {r:?}: doorbell records"
+        );
+        // the WQEs, field by field
+        let len = 64 * (pi(&ra) - pa) as usize;
+        let (wa, wb) = (wqe_bytes(&ra, pa, len), wqe_bytes(&rb, pb, len));
+        let skip: Vec<_> = allowed(&r, api_wr).into_iter().map(|a| a.0).collect();
+        let d = diff_wqe(&wa, a.qp.qpn(), &wb, b.qp.qpn(), &skip);
+        assert!(
+            d.is_empty(),
+            "WR {n} {r:?} ({} API):\n  {}",
+            if api_wr { "wr" } else { "post_send" },
+            d.join("\n  ")
+        );
+        if n < 64 {
+            comparator_sees_every_byte(&wa, a.qp.qpn(), &wb, b.qp.qpn(), &skip);
+        }
+        // the register: what each stored, the QP numbers aside
+        let (ga, gb) = (reg_written(&ra), reg_written(&rb));
+        // per half written: the offset, doorbell (8 bytes) or BlueFlame copy, and the WQE's
+        // bytes in it (the QP number and the allowed ranges aside; a BlueFlame copy goes on to
+        // the 64-byte boundary with whatever the ring held there, which is not compared)
+        let strip = |g: &[(usize, Vec<u8>)]| -> Vec<(usize, bool, Vec<u8>)> {
+            g.iter()
+                .map(|(o, b)| {
+                    let bf = b.len() > 8;
+                    let ds = b.get(7).map_or(0, |d| (d & 0x3f) as usize);
+                    let mut b = if bf {
+                        b[..(ds * 16).min(b.len())].to_vec()
+                    } else {
+                        b.clone()
+                    };
+                    if b.len() >= 8 {
+                        b[4..7].fill(0); // the QP number in ctrl.qpn_ds
+                    }
+                    for r in &skip {
+                        let end = r.end.min(b.len());
+                        if r.start < end {
+                            b[r.start..end].fill(0);
+                        }
+                    }
+                    (*o, bf, b)
+                })
+                .collect()
+        };
+        assert_eq!(strip(&ga), strip(&gb), "WR {n} {r:?}: register writes");
+        // model0 executes both; drain what completed
+        rdmaprobe::uverbs::progress();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let mut wc = [sys::ibv_wc::default(); 16];
+            let mut views = [rdmaprobe::mlx5::cq::Cqe::default(); 16];
+            // the direct path's view first (it moves only its private record), then libmlx5
+            let nv = acq_view
+                .poll(&mut views)
+                .unwrap_or_else(|e| panic!("direct view of A's CQ: {e}"));
+            let got = a.cq.poll_raw(&mut wc[..nv]).unwrap();
+            assert_eq!(got, nv, "libmlx5 and the direct path see as many CQEs");
+            for (c, v) in wc[..got].iter().zip(&views[..nv]) {
+                assert_eq!(
+                    c.status,
+                    sys::IBV_WC_SUCCESS,
+                    "WR {}: status {} vendor error {:#x}",
+                    c.wr_id,
+                    c.status,
+                    c.vendor_err
+                );
+                assert_eq!(c.qp_num, v.qpn);
+                decoded += 1;
+                due_a -= 1;
+            }
+            let mut out = [rdmaprobe::mlx5::cq::Cqe::default(); 16];
+            let k = bcq.poll(&mut out).unwrap_or_else(|e| panic!("WR {n}: direct CQ: {e}"));
+            for c in &out[..k] {
+                sq.retire(c.wqe_counter);
+                due_b -= 1;
+            }
+            for s in [&mut p, &mut q] {
+                let k = s.cq.poll_raw(&mut wc).unwrap();
+                for c in &wc[..k] {
+                    assert_eq!(
+                        c.status,
+                        sys::IBV_WC_SUCCESS,
+                        "peer: status {} vendor error {:#x}",
+                        c.status,
+                        c.vendor_err
+                    );
+                    let sge = [remote.sge(8192, 8192).unwrap()];
+                    s.qp.post_recv(0, &sge).unwrap();
+                }
+            }
+            // keep room: the direct SQ retires on its CQEs, libmlx5 on its own
+            if due_a == 0 && due_b == 0 {
+                break;
+            }
+            assert!(Instant::now() < deadline, "WR {n}: completions stalled");
+            rdmaprobe::uverbs::progress();
+        }
+    }
+    assert!(decoded > WRS / 8, "{decoded} completions decoded by both");
+    eprintln!(
+        "{} API: {WRS} work requests over {} wraps of a {}-WQEBB ring compared; {decoded} CQEs decoded by both",
+        if api_wr { "ibv_wr_*" } else { "ibv_post_send" },
+        pi(&ra) / ra.wqe_cnt,
+        ra.wqe_cnt
+    );
+}
+
+#[test]
+fn libmlx5_post_send_and_the_direct_path_write_the_same_wqes() {
+    run(false, 0x9e37_79b9_7f4a_7c15);
+}
+
+#[test]
+fn libmlx5_wr_api_and_the_direct_path_write_the_same_wqes() {
+    run(true, 0x2545_f491_4f6c_dd1d);
+}
+
+/// libmlx5's work-completion status for an mlx5 error syndrome (providers/mlx5/cq.c,
+/// `mlx5_handle_error_cqe`, rdma-core 44): the mapping both decoders must agree on.
+fn wc_status_of(syndrome: u8) -> u32 {
+    match syndrome {
+        0x01 => sys::IBV_WC_LOC_LEN_ERR,
+        0x02 => sys::IBV_WC_LOC_QP_OP_ERR,
+        0x04 => sys::IBV_WC_LOC_PROT_ERR,
+        0x05 => sys::IBV_WC_WR_FLUSH_ERR,
+        0x06 => sys::IBV_WC_MW_BIND_ERR,
+        0x10 => sys::IBV_WC_BAD_RESP_ERR,
+        0x11 => sys::IBV_WC_LOC_ACCESS_ERR,
+        0x12 => sys::IBV_WC_REM_INV_REQ_ERR,
+        0x13 => sys::IBV_WC_REM_ACCESS_ERR,
+        0x14 => sys::IBV_WC_REM_OP_ERR,
+        0x15 => sys::IBV_WC_RETRY_EXC_ERR,
+        0x16 => sys::IBV_WC_RNR_RETRY_EXC_ERR,
+        0x22 => sys::IBV_WC_REM_ABORT_ERR,
+        _ => sys::IBV_WC_GENERAL_ERR,
+    }
+}
+
+/// Error CQEs, one syndrome at a time: model0 fails the first of four WRITEs with it (and
+/// flushes the other three, WR_FLUSH); the direct path's CQ code and libmlx5's `ibv_poll_cq`
+/// decode each CQE to the same status, vendor syndrome and work request (the direct path names
+/// it by WQE index, libmlx5 by wr_id: the posting order ties them). One syndrome comes from a
+/// real fault instead of an injected one: a wrong rkey.
+#[test]
+fn error_cqes_decode_alike() {
+    let ctx = Context::open("model0").expect("model0 through libibverbs and libmlx5");
+    let pd = Pd::new(&ctx).unwrap();
+    let all = MrAccess::LOCAL_WRITE | MrAccess::REMOTE_WRITE | MrAccess::REMOTE_READ | MrAccess::REMOTE_ATOMIC;
+    let local = Mr::new(&pd, 16384, all, false).unwrap();
+    let remote = Mr::new(&pd, 16384, all, false).unwrap();
+    let cases = [0x01u8, 0x02, 0x04, 0x10, 0x11, 0x12, 0x13, 0x14, 0x15, 0x16, 0x22]
+        .map(|s| (s, false))
+        .into_iter()
+        .chain([(0x13, true)]);
+    for (syndrome, bad_rkey) in cases {
+        let mk = || {
+            let cq = Cq::new(&ctx, 64).unwrap();
+            let qp = Qp::new_rc(&pd, &cq, &cq, CAPS, false).unwrap();
+            Side { qp, cq }
+        };
+        let (mut a, mut p) = (mk(), mk());
+        connect(&ctx, &mut a.qp, &mut p.qp);
+        let ra = raw_qp(&a.qp);
+        let mut shadow_ci = 0u32;
+        let mut view = raw_cq(&a.cq, &mut shadow_ci);
+        let mq = rdmaprobe::uverbs::model_qp(a.qp.qpn())
+            .and_then(|w| w.upgrade())
+            .expect("the model's QP behind the libmlx5 QP");
+        if !bad_rkey {
+            mq.inject_error(syndrome, 0);
+        }
+        let mut by_index = std::collections::HashMap::new();
+        for wr_id in 0..4u64 {
+            by_index.insert((pi(&ra) & 0xffff) as u16, wr_id);
+            let mut rem = remote.remote(64 * wr_id as usize);
+            if bad_rkey && wr_id == 0 {
+                rem.rkey ^= 0x55;
+            }
+            let sges = [local.sge(0, 32).unwrap()];
+            let flags = SendFlags {
+                signaled: wr_id == 0,
+                ..SendFlags::SIGNALED
+            };
+            a.qp.post_send(100 + wr_id, Op::Write(rem), &sges, flags).unwrap();
+        }
+        rdmaprobe::uverbs::progress();
+        let mut seen = 0;
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while seen < 4 {
+            assert!(Instant::now() < deadline, "syndrome {syndrome:#x}: {seen} of 4 CQEs");
+            let mut v = [rdmaprobe::mlx5::cq::Cqe::default(); 1];
+            let e = match view.poll(&mut v) {
+                Ok(0) => continue,
+                Ok(_) => panic!("syndrome {syndrome:#x}: a good CQE where an error was due"),
+                Err(e) => e,
+            };
+            let mut wc = [sys::ibv_wc::default(); 1];
+            assert_eq!(
+                a.cq.poll_raw(&mut wc).unwrap(),
+                1,
+                "libmlx5 sees the CQE the direct path saw"
+            );
+            let c = &wc[0];
+            let want = if seen == 0 { syndrome } else { 0x05 };
+            assert_eq!(e.syndrome, want, "direct: {e}");
+            assert_eq!(
+                c.status,
+                wc_status_of(e.syndrome),
+                "syndrome {:#x}: libmlx5 status",
+                e.syndrome
+            );
+            assert_eq!(c.vendor_err, u32::from(e.vendor_syndrome), "vendor syndrome");
+            assert_eq!(
+                Some(&(c.wr_id - 100)),
+                by_index.get(&e.wqe_counter),
+                "work request of {e}"
+            );
+            assert_eq!(c.qp_num, e.qpn);
+            assert!(!e.responder);
+            seen += 1;
+        }
+        // the QP the model moved to error reads back as such through libibverbs
+        assert_eq!(a.qp.state().unwrap(), "ERR", "syndrome {syndrome:#x}: QP state");
+    }
+}
