@@ -663,3 +663,74 @@ fn error_cqes_decode_alike() {
         assert_eq!(a.qp.state().unwrap(), "ERR", "syndrome {syndrome:#x}: QP state");
     }
 }
+
+/// Scatter-to-CQE, as rdma-core asks for it (hardware-fidelity point a): libmlx5 creates RC QPs
+/// with `MLX5_QP_FLAG_SCATTER_CQE` unless told otherwise, and a NIC then puts a responder payload
+/// of up to 32 bytes into the 64-byte CQE (`MLX5_INLINE_SCATTER_32`), leaving the receive buffer
+/// untouched until libmlx5's poll copies it there (providers/mlx5/cq.c, handle_responder). A QP
+/// made with `MLX5DV_QP_CREATE_DISABLE_SCATTER_TO_CQE` (how the direct path makes its QPs) gets
+/// every payload in its buffer.
+#[test]
+fn scatter_to_cqe_as_rdma_core_asks_for_it() {
+    let ctx = Context::open("model0").expect("model0 through libibverbs and libmlx5");
+    let pd = Pd::new(&ctx).unwrap();
+    let all = MrAccess::LOCAL_WRITE | MrAccess::REMOTE_WRITE | MrAccess::REMOTE_READ | MrAccess::REMOTE_ATOMIC;
+    let src = Mr::new(&pd, 4096, all, false).unwrap();
+    let dst = Mr::new(&pd, 4096, all, false).unwrap();
+    let payload: Vec<u8> = (0..100u8).map(|i| i.wrapping_mul(7).wrapping_add(1)).collect();
+    src.write(0, &payload).unwrap();
+    for no_scatter in [false, true] {
+        let cq = |n| Cq::new(&ctx, n).unwrap();
+        let (cqa, cqp) = (cq(64), cq(64));
+        let mut a = Qp::new_rc(&pd, &cqa, &cqa, CAPS, false).unwrap();
+        let mut p = if no_scatter {
+            Qp::new_rc_mlx5_no_scatter(&pd, &cqp, &cqp, CAPS).unwrap()
+        } else {
+            Qp::new_rc(&pd, &cqp, &cqp, CAPS, false).unwrap()
+        };
+        connect(&ctx, &mut a, &mut p);
+        let mut shadow_ci = 0u32;
+        let mut view = raw_cq(&cqp, &mut shadow_ci);
+        for len in [16usize, 32, 33, 100] {
+            dst.write(0, &[0u8; 128]).unwrap();
+            p.post_recv(len as u64, &[dst.sge(0, 128).unwrap()]).unwrap();
+            a.post_send(1, Op::Send, &[src.sge(0, len).unwrap()], SendFlags::SIGNALED)
+                .unwrap();
+            rdmaprobe::uverbs::progress();
+            let mut v = [rdmaprobe::mlx5::cq::Cqe::default(); 1];
+            let deadline = Instant::now() + Duration::from_secs(10);
+            while view.poll(&mut v).expect("receive completion") == 0 {
+                assert!(Instant::now() < deadline, "no receive completion");
+                rdmaprobe::uverbs::progress();
+            }
+            let scattered = !no_scatter && len <= 32;
+            assert_eq!(
+                v[0].scatter,
+                if scattered { 32 } else { 0 },
+                "{len} B, no_scatter {no_scatter}"
+            );
+            assert_eq!(v[0].byte_cnt as usize, len);
+            let mut got = vec![0u8; len];
+            dst.read(0, &mut got).unwrap();
+            if scattered {
+                // in the CQE, not yet in the buffer
+                assert!(
+                    got.iter().all(|&b| b == 0),
+                    "{len} B scattered, yet the buffer was written"
+                );
+            } else {
+                assert_eq!(got, payload[..len], "{len} B in the buffer");
+            }
+            // libmlx5's poll copies a scattered payload into the receive buffer
+            let mut wc = [sys::ibv_wc::default(); 1];
+            assert_eq!(cqp.poll_raw(&mut wc).unwrap(), 1);
+            assert_eq!((wc[0].status, wc[0].byte_len as usize), (sys::IBV_WC_SUCCESS, len));
+            dst.read(0, &mut got).unwrap();
+            assert_eq!(got, payload[..len], "{len} B after ibv_poll_cq");
+            let mut s = [sys::ibv_wc::default(); 1];
+            while cqa.poll_raw(&mut s).unwrap() == 0 {
+                assert!(Instant::now() < deadline, "no send completion");
+            }
+        }
+    }
+}

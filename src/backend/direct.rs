@@ -250,6 +250,18 @@ impl<Q: DirectQueues> Backend for DirectEnd<Q> {
                 p.sends += 1;
                 last_req = Some(c.wqe_counter);
             } else {
+                if c.scatter != 0 {
+                    // the payload went into the CQE, where this path never reads: the QP was
+                    // created without scatter-to-CQE, so the device is not doing what it was told
+                    return Err(BackendError::Invalid {
+                        backend: "direct",
+                        why: format!(
+                            "QP {:#x}: receive completion with its {} B payload scattered into the CQE \
+                             (scatter-to-CQE), on a QP created without it",
+                            c.qpn, c.byte_cnt
+                        ),
+                    });
+                }
                 p.recvs += 1;
                 rq.retire(c.wqe_counter);
             }

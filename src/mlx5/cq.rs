@@ -80,6 +80,11 @@ pub struct Cqe {
     pub imm: u32,
     /// Device timestamp (if enabled).
     pub timestamp: u64,
+    /// Responder payload bytes the device put into the CQE instead of the receive buffer
+    /// (scatter-to-CQE: 32, or 64 with 128-byte CQEs; 0: in the buffer). The direct path
+    /// creates its QPs without scatter-to-CQE; a non-zero value there is a device that did it
+    /// anyway, and the backend refuses the completion.
+    pub scatter: u8,
 }
 
 /// An error completion, decoded.
@@ -235,6 +240,12 @@ impl Cq {
                 break;
             }
             out[n] = Cqe {
+                // MLX5_INLINE_SCATTER_32 / _64: the payload is in the CQE, not the buffer
+                scatter: match op_own & 0x0c {
+                    0x04 => 32,
+                    0x08 => 64,
+                    _ => 0,
+                },
                 opcode: op,
                 qpn: qpn_w & 0xff_ffff,
                 wqe_counter,

@@ -216,7 +216,11 @@ mod tests {
         }
         assert_eq!(Wqe::write(0, 0, Payload::Inline(&[])).ds(), 2);
         // zero-length gather entries take no segment
-        let mixed = [DataSeg::new(0x1000, 7, 0), DataSeg::new(0x2000, 7, 8), DataSeg::new(0x3000, 7, 0)];
+        let mixed = [
+            DataSeg::new(0x1000, 7, 0),
+            DataSeg::new(0x2000, 7, 8),
+            DataSeg::new(0x3000, 7, 0),
+        ];
         assert_eq!(Wqe::send(Payload::Gather(&mixed)).ds(), 2);
         assert_eq!(Wqe::read(0, 0, &mixed[..1]).ds(), 2);
         let data = [0u8; 200];

@@ -1070,6 +1070,8 @@ struct CqeOut {
     op: u8,
     qpn: u32,
     uidx: u32,
+    /// Responder payload scattered into the CQE (scatter-to-CQE), its length in `scatter.0`.
+    scatter: (u8, [u8; 32]),
     wqe_counter: u16,
     byte_cnt: u32,
     imm: u32,
@@ -1095,6 +1097,8 @@ fn push_cqe(m: &Model, cq: &Shm, c: CqeOut) {
         return;
     }
     let mut b = [0u8; 64];
+    let n = c.scatter.0 as usize;
+    b[..n].copy_from_slice(&c.scatter.1[..n]);
     b[32..36].copy_from_slice(&(c.uidx & 0xff_ffff).to_be_bytes());
     b[36..40].copy_from_slice(&c.imm.to_ne_bytes());
     b[44..48].copy_from_slice(&c.byte_cnt.to_be_bytes());
@@ -1110,9 +1114,9 @@ fn push_cqe(m: &Model, cq: &Shm, c: CqeOut) {
     };
     b[56..60].copy_from_slice(&q.to_be_bytes());
     b[60..62].copy_from_slice(&c.wqe_counter.to_be_bytes());
-    let owner = ((pi & cnt) != 0) as u8;
-    // SAFETY: slot inside the CQ buffer; the body is written before the owner byte, which is
-    // published with release ordering (the consumer reads it, then fences, then the body).
+    let owner = ((pi & cnt) != 0) as u8 | if n > 0 { 0x04 } else { 0 }; // MLX5_INLINE_SCATTER_32
+                                                                        // SAFETY: slot inside the CQ buffer; the body is written before the owner byte, which is
+                                                                        // published with release ordering (the consumer reads it, then fences, then the body).
     unsafe {
         let slot = cq.ptr().add(PAGE + (pi & (cnt - 1)) as usize * 64);
         std::ptr::copy_nonoverlapping(b.as_ptr(), slot, 63);
@@ -1351,6 +1355,10 @@ fn deliver_to_receiver(m: &Model, peer: &Shm, d: &Decoded, payload: &[u8], resp_
     } else {
         payload.len()
     };
+    // scatter-to-CQE (the QP asked for it at creation, and its CQEs are 64 B): a payload of at
+    // most 32 bytes goes into the CQE, the receive buffer stays untouched (its entries are
+    // still checked, as the NIC checks the receive WQE)
+    let scatter = ph.scatter_cqe != 0 && write_len > 0 && write_len <= ph.scatter_cqe.min(32) as usize;
     for i in 0..stride / 16 {
         if off >= write_len {
             break;
@@ -1365,8 +1373,10 @@ fn deliver_to_receiver(m: &Model, peer: &Shm, d: &Decoded, payload: &[u8], resp_
         let n = len.min(write_len - off);
         match resolve(m, lkey, addr, n as u64, ph.pd, sys::IBV_ACCESS_LOCAL_WRITE) {
             Ok(r) => {
-                // SAFETY: resolved in bounds of the receiver's region.
-                unsafe { std::ptr::copy_nonoverlapping(payload.as_ptr().add(off), r.ptr, n) };
+                if !scatter {
+                    // SAFETY: resolved in bounds of the receiver's region.
+                    unsafe { std::ptr::copy_nonoverlapping(payload.as_ptr().add(off), r.ptr, n) };
+                }
                 off += n;
             }
             Err(_) => {
@@ -1406,6 +1416,13 @@ fn deliver_to_receiver(m: &Model, peer: &Shm, d: &Decoded, payload: &[u8], resp_
             wqe_counter: ci as u16,
             byte_cnt: payload.len() as u32,
             imm: d.imm,
+            scatter: if scatter {
+                let mut s = [0u8; 32];
+                s[..payload.len()].copy_from_slice(payload);
+                (payload.len() as u8, s)
+            } else {
+                (0, [0; 32])
+            },
             ..Default::default()
         },
     );

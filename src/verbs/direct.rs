@@ -52,7 +52,8 @@ impl DirectQp {
         require_mlx5(ctx)?;
         let parent = pd.with_thread_domain()?;
         let cq = Cq::new(ctx, cqe)?;
-        let qp = Qp::new_rc(&parent, &cq, &cq, caps, false)?;
+        // the direct path reads receives from their buffers: no scatter-to-CQE
+        let qp = Qp::new_rc_mlx5_no_scatter(&parent, &cq, &cq, caps)?;
         let qpn = qp.qpn();
         let mut dv_qp = sys::mlx5dv_qp::default();
         let mut dv_cq = sys::mlx5dv_cq::default();

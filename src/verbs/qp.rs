@@ -226,6 +226,18 @@ impl Qp {
     /// send-ops flags of the `ibv_wr_*` API (what the `wr` backend posts through); a provider
     /// without that API fails here with the verb's errno.
     pub fn new_rc(pd: &Pd, send_cq: &Cq, recv_cq: &Cq, caps: QpCaps, extended: bool) -> Result<Self> {
+        Self::create_rc(pd, send_cq, recv_cq, caps, extended, false)
+    }
+
+    /// Creates an RC QP on an mlx5 device with `mlx5dv_create_qp`, scatter-to-CQE disabled
+    /// (`MLX5DV_QP_CREATE_DISABLE_SCATTER_TO_CQE`): rdma-core otherwise asks the kernel to let
+    /// the NIC put responder payloads of up to 32 B into the CQE instead of the receive buffer,
+    /// which only libmlx5's own polling copies out. The direct path polls with its own code.
+    pub fn new_rc_mlx5_no_scatter(pd: &Pd, send_cq: &Cq, recv_cq: &Cq, caps: QpCaps) -> Result<Self> {
+        Self::create_rc(pd, send_cq, recv_cq, caps, false, true)
+    }
+
+    fn create_rc(pd: &Pd, send_cq: &Cq, recv_cq: &Cq, caps: QpCaps, extended: bool, no_scatter: bool) -> Result<Self> {
         let ctx = pd.context();
         let mut attr = sys::ibv_qp_init_attr_ex {
             send_cq: send_cq.as_ptr(),
@@ -247,13 +259,26 @@ impl Qp {
             attr.comp_mask |= sys::IBV_QP_INIT_ATTR_SEND_OPS_FLAGS;
             attr.send_ops_flags = SEND_OPS;
         }
-        let verb = if extended {
+        let verb = if no_scatter {
+            "mlx5dv_create_qp(DISABLE_SCATTER_TO_CQE)"
+        } else if extended {
             "ibv_create_qp_ex(send_ops_flags)"
         } else {
             "ibv_create_qp_ex"
         };
-        // SAFETY: live context, PD and CQs (kept alive by the clones stored below); attr is valid.
-        let qp = unsafe { sys::ibv_create_qp_ex(ctx.as_ptr(), &mut attr) };
+        let qp = if no_scatter {
+            let mut dv = sys::mlx5dv_qp_init_attr {
+                comp_mask: sys::MLX5DV_QP_INIT_ATTR_MASK_QP_CREATE_FLAGS as u64,
+                create_flags: sys::MLX5DV_QP_CREATE_DISABLE_SCATTER_TO_CQE,
+                ..Default::default()
+            };
+            // SAFETY: as below, for an mlx5 device (the caller's contract); `dv` is valid.
+            unsafe { sys::mlx5dv_create_qp(ctx.as_ptr(), &mut attr, &mut dv) }
+        } else {
+            // SAFETY: live context, PD and CQs (kept alive by the clones stored below); attr is
+            // valid.
+            unsafe { sys::ibv_create_qp_ex(ctx.as_ptr(), &mut attr) }
+        };
         let qp = check_ptr(qp, verb, || ctx.ctx().detail(format!("{caps:?}")))?;
         pd.ledger().created(Kind::Qp);
         let granted = QpCaps {
