@@ -734,3 +734,115 @@ fn scatter_to_cqe_as_rdma_core_asks_for_it() {
         }
     }
 }
+
+/// Sizing (hardware-fidelity point f): model0's own QPs (the direct path's on model0) get the
+/// ring and the inline limit libmlx5 gives the same request on a ConnectX: a plain RC QP reserves
+/// 192 B of send-WQE overhead, so asking 220 B of inline data grants 252 and 128 WQEs take 1024
+/// WQEBBs, not 512.
+#[test]
+fn model0_sizes_qps_as_libmlx5_does() {
+    use rdmaprobe::model::{Model, ModelConfig, ModelQpCaps};
+    let ctx = Context::open("model0").expect("model0 through libibverbs and libmlx5");
+    let pd = Pd::new(&ctx).unwrap();
+    let model = Model::open(ModelConfig::default()).unwrap();
+    let mcq = model.create_cq(64).unwrap();
+    for (wr, inline) in [
+        (128u32, 220u32),
+        (64, 0),
+        (16, 64),
+        (1, 828),
+        (256, 512),
+        (1000, 100),
+        (7, 221),
+    ] {
+        let cq = Cq::new(&ctx, 64).unwrap();
+        let caps = QpCaps {
+            max_send_wr: wr,
+            max_recv_wr: 16,
+            max_send_sge: 1,
+            max_recv_sge: 1,
+            max_inline_data: inline,
+        };
+        let qp = Qp::new_rc(&pd, &cq, &cq, caps, false).unwrap();
+        let want = (raw_qp(&qp).wqe_cnt, qp.granted_caps().max_inline_data);
+        let mqp = model
+            .create_qp(
+                model.alloc_pd(),
+                &mcq,
+                &mcq,
+                ModelQpCaps {
+                    max_send_wr: wr,
+                    max_recv_wr: 16,
+                    max_recv_sge: 1,
+                    max_inline_data: inline,
+                },
+            )
+            .unwrap();
+        let got = (mqp.sq_config().wqe_cnt, mqp.sq_config().max_inline);
+        assert_eq!(
+            got, want,
+            "max_send_wr {wr}, max_inline_data {inline}: (WQEBBs, inline granted)"
+        );
+    }
+}
+
+/// Creation as rdma-core allows it (hardware-fidelity point e): with no dedicated BlueFlame
+/// register left (`ibv_alloc_td` fails once the device's dynamic registers are used up) the
+/// direct path makes its QP on a shared register and rings it with the doorbell, and it works;
+/// a QP with no receive queue (`max_recv_wr` 0: rdma-core's `wqe_cnt` 0) is accepted.
+#[test]
+fn direct_qps_without_a_dedicated_register_or_a_receive_queue() {
+    use rdmaprobe::verbs::direct::DirectQp;
+    let ctx = Context::open("model0").expect("model0 through libibverbs and libmlx5");
+    let pd = Pd::new(&ctx).unwrap();
+    let caps = QpCaps { max_recv_wr: 0, ..CAPS };
+    let mut qps = Vec::new();
+    let shared = loop {
+        let q = DirectQp::new(&pd, caps, 64, DbMode::Bf).expect("direct QP, dedicated register or not");
+        assert_eq!(q.sq.mode() == DbMode::Db, q.shared_register());
+        if q.shared_register() {
+            break q;
+        }
+        qps.push(q);
+        assert!(qps.len() <= 64, "no fallback after {} thread domains", qps.len());
+    };
+    assert!(!qps.is_empty(), "the first QPs get dedicated registers");
+    // the fallback QP works: a WRITE to a peer lands
+    let mut peer = qps.pop().unwrap();
+    let mut a = shared;
+    let port = ctx.query_port(1).unwrap();
+    let opts = ConnectOpts {
+        port: 1,
+        gid_index: None,
+        access: MrAccess::LOCAL_WRITE | MrAccess::REMOTE_WRITE,
+        ..Default::default()
+    };
+    let (ea, eb) = (a.endpoint(&port, None).unwrap(), peer.endpoint(&port, None).unwrap());
+    a.connect(&port, &opts, &eb).unwrap();
+    peer.connect(&port, &opts, &ea).unwrap();
+    let all = MrAccess::LOCAL_WRITE | MrAccess::REMOTE_WRITE;
+    let (src, dst) = (
+        Mr::new(&pd, 4096, all, false).unwrap(),
+        Mr::new(&pd, 4096, all, false).unwrap(),
+    );
+    src.write(0, b"shared register").unwrap();
+    let seg = [DataSeg::new(src.addr(), src.lkey(), 15)];
+    let idx =
+        a.sq.post_and_ring(&Wqe::write(dst.addr(), dst.rkey(), Payload::Gather(&seg)).signaled())
+            .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let mut out = [rdmaprobe::mlx5::cq::Cqe::default(); 1];
+    loop {
+        rdmaprobe::uverbs::progress();
+        if a.cq.poll(&mut out).unwrap() == 1 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "no completion on the shared-register QP");
+    }
+    assert_eq!(out[0].wqe_counter, idx);
+    let mut got = [0u8; 15];
+    dst.read(0, &mut got).unwrap();
+    assert_eq!(&got, b"shared register");
+    // no receive queue: a receive is refused, typed
+    assert!(a.rq.post(&seg).is_err());
+}

@@ -420,9 +420,11 @@ pub fn model_pair(
         rkey: mb.rkey(),
         len: mb.len() as u64,
     };
+    let (ia, ib) = (qa.qp.sq_config().max_inline, qb.qp.sq_config().max_inline);
     Ok((
-        DirectEnd::new(qa, LocalBuf::Model(ma), rb, INLINE),
-        DirectEnd::new(qb, LocalBuf::Model(mb), ra, INLINE),
+        // the inline limit granted (model0 sizes QPs as libmlx5 does: asking 220 grants 252)
+        DirectEnd::new(qa, LocalBuf::Model(ma), rb, ia),
+        DirectEnd::new(qb, LocalBuf::Model(mb), ra, ib),
     ))
 }
 
@@ -595,7 +597,8 @@ impl HalfEnd {
         Ok(match self {
             HalfEnd::Model { q, mr } => {
                 q.qp.connect(r.qpn, ModelConnect::default());
-                AnyEnd::Model(Box::new(DirectEnd::new(*q, LocalBuf::Model(mr), remote, INLINE)))
+                let inl = q.qp.sq_config().max_inline;
+                AnyEnd::Model(Box::new(DirectEnd::new(*q, LocalBuf::Model(mr), remote, inl)))
             }
             HalfEnd::Verbs { kind, mut qp, cq, mr } => {
                 let Some((_, port, gid)) = dev.verbs_parts() else {

@@ -48,6 +48,11 @@ pub fn udma_from_device_barrier() {
 
 /// Before stores to write-combining MMIO (BlueFlame / doorbell register): earlier stores (the
 /// doorbell record) must be visible first, since WC stores are weakly ordered. x86-64: `sfence`.
+/// aarch64: `dsb st`, as rdma-core (util/udma_barrier.h defines `mmio_wc_start()` as
+/// `mmio_flush_writes()`, `dsb st`, in 44 and 56 alike): a `dmb oshst` would order the record
+/// before the register stores as well, but rdma-core's is the sequence ConnectX firmware is
+/// validated against. (`udma_to_device_barrier`/`_from_device_` here are `dmb oshst`/`oshld`,
+/// rdma-core 56's; rdma-core 44 had `dsb st`/`dsb ld`.)
 #[inline(always)]
 pub fn mmio_wc_start() {
     #[cfg(target_arch = "x86_64")]
@@ -58,15 +63,23 @@ pub fn mmio_wc_start() {
     #[cfg(target_arch = "aarch64")]
     // SAFETY: a barrier instruction; no memory operands.
     unsafe {
-        core::arch::asm!("dmb oshst", options(nostack, preserves_flags))
+        core::arch::asm!("dsb st", options(nostack, preserves_flags))
     };
     #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
     core::sync::atomic::fence(Ordering::SeqCst);
 }
 
+#[cfg(all(test, feature = "std"))]
+std::thread_local! {
+    /// `mmio_flush_writes` calls on this thread (unit tests count the fences a doorbell takes).
+    pub static FLUSHES: core::cell::Cell<u32> = const { core::cell::Cell::new(0) };
+}
+
 /// After write-combining MMIO stores: flush them to the device. x86-64: `sfence`.
 #[inline(always)]
 pub fn mmio_flush_writes() {
+    #[cfg(all(test, feature = "std"))]
+    FLUSHES.with(|f| f.set(f.get() + 1));
     #[cfg(target_arch = "x86_64")]
     // SAFETY: sfence has no memory operands and is available on every x86-64 CPU.
     unsafe {

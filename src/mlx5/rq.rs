@@ -43,7 +43,20 @@ impl<H: RingHook> Rq<H> {
     /// `cfg.buf` is `wqe_cnt * stride` writable bytes and `cfg.dbrec` a writable `u32`, valid for
     /// the queue's life and posted to by nobody else.
     pub unsafe fn new(cfg: RqConfig, hook: H) -> Result<Self, SqError> {
-        if cfg.wqe_cnt == 0 || !cfg.wqe_cnt.is_power_of_two() {
+        // a QP made with max_recv_wr 0 has no receive queue (rdma-core reports wqe_cnt 0): it
+        // is built, and every post is refused as a full queue of depth 0
+        if cfg.wqe_cnt == 0 {
+            if cfg.dbrec.is_null() {
+                return Err(SqError::BadConfig("null RQ doorbell record"));
+            }
+            return Ok(Rq {
+                cfg,
+                head: 0,
+                tail: 0,
+                hook,
+            });
+        }
+        if !cfg.wqe_cnt.is_power_of_two() {
             return Err(SqError::BadConfig("RQ wqe_cnt is not a power of two"));
         }
         if cfg.stride < 16 || !cfg.stride.is_power_of_two() {

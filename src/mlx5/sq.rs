@@ -7,7 +7,7 @@
 //! following rdma-core's `post_send_db`.
 
 use super::barrier::{mmio_flush_writes, mmio_wc_start, udma_to_device_barrier};
-use super::seg::{Be32, CtrlSeg, DataSeg, InlineHdr, BF_MAX_BYTES, CE_CQ_UPDATE, INLINE_SEG, MAX_DS, WQEBB};
+use super::seg::{Be32, CtrlSeg, DataSeg, InlineHdr, CE_CQ_UPDATE, INLINE_SEG, MAX_DS, WQEBB};
 use super::wqe::{Payload, Wqe};
 use core::ptr;
 
@@ -17,7 +17,9 @@ pub enum DbMode {
     /// BlueFlame when a single WQE of at most 256 B was posted (else the 8-byte doorbell), with
     /// the trailing `sfence` (rdma-core's default).
     Bf,
-    /// As `Bf` without the trailing `sfence` (UCX `bf_post` on x86, single-threaded).
+    /// As `Bf` without the trailing `sfence` after a BlueFlame copy (UCX `bf_post` on x86,
+    /// single-threaded); an 8-byte doorbell keeps its fence (UCX skips the flush only after whole
+    /// BlueFlame lines). For measurement: the store order across threads is the caller's.
     BfNoFence,
     /// Always the 8-byte doorbell store.
     Db,
@@ -166,8 +168,12 @@ impl<H: RingHook> Sq<H> {
         if cfg.wqe_cnt == 0 || !cfg.wqe_cnt.is_power_of_two() || cfg.wqe_cnt > 32768 {
             return Err(SqError::BadConfig("SQ wqe_cnt is not a power of two in 1..=32768"));
         }
-        if cfg.bf_size != 0 && cfg.bf_size as usize != BF_MAX_BYTES {
-            return Err(SqError::BadConfig("BlueFlame size is neither 0 nor 256"));
+        // rdma-core hands out half the device's bf_reg_size (providers/mlx5/mlx5.c: buf_size =
+        // bf_reg_size / 2), 256 on current ConnectX; any power of two a WQEBB fits in works here
+        if cfg.bf_size != 0 && !(cfg.bf_size.is_power_of_two() && (64..=4096).contains(&cfg.bf_size)) {
+            return Err(SqError::BadConfig(
+                "BlueFlame size is neither 0 nor a power of two in 64..=4096",
+            ));
         }
         if cfg.buf.is_null() || cfg.dbrec.is_null() || cfg.bf_reg.is_null() {
             return Err(SqError::BadConfig("null SQ buffer, doorbell record or register"));
@@ -404,7 +410,7 @@ impl<H: RingHook> Sq<H> {
                 ptr::write_volatile(reg, first8);
             }
         }
-        if self.mode != DbMode::BfNoFence {
+        if self.mode != DbMode::BfNoFence || !use_bf {
             mmio_flush_writes();
         }
         self.pos ^= u64::from(self.cfg.bf_size);
@@ -573,7 +579,7 @@ impl<H: RingHook> Sq<H> {
                 }
             }
         }
-        if self.mode != DbMode::BfNoFence {
+        if self.mode != DbMode::BfNoFence || !bf {
             mmio_flush_writes();
         }
         // `last_start` is read by `ring` only while WQEs wait for a doorbell: none do now
@@ -751,6 +757,29 @@ mod tests {
     use super::super::seg::{opcode, DataSeg};
     use super::*;
 
+    /// bf-nofence drops the flush after a BlueFlame copy only: an 8-byte doorbell (a WQE of the
+    /// control segment alone, or a postlist) keeps it, as UCX does; bf flushes after both.
+    #[test]
+    fn bf_nofence_keeps_the_fence_after_a_doorbell() {
+        use super::super::barrier::FLUSHES;
+        let flushes = || FLUSHES.with(|f| f.get());
+        let d = [DataSeg::new(0x1000, 1, 8)];
+        for (mode, after_bf, after_db) in [(DbMode::BfNoFence, 0, 1), (DbMode::Bf, 1, 1), (DbMode::Db, 1, 1)] {
+            let mut r = rig();
+            let mut q = sq(&mut r, mode, 256);
+            let f0 = flushes();
+            q.post_and_ring(&Wqe::send(Payload::Gather(&d))).unwrap(); // 2 units: BlueFlame
+            let f1 = flushes();
+            q.post_and_ring(&Wqe::nop()).unwrap(); // 1 unit: the doorbell, as libmlx5
+            let f2 = flushes();
+            q.post(&Wqe::send(Payload::Gather(&d))).unwrap();
+            q.post(&Wqe::send(Payload::Gather(&d))).unwrap();
+            q.ring(); // a postlist: the doorbell
+            let f3 = flushes();
+            assert_eq!((f1 - f0, f2 - f1, f3 - f2), (after_bf, after_db, after_db), "{mode:?}");
+        }
+    }
+
     #[repr(C, align(64))]
     struct Mem<const N: usize>([u8; N]);
 
@@ -816,9 +845,15 @@ mod tests {
         // SAFETY: as above.
         assert!(unsafe { Sq::new(cfg, DbMode::Bf, NoHook) }.is_err());
         cfg.stride = 64;
+        // rdma-core's bf_reg_size / 2: a power of two a WQEBB fits in (128 too), not 96 or 32
+        for bad in [96, 32, 8192] {
+            cfg.bf_size = bad;
+            // SAFETY: as above.
+            assert!(unsafe { Sq::new(cfg, DbMode::Bf, NoHook) }.is_err(), "bf_size {bad}");
+        }
         cfg.bf_size = 128;
-        // SAFETY: as above.
-        assert!(unsafe { Sq::new(cfg, DbMode::Bf, NoHook) }.is_err());
+        // SAFETY: valid rig memory (its register has 512 bytes).
+        assert_eq!(unsafe { Sq::new(cfg, DbMode::Bf, NoHook) }.unwrap().mode(), DbMode::Bf);
         cfg.bf_size = 0;
         // SAFETY: valid rig memory.
         let s = unsafe { Sq::new(cfg, DbMode::Bf, NoHook) }.unwrap();

@@ -38,8 +38,11 @@ const MAGIC: u64 = 0x7264_6d61_6d6f_6430; // "rdmamod0"
 const PAGE: usize = 4096;
 /// BlueFlame buffer size the model's QPs report (two halves in the register page).
 pub const BF_SIZE: u32 = 256;
-/// The largest inline payload a model QP grants.
-const MAX_INLINE: u32 = 912;
+/// The largest inline payload a model QP grants: what a WQE of `max_sq_desc_sz` (1024 B, a
+/// ConnectX-5's) leaves after the send overhead and the inline header.
+pub const MAX_INLINE: u32 = 1024 - SQ_OVERHEAD as u32 - 4;
+/// The send-WQE overhead libmlx5 reserves on a plain RC QP (the UMR of bind-MW/local-invalidate).
+const SQ_OVERHEAD: usize = 192;
 
 /// Syndromes the model reports (`MLX5_CQE_SYNDROME_*`).
 pub mod syndrome {
@@ -508,11 +511,24 @@ impl Model {
         recv_cq: &ModelCq,
         caps: ModelQpCaps,
     ) -> Result<ModelQp, ModelError> {
-        // As mlx5 sizes it: room for max_send_wr WQEs of the largest size the QP allows (an
-        // atomic, 64 B, or an inline WRITE of max_inline_data bytes).
-        let largest = (32 + (caps.max_inline_data as usize + 4).div_ceil(16) * 16).max(64);
-        let sq_cnt = (caps.max_send_wr.max(1) as usize * largest.div_ceil(WQEBB))
+        // As libmlx5 sizes a plain RC QP on a ConnectX (providers/mlx5/verbs.c, rdma-core 44:
+        // _sq_overhead, mlx5_calc_send_wqe, mlx5_calc_sq_size): the largest WQE is the 192 B a
+        // bind-MW/local-invalidate UMR takes (16 control + 48 UMR control + 64 mkey context + 64
+        // KLM), or that overhead plus one gather entry, or plus the inline segment of
+        // max_inline_data bytes; rounded up to a WQEBB; the inline limit granted is what that WQE
+        // leaves (asking 220 grants 252); the ring holds max_send_wr of them, a power of two.
+        if caps.max_inline_data > MAX_INLINE {
+            return Err(ModelError::Invalid(format!("unsupported capabilities {caps:?}")));
+        }
+        let inl = match caps.max_inline_data as usize {
+            0 => 0,
+            n => SQ_OVERHEAD + (4 + n).next_multiple_of(16),
+        };
+        let wqe = (SQ_OVERHEAD + 16).max(inl).next_multiple_of(WQEBB);
+        let granted_inline = (wqe - SQ_OVERHEAD - 4) as u32;
+        let sq_cnt = (caps.max_send_wr.max(1) as usize * wqe)
             .checked_next_power_of_two()
+            .map(|b| b / WQEBB)
             .filter(|&c| c <= 32768)
             .map(|c| c as u32);
         let rq_cnt = caps
@@ -523,7 +539,7 @@ impl Model {
         let (Some(sq_cnt), Some(rq_cnt)) = (sq_cnt, rq_cnt) else {
             return Err(ModelError::Invalid(format!("queue sizes {caps:?} exceed 32768")));
         };
-        if caps.max_recv_sge == 0 || caps.max_recv_sge > 32 || caps.max_inline_data > MAX_INLINE {
+        if caps.max_recv_sge == 0 || caps.max_recv_sge > 32 {
             return Err(ModelError::Invalid(format!("unsupported capabilities {caps:?}")));
         }
         let rq_stride = (caps.max_recv_sge * 16).next_power_of_two();
@@ -538,7 +554,7 @@ impl Model {
                 sq_wqe_cnt: sq_cnt,
                 rq_wqe_cnt: rq_cnt,
                 rq_stride,
-                max_inline: caps.max_inline_data,
+                max_inline: granted_inline,
                 sq_off: QP_SQ_OFF as u32,
                 rq_off: (QP_SQ_OFF + sq_cnt as usize * WQEBB) as u32,
                 db: (0, 0),
@@ -1773,7 +1789,7 @@ pub fn info() -> Result<ModelInfo, ModelError> {
                       the data path, not any NIC's performance",
         shm_dir: shm::dir().display().to_string(),
         max_qp_wr: 32768,
-        max_inline_data: 912,
+        max_inline_data: MAX_INLINE,
         bf_size: BF_SIZE,
         backends: vec!["direct"],
         provider_library: None,

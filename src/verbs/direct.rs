@@ -26,6 +26,7 @@ pub struct DirectQp {
     qp: Qp,
     _cq: Cq,
     _pd: Pd,
+    shared: bool,
 }
 
 /// The refusal for a device mlx5dv does not drive.
@@ -45,12 +46,22 @@ pub fn require_mlx5(ctx: &super::Context) -> Result<()> {
 }
 
 impl DirectQp {
-    /// Creates the CQ (`cqe` entries) and the RC QP in a thread-domain parent domain of `pd`,
-    /// and takes both over with `mlx5dv_init_obj`.
+    /// Creates the CQ (`cqe` entries) and the RC QP in a thread-domain parent domain of `pd`
+    /// (a BlueFlame register of its own), and takes both over with `mlx5dv_init_obj`. When no
+    /// dedicated register is left (`ibv_alloc_td` fails), the QP is made in `pd` itself, on a
+    /// register libmlx5 may share with other QPs of the context, and rung with the 8-byte
+    /// doorbell only (a BlueFlame copy into a shared register could interleave with another
+    /// poster's): [`DirectQp::shared_register`] says so.
     pub fn new(pd: &Pd, caps: QpCaps, cqe: u32, mode: DbMode) -> Result<Self> {
         let ctx = pd.context();
         require_mlx5(ctx)?;
-        let parent = pd.with_thread_domain()?;
+        let (parent, mode, shared) = match pd.with_thread_domain() {
+            Ok(p) => (p, mode, false),
+            Err(VerbsError::Verb {
+                verb: "ibv_alloc_td", ..
+            }) => (pd.clone(), DbMode::Db, true),
+            Err(e) => return Err(e),
+        };
         let cq = Cq::new(ctx, cqe)?;
         // the direct path reads receives from their buffers: no scatter-to-CQE
         let qp = Qp::new_rc_mlx5_no_scatter(&parent, &cq, &cq, caps)?;
@@ -109,7 +120,14 @@ impl DirectQp {
             qp,
             _cq: cq,
             _pd: parent,
+            shared,
         })
+    }
+
+    /// Whether no dedicated BlueFlame register was left (`ibv_alloc_td` failed): the QP then
+    /// shares one and is rung with the 8-byte doorbell whatever mode was asked.
+    pub fn shared_register(&self) -> bool {
+        self.shared
     }
 
     /// QP number.
