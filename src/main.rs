@@ -762,6 +762,8 @@ fn lat(mut a: LatArgs) -> Result<ExitCode> {
         DbArg::BfNofence => DbMode::BfNoFence,
         DbArg::Db => DbMode::Db,
     };
+    // MLX5_SHUT_UP_BF: libmlx5 rings the doorbell only, and so does the direct path
+    let mode = rdmaprobe::backend::setup::Mlx5Env::get().direct_mode(mode);
     let cal = Calibration::run(200_000_000)?;
     let mut fp = Fingerprint::collect(&cal, &dev.name(), &dev.provider(), dev.firmware(), dev.is_model());
     fp.provider_library = dev.provider_library();
@@ -1127,6 +1129,8 @@ fn bw(a: BwArgs) -> Result<ExitCode> {
         DbArg::BfNofence => DbMode::BfNoFence,
         DbArg::Db => DbMode::Db,
     };
+    // MLX5_SHUT_UP_BF: libmlx5 rings the doorbell only, and so does the direct path
+    let mode = rdmaprobe::backend::setup::Mlx5Env::get().direct_mode(mode);
     for s in &sizes {
         dev.check_size(*s)?;
     }
@@ -1463,7 +1467,11 @@ fn post_cost(a: PostCostArgs) -> Result<ExitCode> {
     let mut results = Vec::new();
     for &op in &ops {
         for k in &kinds {
-            let modes: &[DbMode] = if *k == BackendKind::Direct {
+            let modes: &[DbMode] = if *k == BackendKind::Direct && rdmaprobe::backend::setup::Mlx5Env::get().shut_up_bf
+            {
+                // MLX5_SHUT_UP_BF: the doorbell only, as libmlx5
+                &[DbMode::Db]
+            } else if *k == BackendKind::Direct {
                 &[DbMode::Bf, DbMode::BfNoFence, DbMode::Db]
             } else {
                 &[DbMode::Bf]

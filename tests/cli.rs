@@ -260,6 +260,67 @@ fn verbs_backends_on_model0_say_why_when_unavailable() {
     );
 }
 
+/// libmlx5's BlueFlame and signature variables (hardware-fidelity point c): MLX5_SHUT_UP_BF makes
+/// libmlx5 ring the doorbell only, and the direct path does the same (said in the header, the
+/// rows and the JSON); MLX5_QP_SIGNATURE would make the NIC check signatures the direct path does
+/// not write: the direct backend is refused, naming it.
+#[test]
+fn libmlx5_environment_is_honoured_or_refused_and_said() {
+    let (code, out, err) = cmd::run_env(
+        &["post-cost", "-d", "model0", "--op", "write", "-l", "1", "-n", "50"],
+        &[("MLX5_SHUT_UP_BF", "1")],
+    );
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.contains("WARNING: MLX5_SHUT_UP_BF is set"), "{out}");
+    let direct: Vec<&str> = out
+        .lines()
+        .filter(|l| l.split_whitespace().nth(1) == Some("direct"))
+        .collect();
+    assert!(!direct.is_empty() && direct.iter().all(|l| l.contains(" db ")), "{out}");
+    let dir = std::env::temp_dir().join(format!("rdmaprobe-env-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let json = dir.join("l.json");
+    let (code, out, err) = cmd::run_env(
+        &[
+            "lat",
+            "write",
+            "--loopback",
+            "-d",
+            "model0",
+            "-n",
+            "100",
+            "--backend",
+            "direct",
+            "--json",
+            json.to_str().unwrap(),
+        ],
+        &[("MLX5_SHUT_UP_BF", "1")],
+    );
+    assert_eq!(code, 0, "{out}{err}");
+    let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    assert_eq!(v["params"]["db_mode"], "db", "{v}");
+    std::fs::remove_dir_all(&dir).ok();
+    let (code, out, err) = cmd::run_env(
+        &[
+            "lat",
+            "write",
+            "--loopback",
+            "-d",
+            "model0",
+            "-n",
+            "100",
+            "--backend",
+            "direct",
+        ],
+        &[("MLX5_QP_SIGNATURE", "1")],
+    );
+    assert_eq!(code, 1, "{out}{err}");
+    assert!(
+        err.contains("MLX5_QP_SIGNATURE is set") && err.contains("direct"),
+        "{err}"
+    );
+}
+
 #[test]
 fn post_cost_on_model0_measures_each_configuration() {
     let _g = serial();

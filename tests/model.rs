@@ -538,3 +538,32 @@ fn random_operation_sequences_match_a_reference() {
     p.b.mr.read(0, &mut all);
     assert_eq!(all, reference);
 }
+
+/// A CQ that overflows is in error, as a ConnectX's (hardware-fidelity point g): the QP that
+/// completes into it moves to error and nothing more executes (before: the CQE was dropped, an
+/// overrun counted, and the QP went on writing).
+#[test]
+fn an_overflowing_cq_puts_its_qp_in_error() {
+    let mut p = pair_with(
+        ModelConfig::default(),
+        ModelQpCaps::default(),
+        4,
+        DbMode::Db,
+        ModelConnect::default(),
+    );
+    let s = sge(&p.a.mr, 0, 8);
+    p.a.mr.write(0, &[7u8; 8]);
+    // 4 CQEs fit; the 5th overflows; nobody polls
+    for i in 0..5u64 {
+        let w = Wqe::write(p.b.mr.addr() + 64 * i, p.b.mr.rkey(), Payload::Gather(&s)).signaled();
+        p.a.q.sq.post_and_ring(&w).unwrap();
+    }
+    assert!(p.a.q.cq_overruns() > 0, "the 5th CQE overflows a CQ of 4");
+    // a later WRITE does not execute: the QP is in error
+    let w = Wqe::write(p.b.mr.addr() + 4096, p.b.mr.rkey(), Payload::Gather(&s)).signaled();
+    p.a.q.sq.post_and_ring(&w).unwrap();
+    assert_eq!(p.a.q.qp.state(), rdmaprobe::model::state::ERR);
+    let mut got = [0u8; 8];
+    p.b.mr.read(4096, &mut got);
+    assert_eq!(got, [0u8; 8], "a WQE executed after its CQ overflowed");
+}

@@ -43,6 +43,41 @@ impl ModelDev {
     }
 }
 
+/// The libmlx5 environment variables that change what a ConnectX is told (read as libmlx5
+/// reads them, providers/mlx5/mlx5.c and verbs.c, rdma-core 44).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Mlx5Env {
+    /// `MLX5_SHUT_UP_BF` set and not `0`: libmlx5 never uses BlueFlame, only the doorbell.
+    pub shut_up_bf: bool,
+    /// `MLX5_POST_SEND_PREFER_BF` unset or not `0`: BlueFlame for any single WQE that fits;
+    /// `0`: for inline WQEs only.
+    pub prefer_bf: bool,
+    /// `MLX5_QP_SIGNATURE` set (any value): the NIC verifies WQE signatures.
+    pub qp_signature: bool,
+}
+
+impl Mlx5Env {
+    /// This process's.
+    pub fn get() -> Self {
+        let on = |k: &str| std::env::var_os(k).map(|v| v != "0");
+        Mlx5Env {
+            shut_up_bf: on("MLX5_SHUT_UP_BF").unwrap_or(false),
+            prefer_bf: on("MLX5_POST_SEND_PREFER_BF").unwrap_or(true),
+            qp_signature: std::env::var_os("MLX5_QP_SIGNATURE").is_some(),
+        }
+    }
+
+    /// The doorbell mode the direct path uses for `asked`: the doorbell only when libmlx5 is
+    /// told to shut up BlueFlame (both paths then ring alike).
+    pub fn direct_mode(self, asked: DbMode) -> DbMode {
+        if self.shut_up_bf {
+            DbMode::Db
+        } else {
+            asked
+        }
+    }
+}
+
 /// The device a run uses.
 pub enum Dev {
     /// model0.
@@ -240,6 +275,14 @@ impl Dev {
 
     /// Whether `kind` can run here, and why not.
     pub fn supports(&self, kind: BackendKind) -> Result<(), BackendError> {
+        if kind == BackendKind::Direct && Mlx5Env::get().qp_signature {
+            return Err(BackendError::Unsupported {
+                backend: "direct",
+                why: "MLX5_QP_SIGNATURE is set: the NIC would verify WQE signatures, which the direct path does \
+                      not write; unset it to run the direct backend"
+                    .into(),
+            });
+        }
         match (self, kind) {
             (Dev::Model(_), BackendKind::Direct) => Ok(()),
             (Dev::Model(m), k) => match &m.verbs {
@@ -404,6 +447,7 @@ pub fn model_pair(
         max_recv_sge: 1,
         max_inline_data: INLINE,
     };
+    let mode = Mlx5Env::get().direct_mode(mode);
     let qa = DirectModelQp::new(model, pd, caps, 2 * DEPTH, mode)?;
     let qb = DirectModelQp::new(model, pd, caps, 2 * DEPTH, mode)?;
     qa.qp.connect(qb.qp.qpn(), ModelConnect::default());
@@ -442,6 +486,7 @@ pub fn mlx5_pair(
     let pd = Pd::new(ctx)?;
     let caps = qp_caps();
     let opts = connect_opts(port, *gid, op);
+    let mode = Mlx5Env::get().direct_mode(mode);
     let mut qa = DirectQp::new(&pd, caps, 2 * DEPTH, mode)?;
     let mut qb = DirectQp::new(&pd, caps, 2 * DEPTH, mode)?;
     let (ea, eb) = (qa.endpoint(port, *gid)?, qb.endpoint(port, *gid)?);
@@ -503,6 +548,7 @@ impl HalfEnd {
     pub fn new(dev: &Dev, kind: BackendKind, op: OpKind, buf_len: usize, mode: DbMode) -> Result<Self, SetupError> {
         dev.supports(kind)?;
         let caps = qp_caps();
+        let mode = Mlx5Env::get().direct_mode(mode);
         Ok(match dev {
             Dev::Model(m) if kind == BackendKind::Direct => {
                 let pd = m.alloc_pd();

@@ -1361,6 +1361,13 @@ fn deliver_to_receiver(m: &Model, peer: &Shm, d: &Decoded, payload: &[u8], resp_
         unlock(&ph.rq_lock);
         return Outcome::Fail(syndrome::TRANSPORT_RETRY_EXC);
     };
+    // the responder's CQ overflowed: it is in error and so is the responder QP (a ConnectX's CQ
+    // error); the requester sees its peer gone
+    if hdr::<CqHdr>(&rcq).overruns.load(Ordering::Relaxed) > 0 {
+        unlock(&ph.rq_lock);
+        set_err(m, peer);
+        return Outcome::Fail(syndrome::TRANSPORT_RETRY_EXC);
+    }
     let stride = ph.rq_stride as usize;
     // SAFETY: the receive WQE at slot ci inside the peer's RQ ring (checked by rings).
     let rwqe = unsafe { rq.add((ci & (ph.rq_wqe_cnt - 1)) as usize * stride) };
@@ -1637,6 +1644,11 @@ fn run_sq(m: &Model, q: &Shm) {
     let mut buf = [0u8; 1024];
     let mut rnr_deadline: Option<std::time::Instant> = None;
     while ci != target {
+        // A CQ that overflowed is in error, as on a ConnectX (a CQ error event; its QPs move to
+        // error): nothing more executes, and the QP's later WQEs would be flushed into it.
+        if hdr::<CqHdr>(&scq).overruns.load(Ordering::Relaxed) > 0 && h.state.load(Ordering::Acquire) != state::ERR {
+            set_err(m, q);
+        }
         let d = match decode(sq, h.sq_wqe_cnt, ci, h.obj.id, &mut buf) {
             Ok(d) => d,
             Err((op, idx)) => {

@@ -111,6 +111,29 @@ impl Fingerprint {
         if self.virtualized {
             w.push("running under a hypervisor: timings include virtualisation effects".into());
         }
+        // what libmlx5's BlueFlame and signature variables make each post path do
+        let var = |k: &str| self.env_vars.iter().find(|(n, _)| n == k).map(|(_, v)| v.as_str());
+        if var("MLX5_SHUT_UP_BF").is_some_and(|v| v != "0") {
+            w.push(
+                "MLX5_SHUT_UP_BF is set: libmlx5 rings the 8-byte doorbell only, never BlueFlame; the direct \
+                 path does the same (doorbell mode, whatever --db-mode asks)"
+                    .into(),
+            );
+        }
+        if var("MLX5_POST_SEND_PREFER_BF") == Some("0") {
+            w.push(
+                "MLX5_POST_SEND_PREFER_BF=0: libmlx5 copies only inline WQEs by BlueFlame, the direct path's bf \
+                 modes copy every single WQE of up to 256 B: their post costs differ by that"
+                    .into(),
+            );
+        }
+        if var("MLX5_QP_SIGNATURE").is_some() {
+            w.push(
+                "MLX5_QP_SIGNATURE is set: the NIC would verify WQE signatures, which the direct path does not \
+                 write: the direct backend is refused"
+                    .into(),
+            );
+        }
         w
     }
 }

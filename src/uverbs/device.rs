@@ -116,7 +116,9 @@ pub fn progress() {
 }
 
 fn errno_of<T>(e: impl std::fmt::Display, errno: c_int) -> Result<T, c_int> {
-    if std::env::var_os("RDMAPROBE_UVERBS_DEBUG").is_some() {
+    // what model0 does not do (a command, a flag, a feature) is said at once: libibverbs passes
+    // on only the errno; other refusals (bad handles, bad transitions) are the caller's to report
+    if errno == libc::EOPNOTSUPP || std::env::var_os("RDMAPROBE_UVERBS_DEBUG").is_some() {
         eprintln!("rdmaprobe: model0 uverbs: {e}");
     }
     Err(errno)
