@@ -567,3 +567,47 @@ fn an_overflowing_cq_puts_its_qp_in_error() {
     p.b.mr.read(4096, &mut got);
     assert_eq!(got, [0u8; 8], "a WQE executed after its CQ overflowed");
 }
+
+/// The doorbell is checked (hardware-fidelity point g): model0 reads the register page of the
+/// direct path's QPs, and a doorbell that does not name the last WQE rung (its first 8 bytes:
+/// index, opcode, QP number, size) executes nothing: the QP moves to error, the WQE is flushed
+/// and the bad doorbell counted. Before, the model executed from the doorbell record whatever
+/// the register held.
+#[test]
+fn a_wrong_doorbell_executes_nothing() {
+    let cfg = ModelConfig {
+        exec: ExecMode::Deferred,
+        ..Default::default()
+    };
+    for bad in [false, true] {
+        let mut p = pair_with(cfg, ModelQpCaps::default(), 64, DbMode::Db, ModelConnect::default());
+        let s = sge(&p.a.mr, 0, 8);
+        p.a.mr.write(0, &[9u8; 8]);
+        let w = Wqe::write(p.b.mr.addr() + 128, p.b.mr.rkey(), Payload::Gather(&s)).signaled();
+        p.a.q.sq.post_and_ring(&w).unwrap();
+        if bad {
+            // the doorbell store as a broken direct path would make it: another WQE index
+            let reg = p.a.q.qp.sq_config().bf_reg;
+            for half in 0..2 {
+                // SAFETY: the QP's register page, two 256-byte halves, in the model's mapping.
+                unsafe {
+                    let r = reg.add(half * 256);
+                    *r.add(1) ^= 0x5a;
+                }
+            }
+        }
+        p.a.q.qp.progress();
+        let mut got = [0u8; 8];
+        p.b.mr.read(128, &mut got);
+        let c = next(&mut p.a.q.cq);
+        if bad {
+            assert_eq!(got, [0u8; 8], "a WQE executed on a wrong doorbell");
+            assert_eq!(p.a.q.qp.bad_doorbells(), 1);
+            assert_eq!(c.unwrap_err().syndrome, rdmaprobe::model::syndrome::WR_FLUSH);
+        } else {
+            assert_eq!(got, [9u8; 8]);
+            assert_eq!(p.a.q.qp.bad_doorbells(), 0);
+            assert!(c.is_ok());
+        }
+    }
+}

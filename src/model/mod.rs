@@ -221,7 +221,12 @@ struct QpHdr {
     uidx: u32,
     /// 1: atomics on this QP's memory (as responder) use big-endian words; 0: host order.
     atomic_be: u32,
-    _pad_sq: [u8; 20],
+    /// 1: the QP's register page is the model's (the direct path's QPs): every doorbell is
+    /// checked against it; 0: libmlx5's UAR page, which the model does not see.
+    check_reg: u32,
+    /// Doorbells whose register store did not match the WQE rung (the QP was moved to error).
+    bad_doorbells: AtomicU32,
+    _pad_sq: [u8; 12],
     sq_ci: AtomicU32,
     sq_lock: AtomicU32,
     kicks: AtomicU32,
@@ -594,6 +599,7 @@ impl Model {
             (*h).scatter_cqe = q.scatter_cqe;
             (*h).uidx = q.uidx;
             (*h).atomic_be = self.inner.cfg.atomic_big_endian as u32;
+            (*h).check_reg = user.is_none() as u32;
         }
         let h: &QpHdr = hdr(&shm);
         h.rnr_retry.store(7, Ordering::Relaxed);
@@ -913,6 +919,10 @@ impl ModelQp {
     pub fn state(&self) -> u32 {
         self.h().state.load(Ordering::Acquire)
     }
+    /// Doorbells whose register store did not match the WQE rung (each moved the QP to error).
+    pub fn bad_doorbells(&self) -> u32 {
+        self.h().bad_doorbells.load(Ordering::Relaxed)
+    }
     /// Moves the QP to error: outstanding and later WQEs are flushed.
     pub fn set_error(&self) {
         set_err(&self.model, &self.shm);
@@ -943,7 +953,7 @@ impl ModelQp {
     }
     /// Executes what was rung and not yet executed (needed in [`ExecMode::Deferred`]).
     pub fn progress(&self) {
-        execute(&self.model, &self.shm);
+        execute(&self.model, &self.shm, true);
     }
 
     /// The model's view of this QP, for diagnostics: state, send doorbell and consumer index,
@@ -1017,7 +1027,7 @@ fn deliver_now(model: &Model, qp: &Shm) {
         wire_wait(wire & !WIRE_TIMED);
     }
     hdr::<QpHdr>(qp).kicks.fetch_add(1, Ordering::SeqCst);
-    execute(model, qp);
+    execute(model, qp, true);
 }
 
 impl RingHook for ModelDoorbell {
@@ -1050,7 +1060,9 @@ fn receives_posted(model: &Model, qp: &Shm, exec: ExecMode) {
     if peer != 0 {
         if let Some(p) = model.lookup(ObjKind::Qp, peer) {
             hdr::<QpHdr>(&p).kicks.fetch_add(1, Ordering::SeqCst);
-            execute(model, &p);
+            // the peer's own poster may be between its doorbell record and its register store:
+            // not a doorbell to check
+            execute(model, &p, false);
         }
     }
 }
@@ -1610,14 +1622,17 @@ fn run_one(m: &Model, me: &QpHdr, d: &Decoded, buf: &[u8; 1024]) -> Outcome {
 
 /// Executes the rung WQEs of QP `q`. Any process may do it for any QP (under the QP's SQ lock):
 /// a receiver's process resumes a sender stalled on RNR.
-fn execute(m: &Model, q: &Shm) {
+/// `doorbell`: run because this QP's poster rang (its thread, after the register store), so the
+/// register is checked against the WQEs; not when another party resumes it (a receive posted
+/// for a sender stalled on RNR), which may come between the poster's record and register stores.
+fn execute(m: &Model, q: &Shm, doorbell: bool) {
     let h: &QpHdr = hdr(q);
     loop {
         let kicks = h.kicks.load(Ordering::SeqCst);
         if !try_lock(&h.sq_lock) {
             return; // another thread runs it and will see our kick
         }
-        run_sq(m, q);
+        run_sq(m, q, doorbell);
         // Unlock with a locked instruction, not a plain store: a later load may otherwise pass
         // the store (store-load reordering, even on x86) and miss a kick given by a thread that
         // then failed to take the still-held lock (a lost wake-up).
@@ -1628,7 +1643,7 @@ fn execute(m: &Model, q: &Shm) {
     }
 }
 
-fn run_sq(m: &Model, q: &Shm) {
+fn run_sq(m: &Model, q: &Shm, doorbell: bool) {
     let h: &QpHdr = hdr(q);
     let Some(scq) = m.lookup(ObjKind::Cq, h.send_cqn) else {
         return;
@@ -1641,6 +1656,13 @@ fn run_sq(m: &Model, q: &Shm) {
     fence(Ordering::Acquire);
     let mut ci = h.sq_ci.load(Ordering::Relaxed);
     let target = ci.wrapping_add(db.wrapping_sub(ci) & 0xffff);
+    if doorbell && target != ci && h.check_reg != 0 && !doorbell_matches(q, sq, ci, target) {
+        // The register does not hold the doorbell of the last WQE rung: a NIC would fetch
+        // another WQE, or none. The model executes none of them: the QP moves to error and the
+        // loop below flushes them (WR_FLUSH, one CQE each).
+        h.bad_doorbells.fetch_add(1, Ordering::Relaxed);
+        set_err(m, q);
+    }
     let mut buf = [0u8; 1024];
     let mut rnr_deadline: Option<std::time::Instant> = None;
     while ci != target {
@@ -1753,6 +1775,36 @@ fn run_sq(m: &Model, q: &Shm) {
         ci = ci.wrapping_add(nbb);
         h.sq_ci.store(ci, Ordering::Release);
     }
+}
+
+/// Whether the register page of `q` (either BlueFlame half: the halves alternate) starts with
+/// the first 8 bytes of the last WQE rung between `ci` and `target` (WQEBB indices): the
+/// doorbell a ConnectX reads the WQE index, opcode, QP number and size from (a BlueFlame copy
+/// starts with them too). The last WQE is found by walking the control segments' DS; a walk
+/// that does not add up (a malformed WQE) is left to execution, which reports that WQE.
+fn doorbell_matches(q: &Shm, sq: *const u8, ci: u32, target: u32) -> bool {
+    let h: &QpHdr = hdr(q);
+    let cnt = h.sq_wqe_cnt;
+    let (mut at, mut last) = (ci, ci);
+    while at != target {
+        // SAFETY: byte 7 (DS) of the control segment at WQEBB `at` inside the ring.
+        let ds = unsafe { std::ptr::read_volatile(sq.add((at & (cnt - 1)) as usize * WQEBB + 7)) } & 0x3f;
+        if ds == 0 {
+            return true; // a malformed WQE: execution reports it (LOCAL_QP_OP) at its slot
+        }
+        last = at;
+        at = at.wrapping_add((ds as u32).div_ceil(4));
+        if target.wrapping_sub(at) > target.wrapping_sub(ci) {
+            return true; // sizes that overrun the record: execution reports the WQE
+        }
+    }
+    // SAFETY: the last WQE's first 8 bytes in the ring; the register page of the QP object.
+    let want = unsafe { std::ptr::read_unaligned(sq.add((last & (cnt - 1)) as usize * WQEBB) as *const u64) };
+    (0..2).any(|half| {
+        // SAFETY: the two 256-byte halves of the register page, inside the mapping.
+        let got = unsafe { std::ptr::read_volatile(q.ptr().add(QP_REG_OFF + half * BF_SIZE as usize) as *const u64) };
+        got == want
+    })
 }
 
 /// Removes the objects of processes that died (crash recovery); returns how many.

@@ -307,7 +307,7 @@ impl ModelQp {
             *seen = pi;
             super::deliver_now(&self.model, &self.shm);
         } else {
-            super::execute(&self.model, &self.shm);
+            super::execute(&self.model, &self.shm, false);
         }
     }
 
