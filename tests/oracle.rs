@@ -374,6 +374,8 @@ fn run(api_wr: bool, seed: u64) {
     // signalled WRs posted and not yet completed, on A and on B (model0 may execute a QP from
     // another thread's progress call, so "nothing polled now" does not mean "all done")
     let (mut due_a, mut due_b) = (0u32, 0u32);
+    // A's WQE index -> (wr_id, the work completion's opcode libmlx5 must report)
+    let mut posted = std::collections::HashMap::new();
     for n in 0..WRS {
         let r = random_req(&mut rng, max_inline, n);
         let sges: Vec<_> = r.sges.iter().map(|&(o, l)| local.sge(o, l).unwrap()).collect();
@@ -413,6 +415,14 @@ fn run(api_wr: bool, seed: u64) {
         clear_reg(&ra);
         clear_reg(&rb);
         let (pa, pb) = (pi(&ra), pi(&rb));
+        let wc_op = match r.op {
+            0 | 1 => sys::IBV_WC_RDMA_WRITE,
+            2 | 3 => sys::IBV_WC_SEND,
+            4 => sys::IBV_WC_RDMA_READ,
+            5 => sys::IBV_WC_FETCH_ADD,
+            _ => sys::IBV_WC_COMP_SWAP,
+        };
+        posted.insert((pa & 0xffff) as u16, (n as u64, wc_op));
         if api_wr {
             a.qp.wr_post(&[WrBatch {
                 wr_id: n as u64,
@@ -505,6 +515,10 @@ fn run(api_wr: bool, seed: u64) {
                     c.vendor_err
                 );
                 assert_eq!(c.qp_num, v.qpn);
+                // the same work request: libmlx5 by wr_id, the direct path by WQE index
+                let (wr_id, op) = posted[&v.wqe_counter];
+                assert_eq!((c.wr_id, c.opcode), (wr_id, op), "CQE at WQE index {}", v.wqe_counter);
+                assert_eq!(v.opcode, rdmaprobe::mlx5::cq::cqe_op::REQ);
                 decoded += 1;
                 due_a -= 1;
             }
@@ -729,6 +743,7 @@ fn scatter_to_cqe_as_rdma_core_asks_for_it() {
             assert_eq!(got, payload[..len], "{len} B after ibv_poll_cq");
             let mut s = [sys::ibv_wc::default(); 1];
             while cqa.poll_raw(&mut s).unwrap() == 0 {
+                rdmaprobe::uverbs::progress();
                 assert!(Instant::now() < deadline, "no send completion");
             }
         }

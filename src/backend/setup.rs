@@ -489,6 +489,13 @@ pub fn mlx5_pair(
     let mode = Mlx5Env::get().direct_mode(mode);
     let mut qa = DirectQp::new(&pd, caps, 2 * DEPTH, mode)?;
     let mut qb = DirectQp::new(&pd, caps, 2 * DEPTH, mode)?;
+    if mode != DbMode::Db && (qa.shared_register() || qb.shared_register()) {
+        eprintln!(
+            "rdmaprobe: WARNING: no dedicated BlueFlame register left (ibv_alloc_td failed): the direct QPs ring \
+             the 8-byte doorbell only, not {}",
+            mode.as_str()
+        );
+    }
     let (ea, eb) = (qa.endpoint(port, *gid)?, qb.endpoint(port, *gid)?);
     qa.connect(port, &opts, &eb)?;
     qb.connect(port, &opts, &ea)?;

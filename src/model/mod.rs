@@ -34,7 +34,9 @@ use std::sync::{Arc, Mutex, OnceLock};
 /// The model's device name.
 pub const DEVICE_NAME: &str = "model0";
 
-const MAGIC: u64 = 0x7264_6d61_6d6f_6430; // "rdmamod0"
+// "rdmamod1": the headers' layout changed (ring offsets, doorbell-record objects, data_off);
+// objects of an older binary are not taken for this one's
+const MAGIC: u64 = 0x7264_6d61_6d6f_6431;
 const PAGE: usize = 4096;
 /// BlueFlame buffer size the model's QPs report (two halves in the register page).
 pub const BF_SIZE: u32 = 256;
@@ -285,6 +287,11 @@ fn cq_dbrec(m: &Model, cq: &Shm) -> Option<*mut u32> {
 /// QP's owner, possibly another process).
 fn rings(q: &Shm) -> Option<(*mut u8, *mut u8)> {
     let h: &QpHdr = hdr(q);
+    // the header may be another process's: counts must be powers of two (the rings are
+    // indexed with count - 1 as a mask) and the rings inside the mapping
+    if !h.sq_wqe_cnt.is_power_of_two() || !h.rq_wqe_cnt.is_power_of_two() || h.rq_stride < 16 {
+        return None;
+    }
     let sq_end = (h.sq_off as usize).checked_add((h.sq_wqe_cnt as usize).checked_mul(WQEBB)?)?;
     let rq_end = (h.rq_off as usize).checked_add((h.rq_wqe_cnt as usize).checked_mul(h.rq_stride as usize)?)?;
     if sq_end > q.len() || rq_end > q.len() || (h.sq_off as usize) < QP_SQ_OFF || (h.rq_off as usize) < QP_SQ_OFF {
@@ -737,6 +744,10 @@ impl ModelMr {
     pub fn rkey(&self) -> u32 {
         self.key
     }
+    /// Its protection domain.
+    pub fn pd(&self) -> u32 {
+        hdr::<MrHdr>(&self.shm).pd
+    }
     /// Address used in WQEs (the I/O virtual address of a region registered through
     /// libibverbs).
     pub fn addr(&self) -> u64 {
@@ -1112,7 +1123,9 @@ fn push_cqe(m: &Model, cq: &Shm, c: CqeOut) {
     lock(&h.lock);
     let cnt = h.cqe_cnt;
     let pi = h.pi.load(Ordering::Relaxed);
-    let Some(db) = cq_dbrec(m, cq) else {
+    // the CQ's header may be another process's: its size must fit the mapping
+    let fits = cnt.is_power_of_two() && PAGE + cnt as usize * 64 <= cq.len();
+    let Some(db) = cq_dbrec(m, cq).filter(|_| fits) else {
         h.overruns.fetch_add(1, Ordering::Relaxed);
         unlock(&h.lock);
         return;

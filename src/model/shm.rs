@@ -69,7 +69,19 @@ impl Shm {
                 .open(&p)
             {
                 Ok(f) => {
-                    f.set_len(len as u64)?;
+                    // allocated for real: a sparse file on a full tmpfs would fault (SIGBUS) at
+                    // the first store instead of failing here with a message
+                    use std::os::fd::AsRawFd;
+                    // SAFETY: a descriptor we own; allocates the file's blocks.
+                    let rc = unsafe { libc::posix_fallocate(f.as_raw_fd(), 0, len as libc::off_t) };
+                    if rc != 0 {
+                        let _ = fs::remove_file(&p);
+                        let e = io::Error::from_raw_os_error(rc);
+                        return Err(io::Error::new(
+                            e.kind(),
+                            format!("{e}: {} needs {len} bytes in {}", p.display(), dir().display()),
+                        ));
+                    }
                     // SAFETY: a file we just created and sized; nobody else truncates it (other
                     // processes only map it, and it is removed only by its owner).
                     let map = unsafe { memmap2::MmapOptions::new().len(len).map_mut(&f) }?;

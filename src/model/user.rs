@@ -36,10 +36,15 @@ impl Pinned {
     pub(super) fn release(self, shm: &Shm) {
         // SAFETY: this range was mapped over by `new` and is released once.
         if let Err(e) = unsafe { shm.unmap_over(self.off, self.addr, self.len) } {
-            eprintln!(
-                "rdmaprobe: model0: giving back {:#x} ({} bytes) failed: {e}",
-                self.addr, self.len
-            );
+            {
+                use std::io::Write;
+                let _ = writeln!(
+                    std::io::stderr(),
+                    "rdmaprobe: model0: giving back {:#x} ({} bytes) failed: {e}",
+                    self.addr,
+                    self.len
+                );
+            }
         }
     }
 }

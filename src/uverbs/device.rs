@@ -28,6 +28,8 @@ const TOT_BFREGS: u32 = 16;
 /// Dynamic BlueFlame registers (dedicated ones for thread domains, `ibv_alloc_td`): libmlx5 maps
 /// them page by page with `MLX5_IB_MMAP_ALLOC_WC`, 2 per page.
 const DYN_BFREGS: u32 = 32;
+/// A QP on a dynamic register (thread domain): no static one counted.
+const NO_BFREG: u32 = u32::MAX;
 const BF_REG_SIZE: u32 = 512;
 /// IB QP states.
 const QPS_RESET: u8 = 0;
@@ -48,6 +50,7 @@ struct CqEnt {
 
 struct QpEnt {
     qp: Arc<ModelQp>,
+    pdn: u32,
     db: usize,
     /// The BlueFlame register given to it (0..TOT_BFREGS).
     bfreg: u32,
@@ -79,6 +82,9 @@ static CTXS: Mutex<Vec<(c_int, Option<Ctx>)>> = Mutex::new(Vec::new());
 /// doorbell record [`progress`] delivered for it.
 static QPS: Mutex<Vec<(u32, Weak<ModelQp>, u32)>> = Mutex::new(Vec::new());
 static MODEL: Mutex<Option<Model>> = Mutex::new(None);
+/// The pages pinned for registered regions, all contexts of the process: (region start, first
+/// page, end of last page).
+static MR_PAGES: Mutex<Vec<(usize, usize, usize)>> = Mutex::new(Vec::new());
 
 /// The model new contexts use (the run's, with its execution mode and wire delay).
 pub fn set_model(m: &Model) {
@@ -116,10 +122,15 @@ pub fn progress() {
 }
 
 fn errno_of<T>(e: impl std::fmt::Display, errno: c_int) -> Result<T, c_int> {
-    // what model0 does not do (a command, a flag, a feature) is said at once: libibverbs passes
-    // on only the errno; other refusals (bad handles, bad transitions) are the caller's to report
-    if errno == libc::EOPNOTSUPP || std::env::var_os("RDMAPROBE_UVERBS_DEBUG").is_some() {
-        eprintln!("rdmaprobe: model0 uverbs: {e}");
+    // what model0 does not do (a command, a flag, a feature) or cannot (no room in its
+    // directory, memory not mapped) is said at once: libibverbs passes on only the errno; other
+    // refusals (bad handles, bad transitions) are the caller's to report
+    let said = [libc::EOPNOTSUPP, libc::ENOMEM, libc::ENOSPC, libc::EFAULT];
+    if said.contains(&errno) || std::env::var_os("RDMAPROBE_UVERBS_DEBUG").is_some() {
+        // never eprintln! here: it panics when stderr is a closed pipe, and this runs inside
+        // an extern "C" write(), where a panic aborts
+        use std::io::Write;
+        let _ = writeln!(std::io::stderr(), "rdmaprobe: model0 uverbs: {e}");
     }
     Err(errno)
 }
@@ -156,6 +167,12 @@ pub(super) fn close_device(fd: c_int) {
                 release_db(&mut ctx, e.db);
             }
         }
+        let mut pages = MR_PAGES.lock().unwrap_or_else(|p| p.into_inner());
+        for m in ctx.mrs.values() {
+            let at = m.as_ptr() as usize;
+            pages.retain(|r| r.0 != at);
+        }
+        drop(pages);
         ctx.mrs.clear();
         ctx.dbs.clear();
     }
@@ -388,9 +405,14 @@ pub(super) fn command(fd: c_int, b: &[u8]) -> Result<(), c_int> {
         (k::IB_USER_VERBS_CMD_DEALLOC_PD, false) => {
             legacy::<k::ib_uverbs_dealloc_pd, ()>(&mut c, false);
             let q: k::ib_uverbs_dealloc_pd = rd(c.core, 0);
-            if ctx.pds.remove(&q.pd_handle).is_none() {
+            let Some(&pdn) = ctx.pds.get(&q.pd_handle) else {
                 return errno_of(format!("DEALLOC_PD of unknown handle {}", q.pd_handle), libc::EINVAL);
+            };
+            // as the kernel: a PD still used by a region or a QP is busy
+            if ctx.mrs.values().any(|m| m.pd() == pdn) || ctx.qps.values().any(|e| e.pdn == pdn) {
+                return errno_of(format!("DEALLOC_PD {}: still in use", q.pd_handle), libc::EBUSY);
             }
+            ctx.pds.remove(&q.pd_handle);
             Ok(())
         }
         (k::IB_USER_VERBS_CMD_REG_MR, false) => {
@@ -402,7 +424,9 @@ pub(super) fn command(fd: c_int, b: &[u8]) -> Result<(), c_int> {
             let q: k::ib_uverbs_dereg_mr = rd(c.core, 0);
             match ctx.mrs.remove(&q.mr_handle) {
                 Some(mr) => {
+                    let at = mr.as_ptr() as usize;
                     drop(mr);
+                    MR_PAGES.lock().unwrap_or_else(|p| p.into_inner()).retain(|r| r.0 != at);
                     Ok(())
                 }
                 None => errno_of(format!("DEREG_MR of unknown handle {}", q.mr_handle), libc::EINVAL),
@@ -637,12 +661,38 @@ fn reg_mr(ctx: &mut Ctx, c: &Cmd<'_>) -> Result<(), c_int> {
         return errno_of(format!("REG_MR in unknown PD handle {}", q.pd_handle), libc::EINVAL);
     };
     let (start, len) = (q.start as usize, q.length as usize);
-    let (s0, e0) = (start & !(PAGE - 1), (start + len).next_multiple_of(PAGE));
-    if ctx.mrs.values().any(|m| {
-        let (a, l) = (m.as_ptr() as usize, m.len());
-        let (s1, e1) = (a & !(PAGE - 1), (a + l).next_multiple_of(PAGE));
-        s0 < e1 && s1 < e0
-    }) {
+    // the kernel's checks (ib_check_mr_access): remote write or atomic needs local write
+    let remote_w = crate::sys::IBV_ACCESS_REMOTE_WRITE | crate::sys::IBV_ACCESS_REMOTE_ATOMIC;
+    if q.access_flags & remote_w != 0 && q.access_flags & crate::sys::IBV_ACCESS_LOCAL_WRITE == 0 {
+        return errno_of(
+            format!(
+                "REG_MR with access {:#x}: remote write or atomic without local write",
+                q.access_flags
+            ),
+            libc::EINVAL,
+        );
+    }
+    let Some(e0) = start.checked_add(len).and_then(|e| e.checked_next_multiple_of(PAGE)) else {
+        return errno_of(
+            format!("REG_MR of {start:#x} + {len}: the range overflows"),
+            libc::EINVAL,
+        );
+    };
+    if len == 0 {
+        return errno_of("REG_MR of 0 bytes", libc::EINVAL);
+    }
+    let s0 = start & !(PAGE - 1);
+    // every page mapped (the kernel pins with get_user_pages and answers EFAULT)
+    if !mapped(s0, e0 - s0) {
+        return errno_of(
+            format!("REG_MR of {start:#x} + {len}: not all of it is mapped"),
+            libc::EFAULT,
+        );
+    }
+    // model0 pins whole pages by mapping a file over them: pages another region (of any
+    // context of this process) already pinned cannot be pinned twice
+    let mut pages = MR_PAGES.lock().unwrap_or_else(|p| p.into_inner());
+    if pages.iter().any(|&(_, s1, e1)| s0 < e1 && s1 < e0) {
         return errno_of(
             format!("REG_MR of {start:#x} + {len}: its pages overlap another region's (model0 pins whole pages)"),
             libc::EOPNOTSUPP,
@@ -658,8 +708,16 @@ fn reg_mr(ctx: &mut Ctx, c: &Cmd<'_>) -> Result<(), c_int> {
         rkey: mr.rkey(),
         ..Default::default()
     };
+    pages.push((mr.as_ptr() as usize, s0, e0));
     ctx.mrs.insert(h, mr);
     c.resp.put(bytes(&r), &[])
+}
+
+/// Whether every page of `[addr, addr + len)` is mapped (`mincore` answers ENOMEM otherwise).
+fn mapped(addr: usize, len: usize) -> bool {
+    let mut vec = vec![0u8; len.div_ceil(PAGE)];
+    // SAFETY: mincore only inspects the range and writes one byte per page into `vec`.
+    unsafe { libc::mincore(addr as *mut c_void, len, vec.as_mut_ptr()) == 0 }
 }
 
 /// Pins the doorbell-record page holding `addr` (once per page), returns the page and offset.
@@ -814,7 +872,13 @@ fn create_qp(ctx: &mut Ctx, c: &Cmd<'_>, q: &k::ib_uverbs_ex_create_qp, ex: bool
         max_inline_data: q.max_inline_data,
         ..Default::default()
     };
-    let (bfreg, bfreg_index) = alloc_bfreg(ctx);
+    // a thread-domain QP names its dynamic register itself (MLX5_QP_FLAG_BFREG_INDEX): it takes
+    // none of the static ones
+    let (bfreg, bfreg_index) = if d.flags & k::MLX5_QP_FLAG_BFREG_INDEX != 0 {
+        (NO_BFREG, d.bfreg_index)
+    } else {
+        alloc_bfreg(ctx)
+    };
     let dr = k::mlx5_ib_create_qp_resp {
         bfreg_index,
         ..Default::default()
@@ -834,6 +898,7 @@ fn create_qp(ctx: &mut Ctx, c: &Cmd<'_>, q: &k::ib_uverbs_ex_create_qp, ex: bool
         h,
         QpEnt {
             qp,
+            pdn,
             db: page,
             bfreg,
             send_cq,
@@ -864,7 +929,9 @@ fn destroy_qp_ent(ctx: &mut Ctx, h: u32) {
         e.qp.release_user_memory();
         drop(e.qp);
         release_db(ctx, e.db);
-        ctx.bfreg_users[e.bfreg as usize] -= 1;
+        if e.bfreg != NO_BFREG {
+            ctx.bfreg_users[e.bfreg as usize] -= 1;
+        }
     }
 }
 

@@ -7,12 +7,14 @@
 
 use super::device;
 use std::ffi::{c_char, c_int, c_long, c_uint, c_ulong, c_void, CStr};
-use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicUsize, Ordering};
 
 /// Open device descriptors (-1: free slot).
 static DEV_FDS: [AtomicI32; 8] = [const { AtomicI32::new(-1) }; 8];
-/// Whether any slot is in use (the common case, no device open, costs one load).
-static ANY_FD: AtomicBool = AtomicBool::new(false);
+/// How many slots are in use (the common case, no device open, costs one load). A count, not
+/// a flag: a flag cleared by one thread's close could hide a descriptor another thread has just
+/// opened.
+static N_FDS: AtomicUsize = AtomicUsize::new(0);
 /// Whether the device's path is answered (set once the fake sysfs is installed).
 pub(super) static PATH_ON: AtomicBool = AtomicBool::new(false);
 
@@ -28,13 +30,13 @@ fn ret(r: c_long) -> c_int {
 /// Whether `fd` is one of model0's device descriptors.
 #[inline]
 pub(super) fn is_dev(fd: c_int) -> bool {
-    ANY_FD.load(Ordering::Acquire) && DEV_FDS.iter().any(|f| f.load(Ordering::Acquire) == fd)
+    N_FDS.load(Ordering::Acquire) != 0 && DEV_FDS.iter().any(|f| f.load(Ordering::Acquire) == fd)
 }
 
 pub(super) fn add_fd(fd: c_int) -> bool {
     for f in &DEV_FDS {
         if f.compare_exchange(-1, fd, Ordering::AcqRel, Ordering::Acquire).is_ok() {
-            ANY_FD.store(true, Ordering::Release);
+            N_FDS.fetch_add(1, Ordering::AcqRel);
             return true;
         }
     }
@@ -43,10 +45,9 @@ pub(super) fn add_fd(fd: c_int) -> bool {
 
 fn remove_fd(fd: c_int) {
     for f in &DEV_FDS {
-        let _ = f.compare_exchange(fd, -1, Ordering::AcqRel, Ordering::Acquire);
-    }
-    if DEV_FDS.iter().all(|f| f.load(Ordering::Acquire) == -1) {
-        ANY_FD.store(false, Ordering::Release);
+        if f.compare_exchange(fd, -1, Ordering::AcqRel, Ordering::Acquire).is_ok() {
+            N_FDS.fetch_sub(1, Ordering::AcqRel);
+        }
     }
 }
 

@@ -44,7 +44,9 @@ fn install() -> Result<PathBuf, String> {
     if std::env::var_os("RDMAPROBE_NO_UVERBS").is_some() {
         return Err("RDMAPROBE_NO_UVERBS is set".into());
     }
-    if let Some(p) = std::env::var_os("SYSFS_PATH") {
+    let root = crate::model::shm::dir().join("sysfs");
+    // a SYSFS_PATH of our own (inherited from an rdmaprobe parent) is fine; another is the user's
+    if let Some(p) = std::env::var_os("SYSFS_PATH").filter(|p| Path::new(p) != root) {
         return Err(format!(
             "SYSFS_PATH is set ({}): libibverbs reads devices from there",
             Path::new(&p).display()
@@ -55,7 +57,10 @@ fn install() -> Result<PathBuf, String> {
             "the kernel has RDMA devices (libibverbs lists them through netlink and ignores SYSFS_PATH)".into(),
         );
     }
-    let root = crate::model::shm::dir().join("sysfs");
+    // libibverbs asks RDMA netlink first and reads SYSFS_PATH only when that fails
+    if crate::verbs::device::netlink_rdma_errno() == 0 {
+        return Err("the kernel answers RDMA netlink (libibverbs lists devices from it and ignores SYSFS_PATH)".into());
+    }
     write_tree(&root).map_err(|e| format!("creating {}: {e}", root.display()))?;
     // SAFETY: set once, before libibverbs is initialised, from the first device list.
     unsafe { std::env::set_var("SYSFS_PATH", &root) };

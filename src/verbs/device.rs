@@ -171,7 +171,7 @@ pub fn classify(errno: i32, verbs_class: bool, ib_devices: bool, uverbs_denied: 
 
 /// What the kernel says to an RDMA netlink socket (libibverbs' first way to list devices): 0
 /// when it opens, else the errno (`EPROTONOSUPPORT`: a kernel without RDMA).
-fn netlink_rdma_errno() -> i32 {
+pub(crate) fn netlink_rdma_errno() -> i32 {
     // SAFETY: a plain socket call; the descriptor is closed at once.
     let fd = unsafe {
         libc::socket(
