@@ -2,6 +2,17 @@
 
 use std::process::Command;
 
+/// The backends model0 runs on this host: verbs, wr and direct where libibverbs can reach it
+/// (a kernel without RDMA, as on CI), direct alone where the kernel lists RDMA devices.
+#[allow(dead_code)]
+pub fn model0_backends() -> Vec<&'static str> {
+    if rdmaprobe::uverbs::status().is_ok() {
+        vec!["verbs", "wr", "direct"]
+    } else {
+        vec!["direct"]
+    }
+}
+
 /// Runs `rdmaprobe ARGS`: (exit status, or -1 when killed by a signal; stdout; stderr).
 pub fn run(args: &[&str]) -> (i32, String, String) {
     run_env(args, &[])
