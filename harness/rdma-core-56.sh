@@ -31,29 +31,7 @@ fi
 
 rm -rf "$dir" "$prefix" && mkdir -p "$dir"/{apt/parts,apt/lists/partial,apt/cache/archives/partial,src}
 # a private apt configuration whose only source is trixie's deb-src, derived from this machine's
-python3 - "$dir/apt/parts/trixie-src.sources" <<'PY' || die "rdma-core-56: no Debian apt source here to derive trixie's deb-src from"
-import re, sys, pathlib
-stanzas = []
-deb822 = pathlib.Path('/etc/apt/sources.list.d/debian.sources')
-if deb822.exists():
-    for st in deb822.read_text().split('\n\n'):
-        m = re.search(r'^Suites:\s*(.*)$', st, re.M)
-        if m and 'bookworm' in m.group(1).split():
-            st = re.sub(r'^Suites:.*$', 'Suites: trixie', st, flags=re.M)
-            st = re.sub(r'^Types:.*$', 'Types: deb-src', st, flags=re.M)
-            stanzas.append(st.strip())
-else:
-    for line in pathlib.Path('/etc/apt/sources.list').read_text().splitlines():
-        f = line.split()
-        if len(f) >= 4 and f[0] in ('deb', 'deb-src') and 'bookworm' in f:
-            uri = [x for x in f[1:] if '://' in x][0]
-            stanzas.append('Types: deb-src\nURIs: %s\nSuites: trixie\nComponents: main\n'
-                           'Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg' % uri)
-            break
-if not stanzas:
-    sys.exit(1)
-open(sys.argv[1], 'w').write('\n\n'.join(stanzas) + '\n')
-PY
+"$repo/harness/trixie-sources.py" "$dir/apt/parts/trixie-src.sources" deb-src || die "rdma-core-56: no Debian apt source here to derive trixie's deb-src from"
 apt_o=(-o Dir::Etc::sourcelist=/dev/null -o "Dir::Etc::sourceparts=$dir/apt/parts"
        -o "Dir::State::Lists=$dir/apt/lists" -o "Dir::Cache=$dir/apt/cache" -o APT::Sandbox::User=root)
 say "rdma-core-56: fetching trixie's rdma-core source" >&2

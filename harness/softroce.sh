@@ -84,27 +84,7 @@ trixie_pkgs=(libc6 libgcc-s1 libibverbs1 ibverbs-providers libnl-3-200 libnl-rou
 if ((cmp56)) && [[ ! -f "$trixie/ready" ]]; then
   say "fetching trixie's rdma-core 56 and libc6 (${trixie_pkgs[*]})"
   rm -rf "$trixie" && mkdir -p "$trixie"/{apt/parts,apt/lists/partial,apt/cache/archives/partial,deb,root}
-  python3 - "$trixie/apt/parts/trixie.sources" <<'PY' || die "no Debian apt source on this machine to derive a trixie source from"
-import re, sys, pathlib
-stanzas = []
-deb822 = pathlib.Path('/etc/apt/sources.list.d/debian.sources')
-if deb822.exists():
-    for st in deb822.read_text().split('\n\n'):
-        m = re.search(r'^Suites:\s*(.*)$', st, re.M)
-        if m and 'bookworm' in m.group(1).split():
-            stanzas.append(re.sub(r'^Suites:.*$', 'Suites: trixie', st, flags=re.M).strip())
-else:
-    for line in pathlib.Path('/etc/apt/sources.list').read_text().splitlines():
-        f = line.split()
-        if len(f) >= 4 and f[0] == 'deb' and 'bookworm' in f:
-            uri = [x for x in f[1:] if '://' in x][0]
-            stanzas.append('Types: deb\nURIs: %s\nSuites: trixie\nComponents: main\n'
-                           'Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg' % uri)
-            break
-if not stanzas:
-    sys.exit(1)
-open(sys.argv[1], 'w').write('\n\n'.join(stanzas) + '\n')
-PY
+  "$repo/harness/trixie-sources.py" "$trixie/apt/parts/trixie.sources" deb || die "no Debian apt source on this machine to derive a trixie source from"
   apt_o=(-o Dir::Etc::sourcelist=/dev/null -o "Dir::Etc::sourceparts=$trixie/apt/parts"
          -o "Dir::State::Lists=$trixie/apt/lists" -o "Dir::Cache=$trixie/apt/cache"
          -o APT::Sandbox::User=root)
