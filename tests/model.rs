@@ -611,3 +611,129 @@ fn a_wrong_doorbell_executes_nothing() {
         }
     }
 }
+
+/// A BlueFlame write is checked whole (hardware-fidelity point g): a ConnectX executes the
+/// copy the write carries, so a copy that differs from the ring anywhere (here one byte of the
+/// inline payload, past the 8 bytes of the doorbell) is a broken direct path even when the ring
+/// is right. model0 compares the copy with the ring after the run and moves the QP to error:
+/// the next WQE is flushed and the bad doorbell counted. Before, the model read only the first
+/// 8 bytes of the register and executed the ring.
+#[test]
+fn a_wrong_blueflame_copy_moves_the_qp_to_error() {
+    let cfg = ModelConfig {
+        exec: ExecMode::Deferred,
+        ..Default::default()
+    };
+    for bad in [false, true] {
+        let mut p = pair_with(cfg, ModelQpCaps::default(), 64, DbMode::Bf, ModelConnect::default());
+        let data = [0x33u8; 40]; // 40 B inline: a 2-WQEBB WQE, copied by BlueFlame
+        let w = Wqe::write(p.b.mr.addr() + 128, p.b.mr.rkey(), Payload::Inline(&data)).signaled();
+        p.a.q.sq.post_and_ring(&w).unwrap();
+        if bad {
+            let reg = p.a.q.qp.sq_config().bf_reg;
+            for half in 0..2 {
+                // SAFETY: the QP's register page, two 256-byte halves, in the model's mapping;
+                // byte 40 is inside the copied inline payload of the half that was written.
+                unsafe { *reg.add(half * 256 + 40) ^= 0x5a };
+            }
+        }
+        p.a.q.qp.progress();
+        assert!(next(&mut p.a.q.cq).is_ok());
+        let w2 = Wqe::write(p.b.mr.addr() + 256, p.b.mr.rkey(), Payload::Inline(&data)).signaled();
+        p.a.q.sq.post_and_ring(&w2).unwrap();
+        p.a.q.qp.progress();
+        let c2 = next(&mut p.a.q.cq);
+        if bad {
+            assert_eq!(p.a.q.qp.bad_doorbells(), 1);
+            assert_eq!(p.a.q.qp.state(), rdmaprobe::model::state::ERR);
+            assert_eq!(c2.unwrap_err().syndrome, rdmaprobe::model::syndrome::WR_FLUSH);
+        } else {
+            assert_eq!(p.a.q.qp.bad_doorbells(), 0);
+            assert!(c2.is_ok());
+        }
+    }
+}
+
+/// No false alarm from the BlueFlame check: doorbells and BlueFlame writes of every size mixed,
+/// several rung between two runs of the model (deferred mode) or one each (after-post mode),
+/// across the ring's wrap-around, in every doorbell mode: everything executes and no doorbell
+/// is called bad.
+#[test]
+fn blueflame_checks_raise_no_false_alarm() {
+    for exec in [ExecMode::Deferred, ExecMode::AfterPost, ExecMode::Inline] {
+        for mode in [DbMode::Db, DbMode::Bf, DbMode::BfNoFence] {
+            let cfg = ModelConfig {
+                exec,
+                ..Default::default()
+            };
+            let mut p = pair_with(cfg, ModelQpCaps::default(), 256, mode, ModelConnect::default());
+            let s = sge(&p.a.mr, 0, 8);
+            let mut expect = 0;
+            for i in 0..300u64 {
+                let len = [0usize, 8, 40, 100, 180, 230][i as usize % 6];
+                let data = vec![(i % 251) as u8 + 1; len];
+                let dst = p.b.mr.addr() + 1024 + 256 * (i % 16);
+                let w = if i % 7 == 3 {
+                    Wqe::write(dst, p.b.mr.rkey(), Payload::Gather(&s))
+                } else {
+                    Wqe::write(dst, p.b.mr.rkey(), Payload::Inline(&data))
+                };
+                p.a.q.sq.post_and_ring(&w.signaled()).unwrap();
+                expect += 1;
+                if exec != ExecMode::Deferred || i % 3 != 1 {
+                    if exec == ExecMode::AfterPost {
+                        p.a.q.qp.deliver();
+                    } else {
+                        p.a.q.qp.progress();
+                    }
+                    while expect > 0 {
+                        let c = next(&mut p.a.q.cq).unwrap_or_else(|e| panic!("{exec:?} {mode:?} WQE {i}: {e:?}"));
+                        p.a.q.sq.retire(c.wqe_counter);
+                        expect -= 1;
+                    }
+                }
+            }
+            assert_eq!(p.a.q.qp.bad_doorbells(), 0, "{exec:?} {mode:?}");
+        }
+    }
+}
+
+/// READ data lands when the READ completes, not when the next WQE starts (hardware-fidelity
+/// point g): a WRITE posted after a READ, from the READ's destination and without a fence,
+/// sends what was there before (a ConnectX goes on with later WQEs while the READ's response is
+/// on its way); with a fence it waits and sends what the READ brought. The completions still
+/// come in order. Before, model0 executed each WQE to the end before the next, so a missing
+/// fence never showed. The same holds for an atomic's old value.
+#[test]
+fn a_fence_is_needed_after_a_read_and_an_atomic() {
+    let cfg = ModelConfig {
+        exec: ExecMode::Deferred,
+        ..Default::default()
+    };
+    for (atomic, fenced) in [(false, false), (false, true), (true, false), (true, true)] {
+        let mut p = pair_with(cfg, ModelQpCaps::default(), 64, DbMode::Db, ModelConnect::default());
+        p.a.mr.write(0, &[1u8; 8]); // the local buffer before
+        p.b.mr.write(0, &[2u8; 8]); // what the READ / atomic brings back
+        let local = sge(&p.a.mr, 0, 8);
+        let first = if atomic {
+            Wqe::atomic_fa(p.b.mr.addr(), p.b.mr.rkey(), 1, &local)
+        } else {
+            Wqe::read(p.b.mr.addr(), p.b.mr.rkey(), &local)
+        };
+        let write = Wqe::write(p.b.mr.addr() + 64, p.b.mr.rkey(), Payload::Gather(&local)).signaled();
+        let write = if fenced { write.fence() } else { write };
+        p.a.q.sq.post(&first.signaled()).unwrap();
+        p.a.q.sq.post(&write).unwrap();
+        p.a.q.sq.ring();
+        p.a.q.qp.progress();
+        let c1 = next(&mut p.a.q.cq).unwrap();
+        let c2 = next(&mut p.a.q.cq).unwrap();
+        assert!(c1.wqe_counter < c2.wqe_counter, "completions out of order");
+        let (mut sent, mut landed) = ([0u8; 8], [0u8; 8]);
+        p.b.mr.read(64, &mut sent);
+        p.a.mr.read(0, &mut landed);
+        assert_eq!(landed, [2u8; 8], "the response landed at the end");
+        let want = if fenced { [2u8; 8] } else { [1u8; 8] };
+        assert_eq!(sent, want, "atomic {atomic}, fenced {fenced}");
+    }
+}

@@ -24,6 +24,10 @@ use crate::clock;
 use crate::mlx5::cq::{cqe_op, CqConfig};
 use crate::mlx5::rq::{RqConfig, INVALID_LKEY};
 use crate::mlx5::seg::{opcode, CE_CQ_UPDATE, INLINE_SEG, MAX_DS, WQEBB};
+
+/// The fence-mode bits of a control segment's `fm_ce_se` (`MLX5_WQE_CTRL_FENCE`, `_INITIATOR_SMALL_FENCE`,
+/// `_STRONG_ORDERING` are values of this 3-bit field).
+const FM_MASK: u8 = 0xe0;
 use crate::mlx5::sq::{RingHook, SqConfig};
 use crate::sys;
 use shm::{ObjKind, Shm};
@@ -620,7 +624,7 @@ impl Model {
         ModelQp {
             shm,
             qpn,
-            pending: Arc::new(Pending(AtomicBool::new(false))),
+            pending: Arc::new(Pending::default()),
             model: self.clone(),
             _cqs: (cqs.0.shm.clone(), cqs.1.shm.clone()),
             user: Mutex::new(user),
@@ -916,6 +920,7 @@ impl ModelQp {
             qp: self.shm.clone(),
             exec: self.model.inner.cfg.exec,
             pending: self.pending.clone(),
+            rings: self.pending.rings.load(Ordering::Relaxed),
         }
     }
     /// Connects to `peer` (the peer does the same towards us): state RTS.
@@ -951,8 +956,8 @@ impl ModelQp {
     /// After-post execution: delivers what the doorbells rung since the last call carry (the
     /// wire, then the WQEs); nothing when nothing is pending.
     pub fn deliver(&self) {
-        if self.pending.0.swap(false, Ordering::AcqRel) {
-            deliver_now(&self.model, &self.shm);
+        if self.pending.flag.swap(false, Ordering::AcqRel) {
+            deliver_now(&self.model, &self.shm, self.pending.reg_check());
         }
     }
 
@@ -964,7 +969,7 @@ impl ModelQp {
     }
     /// Executes what was rung and not yet executed (needed in [`ExecMode::Deferred`]).
     pub fn progress(&self) {
-        execute(&self.model, &self.shm, true);
+        execute(&self.model, &self.shm, self.pending.reg_check());
     }
 
     /// The model's view of this QP, for diagnostics: state, send doorbell and consumer index,
@@ -1016,17 +1021,54 @@ pub struct ModelDoorbell {
     qp: Arc<Shm>,
     exec: ExecMode,
     pending: Arc<Pending>,
+    /// Doorbells rung through this route (the send queue's), published in `pending.rings`.
+    rings: u32,
 }
 
-/// A QP's "doorbell rung, not yet delivered" flag (after-post execution), alone on its cache
-/// lines: the flags of a pair's two QPs are written by two threads on every post, and two small
-/// allocations side by side would share a line.
+/// A QP's "doorbell rung, not yet delivered" flag (after-post execution) and its doorbell count,
+/// alone on their cache lines: the flags of a pair's two QPs are written by two threads on every
+/// post, and two small allocations side by side would share a line.
 #[repr(align(128))]
-pub struct Pending(AtomicBool);
+#[derive(Default)]
+pub struct Pending {
+    flag: AtomicBool,
+    /// Doorbells rung so far (written by the poster: a plain store of its own count).
+    rings: AtomicU32,
+    /// `rings` when the register was last checked.
+    checked: AtomicU32,
+}
+
+impl Pending {
+    /// How much of the register a run now can check: with exactly one doorbell since the last
+    /// check, the register holds all of it (a BlueFlame write too); after more, only the last
+    /// doorbell's first 8 bytes are known to be there.
+    fn reg_check(&self) -> RegCheck {
+        let rings = self.rings.load(Ordering::Acquire);
+        let before = self.checked.swap(rings, Ordering::Relaxed);
+        if rings.wrapping_sub(before) == 1 {
+            RegCheck::BlueFlame
+        } else {
+            RegCheck::Doorbell
+        }
+    }
+}
+
+/// What a run of a send queue checks of the QP's register page (model0's own QPs: the page the
+/// direct path rings).
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum RegCheck {
+    /// Nothing: not run by the poster after its doorbell (a receive resumed a sender stalled on
+    /// RNR), so the register may be between the record's store and its own.
+    None,
+    /// The last doorbell's first 8 bytes (several doorbells since the last check).
+    Doorbell,
+    /// One doorbell since the last check: its first 8 bytes, and a BlueFlame write whole.
+    BlueFlame,
+}
 
 /// What a doorbell sets off: the wire (the data or request travels `D`), then the WQEs execute.
 #[inline]
-fn deliver_now(model: &Model, qp: &Shm) {
+fn deliver_now(model: &Model, qp: &Shm, reg: RegCheck) {
     // A device sees the doorbell once the stores before it are visible: drain the store
     // buffer first (the `sfence`s of the doorbell only order it), so a delay below cannot
     // hide that drain and the delay adds exactly D.
@@ -1038,15 +1080,17 @@ fn deliver_now(model: &Model, qp: &Shm) {
         wire_wait(wire & !WIRE_TIMED);
     }
     hdr::<QpHdr>(qp).kicks.fetch_add(1, Ordering::SeqCst);
-    execute(model, qp, true);
+    execute(model, qp, reg);
 }
 
 impl RingHook for ModelDoorbell {
     #[inline]
     fn rung(&mut self, _qpn: u32, _pi: u32) {
+        self.rings = self.rings.wrapping_add(1);
+        self.pending.rings.store(self.rings, Ordering::Release);
         match self.exec {
-            ExecMode::Inline => deliver_now(&self.model, &self.qp),
-            ExecMode::AfterPost => self.pending.0.store(true, Ordering::Release),
+            ExecMode::Inline => deliver_now(&self.model, &self.qp, self.pending.reg_check()),
+            ExecMode::AfterPost => self.pending.flag.store(true, Ordering::Release),
             ExecMode::Deferred => {}
         }
     }
@@ -1073,7 +1117,7 @@ fn receives_posted(model: &Model, qp: &Shm, exec: ExecMode) {
             hdr::<QpHdr>(&p).kicks.fetch_add(1, Ordering::SeqCst);
             // the peer's own poster may be between its doorbell record and its register store:
             // not a doorbell to check
-            execute(model, &p, false);
+            execute(model, &p, RegCheck::None);
         }
     }
 }
@@ -1208,6 +1252,9 @@ struct Decoded {
     idx: u16,
     ds: u32,
     signaled: bool,
+    /// Fence (any of the control segment's fence modes): waits for the READs and atomics
+    /// before it to complete.
+    fence: bool,
     imm: u32,
     raddr: Option<(u64, u32)>,
     atomic: Option<(u64, u64)>,
@@ -1249,6 +1296,7 @@ fn decode(sq: *const u8, wqe_cnt: u32, start: u32, qpn: u32, buf: &mut [u8; 1024
         idx,
         ds,
         signaled: ctrl.fm_ce_se & CE_CQ_UPDATE != 0,
+        fence: ctrl.fm_ce_se & FM_MASK != 0,
         imm: ctrl.imm,
         raddr: None,
         atomic: None,
@@ -1487,7 +1535,18 @@ fn response_wire(me: &QpHdr) {
     }
 }
 
-fn run_one(m: &Model, me: &QpHdr, d: &Decoded, buf: &[u8; 1024]) -> Outcome {
+/// A READ's data or an atomic's old value on its way back: it lands in the requester's memory
+/// when the batch of WQEs it was rung with has run, or before a fenced WQE runs.
+struct Landing {
+    dst: Region,
+    bytes: Vec<u8>,
+}
+
+/// Executes one WQE. `late`: where READ data and atomic results go when more WQEs of the same
+/// doorbell follow (a ConnectX goes on with the next WQEs while a READ's response is on its way
+/// back, so a later WQE that reads the READ's destination without a fence sends what was there
+/// before); `None`: they land now.
+fn run_one(m: &Model, me: &QpHdr, d: &Decoded, buf: &[u8; 1024], mut late: Option<&mut Vec<Landing>>) -> Outcome {
     if d.opcode == opcode::NOP {
         return Outcome::Done { byte_cnt: 0 };
     }
@@ -1578,10 +1637,19 @@ fn run_one(m: &Model, me: &QpHdr, d: &Decoded, buf: &[u8; 1024]) -> Outcome {
             response_wire(me);
             let mut off = 0usize;
             for &(addr, lkey, len) in &d.sges[..d.nsge] {
-                match resolve(m, lkey, addr, len as u64, me.pd, sys::IBV_ACCESS_LOCAL_WRITE) {
+                let Ok(l) = resolve(m, lkey, addr, len as u64, me.pd, sys::IBV_ACCESS_LOCAL_WRITE) else {
+                    return Outcome::Fail(syndrome::LOCAL_PROT);
+                };
+                match late.as_deref_mut() {
                     // SAFETY: both sides resolved in bounds.
-                    Ok(l) => unsafe { std::ptr::copy_nonoverlapping(r.ptr.add(off), l.ptr, len as usize) },
-                    Err(_) => return Outcome::Fail(syndrome::LOCAL_PROT),
+                    None => unsafe { std::ptr::copy_nonoverlapping(r.ptr.add(off), l.ptr, len as usize) },
+                    Some(late) => {
+                        // the responder reads now (requests are served in order); the data
+                        // lands later
+                        // SAFETY: resolved in bounds of the responder's region.
+                        let bytes = unsafe { std::slice::from_raw_parts(r.ptr.add(off), len as usize) }.to_vec();
+                        late.push(Landing { dst: l, bytes });
+                    }
                 }
                 off += len as usize;
             }
@@ -1625,8 +1693,14 @@ fn run_one(m: &Model, me: &QpHdr, d: &Decoded, buf: &[u8; 1024]) -> Outcome {
             };
             // the response (the old value) travels back over the wire before it lands
             response_wire(me);
-            // SAFETY: 8 bytes resolved in the requester's region (may be unaligned).
-            unsafe { std::ptr::write_unaligned(l.ptr as *mut u64, old_be) };
+            match late {
+                // SAFETY: 8 bytes resolved in the requester's region (may be unaligned).
+                None => unsafe { std::ptr::write_unaligned(l.ptr as *mut u64, old_be) },
+                Some(late) => late.push(Landing {
+                    dst: l,
+                    bytes: old_be.to_ne_bytes().to_vec(),
+                }),
+            }
             Outcome::Done { byte_cnt: 8 }
         }
         _ => Outcome::Fail(syndrome::LOCAL_QP_OP),
@@ -1638,46 +1712,79 @@ fn run_one(m: &Model, me: &QpHdr, d: &Decoded, buf: &[u8; 1024]) -> Outcome {
 /// `doorbell`: run because this QP's poster rang (its thread, after the register store), so the
 /// register is checked against the WQEs; not when another party resumes it (a receive posted
 /// for a sender stalled on RNR), which may come between the poster's record and register stores.
-fn execute(m: &Model, q: &Shm, doorbell: bool) {
+fn execute(m: &Model, q: &Shm, reg: RegCheck) {
     let h: &QpHdr = hdr(q);
+    let check = reg != RegCheck::None && h.check_reg != 0;
+    let mut rung = None;
     loop {
         let kicks = h.kicks.load(Ordering::SeqCst);
         if !try_lock(&h.sq_lock) {
-            return; // another thread runs it and will see our kick
+            break; // another thread runs it and will see our kick
         }
-        run_sq(m, q, doorbell);
+        rung = rung.or(run_sq(m, q, check));
         // Unlock with a locked instruction, not a plain store: a later load may otherwise pass
         // the store (store-load reordering, even on x86) and miss a kick given by a thread that
         // then failed to take the still-held lock (a lost wake-up).
         h.sq_lock.swap(0, Ordering::SeqCst);
         if h.kicks.load(Ordering::SeqCst) == kicks {
-            return;
+            break;
         }
+    }
+    if check {
+        // After the run (its cost stays out of the operation's latency): a BlueFlame write
+        // must hold the WQE it names, byte for byte, as a ConnectX executes the write's copy.
+        // The WQE has run by now; a mismatch moves the QP to error, so no later WQE runs.
+        if let (RegCheck::BlueFlame, Some((last, half))) = (reg, rung) {
+            if !blueflame_matches(q, last, half) {
+                h.bad_doorbells.fetch_add(1, Ordering::Relaxed);
+                set_err(m, q);
+            }
+        }
+        clear_register(q);
     }
 }
 
-fn run_sq(m: &Model, q: &Shm, doorbell: bool) {
+/// Runs the WQEs rung on `q`'s send queue. `check`: the register is checked against the last
+/// WQE rung; returns that WQE's index and the register half holding its doorbell.
+fn run_sq(m: &Model, q: &Shm, check: bool) -> Option<(u32, usize)> {
     let h: &QpHdr = hdr(q);
-    let Some(scq) = m.lookup(ObjKind::Cq, h.send_cqn) else {
-        return;
-    };
+    let scq = m.lookup(ObjKind::Cq, h.send_cqn)?;
     let (Some(dbrec), Some((sq, _))) = (qp_dbrec(m, q), rings(q)) else {
-        return;
+        return None;
     };
     // SAFETY: the send counter, dbrec[1] (checked by qp_dbrec).
     let db = u32::from_be(unsafe { std::ptr::read_volatile(dbrec.add(1)) }) & 0xffff;
     fence(Ordering::Acquire);
     let mut ci = h.sq_ci.load(Ordering::Relaxed);
     let target = ci.wrapping_add(db.wrapping_sub(ci) & 0xffff);
-    if doorbell && target != ci && h.check_reg != 0 && !doorbell_matches(q, sq, ci, target) {
-        // The register does not hold the doorbell of the last WQE rung: a NIC would fetch
-        // another WQE, or none. The model executes none of them: the QP moves to error and the
-        // loop below flushes them (WR_FLUSH, one CQE each).
-        h.bad_doorbells.fetch_add(1, Ordering::Relaxed);
-        set_err(m, q);
+    let mut rung = None;
+    if check && target != ci {
+        match doorbell_matches(q, sq, ci, target) {
+            Rung::Matches(last, half) => rung = Some((last, half)),
+            Rung::Unknown => {}
+            Rung::Mismatch => {
+                // The register does not hold the doorbell of the last WQE rung: a NIC would
+                // fetch another WQE, or none. The model executes none of them: the QP moves to
+                // error and the loop below flushes them (WR_FLUSH, one CQE each).
+                h.bad_doorbells.fetch_add(1, Ordering::Relaxed);
+                set_err(m, q);
+            }
+        }
     }
     let mut buf = [0u8; 1024];
     let mut rnr_deadline: Option<std::time::Instant> = None;
+    // READ data and atomic results still on their way back, and the completions behind them
+    // (a send queue completes in order). Empty, and not allocated, unless a READ or an atomic
+    // is followed by more WQEs of this doorbell.
+    let mut lands: Vec<Landing> = Vec::new();
+    let mut held: Vec<CqeOut> = Vec::new();
+    let emit = |lands: &Vec<Landing>, held: &mut Vec<CqeOut>, c: CqeOut| {
+        if lands.is_empty() {
+            push_cqe(m, &scq, c);
+        } else {
+            held.push(c);
+        }
+    };
     while ci != target {
         // A CQ that overflowed is in error, as on a ConnectX (a CQ error event; its QPs move to
         // error): nothing more executes, and the QP's later WQEs would be flushed into it.
@@ -1688,9 +1795,9 @@ fn run_sq(m: &Model, q: &Shm, doorbell: bool) {
             Ok(d) => d,
             Err((op, idx)) => {
                 // Malformed: report at the slot, move the QP to error; the rest is flushed.
-                push_cqe(
-                    m,
-                    &scq,
+                emit(
+                    &lands,
+                    &mut held,
                     CqeOut {
                         op: cqe_op::REQ_ERR,
                         qpn: h.obj.id,
@@ -1707,6 +1814,11 @@ fn run_sq(m: &Model, q: &Shm, doorbell: bool) {
             }
         };
         let nbb = d.ds.div_ceil(4);
+        if d.fence {
+            // a fenced WQE starts once the READs and atomics before it have completed
+            land(m, &scq, &mut lands, &mut held);
+        }
+        let more = ci.wrapping_add(nbb) != target || !lands.is_empty();
         let st = h.state.load(Ordering::Acquire);
         let outcome = if st != state::RTS {
             Outcome::Fail(syndrome::WR_FLUSH)
@@ -1715,14 +1827,14 @@ fn run_sq(m: &Model, q: &Shm, doorbell: bool) {
         {
             Outcome::Fail(h.inject_syndrome.load(Ordering::Acquire) as u8)
         } else {
-            run_one(m, h, &d, &buf)
+            run_one(m, h, &d, &buf, more.then_some(&mut lands))
         };
         match outcome {
             Outcome::Done { byte_cnt } => {
                 if d.signaled {
-                    push_cqe(
-                        m,
-                        &scq,
+                    emit(
+                        &lands,
+                        &mut held,
                         CqeOut {
                             op: cqe_op::REQ,
                             qpn: h.obj.id,
@@ -1736,9 +1848,9 @@ fn run_sq(m: &Model, q: &Shm, doorbell: bool) {
                 }
             }
             Outcome::Fail(s) => {
-                push_cqe(
-                    m,
-                    &scq,
+                emit(
+                    &lands,
+                    &mut held,
                     CqeOut {
                         op: cqe_op::REQ_ERR,
                         qpn: h.obj.id,
@@ -1768,9 +1880,9 @@ fn run_sq(m: &Model, q: &Shm, doorbell: bool) {
                     std::hint::spin_loop();
                     continue; // retry the same WQE
                 }
-                push_cqe(
-                    m,
-                    &scq,
+                emit(
+                    &lands,
+                    &mut held,
                     CqeOut {
                         op: cqe_op::REQ_ERR,
                         qpn: h.obj.id,
@@ -1788,14 +1900,43 @@ fn run_sq(m: &Model, q: &Shm, doorbell: bool) {
         ci = ci.wrapping_add(nbb);
         h.sq_ci.store(ci, Ordering::Release);
     }
+    land(m, &scq, &mut lands, &mut held);
+    rung
+}
+
+/// The responses on their way back land, in order, then the completions held behind them.
+fn land(m: &Model, scq: &Shm, lands: &mut Vec<Landing>, held: &mut Vec<CqeOut>) {
+    for l in lands.drain(..) {
+        // SAFETY: `dst` was resolved in bounds of a registered region for `bytes.len()` bytes,
+        // and its mapping is held by the region.
+        unsafe { std::ptr::copy_nonoverlapping(l.bytes.as_ptr(), l.dst.ptr, l.bytes.len()) };
+    }
+    for c in held.drain(..) {
+        push_cqe(m, scq, c);
+    }
+}
+
+/// What the register says of the WQEs rung.
+enum Rung {
+    /// Register half `.1` starts with the first 8 bytes of the last WQE rung, at WQEBB `.0`.
+    Matches(u32, usize),
+    /// Neither half does.
+    Mismatch,
+    /// The WQEs do not add up (a malformed one): execution reports it at its slot.
+    Unknown,
+}
+
+/// The QP's register page: two BlueFlame halves of `BF_SIZE` bytes (the poster alternates).
+fn reg_half(q: &Shm, half: usize) -> *mut u64 {
+    // SAFETY: the register page is inside the QP object's mapping (QP_REG_OFF + 2 * BF_SIZE).
+    unsafe { q.ptr().add(QP_REG_OFF + half * BF_SIZE as usize) as *mut u64 }
 }
 
 /// Whether the register page of `q` (either BlueFlame half: the halves alternate) starts with
 /// the first 8 bytes of the last WQE rung between `ci` and `target` (WQEBB indices): the
 /// doorbell a ConnectX reads the WQE index, opcode, QP number and size from (a BlueFlame copy
-/// starts with them too). The last WQE is found by walking the control segments' DS; a walk
-/// that does not add up (a malformed WQE) is left to execution, which reports that WQE.
-fn doorbell_matches(q: &Shm, sq: *const u8, ci: u32, target: u32) -> bool {
+/// starts with them too). The last WQE is found by walking the control segments' DS.
+fn doorbell_matches(q: &Shm, sq: *const u8, ci: u32, target: u32) -> Rung {
     let h: &QpHdr = hdr(q);
     let cnt = h.sq_wqe_cnt;
     let (mut at, mut last) = (ci, ci);
@@ -1803,21 +1944,71 @@ fn doorbell_matches(q: &Shm, sq: *const u8, ci: u32, target: u32) -> bool {
         // SAFETY: byte 7 (DS) of the control segment at WQEBB `at` inside the ring.
         let ds = unsafe { std::ptr::read_volatile(sq.add((at & (cnt - 1)) as usize * WQEBB + 7)) } & 0x3f;
         if ds == 0 {
-            return true; // a malformed WQE: execution reports it (LOCAL_QP_OP) at its slot
+            return Rung::Unknown; // a malformed WQE: execution reports it (LOCAL_QP_OP)
         }
         last = at;
         at = at.wrapping_add((ds as u32).div_ceil(4));
         if target.wrapping_sub(at) > target.wrapping_sub(ci) {
-            return true; // sizes that overrun the record: execution reports the WQE
+            return Rung::Unknown; // sizes that overrun the record: execution reports the WQE
         }
     }
-    // SAFETY: the last WQE's first 8 bytes in the ring; the register page of the QP object.
+    // SAFETY: the last WQE's first 8 bytes in the ring.
     let want = unsafe { std::ptr::read_unaligned(sq.add((last & (cnt - 1)) as usize * WQEBB) as *const u64) };
-    (0..2).any(|half| {
-        // SAFETY: the two 256-byte halves of the register page, inside the mapping.
-        let got = unsafe { std::ptr::read_volatile(q.ptr().add(QP_REG_OFF + half * BF_SIZE as usize) as *const u64) };
-        got == want
+    // SAFETY: the first 8 bytes of each register half.
+    match (0..2).find(|&half| unsafe { std::ptr::read_volatile(reg_half(q, half)) } == want) {
+        Some(half) => Rung::Matches(last, half),
+        None => Rung::Mismatch,
+    }
+}
+
+/// Whether register half `half`, which holds the doorbell of the WQE at WQEBB `last`, holds it
+/// whole when it was a BlueFlame write. A BlueFlame write is told from an 8-byte doorbell by
+/// what it leaves past the first 8 bytes (the model clears them after every check, see
+/// [`clear_register`]): a copy of the WQE's 64-byte units, up to `BF_SIZE`, which must equal the
+/// ring's. An all-zero first unit past byte 8 reads as a doorbell: lenient, never a false alarm.
+fn blueflame_matches(q: &Shm, last: u32, half: usize) -> bool {
+    let h: &QpHdr = hdr(q);
+    let Some((sq, _)) = rings(q) else {
+        return true;
+    };
+    let cnt = h.sq_wqe_cnt;
+    let reg = reg_half(q, half);
+    // SAFETY: words 1..8 of the half (inside the register page).
+    if (1..8).all(|w| unsafe { std::ptr::read_volatile(reg.add(w)) } == 0) {
+        return true; // an 8-byte doorbell
+    }
+    let unit = |b: u32| -> *const u64 {
+        // SAFETY: WQEBB `last + b`, masked into the ring.
+        unsafe { sq.add((last.wrapping_add(b) & (cnt - 1)) as usize * WQEBB) as *const u64 }
+    };
+    // SAFETY: byte 7 (DS) of the WQE's control segment, in the ring.
+    let ds = unsafe { std::ptr::read_volatile((unit(0) as *const u8).add(7)) } & 0x3f;
+    let nbb = (ds as u32).div_ceil(4);
+    if nbb == 0 || nbb as usize * WQEBB > BF_SIZE as usize {
+        return false; // no BlueFlame write is that long
+    }
+    (0..nbb).all(|b| {
+        (0..8usize).all(|w| {
+            // SAFETY: word w of WQEBB b, in the ring and in the half (nbb * 64 <= BF_SIZE).
+            unsafe { std::ptr::read_volatile(reg.add(b as usize * 8 + w)) == std::ptr::read_volatile(unit(b).add(w)) }
+        })
     })
+}
+
+/// Clears both register halves past their first 8 bytes, so the next check tells a BlueFlame
+/// write (which leaves bytes there) from an 8-byte doorbell (which does not). Only the poster's
+/// thread writes the register, and only it checks: nothing else races with this.
+fn clear_register(q: &Shm) {
+    for half in 0..2 {
+        let reg = reg_half(q, half);
+        // SAFETY: words 1..8 of the half.
+        if (1..8).any(|w| unsafe { std::ptr::read_volatile(reg.add(w)) } != 0) {
+            for w in 1..BF_SIZE as usize / 8 {
+                // SAFETY: word w of the half, inside the register page.
+                unsafe { std::ptr::write_volatile(reg.add(w), 0) };
+            }
+        }
+    }
 }
 
 /// Removes the objects of processes that died (crash recovery); returns how many.

@@ -270,7 +270,7 @@ impl ModelQp {
     /// After a post whose doorbell the model does not see (libmlx5 rings a register page that
     /// nothing watches): the wire, then the WQEs up to the doorbell record, now.
     pub fn deliver_rung(&self) {
-        super::deliver_now(&self.model, &self.shm);
+        super::deliver_now(&self.model, &self.shm, super::RegCheck::Doorbell);
     }
 
     /// Destruction through libibverbs: the QP leaves service and the program gets its memory
@@ -310,9 +310,9 @@ impl ModelQp {
         let pi = unsafe { std::ptr::read_volatile(db.add(1)) };
         if pi != *seen {
             *seen = pi;
-            super::deliver_now(&self.model, &self.shm);
+            super::deliver_now(&self.model, &self.shm, super::RegCheck::Doorbell);
         } else {
-            super::execute(&self.model, &self.shm, false);
+            super::execute(&self.model, &self.shm, super::RegCheck::None);
         }
     }
 
