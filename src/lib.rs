@@ -28,6 +28,9 @@ pub mod scenario;
 pub mod oob;
 
 #[cfg(feature = "std")]
+pub mod probe;
+
+#[cfg(feature = "std")]
 pub mod workers;
 
 #[cfg(all(feature = "std", target_os = "linux"))]

@@ -2,12 +2,22 @@
 
 use anyhow::Result;
 use clap::{Parser, Subcommand};
+use rdmaprobe::backend::{BackendKind, OpKind};
 use rdmaprobe::clock::{Calibration, TscSource};
+use rdmaprobe::mlx5::sq::DbMode;
 use rdmaprobe::model;
+use rdmaprobe::probe::report::title;
+use rdmaprobe::probe::{
+    self, Backends, BwPlan, DeviceSpec, LatPlan, Observer, PeerSpec, Plan, PostCostPlan, ProbeError, Report, Role,
+    Scenario, Sizes, SuitePlan,
+};
+use rdmaprobe::report::output;
 use rdmaprobe::verbs::device::{self, libibverbs_loaded};
 use rdmaprobe::verbs::{DeviceList, VerbsError};
 use serde_json::json;
+use std::path::PathBuf;
 use std::process::ExitCode;
+use std::time::Duration;
 
 /// Exit status of `devices` when the machine has no usable RDMA device (explained on stdout).
 const EXIT_NO_DEVICE: u8 = 3;
@@ -79,18 +89,6 @@ enum LatOp {
     Atomic,
 }
 
-impl LatOp {
-    /// The operation's name in perftest's banner style.
-    fn title(self) -> &'static str {
-        match self {
-            LatOp::Write => "RDMA WRITE",
-            LatOp::Send => "SEND",
-            LatOp::Read => "RDMA READ",
-            LatOp::Atomic => "ATOMIC FETCH-AND-ADD",
-        }
-    }
-}
-
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq)]
 enum BackendArg {
     Verbs,
@@ -118,16 +116,6 @@ struct DevArgs {
     /// GID index (RoCE; default: the RoCE v2 IPv4-mapped entry).
     #[arg(short = 'x', long = "gid-index")]
     gid: Option<u8>,
-}
-
-impl DevArgs {
-    /// Opens the device (the note says when it fell back to model0).
-    fn open(
-        &self,
-        model: rdmaprobe::model::ModelConfig,
-    ) -> Result<(rdmaprobe::backend::setup::Dev, Option<String>), rdmaprobe::backend::setup::SetupError> {
-        rdmaprobe::backend::setup::Dev::open(self.device.as_deref(), self.port, self.gid, model)
-    }
 }
 
 #[derive(clap::Args, Debug)]
@@ -375,13 +363,6 @@ struct CompareArgs {
     format: CmpFormat,
 }
 
-static INTERRUPTED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
-
-extern "C" fn on_sigint(_: libc::c_int) {
-    INTERRUPTED.store(true, std::sync::atomic::Ordering::Relaxed);
-    rdmaprobe::model::abort_wire_waits();
-}
-
 fn main() -> ExitCode {
     // Output into a closed pipe (`rdmaprobe suite | head`) ends the process quietly, as it does
     // a C tool, instead of a panic in println!. Sockets are unaffected: Rust's std sends with
@@ -402,13 +383,380 @@ fn main() -> ExitCode {
     match r {
         Ok(code) => code,
         Err(e) => {
+            let usage = matches!(e.downcast_ref::<ProbeError>(), Some(ProbeError::Usage(_)));
             eprintln!("rdmaprobe: error: {}", chain(&e));
-            ExitCode::from(1)
+            ExitCode::from(if usage { 2 } else { 1 })
         }
     }
 }
 
-/// The error and its causes, each cause only when the message so far does not already say it.
+impl LatOp {
+    fn op(self) -> OpKind {
+        match self {
+            LatOp::Write => OpKind::Write,
+            LatOp::Send => OpKind::Send,
+            LatOp::Read => OpKind::Read,
+            LatOp::Atomic => OpKind::FetchAdd,
+        }
+    }
+}
+
+impl BackendArg {
+    fn backends(self) -> Backends {
+        match self {
+            BackendArg::All => Backends::All,
+            BackendArg::Verbs => Backends::Only(BackendKind::Verbs),
+            BackendArg::Wr => Backends::Only(BackendKind::Wr),
+            BackendArg::Direct => Backends::Only(BackendKind::Direct),
+        }
+    }
+}
+
+impl DbArg {
+    fn mode(self) -> DbMode {
+        match self {
+            DbArg::Bf => DbMode::Bf,
+            DbArg::BfNofence => DbMode::BfNoFence,
+            DbArg::Db => DbMode::Db,
+        }
+    }
+}
+
+impl DevArgs {
+    fn spec(&self) -> DeviceSpec {
+        DeviceSpec {
+            name: self.device.clone(),
+            port: self.port,
+            gid_index: self.gid,
+        }
+    }
+}
+
+/// The plan's common part from the arguments every scenario shares.
+#[allow(clippy::too_many_arguments)]
+fn plan(
+    scenario: Scenario,
+    dev: &DevArgs,
+    backend: BackendArg,
+    db: DbArg,
+    host: &Option<String>,
+    loopback: bool,
+    port: u16,
+    oob_timeout: u64,
+    stall: u64,
+) -> Result<Plan> {
+    if host.is_some() && loopback {
+        anyhow::bail!("--loopback runs both ends in this process: give no HOST");
+    }
+    let peer = match (loopback, host) {
+        (true, _) => PeerSpec::Loopback,
+        (false, Some(h)) => PeerSpec::Connect { host: h.clone(), port },
+        (false, None) => PeerSpec::Listen { port },
+    };
+    Ok(Plan {
+        scenario,
+        device: dev.spec(),
+        backends: backend.backends(),
+        db_mode: db.mode(),
+        peer,
+        oob_timeout: Duration::from_secs(oob_timeout),
+        stall: Duration::from_secs(stall),
+    })
+}
+
+/// Prints a measurement as it goes: notes on standard error, the table on standard output.
+struct Printer;
+
+impl Observer for Printer {
+    fn note(&mut self, msg: &str) {
+        eprintln!("rdmaprobe: {msg}");
+    }
+    fn waiting(&mut self, port: u16, secs: u64) {
+        eprintln!("rdmaprobe: server waiting for a client on TCP port {port} ({secs} s)");
+    }
+    fn started(&mut self, r: &Report) {
+        if let (Role::Server(peer), Scenario::Lat(l)) = (&r.role, &r.plan.scenario) {
+            println!(" server: client {peer} connected; running {} with it", title(l.op));
+        }
+        if let (Role::Server(peer), Scenario::Bw(b)) = (&r.role, &r.plan.scenario) {
+            println!(
+                " server: client {peer} connected; running {} bandwidth with it",
+                title(b.op)
+            );
+        }
+        print!("{}", r.header());
+    }
+    fn finished(&mut self, r: &Report, i: usize) {
+        print!("{}", r.row(i));
+    }
+    fn heading(&mut self, text: &str) {
+        print!("{text}");
+    }
+    fn step(&mut self, n: usize, total: usize, what: &str) {
+        progress(n, total, what);
+    }
+}
+
+/// Runs a plan, prints it, and writes the files asked for.
+fn measure(plan: &Plan, json: Option<&PathBuf>, hdr: Option<&PathBuf>) -> Result<ExitCode> {
+    for p in [json, hdr].into_iter().flatten() {
+        if let Err(e) = output::check(p) {
+            eprintln!("rdmaprobe: error: cannot write the output file {e}");
+            return Ok(ExitCode::from(2));
+        }
+    }
+    probe::stop_on_sigint();
+    let r = probe::run(plan, &mut Printer)?;
+    if let Some(path) = hdr {
+        output::write(path, &r.interval_log()?)?;
+        println!(
+            " interval log ({} intervals) written to {}",
+            r.intervals.len(),
+            path.display()
+        );
+    }
+    if let Role::Server(_) = r.role {
+        println!(" server: done");
+        return Ok(ExitCode::SUCCESS);
+    }
+    print!("{}", r.footer());
+    if let Some(path) = json {
+        output::write(path, &serde_json::to_vec_pretty(&r.json()?)?)?;
+        println!(" results written to {}", path.display());
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn lat(a: LatArgs) -> Result<ExitCode> {
+    let l = LatPlan {
+        op: a.op.op(),
+        sizes: if a.all_sizes { Sizes::All } else { Sizes::One(a.size) },
+        iters: a.iters,
+        warmup: a.warmup,
+        blocks: a.blocks,
+        duration: a.duration.map(Duration::from_secs),
+        inline_size: a.inline_size,
+        model_delay_ns: a.model_delay_ns,
+        intervals: a.hdr.is_some(),
+    };
+    let p = plan(
+        Scenario::Lat(l),
+        &a.dev,
+        a.backend,
+        a.db_mode,
+        &a.host,
+        a.loopback,
+        a.port_tcp,
+        a.oob_timeout,
+        a.stall_secs,
+    )?;
+    measure(&p, a.json.as_ref(), a.hdr.as_ref())
+}
+
+fn bw(a: BwArgs) -> Result<ExitCode> {
+    let b = BwPlan {
+        op: a.op.op(),
+        sizes: if a.all_sizes { Sizes::All } else { Sizes::One(a.size) },
+        iters: a.iters,
+        tx_depth: a.tx_depth,
+        postlist: a.postlist,
+        cq_mod: a.cq_mod,
+        qps: a.qps,
+        threads: a.threads,
+        bidirectional: a.bidirectional,
+        inline_size: a.inline_size,
+        window: Duration::from_micros(a.window_us),
+        min_duration: Duration::from_millis(a.min_ms),
+        gbits: a.report_gbits,
+    };
+    let p = plan(
+        Scenario::Bw(b),
+        &a.dev,
+        a.backend,
+        a.db_mode,
+        &a.host,
+        a.loopback,
+        a.port_tcp,
+        a.oob_timeout,
+        a.stall_secs,
+    )?;
+    measure(&p, a.json.as_ref(), None)
+}
+
+fn post_cost(a: PostCostArgs) -> Result<ExitCode> {
+    let pc = PostCostPlan {
+        ops: a
+            .ops
+            .iter()
+            .map(|o| match o {
+                PcOp::Write => OpKind::Write,
+                PcOp::Send => OpKind::Send,
+                PcOp::Read => OpKind::Read,
+            })
+            .collect(),
+        size: a.size,
+        blocks: a.blocks,
+        postlists: a.postlists.clone(),
+        cq_mod: a.cq_mod,
+    };
+    let p = plan(
+        Scenario::PostCost(pc),
+        &a.dev,
+        a.backend,
+        DbArg::Bf,
+        &None,
+        true,
+        0,
+        60,
+        10,
+    )?;
+    measure(&p, a.json.as_ref(), None)
+}
+
+fn suite(a: SuiteArgs) -> Result<ExitCode> {
+    probe::stop_on_sigint();
+    if let Err(e) = output::check_dir(&a.out) {
+        eprintln!("rdmaprobe: error: {e}");
+        return Ok(ExitCode::from(2));
+    }
+    let sp = SuitePlan {
+        device: a.dev.spec(),
+        quick: a.quick,
+        iters: a.iters,
+        bw_messages: a.bw_messages,
+        bw_min_ms: a.bw_min_ms,
+        post_cost_blocks: a.post_cost_blocks,
+    };
+    let r = probe::suite::run(&sp, &mut Printer)?;
+    let (plots, warnings) = r.write(&a.out)?;
+    for w in warnings {
+        eprintln!("rdmaprobe: warning: {w}");
+    }
+    progress_done(r.summary.len());
+    println!();
+    print!("{}", r.summary_text());
+    println!(
+        "\nwritten: {} (results.json, latency.hlog, {}) in {:.1} s",
+        a.out.display(),
+        plots.join(", "),
+        r.started.elapsed().as_secs_f64()
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The suite's progress: a bar redrawn in place on a terminal, one plain line per step
+/// otherwise (a log file or CI).
+fn progress(n: usize, total: usize, what: &str) {
+    use std::io::Write;
+    let t = PROGRESS_START
+        .get_or_init(std::time::Instant::now)
+        .elapsed()
+        .as_secs_f64();
+    PROGRESS.store(n, std::sync::atomic::Ordering::Relaxed);
+    if is_tty() {
+        let filled = 30 * (n - 1) / total.max(1);
+        print!(
+            "\r\x1b[2K[{}{}] {n}/{total} {t:>5.1}s {what}",
+            "#".repeat(filled),
+            " ".repeat(30 - filled)
+        );
+        let _ = std::io::stdout().flush();
+    } else {
+        println!("[{t:>5.1}s] {n}/{total} {what}");
+    }
+}
+
+static PROGRESS_START: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
+static PROGRESS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+fn is_tty() -> bool {
+    // SAFETY: isatty only inspects the descriptor.
+    unsafe { libc::isatty(libc::STDOUT_FILENO) == 1 }
+}
+
+fn progress_done(_lines: usize) {
+    if is_tty() {
+        let n = PROGRESS.load(std::sync::atomic::Ordering::Relaxed);
+        println!("\r\x1b[2K[{}] {n}/{n} done", "#".repeat(30));
+    }
+}
+
+fn compare(a: CompareArgs) -> Result<ExitCode> {
+    use rdmaprobe::report::compare;
+    let fail = |why: String| {
+        eprintln!("rdmaprobe: error: {why}");
+        Ok(ExitCode::from(2))
+    };
+    if let Some(t) = a.threshold.filter(|t| !(t.is_finite() && *t >= 0.0)) {
+        return fail(format!("--threshold must be a percentage >= 0 (got {t})"));
+    }
+    if let Some(m) = a.metric.iter().find(|m| !["p50", "p99", "bw"].contains(&m.as_str())) {
+        return fail(format!("unknown metric '{m}' (p50, p99, bw)"));
+    }
+    let (base, new) = match (a.files.as_slice(), a.base.is_empty(), a.new.is_empty()) {
+        ([b, n], true, true) => (vec![b.clone()], vec![n.clone()]),
+        ([], false, false) => (a.base.clone(), a.new.clone()),
+        _ => {
+            return fail(
+                "give BASE NEW (one file each) or --base FILE... --new FILE... (several runs per side), not both"
+                    .into(),
+            )
+        }
+    };
+    let load = |paths: &[String]| -> Result<Vec<(String, serde_json::Value)>, compare::CompareError> {
+        paths.iter().map(|p| Ok((p.clone(), compare::load(p)?))).collect()
+    };
+    let opts = compare::Options {
+        threshold_pct: a.threshold,
+        metrics: a.metric.clone(),
+        adjust: if a.adjust == "bh" {
+            compare::Adjust::BenjaminiHochberg
+        } else {
+            compare::Adjust::Holm
+        },
+        ..compare::Options::default()
+    };
+    let r = match load(&base).and_then(|b| compare::compare_sets(&b, &load(&new)?, &opts)) {
+        Ok(r) => r,
+        Err(e) => return fail(format!("cannot compare: {e}")),
+    };
+    if r.rows.is_empty() {
+        eprintln!("rdmaprobe: error: cannot compare: no run of BASE matches a run of NEW (scenario, operation, backend, size, parameters)");
+        print!("{}", compare::text(&r));
+        return Ok(ExitCode::from(2));
+    }
+    match a.format {
+        CmpFormat::Text => print!("{}", compare::text(&r)),
+        CmpFormat::Markdown => print!("{}", compare::markdown(&r)),
+        CmpFormat::Junit => print!("{}", compare::junit(&r)),
+    }
+    Ok(ExitCode::from(if r.regressed() { 1 } else { 0 }))
+}
+
+fn plot(a: PlotArgs) -> Result<ExitCode> {
+    let doc = match rdmaprobe::report::compare::load(&a.results) {
+        Ok(d) => d,
+        Err(e) => {
+            eprintln!("rdmaprobe: error: cannot plot: {e}");
+            return Ok(ExitCode::from(2));
+        }
+    };
+    let r = output::check_dir(&a.out).and_then(|_| rdmaprobe::report::plot::write_all(&doc, &a.out));
+    match r {
+        Ok((names, warnings)) => {
+            for w in warnings {
+                eprintln!("rdmaprobe: warning: {w}");
+            }
+            println!("written in {}: {}", a.out.display(), names.join(", "));
+            Ok(ExitCode::SUCCESS)
+        }
+        Err(e) => {
+            eprintln!("rdmaprobe: error: {e}");
+            Ok(ExitCode::from(2))
+        }
+    }
+}
+
 fn chain(e: &anyhow::Error) -> String {
     let mut msg = String::new();
     for c in e.chain() {
@@ -682,1467 +1030,4 @@ fn clock(as_json: bool, window_ms: u64) -> Result<ExitCode> {
         }
     }
     Ok(ExitCode::SUCCESS)
-}
-
-/// Fewer iterations per latency block than this get a warning.
-const MIN_BLOCK: u64 = 100;
-/// Fewer iterations per latency block than this: the blocks are lowered until each has this many.
-const MIN_BLOCK_FLOOR: u64 = 10;
-
-fn lat(mut a: LatArgs) -> Result<ExitCode> {
-    use rdmaprobe::backend::setup::{Dev, DEPTH};
-    use rdmaprobe::backend::{BackendKind, OpKind};
-    use rdmaprobe::mlx5::sq::DbMode;
-    use rdmaprobe::report::env::Fingerprint;
-    use rdmaprobe::scenario::lat::LatParams;
-    use rdmaprobe::scenario::runner::{run_blocks, AnyPair, LatPair, LatResult, Length};
-
-    if a.host.is_some() && a.loopback {
-        anyhow::bail!("--loopback runs both ends in this process: give no HOST");
-    }
-    if let Some(c) = outputs_ok(&[a.json.as_ref(), a.hdr.as_ref()]) {
-        return Ok(c);
-    }
-    let network = !a.loopback;
-    if network && (a.duration.is_some() || a.hdr.is_some()) {
-        anyhow::bail!(
-            "-D and --hdr are available with --loopback only in this version (both ends must run the same iterations)"
-        );
-    }
-    // SAFETY: installs a handler that only stores to an atomic (async-signal-safe).
-    unsafe { libc::signal(libc::SIGINT, on_sigint as *const () as libc::sighandler_t) };
-    let op = match a.op {
-        LatOp::Write => OpKind::Write,
-        LatOp::Send => OpKind::Send,
-        LatOp::Read => OpKind::Read,
-        LatOp::Atomic => OpKind::FetchAdd,
-    };
-    let sizes: Vec<u32> = if op == OpKind::FetchAdd {
-        if a.all_sizes || a.size != 2 && a.size != 8 {
-            eprintln!("rdmaprobe: atomics move 8 bytes; -s/-a ignored");
-        }
-        vec![8]
-    } else if a.all_sizes {
-        (1..=23).map(|e| 1u32 << e).collect()
-    } else {
-        vec![a.size]
-    };
-    let max = *sizes.iter().max().unwrap_or(&8) as usize;
-    let buf_len = (2 * max.max(64)).next_multiple_of(4096);
-    let model_cfg = rdmaprobe::model::ModelConfig {
-        wire_delay_ns: a.model_delay_ns,
-        // the model executes a WQE after the post call returns: the post column is the post alone
-        exec: rdmaprobe::model::ExecMode::AfterPost,
-        ..Default::default()
-    };
-    let (dev, note) = a.dev.open(model_cfg)?;
-    if let Some(n) = note {
-        eprintln!("rdmaprobe: {n}");
-    }
-    if a.model_delay_ns.is_some() && !dev.is_model() {
-        anyhow::bail!("--model-delay-ns applies to model0 only (device is {})", dev.name());
-    }
-    let kinds: Vec<BackendKind> = match a.backend {
-        BackendArg::All => dev.backends(),
-        BackendArg::Verbs => vec![BackendKind::Verbs],
-        BackendArg::Wr => vec![BackendKind::Wr],
-        BackendArg::Direct => vec![BackendKind::Direct],
-    };
-    for k in &kinds {
-        dev.supports(*k)?;
-    }
-    if kinds.is_empty() {
-        anyhow::bail!("no backend can run on {}", dev.name());
-    }
-    for s in &sizes {
-        dev.check_size(*s)?;
-    }
-    let mode = match a.db_mode {
-        DbArg::Bf => DbMode::Bf,
-        DbArg::BfNofence => DbMode::BfNoFence,
-        DbArg::Db => DbMode::Db,
-    };
-    // MLX5_SHUT_UP_BF: libmlx5 rings the doorbell only, and so does the direct path
-    let mode = rdmaprobe::backend::setup::Mlx5Env::get().direct_mode(mode);
-    let cal = Calibration::run(200_000_000)?;
-    let mut fp = Fingerprint::collect(&cal, &dev.name(), &dev.provider(), dev.firmware(), dev.is_model());
-    fp.provider_library = dev.provider_library();
-    if let Dev::Verbs { port, .. } = &dev {
-        fp.port = serde_json::to_value(port).ok();
-    }
-    let mut warnings = fp.warnings();
-    if let Some(d) = a.model_delay_ns {
-        if d.saturating_mul(2) >= a.stall_secs.saturating_mul(1_000_000_000) {
-            eprintln!(
-                "rdmaprobe: error: --model-delay-ns {d} must stay below half the stall deadline (--stall-secs {})",
-                a.stall_secs
-            );
-            return Ok(ExitCode::from(2));
-        }
-        warnings.push(format!(
-            "model0 adds a wire delay of {d} ns to every message in each direction (one-way figures +{d} ns, round trips +{} ns)",
-            2 * d
-        ));
-    }
-    let per_block = a.iters / a.blocks.max(1);
-    if a.duration.is_none() && per_block < MIN_BLOCK_FLOOR {
-        // a block's first iterations follow the hand-over to the measuring threads: blocks of a
-        // few iterations would weigh them in the figures; fewer blocks, said so
-        let blocks = (a.iters / MIN_BLOCK_FLOOR).max(1);
-        let msg = format!(
-            "--blocks {} lowered to {blocks}: -n {} allows at least {MIN_BLOCK_FLOOR} iterations per block",
-            a.blocks, a.iters
-        );
-        eprintln!("rdmaprobe: {msg}");
-        warnings.push(msg);
-        a.blocks = blocks;
-    }
-    let per_block = a.iters / a.blocks.max(1);
-    if a.duration.is_none() && per_block < MIN_BLOCK {
-        warnings.push(format!(
-            "{per_block} iterations per block (-n {} / --blocks {}): a block's first iterations follow the hand-over \
-             to the measuring threads, and per-block statistics (compare's intervals) rest on few samples; \
-             use at least {MIN_BLOCK} per block",
-            a.iters, a.blocks
-        ));
-    }
-    let mut pairs = Vec::new();
-    let mut net: Option<(
-        rdmaprobe::oob::Peer,
-        Vec<(BackendKind, rdmaprobe::backend::setup::AnyEnd)>,
-    )> = None;
-    let max_inline = if network {
-        rdmaprobe::backend::setup::INLINE
-    } else {
-        for k in &kinds {
-            pairs.push(LatPair::new(*k, AnyPair::new(&dev, *k, op, buf_len, mode)?));
-        }
-        pairs.iter().map(|p| p.pair.max_inline()).min().unwrap_or(0)
-    };
-    let inline_limit = match a.inline_size {
-        Some(i) if i > max_inline && matches!(op, OpKind::Write | OpKind::Send) => {
-            anyhow::bail!("-I {i} exceeds the QPs' max_inline_data {max_inline}")
-        }
-        Some(i) => i,
-        None => max_inline,
-    };
-    if network {
-        let hello = rdmaprobe::oob::Hello::new(
-            [
-                ("scenario", "lat".to_string()),
-                ("op", op.as_str().to_string()),
-                (
-                    "sizes",
-                    sizes.iter().map(|s| s.to_string()).collect::<Vec<_>>().join(","),
-                ),
-                ("iters", a.iters.to_string()),
-                ("warmup", a.warmup.to_string()),
-                ("blocks", a.blocks.to_string()),
-            ]
-            .into_iter()
-            .map(|(k, v)| (k.to_string(), v))
-            .chain(end_params(&kinds, mode, inline_limit, buf_len))
-            .collect(),
-        );
-        net = Some(connect_peer(&a, &hello, &dev, &kinds, op, buf_len, mode)?);
-    }
-    let one_way = rdmaprobe::scenario::lat::one_way(op);
-    let server = network && a.host.is_none();
-    if server {
-        let (peer, _) = net.as_ref().expect("connected");
-        println!(
-            " server: client {} connected; running {} with it",
-            peer.addr(),
-            a.op.title()
-        );
-    }
-    if !server {
-        println!("{}", "-".repeat(118));
-        println!(
-            " {} latency, device {} ({}), backends {}, {}",
-            a.op.title(),
-            dev.name(),
-            dev.provider(),
-            kinds.iter().map(|k| k.as_str()).collect::<Vec<_>>().join(", "),
-            match a.duration {
-                Some(d) => format!("{d} s per size, blocks of 1000 iterations per backend, interleaved"),
-                None => format!(
-                    "{} iterations per size and backend in {} interleaved blocks",
-                    a.iters, a.blocks
-                ),
-            }
-        );
-        println!(
-            " figure: {}; TSC {:.3} MHz ({}); timer overhead {:.1} ns (median)",
-            if one_way {
-                "one-way latency = round trip / 2"
-            } else {
-                "round trip"
-            },
-            cal.hz / 1e6,
-            cal.source.as_str(),
-            cal.overhead_ns()
-        );
-        if dev.is_model() {
-            println!(
-                " post p50: the post call alone; model0 executes each WQE after it returns (in the completion wait)"
-            );
-        }
-        for w in &warnings {
-            println!(" WARNING: {w}");
-        }
-        println!("{}", "-".repeat(118));
-        println!(
-            " {:>8} {:>7} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9}",
-            "#bytes",
-            "backend",
-            "#iter",
-            "min[ns]",
-            "p50[ns]",
-            "p90[ns]",
-            "p99[ns]",
-            "p99.9",
-            "p99.99",
-            "max[ns]",
-            "avg[ns]",
-            "stdev",
-            "post p50"
-        );
-    }
-    let mut results: Vec<LatResult> = Vec::new();
-    let mut intervals: Vec<rdmaprobe::report::Interval> = Vec::new();
-    let run_start = std::time::Instant::now();
-    // ping-pong state per backend across sizes (marker numbering, receives posted once)
-    let mut net_states = vec![rdmaprobe::scenario::lat::PingState::default(); kinds.len()];
-    for size in sizes {
-        let inline = matches!(op, OpKind::Write | OpKind::Send) && size <= inline_limit;
-        let p = LatParams {
-            op,
-            size,
-            iters: a.iters,
-            warmup: a.warmup,
-            inline,
-            stall: std::time::Duration::from_secs(a.stall_secs),
-        };
-        let _ = DEPTH;
-        let rs = match net.as_mut() {
-            None => {
-                let len = match a.duration {
-                    Some(d) => Length::Duration {
-                        time: std::time::Duration::from_secs(d),
-                        block: 1000,
-                    },
-                    None => Length::Iterations {
-                        iters: a.iters,
-                        blocks: a.blocks,
-                    },
-                };
-                // interval times from the start of the whole run (several sizes follow each other)
-                let t_base = run_start.elapsed().as_secs_f64();
-                let mut on_block = |k: BackendKind, v: &[f64], t0: f64, t1: f64| {
-                    if a.hdr.is_some() {
-                        let mut h = rdmaprobe::report::Hist::new();
-                        v.iter().for_each(|&x| h.record(x));
-                        intervals.push(rdmaprobe::report::Interval {
-                            tag: format!("{}-{}-{}", k.as_str(), op.as_str(), size),
-                            start_s: t_base + t0,
-                            duration_s: t1 - t0,
-                            hist: h,
-                        });
-                    }
-                };
-                run_blocks(&mut pairs, &p, len, &cal, &INTERRUPTED, &mut on_block)?
-            }
-            Some((peer, ends)) => match run_network(ends, &mut net_states, &p, a.blocks, !server, &cal) {
-                Ok(rs) => rs,
-                Err(e) => {
-                    // tell the peer (best effort) and stop
-                    let _ = peer.send(&rdmaprobe::oob::Done {
-                        error: Some(e.to_string()),
-                    });
-                    return Err(e);
-                }
-            },
-        };
-        for r in rs {
-            let l = &r.latency;
-            println!(
-                " {:>8} {:>7} {:>9} {:>9.1} {:>9.1} {:>9.1} {:>9.1} {:>9.1} {:>9.1} {:>9.1} {:>9.1} {:>9.1} {:>8.1}{}",
-                r.size,
-                r.backend,
-                r.iterations,
-                l.min,
-                l.p50,
-                l.p90,
-                l.p99,
-                l.p99_9,
-                l.p99_99,
-                l.max,
-                l.mean,
-                l.stdev,
-                r.post.p50,
-                if r.post_below_overhead { "*" } else { "" }
-            );
-            results.push(r);
-        }
-    }
-    if let Some(path) = &a.hdr {
-        let mut buf = Vec::new();
-        rdmaprobe::report::write_interval_log(
-            &mut buf,
-            &format!(
-                "rdmaprobe {} lat {} on {} ({}), ns",
-                env!("CARGO_PKG_VERSION"),
-                op.as_str(),
-                dev.name(),
-                dev.provider()
-            ),
-            &intervals,
-        )
-        .map_err(|e| anyhow::anyhow!("writing the interval log: {e}"))?;
-        write_atomically(path, &buf)?;
-        println!(
-            " interval log ({} intervals) written to {}",
-            intervals.len(),
-            path.display()
-        );
-    }
-    if let Some((peer, _)) = net.as_mut() {
-        peer.set_timeout(std::time::Duration::from_secs(a.stall_secs + a.oob_timeout))?;
-        peer.send(&rdmaprobe::oob::Done { error: None })?;
-        let theirs: rdmaprobe::oob::Done = peer.recv()?;
-        if let Some(e) = theirs.error {
-            anyhow::bail!("the peer failed: {e}");
-        }
-        if server {
-            println!(" server: done");
-            return Ok(ExitCode::SUCCESS);
-        }
-    }
-    if results.iter().any(|r| r.post_below_overhead) {
-        println!(" * post time at or below the timer's own overhead: not a real measurement");
-    }
-    println!("{}", "-".repeat(118));
-    if let Some(path) = &a.json {
-        let doc = result_doc(
-            &fp,
-            &cal,
-            &warnings,
-            json!({
-                "scenario": "lat", "op": op.as_str(), "iters": a.iters, "warmup": a.warmup, "blocks": a.blocks,
-                "backends": kinds.iter().map(|k| k.as_str()).collect::<Vec<_>>(), "db_mode": mode.as_str(),
-                "inline_limit": inline_limit, "loopback": !network, "model_delay_ns": a.model_delay_ns,
-                // what the QPs were granted (in process: read from them; client/server: asked for)
-                "qp_max_inline_data": max_inline, "qp_max_inline_data_source": if network { "requested" } else { "granted" },
-                "model_exec": dev.is_model().then_some("after_post"),
-                "duration_s": a.duration,
-                "peer": net.as_ref().map(|(p, _)| p.addr().to_string()),
-            }),
-            &results,
-        )?;
-        write_atomically(path, &serde_json::to_vec_pretty(&doc)?)?;
-        println!(" results written to {}", path.display());
-    }
-    Ok(ExitCode::SUCCESS)
-}
-
-/// Writes a result file safely (`report::output`): a regular file replaced whole through an
-/// exclusive temporary file, a symlink followed, a device or FIFO written through, never replaced.
-fn write_atomically(path: &std::path::Path, data: &[u8]) -> Result<()> {
-    rdmaprobe::report::output::write(path, data)?;
-    Ok(())
-}
-
-/// Checks the output files given before the run spends its time: exit status 2 and a message.
-fn outputs_ok(paths: &[Option<&std::path::PathBuf>]) -> Option<ExitCode> {
-    for p in paths.iter().flatten() {
-        if let Err(e) = rdmaprobe::report::output::check(p) {
-            eprintln!("rdmaprobe: error: cannot write the output file {e}");
-            return Some(ExitCode::from(2));
-        }
-    }
-    None
-}
-
-fn bw(a: BwArgs) -> Result<ExitCode> {
-    use rdmaprobe::backend::setup::Dev;
-    use rdmaprobe::backend::{BackendKind, OpKind};
-    use rdmaprobe::mlx5::sq::DbMode;
-    use rdmaprobe::report::env::Fingerprint;
-    use rdmaprobe::scenario::bw::BwParams;
-    use rdmaprobe::scenario::runner::run_bw;
-
-    if a.host.is_some() && a.loopback {
-        anyhow::bail!("--loopback runs both ends in this process: give no HOST");
-    }
-    if let Some(c) = outputs_ok(&[a.json.as_ref()]) {
-        return Ok(c);
-    }
-    let network = !a.loopback;
-    let server = network && a.host.is_none();
-    // SAFETY: installs a handler that only stores to an atomic (async-signal-safe).
-    unsafe { libc::signal(libc::SIGINT, on_sigint as *const () as libc::sighandler_t) };
-    let op = match a.op {
-        LatOp::Write => OpKind::Write,
-        LatOp::Send => OpKind::Send,
-        LatOp::Read => OpKind::Read,
-        LatOp::Atomic => OpKind::FetchAdd,
-    };
-    if a.postlist > a.tx_depth || a.cq_mod > a.tx_depth {
-        anyhow::bail!(
-            "--post-list ({}) and --cq-mod ({}) must not exceed --tx-depth ({})",
-            a.postlist,
-            a.cq_mod,
-            a.tx_depth
-        );
-    }
-    let sizes: Vec<u32> = if op == OpKind::FetchAdd {
-        vec![8]
-    } else if a.all_sizes {
-        (1..=23).map(|e| 1u32 << e).collect()
-    } else {
-        vec![a.size]
-    };
-    let max = *sizes.iter().max().unwrap_or(&8) as usize;
-    let buf_len = (2 * max.max(64)).next_multiple_of(4096);
-    // as suite runs it: the model executes after the post call (the same figures in both)
-    let model_cfg = rdmaprobe::model::ModelConfig {
-        wire_delay_ns: None,
-        exec: rdmaprobe::model::ExecMode::AfterPost,
-        ..Default::default()
-    };
-    let (dev, note) = a.dev.open(model_cfg)?;
-    if let Some(n) = note {
-        eprintln!("rdmaprobe: {n}");
-    }
-    let kinds: Vec<BackendKind> = match a.backend {
-        BackendArg::All => dev.backends(),
-        BackendArg::Verbs => vec![BackendKind::Verbs],
-        BackendArg::Wr => vec![BackendKind::Wr],
-        BackendArg::Direct => vec![BackendKind::Direct],
-    };
-    for k in &kinds {
-        dev.supports(*k)?;
-    }
-    let mode = match a.db_mode {
-        DbArg::Bf => DbMode::Bf,
-        DbArg::BfNofence => DbMode::BfNoFence,
-        DbArg::Db => DbMode::Db,
-    };
-    // MLX5_SHUT_UP_BF: libmlx5 rings the doorbell only, and so does the direct path
-    let mode = rdmaprobe::backend::setup::Mlx5Env::get().direct_mode(mode);
-    for s in &sizes {
-        dev.check_size(*s)?;
-    }
-    let inline_limit = a.inline_size.unwrap_or(rdmaprobe::backend::setup::INLINE);
-    let cal = Calibration::run(200_000_000)?;
-    let mut fp = Fingerprint::collect(&cal, &dev.name(), &dev.provider(), dev.firmware(), dev.is_model());
-    fp.provider_library = dev.provider_library();
-    if let Dev::Verbs { port, .. } = &dev {
-        fp.port = serde_json::to_value(port).ok();
-    }
-    let warnings = fp.warnings();
-    // client and server: the handshake, then every thread's QPs of every backend connected
-    let mut net: Option<(rdmaprobe::oob::Peer, Vec<Vec<Vec<rdmaprobe::backend::setup::AnyEnd>>>)> = None;
-    if network {
-        let hello = rdmaprobe::oob::Hello::new(
-            [
-                ("scenario", "bw".to_string()),
-                ("op", op.as_str().to_string()),
-                (
-                    "sizes",
-                    sizes.iter().map(|s| s.to_string()).collect::<Vec<_>>().join(","),
-                ),
-                ("iters", a.iters.to_string()),
-                ("tx_depth", a.tx_depth.to_string()),
-                ("postlist", a.postlist.to_string()),
-                ("cq_mod", a.cq_mod.to_string()),
-                ("qps", a.qps.to_string()),
-                ("threads", a.threads.to_string()),
-                ("bidirectional", a.bidirectional.to_string()),
-            ]
-            .into_iter()
-            .map(|(k, v)| (k.to_string(), v))
-            .chain(end_params(&kinds, mode, inline_limit, buf_len))
-            .collect(),
-        );
-        let link = OobLink {
-            host: a.host.clone(),
-            port: a.port_tcp,
-            timeout: a.oob_timeout,
-        };
-        let mut peer = handshake(&link, &hello)?;
-        let mut all = Vec::new();
-        for k in &kinds {
-            let mut threads = Vec::new();
-            for _ in 0..a.threads {
-                let mut ends = Vec::new();
-                for _ in 0..a.qps {
-                    let half = rdmaprobe::backend::setup::HalfEnd::new(&dev, *k, op, buf_len, mode)?;
-                    peer.send(&half.info(&dev)?)?;
-                    let theirs: rdmaprobe::oob::QpInfo = peer.recv()?;
-                    ends.push(half.connect(&dev, op, &theirs)?);
-                }
-                threads.push(ends);
-            }
-            all.push(threads);
-        }
-        // neither side posts before the other's QPs are connected
-        let connected: usize = all.iter().flatten().map(|t| t.len()).sum();
-        peer.ready(connected as u32)?;
-        if server {
-            println!(
-                " server: client {} connected; running {} bandwidth with it",
-                peer.addr(),
-                a.op.title()
-            );
-        }
-        net = Some((peer, all));
-    }
-    let unit = if a.report_gbits { "Gb/sec" } else { "MB/sec" };
-    println!("{}", "-".repeat(118));
-    println!(
-        " {} bandwidth, device {} ({}), {} thread(s) x {} QP(s), tx depth {}, postlist {}, CQE every {}{}",
-        a.op.title(),
-        dev.name(),
-        dev.provider(),
-        a.threads,
-        a.qps,
-        a.tx_depth,
-        a.postlist,
-        a.cq_mod,
-        if a.bidirectional { ", bidirectional" } else { "" }
-    );
-    println!(
-        " MB = 2^20 bytes, as perftest; TSC {:.3} MHz ({})",
-        cal.hz / 1e6,
-        cal.source.as_str()
-    );
-    for w in &warnings {
-        println!(" WARNING: {w}");
-    }
-    println!("{}", "-".repeat(118));
-    println!(
-        " windows of {:.3} ms, or the multiple that holds at least 16 completions (win[ms]: the length used; a window moves in steps of one completion), partition each run (the last up to 1.5 windows); peak: perftest's (shortest time per message from a post to a later completion; one QP, one direction only); {}",
-        a.window_us as f64 / 1e3,
-        if network {
-            format!("runs are -n messages per QP (client and server agree on them); runs under {} ms are flagged", a.min_ms)
-        } else {
-            format!("runs shorter than {} ms are repeated with more messages (--min-ms)", a.min_ms)
-        }
-    );
-    println!(
-        " {:>8} {:>7} {:>12} {:>10} {:>8} {:>16} {:>16} {:>16} {:>16} {:>12}",
-        "#bytes",
-        "backend",
-        "#messages",
-        "time[ms]",
-        "win[ms]",
-        format!("peak[{unit}]"),
-        format!("average[{unit}]"),
-        format!("best win[{unit}]"),
-        format!("worst win[{unit}]"),
-        "MsgRate[Mpps]"
-    );
-    let mut short_runs: Vec<String> = Vec::new();
-    let conv = |mib: f64| {
-        if a.report_gbits {
-            mib * 1024.0 * 1024.0 * 8.0 / 1e9
-        } else {
-            mib
-        }
-    };
-    let mut results = Vec::new();
-    for size in &sizes {
-        for k in &kinds {
-            let p = BwParams {
-                op,
-                size: *size,
-                iters: a.iters,
-                tx_depth: a.tx_depth,
-                postlist: a.postlist,
-                cq_mod: a.cq_mod,
-                inline: matches!(op, OpKind::Write | OpKind::Send) && *size <= inline_limit,
-                bidirectional: a.bidirectional,
-                stall: std::time::Duration::from_secs(a.stall_secs),
-                window: std::time::Duration::from_micros(a.window_us),
-                // both ends of a client/server run must agree on the iterations: no resizing
-                min_duration: if network {
-                    std::time::Duration::ZERO
-                } else {
-                    std::time::Duration::from_millis(a.min_ms)
-                },
-            };
-            let r = match net.as_mut() {
-                None => run_bw(
-                    &dev,
-                    *k,
-                    &p,
-                    a.threads as usize,
-                    a.qps as usize,
-                    buf_len,
-                    mode,
-                    &cal,
-                    &INTERRUPTED,
-                )?,
-                Some((peer, all)) => {
-                    let ki = kinds.iter().position(|x| x == k).unwrap_or(0);
-                    let out = match rdmaprobe::scenario::runner::bw_side(&mut all[ki], &p, !server, &cal, &INTERRUPTED)
-                    {
-                        Ok(o) => o,
-                        Err(e) => {
-                            let _ = peer.send(&rdmaprobe::oob::Done {
-                                error: Some(e.to_string()),
-                            });
-                            return Err(e.into());
-                        }
-                    };
-                    if server {
-                        continue;
-                    }
-                    rdmaprobe::scenario::runner::BwResult {
-                        scenario: "bw".into(),
-                        backend: k.as_str().into(),
-                        op: op.cli_name().into(),
-                        verb: op.as_str().into(),
-                        size: *size,
-                        threads: a.threads as usize,
-                        qps_per_thread: a.qps as usize,
-                        tx_depth: a.tx_depth,
-                        postlist: a.postlist,
-                        cq_mod: a.cq_mod,
-                        bidirectional: a.bidirectional,
-                        inline: p.inline,
-                        iters: p.iters,
-                        min_duration_ms: 0.0,
-                        summary: rdmaprobe::scenario::bw::summarize(&out, *size, a.cq_mod, cal.hz),
-                    }
-                }
-            };
-            let s = &r.summary;
-            println!(
-                " {:>8} {:>7} {:>12} {:>10.1} {:>8.2} {:>16} {:>16.2} {:>16.2} {:>16.2} {:>12.4}",
-                size,
-                k.as_str(),
-                s.messages,
-                s.seconds * 1e3,
-                s.window_ms,
-                s.bw_peak_perftest_mib_s
-                    .map(|v| format!("{:.2}", conv(v)))
-                    .unwrap_or_else(|| "-".into()),
-                conv(s.bw_avg_mib_s),
-                conv(s.bw_peak_window_mib_s),
-                conv(s.bw_min_window_mib_s),
-                s.msg_rate_mpps
-            );
-            if s.seconds * 1e3 < a.min_ms as f64 {
-                short_runs.push(format!("{size} B {} ({:.1} ms)", k.as_str(), s.seconds * 1e3));
-            }
-            results.push(r);
-        }
-    }
-    if !short_runs.is_empty() && !server {
-        println!(
-            " WARNING: shorter than {} ms, too short for a steady figure (raise -n): {}",
-            a.min_ms,
-            short_runs.join(", ")
-        );
-    }
-    if let Some((peer, _)) = net.as_mut() {
-        peer.set_timeout(std::time::Duration::from_secs(a.stall_secs + a.oob_timeout))?;
-        peer.send(&rdmaprobe::oob::Done { error: None })?;
-        let theirs: rdmaprobe::oob::Done = peer.recv()?;
-        if let Some(e) = theirs.error {
-            anyhow::bail!("the peer failed: {e}");
-        }
-        if server {
-            println!(" server: done");
-            return Ok(ExitCode::SUCCESS);
-        }
-    }
-    println!("{}", "-".repeat(118));
-    if let Some(path) = &a.json {
-        let doc = result_doc(
-            &fp,
-            &cal,
-            &warnings,
-            json!({
-                "scenario": "bw", "window_ms": a.window_us as f64 / 1e3, "min_duration_ms": a.min_ms, "inline_limit": inline_limit,
-                "model_exec": dev.is_model().then_some("after_post"), "op": op.as_str(), "iters": a.iters, "tx_depth": a.tx_depth, "postlist": a.postlist,
-                "cq_mod": a.cq_mod, "qps_per_thread": a.qps, "threads": a.threads, "bidirectional": a.bidirectional,
-                "backends": kinds.iter().map(|k| k.as_str()).collect::<Vec<_>>(), "db_mode": mode.as_str(), "loopback": !network,
-                "peer": net.as_ref().map(|(p, _)| p.addr().to_string()),
-            }),
-            &results,
-        )?;
-        write_atomically(path, &serde_json::to_vec_pretty(&doc)?)?;
-        println!(" results written to {}", path.display());
-    }
-    Ok(ExitCode::SUCCESS)
-}
-
-fn post_cost(a: PostCostArgs) -> Result<ExitCode> {
-    use rdmaprobe::backend::setup::INLINE;
-    use rdmaprobe::backend::{BackendKind, OpKind};
-    use rdmaprobe::mlx5::sq::DbMode;
-    use rdmaprobe::report::env::Fingerprint;
-    use rdmaprobe::scenario::post_cost::{PostCostParams, BLOCK_WQES};
-    use rdmaprobe::scenario::runner::{run_post_cost, tsc_step};
-
-    if let Some(c) = outputs_ok(&[a.json.as_ref()]) {
-        return Ok(c);
-    }
-    if let Some(bad) = a.postlists.iter().find(|&&l| l == 0 || l > 48) {
-        anyhow::bail!("--post-list {bad}: postlists must be within 1..=48");
-    }
-    // model0 executes only between timed blocks, so the timed region holds the posts alone
-    let model_cfg = rdmaprobe::model::ModelConfig {
-        wire_delay_ns: None,
-        exec: rdmaprobe::model::ExecMode::Deferred,
-        ..Default::default()
-    };
-    let (dev, note) = a.dev.open(model_cfg)?;
-    if let Some(n) = note {
-        eprintln!("rdmaprobe: {n}");
-    }
-    let kinds: Vec<BackendKind> = match a.backend {
-        BackendArg::All => dev.backends(),
-        BackendArg::Verbs => vec![BackendKind::Verbs],
-        BackendArg::Wr => vec![BackendKind::Wr],
-        BackendArg::Direct => vec![BackendKind::Direct],
-    };
-    for k in &kinds {
-        dev.supports(*k)?;
-    }
-    let ops: Vec<OpKind> = a
-        .ops
-        .iter()
-        .map(|o| match o {
-            PcOp::Write => OpKind::Write,
-            PcOp::Send => OpKind::Send,
-            PcOp::Read => OpKind::Read,
-        })
-        .collect();
-    let cal = Calibration::run(200_000_000)?;
-    let mut fp = Fingerprint::collect(&cal, &dev.name(), &dev.provider(), dev.firmware(), dev.is_model());
-    fp.provider_library = dev.provider_library();
-    let warnings = fp.warnings();
-    let step_ns = cal.to_ns(tsc_step());
-    println!("{}", "-".repeat(112));
-    println!(
-        " post cost, {} B, device {} ({}); {} blocks of up to {BLOCK_WQES} WQEs per configuration, each timed as a whole",
-        a.size,
-        dev.name(),
-        dev.provider(),
-        a.blocks
-    );
-    println!(
-        " TSC {:.3} MHz, step {:.1} ns ({} ticks); timer overhead {:.1} ns (median, taken off every block); ticks are TSC ticks, not core cycles",
-        cal.hz / 1e6,
-        step_ns,
-        tsc_step(),
-        cal.overhead_ns()
-    );
-    if dev.is_model() {
-        println!(" model0 executes the WQEs between blocks, outside the timed region");
-    }
-    for w in &warnings {
-        println!(" WARNING: {w}");
-    }
-    println!("{}", "-".repeat(112));
-    println!(
-        " {:>5} {:>7} {:>10} {:>8} {:>6} {:>7} {:>7} {:>14} {:>12} {:>12} {:>13}",
-        "op",
-        "backend",
-        "doorbell",
-        "postlist",
-        "inline",
-        "CQE/N",
-        "blocks",
-        "ticks/WQE p50",
-        "ns/WQE p50",
-        "ns/WQE p99",
-        "ns/call p50"
-    );
-    let mut results = Vec::new();
-    for &op in &ops {
-        for k in &kinds {
-            let modes: &[DbMode] = if *k == BackendKind::Direct && rdmaprobe::backend::setup::Mlx5Env::get().shut_up_bf
-            {
-                // MLX5_SHUT_UP_BF: the doorbell only, as libmlx5
-                &[DbMode::Db]
-            } else if *k == BackendKind::Direct {
-                &[DbMode::Bf, DbMode::BfNoFence, DbMode::Db]
-            } else {
-                &[DbMode::Bf]
-            };
-            for mode in modes {
-                for &postlist in &a.postlists {
-                    for inline in [false, true] {
-                        if inline && (a.size > INLINE || op == OpKind::Read) {
-                            continue;
-                        }
-                        for cq_mod in [1, a.cq_mod] {
-                            let p = PostCostParams {
-                                op,
-                                size: a.size,
-                                postlist,
-                                inline,
-                                cq_mod,
-                                blocks: a.blocks,
-                                stall: std::time::Duration::from_secs(10),
-                            };
-                            let r = run_post_cost(&dev, *k, &p, *mode, &cal)?;
-                            println!(
-                                " {:>5} {:>7} {:>10} {:>8} {:>6} {:>7} {:>7} {:>14.2} {:>12.2} {:>12.2} {:>12.2}{}",
-                                op.as_str(),
-                                k.as_str(),
-                                r.db_mode.as_deref().unwrap_or("-"),
-                                postlist,
-                                if inline { "yes" } else { "no" },
-                                cq_mod,
-                                r.block_per_wqe_ns.len(),
-                                r.per_wqe_ticks_p50,
-                                r.per_wqe_ns.p50,
-                                r.per_wqe_ns.p99,
-                                r.call_ns.p50,
-                                if r.below_overhead { "*" } else { "" }
-                            );
-                            results.push(r);
-                        }
-                    }
-                }
-            }
-        }
-    }
-    if results.iter().any(|r| r.below_overhead) {
-        println!(" * block within 4 TSC steps of the timer's own overhead: not a resolved measurement");
-    }
-    println!("{}", "-".repeat(112));
-    if let Some(path) = &a.json {
-        let runs: Vec<serde_json::Value> = results
-            .iter()
-            .map(|r| {
-                let mut v = serde_json::to_value(r)?;
-                v["scenario"] = json!("post_cost");
-                Ok(v)
-            })
-            .collect::<Result<_>>()?;
-        let doc = result_doc(
-            &fp,
-            &cal,
-            &warnings,
-            json!({ "scenario": "post_cost", "ops": ops.iter().map(|o| o.as_str()).collect::<Vec<_>>(), "size_bytes": a.size,
-                    "blocks": a.blocks, "postlists": a.postlists, "cq_mod": a.cq_mod, "max_wqes_per_block": BLOCK_WQES,
-                    "tsc_step_ns": step_ns }),
-            &runs,
-        )?;
-        write_atomically(path, &serde_json::to_vec_pretty(&doc)?)?;
-        println!(" results written to {}", path.display());
-    }
-    Ok(ExitCode::SUCCESS)
-}
-
-/// Where the peer is: a server to connect to, or none (this side is the server).
-struct OobLink {
-    host: Option<String>,
-    port: u16,
-    timeout: u64,
-}
-
-/// The out-of-band handshake: parameters compared; a difference stops both ends, naming it.
-fn handshake(link: &OobLink, hello: &rdmaprobe::oob::Hello) -> Result<rdmaprobe::oob::Peer> {
-    use rdmaprobe::oob::{Answer, Hello, OobError, Peer};
-    let timeout = std::time::Duration::from_secs(link.timeout);
-    Ok(match &link.host {
-        Some(h) => {
-            let mut p = Peer::connect(h, link.port, timeout)?;
-            p.send(hello)?;
-            match p.recv::<Answer>()? {
-                Answer::Agree(theirs) => hello.check(&theirs)?,
-                Answer::Refuse { param, server, client } => {
-                    return Err(OobError::Mismatch {
-                        param,
-                        ours: client,
-                        theirs: server,
-                    }
-                    .into())
-                }
-            }
-            p
-        }
-        None => {
-            eprintln!(
-                "rdmaprobe: server waiting for a client on TCP port {} ({} s)",
-                link.port, link.timeout
-            );
-            let mut p = Peer::accept(link.port, timeout)?;
-            let theirs: Hello = p.recv()?;
-            if let Err(e) = hello.check(&theirs) {
-                if let OobError::Mismatch { param, ours, theirs } = &e {
-                    p.send(&Answer::Refuse {
-                        param: param.clone(),
-                        server: ours.clone(),
-                        client: theirs.clone(),
-                    })?;
-                }
-                return Err(e.into());
-            }
-            p.send(&Answer::Agree(hello.clone()))?;
-            p
-        }
-    })
-}
-
-/// The hello parameters every client/server scenario shares: the backends and what each end's
-/// QPs and buffers are made with.
-fn end_params(
-    kinds: &[rdmaprobe::backend::BackendKind],
-    mode: rdmaprobe::mlx5::sq::DbMode,
-    inline_limit: u32,
-    buf_len: usize,
-) -> [(String, String); 4] {
-    [
-        (
-            "backends".into(),
-            kinds.iter().map(|k| k.as_str()).collect::<Vec<_>>().join(","),
-        ),
-        ("db_mode".into(), mode.as_str().to_string()),
-        ("inline_limit".into(), inline_limit.to_string()),
-        ("buffer".into(), buf_len.to_string()),
-    ]
-}
-
-/// The handshake, then for each backend this side's QP and buffer exchanged with the peer's and
-/// connected.
-#[allow(clippy::too_many_arguments)]
-fn connect_peer(
-    a: &LatArgs,
-    hello: &rdmaprobe::oob::Hello,
-    dev: &rdmaprobe::backend::setup::Dev,
-    kinds: &[rdmaprobe::backend::BackendKind],
-    op: rdmaprobe::backend::OpKind,
-    buf_len: usize,
-    mode: rdmaprobe::mlx5::sq::DbMode,
-) -> Result<(
-    rdmaprobe::oob::Peer,
-    Vec<(rdmaprobe::backend::BackendKind, rdmaprobe::backend::setup::AnyEnd)>,
-)> {
-    let link = OobLink {
-        host: a.host.clone(),
-        port: a.port_tcp,
-        timeout: a.oob_timeout,
-    };
-    let mut peer = handshake(&link, hello)?;
-    let mut ends = Vec::new();
-    for k in kinds {
-        let half = rdmaprobe::backend::setup::HalfEnd::new(dev, *k, op, buf_len, mode)?;
-        peer.send(&half.info(dev)?)?;
-        let theirs: rdmaprobe::oob::QpInfo = peer.recv()?;
-        ends.push((*k, half.connect(dev, op, &theirs)?));
-    }
-    // neither side posts before the other's QPs are connected
-    peer.ready(ends.len() as u32)?;
-    Ok((peer, ends))
-}
-
-/// Runs the blocks of one size on connected ends; the client returns the results.
-fn run_network(
-    ends: &mut [(rdmaprobe::backend::BackendKind, rdmaprobe::backend::setup::AnyEnd)],
-    states: &mut [rdmaprobe::scenario::lat::PingState],
-    p: &rdmaprobe::scenario::lat::LatParams,
-    blocks: u64,
-    client: bool,
-    cal: &Calibration,
-) -> Result<Vec<rdmaprobe::scenario::runner::LatResult>> {
-    use rdmaprobe::scenario::lat::LatSamples;
-    use rdmaprobe::scenario::runner::{figures_ns, finish, lat_side, Blocks};
-    let blocks = blocks.clamp(1, p.iters.max(1));
-    let mut all: Vec<(LatSamples, Blocks)> = ends
-        .iter()
-        .map(|_| (LatSamples::default(), Blocks::default()))
-        .collect();
-    for b in 0..blocks {
-        let iters = p.iters / blocks + u64::from(b < p.iters % blocks);
-        let warmup = if b == 0 { p.warmup } else { 0 };
-        // the backends' order rotates from block to block, the same on both ends
-        let n = ends.len();
-        for j in 0..n {
-            let i = (j + b as usize) % n;
-            let end = &mut ends[i].1;
-            if let Some(s) = lat_side(end, client, p, iters, warmup, &mut states[i], &INTERRUPTED)? {
-                all[i].1.add(figures_ns(p, &s.rtt, cal));
-                all[i].0.rtt.extend(s.rtt);
-                all[i].0.post.extend(s.post);
-                all[i].0.wait.extend(s.wait);
-            }
-        }
-    }
-    if !client {
-        return Ok(Vec::new());
-    }
-    let mut out = Vec::new();
-    for ((k, _), (s, m)) in ends.iter().zip(all) {
-        out.push(finish(*k, p, &s, m, cal)?);
-    }
-    Ok(out)
-}
-
-fn compare(a: CompareArgs) -> Result<ExitCode> {
-    use rdmaprobe::report::compare;
-    let fail = |why: String| {
-        eprintln!("rdmaprobe: error: {why}");
-        Ok(ExitCode::from(2))
-    };
-    if let Some(t) = a.threshold.filter(|t| !(t.is_finite() && *t >= 0.0)) {
-        return fail(format!("--threshold must be a percentage >= 0 (got {t})"));
-    }
-    if let Some(m) = a.metric.iter().find(|m| !["p50", "p99", "bw"].contains(&m.as_str())) {
-        return fail(format!("unknown metric '{m}' (p50, p99, bw)"));
-    }
-    let (base, new) = match (a.files.as_slice(), a.base.is_empty(), a.new.is_empty()) {
-        ([b, n], true, true) => (vec![b.clone()], vec![n.clone()]),
-        ([], false, false) => (a.base.clone(), a.new.clone()),
-        _ => {
-            return fail(
-                "give BASE NEW (one file each) or --base FILE... --new FILE... (several runs per side), not both"
-                    .into(),
-            )
-        }
-    };
-    let load = |paths: &[String]| -> Result<Vec<(String, serde_json::Value)>, compare::CompareError> {
-        paths.iter().map(|p| Ok((p.clone(), compare::load(p)?))).collect()
-    };
-    let opts = compare::Options {
-        threshold_pct: a.threshold,
-        metrics: a.metric.clone(),
-        adjust: if a.adjust == "bh" {
-            compare::Adjust::BenjaminiHochberg
-        } else {
-            compare::Adjust::Holm
-        },
-        ..compare::Options::default()
-    };
-    let r = match load(&base).and_then(|b| Ok((b, load(&new)?))) {
-        Ok((b, n)) => compare::compare_sets(&b, &n, &opts),
-        Err(e) => Err(e),
-    };
-    let r = match r {
-        Ok(r) => r,
-        Err(e) => return fail(format!("cannot compare: {e}")),
-    };
-    if r.rows.is_empty() {
-        eprintln!("rdmaprobe: error: cannot compare: no run of BASE matches a run of NEW (scenario, operation, backend, size, parameters)");
-        print!("{}", compare::text(&r));
-        return Ok(ExitCode::from(2));
-    }
-    match a.format {
-        CmpFormat::Text => print!("{}", compare::text(&r)),
-        CmpFormat::Markdown => print!("{}", compare::markdown(&r)),
-        CmpFormat::Junit => print!("{}", compare::junit(&r)),
-    }
-    Ok(ExitCode::from(if r.regressed() { 1 } else { 0 }))
-}
-
-fn suite(a: SuiteArgs) -> Result<ExitCode> {
-    use rdmaprobe::backend::setup::Dev;
-    use rdmaprobe::backend::{BackendKind, OpKind};
-    use rdmaprobe::mlx5::sq::DbMode;
-    use rdmaprobe::report::env::Fingerprint;
-    use rdmaprobe::scenario::bw::BwParams;
-    use rdmaprobe::scenario::lat::LatParams;
-    use rdmaprobe::scenario::post_cost::PostCostParams;
-    use rdmaprobe::scenario::runner::{run_blocks, run_bw, run_post_cost, AnyPair, LatPair, Length};
-
-    // SAFETY: installs a handler that only stores to an atomic (async-signal-safe).
-    unsafe { libc::signal(libc::SIGINT, on_sigint as *const () as libc::sighandler_t) };
-    if let Err(e) = writable_dir(&a.out) {
-        eprintln!("rdmaprobe: error: {}", chain(&e));
-        return Ok(ExitCode::from(2));
-    }
-
-    // post cost: timed blocks (of up to 96 WQEs) per configuration
-    let (lat_sizes, bw_sizes, mut iters, bw_iters, mut pc_blocks): (Vec<u32>, Vec<u32>, u64, u64, u64) = if a.quick {
-        (vec![8, 4096, 65536], vec![64, 65536], 2000, 20000, 300)
-    } else {
-        (
-            (3..=20).map(|e| 1u32 << e).collect(),
-            (6..=22).map(|e| 1u32 << e).collect(),
-            10000,
-            100000,
-            1000,
-        )
-    };
-    iters = a.iters.unwrap_or(iters);
-    pc_blocks = a.post_cost_blocks.unwrap_or(pc_blocks);
-    let bw_min_ms = a.bw_min_ms.unwrap_or(if a.quick { 50 } else { 200 });
-    let model_cfg = rdmaprobe::model::ModelConfig {
-        wire_delay_ns: None,
-        exec: rdmaprobe::model::ExecMode::AfterPost,
-        ..Default::default()
-    };
-    let (dev, note) = a.dev.open(model_cfg)?;
-    let cal = Calibration::run(200_000_000)?;
-    let mut fp = Fingerprint::collect(&cal, &dev.name(), &dev.provider(), dev.firmware(), dev.is_model());
-    fp.provider_library = dev.provider_library();
-    if let Dev::Verbs { port, .. } = &dev {
-        fp.port = serde_json::to_value(port).ok();
-    }
-    let mut warnings = fp.warnings();
-    if let Some(n) = &note {
-        warnings.insert(0, n.clone());
-    }
-    let kinds = dev.backends();
-    println!(
-        "rdmaprobe suite{} on {} ({}), backends {}",
-        if a.quick { " --quick" } else { "" },
-        dev.name(),
-        dev.provider(),
-        kinds.iter().map(|k| k.as_str()).collect::<Vec<_>>().join(", ")
-    );
-    for w in &warnings {
-        println!("WARNING: {w}");
-    }
-    let mut runs: Vec<serde_json::Value> = Vec::new();
-    let mut intervals: Vec<rdmaprobe::report::Interval> = Vec::new();
-    let started = std::time::Instant::now();
-    let mut summary: Vec<String> = Vec::new();
-    let mut progress = Progress::new(3 * lat_sizes.len() + 1 + 2 * bw_sizes.len() + 3, started);
-    // latency
-    for (op, name) in [
-        (OpKind::Send, "send"),
-        (OpKind::Write, "write"),
-        (OpKind::Read, "read"),
-        (OpKind::FetchAdd, "atomic"),
-    ] {
-        let sizes: Vec<u32> = if op == OpKind::FetchAdd {
-            vec![8]
-        } else {
-            lat_sizes.clone()
-        };
-        let buf = (2 * *sizes.iter().max().unwrap_or(&8) as usize)
-            .max(128)
-            .next_multiple_of(4096);
-        let mut pairs = Vec::new();
-        for k in &kinds {
-            pairs.push(LatPair::new(*k, AnyPair::new(&dev, *k, op, buf, DbMode::Bf)?));
-        }
-        let max_inline = pairs.iter().map(|p| p.pair.max_inline()).min().unwrap_or(0);
-        for size in sizes {
-            progress.step(&format!("lat {name} {size} B"));
-            let p = LatParams {
-                op,
-                size,
-                iters,
-                warmup: 100.min(iters),
-                inline: matches!(op, OpKind::Write | OpKind::Send) && size <= max_inline,
-                stall: std::time::Duration::from_secs(10),
-            };
-            let t_base = started.elapsed().as_secs_f64();
-            let mut on_block = |k: BackendKind, v: &[f64], t0: f64, t1: f64| {
-                let mut h = rdmaprobe::report::Hist::new();
-                v.iter().for_each(|&x| h.record(x));
-                intervals.push(rdmaprobe::report::Interval {
-                    tag: format!("lat-{name}-{size}-{}", k.as_str()),
-                    start_s: t_base + t0,
-                    duration_s: t1 - t0,
-                    hist: h,
-                });
-            };
-            let rs = run_blocks(
-                &mut pairs,
-                &p,
-                Length::Iterations { iters, blocks: 10 },
-                &cal,
-                &INTERRUPTED,
-                &mut on_block,
-            )?;
-            summary.push(overhead_line(&format!("lat {name} {size} B"), &rs));
-            for r in rs {
-                let mut v = serde_json::to_value(&r)?;
-                v["scenario"] = json!("lat");
-                runs.push(v);
-            }
-        }
-    }
-    // bandwidth
-    for (op, name) in [(OpKind::Write, "write"), (OpKind::Send, "send")] {
-        for &size in &bw_sizes {
-            progress.step(&format!("bw {name} {size} B"));
-            let buf = (2 * size as usize).max(128).next_multiple_of(4096);
-            for k in &kinds {
-                let p = BwParams {
-                    op,
-                    size,
-                    iters: a
-                        .bw_messages
-                        .unwrap_or((bw_iters * 64 / u64::from(size).max(64)).max(500)),
-                    tx_depth: 128,
-                    postlist: 1,
-                    cq_mod: 64,
-                    inline: size <= rdmaprobe::backend::setup::INLINE,
-                    bidirectional: false,
-                    stall: std::time::Duration::from_secs(10),
-                    window: std::time::Duration::from_millis(1),
-                    // long enough for 50 (quick) or 200 one-millisecond windows
-                    min_duration: std::time::Duration::from_millis(bw_min_ms),
-                };
-                let r = run_bw(&dev, *k, &p, 1, 1, buf, DbMode::Bf, &cal, &INTERRUPTED)?;
-                let mut v = serde_json::to_value(&r)?;
-                v["scenario"] = json!("bw");
-                runs.push(v);
-            }
-        }
-    }
-    // post cost (model0: its own handle in deferred mode, so only the post is timed)
-    let pc_dev = if dev.is_model() {
-        Dev::open(
-            Some("model0"),
-            1,
-            None,
-            rdmaprobe::model::ModelConfig {
-                wire_delay_ns: None,
-                exec: rdmaprobe::model::ExecMode::Deferred,
-                ..Default::default()
-            },
-        )?
-        .0
-    } else {
-        a.dev.open(model_cfg)?.0
-    };
-    for postlist in [1u32, 8, 32] {
-        progress.step(&format!("post-cost postlist {postlist}"));
-        for k in &kinds {
-            let p = PostCostParams {
-                op: OpKind::Write,
-                size: 8,
-                postlist,
-                inline: true,
-                cq_mod: 32,
-                blocks: pc_blocks,
-                stall: std::time::Duration::from_secs(10),
-            };
-            let r = run_post_cost(&pc_dev, *k, &p, DbMode::Bf, &cal)?;
-            let mut v = serde_json::to_value(&r)?;
-            v["scenario"] = json!("post_cost");
-            runs.push(v);
-        }
-    }
-    let doc = result_doc(
-        &fp,
-        &cal,
-        &warnings,
-        json!({ "scenario": "suite", "quick": a.quick, "backends": kinds.iter().map(|k| k.as_str()).collect::<Vec<_>>(),
-                "lat_iters": iters, "bw_min_duration_ms": bw_min_ms, "bw_window_ms": 1.0, "post_cost_blocks": pc_blocks }),
-        &runs,
-    )?;
-    make_dir(&a.out)?;
-    write_atomically(&a.out.join("results.json"), &serde_json::to_vec_pretty(&doc)?)?;
-    let mut hlog = Vec::new();
-    rdmaprobe::report::write_interval_log(
-        &mut hlog,
-        &format!("rdmaprobe suite on {} ({}), latency in ns", dev.name(), dev.provider()),
-        &intervals,
-    )
-    .map_err(|e| anyhow::anyhow!("writing the interval log: {e}"))?;
-    write_atomically(&a.out.join("latency.hlog"), &hlog)?;
-    let plots = write_plots(&doc, &a.out)?;
-    progress.done();
-    println!();
-    let has_direct = kinds.contains(&rdmaprobe::backend::BackendKind::Direct);
-    println!(
-        "summary: latency p50 / p99 in ns per backend; {}",
-        match (has_direct, kinds.len() > 1) {
-            (true, true) => "the driver's overhead = backend - direct (p50, 95 % interval)",
-            (true, false) => "only the direct backend runs here, so no driver overhead to show",
-            (false, _) =>
-                "no direct backend on this device (it needs an mlx5 device or model0), so no driver overhead to show",
-        }
-    );
-    for line in &summary {
-        println!("{line}");
-    }
-    println!(
-        "\nwritten: {} (results.json, latency.hlog, {}) in {:.1} s",
-        a.out.display(),
-        plots.join(", "),
-        started.elapsed().as_secs_f64()
-    );
-    Ok(ExitCode::SUCCESS)
-}
-
-/// A results document: what every rdmaprobe result file carries (schema, tool, time, command,
-/// environment, clock, timer overhead, warnings), then the parameters and the runs.
-fn result_doc(
-    fp: &rdmaprobe::report::env::Fingerprint,
-    cal: &Calibration,
-    warnings: &[String],
-    params: serde_json::Value,
-    runs: &impl serde::Serialize,
-) -> Result<serde_json::Value> {
-    Ok(json!({
-        "schema_version": rdmaprobe::report::SCHEMA_VERSION,
-        "tool": { "name": "rdmaprobe", "version": env!("CARGO_PKG_VERSION") },
-        "created_unix": std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0),
-        "command": std::env::args().collect::<Vec<_>>(),
-        "environment": fp,
-        "clock": cal,
-        "timer_overhead_ns": cal.overhead_ns(),
-        "warnings": warnings,
-        "params": params,
-        "runs": serde_json::to_value(runs)?,
-    }))
-}
-
-/// The suite's progress: a bar redrawn in place on a terminal, one plain line per step otherwise
-/// (a log file or CI).
-struct Progress {
-    total: usize,
-    n: usize,
-    started: std::time::Instant,
-    tty: bool,
-}
-
-impl Progress {
-    fn new(total: usize, started: std::time::Instant) -> Self {
-        // SAFETY: isatty only inspects the descriptor.
-        let tty = unsafe { libc::isatty(libc::STDOUT_FILENO) } == 1;
-        Progress {
-            total,
-            n: 0,
-            started,
-            tty,
-        }
-    }
-
-    fn step(&mut self, what: &str) {
-        use std::io::Write;
-        self.n += 1;
-        let t = self.started.elapsed().as_secs_f64();
-        if self.tty {
-            let filled = 30 * (self.n - 1) / self.total.max(1);
-            print!(
-                "\r\x1b[2K[{}{}] {}/{} {t:>5.1}s {what}",
-                "#".repeat(filled),
-                " ".repeat(30 - filled),
-                self.n,
-                self.total
-            );
-            let _ = std::io::stdout().flush();
-        } else {
-            println!("[{t:>5.1}s] {}/{} {what}", self.n, self.total);
-        }
-    }
-
-    fn done(&self) {
-        if self.tty {
-            println!("\r\x1b[2K[{}] {}/{} done", "#".repeat(30), self.n, self.total);
-        }
-    }
-}
-
-/// Writes the plots and report.html of a results document into `out`; returns the file names.
-fn write_plots(doc: &serde_json::Value, out: &std::path::Path) -> Result<Vec<String>> {
-    let figs = rdmaprobe::report::plot::figures(doc).map_err(|e| anyhow::anyhow!("plotting: {e}"))?;
-    make_dir(out)?;
-    let mut names = Vec::new();
-    let mut png = true;
-    for f in &figs {
-        write_atomically(&out.join(&f.file), f.svg.as_bytes())?;
-        names.push(f.file.clone());
-        if !png {
-            continue;
-        }
-        // the same figure as PNG (for slides, issue trackers, mail)
-        let file = f.file.trim_end_matches(".svg").to_string() + ".png";
-        match rdmaprobe::report::png::render(&f.file, &f.svg) {
-            Ok(bytes) => {
-                write_atomically(&out.join(&file), &bytes)?;
-                names.push(file);
-            }
-            Err(e @ rdmaprobe::report::png::PngError::NoFont) => {
-                eprintln!("rdmaprobe: warning: {e}");
-                png = false;
-            }
-            Err(e) => return Err(e.into()),
-        }
-    }
-    write_atomically(
-        &out.join("report.html"),
-        rdmaprobe::report::html::report(doc, &figs).as_bytes(),
-    )?;
-    names.push("report.html".into());
-    Ok(names)
-}
-
-/// Creates `dir` and checks that a file can be written in it.
-/// Checks that `dir` can hold the output, without creating it (a run that fails leaves no empty
-/// directory): an existing directory must take a file; else its nearest existing ancestor must.
-fn writable_dir(dir: &std::path::Path) -> Result<()> {
-    let mut d = dir.to_path_buf();
-    while !d.exists() {
-        match d.parent().filter(|p| !p.as_os_str().is_empty()) {
-            Some(p) => d = p.to_path_buf(),
-            None => d = std::path::PathBuf::from("."),
-        }
-        if d == std::path::Path::new(".") {
-            break;
-        }
-    }
-    let what = if d.as_path() == dir { "writing in" } else { "creating" };
-    if !d.is_dir() {
-        anyhow::bail!("{what} {}: {} is not a directory", dir.display(), d.display());
-    }
-    rdmaprobe::report::output::check(&d.join(".rdmaprobe-probe"))
-        .map_err(|e| anyhow::anyhow!("{what} {}: {} is not writable ({e})", dir.display(), d.display()))?;
-    Ok(())
-}
-
-/// Creates the output directory (after the run: a failed run leaves none).
-fn make_dir(dir: &std::path::Path) -> Result<()> {
-    use anyhow::Context;
-    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))
-}
-
-fn plot(a: PlotArgs) -> Result<ExitCode> {
-    let doc = match rdmaprobe::report::compare::load(&a.results) {
-        Ok(d) => d,
-        Err(e) => {
-            eprintln!("rdmaprobe: error: cannot plot: {e}");
-            return Ok(ExitCode::from(2));
-        }
-    };
-    if let Err(e) = writable_dir(&a.out) {
-        eprintln!("rdmaprobe: error: {}", chain(&e));
-        return Ok(ExitCode::from(2));
-    }
-    match write_plots(&doc, &a.out) {
-        Ok(names) => {
-            println!("written in {}: {}", a.out.display(), names.join(", "));
-            Ok(ExitCode::SUCCESS)
-        }
-        Err(e) => {
-            eprintln!("rdmaprobe: error: {}", chain(&e));
-            Ok(ExitCode::from(2))
-        }
-    }
-}
-
-/// One summary line: each backend's p50/p99, and verbs - direct, wr - direct with a bootstrap
-/// interval over the per-block medians.
-fn overhead_line(what: &str, rs: &[rdmaprobe::scenario::runner::LatResult]) -> String {
-    let mut s = format!("  {what:<22}");
-    for r in rs {
-        s.push_str(&format!(" {}: {:.0}/{:.0}", r.backend, r.latency.p50, r.latency.p99));
-    }
-    if let Some(d) = rs.iter().find(|r| r.backend == "direct") {
-        for r in rs.iter().filter(|r| r.backend != "direct") {
-            let diff = r.latency.p50 - d.latency.p50;
-            let iv = rdmaprobe::report::compare::bootstrap(&d.block_medians_ns, &r.block_medians_ns, 1000)
-                .map(|(lo, hi)| format!(" [{:+.0}, {:+.0}]", lo * d.latency.p50, hi * d.latency.p50))
-                .unwrap_or_default();
-            s.push_str(&format!("  {}-direct: {diff:+.0}{iv}", r.backend));
-        }
-    }
-    s
 }

@@ -58,6 +58,8 @@ pub struct Peer {
     stream: TcpStream,
     reader: BufReader<TcpStream>,
     addr: String,
+    /// The accepting side (the server) leads the handshake.
+    leads: bool,
 }
 
 impl Peer {
@@ -75,7 +77,7 @@ impl Peer {
             let mut last = None;
             for t in &targets {
                 match TcpStream::connect_timeout(t, Duration::from_secs(2)) {
-                    Ok(s) => return Peer::from_stream(s, addr.clone(), timeout),
+                    Ok(s) => return Peer::from_stream(s, addr.clone(), timeout, false),
                     Err(e) => last = Some(e),
                 }
             }
@@ -104,7 +106,7 @@ impl Peer {
             match l.accept() {
                 Ok((s, a)) => {
                     s.set_nonblocking(false).map_err(|e| io("accepting on", e))?;
-                    return Peer::from_stream(s, a.to_string(), timeout);
+                    return Peer::from_stream(s, a.to_string(), timeout, true);
                 }
                 Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
                     if std::time::Instant::now() >= deadline {
@@ -120,7 +122,7 @@ impl Peer {
         }
     }
 
-    fn from_stream(s: TcpStream, addr: String, timeout: Duration) -> Result<Peer, OobError> {
+    fn from_stream(s: TcpStream, addr: String, timeout: Duration, leads: bool) -> Result<Peer, OobError> {
         let io = |source| OobError::Io {
             what: "configuring the socket to",
             peer: addr.clone(),
@@ -134,6 +136,7 @@ impl Peer {
             stream: s,
             reader,
             addr,
+            leads,
         })
     }
 
@@ -300,6 +303,114 @@ impl Peer {
 pub struct Done {
     /// `None` when the side finished cleanly, else its error.
     pub error: Option<String>,
+}
+
+/// The out-of-band exchange a client/server run needs, whatever carries it: messages (JSON
+/// values) to and from the one peer, in order. [`Peer`] carries them over TCP; another launcher
+/// (MPI, a batch system's key-value store) can implement it and pass it to
+/// [`crate::probe::run_with_peer`]. The typed steps of the protocol (the parameter handshake,
+/// the barrier, the end) are built on it, on `dyn Rendezvous`.
+pub trait Rendezvous {
+    /// Sends one message.
+    fn send_value(&mut self, msg: serde_json::Value) -> Result<(), OobError>;
+    /// Receives the peer's next message.
+    fn recv_value(&mut self) -> Result<serde_json::Value, OobError>;
+    /// Whether this side leads: it answers the other's parameters (the server).
+    fn leads(&self) -> bool;
+    /// The peer, as messages name it.
+    fn peer_name(&self) -> String;
+    /// The deadline of later receives.
+    fn set_timeout(&mut self, t: Duration) -> Result<(), OobError>;
+}
+
+impl Rendezvous for Peer {
+    fn send_value(&mut self, msg: serde_json::Value) -> Result<(), OobError> {
+        self.send(&msg)
+    }
+    fn recv_value(&mut self) -> Result<serde_json::Value, OobError> {
+        self.recv()
+    }
+    fn leads(&self) -> bool {
+        self.leads
+    }
+    fn peer_name(&self) -> String {
+        self.addr.clone()
+    }
+    fn set_timeout(&mut self, t: Duration) -> Result<(), OobError> {
+        Peer::set_timeout(self, t)
+    }
+}
+
+impl dyn Rendezvous + '_ {
+    /// Sends one typed message.
+    pub fn put<T: serde::Serialize>(&mut self, msg: &T) -> Result<(), OobError> {
+        let v = serde_json::to_value(msg).map_err(|e| OobError::Protocol {
+            peer: self.peer_name(),
+            why: e.to_string(),
+        })?;
+        self.send_value(v)
+    }
+
+    /// Receives one typed message.
+    pub fn take<T: serde::de::DeserializeOwned>(&mut self) -> Result<T, OobError> {
+        let v = self.recv_value()?;
+        let text = v.to_string();
+        serde_json::from_value(v).map_err(|e| OobError::Protocol {
+            peer: self.peer_name(),
+            why: format!(
+                "sent an unexpected message ({e}): {}",
+                text.chars().take(200).collect::<String>()
+            ),
+        })
+    }
+
+    /// Sends ours, receives theirs.
+    pub fn exchange<T: serde::Serialize + serde::de::DeserializeOwned>(&mut self, mine: &T) -> Result<T, OobError> {
+        self.put(mine)?;
+        self.take()
+    }
+
+    /// The parameter handshake: the two ends compare their hellos; the first difference stops
+    /// both, named from each side (the leader answers the follower's hello).
+    pub fn agree(&mut self, hello: &Hello) -> Result<(), OobError> {
+        if !self.leads() {
+            self.put(hello)?;
+            return match self.take::<Answer>()? {
+                Answer::Agree(theirs) => hello.check(&theirs),
+                Answer::Refuse { param, server, client } => Err(OobError::Mismatch {
+                    param,
+                    ours: client,
+                    theirs: server,
+                }),
+            };
+        }
+        let theirs: Hello = self.take()?;
+        if let Err(e) = hello.check(&theirs) {
+            if let OobError::Mismatch { param, ours, theirs } = &e {
+                self.put(&Answer::Refuse {
+                    param: param.clone(),
+                    server: ours.clone(),
+                    client: theirs.clone(),
+                })?;
+            }
+            return Err(e);
+        }
+        self.put(&Answer::Agree(hello.clone()))
+    }
+
+    /// The barrier after connecting `qps` QPs: sends our [`Ready`] and waits for the peer's; the
+    /// two must have connected as many.
+    pub fn barrier(&mut self, qps: u32) -> Result<(), OobError> {
+        let theirs: Ready = self.exchange(&Ready { qps })?;
+        if theirs.qps != qps {
+            return Err(OobError::Mismatch {
+                param: "connected QPs".into(),
+                ours: qps.to_string(),
+                theirs: theirs.qps.to_string(),
+            });
+        }
+        Ok(())
+    }
 }
 
 #[cfg(test)]

@@ -140,6 +140,32 @@ pub fn write(path: &Path, data: &[u8]) -> Result<(), OutputError> {
     }
 }
 
+/// Checks that `dir` can hold the output, without creating it (a run that fails leaves no empty
+/// directory): an existing directory must take a file; else its nearest existing ancestor must.
+pub fn check_dir(dir: &Path) -> Result<(), String> {
+    let mut d = dir.to_path_buf();
+    while !d.exists() {
+        match d.parent().filter(|p| !p.as_os_str().is_empty()) {
+            Some(p) => d = p.to_path_buf(),
+            None => d = PathBuf::from("."),
+        }
+        if d == Path::new(".") {
+            break;
+        }
+    }
+    let what = if d.as_path() == dir { "writing in" } else { "creating" };
+    if !d.is_dir() {
+        return Err(format!("{what} {}: {} is not a directory", dir.display(), d.display()));
+    }
+    check(&d.join(".rdmaprobe-probe"))
+        .map_err(|e| format!("{what} {}: {} is not writable ({e})", dir.display(), d.display()))
+}
+
+/// Creates the output directory (after the run: a failed run leaves none).
+pub fn make_dir(dir: &Path) -> Result<(), String> {
+    fs::create_dir_all(dir).map_err(|e| format!("creating {}: {e}", dir.display()))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -366,6 +366,39 @@ pub fn figures(doc: &Value) -> Result<Vec<Figure>, String> {
     Ok(out)
 }
 
+/// Writes the figures of a results document into `out` (created) as SVG and PNG, and
+/// report.html; returns the file names and the warnings (no font: no PNGs).
+pub fn write_all(doc: &Value, out: &std::path::Path) -> Result<(Vec<String>, Vec<String>), String> {
+    use super::output::{make_dir, write};
+    let figs = figures(doc).map_err(|e| format!("plotting: {e}"))?;
+    make_dir(out)?;
+    let (mut names, mut warnings) = (Vec::new(), Vec::new());
+    let mut png = true;
+    for f in &figs {
+        write(&out.join(&f.file), f.svg.as_bytes()).map_err(|e| e.to_string())?;
+        names.push(f.file.clone());
+        if !png {
+            continue;
+        }
+        // the same figure as PNG (for slides, issue trackers, mail)
+        let file = f.file.trim_end_matches(".svg").to_string() + ".png";
+        match super::png::render(&f.file, &f.svg) {
+            Ok(bytes) => {
+                write(&out.join(&file), &bytes).map_err(|e| e.to_string())?;
+                names.push(file);
+            }
+            Err(e @ super::png::PngError::NoFont) => {
+                warnings.push(e.to_string());
+                png = false;
+            }
+            Err(e) => return Err(e.to_string()),
+        }
+    }
+    write(&out.join("report.html"), super::html::report(doc, &figs).as_bytes()).map_err(|e| e.to_string())?;
+    names.push("report.html".into());
+    Ok((names, warnings))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

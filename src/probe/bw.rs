@@ -1,0 +1,226 @@
+//! A bandwidth measurement from plan to report: set-up, the peer, every thread's QPs, the sizes.
+
+use super::report::{Report, Role, Runs};
+use super::session::{self, end_params};
+use super::{BwPlan, Observer, PeerSpec, Plan, ProbeError, INTERRUPTED};
+use crate::backend::setup::{AnyEnd, Dev, HalfEnd, INLINE};
+use crate::backend::{BackendKind, OpKind};
+use crate::mlx5::sq::DbMode;
+use crate::model::{ExecMode, ModelConfig};
+use crate::oob::{Hello, QpInfo, Rendezvous};
+use crate::scenario::bw::{summarize, BwParams};
+use crate::scenario::runner::{bw_side, run_bw, BwResult};
+use serde_json::json;
+use std::time::Duration;
+
+/// Every backend's threads' QPs, connected to the peer's.
+type Ends = Vec<Vec<Vec<AnyEnd>>>;
+
+/// Runs a bandwidth plan (see [`super::run`]).
+pub(super) fn run(
+    plan: &Plan,
+    b: &BwPlan,
+    peer: Option<&mut dyn Rendezvous>,
+    obs: &mut dyn Observer,
+) -> Result<Report, ProbeError> {
+    let network = plan.peer != PeerSpec::Loopback;
+    let op = b.op;
+    if b.postlist > b.tx_depth || b.cq_mod > b.tx_depth {
+        return Err(ProbeError::Invalid(format!(
+            "--post-list ({}) and --cq-mod ({}) must not exceed --tx-depth ({})",
+            b.postlist, b.cq_mod, b.tx_depth
+        )));
+    }
+    let sizes = b.sizes.list(op);
+    let buf_len = session::buffer_len(&sizes);
+    // as suite runs it: the model executes after the post call (the same figures in both)
+    let model = ModelConfig {
+        wire_delay_ns: None,
+        exec: ExecMode::AfterPost,
+        ..Default::default()
+    };
+    let dev = session::open_device(plan, model, obs)?;
+    let kinds = session::backends(&dev, plan.backends)?;
+    let mode = session::direct_mode(plan.db_mode);
+    for s in &sizes {
+        dev.check_size(*s)?;
+    }
+    let inline_limit = b.inline_size.unwrap_or(INLINE);
+    let (cal, env) = session::calibrate(&dev, true)?;
+    let warnings = env.warnings();
+    // client and server: the handshake, then every thread's QPs of every backend connected
+    let mut tcp = None;
+    let mut net: Option<(&mut dyn Rendezvous, Ends)> = None;
+    if network {
+        let rdv: &mut dyn Rendezvous = match peer {
+            Some(p) => p,
+            None => tcp.insert(session::tcp_peer(plan, obs)?.ok_or_else(|| ProbeError::Invalid("no peer".into()))?),
+        };
+        let hello = hello(b, &sizes, &kinds, mode, inline_limit, buf_len);
+        let ends = connect(rdv, &hello, b, &dev, &kinds, buf_len, mode)?;
+        net = Some((rdv, ends));
+    }
+    let role = match (&net, &plan.peer) {
+        (None, _) => Role::Loopback,
+        (Some((p, _)), PeerSpec::Listen { .. }) => Role::Server(p.peer_name()),
+        (Some((p, _)), _) => Role::Client(p.peer_name()),
+    };
+    let params = json!({
+        "scenario": "bw", "window_ms": b.window.as_micros() as f64 / 1e3, "min_duration_ms": b.min_duration.as_millis() as u64,
+        "inline_limit": inline_limit, "model_exec": dev.is_model().then_some("after_post"), "op": op.as_str(), "iters": b.iters,
+        "tx_depth": b.tx_depth, "postlist": b.postlist, "cq_mod": b.cq_mod, "qps_per_thread": b.qps, "threads": b.threads,
+        "bidirectional": b.bidirectional, "backends": kinds.iter().map(|k| k.as_str()).collect::<Vec<_>>(),
+        "db_mode": mode.as_str(), "loopback": !network,
+        "peer": match &role { Role::Loopback => None, Role::Client(p) | Role::Server(p) => Some(p.clone()) },
+    });
+    let client = !matches!(role, Role::Server(_));
+    let mut report = Report {
+        plan: plan.clone(),
+        role,
+        device: dev.name(),
+        provider: dev.provider(),
+        is_model: dev.is_model(),
+        backends: kinds.clone(),
+        env,
+        clock: cal,
+        warnings,
+        params,
+        runs: Runs::Bw(Vec::new()),
+        intervals: Vec::new(),
+        short_runs: Vec::new(),
+    };
+    obs.started(&report);
+    for &size in &sizes {
+        for (ki, k) in kinds.iter().enumerate() {
+            let p = BwParams {
+                op,
+                size,
+                iters: b.iters,
+                tx_depth: b.tx_depth,
+                postlist: b.postlist,
+                cq_mod: b.cq_mod,
+                inline: matches!(op, OpKind::Write | OpKind::Send) && size <= inline_limit,
+                bidirectional: b.bidirectional,
+                stall: plan.stall,
+                window: b.window,
+                // both ends of a client/server run must agree on the iterations: no resizing
+                min_duration: if network { Duration::ZERO } else { b.min_duration },
+            };
+            let r = match net.as_mut() {
+                None => run_bw(
+                    &dev,
+                    *k,
+                    &p,
+                    b.threads as usize,
+                    b.qps as usize,
+                    buf_len,
+                    mode,
+                    &report.clock,
+                    &INTERRUPTED,
+                )?,
+                Some((rdv, all)) => {
+                    let out = match bw_side(&mut all[ki], &p, client, &report.clock, &INTERRUPTED) {
+                        Ok(o) => o,
+                        Err(e) => return Err(session::fail(&mut **rdv, e.into())),
+                    };
+                    if !client {
+                        continue;
+                    }
+                    client_result(b, *k, &p, summarize(&out, size, b.cq_mod, report.clock.hz))
+                }
+            };
+            let s = &r.summary;
+            if s.seconds * 1e3 < b.min_duration.as_millis() as f64 {
+                report
+                    .short_runs
+                    .push(format!("{size} B {} ({:.1} ms)", k.as_str(), s.seconds * 1e3));
+            }
+            if let Runs::Bw(v) = &mut report.runs {
+                v.push(r);
+            }
+            obs.finished(&report, report.runs.len() - 1);
+        }
+    }
+    if let Some((rdv, _)) = net {
+        session::end(rdv, plan)?;
+    }
+    Ok(report)
+}
+
+/// A client's result of one size and backend, from its threads' summaries.
+fn client_result(b: &BwPlan, k: BackendKind, p: &BwParams, summary: crate::scenario::bw::BwSummary) -> BwResult {
+    BwResult {
+        scenario: "bw".into(),
+        backend: k.as_str().into(),
+        op: b.op.cli_name().into(),
+        verb: b.op.as_str().into(),
+        size: p.size,
+        threads: b.threads as usize,
+        qps_per_thread: b.qps as usize,
+        tx_depth: b.tx_depth,
+        postlist: b.postlist,
+        cq_mod: b.cq_mod,
+        bidirectional: b.bidirectional,
+        inline: p.inline,
+        iters: p.iters,
+        min_duration_ms: 0.0,
+        summary,
+    }
+}
+
+/// The parameters both ends of a bandwidth run must share.
+fn hello(b: &BwPlan, sizes: &[u32], kinds: &[BackendKind], mode: DbMode, inline_limit: u32, buf_len: usize) -> Hello {
+    Hello::new(
+        [
+            ("scenario", "bw".to_string()),
+            ("op", b.op.as_str().to_string()),
+            (
+                "sizes",
+                sizes.iter().map(|s| s.to_string()).collect::<Vec<_>>().join(","),
+            ),
+            ("iters", b.iters.to_string()),
+            ("tx_depth", b.tx_depth.to_string()),
+            ("postlist", b.postlist.to_string()),
+            ("cq_mod", b.cq_mod.to_string()),
+            ("qps", b.qps.to_string()),
+            ("threads", b.threads.to_string()),
+            ("bidirectional", b.bidirectional.to_string()),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v))
+        .chain(end_params(kinds, mode, inline_limit, buf_len))
+        .collect(),
+    )
+}
+
+/// The handshake, then every thread's QPs of every backend exchanged and connected, then the
+/// barrier.
+fn connect(
+    rdv: &mut dyn Rendezvous,
+    hello: &Hello,
+    b: &BwPlan,
+    dev: &Dev,
+    kinds: &[BackendKind],
+    buf_len: usize,
+    mode: DbMode,
+) -> Result<Ends, ProbeError> {
+    rdv.agree(hello)?;
+    let mut all = Vec::new();
+    for k in kinds {
+        let mut threads = Vec::new();
+        for _ in 0..b.threads {
+            let mut ends = Vec::new();
+            for _ in 0..b.qps {
+                let half = HalfEnd::new(dev, *k, b.op, buf_len, mode)?;
+                let theirs: QpInfo = rdv.exchange(&half.info(dev)?)?;
+                ends.push(half.connect(dev, b.op, &theirs)?);
+            }
+            threads.push(ends);
+        }
+        all.push(threads);
+    }
+    // neither side posts before the other's QPs are connected
+    let connected: usize = all.iter().flatten().map(|t| t.len()).sum();
+    rdv.barrier(connected as u32)?;
+    Ok(all)
+}

@@ -1,0 +1,227 @@
+//! What to measure: the plan a caller fills in (the command line from its arguments).
+
+use crate::backend::{BackendKind, OpKind};
+use crate::mlx5::sq::DbMode;
+use std::time::Duration;
+
+/// One measurement: the scenario, the device, the backends, and where the peer is.
+#[derive(Debug, Clone)]
+pub struct Plan {
+    /// What runs.
+    pub scenario: Scenario,
+    /// The device and port.
+    pub device: DeviceSpec,
+    /// The post paths.
+    pub backends: Backends,
+    /// The direct backend's doorbell mode.
+    pub db_mode: DbMode,
+    /// Where the peer is.
+    pub peer: PeerSpec,
+    /// How long to wait for the peer to connect or answer out of band.
+    pub oob_timeout: Duration,
+    /// How long a run may go without progress before it is declared stalled.
+    pub stall: Duration,
+}
+
+impl Plan {
+    /// A plan with both ends in this process, on the default device, every backend.
+    pub fn loopback(scenario: Scenario) -> Self {
+        Plan {
+            scenario,
+            device: DeviceSpec::default(),
+            backends: Backends::All,
+            db_mode: DbMode::Bf,
+            peer: PeerSpec::Loopback,
+            oob_timeout: Duration::from_secs(60),
+            stall: Duration::from_secs(10),
+        }
+    }
+}
+
+/// The scenario and its parameters.
+#[derive(Debug, Clone)]
+pub enum Scenario {
+    /// Latency ping-pong.
+    Lat(LatPlan),
+    /// Bandwidth and message rate.
+    Bw(BwPlan),
+    /// The cost of the post call alone.
+    PostCost(PostCostPlan),
+}
+
+/// The device (`-d`, `-i`, `-x`).
+#[derive(Debug, Clone)]
+pub struct DeviceSpec {
+    /// Its name; `None`: the first RDMA device, else model0.
+    pub name: Option<String>,
+    /// The port.
+    pub port: u8,
+    /// The GID index (RoCE); `None`: the RoCE v2 IPv4-mapped entry.
+    pub gid_index: Option<u8>,
+}
+
+impl Default for DeviceSpec {
+    fn default() -> Self {
+        DeviceSpec {
+            name: None,
+            port: 1,
+            gid_index: None,
+        }
+    }
+}
+
+/// Which post paths run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Backends {
+    /// Every backend the device supports, interleaved.
+    All,
+    /// One.
+    Only(BackendKind),
+}
+
+/// Where the peer is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PeerSpec {
+    /// Both ends in this process, on two pinned threads.
+    Loopback,
+    /// This side is the client of a server at `host:port`.
+    Connect {
+        /// The server.
+        host: String,
+        /// Its TCP port.
+        port: u16,
+    },
+    /// This side is the server, waiting for a client on `port` (every address).
+    Listen {
+        /// The TCP port.
+        port: u16,
+    },
+}
+
+/// Message sizes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Sizes {
+    /// One size, in bytes.
+    One(u32),
+    /// Powers of two from 2 B to 8 MiB.
+    All,
+}
+
+impl Sizes {
+    /// The sizes, in bytes (atomics move 8 whatever was asked).
+    pub fn list(self, op: OpKind) -> Vec<u32> {
+        match self {
+            _ if op == OpKind::FetchAdd => vec![8],
+            Sizes::All => (1..=23).map(|e| 1u32 << e).collect(),
+            Sizes::One(s) => vec![s],
+        }
+    }
+}
+
+/// A latency ping-pong.
+#[derive(Debug, Clone)]
+pub struct LatPlan {
+    /// The operation.
+    pub op: OpKind,
+    /// The sizes.
+    pub sizes: Sizes,
+    /// Measured iterations per size and backend.
+    pub iters: u64,
+    /// Iterations before measuring.
+    pub warmup: u64,
+    /// Blocks the iterations are split into (the backends alternate between blocks).
+    pub blocks: u64,
+    /// Run this long per size instead of `iters` (in-process only).
+    pub duration: Option<Duration>,
+    /// Inline messages up to this size; `None`: the QPs' limit.
+    pub inline_size: Option<u32>,
+    /// model0 only: the wire delay of every message in each direction, ns.
+    pub model_delay_ns: Option<u64>,
+    /// Keep one HdrHistogram interval per block and backend ([`super::Report::interval_log`]).
+    pub intervals: bool,
+}
+
+impl LatPlan {
+    /// `op` at `size` bytes, 1000 iterations in 10 blocks, 100 warm-up.
+    pub fn new(op: OpKind, size: u32) -> Self {
+        LatPlan {
+            op,
+            sizes: Sizes::One(size),
+            iters: 1000,
+            warmup: 100,
+            blocks: 10,
+            duration: None,
+            inline_size: None,
+            model_delay_ns: None,
+            intervals: false,
+        }
+    }
+}
+
+/// A bandwidth run.
+#[derive(Debug, Clone)]
+pub struct BwPlan {
+    /// The operation.
+    pub op: OpKind,
+    /// The sizes.
+    pub sizes: Sizes,
+    /// Messages per QP.
+    pub iters: u64,
+    /// Outstanding operations per QP.
+    pub tx_depth: u32,
+    /// Operations per doorbell.
+    pub postlist: u32,
+    /// A completion every this many operations.
+    pub cq_mod: u32,
+    /// QPs per thread.
+    pub qps: u64,
+    /// Threads.
+    pub threads: u64,
+    /// Both ends send.
+    pub bidirectional: bool,
+    /// Inline messages up to this size; `None`: the default inline limit.
+    pub inline_size: Option<u32>,
+    /// Length of the bandwidth windows.
+    pub window: Duration,
+    /// In-process: a shorter run is repeated with more messages; client/server: flagged.
+    pub min_duration: Duration,
+    /// Figures in Gb/s instead of MB/s (2^20 bytes) in the table.
+    pub gbits: bool,
+}
+
+impl BwPlan {
+    /// `op` at `size` bytes: 5000 messages, tx depth 128, postlist 1, a completion every 64, one
+    /// thread with one QP, 1 ms windows, 200 ms at least.
+    pub fn new(op: OpKind, size: u32) -> Self {
+        BwPlan {
+            op,
+            sizes: Sizes::One(size),
+            iters: 5000,
+            tx_depth: 128,
+            postlist: 1,
+            cq_mod: 64,
+            qps: 1,
+            threads: 1,
+            bidirectional: false,
+            inline_size: None,
+            window: Duration::from_millis(1),
+            min_duration: Duration::from_millis(200),
+            gbits: false,
+        }
+    }
+}
+
+/// The cost of posting alone.
+#[derive(Debug, Clone)]
+pub struct PostCostPlan {
+    /// Operations.
+    pub ops: Vec<OpKind>,
+    /// Message size in bytes.
+    pub size: u32,
+    /// Timed blocks per configuration.
+    pub blocks: u64,
+    /// Postlists (WQEs per doorbell).
+    pub postlists: Vec<u32>,
+    /// A completion every this many WQEs, besides every WQE.
+    pub cq_mod: u32,
+}

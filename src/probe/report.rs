@@ -1,0 +1,433 @@
+//! The result of a measurement and its three renderings: the table the command line prints
+//! (header, one row per run, footer), the JSON result document, the HdrHistogram interval log.
+
+use super::{Plan, ProbeError, Scenario};
+use crate::backend::{BackendKind, OpKind};
+use crate::clock::Calibration;
+use crate::report::env::Fingerprint;
+use crate::report::Interval;
+use crate::scenario::runner::{tsc_step, BwResult, LatResult, PostCostResult};
+use std::fmt::Write;
+
+/// Which side of a measurement this report is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Role {
+    /// Both ends in this process.
+    Loopback,
+    /// The client of the peer named (it reports the results).
+    Client(String),
+    /// The server of the client named (it measures nothing it reports).
+    Server(String),
+}
+
+/// The runs of a report, by scenario.
+#[derive(Debug, Clone)]
+pub enum Runs {
+    /// Latency, one per size and backend.
+    Lat(Vec<LatResult>),
+    /// Bandwidth, one per size and backend.
+    Bw(Vec<BwResult>),
+    /// Post cost, one per configuration.
+    PostCost(Vec<PostCostResult>),
+}
+
+impl Runs {
+    /// How many.
+    pub fn len(&self) -> usize {
+        match self {
+            Runs::Lat(r) => r.len(),
+            Runs::Bw(r) => r.len(),
+            Runs::PostCost(r) => r.len(),
+        }
+    }
+    /// Whether there are none.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// A measurement's results with what they were measured on and with.
+pub struct Report {
+    /// The plan, as run (with what the run settled: e.g. fewer blocks).
+    pub plan: Plan,
+    /// This side.
+    pub role: Role,
+    /// The device's name.
+    pub device: String,
+    /// Its provider (`mlx5`, `rxe`, `model0 (software model)`, ...).
+    pub provider: String,
+    /// Whether it is model0.
+    pub is_model: bool,
+    /// The backends that ran.
+    pub backends: Vec<BackendKind>,
+    /// The environment.
+    pub env: Fingerprint,
+    /// The clock.
+    pub clock: Calibration,
+    /// Warnings about the figures.
+    pub warnings: Vec<String>,
+    /// The parameters as the JSON document records them.
+    pub params: serde_json::Value,
+    /// The runs.
+    pub runs: Runs,
+    /// Latency intervals (one per block and backend) when the plan asked for them.
+    pub intervals: Vec<Interval>,
+    /// Runs shorter than the bandwidth plan's minimum duration, named.
+    pub short_runs: Vec<String>,
+}
+
+/// The operation's name in perftest's banner style.
+pub fn title(op: OpKind) -> &'static str {
+    match op {
+        OpKind::Write => "RDMA WRITE",
+        OpKind::Send => "SEND",
+        OpKind::Read => "RDMA READ",
+        OpKind::FetchAdd => "ATOMIC FETCH-AND-ADD",
+        OpKind::CmpSwap => "ATOMIC COMPARE-AND-SWAP",
+    }
+}
+
+fn rule(n: usize) -> String {
+    "-".repeat(n) + "\n"
+}
+
+impl Report {
+    /// The table's head: what ran, on what, with which clock, the warnings, the columns. A
+    /// latency server has none (it reports nothing).
+    pub fn header(&self) -> String {
+        let mut s = String::new();
+        let names = self.backends.iter().map(|k| k.as_str()).collect::<Vec<_>>().join(", ");
+        let warn = |s: &mut String| {
+            for w in &self.warnings {
+                let _ = writeln!(s, " WARNING: {w}");
+            }
+        };
+        match &self.plan.scenario {
+            Scenario::Lat(l) => {
+                if matches!(self.role, Role::Server(_)) {
+                    return s;
+                }
+                s += &rule(118);
+                let _ = writeln!(
+                    s,
+                    " {} latency, device {} ({}), backends {names}, {}",
+                    title(l.op),
+                    self.device,
+                    self.provider,
+                    match l.duration {
+                        Some(d) => format!(
+                            "{} s per size, blocks of 1000 iterations per backend, interleaved",
+                            d.as_secs()
+                        ),
+                        None => format!(
+                            "{} iterations per size and backend in {} interleaved blocks",
+                            l.iters, l.blocks
+                        ),
+                    }
+                );
+                let _ = writeln!(
+                    s,
+                    " figure: {}; TSC {:.3} MHz ({}); timer overhead {:.1} ns (median)",
+                    if crate::scenario::lat::one_way(l.op) {
+                        "one-way latency = round trip / 2"
+                    } else {
+                        "round trip"
+                    },
+                    self.clock.hz / 1e6,
+                    self.clock.source.as_str(),
+                    self.clock.overhead_ns()
+                );
+                if self.is_model {
+                    s += " post p50: the post call alone; model0 executes each WQE after it returns (in the completion wait)\n";
+                }
+                warn(&mut s);
+                s += &rule(118);
+                let _ = writeln!(
+                    s,
+                    " {:>8} {:>7} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9}",
+                    "#bytes",
+                    "backend",
+                    "#iter",
+                    "min[ns]",
+                    "p50[ns]",
+                    "p90[ns]",
+                    "p99[ns]",
+                    "p99.9",
+                    "p99.99",
+                    "max[ns]",
+                    "avg[ns]",
+                    "stdev",
+                    "post p50"
+                );
+            }
+            Scenario::Bw(b) => {
+                s += &rule(118);
+                let _ = writeln!(
+                    s,
+                    " {} bandwidth, device {} ({}), {} thread(s) x {} QP(s), tx depth {}, postlist {}, CQE every {}{}",
+                    title(b.op),
+                    self.device,
+                    self.provider,
+                    b.threads,
+                    b.qps,
+                    b.tx_depth,
+                    b.postlist,
+                    b.cq_mod,
+                    if b.bidirectional { ", bidirectional" } else { "" }
+                );
+                let _ = writeln!(
+                    s,
+                    " MB = 2^20 bytes, as perftest; TSC {:.3} MHz ({})",
+                    self.clock.hz / 1e6,
+                    self.clock.source.as_str()
+                );
+                warn(&mut s);
+                s += &rule(118);
+                let min_ms = b.min_duration.as_millis();
+                let _ = writeln!(
+                    s,
+                    " windows of {:.3} ms, or the multiple that holds at least 16 completions (win[ms]: the length used; a window moves in steps of one completion), partition each run (the last up to 1.5 windows); peak: perftest's (shortest time per message from a post to a later completion; one QP, one direction only); {}",
+                    b.window.as_micros() as f64 / 1e3,
+                    if self.role != Role::Loopback {
+                        format!("runs are -n messages per QP (client and server agree on them); runs under {min_ms} ms are flagged")
+                    } else {
+                        format!("runs shorter than {min_ms} ms are repeated with more messages (--min-ms)")
+                    }
+                );
+                let unit = if b.gbits { "Gb/sec" } else { "MB/sec" };
+                let _ = writeln!(
+                    s,
+                    " {:>8} {:>7} {:>12} {:>10} {:>8} {:>16} {:>16} {:>16} {:>16} {:>12}",
+                    "#bytes",
+                    "backend",
+                    "#messages",
+                    "time[ms]",
+                    "win[ms]",
+                    format!("peak[{unit}]"),
+                    format!("average[{unit}]"),
+                    format!("best win[{unit}]"),
+                    format!("worst win[{unit}]"),
+                    "MsgRate[Mpps]"
+                );
+            }
+            Scenario::PostCost(p) => {
+                s += &rule(112);
+                let _ = writeln!(
+                    s,
+                    " post cost, {} B, device {} ({}); {} blocks of up to {} WQEs per configuration, each timed as a whole",
+                    p.size,
+                    self.device,
+                    self.provider,
+                    p.blocks,
+                    crate::scenario::post_cost::BLOCK_WQES
+                );
+                let _ = writeln!(
+                    s,
+                    " TSC {:.3} MHz, step {:.1} ns ({} ticks); timer overhead {:.1} ns (median, taken off every block); ticks are TSC ticks, not core cycles",
+                    self.clock.hz / 1e6,
+                    self.clock.to_ns(tsc_step()),
+                    tsc_step(),
+                    self.clock.overhead_ns()
+                );
+                if self.is_model {
+                    s += " model0 executes the WQEs between blocks, outside the timed region\n";
+                }
+                warn(&mut s);
+                s += &rule(112);
+                let _ = writeln!(
+                    s,
+                    " {:>5} {:>7} {:>10} {:>8} {:>6} {:>7} {:>7} {:>14} {:>12} {:>12} {:>13}",
+                    "op",
+                    "backend",
+                    "doorbell",
+                    "postlist",
+                    "inline",
+                    "CQE/N",
+                    "blocks",
+                    "ticks/WQE p50",
+                    "ns/WQE p50",
+                    "ns/WQE p99",
+                    "ns/call p50"
+                );
+            }
+        }
+        s
+    }
+
+    /// Run `i` as a table row (with its newline); empty when there is no such run.
+    pub fn row(&self, i: usize) -> String {
+        match &self.runs {
+            Runs::Lat(rs) => rs.get(i).map(lat_row).unwrap_or_default(),
+            Runs::Bw(rs) => match (&self.plan.scenario, rs.get(i)) {
+                (Scenario::Bw(b), Some(r)) => bw_row(r, b.gbits),
+                _ => String::new(),
+            },
+            Runs::PostCost(rs) => rs.get(i).map(post_cost_row).unwrap_or_default(),
+        }
+    }
+
+    /// The table's foot: the footnotes the rows call for, the closing rule. A server has none.
+    pub fn footer(&self) -> String {
+        let mut s = String::new();
+        if matches!(self.role, Role::Server(_)) {
+            return s;
+        }
+        match &self.runs {
+            Runs::Lat(rs) => {
+                if rs.iter().any(|r| r.post_below_overhead) {
+                    s += " * post time at or below the timer's own overhead: not a real measurement\n";
+                }
+                s += &rule(118);
+            }
+            Runs::Bw(_) => {
+                if let (false, Scenario::Bw(b)) = (self.short_runs.is_empty(), &self.plan.scenario) {
+                    let _ = writeln!(
+                        s,
+                        " WARNING: shorter than {} ms, too short for a steady figure (raise -n): {}",
+                        b.min_duration.as_millis(),
+                        self.short_runs.join(", ")
+                    );
+                }
+                s += &rule(118);
+            }
+            Runs::PostCost(rs) => {
+                if rs.iter().any(|r| r.below_overhead) {
+                    s += " * block within 4 TSC steps of the timer's own overhead: not a resolved measurement\n";
+                }
+                s += &rule(112);
+            }
+        }
+        s
+    }
+
+    /// The whole table.
+    pub fn table(&self) -> String {
+        let mut s = self.header();
+        for i in 0..self.runs.len() {
+            s += &self.row(i);
+        }
+        s + &self.footer()
+    }
+
+    /// The JSON result document (schema [`crate::report::SCHEMA_VERSION`]).
+    pub fn json(&self) -> Result<serde_json::Value, ProbeError> {
+        let runs = match &self.runs {
+            Runs::Lat(r) => serde_json::to_value(r),
+            Runs::Bw(r) => serde_json::to_value(r),
+            Runs::PostCost(r) => r
+                .iter()
+                .map(|r| {
+                    let mut v = serde_json::to_value(r)?;
+                    v["scenario"] = "post_cost".into();
+                    Ok(v)
+                })
+                .collect::<Result<Vec<_>, serde_json::Error>>()
+                .map(serde_json::Value::from),
+        }
+        .map_err(|e| ProbeError::Render(e.to_string()))?;
+        result_doc(&self.env, &self.clock, &self.warnings, self.params.clone(), runs)
+    }
+
+    /// The HdrHistogram interval log of the latency intervals (empty when none were kept).
+    pub fn interval_log(&self) -> Result<Vec<u8>, ProbeError> {
+        let op = match &self.plan.scenario {
+            Scenario::Lat(l) => l.op.as_str(),
+            _ => "",
+        };
+        let mut buf = Vec::new();
+        crate::report::write_interval_log(
+            &mut buf,
+            &format!(
+                "rdmaprobe {} lat {op} on {} ({}), ns",
+                env!("CARGO_PKG_VERSION"),
+                self.device,
+                self.provider
+            ),
+            &self.intervals,
+        )
+        .map_err(|e| ProbeError::Render(format!("writing the interval log: {e}")))?;
+        Ok(buf)
+    }
+}
+
+fn lat_row(r: &LatResult) -> String {
+    let l = &r.latency;
+    format!(
+        " {:>8} {:>7} {:>9} {:>9.1} {:>9.1} {:>9.1} {:>9.1} {:>9.1} {:>9.1} {:>9.1} {:>9.1} {:>9.1} {:>8.1}{}\n",
+        r.size,
+        r.backend,
+        r.iterations,
+        l.min,
+        l.p50,
+        l.p90,
+        l.p99,
+        l.p99_9,
+        l.p99_99,
+        l.max,
+        l.mean,
+        l.stdev,
+        r.post.p50,
+        if r.post_below_overhead { "*" } else { "" }
+    )
+}
+
+fn bw_row(r: &BwResult, gbits: bool) -> String {
+    let conv = |mib: f64| if gbits { mib * 1024.0 * 1024.0 * 8.0 / 1e9 } else { mib };
+    let s = &r.summary;
+    format!(
+        " {:>8} {:>7} {:>12} {:>10.1} {:>8.2} {:>16} {:>16.2} {:>16.2} {:>16.2} {:>12.4}\n",
+        r.size,
+        r.backend,
+        s.messages,
+        s.seconds * 1e3,
+        s.window_ms,
+        s.bw_peak_perftest_mib_s
+            .map(|v| format!("{:.2}", conv(v)))
+            .unwrap_or_else(|| "-".into()),
+        conv(s.bw_avg_mib_s),
+        conv(s.bw_peak_window_mib_s),
+        conv(s.bw_min_window_mib_s),
+        s.msg_rate_mpps
+    )
+}
+
+fn post_cost_row(r: &PostCostResult) -> String {
+    format!(
+        " {:>5} {:>7} {:>10} {:>8} {:>6} {:>7} {:>7} {:>14.2} {:>12.2} {:>12.2} {:>12.2}{}\n",
+        r.verb,
+        r.backend,
+        r.db_mode.as_deref().unwrap_or("-"),
+        r.postlist,
+        if r.inline { "yes" } else { "no" },
+        r.cq_mod,
+        r.block_per_wqe_ns.len(),
+        r.per_wqe_ticks_p50,
+        r.per_wqe_ns.p50,
+        r.per_wqe_ns.p99,
+        r.call_ns.p50,
+        if r.below_overhead { "*" } else { "" }
+    )
+}
+
+/// A results document: what every rdmaprobe result file carries (schema, tool, time, command,
+/// environment, clock, timer overhead, warnings), then the parameters and the runs.
+pub fn result_doc(
+    env: &Fingerprint,
+    cal: &Calibration,
+    warnings: &[String],
+    params: serde_json::Value,
+    runs: serde_json::Value,
+) -> Result<serde_json::Value, ProbeError> {
+    Ok(serde_json::json!({
+        "schema_version": crate::report::SCHEMA_VERSION,
+        "tool": { "name": "rdmaprobe", "version": env!("CARGO_PKG_VERSION") },
+        "created_unix": std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0),
+        "command": std::env::args().collect::<Vec<_>>(),
+        "environment": env,
+        "clock": cal,
+        "timer_overhead_ns": cal.overhead_ns(),
+        "warnings": warnings,
+        "params": params,
+        "runs": runs,
+    }))
+}

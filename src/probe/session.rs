@@ -1,0 +1,109 @@
+//! What every measurement sets up before it runs: the device, the backends, the doorbell mode,
+//! the clock and the environment fingerprint; and the connection to the peer, with the steps of
+//! the exchange every client/server scenario shares.
+
+use super::{Backends, Observer, PeerSpec, Plan, ProbeError};
+use crate::backend::setup::{Dev, Mlx5Env};
+use crate::backend::BackendKind;
+use crate::clock::Calibration;
+use crate::mlx5::sq::DbMode;
+use crate::model::ModelConfig;
+use crate::oob::{Done, Peer, Rendezvous};
+use crate::report::env::Fingerprint;
+
+/// The TSC calibration window every measurement uses, ns.
+pub const CALIBRATION_NS: u64 = 200_000_000;
+
+/// Opens the plan's device (model0 configured as `model`); a note (the fall-back to model0)
+/// goes to the observer.
+pub fn open_device(plan: &Plan, model: ModelConfig, obs: &mut dyn Observer) -> Result<Dev, ProbeError> {
+    let d = &plan.device;
+    let (dev, note) = Dev::open(d.name.as_deref(), d.port, d.gid_index, model)?;
+    if let Some(n) = note {
+        obs.note(&n);
+    }
+    Ok(dev)
+}
+
+/// The backends the plan asks for, each checked against the device.
+pub fn backends(dev: &Dev, sel: Backends) -> Result<Vec<BackendKind>, ProbeError> {
+    let kinds = match sel {
+        Backends::All => dev.backends(),
+        Backends::Only(k) => vec![k],
+    };
+    for k in &kinds {
+        dev.supports(*k).map_err(crate::backend::setup::SetupError::from)?;
+    }
+    Ok(kinds)
+}
+
+/// The direct path's doorbell mode: as asked, unless `MLX5_SHUT_UP_BF` says the doorbell only
+/// (as libmlx5 then rings).
+pub fn direct_mode(asked: DbMode) -> DbMode {
+    Mlx5Env::get().direct_mode(asked)
+}
+
+/// Calibrates the TSC and takes the environment's fingerprint (with the port's attributes when
+/// `port`).
+pub fn calibrate(dev: &Dev, port: bool) -> Result<(Calibration, Fingerprint), ProbeError> {
+    let cal = Calibration::run(CALIBRATION_NS).map_err(|e| ProbeError::Clock(e.to_string()))?;
+    let mut fp = Fingerprint::collect(&cal, &dev.name(), &dev.provider(), dev.firmware(), dev.is_model());
+    fp.provider_library = dev.provider_library();
+    if let (true, Dev::Verbs { port, .. }) = (port, dev) {
+        fp.port = serde_json::to_value(port).ok();
+    }
+    Ok((cal, fp))
+}
+
+/// The TCP peer the plan names (none in loopback): a client connects, a server waits (and says
+/// so through the observer).
+pub fn tcp_peer(plan: &Plan, obs: &mut dyn Observer) -> Result<Option<Peer>, ProbeError> {
+    Ok(match &plan.peer {
+        PeerSpec::Loopback => None,
+        PeerSpec::Connect { host, port } => Some(Peer::connect(host, *port, plan.oob_timeout)?),
+        PeerSpec::Listen { port } => {
+            obs.waiting(*port, plan.oob_timeout.as_secs());
+            Some(Peer::accept(*port, plan.oob_timeout)?)
+        }
+    })
+}
+
+/// The hello parameters every client/server scenario shares: the backends and what each end's
+/// QPs and buffers are made with.
+pub fn end_params(kinds: &[BackendKind], mode: DbMode, inline_limit: u32, buf_len: usize) -> [(String, String); 4] {
+    [
+        (
+            "backends".into(),
+            kinds.iter().map(|k| k.as_str()).collect::<Vec<_>>().join(","),
+        ),
+        ("db_mode".into(), mode.as_str().to_string()),
+        ("inline_limit".into(), inline_limit.to_string()),
+        ("buffer".into(), buf_len.to_string()),
+    ]
+}
+
+/// The end of a client/server run: each side says it is done (or why it failed) and hears the
+/// other, within the stall deadline and the out-of-band timeout.
+pub fn end(peer: &mut dyn Rendezvous, plan: &Plan) -> Result<(), ProbeError> {
+    peer.set_timeout(plan.stall + plan.oob_timeout)?;
+    let theirs: Done = peer.exchange(&Done { error: None })?;
+    match theirs.error {
+        Some(e) => Err(ProbeError::Peer(e)),
+        None => Ok(()),
+    }
+}
+
+/// Tells the peer (best effort) that this side failed with `e`, and returns `e`.
+pub fn fail(peer: &mut dyn Rendezvous, e: ProbeError) -> ProbeError {
+    let _ = peer.put(&Done {
+        error: Some(e.to_string()),
+    });
+    e
+}
+
+/// The ordered sizes' buffer: room for two messages of the largest, at least 64 B each, in
+/// whole pages.
+pub fn buffer_len(sizes: &[u32]) -> usize {
+    let max = *sizes.iter().max().unwrap_or(&8) as usize;
+    (2 * max.max(64)).next_multiple_of(4096)
+}

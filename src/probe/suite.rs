@@ -1,0 +1,322 @@
+//! The standard matrix in one run: latency (send, write, read, atomic), bandwidth (write, send)
+//! and post cost, on every backend the device runs, as plans; the results document, the
+//! interval log, the plots and the driver-overhead summary.
+
+use super::report::result_doc;
+use super::session;
+use super::{Backends, DeviceSpec, Observer, Plan, ProbeError, INTERRUPTED};
+use crate::backend::setup::{Dev, INLINE};
+use crate::backend::{BackendKind, OpKind};
+use crate::mlx5::sq::DbMode;
+use crate::model::{ExecMode, ModelConfig};
+use crate::report::{Hist, Interval};
+use crate::scenario::bw::BwParams;
+use crate::scenario::lat::LatParams;
+use crate::scenario::post_cost::PostCostParams;
+use crate::scenario::runner::{run_blocks, run_bw, run_post_cost, AnyPair, LatPair, LatResult, Length};
+use serde_json::json;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+/// The suite's knobs (each `None`: the default of the full or the quick matrix).
+#[derive(Debug, Clone, Default)]
+pub struct SuitePlan {
+    /// The device.
+    pub device: DeviceSpec,
+    /// The small matrix.
+    pub quick: bool,
+    /// Latency iterations per size and backend (10000; quick 2000).
+    pub iters: Option<u64>,
+    /// Bandwidth messages per point before a run is sized to the minimum duration.
+    pub bw_messages: Option<u64>,
+    /// Shortest bandwidth run, ms (200; quick 50).
+    pub bw_min_ms: Option<u64>,
+    /// Post-cost blocks per configuration (1000; quick 300).
+    pub post_cost_blocks: Option<u64>,
+}
+
+/// What a suite measured.
+pub struct SuiteReport {
+    /// The results document (every run, tagged with its scenario).
+    pub doc: serde_json::Value,
+    /// One latency interval per block and backend.
+    pub intervals: Vec<Interval>,
+    /// The summary: per latency point each backend's p50/p99 and the driver's overhead.
+    pub summary: Vec<String>,
+    /// The backends that ran.
+    pub backends: Vec<BackendKind>,
+    /// The device's name and provider.
+    pub device: (String, String),
+    /// When it started.
+    pub started: Instant,
+}
+
+/// The matrix's sizes and counts.
+struct Matrix {
+    lat_sizes: Vec<u32>,
+    bw_sizes: Vec<u32>,
+    iters: u64,
+    bw_iters: u64,
+    pc_blocks: u64,
+    bw_min_ms: u64,
+}
+
+impl Matrix {
+    fn of(p: &SuitePlan) -> Self {
+        let (lat_sizes, bw_sizes, iters, bw_iters, pc_blocks) = if p.quick {
+            (vec![8, 4096, 65536], vec![64, 65536], 2000, 20000, 300)
+        } else {
+            (
+                (3..=20).map(|e| 1u32 << e).collect(),
+                (6..=22).map(|e| 1u32 << e).collect(),
+                10000,
+                100000,
+                1000,
+            )
+        };
+        Matrix {
+            lat_sizes,
+            bw_sizes,
+            iters: p.iters.unwrap_or(iters),
+            bw_iters,
+            pc_blocks: p.post_cost_blocks.unwrap_or(pc_blocks),
+            bw_min_ms: p.bw_min_ms.unwrap_or(if p.quick { 50 } else { 200 }),
+        }
+    }
+}
+
+/// Runs the suite; `obs` hears the heading and every step.
+pub fn run(sp: &SuitePlan, obs: &mut dyn Observer) -> Result<SuiteReport, ProbeError> {
+    let m = Matrix::of(sp);
+    let model = ModelConfig {
+        wire_delay_ns: None,
+        exec: ExecMode::AfterPost,
+        ..Default::default()
+    };
+    let plan = Plan {
+        device: sp.device.clone(),
+        backends: Backends::All,
+        ..Plan::loopback(super::Scenario::Lat(super::LatPlan::new(OpKind::Write, 8)))
+    };
+    let mut notes = Vec::new();
+    let dev = session::open_device(&plan, model, &mut Notes(&mut notes))?;
+    let (cal, env) = session::calibrate(&dev, true)?;
+    let mut warnings = env.warnings();
+    warnings.splice(0..0, notes);
+    let kinds = dev.backends();
+    let mut heading = format!(
+        "rdmaprobe suite{} on {} ({}), backends {}\n",
+        if sp.quick { " --quick" } else { "" },
+        dev.name(),
+        dev.provider(),
+        kinds.iter().map(|k| k.as_str()).collect::<Vec<_>>().join(", ")
+    );
+    for w in &warnings {
+        heading += &format!("WARNING: {w}\n");
+    }
+    obs.heading(&heading);
+    let mut r = SuiteReport {
+        doc: json!(null),
+        intervals: Vec::new(),
+        summary: Vec::new(),
+        backends: kinds.clone(),
+        device: (dev.name(), dev.provider()),
+        started: Instant::now(),
+    };
+    let total = 3 * m.lat_sizes.len() + 1 + 2 * m.bw_sizes.len() + 3;
+    let mut step = 0;
+    let mut runs = Vec::new();
+    let mut next = |obs: &mut dyn Observer, what: String| {
+        step += 1;
+        obs.step(step, total, &what);
+    };
+    for (op, name) in [
+        (OpKind::Send, "send"),
+        (OpKind::Write, "write"),
+        (OpKind::Read, "read"),
+        (OpKind::FetchAdd, "atomic"),
+    ] {
+        let sizes = if op == OpKind::FetchAdd {
+            vec![8]
+        } else {
+            m.lat_sizes.clone()
+        };
+        let buf = (2 * *sizes.iter().max().unwrap_or(&8) as usize)
+            .max(128)
+            .next_multiple_of(4096);
+        let mut pairs = Vec::new();
+        for k in &kinds {
+            pairs.push(LatPair::new(*k, AnyPair::new(&dev, *k, op, buf, DbMode::Bf)?));
+        }
+        let max_inline = pairs.iter().map(|p| p.pair.max_inline()).min().unwrap_or(0);
+        for size in sizes {
+            next(obs, format!("lat {name} {size} B"));
+            let p = LatParams {
+                op,
+                size,
+                iters: m.iters,
+                warmup: 100.min(m.iters),
+                inline: matches!(op, OpKind::Write | OpKind::Send) && size <= max_inline,
+                stall: Duration::from_secs(10),
+            };
+            let t_base = r.started.elapsed().as_secs_f64();
+            let intervals = &mut r.intervals;
+            let mut on_block = |k: BackendKind, v: &[f64], t0: f64, t1: f64| {
+                let mut h = Hist::new();
+                v.iter().for_each(|&x| h.record(x));
+                intervals.push(Interval {
+                    tag: format!("lat-{name}-{size}-{}", k.as_str()),
+                    start_s: t_base + t0,
+                    duration_s: t1 - t0,
+                    hist: h,
+                });
+            };
+            let len = Length::Iterations {
+                iters: m.iters,
+                blocks: 10,
+            };
+            let rs = run_blocks(&mut pairs, &p, len, &cal, &INTERRUPTED, &mut on_block)?;
+            r.summary.push(overhead_line(&format!("lat {name} {size} B"), &rs));
+            for x in rs {
+                runs.push(tagged(&x, "lat")?);
+            }
+        }
+    }
+    for (op, name) in [(OpKind::Write, "write"), (OpKind::Send, "send")] {
+        for &size in &m.bw_sizes {
+            next(obs, format!("bw {name} {size} B"));
+            let buf = (2 * size as usize).max(128).next_multiple_of(4096);
+            for k in &kinds {
+                let p = BwParams {
+                    op,
+                    size,
+                    iters: sp
+                        .bw_messages
+                        .unwrap_or((m.bw_iters * 64 / u64::from(size).max(64)).max(500)),
+                    tx_depth: 128,
+                    postlist: 1,
+                    cq_mod: 64,
+                    inline: size <= INLINE,
+                    bidirectional: false,
+                    stall: Duration::from_secs(10),
+                    window: Duration::from_millis(1),
+                    // long enough for 50 (quick) or 200 one-millisecond windows
+                    min_duration: Duration::from_millis(m.bw_min_ms),
+                };
+                let x = run_bw(&dev, *k, &p, 1, 1, buf, DbMode::Bf, &cal, &INTERRUPTED)?;
+                runs.push(tagged(&x, "bw")?);
+            }
+        }
+    }
+    // post cost (model0: its own handle in deferred mode, so only the post is timed)
+    let pc_model = ModelConfig {
+        exec: ExecMode::Deferred,
+        ..model
+    };
+    let pc_dev = if dev.is_model() {
+        Dev::open(Some("model0"), 1, None, pc_model)?.0
+    } else {
+        session::open_device(&plan, model, &mut super::Quiet)?
+    };
+    for postlist in [1u32, 8, 32] {
+        next(obs, format!("post-cost postlist {postlist}"));
+        for k in &kinds {
+            let p = PostCostParams {
+                op: OpKind::Write,
+                size: 8,
+                postlist,
+                inline: true,
+                cq_mod: 32,
+                blocks: m.pc_blocks,
+                stall: Duration::from_secs(10),
+            };
+            let x = run_post_cost(&pc_dev, *k, &p, DbMode::Bf, &cal)?;
+            runs.push(tagged(&x, "post_cost")?);
+        }
+    }
+    r.doc = result_doc(
+        &env,
+        &cal,
+        &warnings,
+        json!({ "scenario": "suite", "quick": sp.quick, "backends": kinds.iter().map(|k| k.as_str()).collect::<Vec<_>>(),
+                "lat_iters": m.iters, "bw_min_duration_ms": m.bw_min_ms, "bw_window_ms": 1.0, "post_cost_blocks": m.pc_blocks }),
+        serde_json::Value::from(runs),
+    )?;
+    Ok(r)
+}
+
+/// An observer that keeps the notes (the suite puts them first among its warnings).
+struct Notes<'a>(&'a mut Vec<String>);
+
+impl Observer for Notes<'_> {
+    fn note(&mut self, msg: &str) {
+        self.0.push(msg.to_string());
+    }
+}
+
+fn tagged(run: &impl serde::Serialize, scenario: &str) -> Result<serde_json::Value, ProbeError> {
+    let mut v = serde_json::to_value(run).map_err(|e| ProbeError::Render(e.to_string()))?;
+    v["scenario"] = json!(scenario);
+    Ok(v)
+}
+
+/// One summary line: each backend's p50/p99, and verbs - direct, wr - direct with a bootstrap
+/// interval over the per-block medians.
+pub fn overhead_line(what: &str, rs: &[LatResult]) -> String {
+    let mut s = format!("  {what:<22}");
+    for r in rs {
+        s.push_str(&format!(" {}: {:.0}/{:.0}", r.backend, r.latency.p50, r.latency.p99));
+    }
+    if let Some(d) = rs.iter().find(|r| r.backend == "direct") {
+        for r in rs.iter().filter(|r| r.backend != "direct") {
+            let diff = r.latency.p50 - d.latency.p50;
+            let iv = crate::report::compare::bootstrap(&d.block_medians_ns, &r.block_medians_ns, 1000)
+                .map(|(lo, hi)| format!(" [{:+.0}, {:+.0}]", lo * d.latency.p50, hi * d.latency.p50))
+                .unwrap_or_default();
+            s.push_str(&format!("  {}-direct: {diff:+.0}{iv}", r.backend));
+        }
+    }
+    s
+}
+
+impl SuiteReport {
+    /// The summary as printed: what the figures are, then a line per latency point.
+    pub fn summary_text(&self) -> String {
+        let has_direct = self.backends.contains(&BackendKind::Direct);
+        let mut s = format!(
+            "summary: latency p50 / p99 in ns per backend; {}\n",
+            match (has_direct, self.backends.len() > 1) {
+                (true, true) => "the driver's overhead = backend - direct (p50, 95 % interval)",
+                (true, false) => "only the direct backend runs here, so no driver overhead to show",
+                (false, _) =>
+                    "no direct backend on this device (it needs an mlx5 device or model0), so no driver overhead to show",
+            }
+        );
+        for line in &self.summary {
+            s += line;
+            s.push('\n');
+        }
+        s
+    }
+
+    /// Writes results.json, latency.hlog, the plots and report.html into `out` (created);
+    /// returns the plots' file names, and the warnings of the writing (no font for PNGs).
+    pub fn write(&self, out: &Path) -> Result<(Vec<String>, Vec<String>), ProbeError> {
+        let w = |e: crate::report::output::OutputError| ProbeError::Render(e.to_string());
+        crate::report::output::make_dir(out).map_err(ProbeError::Render)?;
+        let json = serde_json::to_vec_pretty(&self.doc).map_err(|e| ProbeError::Render(e.to_string()))?;
+        crate::report::output::write(&out.join("results.json"), &json).map_err(w)?;
+        let mut hlog = Vec::new();
+        crate::report::write_interval_log(
+            &mut hlog,
+            &format!(
+                "rdmaprobe suite on {} ({}), latency in ns",
+                self.device.0, self.device.1
+            ),
+            &self.intervals,
+        )
+        .map_err(|e| ProbeError::Render(format!("writing the interval log: {e}")))?;
+        crate::report::output::write(&out.join("latency.hlog"), &hlog).map_err(w)?;
+        crate::report::plot::write_all(&self.doc, out).map_err(ProbeError::Render)
+    }
+}
