@@ -3,24 +3,13 @@
 use anyhow::Result;
 use clap::{Parser, Subcommand};
 use rdmaprobe::backend::{BackendKind, OpKind};
-use rdmaprobe::clock::{Calibration, TscSource};
 use rdmaprobe::mlx5::sq::DbMode;
-use rdmaprobe::model;
-use rdmaprobe::probe::report::title;
 use rdmaprobe::probe::{
-    self, Backends, BwPlan, DeviceSpec, LatPlan, Observer, PeerSpec, Plan, PostCostPlan, ProbeError, Report, Role,
-    Scenario, Sizes, SuitePlan,
+    self, Backends, BwPlan, DeviceSpec, LatPlan, PeerSpec, Plan, PostCostPlan, ProbeError, Scenario, Sizes, SuitePlan,
 };
 use rdmaprobe::report::output;
-use rdmaprobe::verbs::device::{self, libibverbs_loaded};
-use rdmaprobe::verbs::{DeviceList, VerbsError};
-use serde_json::json;
-use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
-
-/// Exit status of `devices` when the machine has no usable RDMA device (explained on stdout).
-const EXIT_NO_DEVICE: u8 = 3;
 
 #[derive(Parser)]
 #[command(
@@ -464,69 +453,6 @@ fn plan(
     })
 }
 
-/// Prints a measurement as it goes: notes on standard error, the table on standard output.
-struct Printer;
-
-impl Observer for Printer {
-    fn note(&mut self, msg: &str) {
-        eprintln!("rdmaprobe: {msg}");
-    }
-    fn waiting(&mut self, port: u16, secs: u64) {
-        eprintln!("rdmaprobe: server waiting for a client on TCP port {port} ({secs} s)");
-    }
-    fn started(&mut self, r: &Report) {
-        if let (Role::Server(peer), Scenario::Lat(l)) = (&r.role, &r.plan.scenario) {
-            println!(" server: client {peer} connected; running {} with it", title(l.op));
-        }
-        if let (Role::Server(peer), Scenario::Bw(b)) = (&r.role, &r.plan.scenario) {
-            println!(
-                " server: client {peer} connected; running {} bandwidth with it",
-                title(b.op)
-            );
-        }
-        print!("{}", r.header());
-    }
-    fn finished(&mut self, r: &Report, i: usize) {
-        print!("{}", r.row(i));
-    }
-    fn heading(&mut self, text: &str) {
-        print!("{text}");
-    }
-    fn step(&mut self, n: usize, total: usize, what: &str) {
-        progress(n, total, what);
-    }
-}
-
-/// Runs a plan, prints it, and writes the files asked for.
-fn measure(plan: &Plan, json: Option<&PathBuf>, hdr: Option<&PathBuf>) -> Result<ExitCode> {
-    for p in [json, hdr].into_iter().flatten() {
-        if let Err(e) = output::check(p) {
-            eprintln!("rdmaprobe: error: cannot write the output file {e}");
-            return Ok(ExitCode::from(2));
-        }
-    }
-    probe::stop_on_sigint();
-    let r = probe::run(plan, &mut Printer)?;
-    if let Some(path) = hdr {
-        output::write(path, &r.interval_log()?)?;
-        println!(
-            " interval log ({} intervals) written to {}",
-            r.intervals.len(),
-            path.display()
-        );
-    }
-    if let Role::Server(_) = r.role {
-        println!(" server: done");
-        return Ok(ExitCode::SUCCESS);
-    }
-    print!("{}", r.footer());
-    if let Some(path) = json {
-        output::write(path, &serde_json::to_vec_pretty(&r.json()?)?)?;
-        println!(" results written to {}", path.display());
-    }
-    Ok(ExitCode::SUCCESS)
-}
-
 fn lat(a: LatArgs) -> Result<ExitCode> {
     let l = LatPlan {
         op: a.op.op(),
@@ -550,7 +476,11 @@ fn lat(a: LatArgs) -> Result<ExitCode> {
         a.oob_timeout,
         a.stall_secs,
     )?;
-    measure(&p, a.json.as_ref(), a.hdr.as_ref())
+    Ok(ExitCode::from(probe::console::measure(
+        &p,
+        a.json.as_ref(),
+        a.hdr.as_ref(),
+    )?))
 }
 
 fn bw(a: BwArgs) -> Result<ExitCode> {
@@ -580,7 +510,7 @@ fn bw(a: BwArgs) -> Result<ExitCode> {
         a.oob_timeout,
         a.stall_secs,
     )?;
-    measure(&p, a.json.as_ref(), None)
+    Ok(ExitCode::from(probe::console::measure(&p, a.json.as_ref(), None)?))
 }
 
 fn post_cost(a: PostCostArgs) -> Result<ExitCode> {
@@ -610,7 +540,7 @@ fn post_cost(a: PostCostArgs) -> Result<ExitCode> {
         60,
         10,
     )?;
-    measure(&p, a.json.as_ref(), None)
+    Ok(ExitCode::from(probe::console::measure(&p, a.json.as_ref(), None)?))
 }
 
 fn suite(a: SuiteArgs) -> Result<ExitCode> {
@@ -627,12 +557,12 @@ fn suite(a: SuiteArgs) -> Result<ExitCode> {
         bw_min_ms: a.bw_min_ms,
         post_cost_blocks: a.post_cost_blocks,
     };
-    let r = probe::suite::run(&sp, &mut Printer)?;
+    let r = probe::suite::run(&sp, &mut probe::console::Printer)?;
     let (plots, warnings) = r.write(&a.out)?;
     for w in warnings {
         eprintln!("rdmaprobe: warning: {w}");
     }
-    progress_done(r.summary.len());
+    probe::console::progress_done();
     println!();
     print!("{}", r.summary_text());
     println!(
@@ -642,43 +572,6 @@ fn suite(a: SuiteArgs) -> Result<ExitCode> {
         r.started.elapsed().as_secs_f64()
     );
     Ok(ExitCode::SUCCESS)
-}
-
-/// The suite's progress: a bar redrawn in place on a terminal, one plain line per step
-/// otherwise (a log file or CI).
-fn progress(n: usize, total: usize, what: &str) {
-    use std::io::Write;
-    let t = PROGRESS_START
-        .get_or_init(std::time::Instant::now)
-        .elapsed()
-        .as_secs_f64();
-    PROGRESS.store(n, std::sync::atomic::Ordering::Relaxed);
-    if is_tty() {
-        let filled = 30 * (n - 1) / total.max(1);
-        print!(
-            "\r\x1b[2K[{}{}] {n}/{total} {t:>5.1}s {what}",
-            "#".repeat(filled),
-            " ".repeat(30 - filled)
-        );
-        let _ = std::io::stdout().flush();
-    } else {
-        println!("[{t:>5.1}s] {n}/{total} {what}");
-    }
-}
-
-static PROGRESS_START: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
-static PROGRESS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
-
-fn is_tty() -> bool {
-    // SAFETY: isatty only inspects the descriptor.
-    unsafe { libc::isatty(libc::STDOUT_FILENO) == 1 }
-}
-
-fn progress_done(_lines: usize) {
-    if is_tty() {
-        let n = PROGRESS.load(std::sync::atomic::Ordering::Relaxed);
-        println!("\r\x1b[2K[{}] {n}/{n} done", "#".repeat(30));
-    }
 }
 
 fn compare(a: CompareArgs) -> Result<ExitCode> {
@@ -771,263 +664,13 @@ fn chain(e: &anyhow::Error) -> String {
     msg
 }
 
-fn build_info() -> serde_json::Value {
-    let (lib, lib_version) = libibverbs_loaded();
-    json!({
-        "tool_version": env!("CARGO_PKG_VERSION"),
-        "rdma_core_built_against": env!("RDMAPROBE_BUILD_RDMA_CORE"),
-        "libibverbs_built_against": env!("RDMAPROBE_BUILD_LIBIBVERBS"),
-        "libibverbs_loaded": lib,
-        "libibverbs_loaded_version": lib_version,
-    })
+fn devices(json: bool, gids: u32) -> Result<ExitCode> {
+    let (text, code) = probe::info::devices(json, gids)?;
+    print!("{text}");
+    Ok(ExitCode::from(code))
 }
 
-fn devices(as_json: bool, max_gids: u32) -> Result<ExitCode> {
-    let model = model::info().map_err(|e| e.to_string()).map(|mut i| {
-        // model0 through the machine's libibverbs and libmlx5 (its user-space uverbs device)
-        match rdmaprobe::verbs::Context::open_model0() {
-            Ok(ctx) => {
-                i.backends = vec!["verbs", "wr", "direct"];
-                i.provider_library = ctx.provider_library();
-            }
-            Err(e) => i.verbs_unavailable = Some(e.to_string()),
-        }
-        i
-    });
-    let list = match DeviceList::get() {
-        Ok(l) => l,
-        Err(VerbsError::NoDevice(why)) => {
-            if as_json {
-                let doc = json!({
-                    "build": build_info(),
-                    "devices": [],
-                    "hardware_device": false,
-                    "no_device_reason": format!("{why:?}"),
-                    "explanation": why.explain(),
-                    "model": model_json(&model),
-                    "default_device": model.as_ref().ok().map(|m| m.name),
-                });
-                println!("{}", serde_json::to_string_pretty(&doc)?);
-            } else {
-                println!("No RDMA device.\n\n{}\n", why.explain());
-                print_model(&model);
-                if model.is_ok() {
-                    println!(
-                        "\nWithout an RDMA device, {} is the default device.",
-                        model::DEVICE_NAME
-                    );
-                }
-            }
-            return Ok(ExitCode::from(EXIT_NO_DEVICE));
-        }
-        Err(e) => return Err(e.into()),
-    };
-    let mut docs = Vec::new();
-    for name in list.names() {
-        let ctx = list.open(&name)?;
-        let info = ctx.query()?;
-        let mut ports = Vec::new();
-        for p in 1..=info.phys_port_cnt {
-            let port = ctx.query_port(p)?;
-            let gids = ctx.gids(p, max_gids)?;
-            ports.push((port, gids));
-        }
-        docs.push((info, ports));
-    }
-    if as_json {
-        let devs: Vec<_> = docs
-            .iter()
-            .map(|(info, ports)| {
-                let ports: Vec<_> = ports
-                    .iter()
-                    .map(|(p, g)| {
-                        let mut v = serde_json::to_value(p).unwrap_or_default();
-                        v["gids"] = serde_json::to_value(g).unwrap_or_default();
-                        v["roce_gid_index"] = json!(if p.is_ethernet() {
-                            device::pick_gid_index(g)
-                        } else {
-                            None
-                        });
-                        v
-                    })
-                    .collect();
-                let mut v = serde_json::to_value(info).unwrap_or_default();
-                v["ports"] = json!(ports);
-                v
-            })
-            .collect();
-        let doc =
-            json!({ "build": build_info(), "devices": devs, "hardware_device": true, "model": model_json(&model) });
-        println!("{}", serde_json::to_string_pretty(&doc)?);
-        return Ok(ExitCode::SUCCESS);
-    }
-    let (lib, lib_version) = libibverbs_loaded();
-    println!(
-        "rdma-core: built against {} (libibverbs {}), loaded {} ({})",
-        env!("RDMAPROBE_BUILD_RDMA_CORE"),
-        env!("RDMAPROBE_BUILD_LIBIBVERBS"),
-        lib_version,
-        lib
-    );
-    for (info, ports) in &docs {
-        println!("hca_id:\t{}", info.name);
-        println!("\tprovider:\t\t{}", info.provider);
-        println!(
-            "\tfw_ver:\t\t\t{}",
-            if info.fw_ver.is_empty() { "-" } else { &info.fw_ver }
-        );
-        println!("\tnode_guid:\t\t{}", info.node_guid);
-        println!("\tvendor_id:\t\t{:#06x}", info.vendor_id);
-        println!("\tvendor_part_id:\t\t{}", info.vendor_part_id);
-        println!("\thw_ver:\t\t\t{:#x}", info.hw_ver);
-        println!("\tphys_port_cnt:\t\t{}", info.phys_port_cnt);
-        println!("\tatomic_cap:\t\t{}", info.atomic_cap);
-        println!(
-            "\tdirect backend:\t\t{}",
-            if info.mlx5dv {
-                "yes (mlx5dv)"
-            } else {
-                "no (not an mlx5 device)"
-            }
-        );
-        for (p, gids) in ports {
-            println!("\t\tport:\t{}", p.port);
-            println!("\t\t\tstate:\t\t\t{} ({})", p.state, p.state_raw);
-            println!("\t\t\tphys_state:\t\t{}", p.phys_state);
-            println!("\t\t\tlink_layer:\t\t{}", p.link_layer);
-            println!("\t\t\tmax_mtu:\t\t{}", p.max_mtu);
-            println!("\t\t\tactive_mtu:\t\t{}", p.active_mtu);
-            println!("\t\t\tactive_speed:\t\t{}", p.speed);
-            println!("\t\t\tactive_width:\t\t{}", p.width);
-            println!("\t\t\tport_lid:\t\t{}", p.lid);
-            println!("\t\t\tmax_msg_sz:\t\t{:#x}", p.max_msg_sz);
-            println!("\t\t\tgid_tbl_len:\t\t{}", p.gid_tbl_len);
-            for g in gids {
-                let v4 = g.ipv4().map(|a| format!(", {a}")).unwrap_or_default();
-                println!("\t\t\tGID[{:>4}]:\t\t{}, {}{}", g.index, g.gid, g.gid_type, v4);
-            }
-            if p.is_ethernet() {
-                match device::pick_gid_index(gids) {
-                    Some(i) => println!("\t\t\tuse GID index:\t\t{i} (-x {i})"),
-                    None => println!("\t\t\tuse GID index:\t\tnone found among the first {}", gids.len()),
-                }
-            }
-        }
-    }
-    print_model(&model);
-    Ok(ExitCode::SUCCESS)
-}
-
-fn model_json(m: &Result<model::ModelInfo, String>) -> serde_json::Value {
-    match m {
-        Ok(i) => serde_json::to_value(i).unwrap_or_default(),
-        Err(e) => json!({ "name": model::DEVICE_NAME, "error": e }),
-    }
-}
-
-fn print_model(m: &Result<model::ModelInfo, String>) {
-    match m {
-        Ok(i) => {
-            println!("hca_id:\t{}\t(SOFTWARE MODEL, not hardware)", i.name);
-            println!("\tdescription:\t\t{}", i.description);
-            println!("\tshared memory:\t\t{}", i.shm_dir);
-            println!("\tbackends:\t\t{}", i.backends.join(", "));
-            if let Some(p) = &i.provider_library {
-                println!("\tprovider:\t\t{p} (verbs and wr run through it)");
-            }
-            if let Some(why) = &i.verbs_unavailable {
-                println!("\tverbs, wr:\t\tunavailable: {why}");
-            }
-            println!("\tmax_qp_wr:\t\t{}", i.max_qp_wr);
-            println!("\tmax_inline_data:\t{} (device limit)", i.max_inline_data);
-            println!("\tbf_size:\t\t{}", i.bf_size);
-            if i.swept > 0 {
-                println!("\tcleaned up:\t\t{} objects of processes that died", i.swept);
-            }
-        }
-        Err(e) => println!("hca_id:\t{}\t(SOFTWARE MODEL) unavailable: {e}", model::DEVICE_NAME),
-    }
-}
-
-fn current_clocksource() -> Option<String> {
-    std::fs::read_to_string("/sys/devices/system/clocksource/clocksource0/current_clocksource")
-        .ok()
-        .map(|s| s.trim().to_string())
-}
-
-fn clock(as_json: bool, window_ms: u64) -> Result<ExitCode> {
-    let c = Calibration::run(window_ms * 1_000_000)?;
-    let mut warnings = Vec::new();
-    if c.source == TscSource::ClockGettime {
-        warnings.push("no TSC on this architecture: timestamps are clock_gettime(CLOCK_MONOTONIC_RAW)".to_string());
-    } else if !c.invariant_tsc {
-        warnings.push(
-            "the TSC is not invariant (CPUID 0x80000007 EDX[8] clear): its rate may change with power states".into(),
-        );
-    }
-    if let Some(h) = c.cpuid_hz {
-        let d = (h as f64 - c.calibrated_hz).abs() / h as f64;
-        if d > 1e-3 {
-            warnings.push(format!(
-                "CPUID 0x15 gives {h} Hz but calibration measured {:.0} Hz ({:.2}% apart)",
-                c.calibrated_hz,
-                d * 100.0
-            ));
-        }
-    }
-    let cs = current_clocksource();
-    if c.source != TscSource::ClockGettime && cs.as_deref().is_some_and(|s| s != "tsc") {
-        warnings.push(format!(
-            "the kernel's clocksource is {} (not tsc): the kernel does not trust the TSC here",
-            cs.as_deref().unwrap_or("?")
-        ));
-    }
-    if as_json {
-        let doc = json!({
-            "tsc_hz": c.hz,
-            "source": c.source.as_str(),
-            "invariant_tsc": c.invariant_tsc,
-            "cpuid_hz": c.cpuid_hz,
-            "calibrated_hz": c.calibrated_hz,
-            "calibration_window_ns": c.calibration_window_ns,
-            "calibration_residual_max_ns": c.calibration_residual_ns,
-            "timed_region_overhead": {
-                "min_ticks": c.overhead.min_cycles,
-                "median_ticks": c.overhead.median_cycles,
-                "p99_ticks": c.overhead.p99_cycles,
-                "samples": c.overhead.samples,
-                "min_ns": c.to_ns(c.overhead.min_cycles),
-                "median_ns": c.to_ns(c.overhead.median_cycles),
-            },
-            "kernel_clocksource": cs,
-            "warnings": warnings,
-        });
-        println!("{}", serde_json::to_string_pretty(&doc)?);
-    } else {
-        println!("TSC rate:          {:.6} MHz ({})", c.hz / 1e6, c.source.as_str());
-        if let Some(h) = c.cpuid_hz {
-            println!("CPUID 0x15 rate:   {:.6} MHz", h as f64 / 1e6);
-        }
-        println!(
-            "calibration:       {:.6} MHz against CLOCK_MONOTONIC_RAW over {} ms, max residual {:.0} ns",
-            c.calibrated_hz / 1e6,
-            c.calibration_window_ns / 1_000_000,
-            c.calibration_residual_ns
-        );
-        println!("invariant TSC:     {}", if c.invariant_tsc { "yes" } else { "no" });
-        println!("kernel clocksource: {}", cs.as_deref().unwrap_or("unknown"));
-        println!(
-            "timed-region overhead: min {} TSC ticks ({:.1} ns), median {} ticks ({:.1} ns), p99 {} ticks, {} samples",
-            c.overhead.min_cycles,
-            c.to_ns(c.overhead.min_cycles),
-            c.overhead.median_cycles,
-            c.to_ns(c.overhead.median_cycles),
-            c.overhead.p99_cycles,
-            c.overhead.samples
-        );
-        for w in &warnings {
-            println!("warning: {w}");
-        }
-    }
+fn clock(json: bool, window_ms: u64) -> Result<ExitCode> {
+    print!("{}", probe::info::clock(json, window_ms)?);
     Ok(ExitCode::SUCCESS)
 }

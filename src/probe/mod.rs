@@ -20,6 +20,8 @@
 //! [`Observer`] as each run ends, ends the exchange with the peer, and returns the report.
 
 mod bw;
+pub mod console;
+pub mod info;
 mod lat;
 mod plan;
 mod post_cost;
@@ -80,6 +82,24 @@ pub enum ProbeError {
     /// A result could not be rendered.
     #[error("rendering the results: {0}")]
     Render(String),
+}
+
+impl From<serde_json::Error> for ProbeError {
+    fn from(e: serde_json::Error) -> Self {
+        ProbeError::Render(e.to_string())
+    }
+}
+
+impl From<crate::verbs::VerbsError> for ProbeError {
+    fn from(e: crate::verbs::VerbsError) -> Self {
+        ProbeError::Setup(SetupError::from(e))
+    }
+}
+
+impl From<crate::clock::ClockError> for ProbeError {
+    fn from(e: crate::clock::ClockError) -> Self {
+        ProbeError::Clock(e.to_string())
+    }
 }
 
 impl From<RunError> for ProbeError {

@@ -1,0 +1,110 @@
+//! The console: a measurement printed as the command line prints it (notes on standard error,
+//! the table on standard output as each run ends, the suite's progress), and its files written.
+
+use super::report::title;
+use super::{Observer, Plan, ProbeError, Report, Role, Scenario};
+use crate::report::output;
+use std::path::PathBuf;
+
+/// Prints a measurement as it goes: notes on standard error, the table on standard output.
+pub struct Printer;
+
+impl Observer for Printer {
+    fn note(&mut self, msg: &str) {
+        eprintln!("rdmaprobe: {msg}");
+    }
+    fn waiting(&mut self, port: u16, secs: u64) {
+        eprintln!("rdmaprobe: server waiting for a client on TCP port {port} ({secs} s)");
+    }
+    fn started(&mut self, r: &Report) {
+        if let (Role::Server(peer), Scenario::Lat(l)) = (&r.role, &r.plan.scenario) {
+            println!(" server: client {peer} connected; running {} with it", title(l.op));
+        }
+        if let (Role::Server(peer), Scenario::Bw(b)) = (&r.role, &r.plan.scenario) {
+            println!(
+                " server: client {peer} connected; running {} bandwidth with it",
+                title(b.op)
+            );
+        }
+        print!("{}", r.header());
+    }
+    fn finished(&mut self, r: &Report, i: usize) {
+        print!("{}", r.row(i));
+    }
+    fn heading(&mut self, text: &str) {
+        print!("{text}");
+    }
+    fn step(&mut self, n: usize, total: usize, what: &str) {
+        progress(n, total, what);
+    }
+}
+
+/// Runs a plan, prints it, and writes the files asked for (`json`: the result document, `hdr`:
+/// the interval log); returns the exit status (2: an output file cannot be written).
+pub fn measure(plan: &Plan, json: Option<&PathBuf>, hdr: Option<&PathBuf>) -> Result<u8, ProbeError> {
+    for p in [json, hdr].into_iter().flatten() {
+        if let Err(e) = output::check(p) {
+            eprintln!("rdmaprobe: error: cannot write the output file {e}");
+            return Ok(2);
+        }
+    }
+    super::stop_on_sigint();
+    let r = super::run(plan, &mut Printer)?;
+    if let Some(path) = hdr {
+        output::write(path, &r.interval_log()?).map_err(|e| ProbeError::Render(e.to_string()))?;
+        println!(
+            " interval log ({} intervals) written to {}",
+            r.intervals.len(),
+            path.display()
+        );
+    }
+    if let Role::Server(_) = r.role {
+        println!(" server: done");
+        return Ok(0);
+    }
+    print!("{}", r.footer());
+    if let Some(path) = json {
+        output::write(path, &serde_json::to_vec_pretty(&r.json()?)?).map_err(|e| ProbeError::Render(e.to_string()))?;
+        println!(" results written to {}", path.display());
+    }
+    Ok(0)
+}
+
+/// The suite's progress: a bar redrawn in place on a terminal, one plain line per step
+/// otherwise (a log file or CI).
+/// A suite's step `n` of `total`.
+pub fn progress(n: usize, total: usize, what: &str) {
+    use std::io::Write;
+    let t = PROGRESS_START
+        .get_or_init(std::time::Instant::now)
+        .elapsed()
+        .as_secs_f64();
+    PROGRESS.store(n, std::sync::atomic::Ordering::Relaxed);
+    if is_tty() {
+        let filled = 30 * (n - 1) / total.max(1);
+        print!(
+            "\r\x1b[2K[{}{}] {n}/{total} {t:>5.1}s {what}",
+            "#".repeat(filled),
+            " ".repeat(30 - filled)
+        );
+        let _ = std::io::stdout().flush();
+    } else {
+        println!("[{t:>5.1}s] {n}/{total} {what}");
+    }
+}
+
+static PROGRESS_START: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
+static PROGRESS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+fn is_tty() -> bool {
+    // SAFETY: isatty only inspects the descriptor.
+    unsafe { libc::isatty(libc::STDOUT_FILENO) == 1 }
+}
+
+/// Ends the progress bar on a terminal.
+pub fn progress_done() {
+    if is_tty() {
+        let n = PROGRESS.load(std::sync::atomic::Ordering::Relaxed);
+        println!("\r\x1b[2K[{}] {n}/{n} done", "#".repeat(30));
+    }
+}
