@@ -34,6 +34,13 @@ trap 'rm -f "$host_log"' EXIT
 cargo test 2>&1 | tee "$host_log"
 status=${PIPESTATUS[0]}
 ((status == 0)) || die "cargo test"
+say "examples: cargo build --examples; examples/plan.rs runs a plan through the library on model0"
+cargo build --examples
+ex_out=$(cargo run --quiet --example plan -- model0) || die "example plan failed"
+echo "$ex_out"
+grep -qE "^ direct: p50 [0-9.]+ ns" <<<"$ex_out" || die "example plan printed no direct figure"
+say "docs: RUSTDOCFLAGS=-D warnings cargo doc --no-deps"
+RUSTDOCFLAGS="-D warnings" cargo doc --no-deps --quiet || die "cargo doc"
 say "device tests on model0 through libibverbs + libmlx5 (the same tests the guest runs on rxe0)"
 RDMAPROBE_TEST_DEVICE=model0 cargo test --test device -- --ignored 2>&1 | tee -a "$host_log"
 status=${PIPESTATUS[0]}

@@ -92,7 +92,7 @@ fn spawn_worker(cpu: usize, k: usize) -> std::io::Result<Worker> {
     Ok(Worker { tx })
 }
 
-/// A job of [`run`]: where it runs (a CPU index of the process's set, see [`cpu_from_start`] and
+/// A job of the worker pool (`run`): where it runs (a CPU index of the process's set, see [`cpu_from_start`] and
 /// [`cpu_from_end`]) and what.
 pub struct Placed<'a> {
     /// CPU index.
@@ -101,7 +101,7 @@ pub struct Placed<'a> {
     pub job: Box<dyn FnOnce() + Send + 'a>,
 }
 
-/// Why [`run`] could not give a result.
+/// Why the worker pool could not give a result.
 #[derive(Debug, thiserror::Error)]
 pub enum WorkerError {
     /// A job panicked (the message, when it was a string).

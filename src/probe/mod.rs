@@ -13,7 +13,7 @@
 //! # Ok::<(), rdmaprobe::probe::ProbeError>(())
 //! ```
 //!
-//! One measurement flows: [`run`] opens a [`session::Session`] (device, backends, doorbell
+//! One measurement flows: [`run`] opens the device through [`session`] (device, backends, doorbell
 //! mode, TSC calibration, environment fingerprint and its warnings), connects the peer through
 //! a [`crate::oob::Rendezvous`] when there is one (the parameter handshake, QP exchange,
 //! barrier), runs the scenario's module (`lat`, `bw`, `post_cost`) over the sizes, calling the

@@ -7,7 +7,7 @@
 //! - discovery: a sysfs directory (`SYSFS_PATH`, set before libibverbs first reads it) that
 //!   holds one uverbs device with a ConnectX-5 PCI id, so libibverbs loads libmlx5 for it;
 //! - the descriptor: the executable defines `open`, `openat`, `stat`, `close`, `write`, `ioctl`
-//!   and `mmap` ([`interpose`]); calls on the device node or descriptor are answered here, all
+//!   and `mmap` (`interpose`); calls on the device node or descriptor are answered here, all
 //!   others go to the kernel untouched;
 //! - the commands ([`device`]): `ioctl` answers `ENOTTY`, so libibverbs sends the legacy
 //!   `write()` commands; objects become model0's, with libmlx5's buffers and doorbell-record pages
