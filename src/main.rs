@@ -7,7 +7,6 @@ use rdmaprobe::mlx5::sq::DbMode;
 use rdmaprobe::probe::{
     self, Backends, BwPlan, DeviceSpec, LatPlan, PeerSpec, Plan, PostCostPlan, ProbeError, Scenario, Sizes, SuitePlan,
 };
-use rdmaprobe::report::output;
 use std::process::ExitCode;
 use std::time::Duration;
 
@@ -108,10 +107,29 @@ struct DevArgs {
 }
 
 #[derive(clap::Args, Debug)]
-struct LatArgs {
-    /// Operation.
-    #[arg(value_enum)]
-    op: LatOp,
+struct RunArgs {
+    /// Inline messages up to this size (default: the QP's max_inline_data; 0 disables).
+    #[arg(short = 'I', long)]
+    inline_size: Option<u32>,
+    /// Device, port and GID index.
+    #[command(flatten)]
+    dev: DevArgs,
+    /// Post path(s); `all` runs every backend the device supports, interleaved.
+    #[arg(long, value_enum, default_value_t = BackendArg::All)]
+    backend: BackendArg,
+    /// Doorbell mode of the direct backend.
+    #[arg(long, value_enum, default_value_t = DbArg::Bf)]
+    db_mode: DbArg,
+    /// Seconds without progress before a run is declared stalled.
+    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..=3600))]
+    stall_secs: u64,
+    /// Write the results as JSON.
+    #[arg(long)]
+    json: Option<std::path::PathBuf>,
+}
+
+#[derive(clap::Args, Debug)]
+struct PeerArgs {
     /// Server to connect to; without it this side is the server and waits for a client.
     host: Option<String>,
     /// Run both ends in this process, on two pinned threads.
@@ -123,6 +141,16 @@ struct LatArgs {
     /// Seconds to wait for the peer to connect or answer out of band.
     #[arg(long, default_value_t = 60, value_parser = clap::value_parser!(u64).range(1..=3600))]
     oob_timeout: u64,
+}
+
+#[derive(clap::Args, Debug)]
+struct LatArgs {
+    /// Operation.
+    #[arg(value_enum)]
+    op: LatOp,
+    /// Where the peer is.
+    #[command(flatten)]
+    peer: PeerArgs,
     /// Message size in bytes (atomics: 8).
     #[arg(short = 's', long, default_value_t = 2, value_parser = clap::value_parser!(u32).range(1..=8 * 1024 * 1024))]
     size: u32,
@@ -142,32 +170,17 @@ struct LatArgs {
     /// Write an HdrHistogram interval log: one interval per block and backend (tagged).
     #[arg(long)]
     hdr: Option<std::path::PathBuf>,
-    /// Inline messages up to this size (default: the QP's max_inline_data; 0 disables).
-    #[arg(short = 'I', long)]
-    inline_size: Option<u32>,
-    /// Device, port and GID index.
-    #[command(flatten)]
-    dev: DevArgs,
-    /// Post path(s); `all` runs every backend the device supports, interleaved in blocks.
-    #[arg(long, value_enum, default_value_t = BackendArg::All)]
-    backend: BackendArg,
     /// Blocks the iterations are split into (backends alternate between blocks).
     #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..=10_000))]
     blocks: u64,
-    /// Doorbell mode of the direct backend.
-    #[arg(long, value_enum, default_value_t = DbArg::Bf)]
-    db_mode: DbArg,
     /// model0 only: a wire delay in ns added to every message in each direction (WRITE and SEND
     /// one-way figures rise by D; READ and atomic round trips by 2D); at most 1 s. Given (even 0),
     /// the model times the wire on every operation, so runs with 0 and with D differ by D alone.
     #[arg(long, value_parser = clap::value_parser!(u64).range(0..=rdmaprobe::model::MAX_WIRE_DELAY_NS))]
     model_delay_ns: Option<u64>,
-    /// Seconds without progress before a run is declared stalled.
-    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..=3600))]
-    stall_secs: u64,
-    /// Write the results as JSON.
-    #[arg(long)]
-    json: Option<std::path::PathBuf>,
+    /// Device, backends, doorbell mode, deadline, output.
+    #[command(flatten)]
+    run: RunArgs,
 }
 
 #[derive(clap::Args, Debug)]
@@ -175,17 +188,9 @@ struct BwArgs {
     /// Operation.
     #[arg(value_enum)]
     op: LatOp,
-    /// Server to connect to; without it this side is the server and waits for a client.
-    host: Option<String>,
-    /// Run both ends in this process.
-    #[arg(long)]
-    loopback: bool,
-    /// TCP port of the out-of-band exchange.
-    #[arg(short = 'p', long, default_value_t = rdmaprobe::oob::DEFAULT_PORT)]
-    port_tcp: u16,
-    /// Seconds to wait for the peer to connect or answer out of band.
-    #[arg(long, default_value_t = 60, value_parser = clap::value_parser!(u64).range(1..=3600))]
-    oob_timeout: u64,
+    /// Where the peer is.
+    #[command(flatten)]
+    peer: PeerArgs,
     /// Message size in bytes (atomics: 8).
     #[arg(short = 's', long, default_value_t = 65536, value_parser = clap::value_parser!(u32).range(1..=8 * 1024 * 1024))]
     size: u32,
@@ -223,24 +228,9 @@ struct BwArgs {
     /// the first (0: never).
     #[arg(long, default_value_t = 200, value_parser = clap::value_parser!(u64).range(0..=3_600_000))]
     min_ms: u64,
-    /// Inline messages up to this size (default: the QP's max_inline_data; 0 disables).
-    #[arg(short = 'I', long)]
-    inline_size: Option<u32>,
-    /// Device, port and GID index.
+    /// Device, backends, doorbell mode, deadline, output.
     #[command(flatten)]
-    dev: DevArgs,
-    /// Post path(s); `all` runs every backend the device supports, one after the other.
-    #[arg(long, value_enum, default_value_t = BackendArg::All)]
-    backend: BackendArg,
-    /// Doorbell mode of the direct backend.
-    #[arg(long, value_enum, default_value_t = DbArg::Bf)]
-    db_mode: DbArg,
-    /// Seconds without any completion before a run is declared stalled.
-    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..=3600))]
-    stall_secs: u64,
-    /// Write the results as JSON.
-    #[arg(long)]
-    json: Option<std::path::PathBuf>,
+    run: RunArgs,
 }
 
 #[derive(clap::Args, Debug)]
@@ -421,35 +411,27 @@ impl DevArgs {
     }
 }
 
-/// The plan's common part from the arguments every scenario shares.
-#[allow(clippy::too_many_arguments)]
-fn plan(
-    scenario: Scenario,
-    dev: &DevArgs,
-    backend: BackendArg,
-    db: DbArg,
-    host: &Option<String>,
-    loopback: bool,
-    port: u16,
-    oob_timeout: u64,
-    stall: u64,
-) -> Result<Plan> {
-    if host.is_some() && loopback {
+/// The plan from a scenario and the arguments every scenario shares.
+fn plan(scenario: Scenario, r: &RunArgs, p: &PeerArgs) -> Result<Plan> {
+    if p.host.is_some() && p.loopback {
         anyhow::bail!("--loopback runs both ends in this process: give no HOST");
     }
-    let peer = match (loopback, host) {
+    let peer = match (p.loopback, &p.host) {
         (true, _) => PeerSpec::Loopback,
-        (false, Some(h)) => PeerSpec::Connect { host: h.clone(), port },
-        (false, None) => PeerSpec::Listen { port },
+        (false, Some(h)) => PeerSpec::Connect {
+            host: h.clone(),
+            port: p.port_tcp,
+        },
+        (false, None) => PeerSpec::Listen { port: p.port_tcp },
     };
     Ok(Plan {
         scenario,
-        device: dev.spec(),
-        backends: backend.backends(),
-        db_mode: db.mode(),
+        device: r.dev.spec(),
+        backends: r.backend.backends(),
+        db_mode: r.db_mode.mode(),
         peer,
-        oob_timeout: Duration::from_secs(oob_timeout),
-        stall: Duration::from_secs(stall),
+        oob_timeout: Duration::from_secs(p.oob_timeout),
+        stall: Duration::from_secs(r.stall_secs),
     })
 }
 
@@ -461,24 +443,14 @@ fn lat(a: LatArgs) -> Result<ExitCode> {
         warmup: a.warmup,
         blocks: a.blocks,
         duration: a.duration.map(Duration::from_secs),
-        inline_size: a.inline_size,
+        inline_size: a.run.inline_size,
         model_delay_ns: a.model_delay_ns,
         intervals: a.hdr.is_some(),
     };
-    let p = plan(
-        Scenario::Lat(l),
-        &a.dev,
-        a.backend,
-        a.db_mode,
-        &a.host,
-        a.loopback,
-        a.port_tcp,
-        a.oob_timeout,
-        a.stall_secs,
-    )?;
+    let p = plan(Scenario::Lat(l), &a.run, &a.peer)?;
     Ok(ExitCode::from(probe::console::measure(
         &p,
-        a.json.as_ref(),
+        a.run.json.as_ref(),
         a.hdr.as_ref(),
     )?))
 }
@@ -494,23 +466,13 @@ fn bw(a: BwArgs) -> Result<ExitCode> {
         qps: a.qps,
         threads: a.threads,
         bidirectional: a.bidirectional,
-        inline_size: a.inline_size,
+        inline_size: a.run.inline_size,
         window: Duration::from_micros(a.window_us),
         min_duration: Duration::from_millis(a.min_ms),
         gbits: a.report_gbits,
     };
-    let p = plan(
-        Scenario::Bw(b),
-        &a.dev,
-        a.backend,
-        a.db_mode,
-        &a.host,
-        a.loopback,
-        a.port_tcp,
-        a.oob_timeout,
-        a.stall_secs,
-    )?;
-    Ok(ExitCode::from(probe::console::measure(&p, a.json.as_ref(), None)?))
+    let p = plan(Scenario::Bw(b), &a.run, &a.peer)?;
+    Ok(ExitCode::from(probe::console::measure(&p, a.run.json.as_ref(), None)?))
 }
 
 fn post_cost(a: PostCostArgs) -> Result<ExitCode> {
@@ -529,26 +491,15 @@ fn post_cost(a: PostCostArgs) -> Result<ExitCode> {
         postlists: a.postlists.clone(),
         cq_mod: a.cq_mod,
     };
-    let p = plan(
-        Scenario::PostCost(pc),
-        &a.dev,
-        a.backend,
-        DbArg::Bf,
-        &None,
-        true,
-        0,
-        60,
-        10,
-    )?;
+    let p = Plan {
+        device: a.dev.spec(),
+        backends: a.backend.backends(),
+        ..Plan::loopback(Scenario::PostCost(pc))
+    };
     Ok(ExitCode::from(probe::console::measure(&p, a.json.as_ref(), None)?))
 }
 
 fn suite(a: SuiteArgs) -> Result<ExitCode> {
-    probe::stop_on_sigint();
-    if let Err(e) = output::check_dir(&a.out) {
-        eprintln!("rdmaprobe: error: {e}");
-        return Ok(ExitCode::from(2));
-    }
     let sp = SuitePlan {
         device: a.dev.spec(),
         quick: a.quick,
@@ -557,21 +508,7 @@ fn suite(a: SuiteArgs) -> Result<ExitCode> {
         bw_min_ms: a.bw_min_ms,
         post_cost_blocks: a.post_cost_blocks,
     };
-    let r = probe::suite::run(&sp, &mut probe::console::Printer)?;
-    let (plots, warnings) = r.write(&a.out)?;
-    for w in warnings {
-        eprintln!("rdmaprobe: warning: {w}");
-    }
-    probe::console::progress_done();
-    println!();
-    print!("{}", r.summary_text());
-    println!(
-        "\nwritten: {} (results.json, latency.hlog, {}) in {:.1} s",
-        a.out.display(),
-        plots.join(", "),
-        r.started.elapsed().as_secs_f64()
-    );
-    Ok(ExitCode::SUCCESS)
+    Ok(ExitCode::from(probe::console::suite(&sp, &a.out)?))
 }
 
 fn compare(a: CompareArgs) -> Result<ExitCode> {
@@ -627,27 +564,7 @@ fn compare(a: CompareArgs) -> Result<ExitCode> {
 }
 
 fn plot(a: PlotArgs) -> Result<ExitCode> {
-    let doc = match rdmaprobe::report::compare::load(&a.results) {
-        Ok(d) => d,
-        Err(e) => {
-            eprintln!("rdmaprobe: error: cannot plot: {e}");
-            return Ok(ExitCode::from(2));
-        }
-    };
-    let r = output::check_dir(&a.out).and_then(|_| rdmaprobe::report::plot::write_all(&doc, &a.out));
-    match r {
-        Ok((names, warnings)) => {
-            for w in warnings {
-                eprintln!("rdmaprobe: warning: {w}");
-            }
-            println!("written in {}: {}", a.out.display(), names.join(", "));
-            Ok(ExitCode::SUCCESS)
-        }
-        Err(e) => {
-            eprintln!("rdmaprobe: error: {e}");
-            Ok(ExitCode::from(2))
-        }
-    }
+    Ok(ExitCode::from(probe::console::plot(&a.results, &a.out)))
 }
 
 fn chain(e: &anyhow::Error) -> String {

@@ -108,3 +108,53 @@ pub fn progress_done() {
         println!("\r\x1b[2K[{}] {n}/{n} done", "#".repeat(30));
     }
 }
+
+/// Runs a suite, prints it as it goes, writes its files into `out` (checked first: exit status
+/// 2 when it cannot be written) and prints the summary; returns the exit status.
+pub fn suite(sp: &super::SuitePlan, out: &std::path::Path) -> Result<u8, ProbeError> {
+    super::stop_on_sigint();
+    if let Err(e) = output::check_dir(out) {
+        eprintln!("rdmaprobe: error: {e}");
+        return Ok(2);
+    }
+    let r = super::suite::run(sp, &mut Printer)?;
+    let (plots, warnings) = r.write(out)?;
+    for w in warnings {
+        eprintln!("rdmaprobe: warning: {w}");
+    }
+    progress_done();
+    println!();
+    print!("{}", r.summary_text());
+    println!(
+        "\nwritten: {} (results.json, latency.hlog, {}) in {:.1} s",
+        out.display(),
+        plots.join(", "),
+        r.started.elapsed().as_secs_f64()
+    );
+    Ok(0)
+}
+
+/// Writes the plots and report.html of the result file `results` into `out`; returns the exit
+/// status (2: the file cannot be read as a result, or `out` cannot be written).
+pub fn plot(results: &str, out: &std::path::Path) -> u8 {
+    let doc = match crate::report::compare::load(results) {
+        Ok(d) => d,
+        Err(e) => {
+            eprintln!("rdmaprobe: error: cannot plot: {e}");
+            return 2;
+        }
+    };
+    match output::check_dir(out).and_then(|_| crate::report::plot::write_all(&doc, out)) {
+        Ok((names, warnings)) => {
+            for w in warnings {
+                eprintln!("rdmaprobe: warning: {w}");
+            }
+            println!("written in {}: {}", out.display(), names.join(", "));
+            0
+        }
+        Err(e) => {
+            eprintln!("rdmaprobe: error: {e}");
+            2
+        }
+    }
+}
