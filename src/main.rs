@@ -161,7 +161,7 @@ struct LatArgs {
     #[arg(short = 'n', long, default_value_t = 1000, value_parser = clap::value_parser!(u64).range(1..=100_000_000))]
     iters: u64,
     /// Iterations before measuring.
-    #[arg(long, default_value_t = 100)]
+    #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u64).range(0..=100_000_000))]
     warmup: u64,
     /// Run for this many seconds per size instead of -n iterations (blocks of 1000 per backend,
     /// interleaved; every sample kept, percentiles included). --loopback only.
@@ -242,7 +242,8 @@ struct PostCostArgs {
     #[arg(short = 's', long, default_value_t = 8, value_parser = clap::value_parser!(u32).range(1..=1024 * 1024))]
     size: u32,
     /// Postlists (WQEs per doorbell) to measure.
-    #[arg(short = 'l', long = "post-list", value_delimiter = ',', default_values_t = [1u32, 8, 32])]
+    #[arg(short = 'l', long = "post-list", value_delimiter = ',', default_values_t = [1u32, 8, 32],
+          value_parser = clap::value_parser!(u32).range(1..=48))]
     postlists: Vec<u32>,
     /// Completion every N WQEs, besides every WQE (at most 48).
     #[arg(short = 'Q', long = "cq-mod", default_value_t = 32, value_parser = clap::value_parser!(u32).range(2..=48))]
@@ -414,7 +415,7 @@ impl DevArgs {
 /// The plan from a scenario and the arguments every scenario shares.
 fn plan(scenario: Scenario, r: &RunArgs, p: &PeerArgs) -> Result<Plan> {
     if p.host.is_some() && p.loopback {
-        anyhow::bail!("--loopback runs both ends in this process: give no HOST");
+        return Err(ProbeError::Usage("--loopback runs both ends in this process: give no HOST".into()).into());
     }
     let peer = match (p.loopback, &p.host) {
         (true, _) => PeerSpec::Loopback,

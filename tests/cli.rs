@@ -185,13 +185,16 @@ fn lat_refuses_bad_input_with_a_message_and_non_zero_exit() {
         ),
         (
             &["lat", "write", "--loopback", "-d", "model0", "-I", "100000"],
-            1,
+            2,
             "max_inline_data",
         ),
         (&["lat", "write", "--loopback", "-n", "0"], 2, "--iters"),
         (&["lat", "write", "--loopback", "-s", "0"], 2, "--size"),
         (&["lat", "write", "--loopback", "-s", "99999999"], 2, "--size"),
-        (&["lat", "write", "somehost", "--loopback"], 1, "give no HOST"),
+        (&["lat", "write", "somehost", "--loopback"], 2, "give no HOST"),
+        (&["lat", "write", "--loopback", "--warmup", "18446744073709551615"], 2, "--warmup"),
+        (&["bw", "write", "--loopback", "-d", "model0", "-I", "4294967295"], 2, "max_inline_data"),
+        (&["bw", "write", "--loopback", "-d", "model0", "-l", "64", "-t", "32"], 2, "--tx-depth"),
         (
             &[
                 "lat",
@@ -385,9 +388,11 @@ fn post_cost_on_model0_measures_each_configuration() {
             200
         );
     }
-    let (code, _, err) = rdmaprobe(&["post-cost", "-d", "model0", "-l", "0"]);
-    assert_eq!(code, 1);
-    assert!(err.contains("postlists must be within"), "{err}");
+    for l in ["0", "49"] {
+        let (code, _, err) = rdmaprobe(&["post-cost", "-d", "model0", "-l", l]);
+        assert_eq!(code, 2, "-l {l}: {err}");
+        assert!(err.contains("--post-list"), "{err}");
+    }
     std::fs::remove_dir_all(&dir).ok();
 }
 
@@ -456,7 +461,7 @@ fn lat_duration_mode_keeps_every_sample_and_writes_an_interval_log() {
     assert_eq!(total, n);
     assert_eq!(tags.len(), cmd::model0_backends().len(), "{tags:?}");
     let (code, _, err) = rdmaprobe(&["lat", "write", "127.0.0.1", "-d", "model0", "-D", "1"]);
-    assert_eq!(code, 1);
+    assert_eq!(code, 2);
     assert!(err.contains("--loopback only"), "{err}");
     std::fs::remove_dir_all(&dir).ok();
 }

@@ -26,7 +26,7 @@ pub(super) fn run(
     let network = plan.peer != PeerSpec::Loopback;
     let op = b.op;
     if b.postlist > b.tx_depth || b.cq_mod > b.tx_depth {
-        return Err(ProbeError::Invalid(format!(
+        return Err(ProbeError::Usage(format!(
             "--post-list ({}) and --cq-mod ({}) must not exceed --tx-depth ({})",
             b.postlist, b.cq_mod, b.tx_depth
         )));
@@ -46,6 +46,11 @@ pub(super) fn run(
         dev.check_size(*s)?;
     }
     let inline_limit = b.inline_size.unwrap_or(INLINE);
+    if inline_limit > INLINE && matches!(op, OpKind::Write | OpKind::Send) {
+        return Err(ProbeError::Usage(format!(
+            "-I {inline_limit} exceeds the QPs' max_inline_data {INLINE} (what bandwidth QPs are made with)"
+        )));
+    }
     let (cal, env) = session::calibrate(&dev, true)?;
     let warnings = env.warnings();
     // client and server: the handshake, then every thread's QPs of every backend connected

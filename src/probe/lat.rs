@@ -32,7 +32,7 @@ pub(super) fn run(
     let mut l = l.clone();
     let network = plan.peer != PeerSpec::Loopback;
     if network && (l.duration.is_some() || l.intervals) {
-        return Err(ProbeError::Invalid(
+        return Err(ProbeError::Usage(
             "-D and --hdr are available with --loopback only in this version (both ends must run the same iterations)"
                 .into(),
         ));
@@ -51,7 +51,7 @@ pub(super) fn run(
     };
     let dev = session::open_device(plan, model, obs)?;
     if l.model_delay_ns.is_some() && !dev.is_model() {
-        return Err(ProbeError::Invalid(format!(
+        return Err(ProbeError::Usage(format!(
             "--model-delay-ns applies to model0 only (device is {})",
             dev.name()
         )));
@@ -78,7 +78,7 @@ pub(super) fn run(
     };
     let inline_limit = match l.inline_size {
         Some(i) if i > max_inline && matches!(op, OpKind::Write | OpKind::Send) => {
-            return Err(ProbeError::Invalid(format!(
+            return Err(ProbeError::Usage(format!(
                 "-I {i} exceeds the QPs' max_inline_data {max_inline}"
             )))
         }

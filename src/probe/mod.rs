@@ -57,11 +57,10 @@ pub fn stop_on_sigint() {
 /// Why a measurement could not be made.
 #[derive(Debug, thiserror::Error)]
 pub enum ProbeError {
-    /// The plan asks for something that cannot be run as given (the message says what); the
-    /// command line exits 1.
+    /// The plan cannot be run here as given (the message says why); the command line exits 1.
     #[error("{0}")]
     Invalid(String),
-    /// A usage error found once the device is known (the command line exits 2).
+    /// An invalid or conflicting parameter, named (the command line exits 2).
     #[error("{0}")]
     Usage(String),
     /// Device, QP or memory set-up.

@@ -16,7 +16,7 @@ use std::time::Duration;
 /// Runs a post-cost plan (see [`super::run`]).
 pub(super) fn run(plan: &Plan, pc: &PostCostPlan, obs: &mut dyn Observer) -> Result<Report, ProbeError> {
     if let Some(bad) = pc.postlists.iter().find(|&&l| l == 0 || l > 48) {
-        return Err(ProbeError::Invalid(format!(
+        return Err(ProbeError::Usage(format!(
             "--post-list {bad}: postlists must be within 1..=48"
         )));
     }
