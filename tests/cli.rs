@@ -192,9 +192,21 @@ fn lat_refuses_bad_input_with_a_message_and_non_zero_exit() {
         (&["lat", "write", "--loopback", "-s", "0"], 2, "--size"),
         (&["lat", "write", "--loopback", "-s", "99999999"], 2, "--size"),
         (&["lat", "write", "somehost", "--loopback"], 2, "give no HOST"),
-        (&["lat", "write", "--loopback", "--warmup", "18446744073709551615"], 2, "--warmup"),
-        (&["bw", "write", "--loopback", "-d", "model0", "-I", "4294967295"], 2, "max_inline_data"),
-        (&["bw", "write", "--loopback", "-d", "model0", "-l", "64", "-t", "32"], 2, "--tx-depth"),
+        (
+            &["lat", "write", "--loopback", "--warmup", "18446744073709551615"],
+            2,
+            "--warmup",
+        ),
+        (
+            &["bw", "write", "--loopback", "-d", "model0", "-I", "4294967295"],
+            2,
+            "max_inline_data",
+        ),
+        (
+            &["bw", "write", "--loopback", "-d", "model0", "-l", "64", "-t", "32"],
+            2,
+            "--tx-depth",
+        ),
         (
             &[
                 "lat",

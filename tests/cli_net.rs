@@ -240,3 +240,103 @@ fn bandwidth_client_and_server_processes() {
         assert!(so.contains("server: done"), "{so}");
     }
 }
+
+/// A server that goes away instead of sending `Done` once the measurement is over (here: the
+/// library's server behind a rendezvous that closes the connection at `Done`, which the
+/// `Rendezvous` trait lets a test put in). The client's figures were measured: it prints them,
+/// writes its `--json` (with the unclean end among the warnings), and exits 1 naming what went
+/// wrong. Before, the client dropped its finished results and wrote nothing.
+#[test]
+fn results_are_written_when_the_peer_vanishes_at_the_end() {
+    use rdmaprobe::oob::{OobError, Peer, Rendezvous};
+    use rdmaprobe::probe::{self, Backends, LatPlan, PeerSpec, Plan, Quiet, Scenario};
+    struct ClosesAtDone(Option<Peer>);
+    impl Rendezvous for ClosesAtDone {
+        fn send_value(&mut self, msg: serde_json::Value) -> Result<(), OobError> {
+            if msg.as_object().is_some_and(|o| o.len() == 1 && o.contains_key("error")) {
+                self.0 = None; // the connection closes instead of Done
+            }
+            match self.0.as_mut() {
+                Some(p) => p.send_value(msg),
+                None => Err(OobError::Protocol {
+                    peer: "client".into(),
+                    why: "closed by the test".into(),
+                }),
+            }
+        }
+        fn recv_value(&mut self) -> Result<serde_json::Value, OobError> {
+            match self.0.as_mut() {
+                Some(p) => p.recv_value(),
+                None => Err(OobError::Protocol {
+                    peer: "client".into(),
+                    why: "closed by the test".into(),
+                }),
+            }
+        }
+        fn leads(&self) -> bool {
+            true
+        }
+        fn peer_name(&self) -> String {
+            self.0.as_ref().map(|p| p.addr().to_string()).unwrap_or_default()
+        }
+        fn set_timeout(&mut self, t: Duration) -> Result<(), OobError> {
+            self.0.as_mut().map_or(Ok(()), |p| Rendezvous::set_timeout(p, t))
+        }
+    }
+    let p = port(4);
+    let tcp_port: u16 = p.parse().unwrap();
+    let dir = std::env::temp_dir().join(format!("rdmaprobe-net-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let json = dir.join("lat.json");
+    let server = std::thread::spawn(move || {
+        let mut lat = LatPlan::new(rdmaprobe::backend::OpKind::Write, 32);
+        lat.iters = 2000;
+        let plan = Plan {
+            device: rdmaprobe::probe::DeviceSpec {
+                name: Some("model0".into()),
+                ..Default::default()
+            },
+            backends: Backends::Only(rdmaprobe::backend::BackendKind::Direct),
+            peer: PeerSpec::Listen { port: tcp_port },
+            ..Plan::loopback(Scenario::Lat(lat))
+        };
+        let peer = Peer::accept(tcp_port, Duration::from_secs(20)).expect("accept");
+        probe::run_with_peer(&plan, &mut ClosesAtDone(Some(peer)), &mut Quiet).map(|r| r.end_error)
+    });
+    let cli = spawn(&[
+        "lat",
+        "write",
+        "127.0.0.1",
+        "-d",
+        "model0",
+        "--backend",
+        "direct",
+        "-n",
+        "2000",
+        "-s",
+        "32",
+        "-p",
+        &p,
+        "--oob-timeout",
+        "20",
+        "--json",
+        json.to_str().unwrap(),
+    ]);
+    let (cc, co, ce) = finish(cli);
+    let srv = server.join().expect("server thread");
+    assert!(srv.is_ok_and(|e| e.is_some()), "the server saw its own unclean end");
+    assert_eq!(cc, 1, "client: {co}{ce}");
+    assert!(ce.contains("did not end cleanly"), "{ce}");
+    assert!(co.contains("results written to"), "{co}");
+    let doc: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).expect("json written")).unwrap();
+    assert_eq!(doc["runs"][0]["iterations"].as_u64(), Some(2000), "{doc}");
+    assert!(
+        doc["warnings"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|w| w.as_str().unwrap().contains("did not end cleanly")),
+        "{doc}"
+    );
+    std::fs::remove_dir_all(&dir).ok();
+}

@@ -59,6 +59,10 @@ pub fn measure(plan: &Plan, json: Option<&PathBuf>, hdr: Option<&PathBuf>) -> Re
         );
     }
     if let Role::Server(_) = r.role {
+        if let Some(e) = &r.end_error {
+            eprintln!("rdmaprobe: error: {e}");
+            return Ok(1);
+        }
         println!(" server: done");
         return Ok(0);
     }
@@ -67,12 +71,18 @@ pub fn measure(plan: &Plan, json: Option<&PathBuf>, hdr: Option<&PathBuf>) -> Re
         output::write(path, &serde_json::to_vec_pretty(&r.json()?)?).map_err(|e| ProbeError::Render(e.to_string()))?;
         println!(" results written to {}", path.display());
     }
+    if let Some(e) = &r.end_error {
+        // measured, printed and written; but the run did not end cleanly
+        eprintln!(
+            "rdmaprobe: error: {e} (after the measurement: the figures above stand, the run did not end cleanly)"
+        );
+        return Ok(1);
+    }
     Ok(0)
 }
 
-/// The suite's progress: a bar redrawn in place on a terminal, one plain line per step
+/// A suite's step `n` of `total`: a bar redrawn in place on a terminal, one plain line per step
 /// otherwise (a log file or CI).
-/// A suite's step `n` of `total`.
 pub fn progress(n: usize, total: usize, what: &str) {
     use std::io::Write;
     let t = PROGRESS_START

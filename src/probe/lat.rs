@@ -128,6 +128,7 @@ pub(super) fn run(
         runs: Runs::Lat(Vec::new()),
         intervals: Vec::new(),
         short_runs: Vec::new(),
+        end_error: None,
     };
     obs.started(&report);
     let client = !matches!(report.role, Role::Server(_));
@@ -182,7 +183,9 @@ pub(super) fn run(
         }
     }
     if let Some((rdv, _)) = net {
-        session::end(rdv, plan)?;
+        // the figures were measured: a peer that fails or vanishes at the end is recorded, and
+        // the caller still gets them
+        report.end_error = session::end(rdv, plan).err().map(|e| e.to_string());
     }
     Ok(report)
 }

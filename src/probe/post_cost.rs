@@ -46,6 +46,7 @@ pub(super) fn run(plan: &Plan, pc: &PostCostPlan, obs: &mut dyn Observer) -> Res
         runs: Runs::PostCost(Vec::new()),
         intervals: Vec::new(),
         short_runs: Vec::new(),
+        end_error: None,
     };
     obs.started(&report);
     for &op in &pc.ops {

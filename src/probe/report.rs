@@ -74,6 +74,9 @@ pub struct Report {
     pub intervals: Vec<Interval>,
     /// Runs shorter than the bandwidth plan's minimum duration, named.
     pub short_runs: Vec<String>,
+    /// Why the end of a client/server run was not clean (the peer failed, vanished or answered
+    /// nonsense after the measurement); the figures stand, the run is not clean.
+    pub end_error: Option<String>,
 }
 
 /// The operation's name in perftest's banner style.
@@ -325,7 +328,11 @@ impl Report {
                 .map(serde_json::Value::from),
         }
         .map_err(|e| ProbeError::Render(e.to_string()))?;
-        result_doc(&self.env, &self.clock, &self.warnings, self.params.clone(), runs)
+        let mut warnings = self.warnings.clone();
+        if let Some(e) = &self.end_error {
+            warnings.push(format!("the run did not end cleanly: {e}"));
+        }
+        result_doc(&self.env, &self.clock, &warnings, self.params.clone(), runs)
     }
 
     /// The HdrHistogram interval log of the latency intervals (empty when none were kept).
