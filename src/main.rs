@@ -135,9 +135,12 @@ struct PeerArgs {
     /// Run both ends in this process, on two pinned threads.
     #[arg(long)]
     loopback: bool,
-    /// TCP port of the out-of-band exchange.
+    /// TCP port of the out-of-band exchange (server: 0 lets the system pick one, printed).
     #[arg(short = 'p', long, default_value_t = rdmaprobe::oob::DEFAULT_PORT)]
     port_tcp: u16,
+    /// Server: the address to listen on (default every IPv4 address).
+    #[arg(long, default_value = "0.0.0.0")]
+    bind: String,
     /// Seconds to wait for the peer to connect or answer out of band.
     #[arg(long, default_value_t = 60, value_parser = clap::value_parser!(u64).range(1..=3600))]
     oob_timeout: u64,
@@ -423,7 +426,10 @@ fn plan(scenario: Scenario, r: &RunArgs, p: &PeerArgs) -> Result<Plan> {
             host: h.clone(),
             port: p.port_tcp,
         },
-        (false, None) => PeerSpec::Listen { port: p.port_tcp },
+        (false, None) => PeerSpec::Listen {
+            bind: p.bind.clone(),
+            port: p.port_tcp,
+        },
     };
     Ok(Plan {
         scenario,

@@ -297,7 +297,10 @@ fn results_are_written_when_the_peer_vanishes_at_the_end() {
                 ..Default::default()
             },
             backends: Backends::Only(rdmaprobe::backend::BackendKind::Direct),
-            peer: PeerSpec::Listen { port: tcp_port },
+            peer: PeerSpec::Listen {
+                bind: "127.0.0.1".into(),
+                port: tcp_port,
+            },
             ..Plan::loopback(Scenario::Lat(lat))
         };
         let peer = Peer::accept(tcp_port, Duration::from_secs(20)).expect("accept");
@@ -339,4 +342,78 @@ fn results_are_written_when_the_peer_vanishes_at_the_end() {
         "{doc}"
     );
     std::fs::remove_dir_all(&dir).ok();
+}
+
+/// A peer that sends back this side's own QP address would have it connect a QP to itself and
+/// report a loopback figure as the wire's (seen: 75 ns p50, exit 0). The client refuses it.
+#[test]
+fn a_peer_that_echoes_our_qp_is_refused() {
+    use rdmaprobe::oob::{Answer, Hello, OobError, Rendezvous};
+    use rdmaprobe::probe::{self, Backends, LatPlan, PeerSpec, Plan, Quiet, Scenario};
+    /// Agrees to everything and echoes every other message.
+    struct Echo(Option<serde_json::Value>);
+    impl Rendezvous for Echo {
+        fn send_value(&mut self, msg: serde_json::Value) -> Result<(), OobError> {
+            self.0 = Some(match serde_json::from_value::<Hello>(msg.clone()) {
+                Ok(h) => serde_json::to_value(Answer::Agree(h)).unwrap(),
+                Err(_) => msg,
+            });
+            Ok(())
+        }
+        fn recv_value(&mut self) -> Result<serde_json::Value, OobError> {
+            Ok(self.0.take().unwrap_or_default())
+        }
+        fn leads(&self) -> bool {
+            false
+        }
+        fn peer_name(&self) -> String {
+            "echo".into()
+        }
+        fn set_timeout(&mut self, _: Duration) -> Result<(), OobError> {
+            Ok(())
+        }
+    }
+    let plan = Plan {
+        device: rdmaprobe::probe::DeviceSpec {
+            name: Some("model0".into()),
+            ..Default::default()
+        },
+        backends: Backends::Only(rdmaprobe::backend::BackendKind::Direct),
+        peer: PeerSpec::Connect {
+            host: "echo".into(),
+            port: 1,
+        },
+        ..Plan::loopback(Scenario::Lat(LatPlan::new(rdmaprobe::backend::OpKind::Write, 8)))
+    };
+    let e = probe::run_with_peer(&plan, &mut Echo(None), &mut Quiet)
+        .err()
+        .expect("refused");
+    assert!(e.to_string().contains("refusing to connect a QP to itself"), "{e}");
+}
+
+/// `-p 0` listens on a port the system picks and prints it (before: "port 0"); `--bind` chooses
+/// the address.
+#[test]
+fn a_server_on_port_0_prints_its_real_port() {
+    let srv = spawn(&[
+        "lat",
+        "write",
+        "-d",
+        "model0",
+        "-p",
+        "0",
+        "--bind",
+        "127.0.0.1",
+        "--oob-timeout",
+        "1",
+    ]);
+    let (code, _, err) = finish(srv);
+    assert_eq!(code, 1, "{err}");
+    let addr = err
+        .split("waiting for a client on ")
+        .nth(1)
+        .and_then(|s| s.split_whitespace().next())
+        .unwrap_or_else(|| panic!("{err}"));
+    let port: u16 = addr.strip_prefix("127.0.0.1:").expect(addr).parse().expect(addr);
+    assert_ne!(port, 0, "{err}");
 }

@@ -3,13 +3,37 @@
 //! its own and answers with its `Hello` or a refusal naming the first parameter that differs and
 //! both values (and both stop); then each side sends the endpoints of its QPs, connects them and
 //! sends `Ready` (a barrier: neither side posts before the other's QPs can take its operations,
-//! as perftest's handshake after connecting); at the end each sends `Done`. Every read has a
-//! deadline.
+//! as perftest's handshake after connecting); at the end each sends `Done`. Bounded: a message is
+//! at most [`MAX_MESSAGE`] bytes, and each has a deadline of its own (not each read: a peer that
+//! trickles a byte a second does not keep the exchange alive); everything a peer sends that is
+//! shown to the user is escaped ([`escape`]).
 #![forbid(unsafe_code)]
 
 use std::io::{BufRead, BufReader, Write};
 use std::net::{TcpListener, TcpStream, ToSocketAddrs};
-use std::time::Duration;
+use std::time::{Duration, Instant};
+
+/// The longest message either side accepts, in bytes (the largest real one, a hello, is well
+/// under 1 KiB).
+pub const MAX_MESSAGE: usize = 64 * 1024;
+
+/// Text from a peer made safe to show: control characters (escape sequences, newlines) and
+/// anything past 200 characters do not reach the terminal or a report as they are.
+pub fn escape(s: &str) -> String {
+    let mut out = String::new();
+    for (i, c) in s.chars().enumerate() {
+        if i == 200 {
+            out.push_str("...");
+            break;
+        }
+        if c.is_control() {
+            out.extend(c.escape_default());
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
 
 /// Protocol name and version: a peer speaking another version is refused.
 pub const PROTO: &str = "rdmaprobe-oob";
@@ -41,6 +65,16 @@ pub enum OobError {
         /// What was wrong.
         why: String,
     },
+    /// No complete message from the peer within the deadline.
+    #[error("no {awaiting} from {peer} within {secs} s")]
+    Timeout {
+        /// Address.
+        peer: String,
+        /// The deadline, seconds.
+        secs: u64,
+        /// What was awaited.
+        awaiting: String,
+    },
     /// The two ends were started with different parameters.
     #[error("the two ends disagree on {param}: this side has {ours}, the peer has {theirs}")]
     Mismatch {
@@ -60,6 +94,70 @@ pub struct Peer {
     addr: String,
     /// The accepting side (the server) leads the handshake.
     leads: bool,
+    /// The deadline of each message received.
+    timeout: Duration,
+}
+
+/// A listening server socket, before its client comes.
+pub struct Listener {
+    l: TcpListener,
+    here: String,
+}
+
+impl Listener {
+    /// Listens on `addr` (an IP address; `0.0.0.0`: every IPv4 address) and `port` (0: one the
+    /// system picks; [`Listener::local_addr`] says which).
+    pub fn bind(addr: &str, port: u16) -> Result<Listener, OobError> {
+        let here = format!("{addr}:{port}");
+        let io = |what, source| OobError::Io {
+            what,
+            peer: here.clone(),
+            source,
+        };
+        let ip: std::net::IpAddr = addr.parse().map_err(|e| {
+            io(
+                "listening on",
+                std::io::Error::new(std::io::ErrorKind::InvalidInput, format!("not an IP address: {e}")),
+            )
+        })?;
+        let l = TcpListener::bind((ip, port)).map_err(|e| io("listening on", e))?;
+        l.set_nonblocking(true).map_err(|e| io("listening on", e))?;
+        let here = l.local_addr().map(|a| a.to_string()).unwrap_or(here);
+        Ok(Listener { l, here })
+    }
+
+    /// The address and port it listens on (the real port when 0 was asked).
+    pub fn local_addr(&self) -> &str {
+        &self.here
+    }
+
+    /// Waits for one client, for up to `timeout`.
+    pub fn accept(self, timeout: Duration) -> Result<Peer, OobError> {
+        let io = |what, source| OobError::Io {
+            what,
+            peer: self.here.clone(),
+            source,
+        };
+        let deadline = Instant::now() + timeout;
+        loop {
+            match self.l.accept() {
+                Ok((s, a)) => {
+                    s.set_nonblocking(false).map_err(|e| io("accepting on", e))?;
+                    return Peer::from_stream(s, a.to_string(), timeout, true);
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                    if Instant::now() >= deadline {
+                        return Err(io(
+                            "no client within the deadline on",
+                            std::io::Error::from(std::io::ErrorKind::TimedOut),
+                        ));
+                    }
+                    std::thread::sleep(Duration::from_millis(50));
+                }
+                Err(e) => return Err(io("accepting on", e)),
+            }
+        }
+    }
 }
 
 impl Peer {
@@ -91,35 +189,9 @@ impl Peer {
         }
     }
 
-    /// Waits on `port` for one client, for up to `timeout`.
+    /// Waits on `port` (every IPv4 address) for one client, for up to `timeout`.
     pub fn accept(port: u16, timeout: Duration) -> Result<Peer, OobError> {
-        let here = format!("0.0.0.0:{port}");
-        let io = |what, source| OobError::Io {
-            what,
-            peer: here.clone(),
-            source,
-        };
-        let l = TcpListener::bind(("0.0.0.0", port)).map_err(|e| io("listening on", e))?;
-        l.set_nonblocking(true).map_err(|e| io("listening on", e))?;
-        let deadline = std::time::Instant::now() + timeout;
-        loop {
-            match l.accept() {
-                Ok((s, a)) => {
-                    s.set_nonblocking(false).map_err(|e| io("accepting on", e))?;
-                    return Peer::from_stream(s, a.to_string(), timeout, true);
-                }
-                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
-                    if std::time::Instant::now() >= deadline {
-                        return Err(io(
-                            "no client within the deadline on",
-                            std::io::Error::from(std::io::ErrorKind::TimedOut),
-                        ));
-                    }
-                    std::thread::sleep(Duration::from_millis(50));
-                }
-                Err(e) => return Err(io("accepting on", e)),
-            }
-        }
+        Listener::bind("0.0.0.0", port)?.accept(timeout)
     }
 
     fn from_stream(s: TcpStream, addr: String, timeout: Duration, leads: bool) -> Result<Peer, OobError> {
@@ -137,6 +209,7 @@ impl Peer {
             reader,
             addr,
             leads,
+            timeout,
         })
     }
 
@@ -145,13 +218,10 @@ impl Peer {
         &self.addr
     }
 
-    /// Changes the deadline of later reads (e.g. the length of a run before `Done`).
-    pub fn set_timeout(&self, t: Duration) -> Result<(), OobError> {
-        self.stream.set_read_timeout(Some(t)).map_err(|source| OobError::Io {
-            what: "configuring",
-            peer: self.addr.clone(),
-            source,
-        })
+    /// Changes the deadline of each later message (e.g. the length of a run before `Done`).
+    pub fn set_timeout(&mut self, t: Duration) -> Result<(), OobError> {
+        self.timeout = t;
+        Ok(())
     }
 
     /// Sends one message.
@@ -168,27 +238,106 @@ impl Peer {
         })
     }
 
-    /// Receives one message.
+    /// Receives one message: a line of at most [`MAX_MESSAGE`] bytes, complete within the
+    /// deadline.
     pub fn recv<T: serde::de::DeserializeOwned>(&mut self) -> Result<T, OobError> {
-        let mut line = String::new();
-        let n = self.reader.read_line(&mut line).map_err(|source| OobError::Io {
-            what: "receiving from",
-            peer: self.addr.clone(),
-            source,
-        })?;
-        if n == 0 {
-            return Err(OobError::Protocol {
-                peer: self.addr.clone(),
-                why: "closed the connection (it stopped or failed)".into(),
-            });
-        }
+        let line = self.recv_line().map_err(|e| e.awaiting(awaited::<T>()))?;
         serde_json::from_str(&line).map_err(|e| OobError::Protocol {
             peer: self.addr.clone(),
-            why: format!(
-                "sent an unexpected message ({e}): {}",
-                line.trim().chars().take(200).collect::<String>()
-            ),
+            why: format!("sent an unexpected message ({e}): {}", escape(line.trim())),
         })
+    }
+
+    fn recv_line(&mut self) -> Result<String, OobError> {
+        let deadline = Instant::now() + self.timeout;
+        let mut buf = Vec::new();
+        loop {
+            let now = Instant::now();
+            if now >= deadline {
+                return Err(OobError::Timeout {
+                    peer: self.addr.clone(),
+                    secs: self.timeout.as_secs_f64().ceil() as u64,
+                    awaiting: "message".into(),
+                });
+            }
+            // the deadline is the message's: each read may wait only for what is left of it
+            self.stream
+                .set_read_timeout(Some(deadline - now))
+                .map_err(|source| OobError::Io {
+                    what: "configuring",
+                    peer: self.addr.clone(),
+                    source,
+                })?;
+            let chunk = match self.reader.fill_buf() {
+                Ok(c) => c,
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut | std::io::ErrorKind::Interrupted
+                    ) =>
+                {
+                    continue
+                }
+                Err(source) => {
+                    return Err(OobError::Io {
+                        what: "receiving from",
+                        peer: self.addr.clone(),
+                        source,
+                    })
+                }
+            };
+            if chunk.is_empty() {
+                return Err(OobError::Protocol {
+                    peer: self.addr.clone(),
+                    why: "closed the connection (it stopped or failed)".into(),
+                });
+            }
+            let (take, end) = match chunk.iter().position(|&b| b == b'\n') {
+                Some(i) => (i, true),
+                None => (chunk.len(), false),
+            };
+            buf.extend_from_slice(&chunk[..take]);
+            self.reader.consume(take + usize::from(end));
+            if buf.len() > MAX_MESSAGE {
+                return Err(OobError::Protocol {
+                    peer: self.addr.clone(),
+                    why: format!("sent a message longer than {MAX_MESSAGE} bytes: refused"),
+                });
+            }
+            if end {
+                return String::from_utf8(buf).map_err(|_| OobError::Protocol {
+                    peer: self.addr.clone(),
+                    why: "sent a message that is not UTF-8".into(),
+                });
+            }
+        }
+    }
+}
+
+impl OobError {
+    /// A timeout names what was awaited.
+    fn awaiting(self, what: &str) -> Self {
+        match self {
+            OobError::Timeout { peer, secs, .. } => OobError::Timeout {
+                peer,
+                secs,
+                awaiting: what.into(),
+            },
+            e => e,
+        }
+    }
+}
+
+/// What a message of type `T` is, for a timeout's message.
+fn awaited<T>() -> &'static str {
+    let name = std::any::type_name::<T>();
+    match name.rsplit("::").next().unwrap_or(name) {
+        "Hello" => "parameters (hello)",
+        "Answer" => "answer to our parameters",
+        "QpInfo" => "QP address (QpInfo)",
+        "Ready" => "word that its QPs are connected (Ready)",
+        "Done" => "end of its run (Done)",
+        _ => "message",
     }
 }
 
@@ -220,7 +369,7 @@ impl Hello {
             return Err(OobError::Mismatch {
                 param: "protocol version".into(),
                 ours: format!("{PROTO} {VERSION}"),
-                theirs: format!("{} {}", theirs.proto, theirs.version),
+                theirs: escape(&format!("{} {}", theirs.proto, theirs.version)),
             });
         }
         let keys: std::collections::BTreeSet<&String> = self.params.keys().chain(theirs.params.keys()).collect();
@@ -228,9 +377,9 @@ impl Hello {
             let (a, b) = (self.params.get(k), theirs.params.get(k));
             if a != b {
                 return Err(OobError::Mismatch {
-                    param: k.clone(),
-                    ours: a.cloned().unwrap_or_else(|| "(not set)".into()),
-                    theirs: b.cloned().unwrap_or_else(|| "(not set)".into()),
+                    param: escape(k),
+                    ours: a.map(|v| escape(v)).unwrap_or_else(|| "(not set)".into()),
+                    theirs: b.map(|v| escape(v)).unwrap_or_else(|| "(not set)".into()),
                 });
             }
         }
@@ -353,14 +502,11 @@ impl dyn Rendezvous + '_ {
 
     /// Receives one typed message.
     pub fn take<T: serde::de::DeserializeOwned>(&mut self) -> Result<T, OobError> {
-        let v = self.recv_value()?;
+        let v = self.recv_value().map_err(|e| e.awaiting(awaited::<T>()))?;
         let text = v.to_string();
         serde_json::from_value(v).map_err(|e| OobError::Protocol {
             peer: self.peer_name(),
-            why: format!(
-                "sent an unexpected message ({e}): {}",
-                text.chars().take(200).collect::<String>()
-            ),
+            why: format!("sent an unexpected message ({e}): {}", escape(&text)),
         })
     }
 
@@ -378,9 +524,9 @@ impl dyn Rendezvous + '_ {
             return match self.take::<Answer>()? {
                 Answer::Agree(theirs) => hello.check(&theirs),
                 Answer::Refuse { param, server, client } => Err(OobError::Mismatch {
-                    param,
-                    ours: client,
-                    theirs: server,
+                    param: escape(&param),
+                    ours: escape(&client),
+                    theirs: escape(&server),
                 }),
             };
         }
@@ -484,6 +630,94 @@ mod tests {
         let e = c.ready(4).unwrap_err().to_string();
         assert!(e.contains("connected QPs: this side has 4, the peer has 3"), "{e}");
         srv.join().unwrap();
+    }
+
+    /// A line without a newline is refused at [`MAX_MESSAGE`] bytes (before: buffered without
+    /// limit, 1 GiB sent made the process 1.05 GB resident).
+    #[test]
+    fn an_endless_line_is_refused_at_the_limit() {
+        let l = Listener::bind("127.0.0.1", 0).unwrap();
+        let port: u16 = l.local_addr().rsplit(':').next().unwrap().parse().unwrap();
+        let t = std::thread::spawn(move || {
+            let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
+            let chunk = vec![b'x'; 8192];
+            for _ in 0..64 {
+                if s.write_all(&chunk).is_err() {
+                    break; // the other side gave up: as it should
+                }
+            }
+        });
+        let mut p = l.accept(Duration::from_secs(5)).unwrap();
+        let e = p.recv::<Hello>().unwrap_err().to_string();
+        assert!(e.contains("longer than 65536 bytes"), "{e}");
+        t.join().unwrap();
+    }
+
+    /// The deadline is the message's, not each read's: a peer that sends a byte every 100 ms
+    /// without ever finishing a line is cut off at the deadline (before: each byte restarted the
+    /// read timeout, so it kept the exchange alive for ever). The message says what was awaited
+    /// from whom (before: "Resource temporarily unavailable (os error 11)").
+    #[test]
+    fn a_trickling_or_silent_peer_times_out_per_message() {
+        let l = Listener::bind("127.0.0.1", 0).unwrap();
+        let port: u16 = l.local_addr().rsplit(':').next().unwrap().parse().unwrap();
+        let t = std::thread::spawn(move || {
+            let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
+            for _ in 0..40 {
+                if s.write_all(b" ").is_err() {
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(100));
+            }
+        });
+        let mut p = l.accept(Duration::from_secs(5)).unwrap();
+        p.set_timeout(Duration::from_secs(1)).unwrap();
+        let t0 = Instant::now();
+        let e = p.recv::<Hello>().unwrap_err().to_string();
+        let took = t0.elapsed();
+        assert!(
+            took >= Duration::from_millis(900) && took < Duration::from_secs(3),
+            "{took:?}"
+        );
+        assert!(
+            e.starts_with("no parameters (hello) from 127.0.0.1:") && e.ends_with("within 1 s"),
+            "{e}"
+        );
+        t.join().unwrap();
+        // silent: the same message, no errno text
+        let l = Listener::bind("127.0.0.1", 0).unwrap();
+        let port: u16 = l.local_addr().rsplit(':').next().unwrap().parse().unwrap();
+        let _c = TcpStream::connect(("127.0.0.1", port)).unwrap();
+        let mut p = l.accept(Duration::from_secs(5)).unwrap();
+        p.set_timeout(Duration::from_millis(300)).unwrap();
+        let e = p.recv::<Done>().unwrap_err().to_string();
+        assert!(
+            e.contains("no end of its run (Done) from") && !e.contains("os error"),
+            "{e}"
+        );
+    }
+
+    /// Text from the peer never reaches the terminal raw: an escape sequence in a refused
+    /// parameter or value comes out escaped.
+    #[test]
+    fn peer_text_is_escaped() {
+        let mut ours = params("64");
+        ours.insert("op".into(), "write".into());
+        let mut theirs = params("64");
+        theirs.insert("op".into(), "\u{1b}[2J\u{1b}[31mwrite\n".into());
+        let e = Hello::new(ours).check(&Hello::new(theirs)).unwrap_err().to_string();
+        assert!(!e.chars().any(|c| c.is_control()), "{e:?}");
+        assert!(e.contains("\\u{1b}[2J"), "{e}");
+        assert_eq!(escape(&"y".repeat(500)).len(), 203);
+    }
+
+    /// A server can listen on one address and on a port the system picks, and says which.
+    #[test]
+    fn a_listener_names_its_real_port() {
+        let l = Listener::bind("127.0.0.1", 0).unwrap();
+        let port: u16 = l.local_addr().rsplit(':').next().unwrap().parse().unwrap();
+        assert!(port > 0 && l.local_addr().starts_with("127.0.0.1:"));
+        assert!(Listener::bind("not-an-ip", 0).is_err());
     }
 
     #[test]

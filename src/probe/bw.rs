@@ -7,7 +7,7 @@ use crate::backend::setup::{AnyEnd, Dev, HalfEnd, INLINE};
 use crate::backend::{BackendKind, OpKind};
 use crate::mlx5::sq::DbMode;
 use crate::model::{ExecMode, ModelConfig};
-use crate::oob::{Hello, QpInfo, Rendezvous};
+use crate::oob::{Hello, Rendezvous};
 use crate::scenario::bw::{summarize, BwParams};
 use crate::scenario::runner::{bw_side, run_bw, BwResult};
 use serde_json::json;
@@ -220,7 +220,7 @@ fn connect(
             let mut ends = Vec::new();
             for _ in 0..b.qps {
                 let half = HalfEnd::new(dev, *k, b.op, buf_len, mode)?;
-                let theirs: QpInfo = rdv.exchange(&half.info(dev)?)?;
+                let theirs = session::exchange_qp(rdv, &half.info(dev)?)?;
                 ends.push(half.connect(dev, b.op, &theirs)?);
             }
             threads.push(ends);

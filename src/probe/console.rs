@@ -13,8 +13,8 @@ impl Observer for Printer {
     fn note(&mut self, msg: &str) {
         eprintln!("rdmaprobe: {msg}");
     }
-    fn waiting(&mut self, port: u16, secs: u64) {
-        eprintln!("rdmaprobe: server waiting for a client on TCP port {port} ({secs} s)");
+    fn waiting(&mut self, addr: &str, secs: u64) {
+        eprintln!("rdmaprobe: server waiting for a client on {addr} ({secs} s)");
     }
     fn started(&mut self, r: &Report) {
         if let (Role::Server(peer), Scenario::Lat(l)) = (&r.role, &r.plan.scenario) {

@@ -8,7 +8,7 @@ use crate::backend::{BackendKind, OpKind};
 use crate::clock::Calibration;
 use crate::mlx5::sq::DbMode;
 use crate::model::{ExecMode, ModelConfig};
-use crate::oob::{Hello, QpInfo, Rendezvous};
+use crate::oob::{Hello, Rendezvous};
 use crate::report::{Hist, Interval};
 use crate::scenario::lat::{LatParams, LatSamples, PingState};
 use crate::scenario::runner::{figures_ns, finish, lat_side, run_blocks, AnyPair, Blocks, LatPair, LatResult, Length};
@@ -267,7 +267,7 @@ fn connect(
     let mut ends = Vec::new();
     for k in kinds {
         let half = HalfEnd::new(dev, *k, op, buf_len, mode)?;
-        let theirs: QpInfo = rdv.exchange(&half.info(dev)?)?;
+        let theirs = session::exchange_qp(rdv, &half.info(dev)?)?;
         ends.push((*k, half.connect(dev, op, &theirs)?));
     }
     // neither side posts before the other's QPs are connected

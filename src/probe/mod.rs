@@ -115,8 +115,8 @@ impl From<RunError> for ProbeError {
 pub trait Observer {
     /// A note for the user (the command line prints it on standard error).
     fn note(&mut self, _msg: &str) {}
-    /// This side listens for its peer on `port` for at most `secs` seconds.
-    fn waiting(&mut self, _port: u16, _secs: u64) {}
+    /// This side listens for its peer on `addr` (address:port) for at most `secs` seconds.
+    fn waiting(&mut self, _addr: &str, _secs: u64) {}
     /// The header is known (device, clock, warnings); on a server the peer is connected.
     fn started(&mut self, _report: &Report) {}
     /// Run `i` of the report finished.

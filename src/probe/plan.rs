@@ -91,9 +91,11 @@ pub enum PeerSpec {
         /// Its TCP port.
         port: u16,
     },
-    /// This side is the server, waiting for a client on `port` (every address).
+    /// This side is the server, waiting for a client on `bind:port`.
     Listen {
-        /// The TCP port.
+        /// The address to listen on (`0.0.0.0`: every IPv4 address).
+        bind: String,
+        /// The TCP port (0: one the system picks, said when waiting).
         port: u16,
     },
 }

@@ -8,7 +8,7 @@ use crate::backend::BackendKind;
 use crate::clock::Calibration;
 use crate::mlx5::sq::DbMode;
 use crate::model::ModelConfig;
-use crate::oob::{Done, Peer, Rendezvous};
+use crate::oob::{Done, Peer, QpInfo, Rendezvous};
 use crate::report::env::Fingerprint;
 
 /// The TSC calibration window every measurement uses, ns.
@@ -61,9 +61,10 @@ pub fn tcp_peer(plan: &Plan, obs: &mut dyn Observer) -> Result<Option<Peer>, Pro
     Ok(match &plan.peer {
         PeerSpec::Loopback => None,
         PeerSpec::Connect { host, port } => Some(Peer::connect(host, *port, plan.oob_timeout)?),
-        PeerSpec::Listen { port } => {
-            obs.waiting(*port, plan.oob_timeout.as_secs());
-            Some(Peer::accept(*port, plan.oob_timeout)?)
+        PeerSpec::Listen { bind, port } => {
+            let l = crate::oob::Listener::bind(bind, *port)?;
+            obs.waiting(l.local_addr(), plan.oob_timeout.as_secs());
+            Some(l.accept(plan.oob_timeout)?)
         }
     })
 }
@@ -88,9 +89,23 @@ pub fn end(peer: &mut dyn Rendezvous, plan: &Plan) -> Result<(), ProbeError> {
     peer.set_timeout(plan.stall + plan.oob_timeout)?;
     let theirs: Done = peer.exchange(&Done { error: None })?;
     match theirs.error {
-        Some(e) => Err(ProbeError::Peer(e)),
+        Some(e) => Err(ProbeError::Peer(crate::oob::escape(&e))),
         None => Ok(()),
     }
+}
+
+/// Sends this side's QP address and receives the peer's; a peer that sends back ours (a QP would
+/// be connected to itself, and measure nothing of the wire) is refused.
+pub fn exchange_qp(peer: &mut dyn Rendezvous, mine: &QpInfo) -> Result<QpInfo, ProbeError> {
+    let theirs: QpInfo = peer.exchange(mine)?;
+    if theirs == *mine {
+        return Err(ProbeError::Invalid(format!(
+            "the peer {} sent back this side's own QP (QP number {:#x}): refusing to connect a QP to itself",
+            peer.peer_name(),
+            mine.qpn
+        )));
+    }
+    Ok(theirs)
 }
 
 /// Tells the peer (best effort) that this side failed with `e`, and returns `e`.
