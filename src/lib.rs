@@ -33,5 +33,8 @@ pub mod probe;
 #[cfg(feature = "std")]
 pub mod workers;
 
+#[cfg(feature = "std")]
+pub mod signals;
+
 #[cfg(all(feature = "std", target_os = "linux"))]
 pub mod uverbs;

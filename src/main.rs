@@ -365,10 +365,16 @@ fn main() -> ExitCode {
     };
     match r {
         Ok(code) => code,
+        // stopped by a signal: the run unwound and gave everything back; the status is the
+        // shell's for that signal (SIGPIPE, a closed output: quietly), 1 for SIGINT
+        Err(_) if rdmaprobe::signals::signal() == Some(libc::SIGPIPE) => ExitCode::from(128 + libc::SIGPIPE as u8),
         Err(e) => {
             let usage = matches!(e.downcast_ref::<ProbeError>(), Some(ProbeError::Usage(_)));
             eprintln!("rdmaprobe: error: {}", chain(&e));
-            ExitCode::from(if usage { 2 } else { 1 })
+            match rdmaprobe::signals::signal() {
+                Some(s @ (libc::SIGTERM | libc::SIGHUP)) => ExitCode::from(128 + s as u8),
+                _ => ExitCode::from(if usage { 2 } else { 1 }),
+            }
         }
     }
 }

@@ -198,6 +198,11 @@ fn lat_refuses_bad_input_with_a_message_and_non_zero_exit() {
             "--warmup",
         ),
         (
+            &["lat", "write", "--loopback", "-d", "model0", "-D", "86400"],
+            2,
+            "-D 86400",
+        ),
+        (
             &["bw", "write", "--loopback", "-d", "model0", "-I", "4294967295"],
             2,
             "max_inline_data",
@@ -695,4 +700,87 @@ fn output_files_are_written_safely() {
         .collect();
     assert!(left.is_empty(), "{left:?}");
     std::fs::remove_dir_all(&dir).ok();
+}
+
+/// SIGTERM, SIGHUP and SIGPIPE stop a run as SIGINT does (issue 11 point 4): it unwinds, every
+/// model0 object it made is removed by it (before: left in the model directory, up to 2 x 16
+/// MiB, until the next run's sweep), and the status is the shell's for the signal (SIGPIPE, a
+/// closed output as with `| head`: quietly).
+#[test]
+fn termination_signals_clean_up_as_sigint_does() {
+    use std::io::Read;
+    let _g = serial();
+    let dir = std::env::temp_dir().join(format!("rdmaprobe-sig-{}", std::process::id()));
+    let objects = |d: &std::path::Path| -> Vec<String> {
+        std::fs::read_dir(d)
+            .map(|r| {
+                r.filter_map(|e| e.ok())
+                    .map(|e| e.file_name().to_string_lossy().into_owned())
+                    .filter(|n| n != "sysfs")
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    for (sig, status) in [(libc::SIGTERM, 143), (libc::SIGHUP, 129), (libc::SIGPIPE, 141)] {
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_rdmaprobe"))
+            .args(["lat", "write", "--loopback", "-d", "model0", "-n", "100000", "-a"])
+            .env("RDMAPROBE_MODEL_DIR", &dir)
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut stdout = child.stdout.take().unwrap();
+        // the header is out: the run's objects exist
+        let mut first = [0u8; 64];
+        stdout.read_exact(&mut first).unwrap();
+        assert!(!objects(&dir).is_empty(), "no model0 objects while running");
+        if sig == libc::SIGPIPE {
+            drop(stdout); // the reader goes away; the next row meets a closed pipe
+        } else {
+            // SAFETY: signals our own child process.
+            unsafe { libc::kill(child.id() as i32, sig) };
+        }
+        let o = child.wait_with_output().unwrap();
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(status), "signal {sig}: {err}");
+        assert_eq!(objects(&dir), Vec::<String>::new(), "signal {sig} left objects behind");
+        if sig == libc::SIGPIPE {
+            assert!(err.is_empty(), "{err}");
+        }
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Samples that would not fit in memory are refused before the run, naming the flag and the
+/// memory needed (issue 11 point 4; before: `-n 1e8` under a memory limit aborted after the work
+/// was done).
+#[test]
+fn samples_that_do_not_fit_are_refused_before_the_run() {
+    for args in [
+        "lat write --loopback -d model0 -n 100000000",
+        "bw write --loopback -d model0 -s 8 -n 1000000000",
+    ] {
+        let t = std::time::Instant::now();
+        let o = std::process::Command::new("sh")
+            .arg("-c")
+            .arg(format!(
+                "ulimit -v 1500000; exec {} {args}",
+                env!("CARGO_BIN_EXE_rdmaprobe")
+            ))
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{args}: {err}");
+        assert!(
+            err.contains("-n ") && err.contains("MiB are available"),
+            "{args}: {err}"
+        );
+        assert!(
+            t.elapsed() < std::time::Duration::from_secs(20),
+            "{args}: refused only after {:?}",
+            t.elapsed()
+        );
+    }
 }

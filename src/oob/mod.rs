@@ -146,6 +146,7 @@ impl Listener {
                     return Peer::from_stream(s, a.to_string(), timeout, true);
                 }
                 Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                    stopped(&self.here)?;
                     if Instant::now() >= deadline {
                         return Err(io(
                             "no client within the deadline on",
@@ -179,6 +180,7 @@ impl Peer {
                     Err(e) => last = Some(e),
                 }
             }
+            stopped(&addr)?;
             if std::time::Instant::now() >= deadline {
                 return Err(io(
                     "connecting to",
@@ -260,9 +262,11 @@ impl Peer {
                     awaiting: "message".into(),
                 });
             }
-            // the deadline is the message's: each read may wait only for what is left of it
+            stopped(&self.addr)?;
+            // the deadline is the message's: each read may wait only for what is left of it (in
+            // slices, so a stop asked by a signal is seen)
             self.stream
-                .set_read_timeout(Some(deadline - now))
+                .set_read_timeout(Some((deadline - now).min(Duration::from_millis(200))))
                 .map_err(|source| OobError::Io {
                     what: "configuring",
                     peer: self.addr.clone(),
@@ -312,6 +316,17 @@ impl Peer {
             }
         }
     }
+}
+
+/// A stop asked by a signal ([`crate::signals`]) ends a wait for the peer.
+fn stopped(peer: &str) -> Result<(), OobError> {
+    if crate::signals::interrupted() {
+        return Err(OobError::Protocol {
+            peer: peer.to_string(),
+            why: "the wait was interrupted".into(),
+        });
+    }
+    Ok(())
 }
 
 impl OobError {

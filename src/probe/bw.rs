@@ -45,6 +45,22 @@ pub(super) fn run(
     for s in &sizes {
         dev.check_size(*s)?;
     }
+    session::check_memory(
+        b.iters
+            .saturating_mul(b.threads)
+            .saturating_mul(b.qps)
+            .saturating_mul(if b.bidirectional { 2 } else { 1 })
+            .saturating_mul(session::BW_SAMPLE_BYTES),
+        || {
+            format!(
+                "-n {} x {} thread(s) x {} QP(s) ({} B per message)",
+                b.iters,
+                b.threads,
+                b.qps,
+                session::BW_SAMPLE_BYTES
+            )
+        },
+    )?;
     let inline_limit = b.inline_size.unwrap_or(INLINE);
     if inline_limit > INLINE && matches!(op, OpKind::Write | OpKind::Send) {
         return Err(ProbeError::Usage(format!(

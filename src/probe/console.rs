@@ -6,6 +6,25 @@ use super::{Observer, Plan, ProbeError, Report, Role, Scenario};
 use crate::report::output;
 use std::path::PathBuf;
 
+// Standard output may be a pipe that closes (`rdmaprobe lat ... | head`): after SIGPIPE (which
+// stops the run, see `crate::signals`) a write fails, and printing must not panic.
+macro_rules! out {
+    () => {{
+        use std::io::Write;
+        let _ = writeln!(std::io::stdout());
+    }};
+    ($($t:tt)*) => {{
+        use std::io::Write;
+        let _ = writeln!(std::io::stdout(), $($t)*);
+    }};
+}
+macro_rules! outp {
+    ($($t:tt)*) => {{
+        use std::io::Write;
+        let _ = write!(std::io::stdout(), $($t)*);
+    }};
+}
+
 /// Prints a measurement as it goes: notes on standard error, the table on standard output.
 pub struct Printer;
 
@@ -18,21 +37,21 @@ impl Observer for Printer {
     }
     fn started(&mut self, r: &Report) {
         if let (Role::Server(peer), Scenario::Lat(l)) = (&r.role, &r.plan.scenario) {
-            println!(" server: client {peer} connected; running {} with it", title(l.op));
+            out!(" server: client {peer} connected; running {} with it", title(l.op));
         }
         if let (Role::Server(peer), Scenario::Bw(b)) = (&r.role, &r.plan.scenario) {
-            println!(
+            out!(
                 " server: client {peer} connected; running {} bandwidth with it",
                 title(b.op)
             );
         }
-        print!("{}", r.header());
+        outp!("{}", r.header());
     }
     fn finished(&mut self, r: &Report, i: usize) {
-        print!("{}", r.row(i));
+        outp!("{}", r.row(i));
     }
     fn heading(&mut self, text: &str) {
-        print!("{text}");
+        outp!("{text}");
     }
     fn step(&mut self, n: usize, total: usize, what: &str) {
         progress(n, total, what);
@@ -52,7 +71,7 @@ pub fn measure(plan: &Plan, json: Option<&PathBuf>, hdr: Option<&PathBuf>) -> Re
     let r = super::run(plan, &mut Printer)?;
     if let Some(path) = hdr {
         output::write(path, &r.interval_log()?).map_err(|e| ProbeError::Render(e.to_string()))?;
-        println!(
+        out!(
             " interval log ({} intervals) written to {}",
             r.intervals.len(),
             path.display()
@@ -63,13 +82,13 @@ pub fn measure(plan: &Plan, json: Option<&PathBuf>, hdr: Option<&PathBuf>) -> Re
             eprintln!("rdmaprobe: error: {e}");
             return Ok(1);
         }
-        println!(" server: done");
+        out!(" server: done");
         return Ok(0);
     }
-    print!("{}", r.footer());
+    outp!("{}", r.footer());
     if let Some(path) = json {
         output::write(path, &serde_json::to_vec_pretty(&r.json()?)?).map_err(|e| ProbeError::Render(e.to_string()))?;
-        println!(" results written to {}", path.display());
+        out!(" results written to {}", path.display());
     }
     if let Some(e) = &r.end_error {
         // measured, printed and written; but the run did not end cleanly
@@ -92,14 +111,14 @@ pub fn progress(n: usize, total: usize, what: &str) {
     PROGRESS.store(n, std::sync::atomic::Ordering::Relaxed);
     if is_tty() {
         let filled = 30 * (n - 1) / total.max(1);
-        print!(
+        outp!(
             "\r\x1b[2K[{}{}] {n}/{total} {t:>5.1}s {what}",
             "#".repeat(filled),
             " ".repeat(30 - filled)
         );
         let _ = std::io::stdout().flush();
     } else {
-        println!("[{t:>5.1}s] {n}/{total} {what}");
+        out!("[{t:>5.1}s] {n}/{total} {what}");
     }
 }
 
@@ -115,7 +134,7 @@ fn is_tty() -> bool {
 pub fn progress_done() {
     if is_tty() {
         let n = PROGRESS.load(std::sync::atomic::Ordering::Relaxed);
-        println!("\r\x1b[2K[{}] {n}/{n} done", "#".repeat(30));
+        out!("\r\x1b[2K[{}] {n}/{n} done", "#".repeat(30));
     }
 }
 
@@ -133,9 +152,9 @@ pub fn suite(sp: &super::SuitePlan, out: &std::path::Path) -> Result<u8, ProbeEr
         eprintln!("rdmaprobe: warning: {w}");
     }
     progress_done();
-    println!();
-    print!("{}", r.summary_text());
-    println!(
+    out!();
+    outp!("{}", r.summary_text());
+    out!(
         "\nwritten: {} (results.json, latency.hlog, {}) in {:.1} s",
         out.display(),
         plots.join(", "),
@@ -159,7 +178,7 @@ pub fn plot(results: &str, out: &std::path::Path) -> u8 {
             for w in warnings {
                 eprintln!("rdmaprobe: warning: {w}");
             }
-            println!("written in {}: {}", out.display(), names.join(", "));
+            out!("written in {}: {}", out.display(), names.join(", "));
             0
         }
         Err(e) => {

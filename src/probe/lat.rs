@@ -63,6 +63,34 @@ pub(super) fn run(
     for s in &sizes {
         dev.check_size(*s)?;
     }
+    // every sample is kept: the memory they take is checked before the run, not met after it
+    let backends = kinds.len() as u64;
+    match l.duration {
+        None => session::check_memory(
+            l.iters
+                .saturating_mul(backends)
+                .saturating_mul(session::LAT_SAMPLE_BYTES),
+            || {
+                format!(
+                    "-n {} ({backends} backend(s), {} B per iteration)",
+                    l.iters,
+                    session::LAT_SAMPLE_BYTES
+                )
+            },
+        )?,
+        Some(d) => session::check_memory(
+            (d.as_nanos() / u128::from(session::FASTEST_ITERATION_NS)).min(u128::from(u64::MAX)) as u64
+                * session::LAT_SAMPLE_BYTES,
+            || {
+                format!(
+                    "-D {} (up to one iteration per {} ns, {} B each)",
+                    d.as_secs(),
+                    session::FASTEST_ITERATION_NS,
+                    session::LAT_SAMPLE_BYTES
+                )
+            },
+        )?,
+    }
     let mode = session::direct_mode(plan.db_mode);
     let (cal, env) = session::calibrate(&dev, true)?;
     let mut warnings = env.warnings();

@@ -38,20 +38,16 @@ use crate::backend::setup::SetupError;
 use crate::oob::{OobError, Rendezvous};
 use crate::scenario::runner::RunError;
 use crate::scenario::ScenarioError;
-use std::sync::atomic::{AtomicBool, Ordering};
 
-/// Set to stop a measurement between iterations (the command line sets it on SIGINT, see
-/// [`stop_on_sigint`]); the run then ends with [`ProbeError::Scenario`] naming the interrupt.
-pub static INTERRUPTED: AtomicBool = AtomicBool::new(false);
+/// Set to stop a measurement between iterations (the command line sets it on SIGINT, SIGTERM,
+/// SIGHUP and SIGPIPE, see [`stop_on_sigint`]); the run then ends with
+/// [`ProbeError::Scenario`] naming the interrupt.
+pub use crate::signals::INTERRUPTED;
 
-extern "C" fn on_sigint(_: libc::c_int) {
-    INTERRUPTED.store(true, Ordering::Relaxed);
-}
-
-/// Installs a SIGINT handler that sets [`INTERRUPTED`] (and nothing else).
+/// Installs the handler that sets [`INTERRUPTED`] on SIGINT, SIGTERM, SIGHUP and SIGPIPE
+/// ([`crate::signals::install`]).
 pub fn stop_on_sigint() {
-    // SAFETY: installs a handler that only stores to an atomic (async-signal-safe).
-    unsafe { libc::signal(libc::SIGINT, on_sigint as *const () as libc::sighandler_t) };
+    crate::signals::install();
 }
 
 /// Why a measurement could not be made.

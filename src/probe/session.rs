@@ -122,3 +122,77 @@ pub fn buffer_len(sizes: &[u32]) -> usize {
     let max = *sizes.iter().max().unwrap_or(&8) as usize;
     (2 * max.max(64)).next_multiple_of(4096)
 }
+
+/// Bytes a latency run keeps per iteration and backend: the round trip, post and wait
+/// timestamps (3 x 8), the figure in ns (8), and the histograms' and blocks' share.
+pub const LAT_SAMPLE_BYTES: u64 = 48;
+/// Bytes a bandwidth run keeps per message (its post and completion times).
+pub const BW_SAMPLE_BYTES: u64 = 16;
+/// The fastest a ping-pong iteration (a round trip) can be, for the memory a `-D` run may need
+/// (ns; model0 in one process takes about 400).
+pub const FASTEST_ITERATION_NS: u64 = 200;
+
+/// The memory this process can still use, in bytes: the least of the machine's available memory
+/// (`MemAvailable`), what its cgroup allows beyond what it holds (`memory.max` −
+/// `memory.current`, cgroup v2) and its address-space limit beyond what it maps (`RLIMIT_AS`);
+/// `None` when none can be read.
+pub fn memory_budget() -> Option<u64> {
+    let mut best: Option<u64> = None;
+    let mut take = |v: u64| best = Some(best.map_or(v, |b: u64| b.min(v)));
+    let kib = |text: &str, key: &str| -> Option<u64> {
+        text.lines()
+            .find(|l| l.starts_with(key))
+            .and_then(|l| l.split_whitespace().nth(1))
+            .and_then(|v| v.parse::<u64>().ok())
+            .map(|v| v.saturating_mul(1024))
+    };
+    if let Some(v) = std::fs::read_to_string("/proc/meminfo")
+        .ok()
+        .and_then(|t| kib(&t, "MemAvailable:"))
+    {
+        take(v);
+    }
+    let cgroup = std::fs::read_to_string("/proc/self/cgroup").ok();
+    if let Some(path) = cgroup
+        .as_deref()
+        .and_then(|t| t.lines().find_map(|l| l.strip_prefix("0::")))
+    {
+        let dir = std::path::Path::new("/sys/fs/cgroup").join(path.trim_start_matches('/'));
+        let read = |f: &str| {
+            std::fs::read_to_string(dir.join(f))
+                .ok()
+                .and_then(|v| v.trim().parse::<u64>().ok())
+        };
+        if let (Some(max), Some(cur)) = (read("memory.max"), read("memory.current")) {
+            take(max.saturating_sub(cur));
+        }
+    }
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit writes one rlimit struct, which lives on this stack frame.
+    let rc = unsafe { libc::getrlimit(libc::RLIMIT_AS, &mut lim) };
+    if rc == 0 && lim.rlim_cur != libc::RLIM_INFINITY {
+        let mapped = std::fs::read_to_string("/proc/self/status")
+            .ok()
+            .and_then(|t| kib(&t, "VmSize:"))
+            .unwrap_or(0);
+        take(lim.rlim_cur.saturating_sub(mapped));
+    }
+    best
+}
+
+/// Refuses, before the run, a run whose samples would not fit in memory: `need` bytes, named
+/// by `what` (the flags that ask for them).
+pub fn check_memory(need: u64, what: impl FnOnce() -> String) -> Result<(), ProbeError> {
+    match memory_budget() {
+        Some(budget) if need > budget => Err(ProbeError::Usage(format!(
+            "{}: the samples need {} MiB, and {} MiB are available to this process (MemAvailable, its cgroup's memory.max, RLIMIT_AS)",
+            what(),
+            need.div_ceil(1 << 20),
+            budget >> 20
+        ))),
+        _ => Ok(()),
+    }
+}

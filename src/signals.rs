@@ -1,0 +1,40 @@
+//! Stopping a run from outside. SIGINT, SIGTERM, SIGHUP and SIGPIPE set [`INTERRUPTED`], which
+//! every loop that can wait watches (the measurement's iterations, model0's long wire waits, the
+//! out-of-band exchange), so the run unwinds and every resource is given back (model0's shared
+//! memory objects are removed by their owners, not left for the next run's sweep); the signal is
+//! recorded so the command line can end with the conventional status.
+
+use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
+
+/// Set by the signals [`install`] handles (or by a program that embeds rdmaprobe).
+pub static INTERRUPTED: AtomicBool = AtomicBool::new(false);
+
+static SIGNAL: AtomicI32 = AtomicI32::new(0);
+
+extern "C" fn on_signal(sig: libc::c_int) {
+    SIGNAL.store(sig, Ordering::Relaxed);
+    INTERRUPTED.store(true, Ordering::Relaxed);
+    crate::model::abort_wire_waits();
+}
+
+/// Installs the handler for SIGINT, SIGTERM, SIGHUP and SIGPIPE (after it, a write to a closed
+/// pipe fails with EPIPE instead of killing the process).
+pub fn install() {
+    for sig in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP, libc::SIGPIPE] {
+        // SAFETY: the handler only stores to atomics (async-signal-safe).
+        unsafe { libc::signal(sig, on_signal as *const () as libc::sighandler_t) };
+    }
+}
+
+/// Whether a stop was asked.
+pub fn interrupted() -> bool {
+    INTERRUPTED.load(Ordering::Relaxed)
+}
+
+/// The last signal that asked for a stop, if any.
+pub fn signal() -> Option<i32> {
+    match SIGNAL.load(Ordering::Relaxed) {
+        0 => None,
+        s => Some(s),
+    }
+}
