@@ -96,26 +96,47 @@ impl Model {
         init_obj(&shm, key);
         // SAFETY: our new object; the data area starts one page in.
         let data = unsafe { shm.ptr().add(PAGE) };
+        let place = MrPlace {
+            base: data as u64,
+            len,
+            data,
+            data_off: PAGE as u64,
+        };
+        Ok(self.finish_mr(shm, key, pd, access, place, None))
+    }
+
+    /// Fills a new memory region's header (where its bytes are, `access`, `pd`), marks it
+    /// valid and publishes it: the model's own regions and those pinned over a program's memory.
+    /// `shm` is a new object of this process, not yet valid.
+    pub(super) fn finish_mr(
+        &self,
+        shm: Shm,
+        key: u32,
+        pd: u32,
+        access: u32,
+        p: MrPlace,
+        user: Option<user::Pinned>,
+    ) -> ModelMr {
         // SAFETY: header fields of our own new object, before it is marked valid.
         unsafe {
             let h = shm.ptr() as *mut MrHdr;
-            (*h).base = data as u64;
-            (*h).len = len as u64;
+            (*h).base = p.base;
+            (*h).len = p.len as u64;
             (*h).access = access;
             (*h).pd = pd;
-            (*h).data_off = PAGE as u64;
+            (*h).data_off = p.data_off;
         }
         hdr::<ObjHdr>(&shm).valid.store(1, Ordering::Release);
         let shm = publish(&self.inner.mrs, key, shm);
-        Ok(ModelMr {
+        ModelMr {
             shm,
             key,
-            data,
-            base: data as u64,
-            len,
+            data: p.data,
+            base: p.base,
+            len: p.len,
             model: self.clone(),
-            user: None,
-        })
+            user,
+        }
     }
 
     /// Creates a CQ of at least `cqe` entries (rounded up to a power of two).
@@ -127,22 +148,36 @@ impl Model {
         let total = PAGE + cnt as usize * 64;
         let (cqn, shm) = Shm::create(ObjKind::Cq, total, || self.next_id()).map_err(io("creating a CQ"))?;
         init_obj(&shm, cqn);
-        // SAFETY: our new object: header fields, then every CQE's op_own set to INVALID.
+        // SAFETY: our new object: every CQE's op_own set to INVALID, before it is marked valid.
         unsafe {
-            let h = shm.ptr() as *mut CqHdr;
-            (*h).cqe_cnt = cnt;
             for i in 0..cnt as usize {
                 *shm.ptr().add(PAGE + i * 64 + 63) = cqe_op::INVALID << 4;
             }
         }
+        Ok(self.finish_cq(shm, cqn, cnt, (0, 0), None))
+    }
+
+    /// Fills a new CQ's header (`cnt` CQEs, the consumer record's `Db` object and offset, (0, 0):
+    /// in the header), marks it valid and publishes it: the model's own CQs and those pinned over
+    /// a program's buffer. `shm` is a new object of this process, not yet valid.
+    pub(super) fn finish_cq(
+        &self,
+        shm: Shm,
+        cqn: u32,
+        cnt: u32,
+        db: (u32, u32),
+        user: Option<user::Pinned>,
+    ) -> ModelCq {
+        // SAFETY: header fields of our own new object, before it is marked valid.
+        unsafe {
+            let h = shm.ptr() as *mut CqHdr;
+            (*h).cqe_cnt = cnt;
+            (*h).db_id = db.0;
+            (*h).db_off = db.1;
+        }
         hdr::<ObjHdr>(&shm).valid.store(1, Ordering::Release);
         let shm = publish(&self.inner.cqs, cqn, shm);
-        Ok(ModelCq {
-            shm,
-            cqn,
-            cnt,
-            user: None,
-        })
+        ModelCq { shm, cqn, cnt, user }
     }
 
     /// Creates an RC QP in `pd`.
@@ -310,6 +345,19 @@ impl std::ops::Deref for ObjRef {
     }
 }
 
+/// Where a new memory region's bytes are.
+pub(super) struct MrPlace {
+    /// The address WQEs use for its first byte (the I/O virtual address of a region registered
+    /// through libibverbs).
+    pub(super) base: u64,
+    /// Its length.
+    pub(super) len: usize,
+    /// Where this process reaches its first byte.
+    pub(super) data: *mut u8,
+    /// Where `base` lies in the file.
+    pub(super) data_off: u64,
+}
+
 /// The layout and options of a new QP object's header.
 pub(super) struct QpShape {
     pub(super) sq_wqe_cnt: u32,
@@ -326,13 +374,13 @@ pub(super) struct QpShape {
 
 /// A registered memory region in shared memory.
 pub struct ModelMr {
-    pub(super) shm: Arc<Shm>,
-    pub(super) key: u32,
-    pub(super) data: *mut u8,
-    pub(super) base: u64,
-    pub(super) len: usize,
-    pub(super) model: Model,
-    pub(super) user: Option<user::Pinned>,
+    shm: Arc<Shm>,
+    key: u32,
+    data: *mut u8,
+    base: u64,
+    len: usize,
+    model: Model,
+    user: Option<user::Pinned>,
 }
 
 // SAFETY: the region is shared memory; handing its pointer to another thread is fine.
@@ -403,10 +451,10 @@ pub(super) fn retire(shm: &Shm, pin: Option<user::Pinned>, table: &Mutex<HashMap
 
 /// A completion queue in shared memory.
 pub struct ModelCq {
-    pub(super) shm: Arc<Shm>,
-    pub(super) cqn: u32,
-    pub(super) cnt: u32,
-    pub(super) user: Option<user::Pinned>,
+    shm: Arc<Shm>,
+    cqn: u32,
+    cnt: u32,
+    user: Option<user::Pinned>,
 }
 
 impl ModelCq {

@@ -8,8 +8,8 @@
 use super::config::io;
 use super::direct::{deliver_now, RegCheck};
 use super::exec::execute;
-use super::layout::{hdr, init_obj, lock, qp_dbrec, state, unlock, CqHdr, MrHdr, ObjHdr, QpHdr, PAGE, QP_SQ_OFF};
-use super::objects::{publish, retire, QpShape};
+use super::layout::{hdr, init_obj, lock, qp_dbrec, state, unlock, ObjHdr, QpHdr, PAGE, QP_SQ_OFF};
+use super::objects::{publish, retire, MrPlace, QpShape};
 use super::shm::{ObjKind, Shm};
 use super::{Model, ModelCq, ModelError, ModelMr, ModelQp, MAX_INLINE};
 use crate::mlx5::seg::WQEBB;
@@ -154,26 +154,13 @@ impl Model {
         init_obj(&shm, key);
         // SAFETY: forwarded from the caller; the object's data starts one page in.
         let pin = unsafe { Pinned::new(&shm, PAGE, pstart, plen, "a memory region")? };
-        // SAFETY: header fields of our own new object, before it is marked valid.
-        unsafe {
-            let h = shm.ptr() as *mut MrHdr;
-            (*h).base = iova;
-            (*h).len = len as u64;
-            (*h).access = access;
-            (*h).pd = pd;
-            (*h).data_off = (PAGE + (start - pstart)) as u64;
-        }
-        hdr::<ObjHdr>(&shm).valid.store(1, Ordering::Release);
-        let shm = publish(&self.inner.mrs, key, shm);
-        Ok(ModelMr {
-            shm,
-            key,
-            data: start as *mut u8,
+        let place = MrPlace {
             base: iova,
             len,
-            model: self.clone(),
-            user: Some(pin),
-        })
+            data: start as *mut u8,
+            data_off: (PAGE + (start - pstart)) as u64,
+        };
+        Ok(self.finish_mr(shm, key, pd, access, place, Some(pin)))
     }
 
     /// A CQ of `cnt` 64-byte CQEs in the program's buffer `buf` (page-aligned), its consumer
@@ -200,21 +187,7 @@ impl Model {
         init_obj(&shm, cqn);
         // SAFETY: forwarded from the caller; the CQEs start one page in, as in the model's own.
         let pin = unsafe { Pinned::new(&shm, PAGE, buf, len, "a CQ buffer")? };
-        // SAFETY: header fields of our own new object, before it is marked valid.
-        unsafe {
-            let h = shm.ptr() as *mut CqHdr;
-            (*h).cqe_cnt = cnt;
-            (*h).db_id = db.id;
-            (*h).db_off = db_off;
-        }
-        hdr::<ObjHdr>(&shm).valid.store(1, Ordering::Release);
-        let shm = publish(&self.inner.cqs, cqn, shm);
-        Ok(ModelCq {
-            shm,
-            cqn,
-            cnt,
-            user: Some(pin),
-        })
+        Ok(self.finish_cq(shm, cqn, cnt, (db.id, db_off), Some(pin)))
     }
 
     /// An RC QP whose rings are libmlx5's buffer (`l`), its doorbell record at `db_off` in `db`.
