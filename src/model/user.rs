@@ -5,11 +5,14 @@
 //! shared memory that the model, in this process or the peer's, reads and writes. Destroying
 //! the object gives the program private memory back with the same bytes, before libmlx5 frees it.
 
+use super::config::io;
+use super::direct::{deliver_now, RegCheck};
+use super::exec::execute;
+use super::layout::{hdr, init_obj, lock, qp_dbrec, state, unlock, ObjHdr, QpHdr, PAGE, QP_SQ_OFF};
+use super::objects::{publish, retire, MrPlace, QpShape};
 use super::shm::{ObjKind, Shm};
-use super::{
-    hdr, init_obj, publish, CqHdr, Model, ModelCq, ModelError, ModelMr, ModelQp, MrHdr, ObjHdr, QpHdr, QpShape,
-    MAX_INLINE, PAGE, QP_SQ_OFF, WQEBB,
-};
+use super::{Model, ModelCq, ModelError, ModelMr, ModelQp, MAX_INLINE};
+use crate::mlx5::seg::WQEBB;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
@@ -77,7 +80,7 @@ impl ModelDbPage {
 
 impl Drop for ModelDbPage {
     fn drop(&mut self) {
-        super::retire(&self.shm, self.pin.take(), &self.model.inner.dbs, self.id);
+        retire(&self.shm, self.pin.take(), &self.model.inner.dbs, self.id);
     }
 }
 
@@ -113,8 +116,8 @@ impl Model {
         if addr % PAGE != 0 {
             return Err(ModelError::Invalid(format!("doorbell page {addr:#x} not page-aligned")));
         }
-        let (id, shm) = Shm::create(ObjKind::Db, 2 * PAGE, || self.next_id())
-            .map_err(super::io("creating a doorbell-record page"))?;
+        let (id, shm) =
+            Shm::create(ObjKind::Db, 2 * PAGE, || self.next_id()).map_err(io("creating a doorbell-record page"))?;
         init_obj(&shm, id);
         // SAFETY: forwarded from the caller; the object's second page is the record page.
         let pin = unsafe { Pinned::new(&shm, PAGE, addr, PAGE, "a doorbell-record page")? };
@@ -147,30 +150,17 @@ impl Model {
         }
         let (pstart, plen) = page_span(start, len)?;
         let (key, shm) =
-            Shm::create(ObjKind::Mr, PAGE + plen, || self.next_id()).map_err(super::io("creating a memory region"))?;
+            Shm::create(ObjKind::Mr, PAGE + plen, || self.next_id()).map_err(io("creating a memory region"))?;
         init_obj(&shm, key);
         // SAFETY: forwarded from the caller; the object's data starts one page in.
         let pin = unsafe { Pinned::new(&shm, PAGE, pstart, plen, "a memory region")? };
-        // SAFETY: header fields of our own new object, before it is marked valid.
-        unsafe {
-            let h = shm.ptr() as *mut MrHdr;
-            (*h).base = iova;
-            (*h).len = len as u64;
-            (*h).access = access;
-            (*h).pd = pd;
-            (*h).data_off = (PAGE + (start - pstart)) as u64;
-        }
-        hdr::<ObjHdr>(&shm).valid.store(1, Ordering::Release);
-        let shm = publish(&self.inner.mrs, key, shm);
-        Ok(ModelMr {
-            shm,
-            key,
-            data: start as *mut u8,
+        let place = MrPlace {
             base: iova,
             len,
-            model: self.clone(),
-            user: Some(pin),
-        })
+            data: start as *mut u8,
+            data_off: (PAGE + (start - pstart)) as u64,
+        };
+        Ok(self.finish_mr(shm, key, pd, access, place, Some(pin)))
     }
 
     /// A CQ of `cnt` 64-byte CQEs in the program's buffer `buf` (page-aligned), its consumer
@@ -193,25 +183,11 @@ impl Model {
             return Err(ModelError::Invalid(format!("CQ doorbell record at offset {db_off}")));
         }
         let len = (cnt as usize * 64).next_multiple_of(PAGE);
-        let (cqn, shm) = Shm::create(ObjKind::Cq, PAGE + len, || self.next_id()).map_err(super::io("creating a CQ"))?;
+        let (cqn, shm) = Shm::create(ObjKind::Cq, PAGE + len, || self.next_id()).map_err(io("creating a CQ"))?;
         init_obj(&shm, cqn);
         // SAFETY: forwarded from the caller; the CQEs start one page in, as in the model's own.
         let pin = unsafe { Pinned::new(&shm, PAGE, buf, len, "a CQ buffer")? };
-        // SAFETY: header fields of our own new object, before it is marked valid.
-        unsafe {
-            let h = shm.ptr() as *mut CqHdr;
-            (*h).cqe_cnt = cnt;
-            (*h).db_id = db.id;
-            (*h).db_off = db_off;
-        }
-        hdr::<ObjHdr>(&shm).valid.store(1, Ordering::Release);
-        let shm = publish(&self.inner.cqs, cqn, shm);
-        Ok(ModelCq {
-            shm,
-            cqn,
-            cnt,
-            user: Some(pin),
-        })
+        Ok(self.finish_cq(shm, cqn, cnt, (db.id, db_off), Some(pin)))
     }
 
     /// An RC QP whose rings are libmlx5's buffer (`l`), its doorbell record at `db_off` in `db`.
@@ -247,7 +223,7 @@ impl Model {
             )));
         }
         let (qpn, shm) =
-            Shm::create(ObjKind::Qp, QP_SQ_OFF + l.buf_len, || self.next_id()).map_err(super::io("creating a QP"))?;
+            Shm::create(ObjKind::Qp, QP_SQ_OFF + l.buf_len, || self.next_id()).map_err(io("creating a QP"))?;
         // SAFETY: forwarded from the caller; the rings start two pages in, as in the model's own.
         let pin = unsafe { Pinned::new(&shm, QP_SQ_OFF, l.buf, l.buf_len, "a QP buffer")? };
         let shape = QpShape {
@@ -270,7 +246,7 @@ impl ModelQp {
     /// After a post whose doorbell the model does not see (libmlx5 rings a register page that
     /// nothing watches): the wire, then the WQEs up to the doorbell record, now.
     pub fn deliver_rung(&self) {
-        super::deliver_now(&self.model, &self.shm, super::RegCheck::Doorbell);
+        deliver_now(&self.model, &self.shm, RegCheck::Doorbell);
     }
 
     /// Destruction through libibverbs: the QP leaves service and the program gets its memory
@@ -289,13 +265,13 @@ impl ModelQp {
     /// indices follow.
     pub fn reset(&self) {
         let h: &QpHdr = hdr(&self.shm);
-        super::lock(&h.sq_lock);
-        super::lock(&h.rq_lock);
-        h.state.store(super::state::RESET, Ordering::Release);
+        lock(&h.sq_lock);
+        lock(&h.rq_lock);
+        h.state.store(state::RESET, Ordering::Release);
         h.sq_ci.store(0, Ordering::Relaxed);
         h.rq_ci.store(0, Ordering::Relaxed);
-        super::unlock(&h.rq_lock);
-        super::unlock(&h.sq_lock);
+        unlock(&h.rq_lock);
+        unlock(&h.sq_lock);
     }
 
     /// After a post, or while waiting, with libmlx5 ringing: when the send doorbell record moved
@@ -303,22 +279,22 @@ impl ModelQp {
     /// (as a doorbell would set off); otherwise only what is left to run (a sender resumed after
     /// RNR), with no wire.
     pub fn deliver_if_rung(&self, seen: &mut u32) {
-        let Some(db) = super::qp_dbrec(&self.model, &self.shm) else {
+        let Some(db) = qp_dbrec(&self.model, &self.shm) else {
             return;
         };
         // SAFETY: the send counter, dbrec[1] (checked by qp_dbrec).
         let pi = unsafe { std::ptr::read_volatile(db.add(1)) };
         if pi != *seen {
             *seen = pi;
-            super::deliver_now(&self.model, &self.shm, super::RegCheck::Doorbell);
+            deliver_now(&self.model, &self.shm, RegCheck::Doorbell);
         } else {
-            super::execute(&self.model, &self.shm, super::RegCheck::None);
+            execute(&self.model, &self.shm, RegCheck::None);
         }
     }
 
     /// After receives were posted by someone other than the direct path (libmlx5): a QP in
     /// error flushes them, a peer stalled on RNR goes on.
     pub fn receives_posted(&self) {
-        super::receives_posted(&self.model, &self.shm, self.model.inner.cfg.exec);
+        super::recv::receives_posted(&self.model, &self.shm, self.model.inner.cfg.exec);
     }
 }

@@ -1,0 +1,101 @@
+//! Completions and errors: the syndromes model0 reports, CQEs written as hardware writes them
+//! (owner bit last, overruns counted), and a QP moved to error.
+
+use super::layout::{cq_dbrec, hdr, lock, state, unlock, CqHdr, QpHdr, PAGE};
+use super::recv::flush_rq;
+use super::shm::Shm;
+use super::Model;
+use crate::mlx5::cq::cqe_op;
+use std::sync::atomic::{fence, AtomicU8, Ordering};
+
+/// Syndromes the model reports (`MLX5_CQE_SYNDROME_*`).
+pub mod syndrome {
+    use crate::sys;
+    /// Local length error.
+    pub const LOCAL_LENGTH: u8 = sys::MLX5_CQE_SYNDROME_LOCAL_LENGTH_ERR as u8;
+    /// Malformed WQE.
+    pub const LOCAL_QP_OP: u8 = sys::MLX5_CQE_SYNDROME_LOCAL_QP_OP_ERR as u8;
+    /// Bad lkey or local bounds.
+    pub const LOCAL_PROT: u8 = sys::MLX5_CQE_SYNDROME_LOCAL_PROT_ERR as u8;
+    /// Flushed: the QP was in error.
+    pub const WR_FLUSH: u8 = sys::MLX5_CQE_SYNDROME_WR_FLUSH_ERR as u8;
+    /// The responder rejected the request (length, alignment).
+    pub const REMOTE_INVAL_REQ: u8 = sys::MLX5_CQE_SYNDROME_REMOTE_INVAL_REQ_ERR as u8;
+    /// Bad rkey, bounds or access rights at the responder.
+    pub const REMOTE_ACCESS: u8 = sys::MLX5_CQE_SYNDROME_REMOTE_ACCESS_ERR as u8;
+    /// No responder (peer gone or not ready).
+    pub const TRANSPORT_RETRY_EXC: u8 = sys::MLX5_CQE_SYNDROME_TRANSPORT_RETRY_EXC_ERR as u8;
+    /// No receive posted and RNR retries used up.
+    pub const RNR_RETRY_EXC: u8 = sys::MLX5_CQE_SYNDROME_RNR_RETRY_EXC_ERR as u8;
+}
+
+/// One CQE to write.
+#[derive(Clone, Copy, Default)]
+pub(super) struct CqeOut {
+    pub(super) op: u8,
+    pub(super) qpn: u32,
+    pub(super) uidx: u32,
+    /// Responder payload scattered into the CQE (scatter-to-CQE), its length in `scatter.0`.
+    pub(super) scatter: (u8, [u8; 32]),
+    pub(super) wqe_counter: u16,
+    pub(super) byte_cnt: u32,
+    pub(super) imm: u32,
+    pub(super) syndrome: u8,
+    pub(super) wqe_opcode: u8,
+}
+
+pub(super) fn push_cqe(m: &Model, cq: &Shm, c: CqeOut) {
+    let h: &CqHdr = hdr(cq);
+    lock(&h.lock);
+    let cnt = h.cqe_cnt;
+    let pi = h.pi.load(Ordering::Relaxed);
+    // the CQ's header may be another process's: its size must fit the mapping
+    let fits = cnt.is_power_of_two() && PAGE + cnt as usize * 64 <= cq.len();
+    let Some(db) = cq_dbrec(m, cq).filter(|_| fits) else {
+        h.overruns.fetch_add(1, Ordering::Relaxed);
+        unlock(&h.lock);
+        return;
+    };
+    // SAFETY: the consumer's doorbell record (checked by cq_dbrec).
+    let ci = u32::from_be(unsafe { std::ptr::read_volatile(db) });
+    if (pi.wrapping_sub(ci) & 0xff_ffff) >= cnt {
+        h.overruns.fetch_add(1, Ordering::Relaxed);
+        unlock(&h.lock);
+        return;
+    }
+    let mut b = [0u8; 64];
+    let n = c.scatter.0 as usize;
+    b[..n].copy_from_slice(&c.scatter.1[..n]);
+    b[32..36].copy_from_slice(&(c.uidx & 0xff_ffff).to_be_bytes());
+    b[36..40].copy_from_slice(&c.imm.to_ne_bytes());
+    b[44..48].copy_from_slice(&c.byte_cnt.to_be_bytes());
+    // sop_drop_qpn: a requester CQE carries the WQE's opcode in its top byte (libmlx5 takes the
+    // work completion's opcode from it), as does an error CQE (s_wqe_opcode_qpn)
+    if c.op == cqe_op::REQ_ERR || c.op == cqe_op::RESP_ERR {
+        b[55] = c.syndrome;
+    }
+    let q = if c.op == cqe_op::REQ || c.op == cqe_op::REQ_ERR || c.op == cqe_op::RESP_ERR {
+        ((c.wqe_opcode as u32) << 24) | (c.qpn & 0xff_ffff)
+    } else {
+        c.qpn & 0xff_ffff
+    };
+    b[56..60].copy_from_slice(&q.to_be_bytes());
+    b[60..62].copy_from_slice(&c.wqe_counter.to_be_bytes());
+    let owner = ((pi & cnt) != 0) as u8 | if n > 0 { 0x04 } else { 0 }; // MLX5_INLINE_SCATTER_32
+                                                                        // SAFETY: slot inside the CQ buffer; the body is written before the owner byte, which is
+                                                                        // published with release ordering (the consumer reads it, then fences, then the body).
+    unsafe {
+        let slot = cq.ptr().add(PAGE + (pi & (cnt - 1)) as usize * 64);
+        std::ptr::copy_nonoverlapping(b.as_ptr(), slot, 63);
+        fence(Ordering::Release);
+        (*(slot.add(63) as *const AtomicU8)).store((c.op << 4) | owner, Ordering::Release);
+    }
+    h.pi.store(pi.wrapping_add(1), Ordering::Relaxed);
+    unlock(&h.lock);
+}
+
+pub(super) fn set_err(m: &Model, q: &Shm) {
+    let h: &QpHdr = hdr(q);
+    h.state.store(state::ERR, Ordering::Release);
+    flush_rq(m, q);
+}

@@ -1,0 +1,131 @@
+//! WQE decoding: a send WQE read out of the ring (following its wrap) and checked as hardware
+//! checks it, with rdma-core's segment types.
+
+use crate::mlx5::seg::{opcode, CE_CQ_UPDATE, INLINE_SEG, MAX_DS, WQEBB};
+use crate::sys;
+
+/// The fence-mode bits of a control segment's `fm_ce_se` (`MLX5_WQE_CTRL_FENCE`, `_INITIATOR_SMALL_FENCE`,
+/// `_STRONG_ORDERING` are values of this 3-bit field).
+const FM_MASK: u8 = 0xe0;
+
+/// The decoded body of a WQE.
+pub(super) struct Decoded {
+    pub(super) opcode: u8,
+    pub(super) idx: u16,
+    pub(super) ds: u32,
+    pub(super) signaled: bool,
+    /// Fence (any of the control segment's fence modes): waits for the READs and atomics
+    /// before it to complete.
+    pub(super) fence: bool,
+    pub(super) imm: u32,
+    pub(super) raddr: Option<(u64, u32)>,
+    pub(super) atomic: Option<(u64, u64)>,
+    pub(super) inline: Option<(usize, usize)>, // offset, len in the local copy
+    pub(super) sges: [(u64, u32, u32); 16],    // addr, lkey, len
+    pub(super) nsge: usize,
+}
+
+/// Reads the WQE at `start` (WQEBB index) into `buf` (following the ring's wrap) and decodes it
+/// with rdma-core's segment types. `Err(opcode)` for a malformed WQE.
+pub(super) fn decode(
+    sq: *const u8,
+    wqe_cnt: u32,
+    start: u32,
+    qpn: u32,
+    buf: &mut [u8; 1024],
+) -> Result<Decoded, (u8, u16)> {
+    let slot = |b: u32| -> *const u8 {
+        // SAFETY: the slot index is masked into the ring.
+        unsafe { sq.add(((start.wrapping_add(b)) & (wqe_cnt - 1)) as usize * WQEBB) }
+    };
+    // SAFETY: the first WQEBB of the WQE is inside the ring.
+    unsafe { std::ptr::copy_nonoverlapping(slot(0), buf.as_mut_ptr(), WQEBB) };
+    // SAFETY: buf holds at least the 16-byte control segment.
+    let ctrl: sys::mlx5_wqe_ctrl_seg = unsafe { std::ptr::read_unaligned(buf.as_ptr() as *const _) };
+    let w0 = u32::from_be(ctrl.opmod_idx_opcode);
+    let w1 = u32::from_be(ctrl.qpn_ds);
+    let op = (w0 & 0xff) as u8;
+    let idx = ((w0 >> 8) & 0xffff) as u16;
+    let ds = w1 & 0x3f;
+    let bad = Err((op, idx));
+    if ds == 0 || ds > MAX_DS || (w1 >> 8) != qpn || idx != (start & 0xffff) as u16 {
+        return bad;
+    }
+    let nbb = ds.div_ceil(4);
+    if nbb > wqe_cnt {
+        return bad;
+    }
+    for b in 1..nbb {
+        // SAFETY: WQEBB b of the WQE (wrapped) into the local copy, within 1024 bytes (nbb <= 16).
+        unsafe { std::ptr::copy_nonoverlapping(slot(b), buf.as_mut_ptr().add(b as usize * WQEBB), WQEBB) };
+    }
+    let mut d = Decoded {
+        opcode: op,
+        idx,
+        ds,
+        signaled: ctrl.fm_ce_se & CE_CQ_UPDATE != 0,
+        fence: ctrl.fm_ce_se & FM_MASK != 0,
+        imm: ctrl.imm,
+        raddr: None,
+        atomic: None,
+        inline: None,
+        sges: [(0, 0, 0); 16],
+        nsge: 0,
+    };
+    let mut u = 1usize;
+    let seg = |u: usize| -> *const u8 { buf[u * 16..].as_ptr() };
+    let (wants_raddr, wants_atomic) = match op {
+        opcode::NOP | opcode::SEND | opcode::SEND_IMM => (false, false),
+        opcode::RDMA_WRITE | opcode::RDMA_WRITE_IMM | opcode::RDMA_READ => (true, false),
+        opcode::ATOMIC_CS | opcode::ATOMIC_FA => (true, true),
+        _ => return bad,
+    };
+    if wants_raddr {
+        if u >= ds as usize {
+            return bad;
+        }
+        // SAFETY: a 16-byte segment inside the copied WQE.
+        let r: sys::mlx5_wqe_raddr_seg = unsafe { std::ptr::read_unaligned(seg(u) as *const _) };
+        d.raddr = Some((u64::from_be(r.raddr), u32::from_be(r.rkey)));
+        u += 1;
+    }
+    if wants_atomic {
+        if u >= ds as usize {
+            return bad;
+        }
+        // SAFETY: as above.
+        let a: sys::mlx5_wqe_atomic_seg = unsafe { std::ptr::read_unaligned(seg(u) as *const _) };
+        d.atomic = Some((u64::from_be(a.swap_add), u64::from_be(a.compare)));
+        u += 1;
+    }
+    if op == opcode::NOP {
+        return Ok(d);
+    }
+    if u < ds as usize {
+        // SAFETY: 4 bytes at the start of a segment inside the copy.
+        let first: sys::mlx5_wqe_inl_data_seg = unsafe { std::ptr::read_unaligned(seg(u) as *const _) };
+        let bc = u32::from_be(first.byte_count);
+        if bc & INLINE_SEG != 0 {
+            let len = (bc & !INLINE_SEG) as usize;
+            if (4 + len).div_ceil(16) != ds as usize - u || op == opcode::RDMA_READ || wants_atomic {
+                return bad;
+            }
+            d.inline = Some((u * 16 + 4, len));
+            return Ok(d);
+        }
+        while u < ds as usize {
+            if d.nsge == d.sges.len() {
+                return bad;
+            }
+            // SAFETY: a 16-byte segment inside the copy.
+            let s: sys::mlx5_wqe_data_seg = unsafe { std::ptr::read_unaligned(seg(u) as *const _) };
+            d.sges[d.nsge] = (u64::from_be(s.addr), u32::from_be(s.lkey), u32::from_be(s.byte_count));
+            d.nsge += 1;
+            u += 1;
+        }
+    }
+    if wants_atomic && (d.nsge != 1 || d.sges[0].2 != 8) {
+        return bad;
+    }
+    Ok(d)
+}

@@ -1,0 +1,546 @@
+//! Execution: a send queue's rung WQEs run under its lock (any process may run any QP), each
+//! against registered memory (keys resolved and checked), READ and atomic results landing late
+//! unless fenced, RNR retries; and the checks of what the poster stored in the register page
+//! (doorbell, BlueFlame copy).
+
+use super::cqe::{push_cqe, set_err, syndrome, CqeOut};
+use super::decode::{decode, Decoded};
+use super::direct::RegCheck;
+use super::layout::{hdr, qp_dbrec, rings, state, try_lock, CqHdr, MrHdr, QpHdr, QP_REG_OFF};
+use super::objects::ObjRef;
+use super::recv::deliver_to_receiver;
+use super::shm::{ObjKind, Shm};
+use super::wire::response_wire;
+use super::{Model, BF_SIZE};
+use crate::mlx5::cq::cqe_op;
+use crate::mlx5::seg::{opcode, WQEBB};
+use crate::sys;
+use std::sync::atomic::{fence, AtomicU64, Ordering};
+
+/// A resolved piece of registered memory.
+pub(super) struct Region {
+    _shm: ObjRef,
+    pub(super) ptr: *mut u8,
+}
+
+pub(super) enum KeyErr {
+    Key,
+    Access,
+    Bounds,
+}
+
+pub(super) fn resolve(m: &Model, key: u32, addr: u64, len: u64, pd: u32, need: u32) -> Result<Region, KeyErr> {
+    let shm = m.lookup(ObjKind::Mr, key).ok_or(KeyErr::Key)?;
+    let h: &MrHdr = hdr(&shm);
+    if h.pd != pd {
+        return Err(KeyErr::Key);
+    }
+    if h.access & need != need {
+        return Err(KeyErr::Access);
+    }
+    let end = addr.checked_add(len).ok_or(KeyErr::Bounds)?;
+    if addr < h.base || end > h.base.saturating_add(h.len) {
+        return Err(KeyErr::Bounds);
+    }
+    let off = h.data_off.checked_add(addr - h.base).ok_or(KeyErr::Bounds)?;
+    if off.checked_add(len).is_none_or(|e| e > shm.len() as u64) {
+        return Err(KeyErr::Bounds);
+    }
+    // SAFETY: checked inside the mapping above.
+    let ptr = unsafe { shm.ptr().add(off as usize) };
+    Ok(Region { _shm: shm, ptr })
+}
+
+/// IB RNR timer codes in microseconds.
+fn rnr_timer_us(code: u32) -> u64 {
+    const T: [u64; 32] = [
+        655_360, 10, 20, 30, 40, 60, 80, 120, 160, 240, 320, 480, 640, 960, 1280, 1920, 2560, 3840, 5120, 7680, 10240,
+        15360, 20480, 30720, 40960, 61440, 81920, 122_880, 163_840, 245_760, 327_680, 491_520,
+    ];
+    T[(code & 31) as usize]
+}
+
+pub(super) enum Outcome {
+    Done {
+        byte_cnt: u32,
+    },
+    Fail(u8),
+    /// The responder has no receive and RNR retries are infinite: try again later.
+    Stall,
+}
+
+/// A READ's data or an atomic's old value on its way back: it lands in the requester's memory
+/// when the batch of WQEs it was rung with has run, or before a fenced WQE runs.
+struct Landing {
+    dst: Region,
+    bytes: Vec<u8>,
+}
+
+/// Executes one WQE. `late`: where READ data and atomic results go when more WQEs of the same
+/// doorbell follow (a ConnectX goes on with the next WQEs while a READ's response is on its way
+/// back, so a later WQE that reads the READ's destination without a fence sends what was there
+/// before); `None`: they land now.
+fn run_one(m: &Model, me: &QpHdr, d: &Decoded, buf: &[u8; 1024], mut late: Option<&mut Vec<Landing>>) -> Outcome {
+    if d.opcode == opcode::NOP {
+        return Outcome::Done { byte_cnt: 0 };
+    }
+    let Some(peer) = m.lookup(ObjKind::Qp, me.peer.load(Ordering::Acquire)) else {
+        return Outcome::Fail(syndrome::TRANSPORT_RETRY_EXC);
+    };
+    let ph: &QpHdr = hdr(&peer);
+    if ph.state.load(Ordering::Acquire) != state::RTS {
+        return Outcome::Fail(syndrome::TRANSPORT_RETRY_EXC);
+    }
+    // Gather the local side (source for SEND/WRITE: read access suffices).
+    // The payload, gathered: on the stack up to 1 KiB (no allocation per operation).
+    let mut small = [0u8; 1024];
+    let mut big: Vec<u8> = Vec::new();
+    let mut plen = 0usize;
+    let mut push = |bytes: &[u8]| {
+        if big.is_empty() && plen + bytes.len() <= small.len() {
+            small[plen..plen + bytes.len()].copy_from_slice(bytes);
+        } else {
+            if big.is_empty() {
+                big.extend_from_slice(&small[..plen]);
+            }
+            big.extend_from_slice(bytes);
+        }
+        plen += bytes.len();
+    };
+    let gathers = matches!(
+        d.opcode,
+        opcode::SEND | opcode::SEND_IMM | opcode::RDMA_WRITE | opcode::RDMA_WRITE_IMM
+    );
+    if gathers {
+        if let Some((off, len)) = d.inline {
+            if len > me.max_inline as usize {
+                return Outcome::Fail(syndrome::LOCAL_QP_OP);
+            }
+            push(&buf[off..off + len]);
+        } else {
+            for &(addr, lkey, len) in &d.sges[..d.nsge] {
+                match resolve(m, lkey, addr, len as u64, me.pd, 0) {
+                    // SAFETY: resolved in bounds of a registered region.
+                    Ok(r) => push(unsafe { std::slice::from_raw_parts(r.ptr, len as usize) }),
+                    Err(_) => return Outcome::Fail(syndrome::LOCAL_PROT),
+                }
+            }
+        }
+    }
+    let payload: &[u8] = if big.is_empty() { &small[..plen] } else { &big };
+    let remote = |need: u32, len: u64| -> Result<Region, u8> {
+        let (raddr, rkey) = d.raddr.unwrap_or((0, 0));
+        resolve(m, rkey, raddr, len, ph.pd, need).map_err(|_| syndrome::REMOTE_ACCESS)
+    };
+    match d.opcode {
+        opcode::SEND => deliver_to_receiver(m, &peer, d, payload, cqe_op::RESP_SEND),
+        opcode::SEND_IMM => deliver_to_receiver(m, &peer, d, payload, cqe_op::RESP_SEND_IMM),
+        opcode::RDMA_WRITE | opcode::RDMA_WRITE_IMM => {
+            let r = match remote(sys::IBV_ACCESS_REMOTE_WRITE, payload.len() as u64) {
+                Ok(r) => r,
+                Err(s) => return Outcome::Fail(s),
+            };
+            if d.opcode == opcode::RDMA_WRITE_IMM {
+                // The immediate needs a receive; check before placing data.
+                let ci = ph.rq_ci.load(Ordering::Relaxed);
+                let Some(db) = qp_dbrec(m, &peer) else {
+                    return Outcome::Fail(syndrome::TRANSPORT_RETRY_EXC);
+                };
+                // SAFETY: the peer's receive counter (checked by qp_dbrec).
+                let head = u32::from_be(unsafe { std::ptr::read_volatile(db) });
+                if (ci & 0xffff) == (head & 0xffff) {
+                    return Outcome::Stall;
+                }
+            }
+            // SAFETY: resolved in bounds of the responder's region.
+            unsafe { std::ptr::copy_nonoverlapping(payload.as_ptr(), r.ptr, payload.len()) };
+            if d.opcode == opcode::RDMA_WRITE_IMM {
+                return deliver_to_receiver(m, &peer, d, payload, cqe_op::RESP_WR_IMM);
+            }
+            Outcome::Done {
+                byte_cnt: payload.len() as u32,
+            }
+        }
+        opcode::RDMA_READ => {
+            let total: u64 = d.sges[..d.nsge].iter().map(|s| s.2 as u64).sum();
+            let r = match remote(sys::IBV_ACCESS_REMOTE_READ, total) {
+                Ok(r) => r,
+                Err(s) => return Outcome::Fail(s),
+            };
+            // the response travels back over the wire before it lands
+            response_wire(me);
+            let mut off = 0usize;
+            for &(addr, lkey, len) in &d.sges[..d.nsge] {
+                let Ok(l) = resolve(m, lkey, addr, len as u64, me.pd, sys::IBV_ACCESS_LOCAL_WRITE) else {
+                    return Outcome::Fail(syndrome::LOCAL_PROT);
+                };
+                match late.as_deref_mut() {
+                    // SAFETY: both sides resolved in bounds.
+                    None => unsafe { std::ptr::copy_nonoverlapping(r.ptr.add(off), l.ptr, len as usize) },
+                    Some(late) => {
+                        // the responder reads now (requests are served in order); the data
+                        // lands later
+                        // SAFETY: resolved in bounds of the responder's region.
+                        let bytes = unsafe { std::slice::from_raw_parts(r.ptr.add(off), len as usize) }.to_vec();
+                        late.push(Landing { dst: l, bytes });
+                    }
+                }
+                off += len as usize;
+            }
+            Outcome::Done { byte_cnt: total as u32 }
+        }
+        opcode::ATOMIC_CS | opcode::ATOMIC_FA => {
+            let (raddr, _) = d.raddr.unwrap_or((0, 0));
+            if raddr % 8 != 0 {
+                return Outcome::Fail(syndrome::REMOTE_INVAL_REQ);
+            }
+            let r = match remote(sys::IBV_ACCESS_REMOTE_ATOMIC, 8) {
+                Ok(r) => r,
+                Err(s) => return Outcome::Fail(s),
+            };
+            let (addr, lkey, _) = d.sges[0];
+            let l = match resolve(m, lkey, addr, 8, me.pd, sys::IBV_ACCESS_LOCAL_WRITE) {
+                Ok(l) => l,
+                Err(_) => return Outcome::Fail(syndrome::LOCAL_PROT),
+            };
+            let (swap_add, compare) = d.atomic.unwrap_or((0, 0));
+            // SAFETY: an 8-byte aligned word inside the responder's region (checked above);
+            // shared memory is accessed atomically by every process.
+            let word = unsafe { &*(r.ptr as *const AtomicU64) };
+            // The word's byte order is the responder device's (big-endian or host order); the
+            // old value goes back in the same order.
+            let big = ph.atomic_be != 0;
+            let order = |v: u64| if big { v.to_be() } else { v };
+            let old_be = if d.opcode == opcode::ATOMIC_FA {
+                let mut cur = word.load(Ordering::Acquire);
+                loop {
+                    let new = order(order(cur).wrapping_add(swap_add));
+                    match word.compare_exchange_weak(cur, new, Ordering::AcqRel, Ordering::Acquire) {
+                        Ok(v) => break v,
+                        Err(v) => cur = v,
+                    }
+                }
+            } else {
+                match word.compare_exchange(order(compare), order(swap_add), Ordering::AcqRel, Ordering::Acquire) {
+                    Ok(v) | Err(v) => v,
+                }
+            };
+            // the response (the old value) travels back over the wire before it lands
+            response_wire(me);
+            match late {
+                // SAFETY: 8 bytes resolved in the requester's region (may be unaligned).
+                None => unsafe { std::ptr::write_unaligned(l.ptr as *mut u64, old_be) },
+                Some(late) => late.push(Landing {
+                    dst: l,
+                    bytes: old_be.to_ne_bytes().to_vec(),
+                }),
+            }
+            Outcome::Done { byte_cnt: 8 }
+        }
+        _ => Outcome::Fail(syndrome::LOCAL_QP_OP),
+    }
+}
+
+/// Executes the rung WQEs of QP `q`. Any process may do it for any QP (under the QP's SQ lock):
+/// a receiver's process resumes a sender stalled on RNR.
+/// `doorbell`: run because this QP's poster rang (its thread, after the register store), so the
+/// register is checked against the WQEs; not when another party resumes it (a receive posted
+/// for a sender stalled on RNR), which may come between the poster's record and register stores.
+pub(super) fn execute(m: &Model, q: &Shm, reg: RegCheck) {
+    let h: &QpHdr = hdr(q);
+    let check = reg != RegCheck::None && h.check_reg != 0;
+    let mut rung = None;
+    loop {
+        let kicks = h.kicks.load(Ordering::SeqCst);
+        if !try_lock(&h.sq_lock) {
+            break; // another thread runs it and will see our kick
+        }
+        rung = rung.or(run_sq(m, q, check));
+        // Unlock with a locked instruction, not a plain store: a later load may otherwise pass
+        // the store (store-load reordering, even on x86) and miss a kick given by a thread that
+        // then failed to take the still-held lock (a lost wake-up).
+        h.sq_lock.swap(0, Ordering::SeqCst);
+        if h.kicks.load(Ordering::SeqCst) == kicks {
+            break;
+        }
+    }
+    if check {
+        // After the run (its cost stays out of the operation's latency): a BlueFlame write
+        // must hold the WQE it names, byte for byte, as a ConnectX executes the write's copy.
+        // The WQE has run by now; a mismatch moves the QP to error, so no later WQE runs.
+        if let (RegCheck::BlueFlame, Some((last, half))) = (reg, rung) {
+            if !blueflame_matches(q, last, half) {
+                h.bad_doorbells.fetch_add(1, Ordering::Relaxed);
+                set_err(m, q);
+            }
+        }
+        clear_register(q);
+    }
+}
+
+/// Runs the WQEs rung on `q`'s send queue. `check`: the register is checked against the last
+/// WQE rung; returns that WQE's index and the register half holding its doorbell.
+fn run_sq(m: &Model, q: &Shm, check: bool) -> Option<(u32, usize)> {
+    let h: &QpHdr = hdr(q);
+    let scq = m.lookup(ObjKind::Cq, h.send_cqn)?;
+    let (Some(dbrec), Some((sq, _))) = (qp_dbrec(m, q), rings(q)) else {
+        return None;
+    };
+    // SAFETY: the send counter, dbrec[1] (checked by qp_dbrec).
+    let db = u32::from_be(unsafe { std::ptr::read_volatile(dbrec.add(1)) }) & 0xffff;
+    fence(Ordering::Acquire);
+    let mut ci = h.sq_ci.load(Ordering::Relaxed);
+    let target = ci.wrapping_add(db.wrapping_sub(ci) & 0xffff);
+    let mut rung = None;
+    if check && target != ci {
+        match doorbell_matches(q, sq, ci, target) {
+            Rung::Matches(last, half) => rung = Some((last, half)),
+            Rung::Unknown => {}
+            Rung::Mismatch => {
+                // The register does not hold the doorbell of the last WQE rung: a NIC would
+                // fetch another WQE, or none. The model executes none of them: the QP moves to
+                // error and the loop below flushes them (WR_FLUSH, one CQE each).
+                h.bad_doorbells.fetch_add(1, Ordering::Relaxed);
+                set_err(m, q);
+            }
+        }
+    }
+    let mut buf = [0u8; 1024];
+    let mut rnr_deadline: Option<std::time::Instant> = None;
+    // READ data and atomic results still on their way back, and the completions behind them
+    // (a send queue completes in order). Empty, and not allocated, unless a READ or an atomic
+    // is followed by more WQEs of this doorbell.
+    let mut lands: Vec<Landing> = Vec::new();
+    let mut held: Vec<CqeOut> = Vec::new();
+    let emit = |lands: &Vec<Landing>, held: &mut Vec<CqeOut>, c: CqeOut| {
+        if lands.is_empty() {
+            push_cqe(m, &scq, c);
+        } else {
+            held.push(c);
+        }
+    };
+    while ci != target {
+        // A CQ that overflowed is in error, as on a ConnectX (a CQ error event; its QPs move to
+        // error): nothing more executes, and the QP's later WQEs would be flushed into it.
+        if hdr::<CqHdr>(&scq).overruns.load(Ordering::Relaxed) > 0 && h.state.load(Ordering::Acquire) != state::ERR {
+            set_err(m, q);
+        }
+        let d = match decode(sq, h.sq_wqe_cnt, ci, h.obj.id, &mut buf) {
+            Ok(d) => d,
+            Err((op, idx)) => {
+                // Malformed: report at the slot, move the QP to error; the rest is flushed.
+                emit(
+                    &lands,
+                    &mut held,
+                    CqeOut {
+                        op: cqe_op::REQ_ERR,
+                        qpn: h.obj.id,
+                        uidx: h.uidx,
+                        wqe_counter: idx,
+                        syndrome: syndrome::LOCAL_QP_OP,
+                        wqe_opcode: op,
+                        ..Default::default()
+                    },
+                );
+                set_err(m, q);
+                ci = ci.wrapping_add(1);
+                continue;
+            }
+        };
+        let nbb = d.ds.div_ceil(4);
+        if d.fence {
+            // a fenced WQE starts once the READs and atomics before it have completed
+            land(m, &scq, &mut lands, &mut held);
+        }
+        let more = ci.wrapping_add(nbb) != target || !lands.is_empty();
+        let st = h.state.load(Ordering::Acquire);
+        let outcome = if st != state::RTS {
+            Outcome::Fail(syndrome::WR_FLUSH)
+        } else if h.inject_countdown.load(Ordering::Acquire) > 0
+            && h.inject_countdown.fetch_sub(1, Ordering::AcqRel) == 1
+        {
+            Outcome::Fail(h.inject_syndrome.load(Ordering::Acquire) as u8)
+        } else {
+            run_one(m, h, &d, &buf, more.then_some(&mut lands))
+        };
+        match outcome {
+            Outcome::Done { byte_cnt } => {
+                if d.signaled {
+                    emit(
+                        &lands,
+                        &mut held,
+                        CqeOut {
+                            op: cqe_op::REQ,
+                            qpn: h.obj.id,
+                            uidx: h.uidx,
+                            wqe_counter: d.idx,
+                            byte_cnt,
+                            wqe_opcode: d.opcode,
+                            ..Default::default()
+                        },
+                    );
+                }
+            }
+            Outcome::Fail(s) => {
+                emit(
+                    &lands,
+                    &mut held,
+                    CqeOut {
+                        op: cqe_op::REQ_ERR,
+                        qpn: h.obj.id,
+                        uidx: h.uidx,
+                        wqe_counter: d.idx,
+                        syndrome: s,
+                        wqe_opcode: d.opcode,
+                        ..Default::default()
+                    },
+                );
+                if s != syndrome::WR_FLUSH {
+                    set_err(m, q);
+                }
+            }
+            Outcome::Stall => {
+                let retries = h.rnr_retry.load(Ordering::Relaxed);
+                if retries >= 7 {
+                    break; // infinite: resumed by the receiver's doorbell or the next ring
+                }
+                let peer_timer = m
+                    .lookup(ObjKind::Qp, h.peer.load(Ordering::Relaxed))
+                    .map(|p| hdr::<QpHdr>(&p).min_rnr_timer.load(Ordering::Relaxed))
+                    .unwrap_or(12);
+                let wait = std::time::Duration::from_micros(rnr_timer_us(peer_timer) * retries as u64);
+                let deadline = *rnr_deadline.get_or_insert_with(|| std::time::Instant::now() + wait);
+                if retries > 0 && std::time::Instant::now() < deadline {
+                    std::hint::spin_loop();
+                    continue; // retry the same WQE
+                }
+                emit(
+                    &lands,
+                    &mut held,
+                    CqeOut {
+                        op: cqe_op::REQ_ERR,
+                        qpn: h.obj.id,
+                        uidx: h.uidx,
+                        wqe_counter: d.idx,
+                        syndrome: syndrome::RNR_RETRY_EXC,
+                        wqe_opcode: d.opcode,
+                        ..Default::default()
+                    },
+                );
+                set_err(m, q);
+            }
+        }
+        rnr_deadline = None;
+        ci = ci.wrapping_add(nbb);
+        h.sq_ci.store(ci, Ordering::Release);
+    }
+    land(m, &scq, &mut lands, &mut held);
+    rung
+}
+
+/// The responses on their way back land, in order, then the completions held behind them.
+fn land(m: &Model, scq: &Shm, lands: &mut Vec<Landing>, held: &mut Vec<CqeOut>) {
+    for l in lands.drain(..) {
+        // SAFETY: `dst` was resolved in bounds of a registered region for `bytes.len()` bytes,
+        // and its mapping is held by the region.
+        unsafe { std::ptr::copy_nonoverlapping(l.bytes.as_ptr(), l.dst.ptr, l.bytes.len()) };
+    }
+    for c in held.drain(..) {
+        push_cqe(m, scq, c);
+    }
+}
+
+/// What the register says of the WQEs rung.
+enum Rung {
+    /// Register half `.1` starts with the first 8 bytes of the last WQE rung, at WQEBB `.0`.
+    Matches(u32, usize),
+    /// Neither half does.
+    Mismatch,
+    /// The WQEs do not add up (a malformed one): execution reports it at its slot.
+    Unknown,
+}
+
+/// The QP's register page: two BlueFlame halves of `BF_SIZE` bytes (the poster alternates).
+fn reg_half(q: &Shm, half: usize) -> *mut u64 {
+    // SAFETY: the register page is inside the QP object's mapping (QP_REG_OFF + 2 * BF_SIZE).
+    unsafe { q.ptr().add(QP_REG_OFF + half * BF_SIZE as usize) as *mut u64 }
+}
+
+/// Whether the register page of `q` (either BlueFlame half: the halves alternate) starts with
+/// the first 8 bytes of the last WQE rung between `ci` and `target` (WQEBB indices): the
+/// doorbell a ConnectX reads the WQE index, opcode, QP number and size from (a BlueFlame copy
+/// starts with them too). The last WQE is found by walking the control segments' DS.
+fn doorbell_matches(q: &Shm, sq: *const u8, ci: u32, target: u32) -> Rung {
+    let h: &QpHdr = hdr(q);
+    let cnt = h.sq_wqe_cnt;
+    let (mut at, mut last) = (ci, ci);
+    while at != target {
+        // SAFETY: byte 7 (DS) of the control segment at WQEBB `at` inside the ring.
+        let ds = unsafe { std::ptr::read_volatile(sq.add((at & (cnt - 1)) as usize * WQEBB + 7)) } & 0x3f;
+        if ds == 0 {
+            return Rung::Unknown; // a malformed WQE: execution reports it (LOCAL_QP_OP)
+        }
+        last = at;
+        at = at.wrapping_add((ds as u32).div_ceil(4));
+        if target.wrapping_sub(at) > target.wrapping_sub(ci) {
+            return Rung::Unknown; // sizes that overrun the record: execution reports the WQE
+        }
+    }
+    // SAFETY: the last WQE's first 8 bytes in the ring.
+    let want = unsafe { std::ptr::read_unaligned(sq.add((last & (cnt - 1)) as usize * WQEBB) as *const u64) };
+    // SAFETY: the first 8 bytes of each register half.
+    match (0..2).find(|&half| unsafe { std::ptr::read_volatile(reg_half(q, half)) } == want) {
+        Some(half) => Rung::Matches(last, half),
+        None => Rung::Mismatch,
+    }
+}
+
+/// Whether register half `half`, which holds the doorbell of the WQE at WQEBB `last`, holds it
+/// whole when it was a BlueFlame write. A BlueFlame write is told from an 8-byte doorbell by
+/// what it leaves past the first 8 bytes (the model clears them after every check, see
+/// [`clear_register`]): a copy of the WQE's 64-byte units, up to `BF_SIZE`, which must equal the
+/// ring's. An all-zero first unit past byte 8 reads as a doorbell: lenient, never a false alarm.
+fn blueflame_matches(q: &Shm, last: u32, half: usize) -> bool {
+    let h: &QpHdr = hdr(q);
+    let Some((sq, _)) = rings(q) else {
+        return true;
+    };
+    let cnt = h.sq_wqe_cnt;
+    let reg = reg_half(q, half);
+    // SAFETY: words 1..8 of the half (inside the register page).
+    if (1..8).all(|w| unsafe { std::ptr::read_volatile(reg.add(w)) } == 0) {
+        return true; // an 8-byte doorbell
+    }
+    let unit = |b: u32| -> *const u64 {
+        // SAFETY: WQEBB `last + b`, masked into the ring.
+        unsafe { sq.add((last.wrapping_add(b) & (cnt - 1)) as usize * WQEBB) as *const u64 }
+    };
+    // SAFETY: byte 7 (DS) of the WQE's control segment, in the ring.
+    let ds = unsafe { std::ptr::read_volatile((unit(0) as *const u8).add(7)) } & 0x3f;
+    let nbb = (ds as u32).div_ceil(4);
+    if nbb == 0 || nbb as usize * WQEBB > BF_SIZE as usize {
+        return false; // no BlueFlame write is that long
+    }
+    (0..nbb).all(|b| {
+        (0..8usize).all(|w| {
+            // SAFETY: word w of WQEBB b, in the ring and in the half (nbb * 64 <= BF_SIZE).
+            unsafe { std::ptr::read_volatile(reg.add(b as usize * 8 + w)) == std::ptr::read_volatile(unit(b).add(w)) }
+        })
+    })
+}
+
+/// Clears both register halves past their first 8 bytes, so the next check tells a BlueFlame
+/// write (which leaves bytes there) from an 8-byte doorbell (which does not). Only the poster's
+/// thread writes the register, and only it checks: nothing else races with this.
+fn clear_register(q: &Shm) {
+    for half in 0..2 {
+        let reg = reg_half(q, half);
+        // SAFETY: words 1..8 of the half.
+        if (1..8).any(|w| unsafe { std::ptr::read_volatile(reg.add(w)) } != 0) {
+            for w in 1..BF_SIZE as usize / 8 {
+                // SAFETY: word w of the half, inside the register page.
+                unsafe { std::ptr::write_volatile(reg.add(w), 0) };
+            }
+        }
+    }
+}

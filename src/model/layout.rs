@@ -1,0 +1,200 @@
+//! The shared layout of model0's objects: the headers every process maps (`ObjHdr`, `MrHdr`,
+//! `CqHdr`, `QpHdr`), their offsets and the QP states, the spin locks in them, and the accessors
+//! that check what another process wrote (doorbell records, rings).
+
+use super::shm::{ObjKind, Shm};
+use super::Model;
+use crate::mlx5::seg::WQEBB;
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+
+// "rdmamod1": the headers' layout changed (ring offsets, doorbell-record objects, data_off);
+// objects of an older binary are not taken for this one's
+pub(super) const MAGIC: u64 = 0x7264_6d61_6d6f_6431;
+pub(super) const PAGE: usize = 4096;
+
+/// QP states the model knows.
+pub mod state {
+    /// Created, not connected: WQEs are flushed.
+    pub const RESET: u32 = 0;
+    /// Connected.
+    pub const RTS: u32 = 3;
+    /// In error: WQEs are flushed.
+    pub const ERR: u32 = 6;
+}
+
+#[repr(C)]
+pub(super) struct ObjHdr {
+    pub(super) magic: u64,
+    pub(super) owner_pid: u32,
+    pub(super) id: u32,
+    pub(super) valid: AtomicU32,
+    _pad: u32,
+}
+
+#[repr(C)]
+pub(super) struct MrHdr {
+    pub(super) obj: ObjHdr,
+    pub(super) base: u64,
+    pub(super) len: u64,
+    pub(super) access: u32,
+    pub(super) pd: u32,
+    /// Where `base` lies in the file (one page in for the model's own regions; a region
+    /// registered through libibverbs starts where the user's buffer starts in its first page).
+    pub(super) data_off: u64,
+}
+
+#[repr(C)]
+pub(super) struct CqHdr {
+    pub(super) obj: ObjHdr,
+    pub(super) cqe_cnt: u32,
+    pub(super) lock: AtomicU32,
+    pub(super) pi: AtomicU32,
+    pub(super) overruns: AtomicU32,
+    /// The consumer's doorbell record: 0 = in this header at `CQ_DBREC_OFF`, else a `Db` object
+    /// (libmlx5's record page) and the offset in it.
+    pub(super) db_id: u32,
+    pub(super) db_off: u32,
+}
+pub(super) const CQ_DBREC_OFF: usize = 128;
+
+/// A QP's shared header, in three cache lines by who writes them: the first is read by the
+/// peer and written rarely; the second only by whoever executes this QP's send queue; the third
+/// by whoever delivers into its receive queue. Fields shared this way never share a line with
+/// fields written on every operation by the other side.
+#[repr(C)]
+pub(super) struct QpHdr {
+    pub(super) obj: ObjHdr,
+    pub(super) pd: u32,
+    pub(super) state: AtomicU32,
+    pub(super) peer: AtomicU32,
+    pub(super) send_cqn: u32,
+    pub(super) recv_cqn: u32,
+    pub(super) sq_wqe_cnt: u32,
+    pub(super) rq_wqe_cnt: u32,
+    pub(super) rq_stride: u32,
+    pub(super) max_inline: u32,
+    pub(super) rnr_retry: AtomicU32,
+    pub(super) min_rnr_timer: AtomicU32,
+    pub(super) inject_syndrome: AtomicU32,
+    pub(super) wire_delay_ns: AtomicU64,
+    /// The rings' offsets in the file (the model's own layout: SQ then RQ; libmlx5's: RQ then SQ).
+    pub(super) sq_off: u32,
+    pub(super) rq_off: u32,
+    /// The doorbell record: 0 = in this header at `QP_DBREC_OFF`, else a `Db` object and offset.
+    pub(super) db_id: u32,
+    pub(super) db_off: u32,
+    /// Responder payloads up to this many bytes go into the CQE (scatter-to-CQE), 0 = never.
+    pub(super) scatter_cqe: u32,
+    /// The user index libmlx5 gave the QP (CQE version 1 names the QP by it), 0 otherwise.
+    pub(super) uidx: u32,
+    /// 1: atomics on this QP's memory (as responder) use big-endian words; 0: host order.
+    pub(super) atomic_be: u32,
+    /// 1: the QP's register page is the model's (the direct path's QPs): every doorbell is
+    /// checked against it; 0: libmlx5's UAR page, which the model does not see.
+    pub(super) check_reg: u32,
+    /// Doorbells whose register store did not match the WQE rung (the QP was moved to error).
+    pub(super) bad_doorbells: AtomicU32,
+    _pad_sq: [u8; 12],
+    pub(super) sq_ci: AtomicU32,
+    pub(super) sq_lock: AtomicU32,
+    pub(super) kicks: AtomicU32,
+    pub(super) inject_countdown: AtomicU32,
+    _pad_rq: [u8; 48],
+    pub(super) rq_ci: AtomicU32,
+    pub(super) rq_lock: AtomicU32,
+}
+
+const _: () = {
+    assert!(std::mem::offset_of!(QpHdr, sq_ci) == 128);
+    assert!(std::mem::offset_of!(QpHdr, rq_ci) == 192);
+    assert!(std::mem::size_of::<QpHdr>() <= QP_DBREC_OFF);
+};
+pub(super) const QP_DBREC_OFF: usize = 512;
+pub(super) const QP_REG_OFF: usize = PAGE;
+pub(super) const QP_SQ_OFF: usize = 2 * PAGE;
+
+pub(super) fn hdr<T>(s: &Shm) -> &T {
+    debug_assert!(s.len() >= std::mem::size_of::<T>());
+    // SAFETY: every object file starts with its header, page-aligned, larger than T; fields
+    // shared between processes are atomics; the mapping lives as long as `s`.
+    unsafe { &*(s.ptr() as *const T) }
+}
+
+/// The doorbell record of an object: in its own header at `own_off`, or in the `Db` object
+/// `db_id` (a page of records libmlx5 allocated) at `db_off`. `None` when a `Db` object is gone
+/// or the offset lies outside it.
+fn dbrec_at(m: &Model, s: &Shm, own_off: usize, db_id: u32, db_off: u32) -> Option<*mut u32> {
+    if db_id == 0 {
+        // SAFETY: the record lies inside the header page.
+        return Some(unsafe { s.ptr().add(own_off) } as *mut u32);
+    }
+    let d = m.lookup(ObjKind::Db, db_id)?;
+    let off = PAGE + db_off as usize;
+    if db_off % 4 != 0 || off + 8 > d.len() {
+        return None;
+    }
+    // SAFETY: checked inside the Db object's mapping, which this thread's cache keeps.
+    Some(unsafe { d.ptr().add(off) } as *mut u32)
+}
+
+/// A QP's doorbell record (`[0]` receive counter, `[1]` send counter).
+pub(super) fn qp_dbrec(m: &Model, q: &Shm) -> Option<*mut u32> {
+    let h: &QpHdr = hdr(q);
+    dbrec_at(m, q, QP_DBREC_OFF, h.db_id, h.db_off)
+}
+
+/// A CQ's consumer doorbell record.
+pub(super) fn cq_dbrec(m: &Model, cq: &Shm) -> Option<*mut u32> {
+    let h: &CqHdr = hdr(cq);
+    dbrec_at(m, cq, CQ_DBREC_OFF, h.db_id, h.db_off)
+}
+
+/// A QP's send and receive rings, checked against the mapping (the header is written by the
+/// QP's owner, possibly another process).
+pub(super) fn rings(q: &Shm) -> Option<(*mut u8, *mut u8)> {
+    let h: &QpHdr = hdr(q);
+    // the header may be another process's: counts must be powers of two (the rings are
+    // indexed with count - 1 as a mask) and the rings inside the mapping
+    if !h.sq_wqe_cnt.is_power_of_two() || !h.rq_wqe_cnt.is_power_of_two() || h.rq_stride < 16 {
+        return None;
+    }
+    let sq_end = (h.sq_off as usize).checked_add((h.sq_wqe_cnt as usize).checked_mul(WQEBB)?)?;
+    let rq_end = (h.rq_off as usize).checked_add((h.rq_wqe_cnt as usize).checked_mul(h.rq_stride as usize)?)?;
+    if sq_end > q.len() || rq_end > q.len() || (h.sq_off as usize) < QP_SQ_OFF || (h.rq_off as usize) < QP_SQ_OFF {
+        return None;
+    }
+    // SAFETY: both offsets checked inside the mapping above.
+    Some(unsafe { (q.ptr().add(h.sq_off as usize), q.ptr().add(h.rq_off as usize)) })
+}
+
+pub(super) fn owner_of(s: &Shm) -> Option<u32> {
+    if s.len() < std::mem::size_of::<ObjHdr>() {
+        return None;
+    }
+    let h: &ObjHdr = hdr(s);
+    (h.magic == MAGIC).then_some(h.owner_pid)
+}
+
+pub(super) fn init_obj(s: &Shm, id: u32) {
+    // SAFETY: a freshly created, zeroed object we own; nobody maps it before it is valid.
+    unsafe {
+        let h = s.ptr() as *mut ObjHdr;
+        (*h).magic = MAGIC;
+        (*h).owner_pid = std::process::id();
+        (*h).id = id;
+    }
+}
+
+pub(super) fn try_lock(l: &AtomicU32) -> bool {
+    l.compare_exchange(0, 1, Ordering::Acquire, Ordering::Relaxed).is_ok()
+}
+
+pub(super) fn lock(l: &AtomicU32) {
+    while !try_lock(l) {
+        std::hint::spin_loop();
+    }
+}
+
+pub(super) fn unlock(l: &AtomicU32) {
+    l.store(0, Ordering::Release);
+}

@@ -1,0 +1,177 @@
+//! The receive side: a receive WQE consumed by a SEND or WRITE with immediate (data scattered,
+//! responder CQE written), receives flushed on a QP in error, and what posting receives sets off.
+
+use super::cqe::{push_cqe, set_err, syndrome, CqeOut};
+use super::decode::Decoded;
+use super::direct::RegCheck;
+use super::exec::{execute, resolve, Outcome};
+use super::layout::{hdr, lock, qp_dbrec, rings, state, unlock, CqHdr, QpHdr};
+use super::shm::{ObjKind, Shm};
+use super::{ExecMode, Model};
+use crate::mlx5::cq::cqe_op;
+use crate::mlx5::rq::INVALID_LKEY;
+use crate::sys;
+use std::sync::atomic::{fence, Ordering};
+
+/// Flushes every posted, unconsumed receive of `q` with WR_FLUSH responder CQEs.
+pub(super) fn flush_rq(m: &Model, q: &Shm) {
+    let h: &QpHdr = hdr(q);
+    let Some(cq) = m.lookup(ObjKind::Cq, h.recv_cqn) else {
+        return;
+    };
+    let Some(db) = qp_dbrec(m, q) else { return };
+    lock(&h.rq_lock);
+    // SAFETY: the receive counter, dbrec[0] (checked by qp_dbrec).
+    let head = u32::from_be(unsafe { std::ptr::read_volatile(db) }) & 0xffff;
+    let mut ci = h.rq_ci.load(Ordering::Relaxed);
+    while (ci & 0xffff) != head {
+        push_cqe(
+            m,
+            &cq,
+            CqeOut {
+                op: cqe_op::RESP_ERR,
+                qpn: h.obj.id,
+                uidx: h.uidx,
+                wqe_counter: ci as u16,
+                syndrome: syndrome::WR_FLUSH,
+                ..Default::default()
+            },
+        );
+        ci = ci.wrapping_add(1);
+    }
+    h.rq_ci.store(ci, Ordering::Relaxed);
+    unlock(&h.rq_lock);
+}
+
+pub(super) fn deliver_to_receiver(m: &Model, peer: &Shm, d: &Decoded, payload: &[u8], resp_op: u8) -> Outcome {
+    let ph: &QpHdr = hdr(peer);
+    let (Some(db), Some((_, rq))) = (qp_dbrec(m, peer), rings(peer)) else {
+        return Outcome::Fail(syndrome::TRANSPORT_RETRY_EXC);
+    };
+    lock(&ph.rq_lock);
+    // SAFETY: the peer's receive counter (checked by qp_dbrec).
+    let head = u32::from_be(unsafe { std::ptr::read_volatile(db) }) & 0xffff;
+    let ci = ph.rq_ci.load(Ordering::Relaxed);
+    if (ci & 0xffff) == head {
+        unlock(&ph.rq_lock);
+        return Outcome::Stall;
+    }
+    fence(Ordering::Acquire);
+    let Some(rcq) = m.lookup(ObjKind::Cq, ph.recv_cqn) else {
+        unlock(&ph.rq_lock);
+        return Outcome::Fail(syndrome::TRANSPORT_RETRY_EXC);
+    };
+    // the responder's CQ overflowed: it is in error and so is the responder QP (a ConnectX's CQ
+    // error); the requester sees its peer gone
+    if hdr::<CqHdr>(&rcq).overruns.load(Ordering::Relaxed) > 0 {
+        unlock(&ph.rq_lock);
+        set_err(m, peer);
+        return Outcome::Fail(syndrome::TRANSPORT_RETRY_EXC);
+    }
+    let stride = ph.rq_stride as usize;
+    // SAFETY: the receive WQE at slot ci inside the peer's RQ ring (checked by rings).
+    let rwqe = unsafe { rq.add((ci & (ph.rq_wqe_cnt - 1)) as usize * stride) };
+    let mut off = 0usize;
+    let mut fail = None;
+    let write_len = if resp_op == cqe_op::RESP_WR_IMM {
+        0
+    } else {
+        payload.len()
+    };
+    // scatter-to-CQE (the QP asked for it at creation, and its CQEs are 64 B): a payload of at
+    // most 32 bytes goes into the CQE, the receive buffer stays untouched (its entries are
+    // still checked, as the NIC checks the receive WQE)
+    let scatter = ph.scatter_cqe != 0 && write_len > 0 && write_len <= ph.scatter_cqe.min(32) as usize;
+    for i in 0..stride / 16 {
+        if off >= write_len {
+            break;
+        }
+        // SAFETY: scatter entry i of the receive WQE.
+        let s: sys::mlx5_wqe_data_seg = unsafe { std::ptr::read_unaligned(rwqe.add(i * 16) as *const _) };
+        let lkey = u32::from_be(s.lkey);
+        if lkey == INVALID_LKEY {
+            break;
+        }
+        let (addr, len) = (u64::from_be(s.addr), u32::from_be(s.byte_count) as usize);
+        let n = len.min(write_len - off);
+        match resolve(m, lkey, addr, n as u64, ph.pd, sys::IBV_ACCESS_LOCAL_WRITE) {
+            Ok(r) => {
+                if !scatter {
+                    // SAFETY: resolved in bounds of the receiver's region.
+                    unsafe { std::ptr::copy_nonoverlapping(payload.as_ptr().add(off), r.ptr, n) };
+                }
+                off += n;
+            }
+            Err(_) => {
+                fail = Some(syndrome::LOCAL_PROT);
+                break;
+            }
+        }
+    }
+    if fail.is_none() && off < write_len {
+        fail = Some(syndrome::LOCAL_LENGTH);
+    }
+    ph.rq_ci.store(ci.wrapping_add(1), Ordering::Relaxed);
+    unlock(&ph.rq_lock);
+    if let Some(s) = fail {
+        push_cqe(
+            m,
+            &rcq,
+            CqeOut {
+                op: cqe_op::RESP_ERR,
+                qpn: ph.obj.id,
+                uidx: ph.uidx,
+                wqe_counter: ci as u16,
+                syndrome: s,
+                ..Default::default()
+            },
+        );
+        set_err(m, peer);
+        return Outcome::Fail(syndrome::REMOTE_INVAL_REQ);
+    }
+    push_cqe(
+        m,
+        &rcq,
+        CqeOut {
+            op: resp_op,
+            qpn: ph.obj.id,
+            uidx: ph.uidx,
+            wqe_counter: ci as u16,
+            byte_cnt: payload.len() as u32,
+            imm: d.imm,
+            scatter: if scatter {
+                let mut s = [0u8; 32];
+                s[..payload.len()].copy_from_slice(payload);
+                (payload.len() as u8, s)
+            } else {
+                (0, [0; 32])
+            },
+            ..Default::default()
+        },
+    );
+    Outcome::Done {
+        byte_cnt: payload.len() as u32,
+    }
+}
+
+/// What posting receives sets off: flushed at once on a QP in error; otherwise a sender of the
+/// peer stalled on RNR goes on (not in deferred mode).
+pub(super) fn receives_posted(model: &Model, qp: &Shm, exec: ExecMode) {
+    let h: &QpHdr = hdr(qp);
+    if h.state.load(Ordering::Acquire) == state::ERR {
+        flush_rq(model, qp);
+        return;
+    }
+    if exec == ExecMode::Deferred {
+        return;
+    }
+    let peer = h.peer.load(Ordering::Acquire);
+    if peer != 0 {
+        if let Some(p) = model.lookup(ObjKind::Qp, peer) {
+            hdr::<QpHdr>(&p).kicks.fetch_add(1, Ordering::SeqCst);
+            // the peer's own poster may be between its doorbell record and its register store:
+            // not a doorbell to check
+            execute(model, &p, RegCheck::None);
+        }
+    }
+}

@@ -1,0 +1,193 @@
+//! Input: result files read and checked (schema, every value a run gives), and each side's
+//! runs gathered into rows by run key and metric.
+
+use super::CompareError;
+use crate::report::{schema, SCHEMA_VERSION};
+use serde_json::Value;
+use std::collections::{BTreeMap, BTreeSet};
+
+/// Reads and checks a result file (schema versions 1 up to this rdmaprobe's).
+pub fn load(path: &str) -> Result<Value, CompareError> {
+    let text = std::fs::read_to_string(path).map_err(|e| CompareError::Unreadable {
+        path: path.into(),
+        why: e.to_string(),
+    })?;
+    let foreign = |why: String| CompareError::Foreign { path: path.into(), why };
+    if text.trim().is_empty() {
+        return Err(foreign("empty file".into()));
+    }
+    let v: Value =
+        serde_json::from_str(&text).map_err(|e| foreign(format!("not valid JSON ({e}): truncated or corrupt?")))?;
+    if v["tool"]["name"] != "rdmaprobe" {
+        return Err(foreign("not an rdmaprobe result (no tool.name = rdmaprobe)".into()));
+    }
+    match v["schema_version"].as_u64() {
+        Some(n) if (1..=u64::from(SCHEMA_VERSION)).contains(&n) => {}
+        _ => {
+            return Err(foreign(format!(
+                "schema version {} (this rdmaprobe reads 1 to {})",
+                v["schema_version"], SCHEMA_VERSION
+            )))
+        }
+    }
+    if !v["runs"].is_array() {
+        return Err(foreign("no runs".into()));
+    }
+    let mut v = v;
+    schema::upgrade(&mut v);
+    Ok(v)
+}
+
+pub(super) fn key(doc: &Value, r: &Value) -> String {
+    // schema 2: every run says its scenario; schema 1 single-scenario files say it once
+    let scen = r["scenario"]
+        .as_str()
+        .or_else(|| doc["params"]["scenario"].as_str())
+        .unwrap_or("?");
+    let size = r["size_bytes"].as_u64().unwrap_or(0);
+    let mut k = format!(
+        "{scen} {} {} {size}B",
+        r["op"].as_str().or_else(|| doc["params"]["op"].as_str()).unwrap_or("?"),
+        r["backend"].as_str().unwrap_or("?"),
+    );
+    for f in [
+        "db_mode",
+        "postlist",
+        "inline",
+        "cq_mod",
+        "threads",
+        "qps_per_thread",
+        "tx_depth",
+        "bidirectional",
+    ] {
+        if let Some(x) = r.get(f).filter(|x| !x.is_null()) {
+            k.push_str(&format!(" {f}={}", x.to_string().trim_matches('"')));
+        }
+    }
+    k
+}
+
+/// One process run's figure for one metric.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RunSample {
+    /// The run's value (its p50, p99 or average bandwidth).
+    pub value: f64,
+    /// Per-block samples of the same statistic (empty: none).
+    pub blocks: Vec<f64>,
+}
+
+/// A metric of a run: name, value, per-block samples, larger is worse.
+type Metric = (String, RunSample, bool);
+
+/// Per-block samples: absent is allowed (files from before they were recorded); present, each
+/// must be a finite number above 0 (bandwidth windows: at least 0), and not all 0.
+fn samples(x: Option<&Value>, field: &str, zero_ok: bool) -> Result<Vec<f64>, String> {
+    let x = match x {
+        None | Some(Value::Null) => return Ok(Vec::new()),
+        Some(x) => x,
+    };
+    let a = x.as_array().ok_or_else(|| format!("{field} is {x}: not an array"))?;
+    let mut out = Vec::with_capacity(a.len());
+    for (i, e) in a.iter().enumerate() {
+        match e.as_f64() {
+            Some(v) if v.is_finite() && (v > 0.0 || (zero_ok && v == 0.0)) => out.push(v),
+            Some(v) => {
+                return Err(format!(
+                    "{field}[{i}] is {v}: must be a finite number {}",
+                    if zero_ok { "of at least 0" } else { "above 0" }
+                ))
+            }
+            None => return Err(format!("{field}[{i}] is {e}: not a number")),
+        }
+    }
+    if !out.is_empty() && out.iter().sum::<f64>() <= 0.0 {
+        return Err(format!("{field}: every sample is 0"));
+    }
+    Ok(out)
+}
+
+/// The metrics of a run, every value checked.
+fn metrics(r: &Value, wanted: &[String]) -> Result<Vec<Metric>, String> {
+    let want = |m: &str| wanted.iter().any(|w| w == m);
+    let value = |obj: &Value, obj_name: &str, f: &str| -> Result<f64, String> {
+        let x = &obj[f];
+        match x.as_f64() {
+            Some(v) if v.is_finite() && v > 0.0 => Ok(v),
+            Some(v) => Err(format!(
+                "{obj_name}.{f} is {v}: a value must be a finite number above 0"
+            )),
+            None if x.is_null() => Err(format!(
+                "{obj_name}.{f} is missing or null (a non-finite number is written as null)"
+            )),
+            None => Err(format!("{obj_name}.{f} is {x}: not a number")),
+        }
+    };
+    let mut out = Vec::new();
+    let lat = [("latency_ns", false), ("per_wqe_ns", true)]
+        .into_iter()
+        .find(|(f, _)| r[*f].is_object());
+    if let Some((obj_name, post_cost)) = lat {
+        for m in ["p50", "p99"].into_iter().filter(|m| want(m)) {
+            let v = value(&r[obj_name], obj_name, m)?;
+            let b = match (post_cost, m) {
+                (false, "p50") => samples(r.get("block_medians_ns"), "block_medians_ns", false)?,
+                (false, _) => samples(r.get("block_p99_ns"), "block_p99_ns", false)?,
+                (true, "p50") => samples(r.get("block_per_wqe_ns"), "block_per_wqe_ns", false)?,
+                (true, _) => Vec::new(),
+            };
+            out.push((m.to_string(), RunSample { value: v, blocks: b }, true));
+        }
+    }
+    if want("bw") && r["summary"].is_object() {
+        let v = value(&r["summary"], "summary", "bw_avg_mib_s")?;
+        let w = samples(r["summary"].get("window_mib_s"), "summary.window_mib_s", true)?;
+        out.push(("bw".into(), RunSample { value: v, blocks: w }, false));
+    }
+    Ok(out)
+}
+
+/// One side's rows: (key, metric) -> (the runs' samples, larger is worse); and every run key.
+type SideRows = (BTreeMap<(String, String), (Vec<RunSample>, bool)>, BTreeSet<String>);
+
+/// Reads one side's files into rows, checking every value and that no file repeats a run.
+pub(super) fn side(files: &[(String, Value)], wanted: &[String]) -> Result<SideRows, CompareError> {
+    let mut rows: BTreeMap<(String, String), (Vec<RunSample>, bool)> = BTreeMap::new();
+    let mut keys = BTreeSet::new();
+    for (path, doc) in files {
+        let mut seen = BTreeSet::new();
+        for r in doc["runs"].as_array().into_iter().flatten() {
+            let k = key(doc, r);
+            if !seen.insert(k.clone()) {
+                return Err(CompareError::DuplicateRun {
+                    path: path.clone(),
+                    run: k,
+                });
+            }
+            // a run must carry the figures of its scenario (an object), or it would drop out of
+            // the comparison unseen
+            let carries = ["latency_ns", "per_wqe_ns", "summary"]
+                .iter()
+                .any(|f| r[*f].is_object());
+            if !carries {
+                return Err(CompareError::BadValue {
+                    path: path.clone(),
+                    run: k,
+                    why: "no figures (latency_ns, per_wqe_ns or summary is missing or not an object)".into(),
+                });
+            }
+            let ms = metrics(r, wanted).map_err(|why| CompareError::BadValue {
+                path: path.clone(),
+                run: k.clone(),
+                why,
+            })?;
+            for (m, s, worse_up) in ms {
+                rows.entry((k.clone(), m))
+                    .or_insert_with(|| (Vec::new(), worse_up))
+                    .0
+                    .push(s);
+            }
+            keys.insert(k);
+        }
+    }
+    Ok((rows, keys))
+}

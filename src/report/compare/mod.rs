@@ -1,0 +1,196 @@
+//! `compare`: matches the runs of BASE and NEW result files and decides, per run and metric,
+//! whether NEW is a regression. Each file is one process run; a side may have several. The
+//! interval of the change is a hierarchical bootstrap (the runs resampled, then the blocks
+//! within each resampled run), so with several files per side it contains the run-to-run
+//! variation; with one file per side it cannot, and a higher default threshold stands in for
+//! it. A regression is a change beyond the threshold in the worse direction whose bootstrap
+//! p-value, adjusted over all rows of the compare (Holm or Benjamini–Hochberg), is below 5 %.
+//! Deterministic: the same inputs always give the same verdict.
+#![forbid(unsafe_code)]
+
+mod input;
+mod render;
+mod stats;
+#[cfg(test)]
+mod tests;
+mod types;
+
+pub use input::{load, RunSample};
+pub use render::{junit, markdown, text};
+pub use stats::{adjust, bootstrap, hierarchical, point, welch_runs, Boot, MIN_RUNS_FOR_T};
+pub use types::{Adjust, CompareError, Options, Report, Row, Verdict};
+
+use input::side;
+use serde_json::Value;
+use stats::{geo_mean, verdict};
+
+/// Bootstrap resamples per row: enough for a p-value near 1/5000 (Holm over a hundred rows at
+/// 5 % needs 0.0005 for the smallest).
+pub const ROUNDS: usize = 10_000;
+
+/// Significance level of the adjusted p-values.
+pub const ALPHA: f64 = 0.05;
+
+/// Default thresholds (percent) by row: (scenario, metric, several runs on both sides, one run
+/// on a side). With one run on a side the interval holds only the noise within that run, so the
+/// threshold must stand above the run-to-run variation. Measured on model0 (a shared 2-CPU VM)
+/// between process runs of one configuration: `lat write -s 8` p50 up to about +-25 %, p99 up to
+/// about +-50 % (the median p99 of three runs against three: up to +-15 %); `bw` averages a factor of 2 apart under load; `post-cost` per-WQE p50 up to
+/// +102 % (two states a process lands in: SEND 8 B inline, doorbell mode, postlist 32 measured
+/// 4.8 and 9.7 ns per WQE in two processes; one run per side needs 150 %), so that three runs against
+/// three can split +56 % apart with no change at all. With several runs per side the interval
+/// holds the variation that the runs show, and the threshold is the smallest change worth a
+/// report; for post-cost it also covers the states three runs can miss.
+#[rustfmt::skip]
+pub const DEFAULT_THRESHOLDS_PCT: [(&str, &str, f64, f64); 5] = [
+    ("lat",       "p50",   5.0,  20.0),
+    ("lat",       "p99",  20.0,  50.0),
+    ("bw",        "bw",   10.0,  50.0),
+    ("post_cost", "p50",  75.0, 150.0),
+    ("post_cost", "p99", 100.0, 100.0),
+];
+
+/// The default threshold (percent) of a row of `scenario` and `metric`, for several runs on both
+/// sides or not (a row not in [`DEFAULT_THRESHOLDS_PCT`]: 10 and 50).
+pub fn default_threshold_pct(scenario: &str, metric: &str, several_runs: bool) -> f64 {
+    let (several, one) = DEFAULT_THRESHOLDS_PCT
+        .iter()
+        .find(|(s, m, _, _)| *s == scenario && *m == metric)
+        .map(|&(_, _, a, b)| (a, b))
+        .unwrap_or((10.0, 50.0));
+    if several_runs {
+        several
+    } else {
+        one
+    }
+}
+const ENV_FIELDS: [&str; 14] = [
+    "kernel",
+    "cpu_model",
+    "rdma_core_built",
+    "libibverbs_version",
+    "libibverbs_loaded",
+    "clocksource",
+    "invariant_tsc",
+    "device",
+    "provider",
+    "firmware",
+    "governor",
+    "software_model",
+    "virtualized",
+    "env_vars",
+];
+
+/// Compares BASE's files with NEW's: (path, loaded document) each, one process run per file.
+pub fn compare_sets(base: &[(String, Value)], new: &[(String, Value)], o: &Options) -> Result<Report, CompareError> {
+    // one process run per file: a document given twice on a side would count one run as two
+    for (side, files) in [("BASE", base), ("NEW", new)] {
+        for (i, (p, d)) in files.iter().enumerate() {
+            if let Some((q, _)) = files[..i].iter().find(|(_, e)| e == d) {
+                return Err(CompareError::SameRunTwice {
+                    side,
+                    first: q.clone(),
+                    second: p.clone(),
+                });
+            }
+        }
+    }
+    // documents of an older schema read as the current one
+    let up = |s: &[(String, Value)]| -> Vec<(String, Value)> {
+        s.iter()
+            .map(|(p, d)| {
+                let mut d = d.clone();
+                super::schema::upgrade(&mut d);
+                (p.clone(), d)
+            })
+            .collect()
+    };
+    let (base, new) = (&up(base)[..], &up(new)[..]);
+    let (Some(b0), Some(n0)) = (base.first(), new.first()) else {
+        return Err(CompareError::Foreign {
+            path: "(none)".into(),
+            why: "a side has no file".into(),
+        });
+    };
+    let env_diff = ENV_FIELDS
+        .iter()
+        .filter_map(|f| {
+            let (a, b) = (&b0.1["environment"][f], &n0.1["environment"][f]);
+            (a != b).then(|| (f.to_string(), a.to_string(), b.to_string()))
+        })
+        .collect();
+    let mut side_diff = Vec::new();
+    for (name, files) in [("BASE", base), ("NEW", new)] {
+        for (path, doc) in &files[1..] {
+            for f in ENV_FIELDS {
+                if doc["environment"][f] != files[0].1["environment"][f] {
+                    side_diff.push((name.to_string(), f.to_string(), path.clone()));
+                }
+            }
+        }
+    }
+    let (brows, bkeys) = side(base, &o.metrics)?;
+    let (nrows, nkeys) = side(new, &o.metrics)?;
+    let mut rows = Vec::new();
+    for ((k, m), (bs, worse_up)) in &brows {
+        let Some((ns, _)) = nrows.get(&(k.clone(), m.clone())) else {
+            continue;
+        };
+        let (bv, nv) = (point(bs), point(ns));
+        let runs = bs.len().min(ns.len());
+        // several runs on both sides: the runs are the units (Welch's t on their logarithms,
+        // an honest p-value however few they are); one run on a side: its blocks, resampled
+        let (bv, nv, change, boot) = match welch_runs(bs, ns) {
+            // the figures the test compares: the runs' geometric means
+            Some((c, iv, p)) if runs >= MIN_RUNS_FOR_T => {
+                (geo_mean(bs), geo_mean(ns), c, Some(Boot { interval: iv, p }))
+            }
+            _ => (bv, nv, nv / bv - 1.0, hierarchical(bs, ns, o.rounds)),
+        };
+        let scenario = k.split(' ').next().unwrap_or("");
+        let threshold = o
+            .threshold_pct
+            .unwrap_or_else(|| default_threshold_pct(scenario, m, runs >= MIN_RUNS_FOR_T))
+            / 100.0;
+        rows.push(Row {
+            key: k.clone(),
+            metric: m.clone(),
+            runs_base: bs.len(),
+            runs_new: ns.len(),
+            base: bv,
+            new: nv,
+            change,
+            interval: boot.map(|b| b.interval),
+            p: boot.map(|b| b.p),
+            p_adjusted: None,
+            threshold,
+            larger_is_worse: *worse_up,
+            verdict: Verdict::NoInterval,
+        });
+    }
+    let tested: Vec<usize> = (0..rows.len()).filter(|&i| rows[i].p.is_some()).collect();
+    let ps: Vec<f64> = tested.iter().filter_map(|&i| rows[i].p).collect();
+    for (&i, q) in tested.iter().zip(adjust(&ps, o.adjust)) {
+        rows[i].p_adjusted = Some(q);
+    }
+    for r in &mut rows {
+        r.verdict = verdict(r.change, r.p_adjusted, r.larger_is_worse, r.threshold);
+    }
+    Ok(Report {
+        env_diff,
+        side_diff,
+        files_base: base.len(),
+        files_new: new.len(),
+        rows,
+        only_base: bkeys.difference(&nkeys).cloned().collect(),
+        only_new: nkeys.difference(&bkeys).cloned().collect(),
+        threshold_pct: o.threshold_pct,
+        adjust: o.adjust,
+        rounds: o.rounds,
+    })
+}
+
+/// Compares two loaded result documents, one run per side (see [`compare_sets`]).
+pub fn compare(base: &Value, new: &Value, o: &Options) -> Result<Report, CompareError> {
+    compare_sets(&[("BASE".into(), base.clone())], &[("NEW".into(), new.clone())], o)
+}

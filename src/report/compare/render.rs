@@ -1,0 +1,170 @@
+//! Rendering: a report as plain text, Markdown (CI summaries) and JUnit XML.
+
+use super::{Report, Row, Verdict};
+
+fn iv(r: &Row) -> String {
+    r.interval
+        .map(|(a, b)| format!("[{:+.2}%, {:+.2}%]", a * 100.0, b * 100.0))
+        .unwrap_or_else(|| "n/a".into())
+}
+
+fn pv(p: Option<f64>) -> String {
+    match p {
+        Some(p) if p < 0.0001 => "<0.0001".into(),
+        Some(p) => format!("{p:.4}"),
+        None => "n/a".into(),
+    }
+}
+
+fn runs(r: &Row) -> String {
+    format!("{}/{}", r.runs_base, r.runs_new)
+}
+
+/// Plain text.
+pub fn text(r: &Report) -> String {
+    let mut s = String::new();
+    s.push_str("environment differences:\n");
+    if r.env_diff.is_empty() {
+        s.push_str("  none\n");
+    }
+    for (f, a, b) in &r.env_diff {
+        s.push_str(&format!("  {f}: {a} -> {b}\n"));
+    }
+    for (side, f, path) in &r.side_diff {
+        s.push_str(&format!(
+            "  within {side}: {path} has another {f} than the side's first file\n"
+        ));
+    }
+    s.push('\n');
+    for n in r.notes() {
+        s.push_str(&format!("note: {n}\n"));
+    }
+    let w = r.rows.iter().map(|x| x.key.len()).max().unwrap_or(0).max(3);
+    s.push_str(&format!(
+        "\n{:<w$} {:>6} {:>5} {:>12} {:>12} {:>9} {:>22} {:>9} {:>6}  verdict\n",
+        "run", "metric", "runs", "base", "new", "change", "95% interval", "p adj", "thresh"
+    ));
+    for x in &r.rows {
+        s.push_str(&format!(
+            "{:<w$} {:>6} {:>5} {:>12.2} {:>12.2} {:>+8.2}% {:>22} {:>9} {:>5.0}%  {}\n",
+            x.key,
+            x.metric,
+            runs(x),
+            x.base,
+            x.new,
+            x.change * 100.0,
+            iv(x),
+            pv(x.p_adjusted),
+            x.threshold * 100.0,
+            x.verdict.as_str()
+        ));
+    }
+    for k in &r.only_base {
+        s.push_str(&format!("only in BASE: {k}\n"));
+    }
+    for k in &r.only_new {
+        s.push_str(&format!("only in NEW: {k}\n"));
+    }
+    s
+}
+
+/// Markdown (for CI summaries).
+pub fn markdown(r: &Report) -> String {
+    let mut s = String::from("### Environment differences\n\n");
+    if r.env_diff.is_empty() && r.side_diff.is_empty() {
+        s.push_str("none\n");
+    } else {
+        s.push_str("| field | base | new |\n|---|---|---|\n");
+        for (f, a, b) in &r.env_diff {
+            s.push_str(&format!("| {f} | {a} | {b} |\n"));
+        }
+        for (side, f, path) in &r.side_diff {
+            s.push_str(&format!("| {f} | within {side}: {path} differs | |\n"));
+        }
+    }
+    s.push_str("\n### How the verdicts were reached\n\n");
+    for n in r.notes() {
+        s.push_str(&format!("- {n}\n"));
+    }
+    s.push_str(
+        "\n### Runs\n\n| run | metric | runs base/new | base | new | change | 95% interval | p adj | threshold | verdict |\n\
+         |---|---|---:|---:|---:|---:|---|---:|---:|---|\n",
+    );
+    for x in &r.rows {
+        s.push_str(&format!(
+            "| {} | {} | {} | {:.2} | {:.2} | {:+.2}% | {} | {} | {:.0}% | {} |\n",
+            x.key,
+            x.metric,
+            runs(x),
+            x.base,
+            x.new,
+            x.change * 100.0,
+            iv(x),
+            pv(x.p_adjusted),
+            x.threshold * 100.0,
+            if x.verdict == Verdict::Regression {
+                format!("**{}**", x.verdict.as_str())
+            } else {
+                x.verdict.as_str().to_string()
+            }
+        ));
+    }
+    for k in &r.only_base {
+        s.push_str(&format!("\nonly in base: {k}"));
+    }
+    for k in &r.only_new {
+        s.push_str(&format!("\nonly in new: {k}"));
+    }
+    s.push('\n');
+    s
+}
+
+fn xml(s: &str) -> String {
+    s.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+        .replace('"', "&quot;")
+}
+
+/// JUnit XML: one test case per row, a failure per regression, a skipped case per row not
+/// judged; the notes as properties, each row's figures in its system-out.
+pub fn junit(r: &Report) -> String {
+    let fails = r.rows.iter().filter(|x| x.verdict == Verdict::Regression).count();
+    let skipped = r.rows.iter().filter(|x| x.verdict == Verdict::NoInterval).count();
+    let mut s = format!(
+        "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<testsuite name=\"rdmaprobe compare\" tests=\"{}\" failures=\"{fails}\" skipped=\"{skipped}\">\n  <properties>\n",
+        r.rows.len()
+    );
+    for (i, n) in r.notes().iter().enumerate() {
+        s.push_str(&format!(
+            "    <property name=\"note{}\" value=\"{}\"/>\n",
+            i + 1,
+            xml(n)
+        ));
+    }
+    s.push_str("  </properties>\n");
+    for x in &r.rows {
+        let name = xml(&format!("{} {}", x.key, x.metric));
+        let figures = format!(
+            "{:.2} -> {:.2} ({:+.2}%, 95% interval {}, adjusted p {}, runs base/new {}, threshold {:.0}%): {}",
+            x.base,
+            x.new,
+            x.change * 100.0,
+            iv(x),
+            pv(x.p_adjusted),
+            runs(x),
+            x.threshold * 100.0,
+            x.verdict.as_str()
+        );
+        s.push_str(&format!("  <testcase classname=\"rdmaprobe\" name=\"{name}\">"));
+        match x.verdict {
+            Verdict::Regression => s.push_str(&format!("<failure message=\"{}\"/>", xml(&figures))),
+            Verdict::NoInterval => s.push_str(&format!("<skipped message=\"{}\"/>", xml(&figures))),
+            _ => {}
+        }
+        s.push_str(&format!("<system-out>{}</system-out>", xml(&figures)));
+        s.push_str("</testcase>\n");
+    }
+    s.push_str("</testsuite>\n");
+    s
+}

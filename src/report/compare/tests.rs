@@ -1,0 +1,272 @@
+//! Tests of the compare: verdicts, the bootstraps and Welch's t, input checks, outputs.
+
+use super::input::key;
+use super::*;
+use serde_json::json;
+
+fn runs(values: &[f64], blocks: impl Fn(f64) -> Vec<f64>) -> Vec<RunSample> {
+    values
+        .iter()
+        .map(|&v| RunSample {
+            value: v,
+            blocks: blocks(v),
+        })
+        .collect()
+}
+
+/// Ten blocks spread ±1 % around v.
+fn ten(v: f64) -> Vec<f64> {
+    (0..10).map(|i| v * (1.0 + (i as f64 - 4.5) / 450.0)).collect()
+}
+
+#[test]
+fn verdicts_need_threshold_and_adjusted_significance() {
+    // latency up 10 %, significant: regression
+    assert_eq!(verdict(0.10, Some(0.001), true, 0.05), Verdict::Regression);
+    // up 10 % but not significant after adjustment: noise
+    assert_eq!(verdict(0.10, Some(0.2), true, 0.05), Verdict::Same);
+    assert_eq!(verdict(0.10, Some(ALPHA), true, 0.05), Verdict::Same);
+    // significant but below the threshold
+    assert_eq!(verdict(0.03, Some(0.001), true, 0.05), Verdict::Same);
+    // bandwidth down 10 %: regression; up: improvement
+    assert_eq!(verdict(-0.10, Some(0.001), false, 0.05), Verdict::Regression);
+    assert_eq!(verdict(0.10, Some(0.001), false, 0.05), Verdict::Improvement);
+    assert_eq!(verdict(-0.10, Some(0.001), true, 0.05), Verdict::Improvement);
+    // nothing to judge the noise by: never a regression
+    assert_eq!(verdict(0.50, None, true, 0.05), Verdict::NoInterval);
+}
+
+#[test]
+fn welch_on_runs() {
+    // Welch on runs: identical sides p 1; a clear shift p small, its interval around it
+    let runs = |v: &[f64]| {
+        v.iter()
+            .map(|&x| RunSample {
+                value: x,
+                blocks: vec![],
+            })
+            .collect::<Vec<_>>()
+    };
+    let (c, _, p) = welch_runs(&runs(&[100.0, 102.0, 98.0]), &runs(&[100.0, 102.0, 98.0])).unwrap();
+    assert!(c.abs() < 1e-12 && (p - 1.0).abs() < 1e-9);
+    let (c, (lo, hi), p) = welch_runs(&runs(&[100.0, 102.0, 98.0]), &runs(&[120.0, 122.4, 117.6])).unwrap();
+    assert!(
+        (c - 0.2).abs() < 1e-3 && lo < c && c < hi && lo > 0.1 && p < 0.01,
+        "{c} {lo} {hi} {p}"
+    );
+    // one run on a side: no run-level test
+    assert!(welch_runs(&runs(&[100.0]), &runs(&[120.0, 121.0])).is_none());
+}
+
+#[test]
+fn hierarchical_bootstrap_separates_shifted_runs_and_not_identical_ones() {
+    let a = runs(&[100.0, 104.0, 98.0], ten);
+    let b = runs(&[110.0, 114.4, 107.8], ten);
+    let h = hierarchical(&a, &b, 4000).unwrap();
+    assert!(h.interval.0 > 0.02 && h.interval.1 < 0.18, "{h:?}");
+    assert!(h.interval.0 < 0.10 && 0.10 < h.interval.1, "{h:?}");
+    assert!(h.p < 0.01, "{h:?}");
+    let h = hierarchical(&a, &a, 4000).unwrap();
+    assert!(h.interval.0 < 0.0 && 0.0 < h.interval.1 && h.p > 0.5, "{h:?}");
+    // deterministic
+    assert_eq!(hierarchical(&a, &b, 500), hierarchical(&a, &b, 500));
+}
+
+#[test]
+fn the_interval_holds_run_to_run_variation() {
+    // blocks tight (±1 %) but runs 20 % apart: one run per side gives a narrow interval that
+    // excludes zero; the runs together do not
+    let a = runs(&[100.0, 120.0, 100.0], ten);
+    let b = runs(&[120.0, 100.0, 120.0], ten);
+    let one = hierarchical(&a[..1], &b[..1], 4000).unwrap();
+    assert!(one.interval.0 > 0.15 && one.p < 0.001, "{one:?}");
+    let all = hierarchical(&a, &b, 4000).unwrap();
+    assert!(all.interval.0 < 0.0 && all.interval.1 > 0.0 && all.p > 0.05, "{all:?}");
+}
+
+#[test]
+fn a_side_needs_blocks_or_three_runs() {
+    let bare = |v: &[f64]| runs(v, |_| Vec::new());
+    assert_eq!(hierarchical(&bare(&[100.0]), &bare(&[200.0]), 100), None);
+    assert_eq!(hierarchical(&bare(&[100.0, 101.0]), &bare(&[200.0, 201.0]), 100), None);
+    let h = hierarchical(&bare(&[100.0, 101.0, 99.0]), &bare(&[200.0, 202.0, 198.0]), 4000).unwrap();
+    assert!(h.interval.0 > 0.9 && h.p < 0.01, "{h:?}");
+    assert_eq!(hierarchical(&runs(&[100.0], ten), &bare(&[200.0]), 100), None);
+    assert_eq!(hierarchical(&runs(&[100.0], ten), &runs(&[100.0], ten), 0), None);
+}
+
+#[test]
+fn one_run_bootstrap_keeps_its_old_behaviour() {
+    let a: Vec<f64> = (0..10).map(|i| 100.0 + (i % 3) as f64).collect();
+    let b: Vec<f64> = a.iter().map(|x| x * 1.2).collect();
+    let (lo, hi) = bootstrap(&a, &b, 2000).unwrap();
+    assert!(lo > 0.15 && hi < 0.25, "{lo} {hi}");
+    let (lo, hi) = bootstrap(&a, &a, 2000).unwrap();
+    assert!(lo < 0.0 && hi > 0.0, "{lo} {hi}");
+    assert_eq!(bootstrap(&a[..2], &b, 100), None);
+    assert_eq!(bootstrap(&a, &b, 500), bootstrap(&a, &b, 500));
+}
+
+#[test]
+fn default_thresholds_by_row_and_runs() {
+    assert_eq!(default_threshold_pct("lat", "p50", true), 5.0);
+    assert_eq!(default_threshold_pct("lat", "p50", false), 20.0);
+    assert_eq!(default_threshold_pct("lat", "p99", false), 50.0);
+    assert_eq!(default_threshold_pct("post_cost", "p50", false), 150.0);
+    assert_eq!(default_threshold_pct("suite?", "p50", true), 10.0);
+    // every default with one run is at least the one with several
+    assert!(DEFAULT_THRESHOLDS_PCT
+        .iter()
+        .all(|&(_, _, several, one)| one >= several));
+    // a row takes its scenario's default
+    let a = doc(json!([lat_run(json!(100.0))]));
+    let r = compare(&a, &a, &Options::default()).unwrap();
+    assert_eq!((r.rows[0].metric.as_str(), r.rows[0].threshold), ("p50", 0.20));
+    assert_eq!((r.rows[1].metric.as_str(), r.rows[1].threshold), ("p99", 0.50));
+}
+
+#[test]
+fn holm_and_benjamini_hochberg() {
+    let p = [0.01, 0.04, 0.03, 0.005];
+    // Holm: sorted 0.005 0.01 0.03 0.04 -> x4 x3 x2 x1 = 0.02 0.03 0.06 0.04 -> monotone 0.06
+    let h = adjust(&p, Adjust::Holm);
+    let want = [0.03, 0.06, 0.06, 0.02];
+    for (x, w) in h.iter().zip(want) {
+        assert!((x - w).abs() < 1e-12, "{h:?}");
+    }
+    // BH: sorted ranks 1..4 -> x4/1 x4/2 x4/3 x4/4 = 0.02 0.02 0.04 0.04
+    let bh = adjust(&p, Adjust::BenjaminiHochberg);
+    let want = [0.02, 0.04, 0.04, 0.02];
+    for (x, w) in bh.iter().zip(want) {
+        assert!((x - w).abs() < 1e-12, "{bh:?}");
+    }
+    // capped at 1, empty stays empty, one p-value is unchanged
+    assert_eq!(adjust(&[0.5, 0.9], Adjust::Holm), vec![1.0, 1.0]);
+    assert!(adjust(&[], Adjust::Holm).is_empty());
+    assert_eq!(adjust(&[0.03], Adjust::BenjaminiHochberg), vec![0.03]);
+}
+
+fn doc(runs: Value) -> Value {
+    json!({"schema_version": 1, "tool": {"name": "rdmaprobe"}, "params": {"scenario": "lat"}, "runs": runs})
+}
+
+fn lat_run(p50: Value) -> Value {
+    json!({"op": "write", "backend": "direct", "size": 8, "latency": {"p50": p50, "p99": 300.0},
+           "block_medians_ns": [100.0, 101.0, 99.0], "block_p99_ns": [300.0, 310.0, 290.0]})
+}
+
+#[test]
+fn bad_values_are_refused_naming_the_run() {
+    let o = Options::default();
+    let good = doc(json!([lat_run(json!(100.0))]));
+    for (bad, why) in [
+        (json!(0.0), "latency_ns.p50 is 0"),
+        (json!(-5.0), "latency_ns.p50 is -5"),
+        (json!("100"), "not a number"),
+        (Value::Null, "missing or null"),
+    ] {
+        let d = doc(json!([lat_run(bad)]));
+        for (b, n) in [(&good, &d), (&d, &good)] {
+            let e = compare(b, n, &o).unwrap_err().to_string();
+            assert!(e.contains("run 'lat write direct 8B'") && e.contains(why), "{e}");
+        }
+    }
+    let mut r = lat_run(json!(100.0));
+    r["block_medians_ns"] = json!([100.0, "x", 99.0]);
+    let e = compare(&good, &doc(json!([r])), &o).unwrap_err().to_string();
+    assert!(e.contains("block_medians_ns[1]"), "{e}");
+    let e = compare(&good, &doc(json!([lat_run(json!(100.0)), lat_run(json!(101.0))])), &o)
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("'lat write direct 8B' appears more than once"), "{e}");
+    let bw = json!([{"op": "write", "backend": "direct", "size": 8,
+                     "summary": {"bw_avg_mib_s": 1000.0, "window_mib_s": [1000.0, -1.0, 990.0]}}]);
+    let e = compare(&doc(bw.clone()), &doc(bw), &o).unwrap_err().to_string();
+    assert!(e.contains("summary.window_mib_s[1] is -1"), "{e}");
+}
+
+#[test]
+fn post_cost_rows_are_judged_on_their_blocks() {
+    let pc = |v: f64, blocks: Value| {
+        doc(
+            json!([{"scenario": "post_cost", "op": "write", "backend": "direct", "size": 8, "postlist": 1,
+                     "per_wqe_ns": {"p50": v, "p99": 2.0 * v}, "block_per_wqe_ns": blocks}]),
+        )
+    };
+    let a = pc(50.0, json!([50.0, 51.0, 49.0, 50.5, 49.5]));
+    // two runs of one configuration, on the 10 ns grid of the TSC: same, with an interval
+    let b = pc(50.0, json!([50.0, 51.5, 49.0, 50.0, 49.5]));
+    let r = compare(&a, &b, &Options::default()).unwrap();
+    let p50 = r.rows.iter().find(|x| x.metric == "p50").unwrap();
+    assert!(p50.interval.is_some() && p50.verdict == Verdict::Same, "{p50:?}");
+    assert!(!r.regressed());
+    // p99 has no blocks: not judged, not a regression
+    let p99 = r.rows.iter().find(|x| x.metric == "p99").unwrap();
+    assert_eq!(p99.verdict, Verdict::NoInterval);
+    // without blocks (older files) neither row is judged
+    let r = compare(&pc(50.0, Value::Null), &pc(80.0, Value::Null), &Options::default()).unwrap();
+    assert!(!r.regressed() && r.rows.iter().all(|x| x.verdict == Verdict::NoInterval));
+    // one run per side: a post-cost row needs more than model0's run-to-run +102 % (default
+    // 150 %); a real shift of every block beyond it is found, and below it with --threshold
+    let c = pc(135.0, json!([135.0, 137.7, 132.3, 136.3, 133.6]));
+    let r = compare(&a, &c, &Options::default()).unwrap();
+    assert!(r.regressed(), "{}", text(&r));
+    let c = pc(75.0, json!([75.0, 76.5, 73.5, 75.7, 74.2]));
+    assert!(!compare(&a, &c, &Options::default()).unwrap().regressed());
+    let o = Options {
+        threshold_pct: Some(10.0),
+        ..Options::default()
+    };
+    assert!(compare(&a, &c, &o).unwrap().regressed());
+}
+
+#[test]
+fn schema_1_and_2_both_read() {
+    let dir = std::env::temp_dir().join(format!("rdmaprobe-cmp-unit-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    for v in 1..=super::super::SCHEMA_VERSION {
+        let p = dir.join(format!("v{v}.json"));
+        let mut d = doc(json!([lat_run(json!(100.0))]));
+        d["schema_version"] = json!(v);
+        std::fs::write(&p, d.to_string()).unwrap();
+        assert!(load(p.to_str().unwrap()).is_ok());
+    }
+    for v in [json!(0), json!(super::super::SCHEMA_VERSION + 1), json!("1")] {
+        let p = dir.join("bad.json");
+        let mut d = doc(json!([]));
+        d["schema_version"] = v;
+        std::fs::write(&p, d.to_string()).unwrap();
+        assert!(load(p.to_str().unwrap())
+            .unwrap_err()
+            .to_string()
+            .contains("schema version"));
+    }
+    std::fs::remove_dir_all(&dir).ok();
+    // schema 2: the scenario in the run; schema 1: in the file's params
+    let mut v2 = lat_run(json!(100.0));
+    v2["scenario"] = json!("lat");
+    v2["size_bytes"] = json!(8);
+    let d2 = json!({"schema_version": 2, "params": {}, "runs": [v2]});
+    assert_eq!(key(&d2, &d2["runs"][0]), "lat write direct 8B");
+    let mut d1 = doc(json!([lat_run(json!(100.0))]));
+    super::super::schema::upgrade(&mut d1);
+    assert_eq!(key(&d1, &d1["runs"][0]), "lat write direct 8B");
+}
+
+#[test]
+fn outputs_say_runs_interval_significance_and_the_note() {
+    let a = doc(json!([lat_run(json!(100.0))]));
+    let r = compare(&a, &a, &Options::default()).unwrap();
+    for out in [text(&r), markdown(&r), junit(&r)] {
+        for want in [
+            "CANNOT contain",
+            "runs per side: BASE 1 file(s), NEW 1 file(s)",
+            "Holm-adjusted at 5 %",
+            "2 rows",
+            "1/1",
+            "95% interval",
+        ] {
+            assert!(out.contains(want), "{want} not in:\n{out}");
+        }
+    }
+}

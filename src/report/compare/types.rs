@@ -1,0 +1,264 @@
+//! What a compare takes and gives: the options, the rows, the report and the notes its verdicts
+//! rest on, the verdicts, and why files cannot be compared.
+
+use super::{ALPHA, DEFAULT_THRESHOLDS_PCT, MIN_RUNS_FOR_T, ROUNDS};
+
+/// Why files cannot be compared.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum CompareError {
+    /// Not readable.
+    #[error("{path}: {why}")]
+    Unreadable {
+        /// File.
+        path: String,
+        /// What went wrong.
+        why: String,
+    },
+    /// Not an rdmaprobe result, or another schema.
+    #[error("{path}: {why}")]
+    Foreign {
+        /// File.
+        path: String,
+        /// What is wrong.
+        why: String,
+    },
+    /// A run carries a value compare cannot use (zero, negative, not finite, not a number).
+    #[error("{path}: run '{run}': {why}")]
+    BadValue {
+        /// File.
+        path: String,
+        /// The run's key.
+        run: String,
+        /// Which field, and what is wrong with it.
+        why: String,
+    },
+    /// Two runs of one file have the same key: which one to compare is ambiguous.
+    #[error("{path}: run '{run}' appears more than once in the file (runs are matched by scenario, operation, backend, size and parameters)")]
+    DuplicateRun {
+        /// File.
+        path: String,
+        /// The run's key.
+        run: String,
+    },
+    /// One side names the same document twice (the same file, or a copy): one process run would
+    /// count as two.
+    #[error("{side} names one run twice: {first} and {second} are the same file or have the same contents")]
+    SameRunTwice {
+        /// `BASE` or `NEW`.
+        side: &'static str,
+        /// The first file.
+        first: String,
+        /// The second.
+        second: String,
+    },
+}
+
+/// Verdict of one comparison.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Verdict {
+    /// Worse beyond the threshold, and significantly.
+    Regression,
+    /// Better beyond the threshold, and significantly.
+    Improvement,
+    /// Within the threshold or the noise.
+    Same,
+    /// No samples to judge the noise by (no per-block samples and fewer than three runs on a
+    /// side): not judged, never a regression.
+    NoInterval,
+}
+
+impl Verdict {
+    /// The word a report shows.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Verdict::Regression => "REGRESSION",
+            Verdict::Improvement => "improvement",
+            Verdict::Same => "same",
+            Verdict::NoInterval => "not judged",
+        }
+    }
+}
+
+/// Multiple-comparison adjustment of the rows' p-values.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub enum Adjust {
+    /// Holm's step-down: controls the chance of any false alarm (family-wise error rate).
+    Holm,
+    /// Benjamini–Hochberg: controls the expected share of false alarms among the alarms.
+    BenjaminiHochberg,
+}
+
+impl Adjust {
+    /// Its name in reports.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Adjust::Holm => "Holm",
+            Adjust::BenjaminiHochberg => "Benjamini-Hochberg",
+        }
+    }
+}
+
+/// How to compare.
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// Threshold in percent; `None`: the row's default for its scenario, metric and number of runs
+    /// ([`DEFAULT_THRESHOLDS_PCT`]).
+    pub threshold_pct: Option<f64>,
+    /// Metrics (`p50`, `p99`, `bw`).
+    pub metrics: Vec<String>,
+    /// Adjustment over the rows.
+    pub adjust: Adjust,
+    /// Bootstrap resamples per row.
+    pub rounds: usize,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            threshold_pct: None,
+            metrics: vec!["p50".into(), "p99".into(), "bw".into()],
+            adjust: Adjust::Holm,
+            rounds: ROUNDS,
+        }
+    }
+}
+
+/// One matched run and metric.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Row {
+    /// The run's key (scenario, op, backend, size, parameters).
+    pub key: String,
+    /// Metric name (`p50`, `p99`, `bw`).
+    pub metric: String,
+    /// Runs (files) of BASE that have this row.
+    pub runs_base: usize,
+    /// Runs (files) of NEW that have this row.
+    pub runs_new: usize,
+    /// BASE value: the median over BASE's runs of each run's value.
+    pub base: f64,
+    /// NEW value: the median over NEW's runs of each run's value.
+    pub new: f64,
+    /// Relative change, NEW over BASE minus 1 (positive = larger).
+    pub change: f64,
+    /// 95 % bootstrap interval of the relative change (none: nothing to resample).
+    pub interval: Option<(f64, f64)>,
+    /// Two-sided bootstrap p-value of "no change".
+    pub p: Option<f64>,
+    /// The p-value adjusted over all rows of this compare that have one.
+    pub p_adjusted: Option<f64>,
+    /// The threshold this row was judged with, as a fraction.
+    pub threshold: f64,
+    /// Larger is worse (latency) or better (bandwidth).
+    pub larger_is_worse: bool,
+    /// The verdict.
+    pub verdict: Verdict,
+}
+
+/// The whole comparison.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Report {
+    /// Environment fields that differ between the first BASE and the first NEW file:
+    /// (field, BASE, NEW).
+    pub env_diff: Vec<(String, String, String)>,
+    /// Environment fields that differ between the files of one side: (side, field, file).
+    pub side_diff: Vec<(String, String, String)>,
+    /// Files of BASE.
+    pub files_base: usize,
+    /// Files of NEW.
+    pub files_new: usize,
+    /// Matched rows.
+    pub rows: Vec<Row>,
+    /// Runs only in BASE.
+    pub only_base: Vec<String>,
+    /// Runs only in NEW.
+    pub only_new: Vec<String>,
+    /// The threshold given on the command line (percent), if any.
+    pub threshold_pct: Option<f64>,
+    /// The adjustment used.
+    pub adjust: Adjust,
+    /// Bootstrap resamples per row.
+    pub rounds: usize,
+}
+
+impl Report {
+    /// Whether any row is a regression.
+    pub fn regressed(&self) -> bool {
+        self.rows.iter().any(|r| r.verdict == Verdict::Regression)
+    }
+
+    /// Rows with a p-value (the family the adjustment runs over).
+    pub fn tested(&self) -> usize {
+        self.rows.iter().filter(|r| r.p.is_some()).count()
+    }
+
+    /// Whether some row has a single run on a side (its interval cannot hold run-to-run
+    /// variation).
+    pub fn single_run(&self) -> bool {
+        self.rows.iter().any(|r| r.runs_base.min(r.runs_new) < MIN_RUNS_FOR_T)
+    }
+
+    /// What the verdicts rest on, in sentences, for every output format.
+    pub fn notes(&self) -> Vec<String> {
+        let mut n = vec![format!(
+            "runs per side: BASE {} file(s), NEW {} file(s) (each file one process run)",
+            self.files_base, self.files_new
+        )];
+        if self.single_run() {
+            n.push(
+                "fewer than 3 runs on a side: the interval resamples the blocks within the runs, so it CANNOT \
+                 contain the run-to-run variation (on model0 larger than the noise within a run); give at least 3 \
+                 files per side (--base F1 F2 F3 --new G1 G2 G3, run alternately) for an interval that does"
+                    .into(),
+            );
+        } else {
+            n.push(
+                "interval and p: Welch's t-test over the process runs (the logarithms of each run's value): it \
+                 contains the run-to-run variation; the change is the ratio of the runs' geometric means"
+                    .into(),
+            );
+        }
+        n.push(match self.threshold_pct {
+            Some(t) => format!("threshold: {t} % (given)"),
+            None => {
+                let t = |several: bool| {
+                    DEFAULT_THRESHOLDS_PCT
+                        .iter()
+                        .map(|(sc, m, a, b)| {
+                            // a bandwidth row's metric is the bandwidth itself
+                            let what = if sc == m { sc.to_string() } else { format!("{sc} {m}") };
+                            format!("{what} {} %", if several { a } else { b })
+                        })
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                };
+                format!(
+                    "threshold: default by row, with 3 or more runs on both sides: {}; with fewer: {}",
+                    t(true),
+                    t(false)
+                )
+            }
+        });
+        let untested = self.rows.len() - self.tested();
+        let mut s = format!(
+            "significance: {} rows, {}-adjusted at {} % ({})",
+            self.tested(),
+            self.adjust.as_str(),
+            ALPHA * 100.0,
+            if self.single_run() {
+                format!("{} bootstrap resamples of the blocks per row", self.rounds)
+            } else {
+                "Welch's t over the runs per row".to_string()
+            }
+        );
+        if untested > 0 {
+            s.push_str(&format!(
+                "; {untested} rows not judged (no per-block samples and fewer than 3 runs per side)"
+            ));
+        }
+        n.push(s);
+        n.push("regression: change beyond the threshold in the worse direction and adjusted p below 5 %".into());
+        n
+    }
+}

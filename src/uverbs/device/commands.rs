@@ -1,0 +1,527 @@
+//! The commands' work: GET_CONTEXT, the device and port attributes, and the objects (memory
+//! regions, CQs, QPs, the doorbell-record pages they share) made, changed and destroyed with the
+//! checks the mlx5 kernel driver makes.
+
+use super::frame::{bytes, rd, Cmd};
+use super::{
+    errno_of, handle, CqEnt, Ctx, DbRef, QpEnt, BF_REG_SIZE, DYN_BFREGS, MR_PAGES, NO_BFREG, PAGE, QPS, QPS_ERR,
+    QPS_INIT, QPS_RESET, QPS_RTR, QPS_RTS, TOT_BFREGS,
+};
+use crate::model::{Model, ModelCq, UserQpLayout};
+use crate::sys::kabi as k;
+use crate::sys::{
+    IBV_QP_ACCESS_FLAGS, IBV_QP_AV, IBV_QP_DEST_QPN, IBV_QP_MAX_DEST_RD_ATOMIC, IBV_QP_MAX_QP_RD_ATOMIC,
+    IBV_QP_MIN_RNR_TIMER, IBV_QP_PATH_MTU, IBV_QP_PKEY_INDEX, IBV_QP_PORT, IBV_QP_QKEY, IBV_QP_RETRY_CNT,
+    IBV_QP_RNR_RETRY, IBV_QP_RQ_PSN, IBV_QP_SQ_PSN, IBV_QP_STATE, IBV_QP_TIMEOUT,
+};
+use std::ffi::{c_int, c_void};
+use std::mem::size_of;
+use std::sync::Arc;
+
+/// Answers GET_CONTEXT; returns how many low-latency BlueFlame registers libmlx5 asked for.
+pub(super) fn get_context(c: &Cmd<'_>) -> Result<u32, c_int> {
+    let req: k::mlx5_ib_alloc_ucontext_req_v2 = rd(c.drv, 0);
+    if req.total_num_bfregs > TOT_BFREGS || req.num_low_latency_bfregs >= TOT_BFREGS {
+        return errno_of(
+            format!(
+                "GET_CONTEXT asks {} BlueFlame registers, {} of them low-latency: model0 has {TOT_BFREGS}",
+                req.total_num_bfregs, req.num_low_latency_bfregs
+            ),
+            libc::EINVAL,
+        );
+    }
+    // SAFETY: an eventfd nobody signals: model0 raises no asynchronous events.
+    let async_fd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK) };
+    if async_fd < 0 {
+        return Err(std::io::Error::last_os_error().raw_os_error().unwrap_or(libc::EMFILE));
+    }
+    let r = k::ib_uverbs_get_context_resp {
+        async_fd: async_fd as u32,
+        num_comp_vectors: 1,
+        ..Default::default()
+    };
+    let d = k::mlx5_ib_alloc_ucontext_resp {
+        qp_tab_size: 1 << 18,
+        bf_reg_size: BF_REG_SIZE,
+        tot_bfregs: TOT_BFREGS,
+        cache_line_size: 64,
+        max_sq_desc_sz: 1024,
+        max_rq_desc_sz: 512,
+        max_send_wqebb: 1 << 15,
+        max_recv_wr: 1 << 15,
+        max_srq_recv_wr: 1 << 15,
+        num_ports: 1,
+        cqe_version: req.max_cqe_version.min(1),
+        response_length: size_of::<k::mlx5_ib_alloc_ucontext_resp>() as u32,
+        log_uar_size: 12,
+        num_uars_per_page: 1,
+        num_dyn_bfregs: DYN_BFREGS,
+        ..Default::default()
+    };
+    c.resp.put(bytes(&r), bytes(&d))?;
+    Ok(req.num_low_latency_bfregs)
+}
+
+/// A BlueFlame register for a new QP, as the mlx5 kernel driver allocates them: a free
+/// low-latency one (the last `low_latency`, one QP each), else the least used medium one, else
+/// register 0 (no BlueFlame, doorbells only). Returns the register and the index libmlx5 takes
+/// (`bfs[]` counts 4 registers per UAR page, 2 of them usable: the kernel's adjust_bfregn).
+fn alloc_bfreg(ctx: &mut Ctx) -> (u32, u32) {
+    let first_low = TOT_BFREGS - ctx.low_latency;
+    let n = (first_low..TOT_BFREGS)
+        .find(|&i| ctx.bfreg_users[i as usize] == 0)
+        .or_else(|| (1..first_low).min_by_key(|&i| ctx.bfreg_users[i as usize]))
+        .unwrap_or(0);
+    ctx.bfreg_users[n as usize] += 1;
+    (n, n / 2 * 4 + n % 2)
+}
+
+/// What a ConnectX-5 reports, with model0's limits; atomics: `IBV_ATOMIC_HCA` when model0 works
+/// on host-order words, none when on big-endian ones (as the mlx5 kernel driver advertises).
+pub(super) fn device_attr(m: &Model) -> k::ib_uverbs_query_device_resp {
+    k::ib_uverbs_query_device_resp {
+        fw_ver: (16u64 << 32) | (35 << 16) | 1000,
+        node_guid: 0x0000_0000_0000_0001u64.to_be(),
+        sys_image_guid: 0x0000_0000_0000_0001u64.to_be(),
+        max_mr_size: u64::MAX,
+        page_size_cap: !(PAGE as u64 - 1),
+        vendor_id: 0x02c9,
+        vendor_part_id: 4119,
+        hw_ver: 0,
+        max_qp: 1 << 18,
+        max_qp_wr: 1 << 15,
+        device_cap_flags: 0,
+        max_sge: 30,
+        max_sge_rd: 30,
+        max_cq: 1 << 24,
+        max_cqe: (1 << 22) - 1,
+        max_mr: 1 << 24,
+        max_pd: 1 << 24,
+        max_qp_rd_atom: 16,
+        max_res_rd_atom: 16 << 18,
+        max_qp_init_rd_atom: 16,
+        atomic_cap: if m.config().atomic_big_endian {
+            crate::sys::IBV_ATOMIC_NONE
+        } else {
+            crate::sys::IBV_ATOMIC_HCA
+        },
+        max_pkeys: 128,
+        local_ca_ack_delay: 16,
+        phys_port_cnt: 1,
+        ..Default::default()
+    }
+}
+
+pub(super) fn port_attr() -> k::ib_uverbs_query_port_resp {
+    k::ib_uverbs_query_port_resp {
+        port_cap_flags: 0,
+        max_msg_sz: 1 << 30,
+        gid_tbl_len: 1,
+        pkey_tbl_len: 1,
+        lid: 1,
+        sm_lid: 1,
+        state: crate::sys::IBV_PORT_ACTIVE as u8,
+        max_mtu: crate::sys::IBV_MTU_4096 as u8,
+        active_mtu: crate::sys::IBV_MTU_4096 as u8,
+        max_vl_num: 4,
+        active_width: 2,  // 4x
+        active_speed: 32, // EDR
+        phys_state: 5,    // LinkUp
+        link_layer: crate::sys::IBV_LINK_LAYER_INFINIBAND as u8,
+        ..Default::default()
+    }
+}
+
+pub(super) fn reg_mr(ctx: &mut Ctx, c: &Cmd<'_>) -> Result<(), c_int> {
+    let q: k::ib_uverbs_reg_mr = rd(c.core, 0);
+    let Some(&pdn) = ctx.pds.get(&q.pd_handle) else {
+        return errno_of(format!("REG_MR in unknown PD handle {}", q.pd_handle), libc::EINVAL);
+    };
+    let (start, len) = (q.start as usize, q.length as usize);
+    // the kernel's checks (ib_check_mr_access): remote write or atomic needs local write
+    let remote_w = crate::sys::IBV_ACCESS_REMOTE_WRITE | crate::sys::IBV_ACCESS_REMOTE_ATOMIC;
+    if q.access_flags & remote_w != 0 && q.access_flags & crate::sys::IBV_ACCESS_LOCAL_WRITE == 0 {
+        return errno_of(
+            format!(
+                "REG_MR with access {:#x}: remote write or atomic without local write",
+                q.access_flags
+            ),
+            libc::EINVAL,
+        );
+    }
+    let Some(e0) = start.checked_add(len).and_then(|e| e.checked_next_multiple_of(PAGE)) else {
+        return errno_of(
+            format!("REG_MR of {start:#x} + {len}: the range overflows"),
+            libc::EINVAL,
+        );
+    };
+    if len == 0 {
+        return errno_of("REG_MR of 0 bytes", libc::EINVAL);
+    }
+    let s0 = start & !(PAGE - 1);
+    // every page mapped (the kernel pins with get_user_pages and answers EFAULT)
+    if !mapped(s0, e0 - s0) {
+        return errno_of(
+            format!("REG_MR of {start:#x} + {len}: not all of it is mapped"),
+            libc::EFAULT,
+        );
+    }
+    // model0 pins whole pages by mapping a file over them: pages another region (of any
+    // context of this process) already pinned cannot be pinned twice
+    let mut pages = MR_PAGES.lock().unwrap_or_else(|p| p.into_inner());
+    if pages.iter().any(|&(_, s1, e1)| s0 < e1 && s1 < e0) {
+        return errno_of(
+            format!("REG_MR of {start:#x} + {len}: its pages overlap another region's (model0 pins whole pages)"),
+            libc::EOPNOTSUPP,
+        );
+    }
+    // SAFETY: libibverbs registers memory the program owns and keeps until DEREG_MR.
+    let mr = unsafe { ctx.model.reg_user_mr(pdn, start, len, q.hca_va, q.access_flags) }
+        .or_else(|e| errno_of(e, libc::ENOMEM))?;
+    let h = handle(ctx);
+    let r = k::ib_uverbs_reg_mr_resp {
+        mr_handle: h,
+        lkey: mr.lkey(),
+        rkey: mr.rkey(),
+        ..Default::default()
+    };
+    pages.push((mr.as_ptr() as usize, s0, e0));
+    ctx.mrs.insert(h, mr);
+    c.resp.put(bytes(&r), &[])
+}
+
+/// Whether every page of `[addr, addr + len)` is mapped (`mincore` answers ENOMEM otherwise).
+fn mapped(addr: usize, len: usize) -> bool {
+    let mut vec = vec![0u8; len.div_ceil(PAGE)];
+    // SAFETY: mincore only inspects the range and writes one byte per page into `vec`.
+    unsafe { libc::mincore(addr as *mut c_void, len, vec.as_mut_ptr()) == 0 }
+}
+
+/// Pins the doorbell-record page holding `addr` (once per page), returns the page and offset.
+fn take_db(ctx: &mut Ctx, addr: u64) -> Result<(usize, u32), c_int> {
+    let page = addr as usize & !(PAGE - 1);
+    if let Some(d) = ctx.dbs.get_mut(&page) {
+        d.refs += 1;
+    } else {
+        // SAFETY: libmlx5's record page, allocated until the last object using it is destroyed.
+        let p = unsafe { ctx.model.map_db_page(page) }.or_else(|e| errno_of(e, libc::ENOMEM))?;
+        ctx.dbs.insert(page, DbRef { page: p, refs: 1 });
+    }
+    Ok((page, (addr as usize - page) as u32))
+}
+
+pub(super) fn release_db(ctx: &mut Ctx, page: usize) {
+    if let Some(d) = ctx.dbs.get_mut(&page) {
+        d.refs -= 1;
+        if d.refs == 0 {
+            ctx.dbs.remove(&page);
+        }
+    }
+}
+
+pub(super) fn create_cq(ctx: &mut Ctx, c: &Cmd<'_>, cqe: u32, channel: i32, ex: bool) -> Result<(), c_int> {
+    let d: k::mlx5_ib_create_cq = rd(c.drv, 0);
+    if channel >= 0 {
+        return errno_of(
+            "CREATE_CQ with a completion channel: model0 raises no events yet",
+            libc::EOPNOTSUPP,
+        );
+    }
+    if d.cqe_size != 64 {
+        return errno_of(
+            format!(
+                "CREATE_CQ with {}-byte CQEs: model0 writes 64-byte CQEs (unset MLX5_CQE_SIZE)",
+                d.cqe_size
+            ),
+            libc::EOPNOTSUPP,
+        );
+    }
+    let cnt = cqe.wrapping_add(1);
+    let (page, off) = take_db(ctx, d.db_addr)?;
+    let db = &ctx.dbs[&page].page;
+    // SAFETY: libmlx5's CQ buffer of `cnt` 64-byte entries, kept until DESTROY_CQ.
+    let cq = match unsafe { ctx.model.create_user_cq(cnt, d.buf_addr as usize, db, off) } {
+        Ok(cq) => cq,
+        Err(e) => {
+            release_db(ctx, page);
+            return errno_of(e, libc::EINVAL);
+        }
+    };
+    let h = handle(ctx);
+    let r = k::ib_uverbs_create_cq_resp {
+        cq_handle: h,
+        cqe: cnt - 1,
+        ..Default::default()
+    };
+    let dr = k::mlx5_ib_create_cq_resp {
+        cqn: cq.cqn(),
+        ..Default::default()
+    };
+    ctx.cqs.insert(h, CqEnt { cq, db: page });
+    if ex {
+        let e = k::ib_uverbs_ex_create_cq_resp {
+            base: r,
+            comp_mask: 0,
+            response_length: size_of::<k::ib_uverbs_ex_create_cq_resp>() as u32,
+        };
+        c.resp.put(bytes(&e), bytes(&dr))
+    } else {
+        c.resp.put(bytes(&r), bytes(&dr))
+    }
+}
+
+pub(super) fn create_qp(ctx: &mut Ctx, c: &Cmd<'_>, q: &k::ib_uverbs_ex_create_qp, ex: bool) -> Result<(), c_int> {
+    let d: k::mlx5_ib_create_qp = rd(c.drv, 0);
+    if q.qp_type != crate::sys::IBV_QPT_RC as u8 {
+        return errno_of(
+            format!("CREATE_QP of type {}: model0 has RC QPs", q.qp_type),
+            libc::EOPNOTSUPP,
+        );
+    }
+    if q.is_srq != 0 || q.create_flags & !k::IB_UVERBS_QP_CREATE_SQ_SIG_ALL != 0 || q.comp_mask != 0 {
+        return errno_of(
+            format!(
+                "CREATE_QP with an SRQ, create flags {:#x} or comp_mask {:#x}",
+                q.create_flags, q.comp_mask
+            ),
+            libc::EOPNOTSUPP,
+        );
+    }
+    let known = k::MLX5_QP_FLAG_SCATTER_CQE | k::MLX5_QP_FLAG_SIGNATURE | k::MLX5_QP_FLAG_BFREG_INDEX;
+    if d.flags & !known != 0 {
+        return errno_of(format!("CREATE_QP with mlx5 flags {:#x}", d.flags), libc::EOPNOTSUPP);
+    }
+    if d.flags & k::MLX5_QP_FLAG_SIGNATURE != 0 {
+        return errno_of(
+            "CREATE_QP with WQE signatures (MLX5_QP_SIGNATURE=1): model0 does not check them; unset it",
+            libc::EOPNOTSUPP,
+        );
+    }
+    let (Some(&pdn), Some(scq), Some(rcq)) = (
+        ctx.pds.get(&q.pd_handle),
+        ctx.cqs.get(&q.send_cq_handle),
+        ctx.cqs.get(&q.recv_cq_handle),
+    ) else {
+        return errno_of("CREATE_QP with an unknown PD or CQ handle", libc::EINVAL);
+    };
+    let rq_stride = 1u32.checked_shl(d.rq_wqe_shift).unwrap_or(0);
+    let rq_len = d.rq_wqe_count as usize * rq_stride as usize;
+    let sq_len = d.sq_wqe_count as usize * 64;
+    let l = UserQpLayout {
+        buf: d.buf_addr as usize,
+        buf_len: (rq_len + sq_len).next_multiple_of(PAGE),
+        sq_wqe_cnt: d.sq_wqe_count,
+        rq_wqe_cnt: d.rq_wqe_count,
+        rq_stride: rq_stride.max(16),
+        max_inline: q.max_inline_data,
+        scatter_cqe: if d.flags & k::MLX5_QP_FLAG_SCATTER_CQE != 0 {
+            32
+        } else {
+            0
+        },
+        uidx: d.uidx,
+    };
+    let (send_cq, recv_cq) = (q.send_cq_handle, q.recv_cq_handle);
+    let (scq, rcq) = (&scq.cq as *const ModelCq, &rcq.cq as *const ModelCq);
+    let (page, off) = take_db(ctx, d.db_addr)?;
+    let db = &ctx.dbs[&page].page;
+    // SAFETY: the CQs are entries of `ctx.cqs`, not moved by `take_db` (which touches `dbs`);
+    // libmlx5's QP buffer is kept until DESTROY_QP.
+    let qp = match unsafe { ctx.model.create_user_qp(pdn, &*scq, &*rcq, l, db, off) } {
+        Ok(qp) => Arc::new(qp),
+        Err(e) => {
+            release_db(ctx, page);
+            return errno_of(e, libc::EINVAL);
+        }
+    };
+    let h = handle(ctx);
+    let qpn = qp.qpn();
+    QPS.lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .push((qpn, Arc::downgrade(&qp), 0));
+    let r = k::ib_uverbs_create_qp_resp {
+        qp_handle: h,
+        qpn,
+        max_send_wr: q.max_send_wr,
+        max_recv_wr: q.max_recv_wr,
+        max_send_sge: q.max_send_sge,
+        max_recv_sge: q.max_recv_sge,
+        max_inline_data: q.max_inline_data,
+        ..Default::default()
+    };
+    // a thread-domain QP names its dynamic register itself (MLX5_QP_FLAG_BFREG_INDEX): it takes
+    // none of the static ones
+    let (bfreg, bfreg_index) = if d.flags & k::MLX5_QP_FLAG_BFREG_INDEX != 0 {
+        (NO_BFREG, d.bfreg_index)
+    } else {
+        alloc_bfreg(ctx)
+    };
+    let dr = k::mlx5_ib_create_qp_resp {
+        bfreg_index,
+        ..Default::default()
+    };
+    let attr = k::ib_uverbs_query_qp_resp {
+        max_send_wr: q.max_send_wr,
+        max_recv_wr: q.max_recv_wr,
+        max_send_sge: q.max_send_sge,
+        max_recv_sge: q.max_recv_sge,
+        max_inline_data: q.max_inline_data,
+        qp_state: QPS_RESET,
+        sq_sig_all: q.sq_sig_all,
+        port_num: 1,
+        ..Default::default()
+    };
+    ctx.qps.insert(
+        h,
+        QpEnt {
+            qp,
+            pdn,
+            db: page,
+            bfreg,
+            send_cq,
+            recv_cq,
+            attr,
+        },
+    );
+    if ex {
+        let e = k::ib_uverbs_ex_create_qp_resp {
+            base: r,
+            comp_mask: 0,
+            response_length: size_of::<k::ib_uverbs_ex_create_qp_resp>() as u32,
+        };
+        c.resp.put(bytes(&e), bytes(&dr))
+    } else {
+        c.resp.put(bytes(&r), bytes(&dr))
+    }
+}
+
+pub(super) fn destroy_qp_ent(ctx: &mut Ctx, h: u32) {
+    if let Some(e) = ctx.qps.remove(&h) {
+        let qpn = e.qp.qpn();
+        QPS.lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .retain(|(n, _, _)| *n != qpn);
+        // libmlx5 frees the buffer when this command returns: the memory goes back now, whoever
+        // still holds the QP (a concurrent progress call, a backend) keeps only the model's file
+        e.qp.release_user_memory();
+        drop(e.qp);
+        release_db(ctx, e.db);
+        if e.bfreg != NO_BFREG {
+            ctx.bfreg_users[e.bfreg as usize] -= 1;
+        }
+    }
+}
+
+pub(super) fn modify_qp(ctx: &mut Ctx, q: &k::ib_uverbs_modify_qp) -> Result<(), c_int> {
+    let Some(e) = ctx.qps.get_mut(&q.qp_handle) else {
+        return errno_of(format!("MODIFY_QP of unknown handle {}", q.qp_handle), libc::EINVAL);
+    };
+    let m = q.attr_mask;
+    let a = &mut e.attr;
+    let cur = a.qp_state;
+    let next = if m & IBV_QP_STATE != 0 { q.qp_state } else { cur };
+    // The transitions and required attributes of the IB specification (the kernel's
+    // ib_modify_qp_is_ok) for an RC QP.
+    let need = match (cur, next) {
+        (_, QPS_RESET) | (_, QPS_ERR) => Some(0),
+        (QPS_RESET, QPS_INIT) => Some(IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS),
+        (QPS_INIT, QPS_INIT) => Some(0),
+        (QPS_INIT, QPS_RTR) => Some(
+            IBV_QP_AV
+                | IBV_QP_PATH_MTU
+                | IBV_QP_DEST_QPN
+                | IBV_QP_RQ_PSN
+                | IBV_QP_MAX_DEST_RD_ATOMIC
+                | IBV_QP_MIN_RNR_TIMER,
+        ),
+        (QPS_RTR, QPS_RTS) => {
+            Some(IBV_QP_SQ_PSN | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY | IBV_QP_MAX_QP_RD_ATOMIC)
+        }
+        (QPS_RTS, QPS_RTS) => Some(0),
+        _ => None,
+    };
+    match need {
+        Some(n) if m & n == n => {}
+        Some(n) => {
+            return errno_of(
+                format!("MODIFY_QP {cur}->{next}: attributes {:#x} missing", n & !m),
+                libc::EINVAL,
+            )
+        }
+        None => return errno_of(format!("MODIFY_QP {cur}->{next}: not a valid transition"), libc::EINVAL),
+    }
+    if m & IBV_QP_PORT != 0 && q.port_num != 1 {
+        return errno_of(
+            format!("MODIFY_QP to port {}: model0 has port 1", q.port_num),
+            libc::EINVAL,
+        );
+    }
+    if m & IBV_QP_PATH_MTU != 0 && !(1..=5).contains(&q.path_mtu) {
+        return errno_of(format!("MODIFY_QP with path MTU code {}", q.path_mtu), libc::EINVAL);
+    }
+    if m & IBV_QP_DEST_QPN != 0 && q.dest_qp_num == e.qp.qpn() {
+        return errno_of(
+            "MODIFY_QP to itself: model0 has no loopback of a QP to itself",
+            libc::EINVAL,
+        );
+    }
+    if m & IBV_QP_ACCESS_FLAGS != 0 {
+        a.qp_access_flags = q.qp_access_flags;
+    }
+    if m & IBV_QP_PKEY_INDEX != 0 {
+        a.pkey_index = q.pkey_index;
+    }
+    if m & IBV_QP_PORT != 0 {
+        a.port_num = q.port_num;
+    }
+    if m & IBV_QP_QKEY != 0 {
+        a.qkey = q.qkey;
+    }
+    if m & IBV_QP_AV != 0 {
+        a.dest = q.dest;
+    }
+    if m & IBV_QP_PATH_MTU != 0 {
+        a.path_mtu = q.path_mtu;
+    }
+    if m & IBV_QP_DEST_QPN != 0 {
+        a.dest_qp_num = q.dest_qp_num;
+    }
+    if m & IBV_QP_RQ_PSN != 0 {
+        a.rq_psn = q.rq_psn;
+    }
+    if m & IBV_QP_MAX_DEST_RD_ATOMIC != 0 {
+        a.max_dest_rd_atomic = q.max_dest_rd_atomic;
+    }
+    if m & IBV_QP_MIN_RNR_TIMER != 0 {
+        a.min_rnr_timer = q.min_rnr_timer;
+    }
+    if m & IBV_QP_SQ_PSN != 0 {
+        a.sq_psn = q.sq_psn;
+    }
+    if m & IBV_QP_TIMEOUT != 0 {
+        a.timeout = q.timeout;
+    }
+    if m & IBV_QP_RETRY_CNT != 0 {
+        a.retry_cnt = q.retry_cnt;
+    }
+    if m & IBV_QP_RNR_RETRY != 0 {
+        a.rnr_retry = q.rnr_retry;
+    }
+    if m & IBV_QP_MAX_QP_RD_ATOMIC != 0 {
+        a.max_rd_atomic = q.max_rd_atomic;
+    }
+    a.qp_state = next;
+    match next {
+        QPS_RESET => e.qp.reset(),
+        QPS_ERR => e.qp.set_error(),
+        QPS_RTS if cur == QPS_RTR => e.qp.connect(
+            a.dest_qp_num,
+            crate::model::ModelConnect {
+                rnr_retry: a.rnr_retry,
+                min_rnr_timer: a.min_rnr_timer,
+            },
+        ),
+        _ => {}
+    }
+    Ok(())
+}
