@@ -70,26 +70,11 @@ enum Cmd {
 }
 
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq)]
-enum LatOp {
-    Write,
-    Send,
-    Read,
-    Atomic,
-}
-
-#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq)]
 enum BackendArg {
     Verbs,
     Wr,
     Direct,
     All,
-}
-
-#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq)]
-enum DbArg {
-    Bf,
-    BfNofence,
-    Db,
 }
 
 /// Which device and port a scenario runs on (`-d`, `-i`, `-x`, as perftest).
@@ -118,8 +103,8 @@ struct RunArgs {
     #[arg(long, value_enum, default_value_t = BackendArg::All)]
     backend: BackendArg,
     /// Doorbell mode of the direct backend.
-    #[arg(long, value_enum, default_value_t = DbArg::Bf)]
-    db_mode: DbArg,
+    #[arg(long, value_enum, default_value_t = DbMode::Bf)]
+    db_mode: DbMode,
     /// Seconds without progress before a run is declared stalled.
     #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..=3600))]
     stall_secs: u64,
@@ -150,7 +135,7 @@ struct PeerArgs {
 struct LatArgs {
     /// Operation.
     #[arg(value_enum)]
-    op: LatOp,
+    op: OpKind,
     /// Where the peer is.
     #[command(flatten)]
     peer: PeerArgs,
@@ -190,7 +175,7 @@ struct LatArgs {
 struct BwArgs {
     /// Operation.
     #[arg(value_enum)]
-    op: LatOp,
+    op: OpKind,
     /// Where the peer is.
     #[command(flatten)]
     peer: PeerArgs,
@@ -379,17 +364,6 @@ fn main() -> ExitCode {
     }
 }
 
-impl LatOp {
-    fn op(self) -> OpKind {
-        match self {
-            LatOp::Write => OpKind::Write,
-            LatOp::Send => OpKind::Send,
-            LatOp::Read => OpKind::Read,
-            LatOp::Atomic => OpKind::FetchAdd,
-        }
-    }
-}
-
 impl BackendArg {
     fn backends(self) -> Backends {
         match self {
@@ -397,16 +371,6 @@ impl BackendArg {
             BackendArg::Verbs => Backends::Only(BackendKind::Verbs),
             BackendArg::Wr => Backends::Only(BackendKind::Wr),
             BackendArg::Direct => Backends::Only(BackendKind::Direct),
-        }
-    }
-}
-
-impl DbArg {
-    fn mode(self) -> DbMode {
-        match self {
-            DbArg::Bf => DbMode::Bf,
-            DbArg::BfNofence => DbMode::BfNoFence,
-            DbArg::Db => DbMode::Db,
         }
     }
 }
@@ -441,7 +405,7 @@ fn plan(scenario: Scenario, r: &RunArgs, p: &PeerArgs) -> Result<Plan> {
         scenario,
         device: r.dev.spec(),
         backends: r.backend.backends(),
-        db_mode: r.db_mode.mode(),
+        db_mode: r.db_mode,
         peer,
         oob_timeout: Duration::from_secs(p.oob_timeout),
         stall: Duration::from_secs(r.stall_secs),
@@ -450,7 +414,7 @@ fn plan(scenario: Scenario, r: &RunArgs, p: &PeerArgs) -> Result<Plan> {
 
 fn lat(a: LatArgs) -> Result<ExitCode> {
     let l = LatPlan {
-        op: a.op.op(),
+        op: a.op,
         sizes: if a.all_sizes { Sizes::All } else { Sizes::One(a.size) },
         iters: a.iters,
         warmup: a.warmup,
@@ -470,7 +434,7 @@ fn lat(a: LatArgs) -> Result<ExitCode> {
 
 fn bw(a: BwArgs) -> Result<ExitCode> {
     let b = BwPlan {
-        op: a.op.op(),
+        op: a.op,
         sizes: if a.all_sizes { Sizes::All } else { Sizes::One(a.size) },
         iters: a.iters,
         tx_depth: a.tx_depth,

@@ -38,6 +38,7 @@ impl BackendKind {
 /// Operations the scenarios post. Sources and targets are at offset 0 of the local and remote
 /// buffers; atomics use the first 8 bytes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize)]
+#[cfg_attr(feature = "std", derive(clap::ValueEnum))]
 #[serde(rename_all = "snake_case")]
 pub enum OpKind {
     /// RDMA WRITE.
@@ -47,8 +48,10 @@ pub enum OpKind {
     /// RDMA READ.
     Read,
     /// Fetch-and-add of 1.
+    #[cfg_attr(feature = "std", value(name = "atomic"))]
     FetchAdd,
     /// Compare-and-swap (0 -> 0: always a hit that leaves the word unchanged).
+    #[cfg_attr(feature = "std", value(skip))]
     CmpSwap,
 }
 

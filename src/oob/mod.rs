@@ -13,6 +13,9 @@ use std::io::{BufRead, BufReader, Write};
 use std::net::{TcpListener, TcpStream, ToSocketAddrs};
 use std::time::{Duration, Instant};
 
+mod rendezvous;
+pub use rendezvous::Rendezvous;
+
 /// The longest message either side accepts, in bytes (the largest real one, a hello, is well
 /// under 1 KiB).
 pub const MAX_MESSAGE: usize = 64 * 1024;
@@ -331,7 +334,7 @@ fn stopped(peer: &str) -> Result<(), OobError> {
 
 impl OobError {
     /// A timeout names what was awaited.
-    fn awaiting(self, what: &str) -> Self {
+    pub(crate) fn awaiting(self, what: &str) -> Self {
         match self {
             OobError::Timeout { peer, secs, .. } => OobError::Timeout {
                 peer,
@@ -344,7 +347,7 @@ impl OobError {
 }
 
 /// What a message of type `T` is, for a timeout's message.
-fn awaited<T>() -> &'static str {
+pub(crate) fn awaited<T>() -> &'static str {
     let name = std::any::type_name::<T>();
     match name.rsplit("::").next().unwrap_or(name) {
         "Hello" => "parameters (hello)",
@@ -467,111 +470,6 @@ impl Peer {
 pub struct Done {
     /// `None` when the side finished cleanly, else its error.
     pub error: Option<String>,
-}
-
-/// The out-of-band exchange a client/server run needs, whatever carries it: messages (JSON
-/// values) to and from the one peer, in order. [`Peer`] carries them over TCP; another launcher
-/// (MPI, a batch system's key-value store) can implement it and pass it to
-/// [`crate::probe::run_with_peer`]. The typed steps of the protocol (the parameter handshake,
-/// the barrier, the end) are built on it, on `dyn Rendezvous`.
-pub trait Rendezvous {
-    /// Sends one message.
-    fn send_value(&mut self, msg: serde_json::Value) -> Result<(), OobError>;
-    /// Receives the peer's next message.
-    fn recv_value(&mut self) -> Result<serde_json::Value, OobError>;
-    /// Whether this side leads: it answers the other's parameters (the server).
-    fn leads(&self) -> bool;
-    /// The peer, as messages name it.
-    fn peer_name(&self) -> String;
-    /// The deadline of later receives.
-    fn set_timeout(&mut self, t: Duration) -> Result<(), OobError>;
-}
-
-impl Rendezvous for Peer {
-    fn send_value(&mut self, msg: serde_json::Value) -> Result<(), OobError> {
-        self.send(&msg)
-    }
-    fn recv_value(&mut self) -> Result<serde_json::Value, OobError> {
-        self.recv()
-    }
-    fn leads(&self) -> bool {
-        self.leads
-    }
-    fn peer_name(&self) -> String {
-        self.addr.clone()
-    }
-    fn set_timeout(&mut self, t: Duration) -> Result<(), OobError> {
-        Peer::set_timeout(self, t)
-    }
-}
-
-impl dyn Rendezvous + '_ {
-    /// Sends one typed message.
-    pub fn put<T: serde::Serialize>(&mut self, msg: &T) -> Result<(), OobError> {
-        let v = serde_json::to_value(msg).map_err(|e| OobError::Protocol {
-            peer: self.peer_name(),
-            why: e.to_string(),
-        })?;
-        self.send_value(v)
-    }
-
-    /// Receives one typed message.
-    pub fn take<T: serde::de::DeserializeOwned>(&mut self) -> Result<T, OobError> {
-        let v = self.recv_value().map_err(|e| e.awaiting(awaited::<T>()))?;
-        let text = v.to_string();
-        serde_json::from_value(v).map_err(|e| OobError::Protocol {
-            peer: self.peer_name(),
-            why: format!("sent an unexpected message ({e}): {}", escape(&text)),
-        })
-    }
-
-    /// Sends ours, receives theirs.
-    pub fn exchange<T: serde::Serialize + serde::de::DeserializeOwned>(&mut self, mine: &T) -> Result<T, OobError> {
-        self.put(mine)?;
-        self.take()
-    }
-
-    /// The parameter handshake: the two ends compare their hellos; the first difference stops
-    /// both, named from each side (the leader answers the follower's hello).
-    pub fn agree(&mut self, hello: &Hello) -> Result<(), OobError> {
-        if !self.leads() {
-            self.put(hello)?;
-            return match self.take::<Answer>()? {
-                Answer::Agree(theirs) => hello.check(&theirs),
-                Answer::Refuse { param, server, client } => Err(OobError::Mismatch {
-                    param: escape(&param),
-                    ours: escape(&client),
-                    theirs: escape(&server),
-                }),
-            };
-        }
-        let theirs: Hello = self.take()?;
-        if let Err(e) = hello.check(&theirs) {
-            if let OobError::Mismatch { param, ours, theirs } = &e {
-                self.put(&Answer::Refuse {
-                    param: param.clone(),
-                    server: ours.clone(),
-                    client: theirs.clone(),
-                })?;
-            }
-            return Err(e);
-        }
-        self.put(&Answer::Agree(hello.clone()))
-    }
-
-    /// The barrier after connecting `qps` QPs: sends our [`Ready`] and waits for the peer's; the
-    /// two must have connected as many.
-    pub fn barrier(&mut self, qps: u32) -> Result<(), OobError> {
-        let theirs: Ready = self.exchange(&Ready { qps })?;
-        if theirs.qps != qps {
-            return Err(OobError::Mismatch {
-                param: "connected QPs".into(),
-                ours: qps.to_string(),
-                theirs: theirs.qps.to_string(),
-            });
-        }
-        Ok(())
-    }
 }
 
 #[cfg(test)]

@@ -91,7 +91,7 @@ pub fn point(runs: &[RunSample]) -> f64 {
 /// blocks' mean (the run's own figure, moved by its within-run noise; a run with fewer than 3
 /// blocks contributes its value unchanged). The side's figure is the median over the drawn runs,
 /// as the point estimate is. With one run per side only the within-run noise is resampled.
-/// `None` when a side has nothing to resample (see [`resamplable`]) or `rounds` is 0.
+/// `None` when a side has nothing to resample (see `resamplable`) or `rounds` is 0.
 pub fn hierarchical(base: &[RunSample], new: &[RunSample], rounds: usize) -> Option<Boot> {
     if !resamplable(base) || !resamplable(new) || rounds == 0 {
         return None;
