@@ -784,3 +784,28 @@ fn samples_that_do_not_fit_are_refused_before_the_run() {
         );
     }
 }
+
+/// `plot` refuses a run whose fields have the wrong type (exit 2, naming the run) instead of
+/// leaving it out of the figures without a word (issue 11 point 6).
+#[test]
+fn plot_refuses_fields_of_the_wrong_type() {
+    let dir = std::env::temp_dir().join(format!("rdmaprobe-plot-types-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let f = dir.join("r.json");
+    let doc = serde_json::json!({
+        "schema_version": 2, "tool": {"name": "rdmaprobe"}, "environment": {"device": "model0"},
+        "runs": [{"scenario": "lat", "op": "write", "backend": "direct", "size_bytes": 8,
+                  "latency_ns": {"p50": 200.0, "p99": 300.0}, "histogram_ns": 5}]
+    });
+    std::fs::write(&f, doc.to_string()).unwrap();
+    let out = dir.join("plots");
+    let (code, _, err) = rdmaprobe(&["plot", f.to_str().unwrap(), "--out", out.to_str().unwrap()]);
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.contains("run 1 (lat write 8 B direct): histogram_ns is not a string"),
+        "{err}"
+    );
+    assert!(!out.exists(), "a refused plot wrote its directory");
+    std::fs::remove_dir_all(&dir).ok();
+}

@@ -453,3 +453,59 @@ fn suite_quick_writes_its_files_and_compares_with_itself() {
     assert!(e.contains("/proc/rdmaprobe-cannot-write"), "{e}");
     std::fs::remove_dir_all(&dir).ok();
 }
+
+/// What a file says reaches the text, Markdown and JUnit outputs escaped (issue 11 point 6):
+/// a run key or an environment value with `|`, a newline, `<`, `&` or an escape sequence keeps
+/// the Markdown table's columns, makes JUnit that an XML parser (Python's expat) accepts, and
+/// puts no control character on the terminal. Before, each broke its format.
+#[test]
+fn outputs_escape_what_the_files_say() {
+    let hostile = "wr|ite\n<x>&\u{1b}[31m";
+    let doc = |kernel: &str, p50: f64| {
+        json!({
+            "schema_version": 1,
+            "tool": {"name": "rdmaprobe"},
+            "environment": {"kernel": kernel},
+            "params": {"scenario": "lat", "op": hostile},
+            "runs": [{
+                "op": hostile, "backend": "direct|x", "size": 8, "inline": true, "figure": "one_way",
+                "latency": {"p50": p50, "p99": p50 * 1.5},
+                "block_medians_ns": [p50, p50 * 1.01, p50 * 0.99, p50], "block_p99_ns": [p50 * 1.5, p50 * 1.5, p50 * 1.5, p50 * 1.5],
+            }]
+        })
+    };
+    let (a, b) = (doc("a|b\n", 200.0), doc("c<d>&\u{7}", 400.0));
+    let r = rdmaprobe::report::compare::compare(&a, &b, &rdmaprobe::report::compare::Options::default()).unwrap();
+    assert!(!r.rows.is_empty());
+    let text = rdmaprobe::report::compare::text(&r);
+    assert!(!text.chars().any(|c| c.is_control() && c != '\n'), "{text:?}");
+    let md = rdmaprobe::report::compare::markdown(&r);
+    assert!(!md.chars().any(|c| c.is_control() && c != '\n'), "{md:?}");
+    // every table row has its columns: unescaped `|` count equals the header's
+    let cells = |l: &str| l.replace("\\|", "").matches('|').count();
+    for table in md.split("\n\n").filter(|t| t.starts_with('|')) {
+        let mut lines = table.lines();
+        let head = cells(lines.next().unwrap());
+        for l in lines {
+            assert_eq!(cells(l), head, "a row broke the table: {l:?}\n{md}");
+        }
+    }
+    let junit = rdmaprobe::report::compare::junit(&r);
+    let mut py = std::process::Command::new("python3")
+        .args([
+            "-c",
+            "import sys, xml.dom.minidom; xml.dom.minidom.parseString(sys.stdin.buffer.read())",
+        ])
+        .stdin(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("python3 (an XML parser)");
+    use std::io::Write;
+    py.stdin.take().unwrap().write_all(junit.as_bytes()).unwrap();
+    let o = py.wait_with_output().unwrap();
+    assert!(
+        o.status.success(),
+        "JUnit is not well-formed XML: {}\n{junit}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+}

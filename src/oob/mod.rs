@@ -247,10 +247,7 @@ impl Peer {
     /// deadline.
     pub fn recv<T: serde::de::DeserializeOwned>(&mut self) -> Result<T, OobError> {
         let line = self.recv_line().map_err(|e| e.awaiting(awaited::<T>()))?;
-        serde_json::from_str(&line).map_err(|e| OobError::Protocol {
-            peer: self.addr.clone(),
-            why: format!("sent an unexpected message ({e}): {}", escape(line.trim())),
-        })
+        parse(&line, &self.addr)
     }
 
     fn recv_line(&mut self) -> Result<String, OobError> {
@@ -319,6 +316,15 @@ impl Peer {
             }
         }
     }
+}
+
+/// Parses one message from `peer` (a line without its newline); anything else is a protocol
+/// error quoting the line, escaped.
+pub fn parse<T: serde::de::DeserializeOwned>(line: &str, peer: &str) -> Result<T, OobError> {
+    serde_json::from_str(line).map_err(|e| OobError::Protocol {
+        peer: peer.to_string(),
+        why: format!("sent an unexpected message ({e}): {}", escape(line.trim())),
+    })
 }
 
 /// A stop asked by a signal ([`crate::signals`]) ends a wait for the peer.

@@ -253,21 +253,51 @@ pub fn figures(doc: &Value) -> Result<Vec<Figure>, String> {
     // latency runs: op -> size -> [(backend, run)]
     let mut lat: BTreeMap<String, BTreeMap<u64, Vec<&Value>>> = BTreeMap::new();
     let mut bw: BTreeMap<String, Vec<&Value>> = BTreeMap::new();
-    for r in runs {
+    for (i, r) in runs.iter().enumerate() {
         let scenario = r["scenario"]
             .as_str()
             .unwrap_or(if r.get("latency_ns").is_some() { "lat" } else { "" });
+        // a field of the wrong type is a damaged file: refused, naming the run, never skipped
+        let bad = |field: &str, want: &str| {
+            format!(
+                "run {} ({scenario} {} {} B {}): {field} is not {want}",
+                i + 1,
+                str_of(r, "op"),
+                r["size_bytes"],
+                str_of(r, "backend")
+            )
+        };
         match scenario {
-            "lat" if r["histogram_ns"].is_string() => {
-                let size = r["size_bytes"].as_u64().ok_or("a latency run without a size")?;
+            "lat" => {
+                if !r["histogram_ns"].is_string() {
+                    return Err(bad("histogram_ns", "a string (an encoded histogram)"));
+                }
+                let size = r["size_bytes"]
+                    .as_u64()
+                    .ok_or_else(|| bad("size_bytes", "a whole number"))?;
+                for q in ["p50", "p99"] {
+                    if !r["latency_ns"][q].is_number() {
+                        return Err(bad(&format!("latency_ns.{q}"), "a number"));
+                    }
+                }
                 lat.entry(str_of(r, "op").to_string())
                     .or_default()
                     .entry(size)
                     .or_default()
                     .push(r);
             }
-            "bw" if r["summary"]["bw_avg_gbit_s"].is_number() && r["bidirectional"].as_bool() != Some(true) => {
-                bw.entry(str_of(r, "op").to_string()).or_default().push(r);
+            "bw" => {
+                if !r["summary"]["bw_avg_gbit_s"].is_number() {
+                    return Err(bad("summary.bw_avg_gbit_s", "a number"));
+                }
+                r["size_bytes"]
+                    .as_u64()
+                    .ok_or_else(|| bad("size_bytes", "a whole number"))?;
+                match &r["bidirectional"] {
+                    Value::Bool(true) => {}
+                    Value::Bool(false) | Value::Null => bw.entry(str_of(r, "op").to_string()).or_default().push(r),
+                    _ => return Err(bad("bidirectional", "true or false")),
+                }
             }
             _ => {}
         }

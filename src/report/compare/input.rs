@@ -12,12 +12,17 @@ pub fn load(path: &str) -> Result<Value, CompareError> {
         path: path.into(),
         why: e.to_string(),
     })?;
+    parse(&text, path)
+}
+
+/// Reads a result document from `text` (named `path` in errors), as [`load`] does.
+pub fn parse(text: &str, path: &str) -> Result<Value, CompareError> {
     let foreign = |why: String| CompareError::Foreign { path: path.into(), why };
     if text.trim().is_empty() {
         return Err(foreign("empty file".into()));
     }
     let v: Value =
-        serde_json::from_str(&text).map_err(|e| foreign(format!("not valid JSON ({e}): truncated or corrupt?")))?;
+        serde_json::from_str(text).map_err(|e| foreign(format!("not valid JSON ({e}): truncated or corrupt?")))?;
     if v["tool"]["name"] != "rdmaprobe" {
         return Err(foreign("not an rdmaprobe result (no tool.name = rdmaprobe)".into()));
     }

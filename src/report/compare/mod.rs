@@ -15,7 +15,7 @@ mod stats;
 mod tests;
 mod types;
 
-pub use input::{load, RunSample};
+pub use input::{load, parse, RunSample};
 pub use render::{junit, markdown, text};
 pub use stats::{adjust, bootstrap, hierarchical, point, welch_runs, Boot, MIN_RUNS_FOR_T};
 pub use types::{Adjust, CompareError, Options, Report, Row, Verdict};

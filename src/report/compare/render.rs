@@ -2,6 +2,26 @@
 
 use super::{Report, Row, Verdict};
 
+/// Text from the files (run keys, environment values, paths) made safe for a terminal: control
+/// characters (escape sequences, newlines) are written as escapes.
+fn clean(s: &str) -> String {
+    s.chars()
+        .flat_map(|c| {
+            let e: Vec<char> = if c.is_control() {
+                c.escape_default().collect()
+            } else {
+                vec![c]
+            };
+            e
+        })
+        .collect()
+}
+
+/// As [`clean`], for a Markdown table cell: `|` would end the cell.
+fn md(s: &str) -> String {
+    clean(s).replace('|', "\\|")
+}
+
 fn iv(r: &Row) -> String {
     r.interval
         .map(|(a, b)| format!("[{:+.2}%, {:+.2}%]", a * 100.0, b * 100.0))
@@ -28,18 +48,20 @@ pub fn text(r: &Report) -> String {
         s.push_str("  none\n");
     }
     for (f, a, b) in &r.env_diff {
-        s.push_str(&format!("  {f}: {a} -> {b}\n"));
+        s.push_str(&format!("  {}: {} -> {}\n", clean(f), clean(a), clean(b)));
     }
     for (side, f, path) in &r.side_diff {
         s.push_str(&format!(
-            "  within {side}: {path} has another {f} than the side's first file\n"
+            "  within {side}: {} has another {} than the side's first file\n",
+            clean(path),
+            clean(f)
         ));
     }
     s.push('\n');
     for n in r.notes() {
         s.push_str(&format!("note: {n}\n"));
     }
-    let w = r.rows.iter().map(|x| x.key.len()).max().unwrap_or(0).max(3);
+    let w = r.rows.iter().map(|x| clean(&x.key).len()).max().unwrap_or(0).max(3);
     s.push_str(&format!(
         "\n{:<w$} {:>6} {:>5} {:>12} {:>12} {:>9} {:>22} {:>9} {:>6}  verdict\n",
         "run", "metric", "runs", "base", "new", "change", "95% interval", "p adj", "thresh"
@@ -47,7 +69,7 @@ pub fn text(r: &Report) -> String {
     for x in &r.rows {
         s.push_str(&format!(
             "{:<w$} {:>6} {:>5} {:>12.2} {:>12.2} {:>+8.2}% {:>22} {:>9} {:>5.0}%  {}\n",
-            x.key,
+            clean(&x.key),
             x.metric,
             runs(x),
             x.base,
@@ -60,10 +82,10 @@ pub fn text(r: &Report) -> String {
         ));
     }
     for k in &r.only_base {
-        s.push_str(&format!("only in BASE: {k}\n"));
+        s.push_str(&format!("only in BASE: {}\n", clean(k)));
     }
     for k in &r.only_new {
-        s.push_str(&format!("only in NEW: {k}\n"));
+        s.push_str(&format!("only in NEW: {}\n", clean(k)));
     }
     s
 }
@@ -76,15 +98,15 @@ pub fn markdown(r: &Report) -> String {
     } else {
         s.push_str("| field | base | new |\n|---|---|---|\n");
         for (f, a, b) in &r.env_diff {
-            s.push_str(&format!("| {f} | {a} | {b} |\n"));
+            s.push_str(&format!("| {} | {} | {} |\n", md(f), md(a), md(b)));
         }
         for (side, f, path) in &r.side_diff {
-            s.push_str(&format!("| {f} | within {side}: {path} differs | |\n"));
+            s.push_str(&format!("| {} | within {side}: {} differs | |\n", md(f), md(path)));
         }
     }
     s.push_str("\n### How the verdicts were reached\n\n");
     for n in r.notes() {
-        s.push_str(&format!("- {n}\n"));
+        s.push_str(&format!("- {}\n", clean(&n)));
     }
     s.push_str(
         "\n### Runs\n\n| run | metric | runs base/new | base | new | change | 95% interval | p adj | threshold | verdict |\n\
@@ -93,7 +115,7 @@ pub fn markdown(r: &Report) -> String {
     for x in &r.rows {
         s.push_str(&format!(
             "| {} | {} | {} | {:.2} | {:.2} | {:+.2}% | {} | {} | {:.0}% | {} |\n",
-            x.key,
+            md(&x.key),
             x.metric,
             runs(x),
             x.base,
@@ -110,17 +132,20 @@ pub fn markdown(r: &Report) -> String {
         ));
     }
     for k in &r.only_base {
-        s.push_str(&format!("\nonly in base: {k}"));
+        s.push_str(&format!("\nonly in base: {}", md(k)));
     }
     for k in &r.only_new {
-        s.push_str(&format!("\nonly in new: {k}"));
+        s.push_str(&format!("\nonly in new: {}", md(k)));
     }
     s.push('\n');
     s
 }
 
+/// XML attribute and text content: the five entities, and control characters (not allowed in
+/// XML 1.0, bar tab and newlines) written as escapes.
 fn xml(s: &str) -> String {
-    s.replace('&', "&amp;")
+    clean(s)
+        .replace('&', "&amp;")
         .replace('<', "&lt;")
         .replace('>', "&gt;")
         .replace('"', "&quot;")
