@@ -10,4 +10,4 @@ n=${1:-10000000}
 cd "$repo"
 say "fuzz: $n out-of-band messages, $n result files read and compared, $((n / 10)) plotted"
 RDMAPROBE_FUZZ_ITERS=$n cargo test --release --quiet --test fuzz -- --nocapture --test-threads 1 2>&1 |
-  grep -E "^fuzz |test result|panicked|FAILED"
+  grep -oE "fuzz [^:]+: .*|test result.*|panicked.*|FAILED.*"

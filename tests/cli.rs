@@ -809,3 +809,112 @@ fn plot_refuses_fields_of_the_wrong_type() {
     assert!(!out.exists(), "a refused plot wrote its directory");
     std::fs::remove_dir_all(&dir).ok();
 }
+
+/// model0's directory belongs to one user (issue 11 point 1): one that anyone may write in, one
+/// of another user, or a symlink is refused with a message naming it and what to do (before:
+/// used as found, so an unprivileged user who made it first could plant objects that root's
+/// rdmaprobe then used); one that others may only read is tightened to 0700 and used.
+#[test]
+fn the_model_directory_must_be_this_users_alone() {
+    use std::os::unix::fs::PermissionsExt;
+    let _g = serial();
+    let base = std::env::temp_dir().join(format!("rdmaprobe-modeldir-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&base);
+    std::fs::create_dir_all(&base).unwrap();
+    let run = |d: &std::path::Path| {
+        let o = std::process::Command::new(env!("CARGO_BIN_EXE_rdmaprobe"))
+            .args([
+                "lat",
+                "write",
+                "--loopback",
+                "-d",
+                "model0",
+                "--backend",
+                "direct",
+                "-n",
+                "100",
+            ])
+            .env("RDMAPROBE_MODEL_DIR", d)
+            .output()
+            .unwrap();
+        (o.status.code(), String::from_utf8_lossy(&o.stderr).into_owned())
+    };
+    let open = base.join("open");
+    std::fs::create_dir(&open).unwrap();
+    std::fs::set_permissions(&open, std::fs::Permissions::from_mode(0o777)).unwrap();
+    let (code, err) = run(&open);
+    assert_eq!(code, Some(1), "{err}");
+    assert!(
+        err.contains("others may write in it") && err.contains("RDMAPROBE_MODEL_DIR"),
+        "{err}"
+    );
+    let link = base.join("link");
+    std::os::unix::fs::symlink(&open, &link).unwrap();
+    let (code, err) = run(&link);
+    assert_eq!(code, Some(1), "{err}");
+    assert!(err.contains("is not a directory"), "{err}");
+    let readable = base.join("readable");
+    std::fs::create_dir(&readable).unwrap();
+    std::fs::set_permissions(&readable, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let (code, err) = run(&readable);
+    assert_eq!(code, Some(0), "{err}");
+    let mode = std::fs::metadata(&readable).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode, 0o700);
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } == 0 {
+        let theirs = base.join("theirs");
+        std::fs::create_dir(&theirs).unwrap();
+        std::fs::set_permissions(&theirs, std::fs::Permissions::from_mode(0o700)).unwrap();
+        std::os::unix::fs::chown(&theirs, Some(65534), Some(65534)).unwrap();
+        let (code, err) = run(&theirs);
+        assert_eq!(code, Some(1), "{err}");
+        assert!(err.contains("belongs to uid 65534"), "{err}");
+    } else {
+        eprintln!("the_model_directory_must_be_this_users_alone: another user's directory not tried (not root)");
+    }
+    std::fs::remove_dir_all(&base).ok();
+}
+
+/// A model directory on a full filesystem (a 1 MiB tmpfs, as a small /dev/shm in a container)
+/// ends the run with a message naming the directory and the size needed, never SIGBUS (issue
+/// 11 point 1). Needs root to mount the tmpfs: CI runs as root.
+#[test]
+fn a_full_model_filesystem_is_a_message_not_a_crash() {
+    let _g = serial();
+    let mnt = std::env::temp_dir().join(format!("rdmaprobe-fullfs-{}", std::process::id()));
+    std::fs::create_dir_all(&mnt).unwrap();
+    let mounted = std::process::Command::new("mount")
+        .args(["-t", "tmpfs", "-o", "size=1m", "tmpfs"])
+        .arg(&mnt)
+        .status()
+        .is_ok_and(|s| s.success());
+    if !mounted {
+        // SAFETY: geteuid has no preconditions.
+        assert_ne!(unsafe { libc::geteuid() }, 0, "root could not mount a tmpfs");
+        eprintln!("a_full_model_filesystem_is_a_message_not_a_crash: not run (mounting a tmpfs needs root)");
+        std::fs::remove_dir(&mnt).ok();
+        return;
+    }
+    let o = std::process::Command::new(env!("CARGO_BIN_EXE_rdmaprobe"))
+        .args([
+            "lat",
+            "write",
+            "--loopback",
+            "-d",
+            "model0",
+            "--backend",
+            "direct",
+            "-s",
+            "4194304",
+            "-n",
+            "10",
+        ])
+        .env("RDMAPROBE_MODEL_DIR", mnt.join("m"))
+        .output()
+        .unwrap();
+    let _ = std::process::Command::new("umount").arg(&mnt).status();
+    std::fs::remove_dir(&mnt).ok();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(err.contains(mnt.join("m").to_str().unwrap()), "{err}");
+}

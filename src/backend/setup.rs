@@ -647,6 +647,22 @@ impl HalfEnd {
             lid: r.lid,
             gid: crate::verbs::Gid(r.gid),
         };
+        if let Dev::Model(m) = dev {
+            // the peer's QP must be one of model0's, and another process's: a peer that names one
+            // of ours (or none) would have this process talk to itself or to nobody
+            let why = match m.model.qp_owner(r.qpn) {
+                None => Some("is not a QP of model0 here (is the peer on this machine, run by the same user?)"),
+                Some(pid) if pid == std::process::id() => Some("is one of this process's own QPs"),
+                Some(_) => None,
+            };
+            if let Some(why) = why {
+                return Err(crate::model::ModelError::Invalid(format!(
+                    "the peer's QP {:#x} {why}: refusing to connect to it",
+                    r.qpn
+                ))
+                .into());
+            }
+        }
         Ok(match self {
             HalfEnd::Model { q, mr } => {
                 q.qp.connect(r.qpn, ModelConnect::default());

@@ -6,7 +6,7 @@
 use super::cqe::{push_cqe, set_err, syndrome, CqeOut};
 use super::decode::{decode, Decoded};
 use super::direct::RegCheck;
-use super::layout::{hdr, qp_dbrec, rings, state, try_lock, CqHdr, MrHdr, QpHdr, QP_REG_OFF};
+use super::layout::{hdr, qp_dbrec, rings, state, try_lock, CqHdr, MrHdr, QpHdr, Rings, QP_REG_OFF};
 use super::objects::ObjRef;
 use super::recv::deliver_to_receiver;
 use super::shm::{ObjKind, Shm};
@@ -29,20 +29,45 @@ pub(super) enum KeyErr {
     Bounds,
 }
 
-pub(super) fn resolve(m: &Model, key: u32, addr: u64, len: u64, pd: u32, need: u32) -> Result<Region, KeyErr> {
+/// Resolves `len` bytes at `addr` through the region of `key`: it must belong to `pd` of the
+/// process `owner` (the QP's whose access it is: the requester's for a local key, the
+/// responder's for a remote one), allow `need`, and hold the range; the address returned lies in
+/// this process's mapping of the region, checked against the mapping (the header may be another
+/// process's, and is read once).
+pub(super) fn resolve(
+    m: &Model,
+    key: u32,
+    addr: u64,
+    len: u64,
+    pd: u32,
+    owner: u32,
+    need: u32,
+) -> Result<Region, KeyErr> {
     let shm = m.lookup(ObjKind::Mr, key).ok_or(KeyErr::Key)?;
     let h: &MrHdr = hdr(&shm);
-    if h.pd != pd {
+    // SAFETY: fields of the header, inside the mapping; read once each (volatile: another
+    // process may write them), every check below uses these copies.
+    let (base, rlen, data_off, rpd, access, rowner) = unsafe {
+        (
+            std::ptr::read_volatile(&h.base),
+            std::ptr::read_volatile(&h.len),
+            std::ptr::read_volatile(&h.data_off),
+            std::ptr::read_volatile(&h.pd),
+            std::ptr::read_volatile(&h.access),
+            std::ptr::read_volatile(&h.obj.owner_pid),
+        )
+    };
+    if rpd != pd || rowner != owner {
         return Err(KeyErr::Key);
     }
-    if h.access & need != need {
+    if access & need != need {
         return Err(KeyErr::Access);
     }
     let end = addr.checked_add(len).ok_or(KeyErr::Bounds)?;
-    if addr < h.base || end > h.base.saturating_add(h.len) {
+    if addr < base || end > base.saturating_add(rlen) {
         return Err(KeyErr::Bounds);
     }
-    let off = h.data_off.checked_add(addr - h.base).ok_or(KeyErr::Bounds)?;
+    let off = data_off.checked_add(addr - base).ok_or(KeyErr::Bounds)?;
     if off.checked_add(len).is_none_or(|e| e > shm.len() as u64) {
         return Err(KeyErr::Bounds);
     }
@@ -119,7 +144,7 @@ fn run_one(m: &Model, me: &QpHdr, d: &Decoded, buf: &[u8; 1024], mut late: Optio
             push(&buf[off..off + len]);
         } else {
             for &(addr, lkey, len) in &d.sges[..d.nsge] {
-                match resolve(m, lkey, addr, len as u64, me.pd, 0) {
+                match resolve(m, lkey, addr, len as u64, me.pd, me.obj.owner_pid, 0) {
                     // SAFETY: resolved in bounds of a registered region.
                     Ok(r) => push(unsafe { std::slice::from_raw_parts(r.ptr, len as usize) }),
                     Err(_) => return Outcome::Fail(syndrome::LOCAL_PROT),
@@ -130,7 +155,7 @@ fn run_one(m: &Model, me: &QpHdr, d: &Decoded, buf: &[u8; 1024], mut late: Optio
     let payload: &[u8] = if big.is_empty() { &small[..plen] } else { &big };
     let remote = |need: u32, len: u64| -> Result<Region, u8> {
         let (raddr, rkey) = d.raddr.unwrap_or((0, 0));
-        resolve(m, rkey, raddr, len, ph.pd, need).map_err(|_| syndrome::REMOTE_ACCESS)
+        resolve(m, rkey, raddr, len, ph.pd, ph.obj.owner_pid, need).map_err(|_| syndrome::REMOTE_ACCESS)
     };
     match d.opcode {
         opcode::SEND => deliver_to_receiver(m, &peer, d, payload, cqe_op::RESP_SEND),
@@ -171,7 +196,15 @@ fn run_one(m: &Model, me: &QpHdr, d: &Decoded, buf: &[u8; 1024], mut late: Optio
             response_wire(me);
             let mut off = 0usize;
             for &(addr, lkey, len) in &d.sges[..d.nsge] {
-                let Ok(l) = resolve(m, lkey, addr, len as u64, me.pd, sys::IBV_ACCESS_LOCAL_WRITE) else {
+                let Ok(l) = resolve(
+                    m,
+                    lkey,
+                    addr,
+                    len as u64,
+                    me.pd,
+                    me.obj.owner_pid,
+                    sys::IBV_ACCESS_LOCAL_WRITE,
+                ) else {
                     return Outcome::Fail(syndrome::LOCAL_PROT);
                 };
                 match late.as_deref_mut() {
@@ -199,7 +232,7 @@ fn run_one(m: &Model, me: &QpHdr, d: &Decoded, buf: &[u8; 1024], mut late: Optio
                 Err(s) => return Outcome::Fail(s),
             };
             let (addr, lkey, _) = d.sges[0];
-            let l = match resolve(m, lkey, addr, 8, me.pd, sys::IBV_ACCESS_LOCAL_WRITE) {
+            let l = match resolve(m, lkey, addr, 8, me.pd, me.obj.owner_pid, sys::IBV_ACCESS_LOCAL_WRITE) {
                 Ok(l) => l,
                 Err(_) => return Outcome::Fail(syndrome::LOCAL_PROT),
             };
@@ -283,9 +316,11 @@ pub(super) fn execute(m: &Model, q: &Shm, reg: RegCheck) {
 fn run_sq(m: &Model, q: &Shm, check: bool) -> Option<(u32, usize)> {
     let h: &QpHdr = hdr(q);
     let scq = m.lookup(ObjKind::Cq, h.send_cqn)?;
-    let (Some(dbrec), Some((sq, _))) = (qp_dbrec(m, q), rings(q)) else {
+    let (Some(dbrec), Some(r)) = (qp_dbrec(m, q), rings(q)) else {
         return None;
     };
+    // the ring as checked (another process may be the QP's owner and change its header)
+    let (sq, sq_cnt) = (r.sq as *const u8, r.sq_cnt);
     // SAFETY: the send counter, dbrec[1] (checked by qp_dbrec).
     let db = u32::from_be(unsafe { std::ptr::read_volatile(dbrec.add(1)) }) & 0xffff;
     fence(Ordering::Acquire);
@@ -293,7 +328,7 @@ fn run_sq(m: &Model, q: &Shm, check: bool) -> Option<(u32, usize)> {
     let target = ci.wrapping_add(db.wrapping_sub(ci) & 0xffff);
     let mut rung = None;
     if check && target != ci {
-        match doorbell_matches(q, sq, ci, target) {
+        match doorbell_matches(q, sq, sq_cnt, ci, target) {
             Rung::Matches(last, half) => rung = Some((last, half)),
             Rung::Unknown => {}
             Rung::Mismatch => {
@@ -325,7 +360,7 @@ fn run_sq(m: &Model, q: &Shm, check: bool) -> Option<(u32, usize)> {
         if hdr::<CqHdr>(&scq).overruns.load(Ordering::Relaxed) > 0 && h.state.load(Ordering::Acquire) != state::ERR {
             set_err(m, q);
         }
-        let d = match decode(sq, h.sq_wqe_cnt, ci, h.obj.id, &mut buf) {
+        let d = match decode(sq, sq_cnt, ci, h.obj.id, &mut buf) {
             Ok(d) => d,
             Err((op, idx)) => {
                 // Malformed: report at the slot, move the QP to error; the rest is flushed.
@@ -470,9 +505,7 @@ fn reg_half(q: &Shm, half: usize) -> *mut u64 {
 /// the first 8 bytes of the last WQE rung between `ci` and `target` (WQEBB indices): the
 /// doorbell a ConnectX reads the WQE index, opcode, QP number and size from (a BlueFlame copy
 /// starts with them too). The last WQE is found by walking the control segments' DS.
-fn doorbell_matches(q: &Shm, sq: *const u8, ci: u32, target: u32) -> Rung {
-    let h: &QpHdr = hdr(q);
-    let cnt = h.sq_wqe_cnt;
+fn doorbell_matches(q: &Shm, sq: *const u8, cnt: u32, ci: u32, target: u32) -> Rung {
     let (mut at, mut last) = (ci, ci);
     while at != target {
         // SAFETY: byte 7 (DS) of the control segment at WQEBB `at` inside the ring.
@@ -501,11 +534,9 @@ fn doorbell_matches(q: &Shm, sq: *const u8, ci: u32, target: u32) -> Rung {
 /// [`clear_register`]): a copy of the WQE's 64-byte units, up to `BF_SIZE`, which must equal the
 /// ring's. An all-zero first unit past byte 8 reads as a doorbell: lenient, never a false alarm.
 fn blueflame_matches(q: &Shm, last: u32, half: usize) -> bool {
-    let h: &QpHdr = hdr(q);
-    let Some((sq, _)) = rings(q) else {
+    let Some(Rings { sq, sq_cnt: cnt, .. }) = rings(q) else {
         return true;
     };
-    let cnt = h.sq_wqe_cnt;
     let reg = reg_half(q, half);
     // SAFETY: words 1..8 of the half (inside the register page).
     if (1..8).all(|w| unsafe { std::ptr::read_volatile(reg.add(w)) } == 0) {

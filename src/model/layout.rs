@@ -151,20 +151,47 @@ pub(super) fn cq_dbrec(m: &Model, cq: &Shm) -> Option<*mut u32> {
 
 /// A QP's send and receive rings, checked against the mapping (the header is written by the
 /// QP's owner, possibly another process).
-pub(super) fn rings(q: &Shm) -> Option<(*mut u8, *mut u8)> {
+pub(super) fn rings(q: &Shm) -> Option<Rings> {
     let h: &QpHdr = hdr(q);
-    // the header may be another process's: counts must be powers of two (the rings are
-    // indexed with count - 1 as a mask) and the rings inside the mapping
-    if !h.sq_wqe_cnt.is_power_of_two() || !h.rq_wqe_cnt.is_power_of_two() || h.rq_stride < 16 {
+    // SAFETY: fields of the header, inside the mapping; read once each (volatile: the header may
+    // be another process's, which may change it), and only these copies are used.
+    let (sq_cnt, rq_cnt, rq_stride, sq_off, rq_off) = unsafe {
+        (
+            std::ptr::read_volatile(&h.sq_wqe_cnt),
+            std::ptr::read_volatile(&h.rq_wqe_cnt),
+            std::ptr::read_volatile(&h.rq_stride),
+            std::ptr::read_volatile(&h.sq_off) as usize,
+            std::ptr::read_volatile(&h.rq_off) as usize,
+        )
+    };
+    // counts must be powers of two (the rings are indexed with count - 1 as a mask) and the
+    // rings inside the mapping
+    if !sq_cnt.is_power_of_two() || !rq_cnt.is_power_of_two() || rq_stride < 16 || rq_stride % 16 != 0 {
         return None;
     }
-    let sq_end = (h.sq_off as usize).checked_add((h.sq_wqe_cnt as usize).checked_mul(WQEBB)?)?;
-    let rq_end = (h.rq_off as usize).checked_add((h.rq_wqe_cnt as usize).checked_mul(h.rq_stride as usize)?)?;
-    if sq_end > q.len() || rq_end > q.len() || (h.sq_off as usize) < QP_SQ_OFF || (h.rq_off as usize) < QP_SQ_OFF {
+    let sq_end = sq_off.checked_add((sq_cnt as usize).checked_mul(WQEBB)?)?;
+    let rq_end = rq_off.checked_add((rq_cnt as usize).checked_mul(rq_stride as usize)?)?;
+    if sq_end > q.len() || rq_end > q.len() || sq_off < QP_SQ_OFF || rq_off < QP_SQ_OFF {
         return None;
     }
-    // SAFETY: both offsets checked inside the mapping above.
-    Some(unsafe { (q.ptr().add(h.sq_off as usize), q.ptr().add(h.rq_off as usize)) })
+    Some(Rings {
+        // SAFETY: both offsets checked inside the mapping above.
+        sq: unsafe { q.ptr().add(sq_off) },
+        sq_cnt,
+        // SAFETY: as above.
+        rq: unsafe { q.ptr().add(rq_off) },
+        rq_cnt,
+        rq_stride,
+    })
+}
+
+/// A QP's rings as checked against its mapping: use these counts, not the header's again.
+pub(super) struct Rings {
+    pub(super) sq: *mut u8,
+    pub(super) sq_cnt: u32,
+    pub(super) rq: *mut u8,
+    pub(super) rq_cnt: u32,
+    pub(super) rq_stride: u32,
 }
 
 pub(super) fn owner_of(s: &Shm) -> Option<u32> {

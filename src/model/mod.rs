@@ -37,6 +37,9 @@ mod recv;
 mod user;
 mod wire;
 
+#[cfg(test)]
+mod trust_tests;
+
 pub use config::{
     ExecMode, ModelConfig, ModelConnect, ModelError, ModelQpCaps, BF_SIZE, DEVICE_NAME, MAX_INLINE, MAX_WIRE_DELAY_NS,
 };

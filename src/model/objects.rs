@@ -44,7 +44,7 @@ pub struct Model {
 impl Model {
     /// Opens the model for this process; removes objects left by processes that died.
     pub fn open(cfg: ModelConfig) -> Result<Self, ModelError> {
-        std::fs::create_dir_all(shm::dir()).map_err(io(format!("creating {}", shm::dir().display())))?;
+        shm::secure_dir().map_err(io(format!("opening {}", shm::dir().display())))?;
         shm::sweep(owner_of);
         if let Some(d) = cfg.wire_delay_ns {
             if d > MAX_WIRE_DELAY_NS {
@@ -66,6 +66,11 @@ impl Model {
                 next_pd: AtomicU32::new(1),
             }),
         })
+    }
+
+    /// The process that owns QP `qpn`, if it is a QP of this model.
+    pub fn qp_owner(&self, qpn: u32) -> Option<u32> {
+        self.lookup(ObjKind::Qp, qpn).and_then(|q| owner_of(&q))
     }
 
     /// The knobs in force.

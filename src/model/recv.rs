@@ -45,7 +45,7 @@ pub(super) fn flush_rq(m: &Model, q: &Shm) {
 
 pub(super) fn deliver_to_receiver(m: &Model, peer: &Shm, d: &Decoded, payload: &[u8], resp_op: u8) -> Outcome {
     let ph: &QpHdr = hdr(peer);
-    let (Some(db), Some((_, rq))) = (qp_dbrec(m, peer), rings(peer)) else {
+    let (Some(db), Some(r)) = (qp_dbrec(m, peer), rings(peer)) else {
         return Outcome::Fail(syndrome::TRANSPORT_RETRY_EXC);
     };
     lock(&ph.rq_lock);
@@ -68,9 +68,10 @@ pub(super) fn deliver_to_receiver(m: &Model, peer: &Shm, d: &Decoded, payload: &
         set_err(m, peer);
         return Outcome::Fail(syndrome::TRANSPORT_RETRY_EXC);
     }
-    let stride = ph.rq_stride as usize;
+    // the ring as checked: the peer's header is read once (it may change under us)
+    let stride = r.rq_stride as usize;
     // SAFETY: the receive WQE at slot ci inside the peer's RQ ring (checked by rings).
-    let rwqe = unsafe { rq.add((ci & (ph.rq_wqe_cnt - 1)) as usize * stride) };
+    let rwqe = unsafe { r.rq.add((ci & (r.rq_cnt - 1)) as usize * stride) };
     let mut off = 0usize;
     let mut fail = None;
     let write_len = if resp_op == cqe_op::RESP_WR_IMM {
@@ -94,7 +95,15 @@ pub(super) fn deliver_to_receiver(m: &Model, peer: &Shm, d: &Decoded, payload: &
         }
         let (addr, len) = (u64::from_be(s.addr), u32::from_be(s.byte_count) as usize);
         let n = len.min(write_len - off);
-        match resolve(m, lkey, addr, n as u64, ph.pd, sys::IBV_ACCESS_LOCAL_WRITE) {
+        match resolve(
+            m,
+            lkey,
+            addr,
+            n as u64,
+            ph.pd,
+            ph.obj.owner_pid,
+            sys::IBV_ACCESS_LOCAL_WRITE,
+        ) {
             Ok(r) => {
                 if !scatter {
                     // SAFETY: resolved in bounds of the receiver's region.

@@ -1,18 +1,69 @@
 //! Shared-memory objects of the device model: one file per memory region, queue pair and
-//! completion queue under `/dev/shm/rdmaprobe-model0` (or `$RDMAPROBE_MODEL_DIR`), mapped with
+//! completion queue under `/dev/shm/rdmaprobe-model0-UID` (or `$RDMAPROBE_MODEL_DIR`), mapped with
 //! memmap2 by every process that uses it. Names carry the object's number; headers carry the
 //! owner's pid, so files of a process that died are swept away by the next one to open the model.
+//!
+//! The trust boundary: a model directory belongs to one user. It is made with mode 0700 and
+//! refused when another user owns it or anyone else may write in it (another user could plant
+//! objects that this process would then use); its files are made 0600. The processes of that
+//! user (which could as well attach to each other with ptrace) share it, and still each checks
+//! every value it reads from another process's object against its own mapping before use.
 
 use std::fs::{self, File, OpenOptions};
 use std::io;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::PathBuf;
 
-/// The model's directory.
+/// The model's directory: `$RDMAPROBE_MODEL_DIR`, else one per user under `/dev/shm`.
 pub fn dir() -> PathBuf {
     std::env::var_os("RDMAPROBE_MODEL_DIR")
         .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from("/dev/shm/rdmaprobe-model0"))
+        // SAFETY: geteuid has no preconditions and cannot fail.
+        .unwrap_or_else(|| PathBuf::from(format!("/dev/shm/rdmaprobe-model0-{}", unsafe { libc::geteuid() })))
+}
+
+/// Makes sure the model's directory is this user's alone (see the module's trust boundary):
+/// created with mode 0700 when missing; an existing one must be a directory (not a symlink),
+/// owned by this user, writable by nobody else (one that others may only read is tightened to
+/// 0700). Returns it.
+pub fn secure_dir() -> io::Result<PathBuf> {
+    use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
+    let d = dir();
+    if let Some(parent) = d.parent().filter(|p| !p.as_os_str().is_empty()) {
+        fs::create_dir_all(parent)?;
+    }
+    match fs::DirBuilder::new().mode(0o700).create(&d) {
+        Ok(()) => {}
+        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
+        Err(e) => return Err(e),
+    }
+    let m = fs::symlink_metadata(&d)?;
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    let me = unsafe { libc::geteuid() };
+    let refuse = |why: String| {
+        Err(io::Error::new(
+            io::ErrorKind::PermissionDenied,
+            format!(
+                "model0's directory {} {why}: refused (another user could plant objects there); \
+                 remove it, or point RDMAPROBE_MODEL_DIR at a directory of your own with mode 0700",
+                d.display()
+            ),
+        ))
+    };
+    if !m.file_type().is_dir() {
+        return refuse("is not a directory (a symlink?)".into());
+    }
+    if m.uid() != me {
+        return refuse(format!("belongs to uid {}, not to this user (uid {me})", m.uid()));
+    }
+    let mode = m.mode() & 0o777;
+    if mode & 0o022 != 0 {
+        return refuse(format!("has mode {mode:04o}: others may write in it"));
+    }
+    if mode & 0o077 != 0 {
+        fs::set_permissions(&d, fs::Permissions::from_mode(0o700))?;
+    }
+    Ok(d)
 }
 
 /// Object kinds, the prefix of their file names.
@@ -54,7 +105,7 @@ pub struct Shm {
 impl Shm {
     /// Creates a new object of `len` bytes with a fresh 24-bit id (never 0), zero-filled.
     pub fn create(kind: ObjKind, len: usize, mut next_id: impl FnMut() -> u32) -> io::Result<(u32, Shm)> {
-        fs::create_dir_all(dir())?;
+        secure_dir()?;
         for _ in 0..64 {
             let id = next_id() & 0xff_ffff;
             if id == 0 || id == sys_invalid_key() {
@@ -107,6 +158,13 @@ impl Shm {
         let p = path(kind, id);
         let f: File = OpenOptions::new().read(true).write(true).open(&p)?;
         let len = f.metadata()?.len() as usize;
+        // every object starts with a page of header (a shorter file is not one of ours)
+        if len < 4096 {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!("{}: {len} bytes, not a model object", p.display()),
+            ));
+        }
         // SAFETY: an object file of the model; its size is fixed at creation and it is never
         // truncated while it exists.
         let map = unsafe { memmap2::MmapOptions::new().len(len).map_mut(&f) }?;

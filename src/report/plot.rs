@@ -276,7 +276,8 @@ pub fn figures(doc: &Value) -> Result<Vec<Figure>, String> {
                     .as_u64()
                     .ok_or_else(|| bad("size_bytes", "a whole number"))?;
                 for q in ["p50", "p99"] {
-                    if !r["latency_ns"][q].is_number() {
+                    let v = &r["latency_ns"][q];
+                    if !v.is_null() && !v.is_number() {
                         return Err(bad(&format!("latency_ns.{q}"), "a number"));
                     }
                 }

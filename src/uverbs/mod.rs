@@ -45,6 +45,7 @@ fn install() -> Result<PathBuf, String> {
         return Err("RDMAPROBE_NO_UVERBS is set".into());
     }
     let root = crate::model::shm::dir().join("sysfs");
+    crate::model::shm::secure_dir().map_err(|e| e.to_string())?;
     // a SYSFS_PATH of our own (inherited from an rdmaprobe parent) is fine; another is the user's
     if let Some(p) = std::env::var_os("SYSFS_PATH").filter(|p| Path::new(p) != root) {
         return Err(format!(
