@@ -28,6 +28,19 @@ pub(super) fn run(plan: &Plan, pc: &PostCostPlan, obs: &mut dyn Observer) -> Res
     };
     let dev = session::open_device(plan, model, obs)?;
     let kinds = session::backends(&dev, plan.backends)?;
+    // every configuration's blocks are kept (their per-WQE figures are in the report): checked
+    // before the run
+    let configs: u64 = pc
+        .ops
+        .iter()
+        .map(|&op| {
+            let inlines = if pc.size > INLINE || op == OpKind::Read { 1 } else { 2 };
+            kinds.iter().map(|k| modes(*k).len() as u64).sum::<u64>() * pc.postlists.len() as u64 * inlines * 2
+        })
+        .sum();
+    session::check_memory(pc.blocks.saturating_mul(configs).saturating_mul(24), || {
+        format!("-n {} blocks x {configs} configurations (24 B per block)", pc.blocks)
+    })?;
     let (cal, env) = session::calibrate(&dev, false)?;
     let step_ns = cal.to_ns(tsc_step());
     let mut report = Report {
