@@ -176,6 +176,10 @@ echo "===== rdmaprobe devices"
 /opt/rdmaprobe devices; dev_rc=\$?
 echo "===== rdmaprobe devices --json"
 /opt/rdmaprobe devices --json > /tmp/devices.json; djson_rc=\$?
+echo "===== rdmaprobe doctor -d rxe0"
+/opt/rdmaprobe doctor -d rxe0; echo "DOCTOR rc=\$?"
+/opt/rdmaprobe doctor -d rxe0 --json > /tmp/doctor.json
+echo "DOCTOR-JSON \$(grep -o '"kind": "[a-z_]*"' /tmp/doctor.json)"
 echo "===== latency: rdmaprobe (verbs, wr) and perftest, same operation and size"
 lat_rc=0
 /opt/rdmaprobe lat atomic --loopback -d rxe0 -x 1 -n 300 --warmup 30 --blocks 3 --stall-secs 60 > /tmp/lat-atomic.txt 2>&1 || lat_rc=1
@@ -313,6 +317,10 @@ done
 line=$(grep "^SIDE-BY-SIDE bw " "$log.txt" || true)
 [[ "$line" == *"verbs 1000 msgs"* && "$line" == *"wr 1000 msgs"* && "$line" == *"perftest: 16384 bytes 1000 iters"* ]] ||
   { echo "FAIL: bandwidth side by side incomplete: ${line:-missing}"; fail=1; }
+grep -q '^DOCTOR-JSON "kind": "soft_roce"$' "$log.txt" || { echo "FAIL: doctor did not name rxe0 as Soft-RoCE"; fail=1; }
+grep -qE '^  pass +roce.gid +RoCE v2 GID index [0-9]+ for 192.0.2.1' "$log.txt" ||
+  { echo "FAIL: doctor did not find rxe0's RoCE v2 GID for 192.0.2.1"; fail=1; }
+grep -qE '^  n/a +pcie.link ' "$log.txt" || { echo "FAIL: doctor did not say the PCIe check does not apply to Soft-RoCE"; fail=1; }
 grep -q '^ATOMIC rows: 2$' "$log.txt" || { echo "FAIL: lat atomic did not run on both verbs and wr"; fail=1; }
 for op in send read atomic; do
   grep -q "^BW $op rows: 2$" "$log.txt" || { echo "FAIL: bw $op did not run on both verbs and wr"; fail=1; }

@@ -58,6 +58,22 @@ enum Cmd {
     /// latency versus size, bandwidth versus size, one line per backend. Exit 2 when the file
     /// cannot be read as an rdmaprobe result.
     Plot(PlotArgs),
+    /// Check the host and the device for what makes RDMA slow or fail: CPU governor and idle
+    /// states, NUMA, hugepages, memlock, THP, irqbalance, clock, hypervisor, IOMMU, PCIe link,
+    /// port state, MTU, RoCE v2 GID, PFC/ECN, firewall on UDP 4791, driver. Each with its status
+    /// (pass, warn, fail, unknown, n/a), evidence and fix. Exit 0 when nothing fails, 1 when
+    /// something does.
+    Doctor {
+        /// Device (default: the first RDMA device, else model0).
+        #[arg(short = 'd', long = "ib-dev")]
+        device: Option<String>,
+        /// Port.
+        #[arg(short = 'i', long = "ib-port", default_value_t = 1, value_parser = clap::value_parser!(u8).range(1..))]
+        port: u8,
+        /// Print JSON instead of text.
+        #[arg(long)]
+        json: bool,
+    },
     /// Calibrate the TSC and measure the cost of an empty timed region.
     Clock {
         /// Print JSON instead of text.
@@ -341,6 +357,7 @@ fn main() -> ExitCode {
     let r = match cli.cmd {
         Cmd::Devices { json, gids } => devices(json, gids),
         Cmd::Clock { json, window_ms } => clock(json, window_ms),
+        Cmd::Doctor { device, port, json } => doctor(device.as_deref(), port, json),
         Cmd::Lat(a) => lat(a),
         Cmd::Bw(a) => bw(a),
         Cmd::PostCost(a) => post_cost(a),
@@ -562,6 +579,15 @@ fn devices(json: bool, gids: u32) -> Result<ExitCode> {
     let (text, code) = probe::info::devices(json, gids)?;
     print!("{text}");
     Ok(ExitCode::from(code))
+}
+
+fn doctor(device: Option<&str>, port: u8, json: bool) -> Result<ExitCode> {
+    let d = probe::doctor::run(device, port)?;
+    match json {
+        true => println!("{}", serde_json::to_string_pretty(&d)?),
+        false => print!("{}", d.text()),
+    }
+    Ok(ExitCode::from(u8::from(d.failed())))
 }
 
 fn clock(json: bool, window_ms: u64) -> Result<ExitCode> {

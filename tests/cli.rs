@@ -918,3 +918,58 @@ fn a_full_model_filesystem_is_a_message_not_a_crash() {
     assert_eq!(o.status.code(), Some(1), "{err}");
     assert!(err.contains(mnt.join("m").to_str().unwrap()), "{err}");
 }
+
+/// `doctor` on model0 (issue 13 point 1): every check has an id, a status, evidence and a fix
+/// where one is due; model0 is named as what it is and its device checks say they do not apply;
+/// the exit status is 1 exactly when a check fails.
+#[test]
+fn doctor_names_model0_and_judges_every_check() {
+    let (code, out, err) = rdmaprobe(&["doctor", "-d", "model0", "--json"]);
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}{err}"));
+    assert_eq!(v["kind"], "model0");
+    let checks = v["checks"].as_array().unwrap();
+    let ids: Vec<&str> = checks.iter().map(|c| c["id"].as_str().unwrap()).collect();
+    for id in [
+        "cpu.governor",
+        "cpu.cstates",
+        "numa.balancing",
+        "hugepages",
+        "memlock",
+        "thp",
+        "irqbalance",
+        "clock",
+        "hypervisor",
+        "iommu",
+        "rdma_core",
+        "port.state",
+        "numa.device",
+        "pcie.link",
+        "mtu",
+        "roce.gid",
+        "roce.qos",
+        "firewall",
+        "driver",
+    ] {
+        assert!(ids.contains(&id), "no {id}: {ids:?}");
+    }
+    for c in checks {
+        let st = c["status"].as_str().unwrap();
+        assert!(["pass", "warn", "fail", "unknown", "n/a"].contains(&st), "{c}");
+        assert!(!c["evidence"].as_str().unwrap().is_empty(), "{c}");
+        if st == "warn" || st == "fail" {
+            assert!(!c["fix"].as_str().unwrap().is_empty(), "a {st} without a fix: {c}");
+        }
+    }
+    for id in ["pcie.link", "mtu", "roce.gid", "firewall"] {
+        let c = checks.iter().find(|c| c["id"] == id).unwrap();
+        assert_eq!(c["status"], "n/a", "{c}");
+    }
+    let failed = checks.iter().any(|c| c["status"] == "fail");
+    assert_eq!(code, i32::from(failed), "{out}");
+    let (code, out, _) = rdmaprobe(&["doctor", "-d", "model0"]);
+    assert_eq!(code, i32::from(failed));
+    assert!(
+        out.starts_with("rdmaprobe doctor: model0 port 1 (model0: the built-in software model"),
+        "{out}"
+    );
+}
