@@ -973,3 +973,39 @@ fn doctor_names_model0_and_judges_every_check() {
         "{out}"
     );
 }
+
+/// The result document records the device's counters over the run (issue 13 point 3): on
+/// model0 its own, which add up to what the run did (the direct backend, 1000 + 100 warm-up
+/// iterations each way: 2200 WQEs, 2200 doorbells, all by BlueFlame at 8 B inline).
+#[test]
+fn results_carry_the_counters_of_the_run() {
+    let _g = serial();
+    let json = std::env::temp_dir().join(format!("rdmaprobe-counters-{}.json", std::process::id()));
+    let (code, out, err) = rdmaprobe(&[
+        "lat",
+        "write",
+        "--loopback",
+        "-d",
+        "model0",
+        "--backend",
+        "direct",
+        "-s",
+        "8",
+        "-n",
+        "1000",
+        "--warmup",
+        "100",
+        "--json",
+        json.to_str().unwrap(),
+    ]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains(" counters (model0), change over the run: "), "{out}");
+    let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    let d = &v["counters"]["delta"];
+    assert_eq!(v["counters"]["source"], "model0");
+    for k in ["wqes_executed", "doorbells", "blueflame_writes"] {
+        assert_eq!(d[k].as_u64(), Some(2200), "{k}: {d}");
+    }
+    assert!(d["cqes"].as_u64().is_some_and(|c| c > 0), "{d}");
+    std::fs::remove_file(&json).ok();
+}

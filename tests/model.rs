@@ -737,3 +737,53 @@ fn a_fence_is_needed_after_a_read_and_an_atomic() {
         assert_eq!(sent, want, "atomic {atomic}, fenced {fenced}");
     }
 }
+
+/// model0 keeps counters as a NIC's port does (issue 13 point 3): WQEs executed, doorbells,
+/// CQEs, error completions by syndrome, RNR events; destroyed QPs and CQs keep counting in their
+/// handle's totals.
+#[test]
+fn model0_counts_what_it_does() {
+    let mut p = pair();
+    let before = p.model.counters();
+    p.a.q.qp.inject_error(syndrome::TRANSPORT_RETRY_EXC, 2);
+    for _ in 0..3 {
+        p.a.q.sq.post_and_ring(&Wqe::nop().signaled()).unwrap();
+    }
+    for _ in 0..2 {
+        next(&mut p.a.q.cq).unwrap();
+    }
+    next(&mut p.a.q.cq).unwrap_err();
+    let after = p.model.counters();
+    let get = |c: &rdmaprobe::model::Counters, k: &str| c.get(k).copied().unwrap_or(0);
+    assert_eq!(
+        get(&after, "wqes_executed") - get(&before, "wqes_executed"),
+        3,
+        "{after:?}"
+    );
+    assert_eq!(get(&after, "doorbells") - get(&before, "doorbells"), 3, "{after:?}");
+    assert_eq!(get(&after, "cqes") - get(&before, "cqes"), 3, "{after:?}");
+    assert_eq!(get(&after, "error_cqes_syndrome_0x15"), 1, "{after:?}");
+    // a SEND without a receive, no RNR retries: one RNR event
+    let mut q = pair_with(
+        ModelConfig::default(),
+        ModelQpCaps::default(),
+        64,
+        DbMode::Db,
+        ModelConnect {
+            rnr_retry: 0,
+            ..Default::default()
+        },
+    );
+    let s = sge(&q.a.mr, 0, 8);
+    q.a.q
+        .sq
+        .post_and_ring(&Wqe::send(Payload::Gather(&s)).signaled())
+        .unwrap();
+    next(&mut q.a.q.cq).unwrap_err();
+    assert_eq!(get(&q.model.counters(), "rnr_events"), 1);
+    // destroyed objects keep counting
+    let m = q.model.clone();
+    let total = get(&m.counters(), "wqes_executed");
+    drop(q);
+    assert_eq!(get(&m.counters(), "wqes_executed"), total);
+}

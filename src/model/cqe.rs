@@ -1,7 +1,7 @@
 //! Completions and errors: the syndromes model0 reports, CQEs written as hardware writes them
 //! (owner bit last, overruns counted), and a QP moved to error.
 
-use super::layout::{cq_dbrec, hdr, lock, state, unlock, CqHdr, QpHdr, PAGE};
+use super::layout::{bump64, cq_counters, cq_dbrec, hdr, lock, state, unlock, CqHdr, QpHdr, PAGE};
 use super::recv::flush_rq;
 use super::shm::Shm;
 use super::Model;
@@ -47,7 +47,8 @@ pub(super) struct CqeOut {
 pub(super) fn push_cqe(m: &Model, cq: &Shm, c: CqeOut) {
     let h: &CqHdr = hdr(cq);
     lock(&h.lock);
-    let cnt = h.cqe_cnt;
+    // SAFETY: a field of the header, inside the mapping; read once (another process may own it).
+    let cnt = unsafe { std::ptr::read_volatile(&h.cqe_cnt) };
     let pi = h.pi.load(Ordering::Relaxed);
     // the CQ's header may be another process's: its size must fit the mapping
     let fits = cnt.is_power_of_two() && PAGE + cnt as usize * 64 <= cq.len();
@@ -81,9 +82,10 @@ pub(super) fn push_cqe(m: &Model, cq: &Shm, c: CqeOut) {
     };
     b[56..60].copy_from_slice(&q.to_be_bytes());
     b[60..62].copy_from_slice(&c.wqe_counter.to_be_bytes());
-    let owner = ((pi & cnt) != 0) as u8 | if n > 0 { 0x04 } else { 0 }; // MLX5_INLINE_SCATTER_32
-                                                                        // SAFETY: slot inside the CQ buffer; the body is written before the owner byte, which is
-                                                                        // published with release ordering (the consumer reads it, then fences, then the body).
+    // bit 2: MLX5_INLINE_SCATTER_32
+    let owner = ((pi & cnt) != 0) as u8 | if n > 0 { 0x04 } else { 0 };
+    // SAFETY: slot inside the CQ buffer; the body is written before the owner byte, which is
+    // published with release ordering (the consumer reads it, then fences, then the body).
     unsafe {
         let slot = cq.ptr().add(PAGE + (pi & (cnt - 1)) as usize * 64);
         std::ptr::copy_nonoverlapping(b.as_ptr(), slot, 63);
@@ -91,6 +93,12 @@ pub(super) fn push_cqe(m: &Model, cq: &Shm, c: CqeOut) {
         (*(slot.add(63) as *const AtomicU8)).store((c.op << 4) | owner, Ordering::Release);
     }
     h.pi.store(pi.wrapping_add(1), Ordering::Relaxed);
+    let ctr = cq_counters(cq);
+    bump64(&ctr.cqes, 1);
+    if c.op == cqe_op::REQ_ERR || c.op == cqe_op::RESP_ERR {
+        let e = &ctr.errors[(c.syndrome & 63) as usize];
+        e.store(e.load(Ordering::Relaxed).wrapping_add(1), Ordering::Relaxed);
+    }
     unlock(&h.lock);
 }
 

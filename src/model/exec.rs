@@ -6,7 +6,7 @@
 use super::cqe::{push_cqe, set_err, syndrome, CqeOut};
 use super::decode::{decode, Decoded};
 use super::direct::RegCheck;
-use super::layout::{hdr, qp_dbrec, rings, state, try_lock, CqHdr, MrHdr, QpHdr, Rings, QP_REG_OFF};
+use super::layout::{bump64, hdr, qp_dbrec, rings, state, try_lock, CqHdr, MrHdr, QpHdr, Rings, QP_REG_OFF};
 use super::objects::ObjRef;
 use super::recv::deliver_to_receiver;
 use super::shm::{ObjKind, Shm};
@@ -282,6 +282,9 @@ fn run_one(m: &Model, me: &QpHdr, d: &Decoded, buf: &[u8; 1024], mut late: Optio
 pub(super) fn execute(m: &Model, q: &Shm, reg: RegCheck) {
     let h: &QpHdr = hdr(q);
     let check = reg != RegCheck::None && h.check_reg != 0;
+    if reg != RegCheck::None {
+        bump64(&h.ctr_doorbells, 1);
+    }
     let mut rung = None;
     loop {
         let kicks = h.kicks.load(Ordering::SeqCst);
@@ -342,6 +345,7 @@ fn run_sq(m: &Model, q: &Shm, check: bool) -> Option<(u32, usize)> {
     }
     let mut buf = [0u8; 1024];
     let mut rnr_deadline: Option<std::time::Instant> = None;
+    let mut executed = 0u64;
     // READ data and atomic results still on their way back, and the completions behind them
     // (a send queue completes in order). Empty, and not allocated, unless a READ or an atomic
     // is followed by more WQEs of this doorbell.
@@ -435,6 +439,10 @@ fn run_sq(m: &Model, q: &Shm, check: bool) -> Option<(u32, usize)> {
                 }
             }
             Outcome::Stall => {
+                if rnr_deadline.is_none() {
+                    h.ctr_rnr
+                        .store(h.ctr_rnr.load(Ordering::Relaxed).wrapping_add(1), Ordering::Relaxed);
+                }
                 let retries = h.rnr_retry.load(Ordering::Relaxed);
                 if retries >= 7 {
                     break; // infinite: resumed by the receiver's doorbell or the next ring
@@ -467,9 +475,13 @@ fn run_sq(m: &Model, q: &Shm, check: bool) -> Option<(u32, usize)> {
         }
         rnr_deadline = None;
         ci = ci.wrapping_add(nbb);
+        executed += 1;
         h.sq_ci.store(ci, Ordering::Release);
     }
     land(m, &scq, &mut lands, &mut held);
+    if executed > 0 {
+        bump64(&h.ctr_wqes, executed);
+    }
     rung
 }
 
@@ -542,6 +554,7 @@ fn blueflame_matches(q: &Shm, last: u32, half: usize) -> bool {
     if (1..8).all(|w| unsafe { std::ptr::read_volatile(reg.add(w)) } == 0) {
         return true; // an 8-byte doorbell
     }
+    bump64(&hdr::<QpHdr>(q).ctr_bf_writes, 1);
     let unit = |b: u32| -> *const u64 {
         // SAFETY: WQEBB `last + b`, masked into the ring.
         unsafe { sq.add((last.wrapping_add(b) & (cnt - 1)) as usize * WQEBB) as *const u64 }

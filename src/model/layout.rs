@@ -7,9 +7,9 @@ use super::Model;
 use crate::mlx5::seg::WQEBB;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
-// "rdmamod1": the headers' layout changed (ring offsets, doorbell-record objects, data_off);
-// objects of an older binary are not taken for this one's
-pub(super) const MAGIC: u64 = 0x7264_6d61_6d6f_6431;
+// "rdmamod2": the headers' layout changed (counters); objects of an older binary are not taken
+// for this one's
+pub(super) const MAGIC: u64 = 0x7264_6d61_6d6f_6432;
 pub(super) const PAGE: usize = 4096;
 
 /// QP states the model knows.
@@ -57,6 +57,29 @@ pub(super) struct CqHdr {
 }
 pub(super) const CQ_DBREC_OFF: usize = 128;
 
+/// A CQ's counters, in its header page after the doorbell record (written under the CQ's lock).
+#[repr(C)]
+pub(super) struct CqCounters {
+    pub(super) cqes: AtomicU64,
+    /// Error completions by syndrome (the low 6 bits: every mlx5 syndrome fits).
+    pub(super) errors: [AtomicU32; 64],
+}
+pub(super) const CQ_CTR_OFF: usize = 256;
+
+/// The counters of a CQ object.
+pub(super) fn cq_counters(s: &Shm) -> &CqCounters {
+    const _: () = assert!(CQ_CTR_OFF + std::mem::size_of::<CqCounters>() <= PAGE);
+    // SAFETY: every object file has a header page (checked when mapped), and the counters lie
+    // inside it; they are atomics, shared between processes.
+    unsafe { &*(s.ptr().add(CQ_CTR_OFF) as *const CqCounters) }
+}
+
+/// Adds `n` to a counter written by one side only (a relaxed load and store: no locked
+/// instruction on the hot path; a rare second writer may lose a count, never corrupt one).
+pub(super) fn bump64(c: &AtomicU64, n: u64) {
+    c.store(c.load(Ordering::Relaxed).wrapping_add(n), Ordering::Relaxed);
+}
+
 /// A QP's shared header, in three cache lines by who writes them: the first is read by the
 /// peer and written rarely; the second only by whoever executes this QP's send queue; the third
 /// by whoever delivers into its receive queue. Fields shared this way never share a line with
@@ -99,7 +122,13 @@ pub(super) struct QpHdr {
     pub(super) sq_lock: AtomicU32,
     pub(super) kicks: AtomicU32,
     pub(super) inject_countdown: AtomicU32,
-    _pad_rq: [u8; 48],
+    /// Counters, written by whoever executes the send queue (relaxed load and store, no locked
+    /// instruction: this line is that side's alone).
+    pub(super) ctr_wqes: AtomicU64,
+    pub(super) ctr_doorbells: AtomicU64,
+    pub(super) ctr_bf_writes: AtomicU64,
+    pub(super) ctr_rnr: AtomicU32,
+    _pad_rq: [u8; 20],
     pub(super) rq_ci: AtomicU32,
     pub(super) rq_lock: AtomicU32,
 }

@@ -47,6 +47,6 @@ pub use cqe::syndrome;
 pub use direct::{DirectModelQp, ModelDoorbell, Pending};
 pub use info::{info, sweep_dead, ModelInfo};
 pub use layout::state;
-pub use objects::{Model, ModelCq, ModelMr, ModelQp};
+pub use objects::{Counters, Model, ModelCq, ModelMr, ModelQp};
 pub use user::{ModelDbPage, UserQpLayout};
 pub use wire::abort_wire_waits;

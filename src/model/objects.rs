@@ -33,6 +33,45 @@ pub(super) struct Inner {
     pub(super) cqs: Mutex<HashMap<u32, Arc<Shm>>>,
     pub(super) dbs: Mutex<HashMap<u32, Arc<Shm>>>,
     next_pd: AtomicU32,
+    /// The counters of this handle's QPs and CQs already destroyed.
+    retired: Mutex<Counters>,
+}
+
+/// model0's counters by name (as a NIC's port counters).
+pub type Counters = std::collections::BTreeMap<String, u64>;
+
+fn add(c: &mut Counters, k: &str, v: u64) {
+    if v > 0 {
+        *c.entry(k.to_string()).or_default() += v;
+    }
+}
+
+/// Adds a QP's counters to `c`.
+fn add_qp(c: &mut Counters, s: &Shm) {
+    let h: &QpHdr = hdr(s);
+    add(c, "wqes_executed", h.ctr_wqes.load(Ordering::Relaxed));
+    add(c, "doorbells", h.ctr_doorbells.load(Ordering::Relaxed));
+    add(c, "blueflame_writes", h.ctr_bf_writes.load(Ordering::Relaxed));
+    add(c, "rnr_events", h.ctr_rnr.load(Ordering::Relaxed) as u64);
+    add(c, "bad_doorbells", h.bad_doorbells.load(Ordering::Relaxed) as u64);
+}
+
+/// Adds a CQ's counters to `c`.
+fn add_cq(c: &mut Counters, s: &Shm) {
+    let k = super::layout::cq_counters(s);
+    add(c, "cqes", k.cqes.load(Ordering::Relaxed));
+    add(
+        c,
+        "cq_overruns",
+        hdr::<super::layout::CqHdr>(s).overruns.load(Ordering::Relaxed) as u64,
+    );
+    for (i, e) in k.errors.iter().enumerate() {
+        add(
+            c,
+            &format!("error_cqes_syndrome_0x{i:02x}"),
+            e.load(Ordering::Relaxed) as u64,
+        );
+    }
 }
 
 /// A process's handle on model0. Cheap to clone.
@@ -64,8 +103,23 @@ impl Model {
                 cqs: Mutex::new(HashMap::new()),
                 dbs: Mutex::new(HashMap::new()),
                 next_pd: AtomicU32::new(1),
+                retired: Mutex::new(Counters::new()),
             }),
         })
+    }
+
+    /// This handle's counters: WQEs executed, doorbells that set execution off, BlueFlame writes
+    /// seen, RNR events, bad doorbells, CQEs written, error completions by syndrome, CQ
+    /// overruns; over its QPs and CQs, those destroyed included. Only the non-zero ones.
+    pub fn counters(&self) -> Counters {
+        let mut c = self.inner.retired.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        for q in self.inner.qps.lock().unwrap_or_else(|p| p.into_inner()).values() {
+            add_qp(&mut c, q);
+        }
+        for q in self.inner.cqs.lock().unwrap_or_else(|p| p.into_inner()).values() {
+            add_cq(&mut c, q);
+        }
+        c
     }
 
     /// The process that owns QP `qpn`, if it is a QP of this model.
@@ -182,7 +236,13 @@ impl Model {
         }
         hdr::<ObjHdr>(&shm).valid.store(1, Ordering::Release);
         let shm = publish(&self.inner.cqs, cqn, shm);
-        ModelCq { shm, cqn, cnt, user }
+        ModelCq {
+            shm,
+            cqn,
+            cnt,
+            user,
+            model: self.clone(),
+        }
     }
 
     /// Creates an RC QP in `pd`.
@@ -460,6 +520,7 @@ pub struct ModelCq {
     cqn: u32,
     cnt: u32,
     user: Option<user::Pinned>,
+    model: Model,
 }
 
 impl ModelCq {
@@ -487,11 +548,11 @@ impl ModelCq {
 
 impl Drop for ModelCq {
     fn drop(&mut self) {
-        hdr::<ObjHdr>(&self.shm).valid.store(0, Ordering::Release);
-        if let Some(p) = self.user.take() {
-            p.release(&self.shm);
-        }
-        self.shm.unlink();
+        add_cq(
+            &mut self.model.inner.retired.lock().unwrap_or_else(|p| p.into_inner()),
+            &self.shm,
+        );
+        retire(&self.shm, self.user.take(), &self.model.inner.cqs, self.cqn);
     }
 }
 
@@ -644,6 +705,10 @@ impl ModelQp {
 
 impl Drop for ModelQp {
     fn drop(&mut self) {
+        add_qp(
+            &mut self.model.inner.retired.lock().unwrap_or_else(|p| p.into_inner()),
+            &self.shm,
+        );
         let pin = self.user.get_mut().unwrap_or_else(|p| p.into_inner()).take();
         retire(&self.shm, pin, &self.model.inner.qps, self.qpn);
     }

@@ -67,6 +67,7 @@ pub(super) fn run(
             "-I {inline_limit} exceeds the QPs' max_inline_data {INLINE} (what bandwidth QPs are made with)"
         )));
     }
+    let before = super::counters::sample(&dev);
     let (cal, env) = session::calibrate(&dev, true)?;
     let warnings = env.warnings();
     // client and server: the handshake, then every thread's QPs of every backend connected
@@ -110,6 +111,7 @@ pub(super) fn run(
         intervals: Vec::new(),
         short_runs: Vec::new(),
         end_error: None,
+        counters: None,
     };
     obs.started(&report);
     for &size in &sizes {
@@ -163,6 +165,7 @@ pub(super) fn run(
             obs.finished(&report, report.runs.len() - 1);
         }
     }
+    report.counters = super::counters::CounterDelta::since(before, &dev);
     if let Some((rdv, _)) = net {
         // the figures were measured: a peer that fails or vanishes at the end is recorded, and
         // the caller still gets them

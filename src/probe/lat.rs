@@ -92,6 +92,7 @@ pub(super) fn run(
         )?,
     }
     let mode = session::direct_mode(plan.db_mode);
+    let before = super::counters::sample(&dev);
     let (cal, env) = session::calibrate(&dev, true)?;
     let mut warnings = env.warnings();
     settle(plan, &mut l, &mut warnings, obs)?;
@@ -157,6 +158,7 @@ pub(super) fn run(
         intervals: Vec::new(),
         short_runs: Vec::new(),
         end_error: None,
+        counters: None,
     };
     obs.started(&report);
     let client = !matches!(report.role, Role::Server(_));
@@ -210,6 +212,7 @@ pub(super) fn run(
             obs.finished(&report, report.runs.len() - 1);
         }
     }
+    report.counters = super::counters::CounterDelta::since(before, &dev);
     if let Some((rdv, _)) = net {
         // the figures were measured: a peer that fails or vanishes at the end is recorded, and
         // the caller still gets them

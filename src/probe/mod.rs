@@ -21,6 +21,7 @@
 
 mod bw;
 pub mod console;
+pub mod counters;
 pub mod doctor;
 pub mod info;
 mod lat;

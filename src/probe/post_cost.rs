@@ -41,6 +41,7 @@ pub(super) fn run(plan: &Plan, pc: &PostCostPlan, obs: &mut dyn Observer) -> Res
     session::check_memory(pc.blocks.saturating_mul(configs).saturating_mul(24), || {
         format!("-n {} blocks x {configs} configurations (24 B per block)", pc.blocks)
     })?;
+    let before = super::counters::sample(&dev);
     let (cal, env) = session::calibrate(&dev, false)?;
     let step_ns = cal.to_ns(tsc_step());
     let mut report = Report {
@@ -60,6 +61,7 @@ pub(super) fn run(plan: &Plan, pc: &PostCostPlan, obs: &mut dyn Observer) -> Res
         intervals: Vec::new(),
         short_runs: Vec::new(),
         end_error: None,
+        counters: None,
     };
     obs.started(&report);
     for &op in &pc.ops {
@@ -91,6 +93,7 @@ pub(super) fn run(plan: &Plan, pc: &PostCostPlan, obs: &mut dyn Observer) -> Res
             }
         }
     }
+    report.counters = super::counters::CounterDelta::since(before, &dev);
     Ok(report)
 }
 

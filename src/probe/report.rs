@@ -77,6 +77,8 @@ pub struct Report {
     /// Why the end of a client/server run was not clean (the peer failed, vanished or answered
     /// nonsense after the measurement); the figures stand, the run is not clean.
     pub end_error: Option<String>,
+    /// The device's counters' change over the run (sysfs or model0's own).
+    pub counters: Option<super::counters::CounterDelta>,
 }
 
 /// The operation's name in perftest's banner style.
@@ -280,6 +282,7 @@ impl Report {
                 if rs.iter().any(|r| r.post_below_overhead) {
                     s += " * post time at or below the timer's own overhead: not a real measurement\n";
                 }
+                s += &self.counters.as_ref().map(|c| c.line()).unwrap_or_default();
                 s += &rule(118);
             }
             Runs::Bw(_) => {
@@ -291,12 +294,14 @@ impl Report {
                         self.short_runs.join(", ")
                     );
                 }
+                s += &self.counters.as_ref().map(|c| c.line()).unwrap_or_default();
                 s += &rule(118);
             }
             Runs::PostCost(rs) => {
                 if rs.iter().any(|r| r.below_overhead) {
                     s += " * block within 4 TSC steps of the timer's own overhead: not a resolved measurement\n";
                 }
+                s += &self.counters.as_ref().map(|c| c.line()).unwrap_or_default();
                 s += &rule(112);
             }
         }
@@ -332,7 +337,11 @@ impl Report {
         if let Some(e) = &self.end_error {
             warnings.push(format!("the run did not end cleanly: {e}"));
         }
-        result_doc(&self.env, &self.clock, &warnings, self.params.clone(), runs)
+        let mut doc = result_doc(&self.env, &self.clock, &warnings, self.params.clone(), runs)?;
+        if let Some(c) = &self.counters {
+            doc["counters"] = serde_json::to_value(c)?;
+        }
+        Ok(doc)
     }
 
     /// The HdrHistogram interval log of the latency intervals (empty when none were kept).

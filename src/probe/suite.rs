@@ -100,6 +100,7 @@ pub fn run(sp: &SuitePlan, obs: &mut dyn Observer) -> Result<SuiteReport, ProbeE
     };
     let mut notes = Vec::new();
     let dev = session::open_device(&plan, model, &mut Notes(&mut notes))?;
+    let before = super::counters::sample(&dev);
     let (cal, env) = session::calibrate(&dev, true)?;
     let mut warnings = env.warnings();
     warnings.splice(0..0, notes);
@@ -218,6 +219,7 @@ pub fn run(sp: &SuitePlan, obs: &mut dyn Observer) -> Result<SuiteReport, ProbeE
     } else {
         session::open_device(&plan, model, &mut super::Quiet)?
     };
+    let pc_before = super::counters::sample(&pc_dev).filter(|_| dev.is_model());
     for postlist in [1u32, 8, 32] {
         next(obs, format!("post-cost postlist {postlist}"));
         for k in &kinds {
@@ -242,6 +244,19 @@ pub fn run(sp: &SuitePlan, obs: &mut dyn Observer) -> Result<SuiteReport, ProbeE
                 "lat_iters": m.iters, "bw_min_duration_ms": m.bw_min_ms, "bw_window_ms": 1.0, "post_cost_blocks": m.pc_blocks }),
         serde_json::Value::from(runs),
     )?;
+    // the device's counters over the suite (model0: both handles', the post cost's own)
+    let mut counters = super::counters::CounterDelta::since(before, &dev);
+    if let (Some(c), Some(pc)) = (
+        counters.as_mut(),
+        super::counters::CounterDelta::since(pc_before, &pc_dev),
+    ) {
+        for (k, v) in pc.delta {
+            *c.delta.entry(k).or_default() += v;
+        }
+    }
+    if let Some(c) = counters {
+        r.doc["counters"] = serde_json::to_value(c)?;
+    }
     Ok(r)
 }
 

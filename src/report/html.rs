@@ -80,6 +80,23 @@ pub fn report(doc: &Value, figs: &[Figure]) -> String {
         }
         h.push_str("</ul></div>\n");
     }
+    // the device's counters over the run (sysfs or model0's own)
+    if let Some(delta) = doc["counters"]["delta"].as_object() {
+        let _ = write!(
+            h,
+            "<h2>Counters</h2>\n<p>change over the run, from {}</p>\n<table id=\"counters\"><tr><th class=\"l\">counter</th><th>change</th></tr>",
+            esc(doc["counters"]["source"].as_str().unwrap_or("?"))
+        );
+        for (k, v) in delta {
+            let _ = write!(
+                h,
+                "<tr><td class=\"l\">{}</td><td>{}</td></tr>",
+                esc(k),
+                esc(&v.to_string())
+            );
+        }
+        h.push_str("</table>\n");
+    }
     // environment
     h.push_str(
         "<h2>Environment</h2>\n<table id=\"environment\"><tr><th class=\"l\">item</th><th class=\"l\">value</th></tr>",

@@ -1,0 +1,105 @@
+//! Counters sampled before and after a run (issue 13 point 3): a NIC's port counters and
+//! `hw_counters` from sysfs (retransmissions, out-of-sequence, RNR NAKs, ECN/CNP, symbol errors,
+//! link downed, ...), or model0's own (WQEs, doorbells, BlueFlame writes, CQEs, errors by
+//! syndrome, RNR events); the non-zero differences go into the result document and the report.
+
+use crate::backend::setup::Dev;
+use crate::model::Counters;
+
+/// The counters of `dev` now, and where they come from (`sysfs` or `model0`); `None` when there
+/// are none to read.
+pub fn sample(dev: &Dev) -> Option<(&'static str, Counters)> {
+    match dev {
+        Dev::Model(m) => Some(("model0", m.model.counters())),
+        Dev::Verbs { ctx, port, .. } => {
+            let base = std::path::Path::new("/sys/class/infiniband")
+                .join(ctx.name())
+                .join("ports")
+                .join(port.port.to_string());
+            let mut c = Counters::new();
+            for dir in ["counters", "hw_counters"] {
+                let Ok(rd) = std::fs::read_dir(base.join(dir)) else {
+                    continue;
+                };
+                for e in rd.flatten() {
+                    let v = std::fs::read_to_string(e.path())
+                        .ok()
+                        .and_then(|t| t.trim().parse::<u64>().ok());
+                    if let Some(v) = v {
+                        c.insert(format!("{dir}/{}", e.file_name().to_string_lossy()), v);
+                    }
+                }
+            }
+            (!c.is_empty()).then_some(("sysfs", c))
+        }
+    }
+}
+
+/// What changed between two samples: the counters that grew, by how much (a counter that went
+/// down, reset or wrapped, is reported as its new value).
+pub fn delta(before: &Counters, after: &Counters) -> Counters {
+    after
+        .iter()
+        .filter_map(|(k, &a)| {
+            let b = before.get(k).copied().unwrap_or(0);
+            let d = if a >= b { a - b } else { a };
+            (d > 0).then(|| (k.clone(), d))
+        })
+        .collect()
+}
+
+/// The change over a run, as the result document records it.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct CounterDelta {
+    /// `sysfs` (a NIC's port) or `model0`.
+    pub source: &'static str,
+    /// The non-zero differences.
+    pub delta: Counters,
+}
+
+impl CounterDelta {
+    /// From a sample before the run and `dev` now.
+    pub fn since(before: Option<(&'static str, Counters)>, dev: &Dev) -> Option<Self> {
+        let (source, b) = before?;
+        let (_, a) = sample(dev)?;
+        Some(CounterDelta {
+            source,
+            delta: delta(&b, &a),
+        })
+    }
+
+    /// One line for the table's foot.
+    pub fn line(&self) -> String {
+        if self.delta.is_empty() {
+            return format!(" counters ({}): no change\n", self.source);
+        }
+        let items: Vec<String> = self.delta.iter().map(|(k, v)| format!("{k} {v}")).collect();
+        format!(
+            " counters ({}), change over the run: {}\n",
+            self.source,
+            items.join(", ")
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn deltas_keep_what_grew() {
+        let b: Counters = [("a".to_string(), 5), ("b".to_string(), 7), ("c".to_string(), 9)].into();
+        let a: Counters = [
+            ("a".to_string(), 5),
+            ("b".to_string(), 10),
+            ("c".to_string(), 2),
+            ("d".to_string(), 1),
+        ]
+        .into();
+        let d = delta(&b, &a);
+        assert_eq!(
+            d,
+            [("b".to_string(), 3), ("c".to_string(), 2), ("d".to_string(), 1)].into()
+        );
+    }
+}
