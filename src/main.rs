@@ -127,6 +127,10 @@ struct RunArgs {
     /// Write the results as JSON.
     #[arg(long)]
     json: Option<std::path::PathBuf>,
+    /// Write a diagnostics bundle into this directory (command, environment, devices, doctor,
+    /// QP states, counters, error, kernel log); a failed run writes one anyway, under /tmp.
+    #[arg(long)]
+    diag: Option<std::path::PathBuf>,
 }
 
 #[derive(clap::Args, Debug)]
@@ -426,6 +430,7 @@ fn plan(scenario: Scenario, r: &RunArgs, p: &PeerArgs) -> Result<Plan> {
         peer,
         oob_timeout: Duration::from_secs(p.oob_timeout),
         stall: Duration::from_secs(r.stall_secs),
+        diag: r.diag.clone(),
     })
 }
 
@@ -506,55 +511,27 @@ fn suite(a: SuiteArgs) -> Result<ExitCode> {
 }
 
 fn compare(a: CompareArgs) -> Result<ExitCode> {
-    use rdmaprobe::report::compare;
-    let fail = |why: String| {
-        eprintln!("rdmaprobe: error: {why}");
-        Ok(ExitCode::from(2))
-    };
-    if let Some(t) = a.threshold.filter(|t| !(t.is_finite() && *t >= 0.0)) {
-        return fail(format!("--threshold must be a percentage >= 0 (got {t})"));
-    }
-    if let Some(m) = a.metric.iter().find(|m| !["p50", "p99", "bw"].contains(&m.as_str())) {
-        return fail(format!("unknown metric '{m}' (p50, p99, bw)"));
-    }
     let (base, new) = match (a.files.as_slice(), a.base.is_empty(), a.new.is_empty()) {
         ([b, n], true, true) => (vec![b.clone()], vec![n.clone()]),
         ([], false, false) => (a.base.clone(), a.new.clone()),
         _ => {
-            return fail(
-                "give BASE NEW (one file each) or --base FILE... --new FILE... (several runs per side), not both"
-                    .into(),
-            )
+            eprintln!("rdmaprobe: error: give BASE NEW (one file each) or --base FILE... --new FILE... (several runs per side), not both");
+            return Ok(ExitCode::from(2));
         }
     };
-    let load = |paths: &[String]| -> Result<Vec<(String, serde_json::Value)>, compare::CompareError> {
-        paths.iter().map(|p| Ok((p.clone(), compare::load(p)?))).collect()
+    let format = match a.format {
+        CmpFormat::Text => "text",
+        CmpFormat::Markdown => "markdown",
+        CmpFormat::Junit => "junit",
     };
-    let opts = compare::Options {
-        threshold_pct: a.threshold,
-        metrics: a.metric.clone(),
-        adjust: if a.adjust == "bh" {
-            compare::Adjust::BenjaminiHochberg
-        } else {
-            compare::Adjust::Holm
-        },
-        ..compare::Options::default()
-    };
-    let r = match load(&base).and_then(|b| compare::compare_sets(&b, &load(&new)?, &opts)) {
-        Ok(r) => r,
-        Err(e) => return fail(format!("cannot compare: {e}")),
-    };
-    if r.rows.is_empty() {
-        eprintln!("rdmaprobe: error: cannot compare: no run of BASE matches a run of NEW (scenario, operation, backend, size, parameters)");
-        print!("{}", compare::text(&r));
-        return Ok(ExitCode::from(2));
-    }
-    match a.format {
-        CmpFormat::Text => print!("{}", compare::text(&r)),
-        CmpFormat::Markdown => print!("{}", compare::markdown(&r)),
-        CmpFormat::Junit => print!("{}", compare::junit(&r)),
-    }
-    Ok(ExitCode::from(if r.regressed() { 1 } else { 0 }))
+    Ok(ExitCode::from(probe::console::compare(
+        &base,
+        &new,
+        a.threshold,
+        &a.metric,
+        &a.adjust,
+        format,
+    )))
 }
 
 fn plot(a: PlotArgs) -> Result<ExitCode> {

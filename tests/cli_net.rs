@@ -144,36 +144,36 @@ fn an_unreachable_server_is_reported_within_the_deadline() {
     assert!(t.elapsed() < Duration::from_secs(10), "{:?}", t.elapsed());
 }
 
+/// A server that dies mid-run is reported, not waited for; the client's failure writes the
+/// diagnostics bundle (issue 13 point 4) where `--diag` says, and its error names it: the
+/// command, the environment, devices and doctor, the QPs' states read back, the counters before
+/// and after, the error, the kernel log's tail.
 #[test]
 fn a_server_that_dies_mid_run_is_reported_not_waited_for() {
     let p = port(3);
-    let mut srv = spawn(&[
-        "lat",
-        "write",
+    let diag = std::env::temp_dir().join(format!("rdmaprobe-diag-test-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&diag);
+    let common = [
         "-d",
         "model0",
+        "--backend",
+        "direct",
         "-n",
         "100000000",
         "-p",
         &p,
         "--oob-timeout",
         "20",
-    ]);
-    let cli = spawn(&[
-        "lat",
-        "write",
-        "127.0.0.1",
-        "-d",
-        "model0",
-        "-n",
-        "100000000",
-        "-p",
-        &p,
-        "--oob-timeout",
-        "20",
-        "--stall-secs",
-        "2",
-    ]);
+    ];
+    let mut srv = spawn(&[&["lat", "write"][..], &common[..]].concat());
+    let cli = spawn(
+        &[
+            &["lat", "write", "127.0.0.1"][..],
+            &common[..],
+            &["--stall-secs", "2", "--diag", diag.to_str().unwrap()][..],
+        ]
+        .concat(),
+    );
     std::thread::sleep(Duration::from_millis(1500));
     let t = Instant::now();
     srv.kill().expect("kill the server");
@@ -189,6 +189,36 @@ fn a_server_that_dies_mid_run_is_reported_not_waited_for() {
         && e.contains("the peer never acknowledged: it may have stopped");
     assert!(stalled || retries_out, "{e}");
     assert!(t.elapsed() < Duration::from_secs(15), "{:?}", t.elapsed());
+    assert!(e.contains(&format!("(diagnostics: {})", diag.display())), "{e}");
+    for f in [
+        "command.txt",
+        "plan.txt",
+        "environment.json",
+        "devices.txt",
+        "doctor.txt",
+        "doctor.json",
+        "qp_states.txt",
+        "counters.json",
+        "error.txt",
+        "kernel_log.txt",
+    ] {
+        assert!(diag.join(f).is_file(), "no {f} in the bundle");
+    }
+    let states = std::fs::read_to_string(diag.join("qp_states.txt")).unwrap();
+    assert!(states.starts_with("direct QP 0x"), "{states}");
+    let err = std::fs::read_to_string(diag.join("error.txt")).unwrap();
+    assert!(
+        err.contains("no progress") || err.contains("TRANSPORT_RETRY_EXC_ERR"),
+        "{err}"
+    );
+    let counters: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(diag.join("counters.json")).unwrap()).unwrap();
+    assert_eq!(counters["before"]["source"], "model0", "{counters}");
+    assert!(
+        counters["delta"]["wqes_executed"].as_u64().is_some_and(|n| n > 0),
+        "{counters}"
+    );
+    std::fs::remove_dir_all(&diag).ok();
 }
 
 #[test]

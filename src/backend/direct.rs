@@ -21,9 +21,16 @@ pub trait DirectQueues {
     /// Right after a timed post call: a device that executes after the post (model0 in
     /// after-post mode) executes now. Nothing on hardware.
     fn after_post(&mut self) {}
+    /// The QP's state as the device reads it back.
+    fn describe(&self) -> String {
+        "QP state not readable".into()
+    }
 }
 
 impl DirectQueues for crate::model::DirectModelQp {
+    fn describe(&self) -> String {
+        format!("direct {}", self.qp.debug_state())
+    }
     type Hook = crate::model::ModelDoorbell;
     fn parts(&mut self) -> (&mut Sq<Self::Hook>, &mut Rq<Self::Hook>, &mut Cq) {
         (&mut self.sq, &mut self.rq, &mut self.cq)
@@ -46,6 +53,9 @@ impl DirectQueues for crate::verbs::direct::DirectQp {
     type Hook = crate::mlx5::sq::NoHook;
     fn parts(&mut self) -> (&mut Sq<Self::Hook>, &mut Rq<Self::Hook>, &mut Cq) {
         (&mut self.sq, &mut self.rq, &mut self.cq)
+    }
+    fn describe(&self) -> String {
+        format!("direct QP {:#x}: {}", self.qpn(), self.state())
     }
 }
 
@@ -196,6 +206,10 @@ impl<Q: DirectQueues> DirectEnd<Q> {
 impl<Q: DirectQueues> Backend for DirectEnd<Q> {
     fn kind(&self) -> BackendKind {
         BackendKind::Direct
+    }
+
+    fn describe_qp(&self) -> String {
+        self.q.describe()
     }
 
     #[inline(always)]

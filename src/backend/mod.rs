@@ -145,6 +145,11 @@ pub trait Backend {
     /// Where incoming data lands in the local buffer (WRITE targets, receives, READ results,
     /// the atomic word): the second half. Outgoing data starts at 0.
     fn rx_offset(&self) -> usize;
+
+    /// The QP's state as the device reads it back (for a failure's diagnostics).
+    fn describe_qp(&self) -> String {
+        "QP state not readable through this backend".into()
+    }
 }
 
 /// A registered buffer that the device writes while the CPU watches it: byte loads and stores

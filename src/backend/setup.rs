@@ -550,6 +550,18 @@ pub enum AnyEnd {
     Mlx5(Box<DirectEnd<DirectQp>>),
 }
 
+impl AnyEnd {
+    /// The QP's state as the device reads it back.
+    pub fn describe(&self) -> String {
+        use crate::backend::Backend;
+        match self {
+            AnyEnd::Verbs(e) => e.describe_qp(),
+            AnyEnd::Model(e) => e.describe_qp(),
+            AnyEnd::Mlx5(e) => e.describe_qp(),
+        }
+    }
+}
+
 impl HalfEnd {
     /// Creates this side's QP, CQ and buffer for `kind` on `dev`.
     pub fn new(dev: &Dev, kind: BackendKind, op: OpKind, buf_len: usize, mode: DbMode) -> Result<Self, SetupError> {

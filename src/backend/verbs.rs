@@ -270,6 +270,18 @@ impl Backend for VerbsEnd {
         self.kind
     }
 
+    fn describe_qp(&self) -> String {
+        match self.qp.state() {
+            Ok(s) => format!("{} QP {:#x} on {}: {s}", self.kind.as_str(), self.qp.qpn(), self.device),
+            Err(e) => format!(
+                "{} QP {:#x} on {}: ibv_query_qp failed: {e}",
+                self.kind.as_str(),
+                self.qp.qpn(),
+                self.device
+            ),
+        }
+    }
+
     #[inline]
     fn post(&mut self, op: OpKind, len: u32, n: u32, inline: bool, signal_last: bool) -> Result<(), BackendError> {
         self.check(op, len, n, inline)?;

@@ -141,11 +141,16 @@ pub(super) fn run(
                     mode,
                     &report.clock,
                     &INTERRUPTED,
-                )?,
+                )
+                .map_err(|e| super::diag::failed(bundle(plan, &dev, &before, Vec::new()), e.into()))?,
                 Some((rdv, all)) => {
                     let out = match bw_side(&mut all[ki], &p, client, &report.clock, &INTERRUPTED) {
                         Ok(o) => o,
-                        Err(e) => return Err(session::fail(&mut **rdv, e.into())),
+                        Err(e) => {
+                            let e = session::fail(&mut **rdv, e.into());
+                            let states = all.iter().flatten().flatten().map(|e| e.describe()).collect();
+                            return Err(super::diag::failed(bundle(plan, &dev, &before, states), e));
+                        }
                     };
                     if !client {
                         continue;
@@ -165,6 +170,16 @@ pub(super) fn run(
             obs.finished(&report, report.runs.len() - 1);
         }
     }
+    if let Some(dir) = &plan.diag {
+        let states = net
+            .iter()
+            .flat_map(|(_, all)| all.iter().flatten().flatten().map(|e| e.describe()))
+            .collect();
+        match super::diag::write(dir, &bundle(plan, &dev, &before, states)) {
+            Ok(()) => obs.note(&format!("diagnostics written to {}", dir.display())),
+            Err(why) => obs.note(&format!("diagnostics not written to {}: {why}", dir.display())),
+        }
+    }
     report.counters = super::counters::CounterDelta::since(before, &dev);
     if let Some((rdv, _)) = net {
         // the figures were measured: a peer that fails or vanishes at the end is recorded, and
@@ -172,6 +187,22 @@ pub(super) fn run(
         report.end_error = session::end(rdv, plan).err().map(|e| e.to_string());
     }
     Ok(report)
+}
+
+/// The diagnostics bundle of this run.
+fn bundle<'a>(
+    plan: &'a Plan,
+    dev: &'a Dev,
+    before: &Option<(&'static str, crate::model::Counters)>,
+    qp_states: Vec<String>,
+) -> super::diag::Bundle<'a> {
+    super::diag::Bundle {
+        plan,
+        dev,
+        qp_states,
+        before: before.clone(),
+        error: None,
+    }
 }
 
 /// A client's result of one size and backend, from its threads' summaries.

@@ -187,3 +187,55 @@ pub fn plot(results: &str, out: &std::path::Path) -> u8 {
         }
     }
 }
+
+/// Compares result files (`base` against `new`, each one process run), prints the report in
+/// `format` (`text`, `markdown`, `junit`) and returns the exit status: 0 no regression, 1
+/// regression, 2 inputs that cannot be compared (said on standard error).
+pub fn compare(
+    base: &[String],
+    new: &[String],
+    threshold: Option<f64>,
+    metrics: &[String],
+    adjust: &str,
+    format: &str,
+) -> u8 {
+    use crate::report::compare;
+    let fail = |why: String| {
+        eprintln!("rdmaprobe: error: {why}");
+        2
+    };
+    if let Some(t) = threshold.filter(|t| !(t.is_finite() && *t >= 0.0)) {
+        return fail(format!("--threshold must be a percentage >= 0 (got {t})"));
+    }
+    if let Some(m) = metrics.iter().find(|m| !["p50", "p99", "bw"].contains(&m.as_str())) {
+        return fail(format!("unknown metric '{m}' (p50, p99, bw)"));
+    }
+    let load = |paths: &[String]| -> Result<Vec<(String, serde_json::Value)>, compare::CompareError> {
+        paths.iter().map(|p| Ok((p.clone(), compare::load(p)?))).collect()
+    };
+    let opts = compare::Options {
+        threshold_pct: threshold,
+        metrics: metrics.to_vec(),
+        adjust: if adjust == "bh" {
+            compare::Adjust::BenjaminiHochberg
+        } else {
+            compare::Adjust::Holm
+        },
+        ..compare::Options::default()
+    };
+    let r = match load(base).and_then(|b| compare::compare_sets(&b, &load(new)?, &opts)) {
+        Ok(r) => r,
+        Err(e) => return fail(format!("cannot compare: {e}")),
+    };
+    if r.rows.is_empty() {
+        eprintln!("rdmaprobe: error: cannot compare: no run of BASE matches a run of NEW (scenario, operation, backend, size, parameters)");
+        outp!("{}", compare::text(&r));
+        return 2;
+    }
+    match format {
+        "markdown" => outp!("{}", compare::markdown(&r)),
+        "junit" => outp!("{}", compare::junit(&r)),
+        _ => outp!("{}", compare::text(&r)),
+    }
+    u8::from(r.regressed())
+}

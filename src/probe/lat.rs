@@ -198,11 +198,39 @@ pub(super) fn run(
                         });
                     }
                 };
-                run_blocks(&mut pairs, &p, len, &report.clock, &INTERRUPTED, &mut on_block)?
+                match run_blocks(&mut pairs, &p, len, &report.clock, &INTERRUPTED, &mut on_block) {
+                    Ok(rs) => rs,
+                    Err(e) => {
+                        let states = pairs.iter().flat_map(|p| p.pair.describe()).collect();
+                        return Err(super::diag::failed(
+                            super::diag::Bundle {
+                                plan,
+                                dev: &dev,
+                                qp_states: states,
+                                before: before.clone(),
+                                error: None,
+                            },
+                            e.into(),
+                        ));
+                    }
+                }
             }
             Some((rdv, ends)) => match run_network(ends, &mut states, &p, l.blocks, client, &report.clock) {
                 Ok(rs) => rs,
-                Err(e) => return Err(session::fail(&mut **rdv, e)),
+                Err(e) => {
+                    let e = session::fail(&mut **rdv, e);
+                    let states = ends.iter().map(|(_, e)| e.describe()).collect();
+                    return Err(super::diag::failed(
+                        super::diag::Bundle {
+                            plan,
+                            dev: &dev,
+                            qp_states: states,
+                            before: before.clone(),
+                            error: None,
+                        },
+                        e,
+                    ));
+                }
             },
         };
         for r in rs {
@@ -210,6 +238,24 @@ pub(super) fn run(
                 v.push(r);
             }
             obs.finished(&report, report.runs.len() - 1);
+        }
+    }
+    if let Some(dir) = &plan.diag {
+        let states = pairs
+            .iter()
+            .flat_map(|p| p.pair.describe())
+            .chain(net.iter().flat_map(|(_, ends)| ends.iter().map(|(_, e)| e.describe())))
+            .collect();
+        let b = super::diag::Bundle {
+            plan,
+            dev: &dev,
+            qp_states: states,
+            before: before.clone(),
+            error: None,
+        };
+        match super::diag::write(dir, &b) {
+            Ok(()) => obs.note(&format!("diagnostics written to {}", dir.display())),
+            Err(why) => obs.note(&format!("diagnostics not written to {}: {why}", dir.display())),
         }
     }
     report.counters = super::counters::CounterDelta::since(before, &dev);

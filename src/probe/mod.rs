@@ -22,6 +22,7 @@
 mod bw;
 pub mod console;
 pub mod counters;
+pub mod diag;
 pub mod doctor;
 pub mod info;
 mod lat;
@@ -79,6 +80,14 @@ pub enum ProbeError {
     /// A result could not be rendered.
     #[error("rendering the results: {0}")]
     Render(String),
+    /// A run failed; its diagnostics were written into `dir`.
+    #[error("{source} (diagnostics: {})", dir.display())]
+    Bundled {
+        /// The failure.
+        source: Box<ProbeError>,
+        /// The bundle's directory.
+        dir: std::path::PathBuf,
+    },
 }
 
 impl From<serde_json::Error> for ProbeError {

@@ -21,6 +21,9 @@ pub struct Plan {
     pub oob_timeout: Duration,
     /// How long a run may go without progress before it is declared stalled.
     pub stall: Duration,
+    /// Where the diagnostics bundle goes: written here always when given; on a failure without
+    /// it, into a new directory under the temporary directory ([`super::diag`]).
+    pub diag: Option<std::path::PathBuf>,
 }
 
 impl Plan {
@@ -34,6 +37,7 @@ impl Plan {
             peer: PeerSpec::Loopback,
             oob_timeout: Duration::from_secs(60),
             stall: Duration::from_secs(10),
+            diag: None,
         }
     }
 }

@@ -82,7 +82,16 @@ pub(super) fn run(plan: &Plan, pc: &PostCostPlan, obs: &mut dyn Observer) -> Res
                                 blocks: pc.blocks,
                                 stall: Duration::from_secs(10),
                             };
-                            let r = run_post_cost(&dev, *k, &p, mode, &report.clock)?;
+                            let r = run_post_cost(&dev, *k, &p, mode, &report.clock).map_err(|e| {
+                                let b = super::diag::Bundle {
+                                    plan,
+                                    dev: &dev,
+                                    qp_states: Vec::new(),
+                                    before: before.clone(),
+                                    error: None,
+                                };
+                                super::diag::failed(b, e.into())
+                            })?;
                             if let Runs::PostCost(v) = &mut report.runs {
                                 v.push(r);
                             }

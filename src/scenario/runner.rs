@@ -35,6 +35,16 @@ impl AnyPair {
         })
     }
 
+    /// Both QPs' states as the device reads them back.
+    pub fn describe(&self) -> [String; 2] {
+        use crate::backend::Backend;
+        match self {
+            AnyPair::Verbs(p) => [p.0.describe_qp(), p.1.describe_qp()],
+            AnyPair::Model(p) => [p.0.describe_qp(), p.1.describe_qp()],
+            AnyPair::Mlx5(p) => [p.0.describe_qp(), p.1.describe_qp()],
+        }
+    }
+
     /// Largest inline payload of the pair's QPs.
     pub fn max_inline(&self) -> u32 {
         use crate::backend::Backend;

@@ -130,7 +130,15 @@ impl DirectQp {
         self.shared
     }
 
-    /// QP number.
+    /// The QP's state as the device reads it back (`ibv_query_qp`).
+    pub fn state(&self) -> String {
+        match self.qp.state() {
+            Ok(s) => s.to_string(),
+            Err(e) => format!("ibv_query_qp failed: {e}"),
+        }
+    }
+
+    /// The QP number.
     pub fn qpn(&self) -> u32 {
         self.qp.qpn()
     }
