@@ -1,6 +1,7 @@
 //! The rdmaprobe command line.
 
 use anyhow::Result;
+use clap::builder::TypedValueParser as _;
 use clap::{Parser, Subcommand};
 use rdmaprobe::backend::{BackendKind, OpKind};
 use rdmaprobe::mlx5::sq::DbMode;
@@ -74,6 +75,12 @@ enum Cmd {
         #[arg(long)]
         json: bool,
     },
+    /// The connectivity ladder: layer 1 the device (port ACTIVE, a usable GID), layer 2 the
+    /// connection (the peer reachable out of band, QPs to RTS, a 1-byte SEND and WRITE
+    /// completing), layer 3 performance (latency and bandwidth against --max-lat-ns, --min-bw
+    /// or a --baseline result). Names the first failing layer and its likely cause. Exit 0: all
+    /// pass; 11, 12, 13: layer 1, 2, 3 failed; 2: bad arguments.
+    Ping(PingArgs),
     /// Calibrate the TSC and measure the cost of an empty timed region.
     Clock {
         /// Print JSON instead of text.
@@ -244,8 +251,10 @@ struct BwArgs {
 #[derive(clap::Args, Debug)]
 struct PostCostArgs {
     /// Operations to measure.
-    #[arg(long = "op", value_enum, value_delimiter = ',', default_values_t = [PcOp::Write, PcOp::Send, PcOp::Read])]
-    ops: Vec<PcOp>,
+    #[arg(long = "op", value_delimiter = ',', default_values = ["write", "send", "read"],
+          value_parser = clap::builder::PossibleValuesParser::new(["write", "send", "read"])
+              .map(|o| match o.as_str() { "send" => OpKind::Send, "read" => OpKind::Read, _ => OpKind::Write }))]
+    ops: Vec<OpKind>,
     /// Message size in bytes.
     #[arg(short = 's', long, default_value_t = 8, value_parser = clap::value_parser!(u32).range(1..=1024 * 1024))]
     size: u32,
@@ -269,14 +278,6 @@ struct PostCostArgs {
     /// Write the results as JSON.
     #[arg(long)]
     json: Option<std::path::PathBuf>,
-}
-
-/// The operations of `post-cost`.
-#[derive(clap::ValueEnum, Clone, Copy, Debug)]
-enum PcOp {
-    Write,
-    Send,
-    Read,
 }
 
 #[derive(clap::Args, Debug)]
@@ -303,6 +304,31 @@ struct SuiteArgs {
     /// Post-cost blocks per configuration (default 1000; --quick 300).
     #[arg(long, value_parser = clap::value_parser!(u64).range(1..=10_000_000))]
     post_cost_blocks: Option<u64>,
+}
+
+#[derive(clap::Args, Debug)]
+struct PingArgs {
+    /// Where the peer is.
+    #[command(flatten)]
+    peer: PeerArgs,
+    /// Device, backends, doorbell mode, deadline, output.
+    #[command(flatten)]
+    run: RunArgs,
+    /// Layer 3: the 8-byte WRITE latency p50 (one-way, ns) must not exceed this.
+    #[arg(long)]
+    max_lat_ns: Option<f64>,
+    /// Layer 3: the 64 KiB WRITE bandwidth (MB/s, 2^20 bytes) must reach this.
+    #[arg(long)]
+    min_bw: Option<f64>,
+    /// Layer 3: limits from a result file (lat write p50, bw write average), with --tolerance.
+    #[arg(long)]
+    baseline: Option<String>,
+    /// Slack around the baseline, percent.
+    #[arg(long, default_value_t = 20.0)]
+    tolerance: f64,
+    /// model0 only: this side's wire delay in ns (a slow peer).
+    #[arg(long, value_parser = clap::value_parser!(u64).range(0..=rdmaprobe::model::MAX_WIRE_DELAY_NS))]
+    model_delay_ns: Option<u64>,
 }
 
 #[derive(clap::Args, Debug)]
@@ -359,9 +385,16 @@ fn main() -> ExitCode {
     unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
     let cli = Cli::parse();
     let r = match cli.cmd {
-        Cmd::Devices { json, gids } => devices(json, gids),
-        Cmd::Clock { json, window_ms } => clock(json, window_ms),
-        Cmd::Doctor { device, port, json } => doctor(device.as_deref(), port, json),
+        Cmd::Devices { json, gids } => probe::console::devices(json, gids)
+            .map(ExitCode::from)
+            .map_err(Into::into),
+        Cmd::Clock { json, window_ms } => probe::console::clock(json, window_ms)
+            .map(ExitCode::from)
+            .map_err(Into::into),
+        Cmd::Doctor { device, port, json } => probe::console::doctor(device.as_deref(), port, json)
+            .map(ExitCode::from)
+            .map_err(Into::into),
+        Cmd::Ping(a) => ping(a),
         Cmd::Lat(a) => lat(a),
         Cmd::Bw(a) => bw(a),
         Cmd::PostCost(a) => post_cost(a),
@@ -376,7 +409,7 @@ fn main() -> ExitCode {
         Err(_) if rdmaprobe::signals::signal() == Some(libc::SIGPIPE) => ExitCode::from(128 + libc::SIGPIPE as u8),
         Err(e) => {
             let usage = matches!(e.downcast_ref::<ProbeError>(), Some(ProbeError::Usage(_)));
-            eprintln!("rdmaprobe: error: {}", chain(&e));
+            eprintln!("rdmaprobe: error: {}", probe::console::chain(e.as_ref()));
             match rdmaprobe::signals::signal() {
                 Some(s @ (libc::SIGTERM | libc::SIGHUP)) => ExitCode::from(128 + s as u8),
                 _ => ExitCode::from(if usage { 2 } else { 1 }),
@@ -476,15 +509,7 @@ fn bw(a: BwArgs) -> Result<ExitCode> {
 
 fn post_cost(a: PostCostArgs) -> Result<ExitCode> {
     let pc = PostCostPlan {
-        ops: a
-            .ops
-            .iter()
-            .map(|o| match o {
-                PcOp::Write => OpKind::Write,
-                PcOp::Send => OpKind::Send,
-                PcOp::Read => OpKind::Read,
-            })
-            .collect(),
+        ops: a.ops.clone(),
         size: a.size,
         blocks: a.blocks,
         postlists: a.postlists.clone(),
@@ -538,36 +563,18 @@ fn plot(a: PlotArgs) -> Result<ExitCode> {
     Ok(ExitCode::from(probe::console::plot(&a.results, &a.out)))
 }
 
-fn chain(e: &anyhow::Error) -> String {
-    let mut msg = String::new();
-    for c in e.chain() {
-        let t = c.to_string();
-        if !msg.contains(&t) {
-            if !msg.is_empty() {
-                msg.push_str(": ");
-            }
-            msg.push_str(&t);
-        }
-    }
-    msg
-}
-
-fn devices(json: bool, gids: u32) -> Result<ExitCode> {
-    let (text, code) = probe::info::devices(json, gids)?;
-    print!("{text}");
-    Ok(ExitCode::from(code))
-}
-
-fn doctor(device: Option<&str>, port: u8, json: bool) -> Result<ExitCode> {
-    let d = probe::doctor::run(device, port)?;
-    match json {
-        true => println!("{}", serde_json::to_string_pretty(&d)?),
-        false => print!("{}", d.text()),
-    }
-    Ok(ExitCode::from(u8::from(d.failed())))
-}
-
-fn clock(json: bool, window_ms: u64) -> Result<ExitCode> {
-    print!("{}", probe::info::clock(json, window_ms)?);
-    Ok(ExitCode::SUCCESS)
+fn ping(a: PingArgs) -> Result<ExitCode> {
+    let p = probe::ping::PingPlan {
+        plan: plan(Scenario::Lat(LatPlan::new(OpKind::Write, 1)), &a.run, &a.peer)?,
+        max_lat_ns: a.max_lat_ns,
+        min_bw_mib_s: a.min_bw,
+        baseline: None,
+        tolerance_pct: a.tolerance,
+        model_delay_ns: a.model_delay_ns,
+    };
+    Ok(ExitCode::from(probe::console::ping(
+        p,
+        a.baseline.as_deref(),
+        a.run.json.as_ref(),
+    )?))
 }

@@ -9,9 +9,11 @@ fn bin() -> Command {
     Command::new(env!("CARGO_BIN_EXE_rdmaprobe"))
 }
 
-/// A TCP port of this test process's own (5 per process).
+/// A TCP port of this test process's own (16 per process: each test its own, the tests run
+/// in parallel).
 fn port(i: u16) -> String {
-    (21000 + (std::process::id() % 2000) as u16 * 5 + i).to_string()
+    assert!(i < 16);
+    (20000 + (std::process::id() % 2500) as u16 * 16 + i).to_string()
 }
 
 fn spawn(args: &[&str]) -> Child {
@@ -313,7 +315,7 @@ fn results_are_written_when_the_peer_vanishes_at_the_end() {
             self.0.as_mut().map_or(Ok(()), |p| Rendezvous::set_timeout(p, t))
         }
     }
-    let p = port(4);
+    let p = port(5);
     let tcp_port: u16 = p.parse().unwrap();
     let dir = std::env::temp_dir().join(format!("rdmaprobe-net-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
@@ -446,4 +448,163 @@ fn a_server_on_port_0_prints_its_real_port() {
         .unwrap_or_else(|| panic!("{err}"));
     let port: u16 = addr.strip_prefix("127.0.0.1:").expect(addr).parse().expect(addr);
     assert_ne!(port, 0, "{err}");
+}
+
+/// `rdmaprobe ping` (issue 13 point 2) between two processes on model0: a good ladder; an
+/// unreachable peer (layer 2); a peer whose QP address carries a wrong rkey, and one whose QP
+/// is in error (layer 2: the faults put in by a rendezvous behind the library's ping server);
+/// a slow peer (model0's wire delay) against a latency limit (layer 3). Each names its layer
+/// and likely cause and exits 10 + the layer.
+#[test]
+fn ping_names_the_first_failing_layer() {
+    use rdmaprobe::oob::{OobError, Peer, Rendezvous};
+    use rdmaprobe::probe::{ping, Backends, LatPlan, PeerSpec, Plan, Quiet, Scenario};
+    /// Rewrites this side's QP addresses on their way out.
+    struct Rewrite<F: FnMut(&mut serde_json::Value)>(Peer, F);
+    impl<F: FnMut(&mut serde_json::Value)> Rendezvous for Rewrite<F> {
+        fn send_value(&mut self, mut msg: serde_json::Value) -> Result<(), OobError> {
+            if msg.get("rkey").is_some() && msg.get("qpn").is_some() {
+                (self.1)(&mut msg);
+            }
+            self.0.send_value(msg)
+        }
+        fn recv_value(&mut self) -> Result<serde_json::Value, OobError> {
+            self.0.recv_value()
+        }
+        fn leads(&self) -> bool {
+            true
+        }
+        fn peer_name(&self) -> String {
+            self.0.addr().to_string()
+        }
+        fn set_timeout(&mut self, t: Duration) -> Result<(), OobError> {
+            Rendezvous::set_timeout(&mut self.0, t)
+        }
+    }
+    let server_plan = |port: u16| ping::PingPlan {
+        plan: Plan {
+            device: rdmaprobe::probe::DeviceSpec {
+                name: Some("model0".into()),
+                ..Default::default()
+            },
+            backends: Backends::Only(rdmaprobe::backend::BackendKind::Direct),
+            peer: PeerSpec::Listen {
+                bind: "127.0.0.1".into(),
+                port,
+            },
+            stall: Duration::from_secs(3),
+            ..Plan::loopback(Scenario::Lat(LatPlan::new(rdmaprobe::backend::OpKind::Write, 1)))
+        },
+        max_lat_ns: None,
+        min_bw_mib_s: None,
+        baseline: None,
+        tolerance_pct: 20.0,
+        model_delay_ns: None,
+    };
+    let client = |p: &str, extra: &[&str]| {
+        let args = [
+            &[
+                "ping",
+                "127.0.0.1",
+                "-d",
+                "model0",
+                "--backend",
+                "direct",
+                "-p",
+                p,
+                "--oob-timeout",
+                "10",
+                "--stall-secs",
+                "3",
+            ][..],
+            extra,
+        ]
+        .concat();
+        finish(spawn(&args))
+    };
+    // a good ladder: server and client processes
+    let p = port(6);
+    let srv = spawn(&[
+        "ping",
+        "-d",
+        "model0",
+        "--backend",
+        "direct",
+        "-p",
+        &p,
+        "--oob-timeout",
+        "10",
+    ]);
+    let (c, o, e) = client(&p, &["--max-lat-ns", "100000", "--min-bw", "10"]);
+    let (sc, so, se) = finish(srv);
+    assert_eq!(c, 0, "client: {o}{e}");
+    assert_eq!(sc, 0, "server: {so}{se}");
+    assert!(
+        o.contains("all layers pass") && o.contains("1-byte SEND on direct: completed"),
+        "{o}"
+    );
+    // unreachable: layer 2
+    let (c, o, _) = client("1", &[]);
+    assert_eq!(c, 12, "{o}");
+    assert!(
+        o.contains("first failing layer: 2 (connection)") && o.contains("the peer is unreachable"),
+        "{o}"
+    );
+    // a wrong rkey, and a QP in error, put in by the server's rendezvous
+    let model = rdmaprobe::model::Model::open(Default::default()).unwrap();
+    let broken = rdmaprobe::model::DirectModelQp::new(
+        &model,
+        model.alloc_pd(),
+        Default::default(),
+        64,
+        rdmaprobe::mlx5::sq::DbMode::Db,
+    )
+    .unwrap();
+    broken.qp.set_error();
+    let broken_qpn = broken.qp.qpn();
+    for (fault, want) in [("rkey", "wrong rkey"), ("qp", "its QP is in error or gone")] {
+        let p = port(7);
+        let tcp: u16 = p.parse().unwrap();
+        let srv = std::thread::spawn(move || {
+            let peer = rdmaprobe::oob::Listener::bind("127.0.0.1", tcp)
+                .unwrap()
+                .accept(Duration::from_secs(10))
+                .unwrap();
+            let rewrite = move |m: &mut serde_json::Value| {
+                if fault == "rkey" {
+                    m["rkey"] = (m["rkey"].as_u64().unwrap() ^ 0x5a5a).into();
+                } else {
+                    m["qpn"] = broken_qpn.into();
+                }
+            };
+            ping::run_with_peer(&server_plan(tcp), &mut Rewrite(peer, rewrite), &mut Quiet).map(|r| r.exit_code())
+        });
+        let (c, o, e) = client(&p, &[]);
+        let _ = srv.join();
+        assert_eq!(c, 12, "{fault}: {o}{e}");
+        assert!(o.contains("first failing layer: 2") && o.contains(want), "{fault}: {o}");
+    }
+    drop(broken);
+    // a slow peer: layer 3 against a latency limit
+    let p = port(8);
+    let srv = spawn(&[
+        "ping",
+        "-d",
+        "model0",
+        "--backend",
+        "direct",
+        "-p",
+        &p,
+        "--oob-timeout",
+        "10",
+        "--model-delay-ns",
+        "40000",
+    ]);
+    let (c, o, e) = client(&p, &["--max-lat-ns", "5000"]);
+    let _ = finish(srv);
+    assert_eq!(c, 13, "{o}{e}");
+    assert!(
+        o.contains("first failing layer: 3 (performance)") && o.contains("over the limit 5000 ns"),
+        "{o}"
+    );
 }

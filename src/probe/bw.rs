@@ -20,7 +20,7 @@ type Ends = Vec<Vec<Vec<AnyEnd>>>;
 pub(super) fn run(
     plan: &Plan,
     b: &BwPlan,
-    peer: Option<&mut dyn Rendezvous>,
+    peer: Option<&mut (dyn Rendezvous + '_)>,
     obs: &mut dyn Observer,
 ) -> Result<Report, ProbeError> {
     let network = plan.peer != PeerSpec::Loopback;

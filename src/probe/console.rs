@@ -239,3 +239,63 @@ pub fn compare(
     }
     u8::from(r.regressed())
 }
+
+/// Runs `doctor` and prints it (text or JSON); returns the exit status (1: a check failed).
+pub fn doctor(device: Option<&str>, port: u8, json: bool) -> Result<u8, ProbeError> {
+    let d = super::doctor::run(device, port)?;
+    match json {
+        true => out!("{}", serde_json::to_string_pretty(&d)?),
+        false => outp!("{}", d.text()),
+    }
+    Ok(u8::from(d.failed()))
+}
+
+/// Runs the ping ladder (limits from `baseline`, a result file, when given), prints it, writes
+/// `json`; returns the exit status (0, or 10 + the first failing layer; 2: a baseline that
+/// cannot be read).
+pub fn ping(mut p: super::ping::PingPlan, baseline: Option<&str>, json: Option<&PathBuf>) -> Result<u8, ProbeError> {
+    if let Some(b) = baseline {
+        match crate::report::compare::load(b) {
+            Ok(doc) => p.baseline = Some(doc),
+            Err(e) => {
+                eprintln!("rdmaprobe: error: --baseline: {e}");
+                return Ok(2);
+            }
+        }
+    }
+    super::stop_on_sigint();
+    let r = super::ping::run(&p, &mut Printer)?;
+    outp!("{}", r.text());
+    if let Some(path) = json {
+        output::write(path, &serde_json::to_vec_pretty(&r)?).map_err(|e| ProbeError::Render(e.to_string()))?;
+    }
+    Ok(r.exit_code())
+}
+
+/// An error and its causes, each cause only when the message so far does not already say it.
+pub fn chain(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut msg = e.to_string();
+    let mut src = e.source();
+    while let Some(c) = src {
+        let t = c.to_string();
+        if !msg.contains(&t) {
+            msg.push_str(": ");
+            msg.push_str(&t);
+        }
+        src = c.source();
+    }
+    msg
+}
+
+/// Prints `devices` (text or JSON); returns the exit status (0: a hardware device, 3: none).
+pub fn devices(json: bool, gids: u32) -> Result<u8, ProbeError> {
+    let (text, code) = super::info::devices(json, gids)?;
+    outp!("{text}");
+    Ok(code)
+}
+
+/// Prints `clock` (text or JSON).
+pub fn clock(json: bool, window_ms: u64) -> Result<u8, ProbeError> {
+    outp!("{}", super::info::clock(json, window_ms)?);
+    Ok(0)
+}

@@ -26,7 +26,7 @@ pub const MIN_BLOCK_FLOOR: u64 = 10;
 pub(super) fn run(
     plan: &Plan,
     l: &LatPlan,
-    peer: Option<&mut dyn Rendezvous>,
+    peer: Option<&mut (dyn Rendezvous + '_)>,
     obs: &mut dyn Observer,
 ) -> Result<Report, ProbeError> {
     let mut l = l.clone();

@@ -26,6 +26,7 @@ pub mod diag;
 pub mod doctor;
 pub mod info;
 mod lat;
+pub mod ping;
 mod plan;
 mod post_cost;
 pub mod report;
