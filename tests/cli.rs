@@ -845,7 +845,7 @@ fn the_model_directory_must_be_this_users_alone() {
     let (code, err) = run(&open);
     assert_eq!(code, Some(1), "{err}");
     assert!(
-        err.contains("others may write in it") && err.contains("RDMAPROBE_MODEL_DIR"),
+        err.contains("has mode 0777") && err.contains("RDMAPROBE_MODEL_DIR"),
         "{err}"
     );
     let link = base.join("link");
@@ -853,13 +853,33 @@ fn the_model_directory_must_be_this_users_alone() {
     let (code, err) = run(&link);
     assert_eq!(code, Some(1), "{err}");
     assert!(err.contains("is not a directory"), "{err}");
+    // one others may only read: refused too, and its mode left as it was
     let readable = base.join("readable");
     std::fs::create_dir(&readable).unwrap();
     std::fs::set_permissions(&readable, std::fs::Permissions::from_mode(0o755)).unwrap();
     let (code, err) = run(&readable);
-    assert_eq!(code, Some(0), "{err}");
+    assert_eq!(code, Some(1), "{err}");
+    assert!(err.contains("has mode 0755"), "{err}");
     let mode = std::fs::metadata(&readable).unwrap().permissions().mode() & 0o777;
-    assert_eq!(mode, 0o700);
+    assert_eq!(mode, 0o755, "the directory's mode was changed");
+    // this user's own: a FIFO and a symlink among its objects are never opened (no hang, the
+    // link's target untouched)
+    let own = base.join("own");
+    std::fs::create_dir(&own).unwrap();
+    std::fs::set_permissions(&own, std::fs::Permissions::from_mode(0o700)).unwrap();
+    let victim = base.join("victim");
+    std::fs::write(&victim, b"precious").unwrap();
+    std::os::unix::fs::symlink(&victim, own.join("qp-000001")).unwrap();
+    assert!(std::process::Command::new("mkfifo")
+        .arg(own.join("mr-000002"))
+        .status()
+        .unwrap()
+        .success());
+    let t = std::time::Instant::now();
+    let (code, err) = run(&own);
+    assert_eq!(code, Some(0), "{err}");
+    assert!(t.elapsed() < std::time::Duration::from_secs(20), "{:?}", t.elapsed());
+    assert_eq!(std::fs::read(&victim).unwrap(), b"precious");
     // SAFETY: geteuid has no preconditions.
     if unsafe { libc::geteuid() } == 0 {
         let theirs = base.join("theirs");
@@ -869,6 +889,19 @@ fn the_model_directory_must_be_this_users_alone() {
         let (code, err) = run(&theirs);
         assert_eq!(code, Some(1), "{err}");
         assert!(err.contains("belongs to uid 65534"), "{err}");
+        // `devices` opens nothing in it either (it used to sweep the directory first)
+        assert!(std::process::Command::new("mkfifo")
+            .arg(theirs.join("mr-000002"))
+            .status()
+            .unwrap()
+            .success());
+        let o = std::process::Command::new(env!("CARGO_BIN_EXE_rdmaprobe"))
+            .arg("devices")
+            .env("RDMAPROBE_MODEL_DIR", &theirs)
+            .output()
+            .unwrap();
+        let out = String::from_utf8_lossy(&o.stdout);
+        assert!(out.contains("belongs to uid 65534"), "{out}");
     } else {
         eprintln!("the_model_directory_must_be_this_users_alone: another user's directory not tried (not root)");
     }

@@ -94,11 +94,36 @@ pub(super) enum Outcome {
     Stall,
 }
 
-/// A READ's data or an atomic's old value on its way back: it lands in the requester's memory
-/// when the batch of WQEs it was rung with has run, or before a fenced WQE runs.
+/// A READ's data or an atomic's old value on its way back to `dst`: it lands before the next
+/// WQE runs, unless that WQE (unfenced) reads `dst`: then it runs first and sees what was there
+/// before, as on a ConnectX, and the response lands after it.
 struct Landing {
     dst: Region,
-    bytes: Vec<u8>,
+    bytes: Bytes,
+}
+
+/// What lands: the responder's memory as it is (read when it lands: nothing of this QP has run
+/// in between), a copy taken when a WQE had to run first (it may write the source), or an
+/// atomic's old value.
+enum Bytes {
+    Source(Region, usize),
+    Owned(Vec<u8>),
+    Word([u8; 8]),
+}
+
+impl Landing {
+    fn len(&self) -> usize {
+        match &self.bytes {
+            Bytes::Source(_, n) => *n,
+            Bytes::Owned(v) => v.len(),
+            Bytes::Word(_) => 8,
+        }
+    }
+    /// Whether `[p, p + n)` overlaps where this lands.
+    fn overlaps(&self, p: *const u8, n: usize) -> bool {
+        let (a, b) = (self.dst.ptr as usize, p as usize);
+        a < b + n && b < a + self.len()
+    }
 }
 
 /// Executes one WQE. `late`: where READ data and atomic results go when more WQEs of the same
@@ -211,11 +236,16 @@ fn run_one(m: &Model, me: &QpHdr, d: &Decoded, buf: &[u8; 1024], mut late: Optio
                     // SAFETY: both sides resolved in bounds.
                     None => unsafe { std::ptr::copy_nonoverlapping(r.ptr.add(off), l.ptr, len as usize) },
                     Some(late) => {
-                        // the responder reads now (requests are served in order); the data
-                        // lands later
-                        // SAFETY: resolved in bounds of the responder's region.
-                        let bytes = unsafe { std::slice::from_raw_parts(r.ptr.add(off), len as usize) }.to_vec();
-                        late.push(Landing { dst: l, bytes });
+                        // the data lands before the next WQE (or after it, when it reads here)
+                        let src = Region {
+                            _shm: r._shm,
+                            // SAFETY: `off + len` is within the responder's resolved range.
+                            ptr: unsafe { r.ptr.add(off) },
+                        };
+                        late.push(Landing {
+                            dst: l,
+                            bytes: Bytes::Source(src, len as usize),
+                        });
                     }
                 }
                 off += len as usize;
@@ -265,7 +295,7 @@ fn run_one(m: &Model, me: &QpHdr, d: &Decoded, buf: &[u8; 1024], mut late: Optio
                 None => unsafe { std::ptr::write_unaligned(l.ptr as *mut u64, old_be) },
                 Some(late) => late.push(Landing {
                     dst: l,
-                    bytes: old_be.to_ne_bytes().to_vec(),
+                    bytes: Bytes::Word(old_be.to_ne_bytes()),
                 }),
             }
             Outcome::Done { byte_cnt: 8 }
@@ -387,8 +417,20 @@ fn run_sq(m: &Model, q: &Shm, check: bool) -> Option<(u32, usize)> {
             }
         };
         let nbb = d.ds.div_ceil(4);
-        if d.fence {
-            // a fenced WQE starts once the READs and atomics before it have completed
+        // Responses in flight land before this WQE runs, unless it reads their destination
+        // without a fence: then it runs first (and sends what was there before, as a ConnectX
+        // would), the responses copied first in case it writes their source, and land after it.
+        let hazard = !lands.is_empty() && !d.fence && reads_landing(m, h, &d, &lands);
+        if hazard {
+            for l in lands.iter_mut() {
+                if let Bytes::Source(src, n) = &l.bytes {
+                    // SAFETY: the source was resolved in bounds of the responder's region for
+                    // `n` bytes, and its mapping is held by the region.
+                    let v = unsafe { std::slice::from_raw_parts(src.ptr, *n) }.to_vec();
+                    l.bytes = Bytes::Owned(v);
+                }
+            }
+        } else if !lands.is_empty() {
             land(m, &scq, &mut lands, &mut held);
         }
         let more = ci.wrapping_add(nbb) != target || !lands.is_empty();
@@ -476,6 +518,9 @@ fn run_sq(m: &Model, q: &Shm, check: bool) -> Option<(u32, usize)> {
         rnr_deadline = None;
         ci = ci.wrapping_add(nbb);
         executed += 1;
+        if hazard {
+            land(m, &scq, &mut lands, &mut held);
+        }
         h.sq_ci.store(ci, Ordering::Release);
     }
     land(m, &scq, &mut lands, &mut held);
@@ -485,12 +530,35 @@ fn run_sq(m: &Model, q: &Shm, check: bool) -> Option<(u32, usize)> {
     rung
 }
 
+/// Whether WQE `d` gathers (as a SEND or WRITE from registered memory) from where a response
+/// in flight will land.
+fn reads_landing(m: &Model, me: &QpHdr, d: &Decoded, lands: &[Landing]) -> bool {
+    let gathers = matches!(
+        d.opcode,
+        opcode::SEND | opcode::SEND_IMM | opcode::RDMA_WRITE | opcode::RDMA_WRITE_IMM
+    );
+    if !gathers || d.inline.is_some() {
+        return false;
+    }
+    d.sges[..d.nsge].iter().any(|&(addr, lkey, len)| {
+        resolve(m, lkey, addr, len as u64, me.pd, me.obj.owner_pid, 0)
+            .is_ok_and(|r| lands.iter().any(|l| l.overlaps(r.ptr, len as usize)))
+    })
+}
+
 /// The responses on their way back land, in order, then the completions held behind them.
 fn land(m: &Model, scq: &Shm, lands: &mut Vec<Landing>, held: &mut Vec<CqeOut>) {
     for l in lands.drain(..) {
-        // SAFETY: `dst` was resolved in bounds of a registered region for `bytes.len()` bytes,
-        // and its mapping is held by the region.
-        unsafe { std::ptr::copy_nonoverlapping(l.bytes.as_ptr(), l.dst.ptr, l.bytes.len()) };
+        let n = l.len();
+        // SAFETY: `dst` was resolved in bounds of a registered region for `n` bytes, as was the
+        // source (or the copy holds `n` bytes); the mappings are held by the regions.
+        unsafe {
+            match &l.bytes {
+                Bytes::Source(src, _) => std::ptr::copy_nonoverlapping(src.ptr, l.dst.ptr, n),
+                Bytes::Owned(v) => std::ptr::copy_nonoverlapping(v.as_ptr(), l.dst.ptr, n),
+                Bytes::Word(w) => std::ptr::copy_nonoverlapping(w.as_ptr(), l.dst.ptr, n),
+            }
+        }
     }
     for c in held.drain(..) {
         push_cqe(m, scq, c);

@@ -41,6 +41,8 @@ pub struct ModelInfo {
 
 /// Checks that the model can be opened here and describes it.
 pub fn info() -> Result<ModelInfo, ModelError> {
+    // the directory is checked before anything in it is opened
+    shm::secure_dir().map_err(|e| ModelError::Invalid(format!("opening {}: {e}", shm::dir().display())))?;
     let before = sweep_dead();
     let _m = Model::open(ModelConfig::default())?;
     Ok(ModelInfo {

@@ -23,15 +23,12 @@ pub fn dir() -> PathBuf {
 }
 
 /// Makes sure the model's directory is this user's alone (see the module's trust boundary):
-/// created with mode 0700 when missing; an existing one must be a directory (not a symlink),
-/// owned by this user, writable by nobody else (one that others may only read is tightened to
-/// 0700). Returns it.
+/// created with mode 0700 when missing (its parent must exist); an existing one must be a
+/// directory (not a symlink), owned by this user, with mode 0700 (never changed here). Returns
+/// it.
 pub fn secure_dir() -> io::Result<PathBuf> {
-    use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
+    use std::os::unix::fs::{DirBuilderExt, MetadataExt};
     let d = dir();
-    if let Some(parent) = d.parent().filter(|p| !p.as_os_str().is_empty()) {
-        fs::create_dir_all(parent)?;
-    }
     match fs::DirBuilder::new().mode(0o700).create(&d) {
         Ok(()) => {}
         Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
@@ -57,11 +54,9 @@ pub fn secure_dir() -> io::Result<PathBuf> {
         return refuse(format!("belongs to uid {}, not to this user (uid {me})", m.uid()));
     }
     let mode = m.mode() & 0o777;
-    if mode & 0o022 != 0 {
-        return refuse(format!("has mode {mode:04o}: others may write in it"));
-    }
     if mode & 0o077 != 0 {
-        fs::set_permissions(&d, fs::Permissions::from_mode(0o700))?;
+        // never changed here: the variable may name a directory others rely on
+        return refuse(format!("has mode {mode:04o}: others may reach into it (0700 expected)"));
     }
     Ok(d)
 }
@@ -156,8 +151,20 @@ impl Shm {
     /// Maps an existing object (another process's, or our own).
     pub fn open(kind: ObjKind, id: u32) -> io::Result<Shm> {
         let p = path(kind, id);
-        let f: File = OpenOptions::new().read(true).write(true).open(&p)?;
-        let len = f.metadata()?.len() as usize;
+        // never follow a link, never block on a FIFO: then only a regular file is taken
+        let f: File = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC)
+            .open(&p)?;
+        let meta = f.metadata()?;
+        if !meta.file_type().is_file() {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!("{}: not a regular file, not a model object", p.display()),
+            ));
+        }
+        let len = meta.len() as usize;
         // every object starts with a page of header (a shorter file is not one of ours)
         if len < 4096 {
             return Err(io::Error::new(
@@ -281,6 +288,10 @@ pub fn pid_alive(pid: u32) -> bool {
 /// Removes object files whose owner process is gone (crash recovery). `owner_of` reads the
 /// owner pid from a mapped header. Returns how many were removed.
 pub fn sweep(owner_of: impl Fn(&Shm) -> Option<u32>) -> usize {
+    // nothing of a directory that is not this user's alone is touched
+    if secure_dir().is_err() {
+        return 0;
+    }
     let Ok(rd) = fs::read_dir(dir()) else { return 0 };
     let mut removed = 0;
     for e in rd.flatten() {

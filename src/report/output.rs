@@ -8,7 +8,7 @@
 
 use std::fs::{self, OpenOptions};
 use std::io::Write;
-use std::os::unix::fs::OpenOptionsExt;
+use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
 /// Why a result file could not be written.
@@ -80,9 +80,20 @@ fn parent(path: &Path) -> PathBuf {
 /// file (a probe file created exclusively and removed), or an existing non-regular file that
 /// opens for writing.
 pub fn check(path: &Path) -> Result<(), OutputError> {
+    use std::os::unix::fs::FileTypeExt;
     match target(path)? {
+        // a FIFO is not opened to check it: that would block without a reader, and with one
+        // would hand it an empty stream; it must be writable by someone
+        Target::Through(p) if fs::metadata(&p).is_ok_and(|m| m.file_type().is_fifo()) => {
+            match fs::metadata(&p).map(|m| m.permissions().mode() & 0o222) {
+                Ok(0) => Err(err(path, "a FIFO nobody may write to")),
+                Ok(_) => Ok(()),
+                Err(e) => Err(err(path, e.to_string())),
+            }
+        }
         Target::Through(p) => OpenOptions::new()
             .write(true)
+            .custom_flags(libc::O_NONBLOCK)
             .open(&p)
             .map(|_| ())
             .map_err(|e| err(path, format!("cannot be opened for writing: {e}"))),
@@ -118,15 +129,15 @@ fn temp_beside(p: &Path) -> Result<(fs::File, PathBuf), OutputError> {
 /// behind on failure.
 pub fn write(path: &Path, data: &[u8]) -> Result<(), OutputError> {
     match target(path)? {
-        Target::Through(p) => {
-            let mut f = OpenOptions::new()
-                .write(true)
-                .open(&p)
-                .map_err(|e| err(path, format!("cannot be opened for writing: {e}")))?;
-            f.write_all(data).map_err(|e| err(path, format!("writing: {e}")))
-        }
+        Target::Through(p) => write_through(path, &p, data),
         Target::Replace(p) => {
             let (mut f, tmp) = temp_beside(&p)?;
+            // the file replaced keeps its mode and, when this process may give it, its owner
+            if let Ok(m) = fs::metadata(&p) {
+                use std::os::unix::fs::MetadataExt;
+                let _ = f.set_permissions(fs::Permissions::from_mode(m.mode() & 0o7777));
+                let _ = std::os::unix::fs::fchown(&f, Some(m.uid()), Some(m.gid()));
+            }
             let done = f
                 .write_all(data)
                 .and_then(|()| f.sync_all())
@@ -138,6 +149,41 @@ pub fn write(path: &Path, data: &[u8]) -> Result<(), OutputError> {
             done
         }
     }
+}
+
+/// Writes `data` through a file that is not replaced (a device, a FIFO, a terminal), without
+/// blocking where a stop (a signal, [`crate::signals`]) could not end the wait: a FIFO waits for
+/// its reader, and a full pipe for room, in slices.
+fn write_through(path: &Path, p: &Path, mut data: &[u8]) -> Result<(), OutputError> {
+    let stopped = || err(path, "interrupted while waiting for a reader");
+    let mut f = loop {
+        match OpenOptions::new().write(true).custom_flags(libc::O_NONBLOCK).open(p) {
+            Ok(f) => break f,
+            // a FIFO without a reader yet
+            Err(e) if e.raw_os_error() == Some(libc::ENXIO) => {
+                if crate::signals::interrupted() {
+                    return Err(stopped());
+                }
+                std::thread::sleep(std::time::Duration::from_millis(20));
+            }
+            Err(e) => return Err(err(path, format!("cannot be opened for writing: {e}"))),
+        }
+    };
+    while !data.is_empty() {
+        match f.write(data) {
+            Ok(0) => return Err(err(path, "writing: the reader went away")),
+            Ok(n) => data = &data[n..],
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                if crate::signals::interrupted() {
+                    return Err(stopped());
+                }
+                std::thread::sleep(std::time::Duration::from_millis(1));
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(err(path, format!("writing: {e}"))),
+        }
+    }
+    Ok(())
 }
 
 /// Checks that `dir` can hold the output, without creating it (a run that fails leaves no empty
@@ -255,5 +301,35 @@ mod tests {
         assert!(write(&t, b"x").is_err());
         assert!(leftovers(&d).is_empty(), "{:?}", leftovers(&d));
         fs::remove_dir_all(&d).ok();
+    }
+
+    /// A FIFO is checked without being opened (no block, no empty stream handed to a reader)
+    /// and written through to the reader that comes; a replaced file keeps its mode.
+    #[test]
+    fn a_fifo_reaches_its_reader_and_a_replaced_file_keeps_its_mode() {
+        let d = tmpdir("fifo");
+        let f = d.join("f");
+        assert!(std::process::Command::new("mkfifo").arg(&f).status().unwrap().success());
+        let t = std::time::Instant::now();
+        check(&f).unwrap();
+        assert!(
+            t.elapsed() < std::time::Duration::from_secs(1),
+            "check blocked on a FIFO"
+        );
+        let data = vec![b'x'; 300_000]; // more than a pipe holds
+        let f2 = f.clone();
+        let reader = std::thread::spawn(move || {
+            std::thread::sleep(std::time::Duration::from_millis(200));
+            fs::read(&f2).unwrap()
+        });
+        write(&f, &data).unwrap();
+        assert_eq!(reader.join().unwrap().len(), data.len());
+        let r = d.join("private.json");
+        fs::write(&r, b"old").unwrap();
+        fs::set_permissions(&r, fs::Permissions::from_mode(0o600)).unwrap();
+        write(&r, b"new").unwrap();
+        assert_eq!(fs::metadata(&r).unwrap().permissions().mode() & 0o777, 0o600);
+        assert_eq!(fs::read(&r).unwrap(), b"new");
+        let _ = fs::remove_dir_all(&d);
     }
 }
