@@ -145,14 +145,14 @@ struct PeerArgs {
     /// Server to connect to; without it this side is the server and waits for a client.
     host: Option<String>,
     /// Run both ends in this process, on two pinned threads.
-    #[arg(long)]
+    #[arg(long, conflicts_with_all = ["port_tcp", "bind", "oob_timeout"])]
     loopback: bool,
     /// TCP port of the out-of-band exchange (server: 0 lets the system pick one, printed).
     #[arg(short = 'p', long, default_value_t = rdmaprobe::oob::DEFAULT_PORT)]
     port_tcp: u16,
     /// Server: the address to listen on (default every IPv4 address).
-    #[arg(long, default_value = "0.0.0.0")]
-    bind: String,
+    #[arg(long, default_value = "0.0.0.0", conflicts_with = "host")]
+    bind: std::net::IpAddr,
     /// Seconds to wait for the peer to connect or answer out of band.
     #[arg(long, default_value_t = 60, value_parser = clap::value_parser!(u64).range(1..=3600))]
     oob_timeout: u64,
@@ -180,7 +180,7 @@ struct LatArgs {
     warmup: u64,
     /// Run for this many seconds per size instead of -n iterations (blocks of 1000 per backend,
     /// interleaved; every sample kept, percentiles included). --loopback only.
-    #[arg(short = 'D', long, value_parser = clap::value_parser!(u64).range(1..=86_400))]
+    #[arg(short = 'D', long, value_parser = clap::value_parser!(u64).range(1..=86_400), conflicts_with = "iters")]
     duration: Option<u64>,
     /// Write an HdrHistogram interval log: one interval per block and backend (tagged).
     #[arg(long)]
@@ -444,6 +444,9 @@ fn plan(scenario: Scenario, r: &RunArgs, p: &PeerArgs) -> Result<Plan> {
     if p.host.is_some() && p.loopback {
         return Err(ProbeError::Usage("--loopback runs both ends in this process: give no HOST".into()).into());
     }
+    if p.host.is_some() && p.port_tcp == 0 {
+        return Err(ProbeError::Usage("-p 0: a client needs the server's port (0 is for a server)".into()).into());
+    }
     let peer = match (p.loopback, &p.host) {
         (true, _) => PeerSpec::Loopback,
         (false, Some(h)) => PeerSpec::Connect {
@@ -451,7 +454,7 @@ fn plan(scenario: Scenario, r: &RunArgs, p: &PeerArgs) -> Result<Plan> {
             port: p.port_tcp,
         },
         (false, None) => PeerSpec::Listen {
-            bind: p.bind.clone(),
+            bind: p.bind.to_string(),
             port: p.port_tcp,
         },
     };

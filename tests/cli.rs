@@ -202,6 +202,11 @@ fn lat_refuses_bad_input_with_a_message_and_non_zero_exit() {
             2,
             "-D 86400",
         ),
+        (&["lat", "write", "--bind", "notanip"], 2, "--bind"),
+        (&["lat", "write", "127.0.0.1", "-p", "0"], 2, "-p 0"),
+        (&["lat", "write", "127.0.0.1", "--bind", "127.0.0.1"], 2, "--bind"),
+        (&["lat", "write", "--loopback", "-p", "5"], 2, "--port-tcp"),
+        (&["lat", "write", "--loopback", "-D", "5", "-n", "10"], 2, "--iters"),
         (
             &["bw", "write", "--loopback", "-d", "model0", "-I", "4294967295"],
             2,
@@ -807,13 +812,55 @@ fn plot_refuses_fields_of_the_wrong_type() {
         "{err}"
     );
     assert!(!out.exists(), "a refused plot wrote its directory");
+    // the other fields a figure is drawn from, and the document's own
+    let hist = {
+        let mut h = rdmaprobe::report::Hist::new();
+        h.record(200.0);
+        h.encode()
+    };
+    let good = serde_json::json!({"scenario": "lat", "op": "write", "backend": "direct", "size_bytes": 8,
+        "latency_ns": {"p50": 200.0, "p99": 300.0}, "histogram_ns": hist});
+    let wrap =
+        |r: serde_json::Value| serde_json::json!({"schema_version": 2, "tool": {"name": "rdmaprobe"}, "runs": [r]});
+    let mut cases: Vec<(serde_json::Value, &str)> = Vec::new();
+    for (field, v, why) in [
+        ("backend", serde_json::json!(7), "backend is not a string"),
+        ("op", serde_json::json!({"a": 1}), "op is not a string"),
+        (
+            "iterations",
+            serde_json::json!("many"),
+            "iterations is not a whole number",
+        ),
+    ] {
+        let mut r = good.clone();
+        r[field] = v;
+        cases.push((wrap(r), why));
+    }
+    for p50 in [serde_json::Value::Null, serde_json::json!(-5.0)] {
+        let mut r = good.clone();
+        r["latency_ns"]["p50"] = p50;
+        cases.push((wrap(r), "latency_ns.p50 is not a positive number"));
+    }
+    let mut d = wrap(good.clone());
+    d["warnings"] = serde_json::json!(3);
+    cases.push((d, "warnings is not a list"));
+    let mut d = wrap(good);
+    d["environment"] = serde_json::json!("x");
+    cases.push((d, "environment is not an object"));
+    for (doc, why) in cases {
+        std::fs::write(&f, doc.to_string()).unwrap();
+        let (code, _, err) = rdmaprobe(&["plot", f.to_str().unwrap(), "--out", out.to_str().unwrap()]);
+        assert_eq!(code, 2, "{why}: {err}");
+        assert!(err.contains(why), "{why}: {err}");
+        assert!(!out.exists(), "a refused plot wrote its directory");
+    }
     std::fs::remove_dir_all(&dir).ok();
 }
 
 /// model0's directory belongs to one user (issue 11 point 1): one that anyone may write in, one
 /// of another user, or a symlink is refused with a message naming it and what to do (before:
 /// used as found, so an unprivileged user who made it first could plant objects that root's
-/// rdmaprobe then used); one that others may only read is tightened to 0700 and used.
+/// rdmaprobe then used); one that others may only read is refused as well, its mode untouched.
 #[test]
 fn the_model_directory_must_be_this_users_alone() {
     use std::os::unix::fs::PermissionsExt;

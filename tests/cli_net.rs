@@ -608,3 +608,51 @@ fn ping_names_the_first_failing_layer() {
         "{o}"
     );
 }
+
+/// The set-up with the peer is one phase with one deadline (issue 11 point 3): a peer that
+/// answers each message just within `--oob-timeout` cannot stretch the set-up to several times
+/// it (before: 2.5 s per message made a 3 s timeout last 15 s).
+#[test]
+fn a_slow_peer_cannot_stretch_the_set_up() {
+    use rdmaprobe::oob::{Answer, Hello, Peer, QpInfo};
+    let p = port(9);
+    let tcp: u16 = p.parse().unwrap();
+    let srv = std::thread::spawn(move || {
+        let mut peer = Peer::accept(tcp, Duration::from_secs(10)).unwrap();
+        let h: Hello = peer.recv().unwrap();
+        std::thread::sleep(Duration::from_millis(1500));
+        peer.send(&Answer::Agree(h)).unwrap();
+        let q: Result<QpInfo, _> = peer.recv();
+        std::thread::sleep(Duration::from_millis(1500));
+        if let Ok(mut q) = q {
+            q.qpn ^= 1;
+            let _ = peer.send(&q);
+        }
+        std::thread::sleep(Duration::from_secs(3));
+    });
+    let t = Instant::now();
+    let (c, o, e) = finish(spawn(&[
+        "lat",
+        "write",
+        "127.0.0.1",
+        "-d",
+        "model0",
+        "--backend",
+        "direct",
+        "-p",
+        &p,
+        "--oob-timeout",
+        "2",
+    ]));
+    let took = t.elapsed();
+    let _ = srv.join();
+    assert_eq!(c, 1, "{o}{e}");
+    assert!(
+        e.contains("the set-up (parameters, QP addresses, barrier) did not end within 2 s"),
+        "{e}"
+    );
+    assert!(
+        took < Duration::from_secs(4),
+        "the set-up took {took:?} against a 2 s deadline"
+    );
+}

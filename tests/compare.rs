@@ -460,7 +460,7 @@ fn suite_quick_writes_its_files_and_compares_with_itself() {
 /// puts no control character on the terminal. Before, each broke its format.
 #[test]
 fn outputs_escape_what_the_files_say() {
-    let hostile = "wr|ite\n<x>&\u{1b}[31m";
+    let hostile = "wr|ite\n<x>&\u{1b}[31m<!--\u{202e}";
     let doc = |kernel: &str, p50: f64| {
         json!({
             "schema_version": 1,
@@ -481,6 +481,12 @@ fn outputs_escape_what_the_files_say() {
     assert!(!text.chars().any(|c| c.is_control() && c != '\n'), "{text:?}");
     let md = rdmaprobe::report::compare::markdown(&r);
     assert!(!md.chars().any(|c| c.is_control() && c != '\n'), "{md:?}");
+    // no HTML runs in a CI comment (`<!--` would hide every row after it), no text reversed
+    assert!(
+        !md.contains("<!--") && !md.contains("<x>") && !md.contains('\u{202e}'),
+        "{md}"
+    );
+    assert!(!text.contains('\u{202e}'), "{text}");
     // every table row has its columns: unescaped `|` count equals the header's
     let cells = |l: &str| l.replace("\\|", "").matches('|').count();
     for table in md.split("\n\n").filter(|t| t.starts_with('|')) {

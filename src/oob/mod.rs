@@ -29,7 +29,7 @@ pub fn escape(s: &str) -> String {
             out.push_str("...");
             break;
         }
-        if c.is_control() {
+        if c.is_control() || invisible(c) {
             out.extend(c.escape_default());
         } else {
             out.push(c);
@@ -316,6 +316,15 @@ impl Peer {
             }
         }
     }
+}
+
+/// Characters that change how text around them shows without being seen: bidirectional
+/// overrides and isolates, zero-width characters, line and paragraph separators, the BOM.
+pub fn invisible(c: char) -> bool {
+    matches!(
+        c,
+        '\u{061c}' | '\u{200b}'..='\u{200f}' | '\u{2028}'..='\u{202e}' | '\u{2060}'..='\u{2069}' | '\u{feff}'
+    )
 }
 
 /// Parses one message from `peer` (a line without its newline); anything else is a protocol
@@ -628,6 +637,8 @@ mod tests {
         assert!(!e.chars().any(|c| c.is_control()), "{e:?}");
         assert!(e.contains("\\u{1b}[2J"), "{e}");
         assert_eq!(escape(&"y".repeat(500)).len(), 203);
+        // a right-to-left override or a line separator does not reach the terminal either
+        assert!(!escape("boom\u{202e}kool\u{2028}x").contains(['\u{202e}', '\u{2028}']));
     }
 
     /// A server can listen on one address and on a port the system picks, and says which.

@@ -122,7 +122,15 @@ pub(super) fn run(
             None => tcp.insert(session::tcp_peer(plan, obs)?.ok_or_else(|| ProbeError::Invalid("no peer".into()))?),
         };
         let hello = hello(&l, &sizes, &kinds, mode, inline_limit, buf_len);
-        let ends = connect(rdv, &hello, &dev, &kinds, op, buf_len, mode)?;
+        let ends = connect(
+            &mut session::Phase::new(rdv, plan.oob_timeout),
+            &hello,
+            &dev,
+            &kinds,
+            op,
+            buf_len,
+            mode,
+        )?;
         net = Some((rdv, ends));
     }
     let role = match (&net, &plan.peer) {

@@ -183,16 +183,80 @@ pub fn memory_budget() -> Option<u64> {
     best
 }
 
+/// Memory kept out of the samples' budget for everything else a run maps, bytes.
+pub const MEMORY_RESERVE: u64 = 256 << 20;
+
 /// Refuses, before the run, a run whose samples would not fit in memory: `need` bytes, named
 /// by `what` (the flags that ask for them).
 pub fn check_memory(need: u64, what: impl FnOnce() -> String) -> Result<(), ProbeError> {
-    match memory_budget() {
+    // what the run maps besides its samples (threads' stacks, libmlx5, model0's objects, the
+    // results' copies) is not known here: the samples may take half of what is left, less 256 MiB
+    let budget = memory_budget().map(|b| b.saturating_sub(MEMORY_RESERVE) / 2);
+    match budget {
         Some(budget) if need > budget => Err(ProbeError::Usage(format!(
-            "{}: the samples need {} MiB, and {} MiB are available to this process (MemAvailable, its cgroup's memory.max, RLIMIT_AS)",
+            "{}: the samples need {} MiB, and {} MiB are available to them (half of what this process may still use, less 256 MiB: MemAvailable, its cgroup's memory.max, RLIMIT_AS)",
             what(),
             need.div_ceil(1 << 20),
             budget >> 20
         ))),
         _ => Ok(()),
+    }
+}
+
+/// The set-up with the peer (hello, QP addresses, barrier) as one phase with one deadline: each
+/// message still has its own (`--oob-timeout`), and the phase as a whole must end within it too
+/// (a peer answering each message just in time cannot stretch the set-up to many times it).
+pub struct Phase<'a> {
+    inner: &'a mut dyn Rendezvous,
+    deadline: std::time::Instant,
+    per: std::time::Duration,
+}
+
+impl<'a> Phase<'a> {
+    /// A phase over `inner` that must end within `limit`.
+    pub fn new(inner: &'a mut dyn Rendezvous, limit: std::time::Duration) -> Self {
+        Phase {
+            inner,
+            deadline: std::time::Instant::now() + limit,
+            per: limit,
+        }
+    }
+}
+
+impl Rendezvous for Phase<'_> {
+    fn send_value(&mut self, msg: serde_json::Value) -> Result<(), crate::oob::OobError> {
+        self.inner.send_value(msg)
+    }
+    fn recv_value(&mut self) -> Result<serde_json::Value, crate::oob::OobError> {
+        let (peer, secs) = (self.inner.peer_name(), self.per.as_secs());
+        let over = || {
+            crate::oob::OobError::Protocol {
+            peer: peer.clone(),
+            why: format!(
+                "the set-up (parameters, QP addresses, barrier) did not end within {secs} s (--oob-timeout): the peer answers too slowly"
+            ),
+        }
+        };
+        let left = self.deadline.saturating_duration_since(std::time::Instant::now());
+        if left.is_zero() {
+            return Err(over());
+        }
+        self.inner.set_timeout(left.min(self.per))?;
+        let r = self.inner.recv_value();
+        self.inner.set_timeout(self.per)?;
+        match r {
+            Err(crate::oob::OobError::Timeout { .. }) if std::time::Instant::now() >= self.deadline => Err(over()),
+            r => r,
+        }
+    }
+    fn leads(&self) -> bool {
+        self.inner.leads()
+    }
+    fn peer_name(&self) -> String {
+        self.inner.peer_name()
+    }
+    fn set_timeout(&mut self, t: std::time::Duration) -> Result<(), crate::oob::OobError> {
+        self.per = t;
+        self.inner.set_timeout(t)
     }
 }

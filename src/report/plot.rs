@@ -248,6 +248,23 @@ pub fn figures(doc: &Value) -> Result<Vec<Figure>, String> {
     super::schema::upgrade(&mut up);
     let doc = &up;
     let runs = doc["runs"].as_array().ok_or("the document has no \"runs\" array")?;
+    // the document's own fields of the wrong type are refused too, not shown as "?"
+    if !doc["environment"].is_null() && !doc["environment"].is_object() {
+        return Err("environment is not an object".into());
+    }
+    for f in ["device", "provider"] {
+        let v = &doc["environment"][f];
+        if !v.is_null() && !v.is_string() {
+            return Err(format!("environment.{f} is not a string"));
+        }
+    }
+    if !doc["warnings"].is_null()
+        && !doc["warnings"]
+            .as_array()
+            .is_some_and(|w| w.iter().all(|x| x.is_string()))
+    {
+        return Err("warnings is not a list of strings".into());
+    }
     let dev = device_label(doc);
     let mut out = Vec::new();
     // latency runs: op -> size -> [(backend, run)]
@@ -267,6 +284,14 @@ pub fn figures(doc: &Value) -> Result<Vec<Figure>, String> {
                 str_of(r, "backend")
             )
         };
+        for f in ["backend", "op"] {
+            if matches!(scenario, "lat" | "bw") && !r[f].is_string() {
+                return Err(bad(f, "a string"));
+            }
+        }
+        if !r["iterations"].is_null() && !r["iterations"].is_u64() {
+            return Err(bad("iterations", "a whole number"));
+        }
         match scenario {
             "lat" => {
                 if !r["histogram_ns"].is_string() {
@@ -277,8 +302,9 @@ pub fn figures(doc: &Value) -> Result<Vec<Figure>, String> {
                     .ok_or_else(|| bad("size_bytes", "a whole number"))?;
                 for q in ["p50", "p99"] {
                     let v = &r["latency_ns"][q];
-                    if !v.is_null() && !v.is_number() {
-                        return Err(bad(&format!("latency_ns.{q}"), "a number"));
+                    let given = r["latency_ns"].as_object().is_some_and(|o| o.contains_key(q));
+                    if given && !v.as_f64().is_some_and(|x| x.is_finite() && x > 0.0) {
+                        return Err(bad(&format!("latency_ns.{q}"), "a positive number"));
                     }
                 }
                 lat.entry(str_of(r, "op").to_string())

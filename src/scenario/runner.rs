@@ -293,6 +293,19 @@ pub fn run_blocks(
         .iter()
         .map(|_| (LatSamples::default(), Blocks::default()))
         .collect();
+    // every sample is kept: the room for them is taken now, not found missing at the end
+    if let Length::Iterations { iters, .. } = len {
+        for (s, _) in &mut all {
+            let n = iters as usize;
+            s.rtt
+                .try_reserve_exact(n)
+                .and_then(|()| s.post.try_reserve_exact(n))
+                .and_then(|()| s.wait.try_reserve_exact(n))
+                .map_err(|e| {
+                    ScenarioError::Invalid(format!("-n {iters}: no memory for the samples ({e}): lower -n"))
+                })?;
+        }
+    }
     let t_run = crate::clock::start();
     let started = std::time::Instant::now();
     let mut b = 0u64;

@@ -7,7 +7,7 @@ use super::{Report, Row, Verdict};
 fn clean(s: &str) -> String {
     s.chars()
         .flat_map(|c| {
-            let e: Vec<char> = if c.is_control() {
+            let e: Vec<char> = if c.is_control() || crate::oob::invisible(c) {
                 c.escape_default().collect()
             } else {
                 vec![c]
@@ -17,9 +17,14 @@ fn clean(s: &str) -> String {
         .collect()
 }
 
-/// As [`clean`], for a Markdown table cell: `|` would end the cell.
+/// As [`clean`], for Markdown (a CI summary, a pull-request comment): `|` would end a table
+/// cell, and HTML (`<!--` hides the rest of a comment, a tag runs) is written as entities.
 fn md(s: &str) -> String {
-    clean(s).replace('|', "\\|")
+    clean(s)
+        .replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+        .replace('|', "\\|")
 }
 
 fn iv(r: &Row) -> String {
