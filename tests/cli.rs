@@ -728,7 +728,6 @@ fn termination_signals_clean_up_as_sigint_does() {
     };
     for (sig, status) in [(libc::SIGTERM, 143), (libc::SIGHUP, 129), (libc::SIGPIPE, 141)] {
         let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
         let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_rdmaprobe"))
             .args(["lat", "write", "--loopback", "-d", "model0", "-n", "100000", "-a"])
             .env("RDMAPROBE_MODEL_DIR", &dir)

@@ -12,6 +12,7 @@ use crate::oob::{Hello, Rendezvous};
 use crate::report::{Hist, Interval};
 use crate::scenario::lat::{LatParams, LatSamples, PingState};
 use crate::scenario::runner::{figures_ns, finish, lat_side, run_blocks, AnyPair, Blocks, LatPair, LatResult, Length};
+use crate::scenario::ScenarioError;
 use serde_json::json;
 
 /// Each backend's end, connected to the peer's.
@@ -30,20 +31,56 @@ pub(super) fn run(
     obs: &mut dyn Observer,
 ) -> Result<Report, ProbeError> {
     let mut l = l.clone();
-    let network = plan.peer != PeerSpec::Loopback;
-    if network && (l.duration.is_some() || l.intervals) {
+    let sizes = check(plan, &l, obs)?;
+    let (dev, kinds) = open(plan, &l, &sizes, obs)?;
+    let mode = session::direct_mode(plan.db_mode);
+    let before = super::counters::sample(&dev);
+    let (cal, env) = session::calibrate(&dev, true)?;
+    let mut warnings = env.warnings();
+    settle(plan, &mut l, &mut warnings, obs)?;
+    let mut tcp = None;
+    let mut sides = Sides::make(plan, &l, &dev, &kinds, &sizes, mode, peer, &mut tcp, obs)?;
+    let mut report = new_report(plan, &l, &dev, &kinds, mode, &sides, env, cal, warnings);
+    obs.started(&report);
+    let run = Run {
+        plan,
+        l: &l,
+        dev: &dev,
+        before: &before,
+    };
+    run.sizes(&sizes, &mut sides, &mut report, obs)?;
+    run.diag(&sides, obs);
+    report.counters = super::counters::CounterDelta::since(before.clone(), &dev);
+    if let Some((rdv, _)) = sides.net {
+        // the figures were measured: a peer that fails or vanishes at the end is recorded, and
+        // the caller still gets them
+        report.end_error = session::end(rdv, plan).err().map(|e| e.to_string());
+    }
+    Ok(report)
+}
+
+/// What the plan asks that cannot work, refused before anything is opened; the sizes.
+fn check(plan: &Plan, l: &LatPlan, obs: &mut dyn Observer) -> Result<Vec<u32>, ProbeError> {
+    if plan.peer != PeerSpec::Loopback && (l.duration.is_some() || l.intervals) {
         return Err(ProbeError::Usage(
             "-D and --hdr are available with --loopback only in this version (both ends must run the same iterations)"
                 .into(),
         ));
     }
-    let op = l.op;
-    if op == OpKind::FetchAdd && !matches!(l.sizes, Sizes::One(2) | Sizes::One(8)) {
+    if l.op == OpKind::FetchAdd && !matches!(l.sizes, Sizes::One(2) | Sizes::One(8)) {
         obs.note("atomics move 8 bytes; -s/-a ignored");
     }
-    let sizes = l.sizes.list(op);
-    let buf_len = session::buffer_len(&sizes);
-    // the model executes a WQE after the post call returns: the post column is the post alone
+    Ok(l.sizes.list(l.op))
+}
+
+/// The device (model0 executing after the post call: the post column is the post alone) and
+/// the backends that run on it, the sizes and the samples' memory checked against it.
+fn open(
+    plan: &Plan,
+    l: &LatPlan,
+    sizes: &[u32],
+    obs: &mut dyn Observer,
+) -> Result<(Dev, Vec<BackendKind>), ProbeError> {
     let model = ModelConfig {
         wire_delay_ns: l.model_delay_ns,
         exec: ExecMode::AfterPost,
@@ -60,95 +97,138 @@ pub(super) fn run(
     if kinds.is_empty() {
         return Err(ProbeError::Invalid(format!("no backend can run on {}", dev.name())));
     }
-    for s in &sizes {
+    for s in sizes {
         dev.check_size(*s)?;
     }
-    // every sample is kept: the memory they take is checked before the run, not met after it
-    let backends = kinds.len() as u64;
+    check_memory(l, kinds.len() as u64)?;
+    Ok((dev, kinds))
+}
+
+/// Every sample is kept: the memory they take is checked before the run, not met after it.
+fn check_memory(l: &LatPlan, backends: u64) -> Result<(), ProbeError> {
+    let b = session::LAT_SAMPLE_BYTES;
     match l.duration {
-        None => session::check_memory(
-            l.iters
-                .saturating_mul(backends)
-                .saturating_mul(session::LAT_SAMPLE_BYTES),
-            || {
-                format!(
-                    "-n {} ({backends} backend(s), {} B per iteration)",
-                    l.iters,
-                    session::LAT_SAMPLE_BYTES
-                )
-            },
-        )?,
+        None => session::check_memory(l.iters.saturating_mul(backends).saturating_mul(b), || {
+            format!("-n {} ({backends} backend(s), {b} B per iteration)", l.iters)
+        }),
         Some(d) => session::check_memory(
-            (d.as_nanos() / u128::from(session::FASTEST_ITERATION_NS)).min(u128::from(u64::MAX)) as u64
-                * session::LAT_SAMPLE_BYTES,
+            (d.as_nanos() / u128::from(session::FASTEST_ITERATION_NS)).min(u128::from(u64::MAX)) as u64 * b,
             || {
                 format!(
-                    "-D {} (up to one iteration per {} ns, {} B each)",
+                    "-D {} (up to one iteration per {} ns, {b} B each)",
                     d.as_secs(),
-                    session::FASTEST_ITERATION_NS,
-                    session::LAT_SAMPLE_BYTES
+                    session::FASTEST_ITERATION_NS
                 )
             },
-        )?,
+        ),
     }
-    let mode = session::direct_mode(plan.db_mode);
-    let before = super::counters::sample(&dev);
-    let (cal, env) = session::calibrate(&dev, true)?;
-    let mut warnings = env.warnings();
-    settle(plan, &mut l, &mut warnings, obs)?;
-    let mut pairs = Vec::new();
-    let max_inline = if network {
-        INLINE
-    } else {
-        for k in &kinds {
-            pairs.push(LatPair::new(*k, AnyPair::new(&dev, *k, op, buf_len, mode)?));
-        }
-        pairs.iter().map(|p| p.pair.max_inline()).min().unwrap_or(0)
-    };
-    let inline_limit = match l.inline_size {
-        Some(i) if i > max_inline && matches!(op, OpKind::Write | OpKind::Send) => {
-            return Err(ProbeError::Usage(format!(
-                "-I {i} exceeds the QPs' max_inline_data {max_inline}"
-            )))
-        }
-        Some(i) => i,
-        None => max_inline,
-    };
-    let mut tcp = None;
-    let mut net: Option<(&mut dyn Rendezvous, Ends)> = None;
-    if network {
-        let rdv: &mut dyn Rendezvous = match peer {
-            Some(p) => p,
-            None => tcp.insert(session::tcp_peer(plan, obs)?.ok_or_else(|| ProbeError::Invalid("no peer".into()))?),
+}
+
+/// The two sides of the measurement: both in this process (a pair per backend), or this side's
+/// ends connected to the peer's; with the inline limits they were made with.
+struct Sides<'a> {
+    pairs: Vec<LatPair>,
+    net: Option<(&'a mut dyn Rendezvous, Ends)>,
+    max_inline: u32,
+    inline_limit: u32,
+}
+
+impl<'a> Sides<'a> {
+    #[allow(clippy::too_many_arguments)]
+    fn make(
+        plan: &Plan,
+        l: &LatPlan,
+        dev: &Dev,
+        kinds: &[BackendKind],
+        sizes: &[u32],
+        mode: DbMode,
+        peer: Option<&'a mut (dyn Rendezvous + '_)>,
+        tcp: &'a mut Option<crate::oob::Peer>,
+        obs: &mut dyn Observer,
+    ) -> Result<Self, ProbeError> {
+        let network = plan.peer != PeerSpec::Loopback;
+        let buf_len = session::buffer_len(sizes);
+        let mut pairs = Vec::new();
+        let max_inline = if network {
+            INLINE
+        } else {
+            for k in kinds {
+                pairs.push(LatPair::new(*k, AnyPair::new(dev, *k, l.op, buf_len, mode)?));
+            }
+            pairs.iter().map(|p| p.pair.max_inline()).min().unwrap_or(0)
         };
-        let hello = hello(&l, &sizes, &kinds, mode, inline_limit, buf_len);
-        let ends = connect(
-            &mut session::Phase::new(rdv, plan.oob_timeout),
-            &hello,
-            &dev,
-            &kinds,
-            op,
-            buf_len,
-            mode,
-        )?;
-        net = Some((rdv, ends));
+        let inline_limit = match l.inline_size {
+            Some(i) if i > max_inline && matches!(l.op, OpKind::Write | OpKind::Send) => {
+                return Err(ProbeError::Usage(format!(
+                    "-I {i} exceeds the QPs' max_inline_data {max_inline}"
+                )))
+            }
+            Some(i) => i,
+            None => max_inline,
+        };
+        let mut net = None;
+        if network {
+            let rdv: &'a mut dyn Rendezvous = match peer {
+                Some(p) => p,
+                None => tcp.insert(session::tcp_peer(plan, obs)?.ok_or_else(|| ProbeError::Invalid("no peer".into()))?),
+            };
+            let hello = hello(l, sizes, kinds, mode, inline_limit, buf_len);
+            let mut phase = session::Phase::new(rdv, plan.oob_timeout);
+            let ends = connect(&mut phase, &hello, dev, kinds, l.op, buf_len, mode)?;
+            net = Some((rdv, ends));
+        }
+        Ok(Sides {
+            pairs,
+            net,
+            max_inline,
+            inline_limit,
+        })
     }
-    let role = match (&net, &plan.peer) {
+
+    /// The QPs' states as the device reads them back.
+    fn describe(&self) -> Vec<String> {
+        self.pairs
+            .iter()
+            .flat_map(|p| p.pair.describe())
+            .chain(
+                self.net
+                    .iter()
+                    .flat_map(|(_, ends)| ends.iter().map(|(_, e)| e.describe())),
+            )
+            .collect()
+    }
+}
+
+/// The report before the runs: what runs, on what, against whom.
+#[allow(clippy::too_many_arguments)]
+fn new_report(
+    plan: &Plan,
+    l: &LatPlan,
+    dev: &Dev,
+    kinds: &[BackendKind],
+    mode: DbMode,
+    sides: &Sides<'_>,
+    env: crate::report::env::Fingerprint,
+    cal: crate::clock::Calibration,
+    warnings: Vec<String>,
+) -> Report {
+    let network = sides.net.is_some();
+    let role = match (&sides.net, &plan.peer) {
         (None, _) => Role::Loopback,
         (Some((p, _)), PeerSpec::Listen { .. }) => Role::Server(p.peer_name()),
         (Some((p, _)), _) => Role::Client(p.peer_name()),
     };
     let params = json!({
-        "scenario": "lat", "op": op.as_str(), "iters": l.iters, "warmup": l.warmup, "blocks": l.blocks,
+        "scenario": "lat", "op": l.op.as_str(), "iters": l.iters, "warmup": l.warmup, "blocks": l.blocks,
         "backends": kinds.iter().map(|k| k.as_str()).collect::<Vec<_>>(), "db_mode": mode.as_str(),
-        "inline_limit": inline_limit, "loopback": !network, "model_delay_ns": l.model_delay_ns,
+        "inline_limit": sides.inline_limit, "loopback": !network, "model_delay_ns": l.model_delay_ns,
         // what the QPs were granted (in process: read from them; client/server: asked for)
-        "qp_max_inline_data": max_inline, "qp_max_inline_data_source": if network { "requested" } else { "granted" },
+        "qp_max_inline_data": sides.max_inline, "qp_max_inline_data_source": if network { "requested" } else { "granted" },
         "model_exec": dev.is_model().then_some("after_post"),
         "duration_s": l.duration.map(|d| d.as_secs()),
         "peer": match &role { Role::Loopback => None, Role::Client(p) | Role::Server(p) => Some(p.clone()) },
     });
-    let mut report = Report {
+    Report {
         plan: Plan {
             scenario: Scenario::Lat(l.clone()),
             ..plan.clone()
@@ -157,7 +237,7 @@ pub(super) fn run(
         device: dev.name(),
         provider: dev.provider(),
         is_model: dev.is_model(),
-        backends: kinds.clone(),
+        backends: kinds.to_vec(),
         env,
         clock: cal,
         warnings,
@@ -167,98 +247,119 @@ pub(super) fn run(
         short_runs: Vec::new(),
         end_error: None,
         counters: None,
-    };
-    obs.started(&report);
-    let client = !matches!(report.role, Role::Server(_));
-    let run_start = std::time::Instant::now();
-    // ping-pong state per backend across sizes (marker numbering, receives posted once)
-    let mut states = vec![PingState::default(); kinds.len()];
-    for size in sizes {
-        let p = LatParams {
-            op,
-            size,
-            iters: l.iters,
-            warmup: l.warmup,
-            inline: matches!(op, OpKind::Write | OpKind::Send) && size <= inline_limit,
-            stall: plan.stall,
-        };
-        let rs = match net.as_mut() {
-            None => {
-                let len = match l.duration {
-                    Some(time) => Length::Duration { time, block: 1000 },
-                    None => Length::Iterations {
-                        iters: l.iters,
-                        blocks: l.blocks,
-                    },
-                };
-                // interval times from the start of the whole run (several sizes follow each other)
-                let t_base = run_start.elapsed().as_secs_f64();
-                let intervals = &mut report.intervals;
-                let mut on_block = |k: BackendKind, v: &[f64], t0: f64, t1: f64| {
-                    if l.intervals {
-                        let mut h = Hist::new();
-                        v.iter().for_each(|&x| h.record(x));
-                        intervals.push(Interval {
-                            tag: format!("{}-{}-{}", k.as_str(), op.as_str(), size),
-                            start_s: t_base + t0,
-                            duration_s: t1 - t0,
-                            hist: h,
-                        });
+    }
+}
+
+/// One latency measurement under way.
+struct Run<'r> {
+    plan: &'r Plan,
+    l: &'r LatPlan,
+    dev: &'r Dev,
+    before: &'r Option<(&'static str, crate::model::Counters)>,
+}
+
+impl Run<'_> {
+    /// Every size, in interleaved blocks; each result into the report as it comes. A failure
+    /// writes the diagnostics bundle while the QPs still exist.
+    fn sizes(
+        &self,
+        sizes: &[u32],
+        sides: &mut Sides<'_>,
+        report: &mut Report,
+        obs: &mut dyn Observer,
+    ) -> Result<(), ProbeError> {
+        let client = !matches!(report.role, Role::Server(_));
+        let run_start = std::time::Instant::now();
+        // ping-pong state per backend across sizes (marker numbering, receives posted once)
+        let mut states = vec![PingState::default(); report.backends.len()];
+        for &size in sizes {
+            let p = LatParams {
+                op: self.l.op,
+                size,
+                iters: self.l.iters,
+                warmup: self.l.warmup,
+                inline: matches!(self.l.op, OpKind::Write | OpKind::Send) && size <= sides.inline_limit,
+                stall: self.plan.stall,
+            };
+            let rs = match sides.net.as_mut() {
+                None => {
+                    let t_base = run_start.elapsed().as_secs_f64();
+                    match self.in_process(&mut sides.pairs, &p, t_base, report) {
+                        Ok(rs) => rs,
+                        Err(e) => return Err(self.failed(sides.describe(), e.into())),
                     }
-                };
-                match run_blocks(&mut pairs, &p, len, &report.clock, &INTERRUPTED, &mut on_block) {
+                }
+                Some((rdv, ends)) => match run_network(ends, &mut states, &p, self.l.blocks, client, &report.clock) {
                     Ok(rs) => rs,
                     Err(e) => {
-                        let states = pairs.iter().flat_map(|p| p.pair.describe()).collect();
-                        return Err(super::diag::failed(
-                            super::diag::Bundle {
-                                plan,
-                                dev: &dev,
-                                qp_states: states,
-                                before: before.clone(),
-                                error: None,
-                            },
-                            e.into(),
-                        ));
+                        let e = session::fail(&mut **rdv, e);
+                        return Err(self.failed(ends.iter().map(|(_, e)| e.describe()).collect(), e));
                     }
+                },
+            };
+            for r in rs {
+                if let Runs::Lat(v) = &mut report.runs {
+                    v.push(r);
                 }
+                obs.finished(report, report.runs.len() - 1);
             }
-            Some((rdv, ends)) => match run_network(ends, &mut states, &p, l.blocks, client, &report.clock) {
-                Ok(rs) => rs,
-                Err(e) => {
-                    let e = session::fail(&mut **rdv, e);
-                    let states = ends.iter().map(|(_, e)| e.describe()).collect();
-                    return Err(super::diag::failed(
-                        super::diag::Bundle {
-                            plan,
-                            dev: &dev,
-                            qp_states: states,
-                            before: before.clone(),
-                            error: None,
-                        },
-                        e,
-                    ));
-                }
+        }
+        Ok(())
+    }
+
+    /// One size with both ends in this process: interleaved blocks, an interval per block and
+    /// backend when asked (their times from the start of the whole run).
+    fn in_process(
+        &self,
+        pairs: &mut [LatPair],
+        p: &LatParams,
+        t_base: f64,
+        report: &mut Report,
+    ) -> Result<Vec<LatResult>, ScenarioError> {
+        let len = match self.l.duration {
+            Some(time) => Length::Duration { time, block: 1000 },
+            None => Length::Iterations {
+                iters: self.l.iters,
+                blocks: self.l.blocks,
             },
         };
-        for r in rs {
-            if let Runs::Lat(v) = &mut report.runs {
-                v.push(r);
+        let (keep, op, size) = (self.l.intervals, p.op, p.size);
+        let intervals = &mut report.intervals;
+        let mut on_block = |k: BackendKind, v: &[f64], t0: f64, t1: f64| {
+            if keep {
+                let mut h = Hist::new();
+                v.iter().for_each(|&x| h.record(x));
+                intervals.push(Interval {
+                    tag: format!("{}-{}-{}", k.as_str(), op.as_str(), size),
+                    start_s: t_base + t0,
+                    duration_s: t1 - t0,
+                    hist: h,
+                });
             }
-            obs.finished(&report, report.runs.len() - 1);
-        }
+        };
+        run_blocks(pairs, p, len, &report.clock, &INTERRUPTED, &mut on_block)
     }
-    if let Some(dir) = &plan.diag {
-        let states = pairs
-            .iter()
-            .flat_map(|p| p.pair.describe())
-            .chain(net.iter().flat_map(|(_, ends)| ends.iter().map(|(_, e)| e.describe())))
-            .collect();
+
+    /// The diagnostics bundle of a failure, written; the error that names it.
+    fn failed(&self, qp_states: Vec<String>, e: ProbeError) -> ProbeError {
         let b = super::diag::Bundle {
-            plan,
-            dev: &dev,
-            qp_states: states,
-            before: before.clone(),
+            plan: self.plan,
+            dev: self.dev,
+            qp_states,
+            before: self.before.clone(),
+            error: None,
+        };
+        super::diag::failed(b, e)
+    }
+
+    /// The bundle of a good run, when asked for.
+    fn diag(&self, sides: &Sides<'_>, obs: &mut dyn Observer) {
+        let Some(dir) = &self.plan.diag else { return };
+        let b = super::diag::Bundle {
+            plan: self.plan,
+            dev: self.dev,
+            qp_states: sides.describe(),
+            before: self.before.clone(),
             error: None,
         };
         match super::diag::write(dir, &b) {
@@ -266,13 +367,6 @@ pub(super) fn run(
             Err(why) => obs.note(&format!("diagnostics not written to {}: {why}", dir.display())),
         }
     }
-    report.counters = super::counters::CounterDelta::since(before, &dev);
-    if let Some((rdv, _)) = net {
-        // the figures were measured: a peer that fails or vanishes at the end is recorded, and
-        // the caller still gets them
-        report.end_error = session::end(rdv, plan).err().map(|e| e.to_string());
-    }
-    Ok(report)
 }
 
 /// Blocks too short to measure are lowered (said to the observer and in the warnings); blocks
