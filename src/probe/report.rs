@@ -100,162 +100,176 @@ impl Report {
     /// The table's head: what ran, on what, with which clock, the warnings, the columns. A
     /// latency server has none (it reports nothing).
     pub fn header(&self) -> String {
+        match &self.plan.scenario {
+            Scenario::Lat(l) => self.lat_header(l),
+            Scenario::Bw(b) => self.bw_header(b),
+            Scenario::PostCost(p) => self.post_cost_header(p),
+        }
+    }
+
+    fn warnings_lines(&self, s: &mut String) {
+        for w in &self.warnings {
+            let _ = writeln!(s, " WARNING: {w}");
+        }
+    }
+
+    fn lat_header(&self, l: &super::LatPlan) -> String {
         let mut s = String::new();
         let names = self.backends.iter().map(|k| k.as_str()).collect::<Vec<_>>().join(", ");
-        let warn = |s: &mut String| {
-            for w in &self.warnings {
-                let _ = writeln!(s, " WARNING: {w}");
-            }
-        };
-        match &self.plan.scenario {
-            Scenario::Lat(l) => {
-                if matches!(self.role, Role::Server(_)) {
-                    return s;
-                }
-                s += &rule(118);
-                let _ = writeln!(
-                    s,
-                    " {} latency, device {} ({}), backends {names}, {}",
-                    title(l.op),
-                    self.device,
-                    self.provider,
-                    match l.duration {
-                        Some(d) => format!(
-                            "{} s per size, blocks of 1000 iterations per backend, interleaved",
-                            d.as_secs()
-                        ),
-                        None => format!(
-                            "{} iterations per size and backend in {} interleaved blocks",
-                            l.iters, l.blocks
-                        ),
-                    }
-                );
-                let _ = writeln!(
-                    s,
-                    " figure: {}; TSC {:.3} MHz ({}); timer overhead {:.1} ns (median)",
-                    if crate::scenario::lat::one_way(l.op) {
-                        "one-way latency = round trip / 2"
-                    } else {
-                        "round trip"
-                    },
-                    self.clock.hz / 1e6,
-                    self.clock.source.as_str(),
-                    self.clock.overhead_ns()
-                );
-                if self.is_model {
-                    s += " post p50: the post call alone; model0 executes each WQE after it returns (in the completion wait)\n";
-                }
-                warn(&mut s);
-                s += &rule(118);
-                let _ = writeln!(
-                    s,
-                    " {:>8} {:>7} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9}",
-                    "#bytes",
-                    "backend",
-                    "#iter",
-                    "min[ns]",
-                    "p50[ns]",
-                    "p90[ns]",
-                    "p99[ns]",
-                    "p99.9",
-                    "p99.99",
-                    "max[ns]",
-                    "avg[ns]",
-                    "stdev",
-                    "post p50"
-                );
-            }
-            Scenario::Bw(b) => {
-                s += &rule(118);
-                let _ = writeln!(
-                    s,
-                    " {} bandwidth, device {} ({}), {} thread(s) x {} QP(s), tx depth {}, postlist {}, CQE every {}{}",
-                    title(b.op),
-                    self.device,
-                    self.provider,
-                    b.threads,
-                    b.qps,
-                    b.tx_depth,
-                    b.postlist,
-                    b.cq_mod,
-                    if b.bidirectional { ", bidirectional" } else { "" }
-                );
-                let _ = writeln!(
-                    s,
-                    " MB = 2^20 bytes, as perftest; TSC {:.3} MHz ({})",
-                    self.clock.hz / 1e6,
-                    self.clock.source.as_str()
-                );
-                warn(&mut s);
-                s += &rule(118);
-                let min_ms = b.min_duration.as_millis();
-                let _ = writeln!(
-                    s,
-                    " windows of {:.3} ms, or the multiple that holds at least 16 completions (win[ms]: the length used; a window moves in steps of one completion), partition each run (the last up to 1.5 windows); peak: perftest's (shortest time per message from a post to a later completion; one QP, one direction only); {}",
-                    b.window.as_micros() as f64 / 1e3,
-                    if self.role != Role::Loopback {
-                        format!("runs are -n messages per QP (client and server agree on them); runs under {min_ms} ms are flagged")
-                    } else {
-                        format!("runs shorter than {min_ms} ms are repeated with more messages (--min-ms)")
-                    }
-                );
-                let unit = if b.gbits { "Gb/sec" } else { "MB/sec" };
-                let _ = writeln!(
-                    s,
-                    " {:>8} {:>7} {:>12} {:>10} {:>8} {:>16} {:>16} {:>16} {:>16} {:>12}",
-                    "#bytes",
-                    "backend",
-                    "#messages",
-                    "time[ms]",
-                    "win[ms]",
-                    format!("peak[{unit}]"),
-                    format!("average[{unit}]"),
-                    format!("best win[{unit}]"),
-                    format!("worst win[{unit}]"),
-                    "MsgRate[Mpps]"
-                );
-            }
-            Scenario::PostCost(p) => {
-                s += &rule(112);
-                let _ = writeln!(
-                    s,
-                    " post cost, {} B, device {} ({}); {} blocks of up to {} WQEs per configuration, each timed as a whole",
-                    p.size,
-                    self.device,
-                    self.provider,
-                    p.blocks,
-                    crate::scenario::post_cost::BLOCK_WQES
-                );
-                let _ = writeln!(
-                    s,
-                    " TSC {:.3} MHz, step {:.1} ns ({} ticks); timer overhead {:.1} ns (median, taken off every block); ticks are TSC ticks, not core cycles",
-                    self.clock.hz / 1e6,
-                    self.clock.to_ns(tsc_step()),
-                    tsc_step(),
-                    self.clock.overhead_ns()
-                );
-                if self.is_model {
-                    s += " model0 executes the WQEs between blocks, outside the timed region\n";
-                }
-                warn(&mut s);
-                s += &rule(112);
-                let _ = writeln!(
-                    s,
-                    " {:>5} {:>7} {:>10} {:>8} {:>6} {:>7} {:>7} {:>14} {:>12} {:>12} {:>13}",
-                    "op",
-                    "backend",
-                    "doorbell",
-                    "postlist",
-                    "inline",
-                    "CQE/N",
-                    "blocks",
-                    "ticks/WQE p50",
-                    "ns/WQE p50",
-                    "ns/WQE p99",
-                    "ns/call p50"
-                );
-            }
+        if matches!(self.role, Role::Server(_)) {
+            return s;
         }
+        s += &rule(118);
+        let _ = writeln!(
+            s,
+            " {} latency, device {} ({}), backends {names}, {}",
+            title(l.op),
+            self.device,
+            self.provider,
+            match l.duration {
+                Some(d) => format!(
+                    "{} s per size, blocks of 1000 iterations per backend, interleaved",
+                    d.as_secs()
+                ),
+                None => format!(
+                    "{} iterations per size and backend in {} interleaved blocks",
+                    l.iters, l.blocks
+                ),
+            }
+        );
+        let _ = writeln!(
+            s,
+            " figure: {}; TSC {:.3} MHz ({}); timer overhead {:.1} ns (median)",
+            if crate::scenario::lat::one_way(l.op) {
+                "one-way latency = round trip / 2"
+            } else {
+                "round trip"
+            },
+            self.clock.hz / 1e6,
+            self.clock.source.as_str(),
+            self.clock.overhead_ns()
+        );
+        if self.is_model {
+            s += " post p50: the post call alone; model0 executes each WQE after it returns (in the completion wait)\n";
+        }
+        self.warnings_lines(&mut s);
+        s += &rule(118);
+        let _ = writeln!(
+            s,
+            " {:>8} {:>7} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9}",
+            "#bytes",
+            "backend",
+            "#iter",
+            "min[ns]",
+            "p50[ns]",
+            "p90[ns]",
+            "p99[ns]",
+            "p99.9",
+            "p99.99",
+            "max[ns]",
+            "avg[ns]",
+            "stdev",
+            "post p50"
+        );
+
+        s
+    }
+
+    fn bw_header(&self, b: &super::BwPlan) -> String {
+        let mut s = String::new();
+        s += &rule(118);
+        let _ = writeln!(
+            s,
+            " {} bandwidth, device {} ({}), {} thread(s) x {} QP(s), tx depth {}, postlist {}, CQE every {}{}",
+            title(b.op),
+            self.device,
+            self.provider,
+            b.threads,
+            b.qps,
+            b.tx_depth,
+            b.postlist,
+            b.cq_mod,
+            if b.bidirectional { ", bidirectional" } else { "" }
+        );
+        let _ = writeln!(
+            s,
+            " MB = 2^20 bytes, as perftest; TSC {:.3} MHz ({})",
+            self.clock.hz / 1e6,
+            self.clock.source.as_str()
+        );
+        self.warnings_lines(&mut s);
+        s += &rule(118);
+        let min_ms = b.min_duration.as_millis();
+        let _ = writeln!(
+            s,
+            " windows of {:.3} ms, or the multiple that holds at least 16 completions (win[ms]: the length used; a window moves in steps of one completion), partition each run (the last up to 1.5 windows); peak: perftest's (shortest time per message from a post to a later completion; one QP, one direction only); {}",
+            b.window.as_micros() as f64 / 1e3,
+            if self.role != Role::Loopback {
+                format!("runs are -n messages per QP (client and server agree on them); runs under {min_ms} ms are flagged")
+            } else {
+                format!("runs shorter than {min_ms} ms are repeated with more messages (--min-ms)")
+            }
+        );
+        let unit = if b.gbits { "Gb/sec" } else { "MB/sec" };
+        let _ = writeln!(
+            s,
+            " {:>8} {:>7} {:>12} {:>10} {:>8} {:>16} {:>16} {:>16} {:>16} {:>12}",
+            "#bytes",
+            "backend",
+            "#messages",
+            "time[ms]",
+            "win[ms]",
+            format!("peak[{unit}]"),
+            format!("average[{unit}]"),
+            format!("best win[{unit}]"),
+            format!("worst win[{unit}]"),
+            "MsgRate[Mpps]"
+        );
+
+        s
+    }
+
+    fn post_cost_header(&self, p: &super::PostCostPlan) -> String {
+        let mut s = String::new();
+        s += &rule(112);
+        let _ = writeln!(
+            s,
+            " post cost, {} B, device {} ({}); {} blocks of up to {} WQEs per configuration, each timed as a whole",
+            p.size,
+            self.device,
+            self.provider,
+            p.blocks,
+            crate::scenario::post_cost::BLOCK_WQES
+        );
+        let _ = writeln!(
+            s,
+            " TSC {:.3} MHz, step {:.1} ns ({} ticks); timer overhead {:.1} ns (median, taken off every block); ticks are TSC ticks, not core cycles",
+            self.clock.hz / 1e6,
+            self.clock.to_ns(tsc_step()),
+            tsc_step(),
+            self.clock.overhead_ns()
+        );
+        if self.is_model {
+            s += " model0 executes the WQEs between blocks, outside the timed region\n";
+        }
+        self.warnings_lines(&mut s);
+        s += &rule(112);
+        let _ = writeln!(
+            s,
+            " {:>5} {:>7} {:>10} {:>8} {:>6} {:>7} {:>7} {:>14} {:>12} {:>12} {:>13}",
+            "op",
+            "backend",
+            "doorbell",
+            "postlist",
+            "inline",
+            "CQE/N",
+            "blocks",
+            "ticks/WQE p50",
+            "ns/WQE p50",
+            "ns/WQE p99",
+            "ns/call p50"
+        );
+
         s
     }
 
