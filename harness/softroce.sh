@@ -321,6 +321,7 @@ grep -q '^DOCTOR-JSON "kind": "soft_roce"$' "$log.txt" || { echo "FAIL: doctor d
 grep -qE '^  pass +roce.gid +RoCE v2 GID index [0-9]+ for 192.0.2.1' "$log.txt" ||
   { echo "FAIL: doctor did not find rxe0's RoCE v2 GID for 192.0.2.1"; fail=1; }
 grep -qE '^  n/a +pcie.link ' "$log.txt" || { echo "FAIL: doctor did not say the PCIe check does not apply to Soft-RoCE"; fail=1; }
+grep -qE '^  pass +port.state +port 1: ACTIVE' "$log.txt" || { echo "FAIL: doctor did not find rxe0's port ACTIVE"; fail=1; }
 grep -q '^ATOMIC rows: 2$' "$log.txt" || { echo "FAIL: lat atomic did not run on both verbs and wr"; fail=1; }
 for op in send read atomic; do
   grep -q "^BW $op rows: 2$" "$log.txt" || { echo "FAIL: bw $op did not run on both verbs and wr"; fail=1; }

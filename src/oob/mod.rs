@@ -149,7 +149,12 @@ impl Listener {
                     return Peer::from_stream(s, a.to_string(), timeout, true);
                 }
                 Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
-                    stopped(&self.here)?;
+                    if crate::signals::interrupted() {
+                        return Err(OobError::Protocol {
+                            peer: "no client yet".into(),
+                            why: format!("the wait for a client on {} was interrupted", self.here),
+                        });
+                    }
                     if Instant::now() >= deadline {
                         return Err(io(
                             "no client within the deadline on",

@@ -27,7 +27,9 @@ pub fn device_checks(sys: &Sys, d: &DevView, kind: DeviceKind) -> Vec<Check> {
     }
     let dev = format!("/sys/class/infiniband/{}", d.name);
     let mut v = Vec::new();
-    v.push(if d.state == "PORT_ACTIVE" && d.phys_state.contains("LINK_UP") {
+    // libibverbs' names: ACTIVE (or ACTIVE_DEFER), LINK_UP
+    let active = matches!(d.state.as_str(), "ACTIVE" | "ACTIVE_DEFER" | "PORT_ACTIVE");
+    v.push(if active && d.phys_state.contains("LINK_UP") {
         check(
             "port.state",
             Status::Pass,

@@ -208,7 +208,7 @@ fn open(device: Option<&str>, port: u8) -> Result<(DevView, DeviceKind), ProbeEr
                 name: crate::model::DEVICE_NAME.into(),
                 provider: "model0".into(),
                 port: 1,
-                state: "PORT_ACTIVE".into(),
+                state: "ACTIVE".into(),
                 phys_state: "LINK_UP".into(),
                 link_layer: "InfiniBand".into(),
                 active_mtu: 4096,

@@ -121,7 +121,7 @@ fn device_findings_are_read_and_judged() {
         name: "mlx5_0".into(),
         provider: "mlx5".into(),
         port: 1,
-        state: "PORT_ACTIVE".into(),
+        state: "ACTIVE".into(),
         phys_state: "LINK_UP".into(),
         link_layer: "Ethernet".into(),
         active_mtu: 4096,
@@ -142,7 +142,7 @@ fn device_findings_are_read_and_judged() {
     assert_eq!(find(&v, "roce.gid").status, Status::Fail);
     assert_eq!(find(&v, "port.state").status, Status::Pass);
     let down = DevView {
-        state: "PORT_DOWN".into(),
+        state: "DOWN".into(),
         phys_state: "DISABLED".into(),
         ..d.clone()
     };
