@@ -601,8 +601,10 @@ fn ping_names_the_first_failing_layer() {
         "40000",
     ]);
     let (c, o, e) = client(&p, &["--max-lat-ns", "5000"]);
-    let _ = finish(srv);
+    let (sc, so, se) = finish(srv);
     assert_eq!(c, 13, "{o}{e}");
+    // the client failed layer 3 but ran the whole ladder: the server was not left waiting
+    assert_eq!(sc, 0, "server: {so}{se}");
     assert!(
         o.contains("first failing layer: 3 (performance)") && o.contains("over the limit 5000 ns"),
         "{o}"

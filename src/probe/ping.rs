@@ -251,6 +251,8 @@ fn ladder(
     );
     let l3 = &mut rep.layers[2];
     let mut fail = Vec::new();
+    // both steps run whatever the first's verdict, so a peer running the same ladder stays in step
+    let mut in_step = true;
     match step(p, Scenario::Lat(lp), peer.as_deref_mut()) {
         Ok(r) => {
             if let Runs::Lat(rs) = &r.runs {
@@ -273,9 +275,12 @@ fn ladder(
                 }
             }
         }
-        Err(e) => fail.push(format!("latency run: {e}")),
+        Err(e) => {
+            fail.push(format!("latency run: {e}"));
+            in_step = false;
+        }
     }
-    if fail.is_empty() {
+    if in_step {
         match step(p, Scenario::Bw(bp), peer) {
             Ok(r) => {
                 if let Runs::Bw(rs) = &r.runs {
