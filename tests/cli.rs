@@ -968,9 +968,8 @@ fn a_full_model_filesystem_is_a_message_not_a_crash() {
         .status()
         .is_ok_and(|s| s.success());
     if !mounted {
-        // SAFETY: geteuid has no preconditions.
-        assert_ne!(unsafe { libc::geteuid() }, 0, "root could not mount a tmpfs");
-        eprintln!("a_full_model_filesystem_is_a_message_not_a_crash: not run (mounting a tmpfs needs root)");
+        // a container's root may lack CAP_SYS_ADMIN: said, not failed
+        eprintln!("a_full_model_filesystem_is_a_message_not_a_crash: NOT RUN (mounting a tmpfs needs root with CAP_SYS_ADMIN)");
         std::fs::remove_dir(&mnt).ok();
         return;
     }
