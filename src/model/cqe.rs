@@ -1,7 +1,7 @@
 //! Completions and errors: the syndromes model0 reports, CQEs written as hardware writes them
 //! (owner bit last, overruns counted), and a QP moved to error.
 
-use super::layout::{bump64, cq_counters, cq_dbrec, hdr, lock, state, unlock, CqHdr, QpHdr, PAGE};
+use super::layout::{bump32, bump64, cq_counters, cq_dbrec, hdr, lock, state, unlock, CqHdr, QpHdr, PAGE};
 use super::recv::flush_rq;
 use super::shm::Shm;
 use super::Model;
@@ -96,8 +96,7 @@ pub(super) fn push_cqe(m: &Model, cq: &Shm, c: CqeOut) {
     let ctr = cq_counters(cq);
     bump64(&ctr.cqes, 1);
     if c.op == cqe_op::REQ_ERR || c.op == cqe_op::RESP_ERR {
-        let e = &ctr.errors[(c.syndrome & 63) as usize];
-        e.store(e.load(Ordering::Relaxed).wrapping_add(1), Ordering::Relaxed);
+        bump32(&ctr.errors[(c.syndrome & 63) as usize], 1);
     }
     unlock(&h.lock);
 }

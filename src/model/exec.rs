@@ -6,7 +6,7 @@
 use super::cqe::{push_cqe, set_err, syndrome, CqeOut};
 use super::decode::{decode, Decoded};
 use super::direct::RegCheck;
-use super::layout::{bump64, hdr, qp_dbrec, rings, state, try_lock, CqHdr, MrHdr, QpHdr, Rings, QP_REG_OFF};
+use super::layout::{bump32, bump64, hdr, qp_dbrec, rings, state, try_lock, CqHdr, MrHdr, QpHdr, Rings, QP_REG_OFF};
 use super::objects::ObjRef;
 use super::recv::deliver_to_receiver;
 use super::shm::{ObjKind, Shm};
@@ -398,19 +398,7 @@ fn run_sq(m: &Model, q: &Shm, check: bool) -> Option<(u32, usize)> {
             Ok(d) => d,
             Err((op, idx)) => {
                 // Malformed: report at the slot, move the QP to error; the rest is flushed.
-                emit(
-                    &lands,
-                    &mut held,
-                    CqeOut {
-                        op: cqe_op::REQ_ERR,
-                        qpn: h.obj.id,
-                        uidx: h.uidx,
-                        wqe_counter: idx,
-                        syndrome: syndrome::LOCAL_QP_OP,
-                        wqe_opcode: op,
-                        ..Default::default()
-                    },
-                );
+                emit(&lands, &mut held, req_err(h, idx, syndrome::LOCAL_QP_OP, op));
                 set_err(m, q);
                 ci = ci.wrapping_add(1);
                 continue;
@@ -463,27 +451,14 @@ fn run_sq(m: &Model, q: &Shm, check: bool) -> Option<(u32, usize)> {
                 }
             }
             Outcome::Fail(s) => {
-                emit(
-                    &lands,
-                    &mut held,
-                    CqeOut {
-                        op: cqe_op::REQ_ERR,
-                        qpn: h.obj.id,
-                        uidx: h.uidx,
-                        wqe_counter: d.idx,
-                        syndrome: s,
-                        wqe_opcode: d.opcode,
-                        ..Default::default()
-                    },
-                );
+                emit(&lands, &mut held, req_err(h, d.idx, s, d.opcode));
                 if s != syndrome::WR_FLUSH {
                     set_err(m, q);
                 }
             }
             Outcome::Stall => {
                 if rnr_deadline.is_none() {
-                    h.ctr_rnr
-                        .store(h.ctr_rnr.load(Ordering::Relaxed).wrapping_add(1), Ordering::Relaxed);
+                    bump32(&h.ctr_rnr, 1);
                 }
                 let retries = h.rnr_retry.load(Ordering::Relaxed);
                 if retries >= 7 {
@@ -499,19 +474,7 @@ fn run_sq(m: &Model, q: &Shm, check: bool) -> Option<(u32, usize)> {
                     std::hint::spin_loop();
                     continue; // retry the same WQE
                 }
-                emit(
-                    &lands,
-                    &mut held,
-                    CqeOut {
-                        op: cqe_op::REQ_ERR,
-                        qpn: h.obj.id,
-                        uidx: h.uidx,
-                        wqe_counter: d.idx,
-                        syndrome: syndrome::RNR_RETRY_EXC,
-                        wqe_opcode: d.opcode,
-                        ..Default::default()
-                    },
-                );
+                emit(&lands, &mut held, req_err(h, d.idx, syndrome::RNR_RETRY_EXC, d.opcode));
                 set_err(m, q);
             }
         }
@@ -528,6 +491,19 @@ fn run_sq(m: &Model, q: &Shm, check: bool) -> Option<(u32, usize)> {
         bump64(&h.ctr_wqes, executed);
     }
     rung
+}
+
+/// The requester's error CQE of WQE `idx` (its opcode `op`) on QP `h`.
+fn req_err(h: &QpHdr, idx: u16, syndrome: u8, op: u8) -> CqeOut {
+    CqeOut {
+        op: cqe_op::REQ_ERR,
+        qpn: h.obj.id,
+        uidx: h.uidx,
+        wqe_counter: idx,
+        syndrome,
+        wqe_opcode: op,
+        ..Default::default()
+    }
 }
 
 /// Whether WQE `d` gathers (as a SEND or WRITE from registered memory) from where a response

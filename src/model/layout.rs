@@ -80,6 +80,11 @@ pub(super) fn bump64(c: &AtomicU64, n: u64) {
     c.store(c.load(Ordering::Relaxed).wrapping_add(n), Ordering::Relaxed);
 }
 
+/// As [`bump64`], for a 32-bit counter.
+pub(super) fn bump32(c: &AtomicU32, n: u32) {
+    c.store(c.load(Ordering::Relaxed).wrapping_add(n), Ordering::Relaxed);
+}
+
 /// A QP's shared header, in three cache lines by who writes them: the first is read by the
 /// peer and written rarely; the second only by whoever executes this QP's send queue; the third
 /// by whoever delivers into its receive queue. Fields shared this way never share a line with

@@ -468,23 +468,6 @@ pub struct Ready {
     pub qps: u32,
 }
 
-impl Peer {
-    /// The barrier after connecting `qps` QPs: sends our [`Ready`] and waits for the peer's; the
-    /// two must have connected as many.
-    pub fn ready(&mut self, qps: u32) -> Result<(), OobError> {
-        self.send(&Ready { qps })?;
-        let theirs: Ready = self.recv()?;
-        if theirs.qps != qps {
-            return Err(OobError::Mismatch {
-                param: "connected QPs".into(),
-                ours: qps.to_string(),
-                theirs: theirs.qps.to_string(),
-            });
-        }
-        Ok(())
-    }
-}
-
 /// End of a run, with whether it went well.
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Done {
@@ -549,18 +532,18 @@ mod tests {
             let mut p = Peer::accept(port, Duration::from_secs(5)).unwrap();
             // the server is slow to connect its QPs
             std::thread::sleep(Duration::from_millis(300));
-            p.ready(2).unwrap();
-            let e = p.ready(3).unwrap_err().to_string();
+            (&mut p as &mut dyn Rendezvous).barrier(2).unwrap();
+            let e = (&mut p as &mut dyn Rendezvous).barrier(3).unwrap_err().to_string();
             assert!(e.contains("connected QPs: this side has 3, the peer has 4"), "{e}");
         });
         let mut c = Peer::connect("127.0.0.1", port, Duration::from_secs(5)).unwrap();
         let t = std::time::Instant::now();
-        c.ready(2).unwrap();
+        (&mut c as &mut dyn Rendezvous).barrier(2).unwrap();
         assert!(
             t.elapsed() >= Duration::from_millis(250),
             "returned before the peer was ready"
         );
-        let e = c.ready(4).unwrap_err().to_string();
+        let e = (&mut c as &mut dyn Rendezvous).barrier(4).unwrap_err().to_string();
         assert!(e.contains("connected QPs: this side has 4, the peer has 3"), "{e}");
         srv.join().unwrap();
     }

@@ -1,7 +1,7 @@
 //! A bandwidth measurement from plan to report: set-up, the peer, every thread's QPs, the sizes.
 
 use super::report::{Report, Role, Runs};
-use super::session::{self, end_params};
+use super::session;
 use super::{BwPlan, Observer, PeerSpec, Plan, ProbeError, INTERRUPTED};
 use crate::backend::setup::{AnyEnd, Dev, HalfEnd, INLINE};
 use crate::backend::{BackendKind, OpKind};
@@ -236,27 +236,16 @@ fn client_result(b: &BwPlan, k: BackendKind, p: &BwParams, summary: crate::scena
 
 /// The parameters both ends of a bandwidth run must share.
 fn hello(b: &BwPlan, sizes: &[u32], kinds: &[BackendKind], mode: DbMode, inline_limit: u32, buf_len: usize) -> Hello {
-    Hello::new(
-        [
-            ("scenario", "bw".to_string()),
-            ("op", b.op.as_str().to_string()),
-            (
-                "sizes",
-                sizes.iter().map(|s| s.to_string()).collect::<Vec<_>>().join(","),
-            ),
-            ("iters", b.iters.to_string()),
-            ("tx_depth", b.tx_depth.to_string()),
-            ("postlist", b.postlist.to_string()),
-            ("cq_mod", b.cq_mod.to_string()),
-            ("qps", b.qps.to_string()),
-            ("threads", b.threads.to_string()),
-            ("bidirectional", b.bidirectional.to_string()),
-        ]
-        .into_iter()
-        .map(|(k, v)| (k.to_string(), v))
-        .chain(end_params(kinds, mode, inline_limit, buf_len))
-        .collect(),
-    )
+    let own = [
+        ("iters", b.iters.to_string()),
+        ("tx_depth", b.tx_depth.to_string()),
+        ("postlist", b.postlist.to_string()),
+        ("cq_mod", b.cq_mod.to_string()),
+        ("qps", b.qps.to_string()),
+        ("threads", b.threads.to_string()),
+        ("bidirectional", b.bidirectional.to_string()),
+    ];
+    session::hello("bw", b.op, sizes, own, kinds, mode, inline_limit, buf_len)
 }
 
 /// The handshake, then every thread's QPs of every backend exchanged and connected, then the

@@ -1,7 +1,7 @@
 //! A latency measurement from plan to report: set-up, the peer, the sizes, the blocks.
 
 use super::report::{Report, Role, Runs};
-use super::session::{self, end_params};
+use super::session;
 use super::{LatPlan, Observer, PeerSpec, Plan, ProbeError, Scenario, Sizes, INTERRUPTED};
 use crate::backend::setup::{AnyEnd, Dev, HalfEnd, INLINE};
 use crate::backend::{BackendKind, OpKind};
@@ -412,23 +412,12 @@ fn settle(plan: &Plan, l: &mut LatPlan, warnings: &mut Vec<String>, obs: &mut dy
 
 /// The parameters both ends of a latency run must share.
 fn hello(l: &LatPlan, sizes: &[u32], kinds: &[BackendKind], mode: DbMode, inline_limit: u32, buf_len: usize) -> Hello {
-    Hello::new(
-        [
-            ("scenario", "lat".to_string()),
-            ("op", l.op.as_str().to_string()),
-            (
-                "sizes",
-                sizes.iter().map(|s| s.to_string()).collect::<Vec<_>>().join(","),
-            ),
-            ("iters", l.iters.to_string()),
-            ("warmup", l.warmup.to_string()),
-            ("blocks", l.blocks.to_string()),
-        ]
-        .into_iter()
-        .map(|(k, v)| (k.to_string(), v))
-        .chain(end_params(kinds, mode, inline_limit, buf_len))
-        .collect(),
-    )
+    let own = [
+        ("iters", l.iters.to_string()),
+        ("warmup", l.warmup.to_string()),
+        ("blocks", l.blocks.to_string()),
+    ];
+    session::hello("lat", l.op, sizes, own, kinds, mode, inline_limit, buf_len)
 }
 
 /// The handshake, then for each backend this side's QP and buffer exchanged with the peer's and

@@ -69,6 +69,34 @@ pub fn tcp_peer(plan: &Plan, obs: &mut dyn Observer) -> Result<Option<Peer>, Pro
     })
 }
 
+/// The hello of a client/server scenario: its name, operation and sizes, its own parameters
+/// (`own`), then what every scenario shares ([`end_params`]).
+#[allow(clippy::too_many_arguments)]
+pub fn hello<const N: usize>(
+    scenario: &str,
+    op: crate::backend::OpKind,
+    sizes: &[u32],
+    own: [(&str, String); N],
+    kinds: &[BackendKind],
+    mode: DbMode,
+    inline_limit: u32,
+    buf_len: usize,
+) -> crate::oob::Hello {
+    let sizes = sizes.iter().map(|s| s.to_string()).collect::<Vec<_>>().join(",");
+    crate::oob::Hello::new(
+        [
+            ("scenario", scenario.to_string()),
+            ("op", op.as_str().to_string()),
+            ("sizes", sizes),
+        ]
+        .into_iter()
+        .chain(own)
+        .map(|(k, v)| (k.to_string(), v))
+        .chain(end_params(kinds, mode, inline_limit, buf_len))
+        .collect(),
+    )
+}
+
 /// The hello parameters every client/server scenario shares: the backends and what each end's
 /// QPs and buffers are made with.
 pub fn end_params(kinds: &[BackendKind], mode: DbMode, inline_limit: u32, buf_len: usize) -> [(String, String); 4] {
