@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# harness/compare-calibration.sh [--trials N] [--delay D] [--out DIR]
+# harness/compare-calibration.sh [--trials N] [--delay D] [--duration S] [--out DIR]
 #
 # Measures, on model0, how often `rdmaprobe compare` cries wolf and how often it finds a real
 # change, with its default settings, and prints the four rates issue 9 sets as targets:
@@ -9,7 +9,8 @@
 #      (>= 19 of 20)
 #   4. identical post-cost runs, one file per side: ordered pairs of 5 runs with a REGRESSION row
 #      (0 of 20)
-# Every run is `rdmaprobe lat write --loopback -d model0 -s 8 -n 20000 --model-delay-ns D --json F`
+# Every run is `rdmaprobe lat write --loopback -d model0 -s 8 -D S --model-delay-ns D --json F`
+# (S seconds, default 3: see "Why runs of seconds" below)
 # (post-cost: `rdmaprobe post-cost -d model0 --json F`). D for +10 % is measured: the baseline
 # p50 first (5 runs at D = 0), then 3 runs at D = 0 and 3 at D = 100 alternately for the slope
 # (about 1 ns of one-way latency per ns of D); D = 10 % of the baseline p50 over the slope.
@@ -22,17 +23,19 @@
 # 2 on a usage error, 3 when a build or a run fails.
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
-trials=20 delay="" out=""
+trials=20 delay="" out="" dur=3
 while (($#)); do
   case $1 in
     --trials) trials=$2; shift 2;;
     --delay) delay=$2; shift 2;;
     --out) out=$2; shift 2;;
-    *) echo "usage: $0 [--trials N] [--delay D] [--out DIR]" >&2; exit 2;;
+    --duration) dur=$2; shift 2;;
+    *) echo "usage: $0 [--trials N] [--delay D] [--duration S] [--out DIR]" >&2; exit 2;;
   esac
 done
 [[ $trials =~ ^[1-9][0-9]*$ ]] || { echo "--trials: a positive integer" >&2; exit 2; }
 [[ -z $delay || $delay =~ ^[0-9]+$ ]] || { echo "--delay: ns, an integer" >&2; exit 2; }
+[[ $dur =~ ^[1-9][0-9]*$ ]] || { echo "--duration: seconds, a positive integer" >&2; exit 2; }
 out=${out:-${RDMAPROBE_WORK:-/var/tmp/rdmaprobe-work}/compare-calibration}
 rm -rf "$out"
 mkdir -p "$out"
@@ -44,7 +47,7 @@ bin=${CARGO_TARGET_DIR:-$repo/target}/release/rdmaprobe
 [[ $bin == /* ]] || bin=$repo/$bin
 
 lat() { # D FILE
-  "$bin" lat write --loopback -d model0 -s 8 -n 20000 --model-delay-ns "$1" --json "$2" >"$2.log" 2>&1 ||
+  "$bin" lat write --loopback -d model0 -s 8 -D "$dur" --model-delay-ns "$1" --json "$2" >"$2.log" 2>&1 ||
     { cat "$2.log" >&2; echo "compare-calibration: lat run failed" >&2; exit 3; }
 }
 p50() { jq '.runs[0].latency_ns.p50 // .runs[0].latency.p50' "$@"; }
@@ -113,7 +116,7 @@ ok() { if eval "$1"; then echo "ok"; else echo "MISSED"; fi; }
 {
   echo
   echo "compare calibration on model0: $(git -C "$repo" describe --always --dirty 2>/dev/null || echo '?'), $(date -u +%FT%TZ), $(nproc) CPUs, load $(cut -d' ' -f1-3 /proc/loadavg)"
-  echo "runs: lat write --loopback -d model0 -s 8 -n 20000 --model-delay-ns D --json F (default compare settings)"
+  echo "runs: lat write --loopback -d model0 -s 8 -D $dur --model-delay-ns D --json F (default compare settings)"
   echo "baseline p50 $base ns; shift D = $delay ns; measured p50 over the trials: A $a_p50 ns, B $b_p50 ns ($shift_pct %)"
   printf '  %-62s %6s  %-10s %s\n' \
     "1. identical, one file per side (ordered pairs exit 1)" "$one/20" "target <=1" "$(ok "((one <= 1))")" \

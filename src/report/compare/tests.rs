@@ -110,8 +110,8 @@ fn one_run_bootstrap_keeps_its_old_behaviour() {
 #[test]
 fn default_thresholds_by_row_and_runs() {
     assert_eq!(default_threshold_pct("lat", "p50", true), 5.0);
-    assert_eq!(default_threshold_pct("lat", "p50", false), 20.0);
-    assert_eq!(default_threshold_pct("lat", "p99", false), 50.0);
+    assert_eq!(default_threshold_pct("lat", "p50", false), 30.0);
+    assert_eq!(default_threshold_pct("lat", "p99", false), 75.0);
     assert_eq!(default_threshold_pct("post_cost", "p50", false), 150.0);
     assert_eq!(default_threshold_pct("suite?", "p50", true), 10.0);
     // every default with one run is at least the one with several
