@@ -5,12 +5,14 @@
 #   harness/setup.sh --browser   also chromium, for the test that renders report.html
 #   harness/setup.sh --softroce  also what the Soft-RoCE guest lane needs
 #   harness/setup.sh --cross     also the aarch64 cross compiler (for the aarch64 build check)
+#   harness/setup.sh --fleet     also Ansible and an ssh client (the fleet acceptance playbook)
 set -euo pipefail
 
 build_pkgs=(libibverbs-dev ibverbs-providers libclang-dev clang pkg-config gcc python3 fonts-dejavu-core)
 softroce_pkgs=(qemu-system-x86 binutils busybox-static rdma-core ibverbs-utils perftest iproute2 cpio kmod xz-utils zstd)
 cross_pkgs=(gcc-aarch64-linux-gnu libc6-dev-arm64-cross)
 browser_pkgs=(chromium)
+fleet_pkgs=(ansible-core openssh-client)
 
 want=("${build_pkgs[@]}")
 for a in "$@"; do
@@ -18,7 +20,8 @@ for a in "$@"; do
     --softroce) want+=("${softroce_pkgs[@]}");;
     --cross) want+=("${cross_pkgs[@]}");;
     --browser) want+=("${browser_pkgs[@]}");;
-    *) echo "setup: unknown option $a (use --softroce, --cross, --browser)" >&2; exit 2;;
+    --fleet) want+=("${fleet_pkgs[@]}");;
+    *) echo "setup: unknown option $a (use --softroce, --cross, --browser, --fleet)" >&2; exit 2;;
   esac
 done
 

@@ -9,7 +9,7 @@ set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 cd "$repo"
 
-"$repo/harness/setup.sh" --softroce --cross --browser
+"$repo/harness/setup.sh" --softroce --cross --browser --fleet
 
 say "cargo fmt --check"
 cargo fmt --all -- --check || die "cargo fmt: run 'cargo fmt'"

@@ -81,6 +81,12 @@ enum Cmd {
     /// or a --baseline result). Names the first failing layer and its likely cause. Exit 0: all
     /// pass; 11, 12, 13: layer 1, 2, 3 failed; 2: bad arguments.
     Ping(PingArgs),
+    /// Aggregate a fleet acceptance run (harness/fleet/playbook.yml's results directory) into
+    /// one verdict: per node and per pair, pass or fail per layer, latency and bandwidth against
+    /// the fleet's median and median absolute deviation, outliers flagged with their evidence.
+    /// Writes fleet-report.json and fleet-report.html into the directory (or --json, --html).
+    /// Exit 0: no node failed; 1: nodes failed (listed); 2: the directory cannot be read.
+    FleetReport(FleetReportArgs),
     /// Calibrate the TSC and measure the cost of an empty timed region.
     Clock {
         /// Print JSON instead of text.
@@ -90,6 +96,32 @@ enum Cmd {
         #[arg(long, default_value_t = 200, value_parser = clap::value_parser!(u64).range(100..=10_000))]
         window_ms: u64,
     },
+}
+
+#[derive(clap::Args, Debug)]
+struct FleetReportArgs {
+    /// The results directory of a fleet run (holds fleet.json).
+    dir: std::path::PathBuf,
+    /// Write the JSON report here (default DIR/fleet-report.json).
+    #[arg(long)]
+    json: Option<std::path::PathBuf>,
+    /// Write the HTML page here (default DIR/fleet-report.html).
+    #[arg(long)]
+    html: Option<std::path::PathBuf>,
+    /// An outlier is worse than the fleet's median by more than this many robust standard
+    /// deviations (1.4826 x the median absolute deviation)...
+    #[arg(long, default_value_t = 3.5, value_parser = positive_f64)]
+    mad_k: f64,
+    /// ...and by more than this many percent of the median.
+    #[arg(long, default_value_t = 10.0, value_parser = positive_f64)]
+    min_deviation_pct: f64,
+}
+
+fn positive_f64(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(v) if v.is_finite() && v >= 0.0 => Ok(v),
+        _ => Err(format!("'{s}' is not a number >= 0")),
+    }
 }
 
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq)]
@@ -401,6 +433,15 @@ fn main() -> ExitCode {
         Cmd::Compare(a) => compare(a),
         Cmd::Suite(a) => suite(a),
         Cmd::Plot(a) => plot(a),
+        Cmd::FleetReport(a) => Ok(ExitCode::from(probe::console::fleet_report(
+            &a.dir,
+            a.json.as_deref(),
+            a.html.as_deref(),
+            rdmaprobe::report::fleet::Rules {
+                mad_k: a.mad_k,
+                min_deviation: a.min_deviation_pct / 100.0,
+            },
+        ))),
     };
     match r {
         Ok(code) => code,

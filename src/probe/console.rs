@@ -299,3 +299,35 @@ pub fn clock(json: bool, window_ms: u64) -> Result<u8, ProbeError> {
     outp!("{}", super::info::clock(json, window_ms)?);
     Ok(0)
 }
+
+/// `fleet-report`: reads a fleet run's directory, prints the verdict, writes the JSON and the
+/// HTML page (into the directory unless given) and returns the exit status: 0 no node failed,
+/// 1 nodes failed, 2 the directory cannot be read or a report cannot be written.
+pub fn fleet_report(
+    dir: &std::path::Path,
+    json: Option<&std::path::Path>,
+    html: Option<&std::path::Path>,
+    rules: crate::report::fleet::Rules,
+) -> u8 {
+    use crate::report::fleet;
+    let input = match fleet::load(dir) {
+        Ok(f) => f,
+        Err(e) => {
+            eprintln!("rdmaprobe: error: cannot read the fleet run: {e}");
+            return 2;
+        }
+    };
+    let r = fleet::judge(&input, &rules);
+    let json_path = json.map_or_else(|| dir.join("fleet-report.json"), PathBuf::from);
+    let html_path = html.map_or_else(|| dir.join("fleet-report.html"), PathBuf::from);
+    let text = serde_json::to_string_pretty(&r.json()).unwrap_or_default() + "\n";
+    for (path, data) in [(&json_path, text), (&html_path, r.html())] {
+        if let Err(e) = output::write(path, data.as_bytes()) {
+            eprintln!("rdmaprobe: error: {}: {e}", path.display());
+            return 2;
+        }
+    }
+    outp!("{}", r.text());
+    out!("written: {}, {}", json_path.display(), html_path.display());
+    r.exit_code()
+}

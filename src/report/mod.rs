@@ -3,6 +3,7 @@
 
 pub mod compare;
 pub mod env;
+pub mod fleet;
 pub mod html;
 pub mod output;
 pub mod plot;
