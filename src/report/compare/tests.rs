@@ -121,8 +121,8 @@ fn default_thresholds_by_row_and_runs() {
     // a row takes its scenario's default
     let a = doc(json!([lat_run(json!(100.0))]));
     let r = compare(&a, &a, &Options::default()).unwrap();
-    assert_eq!((r.rows[0].metric.as_str(), r.rows[0].threshold), ("p50", 0.20));
-    assert_eq!((r.rows[1].metric.as_str(), r.rows[1].threshold), ("p99", 0.50));
+    assert_eq!((r.rows[0].metric.as_str(), r.rows[0].threshold), ("p50", 0.30));
+    assert_eq!((r.rows[1].metric.as_str(), r.rows[1].threshold), ("p99", 0.75));
 }
 
 #[test]
