@@ -9,7 +9,7 @@
 set -euo pipefail
 
 build_pkgs=(libibverbs-dev ibverbs-providers libclang-dev clang pkg-config gcc python3 fonts-dejavu-core)
-softroce_pkgs=(qemu-system-x86 binutils busybox-static rdma-core ibverbs-utils perftest iproute2 cpio kmod xz-utils zstd)
+softroce_pkgs=(qemu-system-x86 binutils busybox-static rdma-core ibverbs-utils perftest iproute2 nftables cpio kmod xz-utils zstd)
 cross_pkgs=(gcc-aarch64-linux-gnu libc6-dev-arm64-cross)
 browser_pkgs=(chromium)
 fleet_pkgs=(ansible-core openssh-client)

@@ -2,7 +2,9 @@
 # harness/softroce.sh: the Soft-RoCE lane. Boots Debian's own kernel under qemu with a busybox
 # initramfs, loads rdma_rxe, creates rxe0 on a dummy netdev (no packet can leave the guest) and
 # runs there: `rdmaprobe devices`, every scenario on rxe0 with perftest beside it, every device
-# test (`tests/device.rs`, the #[ignore]d ones) on rxe0, and the rdma-core version comparison:
+# test (`tests/device.rs`, the #[ignore]d ones) on rxe0, `ping`'s ladder between rxe1 and rxe2
+# on a veth pair (traffic through the IP stack, as between two hosts) with three faults (a wrong
+# GID index, the link down, UDP 4791 dropped by nftables), and the rdma-core version comparison:
 # `rdmaprobe suite --quick` with Debian 12's rdma-core 44, then, in the same boot, the same
 # binary with trixie's rdma-core 56 (and trixie's libc6, which it needs) put in place of 44,
 # and `rdmaprobe compare` of the two. Fails if anything failed or did not run.
@@ -127,7 +129,7 @@ copy_libs() { # the ldd closure of each argument into the initramfs
 # the guest's loader must exist under its ELF interpreter path
 cp -L /lib64/ld-linux-x86-64.so.2 "$root/usr/lib64/"
 cp -L /usr/lib/x86_64-linux-gnu/libgcc_s.so.1 "$root/usr/lib/x86_64-linux-gnu/" # dlopen'ed by glibc
-progs=("$(command -v ip)" "$(command -v rdma)" "$(command -v ibv_devinfo)")
+progs=("$(command -v ip)" "$(command -v rdma)" "$(command -v ibv_devinfo)" "$(command -v nft)")
 for t in ib_write_lat ib_send_lat ib_read_lat ib_write_bw; do progs+=("$(command -v $t)"); done
 for p in "${progs[@]}"; do cp -L "$p" "$root/usr/bin/"; done
 # without their debug sections (symbols stay, for backtraces): a smaller image boots faster
@@ -151,7 +153,7 @@ fi
 
 # modules in load order (crc32_generic is a hidden dependency of rdma_rxe)
 : > "$root/modules/order"
-for m in crc32_generic rdma_rxe dummy; do
+for m in crc32_generic rdma_rxe dummy veth nf_tables; do
   modprobe -d "$kdir/root" -S "$kver" --show-depends "$m" | awk '$1=="insmod"{print $2}' | while read -r ko; do
     b=$(basename "$ko")
     if ! grep -qx "$b" "$root/modules/order"; then cp "$ko" "$root/modules/$b"; echo "$b" >> "$root/modules/order"; fi
@@ -233,6 +235,38 @@ echo "RDMAPROBE-LAT-RESULT lat=\$lat_rc"
 echo "===== device tests"
 /opt/device-tests --ignored --test-threads=2; tests_rc=\$?
 echo "RDMAPROBE-GUEST-RESULT devices=\$dev_rc devices_json=\$djson_rc device_tests=\$tests_rc"
+echo "===== ping between two hosts' worth of Soft-RoCE: rxe1 on ra (198.51.100.1) and rxe2 on rb (198.51.100.2), a veth pair"
+# policy routing sends the traffic between the two local addresses over the veth wire (through
+# the IP stack and netfilter, as between two hosts), not rxe's in-device loopback
+ip link add ra type veth && ip link set veth0 name rb
+ip addr add 198.51.100.1/24 dev ra && ip addr add 198.51.100.2/24 dev rb && ip link set ra up && ip link set rb up
+for c in all default ra rb; do echo 1 > /proc/sys/net/ipv4/conf/\$c/accept_local; echo 0 > /proc/sys/net/ipv4/conf/\$c/rp_filter; done
+ip route add 198.51.100.2 dev ra src 198.51.100.1 table 100 && ip route add 198.51.100.1 dev rb src 198.51.100.2 table 101
+ip rule add pref 10 iif lo to 198.51.100.2 lookup 100 && ip rule add pref 11 iif lo to 198.51.100.1 lookup 101
+ip rule del pref 0 lookup local && ip rule add pref 100 lookup local
+rdma link add rxe1 type rxe netdev ra && rdma link add rxe2 type rxe netdev rb || echo "GUEST: rxe1/rxe2 failed"
+pingpair() { # NAME PORT CLIENT-ARGS...: server on rxe2, client on rxe1; prints both, then the client's status
+  name=\$1; port=\$2; shift 2
+  /opt/rdmaprobe ping -d rxe2 --bind 198.51.100.2 -p \$port --oob-timeout 10 --backend verbs --stall-secs 5 > /tmp/ping-srv-\$name.txt 2>&1 &
+  sleep 1
+  /opt/rdmaprobe ping 198.51.100.2 -p \$port --oob-timeout 10 --backend verbs --stall-secs 5 "\$@" > /tmp/ping-\$name.txt 2>&1; prc=\$?
+  wait
+  echo "--- ping \$name (client; then the server)"; cat /tmp/ping-\$name.txt /tmp/ping-srv-\$name.txt
+  echo "PING \$name rc=\$prc"
+}
+pingpair ok 18530 -d rxe1
+# a wrong GID index: an empty entry (layer 1), and the IPv6 link-local entry against the peer's IPv4 one (layer 2)
+pingpair gid-empty 18531 -d rxe1 -x 7
+pingpair gid-wrong 18532 -d rxe1 -x 0
+ip link set ra down; sleep 1
+pingpair link-down 18533 -d rxe1
+ip link set ra up; sleep 2
+nft add table inet rdmaprobe_test && nft add chain inet rdmaprobe_test in '{ type filter hook input priority 0; }' &&
+  nft add rule inet rdmaprobe_test in udp dport 4791 drop || echo "GUEST: nft failed"
+pingpair udp4791-dropped 18534 -d rxe1
+grep -q 'nftables drops RoCE v2 (UDP 4791)' /tmp/ping-udp4791-dropped.txt && echo "PING udp4791-dropped names the rule"
+nft delete table inet rdmaprobe_test
+pingpair ok-again 18535 -d rxe1
 if [ -d /opt/rc56 ]; then
   # put the libraries of \$1 (lib/*.so* with the loader, lib/libibverbs/*.so providers,
   # etc/libibverbs.d/*.driver) in place of the ones in use. busybox is static and nothing dynamic
@@ -297,6 +331,11 @@ result=$(grep '^RDMAPROBE-GUEST-RESULT' "$log.txt" | tail -n 1)
 [[ -n "$result" ]] || die "the guest printed no result line"
 fail=0
 grep -q 'devices=0 ' <<<"$result" || { echo "FAIL: rdmaprobe devices did not exit 0 on rxe0"; fail=1; }
+# ping's ladder between rxe1 and rxe2 over a veth pair: passes, then each fault fails its layer
+for want in "ok rc=0" "gid-empty rc=11" "gid-wrong rc=12" "link-down rc=11" "udp4791-dropped rc=12" "ok-again rc=0" \
+            "udp4791-dropped names the rule"; do
+  grep -qx "PING $want" "$log.txt" || { echo "FAIL: ping in the guest: expected 'PING $want'"; fail=1; }
+done
 grep -q 'devices_json=0 ' <<<"$result" || { echo "FAIL: rdmaprobe devices --json did not exit 0"; fail=1; }
 grep -q 'RoCE v2, 192.0.2.1' "$log.txt" || { echo "FAIL: rdmaprobe devices did not show the RoCE v2 IPv4 GID"; fail=1; }
 grep -q "model0	(SOFTWARE MODEL" "$log.txt" || { echo "FAIL: rdmaprobe devices did not list model0 in the guest"; fail=1; }

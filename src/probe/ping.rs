@@ -151,12 +151,14 @@ fn ladder(
         exec: ExecMode::AfterPost,
         ..Default::default()
     };
+    let mut roce = false;
     match super::session::open_device(&p.plan, model, obs) {
         Ok(dev) => {
             let l = &mut rep.layers[0];
             l.status = LayerStatus::Pass;
             l.findings.push(format!("{} ({}) opened", dev.name(), dev.provider()));
             if let crate::backend::setup::Dev::Verbs { port, gid, .. } = &dev {
+                roce = port.link_layer.contains("Ethernet");
                 l.findings.push(format!(
                     "port {}: {} ({}), {} link, MTU {}{}",
                     port.port,
@@ -226,7 +228,7 @@ fn ladder(
                 let l = &mut rep.layers[1];
                 l.status = LayerStatus::Fail;
                 l.findings.push(format!("1-byte {}: {e}", op.as_str().to_uppercase()));
-                l.cause = Some(cause(&e));
+                l.cause = Some(cause(&e) + &firewall_hint(roce));
                 return Ok(rep);
             }
         }
@@ -367,6 +369,30 @@ fn limits(p: &PingPlan) -> (Option<f64>, Option<f64>) {
     (lat, bw)
 }
 
+/// On RoCE: this host's nftables rules that drop RoCE v2 (UDP 4791), said after a connection
+/// failure (empty when there are none, they cannot be read, or the link is not Ethernet).
+fn firewall_hint(roce: bool) -> String {
+    if !roce {
+        return String::new();
+    }
+    let Some(rules) = super::doctor::nft_ruleset() else {
+        return String::new();
+    };
+    firewall_text(&rules)
+}
+
+fn firewall_text(rules: &str) -> String {
+    let bad = super::doctor::drops_4791(rules);
+    if bad.is_empty() {
+        String::new()
+    } else {
+        format!(
+            "; this host's nftables drops RoCE v2 (UDP 4791): {} (remove it, or accept udp dport 4791 before it)",
+            bad.join(" | ")
+        )
+    }
+}
+
 fn device_cause(e: &str) -> String {
     if e.contains("not ACTIVE") {
         "the port is down: check the cable and switch port; RoCE: `ip link set NETDEV up`; InfiniBand: a subnet manager"
@@ -385,6 +411,7 @@ fn device_cause(e: &str) -> String {
 pub fn cause(e: &ProbeError) -> String {
     let text = e.to_string();
     match e {
+        ProbeError::Bundled { source, .. } => cause(source),
         ProbeError::Oob(OobError::Io { what, .. }) if what.starts_with("connecting") || what.starts_with("resolving") => {
             "the peer is unreachable: is `rdmaprobe ping` running there (as server), the TCP port (-p) open, the address right?".into()
         }
@@ -392,7 +419,7 @@ pub fn cause(e: &ProbeError) -> String {
             "the peer did not answer out of band in time: a firewall, or the peer stopped".into()
         }
         ProbeError::Oob(OobError::Mismatch { .. }) => "the two ends were started with different parameters".into(),
-        ProbeError::Scenario(ScenarioError::Stalled { .. }) => {
+        _ if matches!(e, ProbeError::Scenario(ScenarioError::Stalled { .. })) || text.contains("no progress for") => {
             "nothing came back: the peer stopped, or packets do not reach it (firewall on UDP 4791, wrong GID, MTU)".into()
         }
         _ if text.contains("REMOTE_ACCESS") => {
@@ -402,6 +429,12 @@ pub fn cause(e: &ProbeError) -> String {
             "the peer never acknowledged: its QP is in error or gone, or packets do not reach it (UDP 4791, GID, MTU)".into()
         }
         _ if text.contains("RNR_RETRY_EXC") => "the peer posted no receive for the SEND".into(),
+        _ if text.contains("modify_qp(RTR)") => {
+            "the path to the peer cannot be set up: a wrong GID index (-x) on one end (both ends need GIDs of one type \
+             and family: `rdmaprobe devices` shows the RoCE v2 entry of each netdev's address), a destination the route \
+             cannot reach, or an MTU the port does not allow"
+                .into()
+        }
         _ if text.contains("is not a QP of model0") || text.contains("own QP") => {
             "the peer named a QP that is not its own: a wrong or forged QP address".into()
         }
@@ -430,5 +463,25 @@ mod tests {
         };
         let (l, b) = limits(&p);
         assert_eq!((l.map(|v| v.round()), b.map(|v| v.round())), (Some(300.0), Some(800.0)));
+    }
+
+    #[test]
+    fn a_stall_names_the_firewall_rule_that_drops_roce() {
+        let stalled = ProbeError::Bundled {
+            source: Box::new(ProbeError::Peer(
+                "client: no progress for 10s at operation 0 (the server's SEND)".into(),
+            )),
+            dir: "/tmp/x".into(),
+        };
+        assert!(cause(&stalled).contains("firewall on UDP 4791"), "{}", cause(&stalled));
+        let rtr = ProbeError::Peer("ibv_modify_qp(RTR) failed on device rxe1 port 1 QP 0x15: Invalid argument".into());
+        assert!(cause(&rtr).starts_with("the path to the peer cannot be set up: a wrong GID index"));
+        let rules = "table inet f {\n\tchain in {\n\t\ttype filter hook input priority filter; policy accept;\n\t\tudp dport 4791 drop\n\t}\n}\n";
+        assert_eq!(
+            firewall_text(rules),
+            "; this host's nftables drops RoCE v2 (UDP 4791): udp dport 4791 drop (remove it, or accept udp dport 4791 before it)"
+        );
+        assert_eq!(firewall_text("table inet f {\n\tudp dport 22 drop\n}"), "");
+        assert_eq!(firewall_hint(false), "");
     }
 }

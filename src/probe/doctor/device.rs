@@ -270,7 +270,8 @@ fn qos(sys: &Sys, netdev: Option<&str>, kind: DeviceKind) -> Check {
     }
 }
 
-fn nft_ruleset() -> Option<String> {
+/// `nft list ruleset`'s output, `None` where nft is missing or not permitted.
+pub(crate) fn nft_ruleset() -> Option<String> {
     let o = std::process::Command::new("nft")
         .args(["list", "ruleset"])
         .output()
@@ -278,6 +279,15 @@ fn nft_ruleset() -> Option<String> {
     o.status
         .success()
         .then(|| String::from_utf8_lossy(&o.stdout).into_owned())
+}
+
+/// The rules of an `nft list ruleset` output that drop or reject UDP 4791 (RoCE v2).
+pub(crate) fn drops_4791(rules: &str) -> Vec<&str> {
+    rules
+        .lines()
+        .map(str::trim)
+        .filter(|l| l.contains("4791") && (l.contains("drop") || l.contains("reject")))
+        .collect()
 }
 
 /// The firewall check from `nft list ruleset`'s output (`None`: nft unavailable).
@@ -290,11 +300,7 @@ pub fn firewall(ruleset: &Option<String>) -> Check {
             "nft list ruleset | grep 4791; iptables -S | grep 4791",
         );
     };
-    let bad: Vec<&str> = rules
-        .lines()
-        .map(str::trim)
-        .filter(|l| l.contains("4791") && (l.contains("drop") || l.contains("reject")))
-        .collect();
+    let bad = drops_4791(rules);
     if bad.is_empty() {
         check(
             "firewall",

@@ -259,6 +259,7 @@ fn open(device: Option<&str>, port: u8) -> Result<(DevView, DeviceKind), ProbeEr
 }
 
 mod device;
+pub(crate) use device::{drops_4791, nft_ruleset};
 mod host;
 #[cfg(test)]
 mod tests;
