@@ -190,6 +190,46 @@ struct PeerArgs {
     oob_timeout: u64,
 }
 
+/// perftest's options that lat and bw share: the atomic's kind, -F, --output.
+#[derive(clap::Args, Debug)]
+struct PerftestArgs {
+    /// The atomic operation of `atomic` (perftest's -A): FETCH_AND_ADD (add 1) or CMP_AND_SWAP
+    /// (compare 0, swap 0: a hit that leaves the word unchanged).
+    #[arg(short = 'A', long = "atomic_type", value_enum)]
+    atomic_type: Option<AtomicArg>,
+    /// Accepted for perftest's scripts (its -F: do not fail on CPU-frequency warnings); rdmaprobe
+    /// only warns about the CPU frequency, so it changes nothing.
+    #[arg(short = 'F', long = "CPU-freq")]
+    cpu_freq: bool,
+    /// Print one number per size instead of the table, for scripts (perftest's --output): lat
+    /// `latency` (p50, ns); bw `bandwidth` (average, MB/s = 2^20 B/s, or Gb/s with
+    /// --report-gbits) or `message_rate` (Mpps). Needs one backend (--backend).
+    #[arg(long, value_enum)]
+    output: Option<rdmaprobe::probe::console::OutputKind>,
+}
+
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq)]
+enum AtomicArg {
+    #[value(name = "FETCH_AND_ADD")]
+    FetchAndAdd,
+    #[value(name = "CMP_AND_SWAP")]
+    CmpAndSwap,
+}
+
+/// The operation after perftest's -A: `atomic` with CMP_AND_SWAP is compare-and-swap; -A with
+/// another operation is refused (exit 2).
+fn atomic_op(op: OpKind, a: &PerftestArgs) -> Result<OpKind, ProbeError> {
+    match (op, a.atomic_type) {
+        (_, None) => Ok(op),
+        (OpKind::FetchAdd, Some(AtomicArg::CmpAndSwap)) => Ok(OpKind::CmpSwap),
+        (OpKind::FetchAdd, Some(AtomicArg::FetchAndAdd)) => Ok(OpKind::FetchAdd),
+        (o, Some(_)) => Err(ProbeError::Usage(format!(
+            "-A/--atomic_type applies to the operation atomic, not {}",
+            o.cli_name()
+        ))),
+    }
+}
+
 #[derive(clap::Args, Debug)]
 struct LatArgs {
     /// Operation.
@@ -225,6 +265,9 @@ struct LatArgs {
     /// the model times the wire on every operation, so runs with 0 and with D differ by D alone.
     #[arg(long, value_parser = clap::value_parser!(u64).range(0..=rdmaprobe::model::MAX_WIRE_DELAY_NS))]
     model_delay_ns: Option<u64>,
+    /// perftest's -A, -F, --output.
+    #[command(flatten)]
+    perftest: PerftestArgs,
     /// Device, backends, doorbell mode, deadline, output.
     #[command(flatten)]
     run: RunArgs,
@@ -275,6 +318,9 @@ struct BwArgs {
     /// the first (0: never).
     #[arg(long, default_value_t = 200, value_parser = clap::value_parser!(u64).range(0..=3_600_000))]
     min_ms: u64,
+    /// perftest's -A, -F, --output.
+    #[command(flatten)]
+    perftest: PerftestArgs,
     /// Device, backends, doorbell mode, deadline, output.
     #[command(flatten)]
     run: RunArgs,
@@ -513,7 +559,7 @@ fn plan(scenario: Scenario, r: &RunArgs, p: &PeerArgs) -> Result<Plan> {
 
 fn lat(a: LatArgs) -> Result<ExitCode> {
     let l = LatPlan {
-        op: a.op,
+        op: atomic_op(a.op, &a.perftest)?,
         sizes: if a.all_sizes { Sizes::All } else { Sizes::One(a.size) },
         iters: a.iters,
         warmup: a.warmup,
@@ -528,12 +574,13 @@ fn lat(a: LatArgs) -> Result<ExitCode> {
         &p,
         a.run.json.as_ref(),
         a.hdr.as_ref(),
+        a.perftest.output,
     )?))
 }
 
 fn bw(a: BwArgs) -> Result<ExitCode> {
     let b = BwPlan {
-        op: a.op,
+        op: atomic_op(a.op, &a.perftest)?,
         sizes: if a.all_sizes { Sizes::All } else { Sizes::One(a.size) },
         iters: a.iters,
         tx_depth: a.tx_depth,
@@ -548,7 +595,12 @@ fn bw(a: BwArgs) -> Result<ExitCode> {
         gbits: a.report_gbits,
     };
     let p = plan(Scenario::Bw(b), &a.run, &a.peer)?;
-    Ok(ExitCode::from(probe::console::measure(&p, a.run.json.as_ref(), None)?))
+    Ok(ExitCode::from(probe::console::measure(
+        &p,
+        a.run.json.as_ref(),
+        None,
+        a.perftest.output,
+    )?))
 }
 
 fn post_cost(a: PostCostArgs) -> Result<ExitCode> {
@@ -564,7 +616,12 @@ fn post_cost(a: PostCostArgs) -> Result<ExitCode> {
         backends: a.backend.backends(),
         ..Plan::loopback(Scenario::PostCost(pc))
     };
-    Ok(ExitCode::from(probe::console::measure(&p, a.json.as_ref(), None)?))
+    Ok(ExitCode::from(probe::console::measure(
+        &p,
+        a.json.as_ref(),
+        None,
+        None,
+    )?))
 }
 
 fn suite(a: SuiteArgs) -> Result<ExitCode> {

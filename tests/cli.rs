@@ -1087,3 +1087,164 @@ fn results_carry_the_counters_of_the_run() {
     assert!(d["cqes"].as_u64().is_some_and(|c| c > 0), "{d}");
     std::fs::remove_file(&json).ok();
 }
+
+#[test]
+fn perftest_options_atomic_type_cpu_freq_and_output() {
+    let _g = serial();
+    let dir = std::env::temp_dir().join(format!("rdmaprobe-perftest-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let cs = dir.join("cs.json");
+    let fa = dir.join("fa.json");
+    // -A CMP_AND_SWAP: compare-and-swap on every backend, named as such in the table and the JSON
+    let (c, out, err) = rdmaprobe(&[
+        "lat",
+        "atomic",
+        "--loopback",
+        "-A",
+        "CMP_AND_SWAP",
+        "-n",
+        "300",
+        "-F",
+        "--json",
+        cs.to_str().unwrap(),
+    ]);
+    assert_eq!(c, 0, "{out}{err}");
+    assert!(out.contains("ATOMIC COMPARE-AND-SWAP latency"), "{out}");
+    let j: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&cs).unwrap()).unwrap();
+    let runs = j["runs"].as_array().unwrap();
+    assert!(!runs.is_empty());
+    for r in runs {
+        assert_eq!(
+            (r["op"].as_str(), r["verb"].as_str(), r["size_bytes"].as_u64()),
+            (Some("atomic"), Some("cmp_swap"), Some(8)),
+            "{r}"
+        );
+    }
+    let (c, out, err) = rdmaprobe(&[
+        "lat",
+        "atomic",
+        "--loopback",
+        "-A",
+        "FETCH_AND_ADD",
+        "-n",
+        "300",
+        "--json",
+        fa.to_str().unwrap(),
+    ]);
+    assert_eq!(c, 0, "{out}{err}");
+    assert!(out.contains("ATOMIC FETCH-AND-ADD latency"), "{out}");
+    // compare does not take one for the other: no run matches
+    let (c, out, err) = rdmaprobe(&["compare", fa.to_str().unwrap(), cs.to_str().unwrap()]);
+    assert_eq!(c, 2, "a fetch-and-add run matched a compare-and-swap run:\n{out}{err}");
+    assert!(err.contains("no run of BASE matches a run of NEW"), "{err}");
+    assert!(out.contains("only in NEW: lat atomic direct 8B verb=cmp_swap"), "{out}");
+    // --output: one number per size on standard output, nothing else there
+    for (args, lo) in [
+        (
+            vec![
+                "lat",
+                "write",
+                "--loopback",
+                "-n",
+                "500",
+                "--backend",
+                "direct",
+                "--output",
+                "latency",
+            ],
+            1.0,
+        ),
+        (
+            vec![
+                "lat",
+                "atomic",
+                "--loopback",
+                "-A",
+                "CMP_AND_SWAP",
+                "-n",
+                "500",
+                "--backend",
+                "verbs",
+                "--output",
+                "latency",
+            ],
+            1.0,
+        ),
+        (
+            vec![
+                "bw",
+                "write",
+                "--loopback",
+                "-n",
+                "2000",
+                "--min-ms",
+                "0",
+                "--backend",
+                "wr",
+                "--output",
+                "bandwidth",
+            ],
+            10.0,
+        ),
+        (
+            vec![
+                "bw",
+                "atomic",
+                "--loopback",
+                "-A",
+                "CMP_AND_SWAP",
+                "-n",
+                "2000",
+                "--min-ms",
+                "0",
+                "--backend",
+                "verbs",
+                "--output",
+                "message_rate",
+            ],
+            0.001,
+        ),
+    ] {
+        let (c, out, err) = rdmaprobe(&args);
+        assert_eq!(c, 0, "{args:?}: {out}{err}");
+        let lines: Vec<&str> = out.lines().collect();
+        assert_eq!(lines.len(), 1, "{args:?}: {out}");
+        let v: f64 = lines[0]
+            .parse()
+            .unwrap_or_else(|_| panic!("{args:?}: not a number: {out}"));
+        assert!(v >= lo && v.is_finite(), "{args:?}: {v}");
+    }
+    // what cannot work exits 2, naming the flag
+    for (args, says) in [
+        (
+            vec!["lat", "write", "--loopback", "-A", "CMP_AND_SWAP"],
+            "-A/--atomic_type applies to the operation atomic",
+        ),
+        (
+            vec!["lat", "write", "--loopback", "--output", "latency"],
+            "choose one backend",
+        ),
+        (
+            vec![
+                "lat",
+                "write",
+                "--loopback",
+                "--backend",
+                "verbs",
+                "--output",
+                "bandwidth",
+            ],
+            "--output bandwidth",
+        ),
+        (
+            vec!["bw", "write", "--loopback", "--backend", "verbs", "--output", "latency"],
+            "--output latency",
+        ),
+        (vec!["lat", "atomic", "--loopback", "-A", "SWAP"], "SWAP"),
+    ] {
+        let (c, out, err) = rdmaprobe(&args);
+        assert_eq!(c, 2, "{args:?}: {out}{err}");
+        assert!(err.contains(says), "{args:?}: {err}");
+    }
+    std::fs::remove_dir_all(&dir).ok();
+}

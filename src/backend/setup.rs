@@ -348,14 +348,27 @@ fn qp_caps() -> QpCaps {
     }
 }
 
-/// How a scenario's QP connects on `port` with GID index `gid`, with the access `op` needs.
-fn connect_opts(port: &PortInfo, gid: Option<u8>, op: OpKind) -> ConnectOpts {
-    ConnectOpts {
+/// Outstanding RDMA READs and atomics a QP allows at most (perftest's default of `-o`: the
+/// device's limit, which is 16 on ConnectX).
+pub const MAX_RD_ATOMIC: u8 = 16;
+
+/// How a scenario's QP connects on `port` with GID index `gid`, with the access `op` needs and
+/// as many outstanding READs and atomics as the device allows (up to [`MAX_RD_ATOMIC`]; as
+/// perftest, so a READ or atomic stream is not held to one at a time).
+fn connect_opts(ctx: &Context, port: &PortInfo, gid: Option<u8>, op: OpKind) -> Result<ConnectOpts, SetupError> {
+    let d = ctx.query()?;
+    let rd = d
+        .max_qp_rd_atom
+        .min(d.max_qp_init_rd_atom)
+        .clamp(1, i32::from(MAX_RD_ATOMIC)) as u8;
+    Ok(ConnectOpts {
         port: port.port,
         gid_index: gid,
         access: access_for(op),
+        max_rd_atomic: rd,
+        max_dest_rd_atomic: rd,
         ..Default::default()
-    }
+    })
 }
 
 /// Remote access an operation needs at the responder (plus local write for results/receives).
@@ -387,7 +400,7 @@ pub fn verbs_pair(
     };
     let pd = Pd::new(ctx)?;
     let caps = qp_caps();
-    let opts = connect_opts(port, gid, op);
+    let opts = connect_opts(ctx, port, gid, op)?;
     let (mut qa, ca, ma) = verbs_qp(ctx, &pd, kind, caps, buf_len, op)?;
     let (mut qb, cb, mb) = verbs_qp(ctx, &pd, kind, caps, buf_len, op)?;
     let (ea, eb) = (qa.endpoint(port, gid)?, qb.endpoint(port, gid)?);
@@ -485,7 +498,7 @@ pub fn mlx5_pair(
     };
     let pd = Pd::new(ctx)?;
     let caps = qp_caps();
-    let opts = connect_opts(port, *gid, op);
+    let opts = connect_opts(ctx, port, *gid, op)?;
     let mode = Mlx5Env::get().direct_mode(mode);
     let mut qa = DirectQp::new(&pd, caps, 2 * DEPTH, mode)?;
     let mut qb = DirectQp::new(&pd, caps, 2 * DEPTH, mode)?;
@@ -682,18 +695,18 @@ impl HalfEnd {
                 AnyEnd::Model(Box::new(DirectEnd::new(*q, LocalBuf::Model(mr), remote, inl)))
             }
             HalfEnd::Verbs { kind, mut qp, cq, mr } => {
-                let Some((_, port, gid)) = dev.verbs_parts() else {
+                let Some((ctx, port, gid)) = dev.verbs_parts() else {
                     unreachable!("verbs ends live on devices with a verbs context")
                 };
-                let opts = connect_opts(port, gid, op);
+                let opts = connect_opts(ctx, port, gid, op)?;
                 qp.connect(port, &opts, &rep)?;
                 AnyEnd::Verbs(Box::new(VerbsEnd::new(kind, qp, cq, mr, remote)?))
             }
             HalfEnd::Mlx5 { mut q, mr } => {
-                let Dev::Verbs { port, gid, .. } = dev else {
+                let Dev::Verbs { ctx, port, gid, .. } = dev else {
                     unreachable!("mlx5 ends live on verbs devices")
                 };
-                let opts = connect_opts(port, *gid, op);
+                let opts = connect_opts(ctx, port, *gid, op)?;
                 q.connect(port, &opts, &rep)?;
                 let inl = q.max_inline();
                 AnyEnd::Mlx5(Box::new(DirectEnd::new(*q, LocalBuf::Verbs(mr), remote, inl)))

@@ -58,9 +58,86 @@ impl Observer for Printer {
     }
 }
 
+/// What `--output` prints instead of the table (perftest's --output).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum OutputKind {
+    /// Latency p50, ns (lat).
+    Latency,
+    /// Average bandwidth, MB/s (2^20 B/s; Gb/s with --report-gbits) (bw).
+    Bandwidth,
+    /// Average message rate, Mpps (bw).
+    #[value(name = "message_rate")]
+    MessageRate,
+}
+
+/// Notes on standard error, nothing on standard output: `--output` prints the numbers alone.
+struct NumbersOnly;
+
+impl Observer for NumbersOnly {
+    fn note(&mut self, msg: &str) {
+        eprintln!("rdmaprobe: {msg}");
+    }
+    fn waiting(&mut self, addr: &str, secs: u64) {
+        eprintln!("rdmaprobe: server waiting for a client on {addr} ({secs} s)");
+    }
+}
+
+/// `--output` asks for a figure the scenario has, of one backend.
+fn check_output(plan: &Plan, o: OutputKind) -> Result<(), ProbeError> {
+    let fits = matches!(
+        (&plan.scenario, o),
+        (Scenario::Lat(_), OutputKind::Latency) | (Scenario::Bw(_), OutputKind::Bandwidth | OutputKind::MessageRate)
+    );
+    if !fits {
+        return Err(ProbeError::Usage(format!(
+            "--output {}: lat prints latency, bw bandwidth or message_rate",
+            match o {
+                OutputKind::Latency => "latency",
+                OutputKind::Bandwidth => "bandwidth",
+                OutputKind::MessageRate => "message_rate",
+            }
+        )));
+    }
+    if plan.backends == super::Backends::All {
+        return Err(ProbeError::Usage(
+            "--output prints one number per size: choose one backend (--backend verbs, wr or direct)".into(),
+        ));
+    }
+    Ok(())
+}
+
+/// The numbers `--output` prints, one per run (size).
+pub fn output_numbers(r: &Report, o: OutputKind) -> Vec<f64> {
+    match (&r.runs, o) {
+        (super::Runs::Lat(rs), OutputKind::Latency) => rs.iter().map(|x| x.latency.p50).collect(),
+        (super::Runs::Bw(rs), OutputKind::Bandwidth) => rs
+            .iter()
+            .map(|x| {
+                let gbits = matches!(&r.plan.scenario, Scenario::Bw(b) if b.gbits);
+                if gbits {
+                    x.summary.bw_avg_gbit_s
+                } else {
+                    x.summary.bw_avg_mib_s
+                }
+            })
+            .collect(),
+        (super::Runs::Bw(rs), OutputKind::MessageRate) => rs.iter().map(|x| x.summary.msg_rate_mpps).collect(),
+        _ => Vec::new(),
+    }
+}
+
 /// Runs a plan, prints it, and writes the files asked for (`json`: the result document, `hdr`:
-/// the interval log); returns the exit status (2: an output file cannot be written).
-pub fn measure(plan: &Plan, json: Option<&PathBuf>, hdr: Option<&PathBuf>) -> Result<u8, ProbeError> {
+/// the interval log); with `numbers` (perftest's --output) prints one number per size instead
+/// of the table. Returns the exit status (2: an output file cannot be written).
+pub fn measure(
+    plan: &Plan,
+    json: Option<&PathBuf>,
+    hdr: Option<&PathBuf>,
+    numbers: Option<OutputKind>,
+) -> Result<u8, ProbeError> {
+    if let Some(o) = numbers {
+        check_output(plan, o)?;
+    }
     for p in [json, hdr].into_iter().flatten() {
         if let Err(e) = output::check(p) {
             eprintln!("rdmaprobe: error: cannot write the output file {e}");
@@ -68,7 +145,29 @@ pub fn measure(plan: &Plan, json: Option<&PathBuf>, hdr: Option<&PathBuf>) -> Re
         }
     }
     super::stop_on_sigint();
-    let r = super::run(plan, &mut Printer)?;
+    let r = match numbers {
+        Some(_) => super::run(plan, &mut NumbersOnly)?,
+        None => super::run(plan, &mut Printer)?,
+    };
+    if let Some(o) = numbers {
+        if let Some(path) = json {
+            output::write(path, &serde_json::to_vec_pretty(&r.json()?)?)
+                .map_err(|e| ProbeError::Render(e.to_string()))?;
+        }
+        if let Some(path) = hdr {
+            output::write(path, &r.interval_log()?).map_err(|e| ProbeError::Render(e.to_string()))?;
+        }
+        if !matches!(r.role, Role::Server(_)) {
+            for v in output_numbers(&r, o) {
+                out!("{v:.2}");
+            }
+        }
+        if let Some(e) = &r.end_error {
+            eprintln!("rdmaprobe: error: {e}");
+            return Ok(1);
+        }
+        return Ok(0);
+    }
     if let Some(path) = hdr {
         output::write(path, &r.interval_log()?).map_err(|e| ProbeError::Render(e.to_string()))?;
         out!(

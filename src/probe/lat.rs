@@ -67,7 +67,7 @@ fn check(plan: &Plan, l: &LatPlan, obs: &mut dyn Observer) -> Result<Vec<u32>, P
                 .into(),
         ));
     }
-    if l.op == OpKind::FetchAdd && !matches!(l.sizes, Sizes::One(2) | Sizes::One(8)) {
+    if matches!(l.op, OpKind::FetchAdd | OpKind::CmpSwap) && !matches!(l.sizes, Sizes::One(2) | Sizes::One(8)) {
         obs.note("atomics move 8 bytes; -s/-a ignored");
     }
     Ok(l.sizes.list(l.op))

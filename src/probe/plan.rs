@@ -117,7 +117,7 @@ impl Sizes {
     /// The sizes, in bytes (atomics move 8 whatever was asked).
     pub fn list(self, op: OpKind) -> Vec<u32> {
         match self {
-            _ if op == OpKind::FetchAdd => vec![8],
+            _ if matches!(op, OpKind::FetchAdd | OpKind::CmpSwap) => vec![8],
             Sizes::All => (1..=23).map(|e| 1u32 << e).collect(),
             Sizes::One(s) => vec![s],
         }

@@ -55,6 +55,11 @@ pub(super) fn key(doc: &Value, r: &Value) -> String {
         r["op"].as_str().or_else(|| doc["params"]["op"].as_str()).unwrap_or("?"),
         r["backend"].as_str().unwrap_or("?"),
     );
+    // compare-and-swap and fetch-and-add are both `atomic`; their runs are not the same run
+    // (fetch-and-add keeps the key it always had)
+    if r["verb"].as_str() == Some("cmp_swap") {
+        k.push_str(" verb=cmp_swap");
+    }
     for f in [
         "db_mode",
         "postlist",
