@@ -264,6 +264,8 @@ ip link set ra up; sleep 2
 nft add table inet rdmaprobe_test && nft add chain inet rdmaprobe_test in '{ type filter hook input priority 0; }' &&
   nft add rule inet rdmaprobe_test in udp dport 4791 drop || echo "GUEST: nft failed"
 pingpair udp4791-dropped 18534 -d rxe1
+/opt/rdmaprobe doctor -d rxe1 > /tmp/doctor-nft.txt; echo "DOCTOR-NFT rc=\$?"
+grep -E ' firewall ' /tmp/doctor-nft.txt
 grep -q 'nftables drops RoCE v2 (UDP 4791)' /tmp/ping-udp4791-dropped.txt && echo "PING udp4791-dropped names the rule"
 nft delete table inet rdmaprobe_test
 pingpair ok-again 18535 -d rxe1
@@ -336,6 +338,8 @@ for want in "ok rc=0" "gid-empty rc=11" "gid-wrong rc=12" "link-down rc=11" "udp
             "udp4791-dropped names the rule"; do
   grep -qx "PING $want" "$log.txt" || { echo "FAIL: ping in the guest: expected 'PING $want'"; fail=1; }
 done
+grep -qx 'DOCTOR-NFT rc=1' "$log.txt" && grep -qE '^  FAIL +firewall +nftables drops RoCE v2 \(UDP 4791\)' "$log.txt" ||
+  { echo "FAIL: doctor did not fail the firewall check with UDP 4791 dropped"; fail=1; }
 grep -q 'devices_json=0 ' <<<"$result" || { echo "FAIL: rdmaprobe devices --json did not exit 0"; fail=1; }
 grep -q 'RoCE v2, 192.0.2.1' "$log.txt" || { echo "FAIL: rdmaprobe devices did not show the RoCE v2 IPv4 GID"; fail=1; }
 grep -q "model0	(SOFTWARE MODEL" "$log.txt" || { echo "FAIL: rdmaprobe devices did not list model0 in the guest"; fail=1; }
