@@ -318,6 +318,12 @@ struct BwArgs {
     /// the first (0: never).
     #[arg(long, default_value_t = 200, value_parser = clap::value_parser!(u64).range(0..=3_600_000))]
     min_ms: u64,
+    /// Run each size and backend for at least this many seconds (perftest's -D): a short first
+    /// run sizes the messages of the measured one, whose real length is printed (time[ms]).
+    /// --loopback only.
+    #[arg(short = 'D', long, value_parser = clap::value_parser!(u64).range(1..=86_400),
+          conflicts_with_all = ["iters", "min_ms"])]
+    duration: Option<u64>,
     /// perftest's -A, -F, --output.
     #[command(flatten)]
     perftest: PerftestArgs,
@@ -582,7 +588,8 @@ fn bw(a: BwArgs) -> Result<ExitCode> {
     let b = BwPlan {
         op: atomic_op(a.op, &a.perftest)?,
         sizes: if a.all_sizes { Sizes::All } else { Sizes::One(a.size) },
-        iters: a.iters,
+        // -D: a short first run sizes the measured one
+        iters: if a.duration.is_some() { 2000 } else { a.iters },
         tx_depth: a.tx_depth,
         postlist: a.postlist,
         cq_mod: a.cq_mod,
@@ -591,9 +598,15 @@ fn bw(a: BwArgs) -> Result<ExitCode> {
         bidirectional: a.bidirectional,
         inline_size: a.run.inline_size,
         window: Duration::from_micros(a.window_us),
-        min_duration: Duration::from_millis(a.min_ms),
+        min_duration: a.duration.map_or(Duration::from_millis(a.min_ms), Duration::from_secs),
         gbits: a.report_gbits,
     };
+    if a.duration.is_some() && !a.peer.loopback {
+        return Err(ProbeError::Usage(
+            "bw -D is available with --loopback only in this version (both ends must run the same messages)".into(),
+        )
+        .into());
+    }
     let p = plan(Scenario::Bw(b), &a.run, &a.peer)?;
     Ok(ExitCode::from(probe::console::measure(
         &p,

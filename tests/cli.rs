@@ -1214,8 +1214,30 @@ fn perftest_options_atomic_type_cpu_freq_and_output() {
             .unwrap_or_else(|_| panic!("{args:?}: not a number: {out}"));
         assert!(v >= lo && v.is_finite(), "{args:?}: {v}");
     }
+    // bw -D: the measured run lasts at least D seconds, said in the result
+    let d = dir.join("d.json");
+    let (c, out, err) = rdmaprobe(&[
+        "bw",
+        "write",
+        "--loopback",
+        "-D",
+        "1",
+        "--backend",
+        "direct",
+        "--json",
+        d.to_str().unwrap(),
+    ]);
+    assert_eq!(c, 0, "{out}{err}");
+    let j: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&d).unwrap()).unwrap();
+    let secs = j["runs"][0]["summary"]["seconds"].as_f64().unwrap();
+    assert!((1.0..30.0).contains(&secs), "bw -D 1 ran {secs} s");
     // what cannot work exits 2, naming the flag
     for (args, says) in [
+        (
+            vec!["bw", "write", "127.0.0.1", "-D", "1"],
+            "bw -D is available with --loopback only",
+        ),
+        (vec!["bw", "write", "--loopback", "-D", "1", "-n", "10"], "--duration"),
         (
             vec!["lat", "write", "--loopback", "-A", "CMP_AND_SWAP"],
             "-A/--atomic_type applies to the operation atomic",
