@@ -300,7 +300,7 @@ struct BwArgs {
     #[arg(short = 'Q', long = "cq-mod", default_value_t = 64, value_parser = clap::value_parser!(u32).range(1..=128))]
     cq_mod: u32,
     /// QPs per thread.
-    #[arg(short = 'q', long = "qp", default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..=64))]
+    #[arg(short = 'q', long = "qp", default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..=16384))]
     qps: u64,
     /// Threads, each with its own QPs, CQs and buffers, pinned.
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..=64))]

@@ -1270,3 +1270,61 @@ fn perftest_options_atomic_type_cpu_freq_and_output() {
     }
     std::fs::remove_dir_all(&dir).ok();
 }
+
+#[test]
+fn a_thousand_and_twenty_four_qps_on_model0() {
+    let _g = serial();
+    let dir = std::env::temp_dir().join(format!("rdmaprobe-qps-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let f = dir.join("q.json");
+    // every backend, 1024 QPs (each its own pair of QPs on model0), 128 messages on each
+    let (c, out, err) = rdmaprobe(&[
+        "bw",
+        "write",
+        "--loopback",
+        "-q",
+        "1024",
+        "-s",
+        "64",
+        "-n",
+        "128",
+        "-Q",
+        "16",
+        "--min-ms",
+        "0",
+        "--json",
+        f.to_str().unwrap(),
+    ]);
+    assert_eq!(c, 0, "{out}{err}");
+    let j: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&f).unwrap()).unwrap();
+    let runs = j["runs"].as_array().unwrap();
+    assert_eq!(runs.len(), 3, "{out}");
+    for r in runs {
+        assert_eq!(r["qps_per_thread"], 1024, "{r}");
+        assert_eq!(r["summary"]["messages"], 1024 * 128, "{r}");
+        assert!(r["summary"]["bw_avg_mib_s"].as_f64().unwrap() > 0.0);
+    }
+    // what would not fit in memory is refused before anything is built, naming the run
+    let (c, _, err) = rdmaprobe(&[
+        "bw",
+        "write",
+        "--loopback",
+        "-q",
+        "16384",
+        "--threads",
+        "2",
+        "-s",
+        "8388608",
+        "-n",
+        "10",
+    ]);
+    assert_eq!(c, 2, "{err}");
+    assert!(
+        err.contains("16384 QP(s)") && err.contains("buffers and queues per QP pair"),
+        "{err}"
+    );
+    // and the flag's bound is said
+    let (c, _, err) = rdmaprobe(&["bw", "write", "--loopback", "-q", "16385"]);
+    assert_eq!(c, 2, "{err}");
+    std::fs::remove_dir_all(&dir).ok();
+}

@@ -222,7 +222,7 @@ pub fn check_memory(need: u64, what: impl FnOnce() -> String) -> Result<(), Prob
     let budget = memory_budget().map(|b| b.saturating_sub(MEMORY_RESERVE) / 2);
     match budget {
         Some(budget) if need > budget => Err(ProbeError::Usage(format!(
-            "{}: the samples need {} MiB, and {} MiB are available to them (half of what this process may still use, less 256 MiB: MemAvailable, its cgroup's memory.max, RLIMIT_AS)",
+            "{}: the run needs {} MiB, and {} MiB are available to it (half of what this process may still use, less 256 MiB: MemAvailable, its cgroup's memory.max, RLIMIT_AS)",
             what(),
             need.div_ceil(1 << 20),
             budget >> 20
