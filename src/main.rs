@@ -113,7 +113,7 @@ struct FleetReportArgs {
     #[arg(long, default_value_t = 3.5, value_parser = positive_f64)]
     mad_k: f64,
     /// ...and by more than this many percent of the median.
-    #[arg(long, default_value_t = 10.0, value_parser = positive_f64)]
+    #[arg(long, default_value_t = 20.0, value_parser = positive_f64)]
     min_deviation_pct: f64,
 }
 

@@ -47,7 +47,7 @@ pub enum OpKind {
     Send,
     /// RDMA READ.
     Read,
-    /// Fetch-and-add of 1.
+    /// Atomic: fetch-and-add of 1 (or compare-and-swap with -A CMP_AND_SWAP).
     #[cfg_attr(feature = "std", value(name = "atomic"))]
     FetchAdd,
     /// Compare-and-swap (0 -> 0: always a hit that leaves the word unchanged).

@@ -37,7 +37,7 @@ impl Default for Rules {
     fn default() -> Self {
         Rules {
             mad_k: 3.5,
-            min_deviation: 0.10,
+            min_deviation: 0.20,
         }
     }
 }
@@ -66,6 +66,8 @@ pub struct PairIn {
     pub skipped: Option<String>,
     /// Exit statuses of the client's ping, lat and bw (`None`: not run or unreachable).
     pub rc: [Option<i64>; 3],
+    /// Exit statuses of the server's ping, lat and bw.
+    pub server_rc: [Option<i64>; 3],
     /// The server's and the client's ping reports.
     pub ping: [Option<Value>; 2],
     /// The client's lat and bw result documents.
@@ -81,6 +83,8 @@ pub struct FleetIn {
     pub nodes: Vec<String>,
     /// `reference`, `ring` or `all`.
     pub pairing: String,
+    /// The reference node of a `reference` plan.
+    pub reference: Option<String>,
     /// The nodes that answered (the others were unreachable or failed before the doctor ran).
     pub reachable: Vec<String>,
     /// Each reachable node's doctor report and exit status.
@@ -116,7 +120,14 @@ fn names(v: &Value, field: &str, path: &Path) -> Result<Vec<String>, FleetError>
     a.iter()
         .map(|n| {
             n.as_str()
-                .filter(|s| !s.is_empty() && !s.contains(['/', '\\']) && *s != "." && *s != "..")
+                .filter(|s| {
+                    !s.is_empty()
+                        && s.len() <= 255
+                        && !s.contains(['/', '\\'])
+                        && !s.chars().any(|c| c.is_control() || crate::oob::invisible(c))
+                        && *s != "."
+                        && *s != ".."
+                })
                 .map(str::to_string)
                 .ok_or_else(|| bad(format!("'{field}' holds {n}, not a node name")))
         })
@@ -138,8 +149,24 @@ pub fn load(dir: &Path) -> Result<FleetIn, FleetError> {
         });
     }
     let reachable = names(&plan, "reachable", &top)?;
+    let bad = |why: String| FleetError::Bad {
+        path: top.display().to_string(),
+        why,
+    };
+    if let Some(n) = reachable.iter().find(|n| !nodes.contains(n)) {
+        return Err(bad(format!("'reachable' names '{n}', which is not in 'nodes'")));
+    }
+    let pairing = plan["pairing"].as_str().unwrap_or("").to_string();
+    if !["reference", "ring", "all"].contains(&pairing.as_str()) {
+        return Err(bad(format!("'pairing' is '{pairing}', not reference, ring or all")));
+    }
+    let reference = plan["reference"].as_str().map(str::to_string);
+    if pairing == "reference" && !reference.as_ref().is_some_and(|r| nodes.contains(r)) {
+        return Err(bad("a reference plan needs 'reference', one of 'nodes'".into()));
+    }
     let mut f = FleetIn {
-        pairing: plan["pairing"].as_str().unwrap_or("?").to_string(),
+        pairing,
+        reference,
         reachable,
         ..Default::default()
     };
@@ -165,6 +192,10 @@ pub fn load(dir: &Path) -> Result<FleetIn, FleetError> {
     };
     entries.sort();
     for p in entries {
+        // a pair is a directory; anything else there (a README, a stray file) is not one
+        if !p.is_dir() {
+            continue;
+        }
         let sp = p.join("status.json");
         let Some(st) = read_json(&sp)? else { continue };
         let (Some(server), Some(client)) = (st["server"].as_str(), st["client"].as_str()) else {
@@ -181,13 +212,30 @@ pub fn load(dir: &Path) -> Result<FleetIn, FleetError> {
                 });
             }
         }
+        if server == client {
+            return Err(FleetError::Bad {
+                path: sp.display().to_string(),
+                why: format!("server and client are the same node '{server}'"),
+            });
+        }
+        if f.pairs
+            .iter()
+            .any(|q| (q.server == server && q.client == client) || (q.server == client && q.client == server))
+        {
+            return Err(FleetError::Bad {
+                path: sp.display().to_string(),
+                why: format!("the pair {server}--{client} appears twice (a copied directory?)"),
+            });
+        }
         let skipped = st["skipped"].as_str().filter(|s| !s.is_empty()).map(str::to_string);
         let rc = |k: &str| st[k].as_i64();
+        let src = |k: &str| st["server_rc"][k].as_i64();
         f.pairs.push(PairIn {
             server: server.into(),
             client: client.into(),
             skipped,
             rc: [rc("ping_rc"), rc("lat_rc"), rc("bw_rc")],
+            server_rc: [src("ping"), src("lat"), src("bw")],
             ping: [
                 read_json(&p.join("ping-server.json"))?,
                 read_json(&p.join("ping-client.json"))?,
@@ -197,6 +245,33 @@ pub fn load(dir: &Path) -> Result<FleetIn, FleetError> {
         });
     }
     Ok(f)
+}
+
+/// The pairs a plan runs (server, client), as the playbook makes them.
+pub fn planned_pairs(f: &FleetIn) -> Vec<(String, String)> {
+    let n = &f.nodes;
+    match f.pairing.as_str() {
+        "reference" => {
+            let r = f.reference.clone().unwrap_or_default();
+            n.iter().filter(|x| **x != r).map(|x| (r.clone(), x.clone())).collect()
+        }
+        "ring" => {
+            let mut out: Vec<(String, String)> = Vec::new();
+            for i in 0..n.len() {
+                let (a, b) = (n[i].clone(), n[(i + 1) % n.len()].clone());
+                // two nodes make one pair, not the same pair twice
+                if a != b && !out.contains(&(b.clone(), a.clone())) {
+                    out.push((a, b));
+                }
+            }
+            out
+        }
+        "all" => (0..n.len())
+            .flat_map(|i| (i + 1..n.len()).map(move |j| (i, j)))
+            .map(|(i, j)| (n[i].clone(), n[j].clone()))
+            .collect(),
+        _ => Vec::new(),
+    }
 }
 
 /// A layer's outcome in the report.
@@ -247,6 +322,8 @@ pub struct NodeOut {
     pub node: String,
     /// Whether it answered.
     pub reachable: bool,
+    /// Whether a doctor report came back.
+    pub doctor_ran: bool,
     /// Doctor's failing checks (`id: evidence`).
     pub doctor_fail: Vec<String>,
     /// Doctor's warnings (`id: evidence`).
@@ -295,6 +372,8 @@ pub struct FleetReport {
     pub rules: Value,
     /// The failed nodes.
     pub failed: Vec<String>,
+    /// Pairs of the plan that left no result (an interrupted run): the run does not pass.
+    pub missing_pairs: Vec<String>,
     /// Remarks (too few nodes to judge outliers, ...).
     pub notes: Vec<String>,
 }
@@ -390,6 +469,16 @@ fn pair_out(p: &PairIn) -> PairOut {
             None => o.layers[i] = Mark::NotRun,
         }
     }
+    // the servers' side: a server that failed is said, and fails layer 3 of a pair that
+    // otherwise passed
+    for (i, name) in ["ping", "lat", "bw"].iter().enumerate() {
+        if let Some(c) = p.server_rc[i].filter(|c| *c != 0) {
+            o.findings.push(format!("the {name} server on {} exited {c}", p.server));
+            if o.layers[1] == Mark::Pass && o.layers[2] == Mark::Pass {
+                o.layers[2] = Mark::Fail;
+            }
+        }
+    }
     // the short lat and bw runs: a failed one fails layer 3 (or 2 when nothing connected)
     for (name, rc, fig) in [
         ("lat", p.rc[1], o.lat_p50_ns.is_some()),
@@ -455,6 +544,7 @@ pub fn judge(f: &FleetIn, rules: &Rules) -> FleetReport {
         let mut o = NodeOut {
             node: n.clone(),
             reachable,
+            doctor_ran: false,
             doctor_fail: Vec::new(),
             doctor_warn: Vec::new(),
             layers: [Mark::NotRun; 3],
@@ -466,11 +556,13 @@ pub fn judge(f: &FleetIn, rules: &Rules) -> FleetReport {
             evidence: Vec::new(),
         };
         if !reachable {
-            o.reasons
-                .push("unreachable: no answer to the controller (ssh, or the host is down)".into());
+            o.reasons.push(
+                "unreachable: it did not answer the controller (ssh, the host down, or its first task failed)".into(),
+            );
         }
         if let Some((doc, rc)) = f.doctor.get(n) {
             if let Some(checks) = doc.as_ref().and_then(|d| d["checks"].as_array()) {
+                o.doctor_ran = true;
                 for c in checks {
                     let line = format!(
                         "{}: {}",
@@ -535,12 +627,32 @@ pub fn judge(f: &FleetIn, rules: &Rules) -> FleetReport {
                     o.evidence.push(format!("{}--{}: {line}", q.server, q.client));
                 }
             }
-            let lat: Vec<f64> = mine.iter().filter_map(|(_, q)| q.lat_p50_ns).collect();
-            let bw: Vec<f64> = mine.iter().filter_map(|(_, q)| q.bw_avg_mib_s).collect();
-            o.lat_p50_ns = median(&lat);
-            o.bw_avg_mib_s = median(&bw);
+            // its best pair: a node is as slow as its best link shows, so the neighbours of a
+            // slow node, which also have a good link, are not blamed for it
+            o.lat_p50_ns = mine.iter().filter_map(|(_, q)| q.lat_p50_ns).reduce(f64::min);
+            o.bw_avg_mib_s = mine.iter().filter_map(|(_, q)| q.bw_avg_mib_s).reduce(f64::max);
         } else if reachable {
-            o.reasons.push("in no pair that ran".into());
+            let partners: Vec<&str> = f
+                .pairs
+                .iter()
+                .filter(|p| p.server == *n || p.client == *n)
+                .map(|p| {
+                    if p.server == *n {
+                        p.client.as_str()
+                    } else {
+                        p.server.as_str()
+                    }
+                })
+                .filter(|m| !f.reachable.iter().any(|r| r == m))
+                .collect();
+            o.reasons.push(if partners.is_empty() {
+                "in no pair that ran".into()
+            } else {
+                format!(
+                    "in no pair that ran: its partners did not answer ({})",
+                    partners.join(", ")
+                )
+            });
         }
         nodes.push(o);
     }
@@ -548,6 +660,28 @@ pub fn judge(f: &FleetIn, rules: &Rules) -> FleetReport {
     let bw_vals: Vec<f64> = nodes.iter().filter_map(|n| n.bw_avg_mib_s).collect();
     let (lat_s, bw_s) = (spread(&lat_vals), spread(&bw_vals));
     let mut notes = Vec::new();
+    // the plan's pairs that left no result: an interrupted or partial run does not pass
+    let missing: Vec<String> = planned_pairs(f)
+        .into_iter()
+        .filter(|(a, b)| {
+            !f.pairs
+                .iter()
+                .any(|p| (p.server == *a && p.client == *b) || (p.server == *b && p.client == *a))
+        })
+        .map(|(a, b)| format!("{a}--{b}"))
+        .collect();
+    if f.pairing == "reference" {
+        if let Some(r) = &f.reference {
+            if f.reachable.contains(r) {
+                notes.push(format!(
+                    "reference plan: every pair holds {r}, so its own speed cannot be judged against the fleet \
+                     (a slow {r} slows every pair alike): give ping's layer 3 limits (fleet_max_lat_ns, fleet_min_bw) to judge it"
+                ));
+            } else {
+                notes.push(format!("the reference node {r} did not answer: no pair could run"));
+            }
+        }
+    }
     for (name, s) in [("latency", &lat_s), ("bandwidth", &bw_s)] {
         match s {
             Some(s) if s.nodes < 3 => notes.push(format!(
@@ -588,7 +722,7 @@ pub fn judge(f: &FleetIn, rules: &Rules) -> FleetReport {
             .filter(|m| m.doctor_warn.iter().any(|w| w.split(':').next() == Some(id)))
             .count()
     };
-    let with_doctor = nodes.iter().filter(|m| m.reachable).count();
+    let with_doctor = nodes.iter().filter(|m| m.doctor_ran).count();
     let mut extra: Vec<(usize, String)> = Vec::new();
     for (i, o) in nodes.iter().enumerate().filter(|(_, o)| o.failed) {
         for w in &o.doctor_warn {
@@ -600,6 +734,22 @@ pub fn judge(f: &FleetIn, rules: &Rules) -> FleetReport {
             };
             extra.push((i, format!("doctor warns ({share}): {w}")));
         }
+        if !o.outliers.is_empty() {
+            let figs: Vec<String> = pairs
+                .iter()
+                .filter(|q| (q.server == o.node || q.client == o.node) && q.lat_p50_ns.is_some())
+                .map(|q| {
+                    format!(
+                        "{}--{} {} ns, {} MiB/s",
+                        q.server,
+                        q.client,
+                        fig(q.lat_p50_ns),
+                        fig(q.bw_avg_mib_s)
+                    )
+                })
+                .collect();
+            extra.push((i, format!("its pairs: {}", figs.join("; "))));
+        }
         for q in pairs.iter().filter(|q| q.server == o.node || q.client == o.node) {
             for c in &q.counters {
                 extra.push((i, format!("{}--{}: {c}", q.server, q.client)));
@@ -610,26 +760,45 @@ pub fn judge(f: &FleetIn, rules: &Rules) -> FleetReport {
         nodes[i].evidence.push(e);
     }
     let failed = nodes.iter().filter(|n| n.failed).map(|n| n.node.clone()).collect();
+    let round = |x: f64| (x * 1000.0).round() / 1000.0;
     FleetReport {
         pairing: f.pairing.clone(),
         nodes,
         pairs,
         lat_p50_ns: lat_s,
         bw_avg_mib_s: bw_s,
-        rules: json!({"mad_k": rules.mad_k, "min_deviation_pct": rules.min_deviation * 100.0}),
+        rules: json!({"mad_k": round(rules.mad_k), "min_deviation_pct": round(rules.min_deviation * 100.0)}),
         failed,
+        missing_pairs: missing,
         notes,
     }
 }
 
 fn fig(v: Option<f64>) -> String {
-    v.map_or_else(|| "-".into(), |x| format!("{x:.0}"))
+    match v {
+        None => "-".into(),
+        Some(x) if x.abs() >= 1e12 => format!("{x:.3e}"),
+        Some(x) => format!("{x:.0}"),
+    }
+}
+
+/// Text for a terminal: control and invisible characters (from the files read) shown as `?`.
+fn clean(s: &str) -> String {
+    s.chars()
+        .map(|c| {
+            if c != '\n' && (c.is_control() || crate::oob::invisible(c)) {
+                '?'
+            } else {
+                c
+            }
+        })
+        .collect()
 }
 
 impl FleetReport {
-    /// The exit status: 0 when no node failed, 1 when one did.
+    /// The exit status: 0 when no node failed and every planned pair left a result, else 1.
     pub fn exit_code(&self) -> u8 {
-        u8::from(!self.failed.is_empty())
+        u8::from(!self.failed.is_empty() || !self.missing_pairs.is_empty())
     }
 
     /// As JSON.
@@ -653,8 +822,12 @@ impl FleetReport {
             "node", "reachable", "doctor", "L1", "L2", "L3", "lat p50 ns", "bw MiB/s"
         );
         for n in &self.nodes {
-            let doctor = if !n.reachable {
-                "-"
+            let doctor = if !n.doctor_ran {
+                if n.reachable {
+                    "none"
+                } else {
+                    "-"
+                }
             } else if n.doctor_fail.is_empty() {
                 "pass"
             } else {
@@ -705,6 +878,13 @@ impl FleetReport {
         for n in &self.notes {
             let _ = writeln!(s, "note: {n}");
         }
+        if !self.missing_pairs.is_empty() {
+            let _ = writeln!(
+                s,
+                "INCOMPLETE: the plan's pairs {} left no result (an interrupted run?)",
+                self.missing_pairs.join(", ")
+            );
+        }
         if self.failed.is_empty() {
             s.push_str("no node failed\n");
         } else {
@@ -718,7 +898,7 @@ impl FleetReport {
                 }
             }
         }
-        s
+        clean(&s)
     }
 
     /// One self-contained HTML page (inline CSS, nothing fetched).
@@ -748,6 +928,13 @@ impl FleetReport {
             self.rules["mad_k"],
             self.rules["min_deviation_pct"]
         );
+        if !self.missing_pairs.is_empty() {
+            let _ = writeln!(
+                h,
+                "<p><b>Incomplete: the plan's pairs {} left no result.</b></p>",
+                esc(&self.missing_pairs.join(", "))
+            );
+        }
         if self.failed.is_empty() {
             h.push_str("<p><b>No node failed.</b></p>\n");
         } else {
@@ -759,8 +946,12 @@ impl FleetReport {
              <th class=\"l\">why</th></tr>\n",
         );
         for n in &self.nodes {
-            let doctor = if !n.reachable {
-                Mark::NotRun
+            let doctor = if !n.doctor_ran {
+                if n.reachable {
+                    Mark::Fail
+                } else {
+                    Mark::NotRun
+                }
             } else if n.doctor_fail.is_empty() {
                 Mark::Pass
             } else {
@@ -851,6 +1042,7 @@ mod tests {
             client: c.into(),
             skipped: None,
             rc: [Some(0), Some(0), Some(0)],
+            server_rc: [Some(0), Some(0), Some(0)],
             ping: [ladder("pass", "pass", "pass"), ladder("pass", "pass", "pass")],
             lat: Some(json!({"runs": [{"latency_ns": {"p50": lat}}],
                              "counters": {"source": "sysfs", "delta": {"port_rcv_errors": 0, "rnr_nak_retry_err": 3}}})),
@@ -872,6 +1064,7 @@ mod tests {
         FleetIn {
             nodes: nodes.iter().map(|s| s.to_string()).collect(),
             pairing: "all".into(),
+            reference: None,
             reachable: reachable.iter().map(|s| s.to_string()).collect(),
             doctor,
             doctor_error: BTreeMap::new(),
@@ -934,8 +1127,106 @@ mod tests {
         assert_eq!(r.json()["failed"], json!(["n3", "n4"]));
         assert_eq!(n3.outliers, vec!["lat_p50_ns"]);
         assert!(
-            h.contains("<h3>Evidence: n3</h3>") && h.contains("<td class=\"fail\">2625</td>"),
+            h.contains("<h3>Evidence: n3</h3>") && h.contains("<td class=\"fail\">2600</td>"),
             "{h}"
+        );
+        assert!(
+            n3.evidence
+                .iter()
+                .any(|e| e == "its pairs: n1--n3 2600 ns, 8800 MiB/s; n2--n3 2650 ns, 9100 MiB/s"),
+            "{n3:?}"
+        );
+        assert!(r.missing_pairs.is_empty());
+    }
+
+    /// A fleet of `n` nodes `n00`.. with the pairs of `pairing`, every pair 600 ns and 9000 MiB/s
+    /// (+-3 %, deterministic), plus `slow_ns` on every pair that holds `slow`.
+    fn planned(n: usize, pairing: &str, slow: &str, slow_ns: f64) -> FleetIn {
+        let names: Vec<String> = (0..n).map(|i| format!("n{i:02}")).collect();
+        let refs: Vec<&str> = names.iter().map(String::as_str).collect();
+        let mut f = fleet(&refs, &refs, Vec::new());
+        f.pairing = pairing.into();
+        f.reference = Some("n00".into());
+        for (k, (a, b)) in planned_pairs(&f).into_iter().enumerate() {
+            let wobble = 1.0 + 0.03 * ((k * 7 % 5) as f64 - 2.0) / 2.0;
+            let extra = if a == slow || b == slow { slow_ns } else { 0.0 };
+            f.pairs.push(pair(&a, &b, 600.0 * wobble + extra, 9000.0 * wobble));
+        }
+        f
+    }
+
+    #[test]
+    fn ring_and_reference_plans_blame_the_slow_node_alone() {
+        for pairing in ["ring", "reference", "all"] {
+            for n in [3, 4, 10] {
+                let r = judge(&planned(n, pairing, "n02", 1500.0), &Rules::default());
+                assert_eq!(r.failed, vec!["n02"], "{pairing} of {n}: {}", r.text());
+                assert!(r.missing_pairs.is_empty());
+                assert_eq!(r.exit_code(), 1);
+            }
+        }
+        // a slow reference slows every pair alike: it cannot be judged against the fleet, and
+        // the report says so (ping's layer 3 limits judge it)
+        let r = judge(&planned(10, "reference", "n00", 1500.0), &Rules::default());
+        assert!(r.failed.is_empty(), "{}", r.text());
+        assert!(
+            r.notes.iter().any(|x| x.contains("every pair holds n00")),
+            "{:?}",
+            r.notes
+        );
+    }
+
+    #[test]
+    fn a_partial_run_does_not_pass_and_an_absent_reference_is_said() {
+        let mut f = planned(5, "all", "", 0.0);
+        f.pairs.remove(3);
+        let r = judge(&f, &Rules::default());
+        assert!(r.failed.is_empty());
+        assert_eq!(r.missing_pairs.len(), 1, "{:?}", r.missing_pairs);
+        assert_eq!(r.exit_code(), 1);
+        assert!(r.text().contains("INCOMPLETE: the plan's pairs"), "{}", r.text());
+        assert!(r.html().contains("Incomplete: the plan's pairs"));
+        // the reference did not answer: its pairs were skipped, and every node says why
+        let mut f = planned(4, "reference", "", 0.0);
+        f.reachable.retain(|n| n != "n00");
+        for p in &mut f.pairs {
+            p.skipped = Some("n00 did not answer".into());
+        }
+        let r = judge(&f, &Rules::default());
+        assert!(r
+            .notes
+            .iter()
+            .any(|x| x == "the reference node n00 did not answer: no pair could run"));
+        assert!(
+            r.nodes[1]
+                .reasons
+                .iter()
+                .any(|x| x.contains("its partners did not answer (n00)")),
+            "{:?}",
+            r.nodes[1]
+        );
+        // a server that failed is said, and fails the pair's layer 3
+        let mut f = planned(3, "all", "", 0.0);
+        f.pairs[0].server_rc[1] = Some(1);
+        let r = judge(&f, &Rules::default());
+        assert_eq!(r.pairs[0].layers[2], Mark::Fail);
+        assert!(
+            r.pairs[0]
+                .findings
+                .iter()
+                .any(|x| x == "the lat server on n00 exited 1"),
+            "{:?}",
+            r.pairs[0]
+        );
+        // no doctor report: not shown as a pass
+        let mut f = planned(3, "all", "", 0.0);
+        f.doctor.insert("n01".into(), (None, Some(2)));
+        let r = judge(&f, &Rules::default());
+        assert!(!r.nodes[1].doctor_ran && r.nodes[1].failed);
+        assert!(
+            r.text().lines().any(|l| l.starts_with("n01") && l.contains(" none ")),
+            "{}",
+            r.text()
         );
     }
 
@@ -1052,6 +1343,27 @@ mod tests {
         assert!(load(&d).unwrap_err().to_string().contains("not a node name"));
         std::fs::write(
             d.join("fleet.json"),
+            "{\"nodes\": [\"n1\", \"c\\u001b[31m\"], \"reachable\": []}",
+        )
+        .unwrap();
+        assert!(load(&d).unwrap_err().to_string().contains("not a node name"));
+        std::fs::write(
+            d.join("fleet.json"),
+            r#"{"nodes": ["n1"], "reachable": ["n9"], "pairing": "all"}"#,
+        )
+        .unwrap();
+        assert!(load(&d)
+            .unwrap_err()
+            .to_string()
+            .contains("'n9', which is not in 'nodes'"));
+        std::fs::write(
+            d.join("fleet.json"),
+            r#"{"nodes": ["n1"], "reachable": [], "pairing": "star"}"#,
+        )
+        .unwrap();
+        assert!(load(&d).unwrap_err().to_string().contains("not reference, ring or all"));
+        std::fs::write(
+            d.join("fleet.json"),
             r#"{"nodes": ["n1", "n2"], "reachable": ["n1", "n2"], "pairing": "ring", "doctor_rc": {"n1": 0}}"#,
         )
         .unwrap();
@@ -1061,6 +1373,23 @@ mod tests {
         )
         .unwrap();
         assert!(load(&d).unwrap_err().to_string().contains("'n3' is not in"));
+        std::fs::write(
+            d.join("pairs/n1--n2/status.json"),
+            r#"{"server": "n1", "client": "n1"}"#,
+        )
+        .unwrap();
+        assert!(load(&d).unwrap_err().to_string().contains("the same node"));
+        std::fs::create_dir_all(d.join("pairs/copy")).unwrap();
+        std::fs::write(
+            d.join("pairs/n1--n2/status.json"),
+            r#"{"server": "n1", "client": "n2"}"#,
+        )
+        .unwrap();
+        std::fs::write(d.join("pairs/copy/status.json"), r#"{"server": "n2", "client": "n1"}"#).unwrap();
+        assert!(load(&d).unwrap_err().to_string().contains("appears twice"));
+        std::fs::remove_dir_all(d.join("pairs/copy")).unwrap();
+        // a stray file among the pairs is not a pair
+        std::fs::write(d.join("pairs/README"), "notes").unwrap();
         std::fs::write(
             d.join("pairs/n1--n2/status.json"),
             r#"{"server": "n1", "client": "n2", "ping_rc": 0, "lat_rc": 0, "bw_rc": 0}"#,
