@@ -202,7 +202,7 @@ impl Report {
         let min_ms = b.min_duration.as_millis();
         let _ = writeln!(
             s,
-            " windows of {:.3} ms, or the multiple that holds at least 16 completions (win[ms]: the length used; a window moves in steps of one completion), partition each run (the last up to 1.5 windows); peak: perftest's (shortest time per message from a post to a later completion; one QP, one direction only); {}",
+            " windows of {:.3} ms, or the multiple that holds at least 16 completions of every sending QP (win[ms]: the length used; a window moves in steps of one completion), partition each run (the last up to 1.5 windows); peak: perftest's (shortest time per message from a post to a later completion; one QP, one direction only); {}",
             b.window.as_micros() as f64 / 1e3,
             if self.role != Role::Loopback {
                 format!("runs are -n messages per QP (client and server agree on them); runs under {min_ms} ms are flagged")

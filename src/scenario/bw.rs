@@ -93,6 +93,8 @@ pub struct PeakTrace {
 pub struct ThreadResult {
     /// Messages completed (all its QPs and directions).
     pub messages: u64,
+    /// Sending ends (QPs and directions that complete sends) in this thread.
+    pub streams: u64,
     /// First post (ticks).
     pub start: u64,
     /// Last completion (ticks).
@@ -199,6 +201,7 @@ pub fn drive_ends<B: Backend>(
     let mut out = ThreadResult {
         start,
         grid: (origin, grid.window_ticks),
+        streams: ctl.iter().filter(|c| c.role.sends).count() as u64,
         ..Default::default()
     };
     let mut done = 0u64;
@@ -495,9 +498,12 @@ pub fn summarize(rs: &[ThreadResult], size: u32, cq_mod: u32, hz: f64) -> BwSumm
     // Completions arrive every `cq_mod` messages of a QP: a window holding only a few of them
     // measures how completions fall, not bandwidth (0 in most windows, one huge one). Windows are
     // widened to whole multiples `m` of the grid's until they hold at least `MIN_COMPLETIONS`
-    // completion periods on average; the result says the length used.
+    // completion periods of every sending QP on average (many QPs complete in bursts, a sweep
+    // over them at a time); the result says the length used. A run too short for that is one
+    // window: best and worst are then its average.
+    let streams = rs.iter().map(|r| r.streams).sum::<u64>().max(1) as f64;
     let per_base = messages as f64 * base as f64 / total.max(1) as f64;
-    let m = ((MIN_COMPLETIONS * f64::from(cq_mod.max(1))) / per_base.max(1e-9))
+    let m = ((MIN_COMPLETIONS * f64::from(cq_mod.max(1)) * streams) / per_base.max(1e-9))
         .ceil()
         .max(1.0);
     let m = if m.is_finite() {
@@ -569,6 +575,7 @@ mod tests {
     fn thread(messages: u64, start: u64, end: u64, w: u64, windows: Vec<u64>) -> ThreadResult {
         ThreadResult {
             messages,
+            streams: 1,
             start,
             end,
             grid: (start, w),
@@ -648,6 +655,22 @@ mod tests {
         let w = s.window_ms * 1e-3 * 1e6;
         assert!(w >= MIN_COMPLETIONS * 64.0 && (w / base as f64).fract() == 0.0, "{s:?}");
         assert!((s.window_requested_ms - 0.01).abs() < 1e-12);
+        assert!(s.bw_min_window_mib_s > 0.7 * s.bw_avg_mib_s, "{s:?}");
+        assert!(s.bw_peak_window_mib_s < 1.3 * s.bw_avg_mib_s, "{s:?}");
+    }
+
+    #[test]
+    fn windows_hold_several_completions_of_every_qp() {
+        // 64 QPs, one message per tick in all, a completion every 64 messages of a QP, and the
+        // QPs' completions in bursts (a sweep over them): 4096 messages every 4096 ticks. Windows
+        // of 16 completion periods in all (1024 ticks) would be empty three times in four.
+        let (end, base, burst) = (4096u64 * 64, 16u64, 4096u64);
+        let windows: Vec<u64> = (1..end / base).map(|k| (k * base) / burst * burst).collect();
+        let mut t = thread(end, 0, end, base, windows);
+        t.streams = 64;
+        let s = summarize(&[t], 1024, 64, 1e6);
+        let w = s.window_ms * 1e-3 * 1e6;
+        assert!(w >= MIN_COMPLETIONS * 64.0 * 64.0, "{s:?}");
         assert!(s.bw_min_window_mib_s > 0.7 * s.bw_avg_mib_s, "{s:?}");
         assert!(s.bw_peak_window_mib_s < 1.3 * s.bw_avg_mib_s, "{s:?}");
     }
