@@ -30,6 +30,7 @@ fn main() {
         stall: Duration::from_secs(30),
         window: Duration::from_millis(1),
         min_duration: Duration::ZERO,
+        no_peak: false,
     };
     let (mut one, mut two) = (Vec::new(), Vec::new());
     for _ in 0..5 {

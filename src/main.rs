@@ -324,6 +324,10 @@ struct BwArgs {
     #[arg(short = 'D', long, value_parser = clap::value_parser!(u64).range(1..=86_400),
           conflicts_with_all = ["iters", "min_ms"])]
     duration: Option<u64>,
+    /// No perftest peak (perftest's -N, --noPeak): post and completion times are not traced,
+    /// the peak column says "-".
+    #[arg(short = 'N', long = "noPeak")]
+    no_peak: bool,
     /// perftest's -A, -F, --output.
     #[command(flatten)]
     perftest: PerftestArgs,
@@ -600,6 +604,7 @@ fn bw(a: BwArgs) -> Result<ExitCode> {
         window: Duration::from_micros(a.window_us),
         min_duration: a.duration.map_or(Duration::from_millis(a.min_ms), Duration::from_secs),
         gbits: a.report_gbits,
+        no_peak: a.no_peak,
     };
     if a.duration.is_some() && !a.peer.loopback {
         return Err(ProbeError::Usage(

@@ -36,6 +36,7 @@ fn p(op: OpKind, size: u32) -> BwParams {
         stall: Duration::from_secs(10),
         window: Duration::from_micros(100),
         min_duration: Duration::ZERO,
+        no_peak: false,
     }
 }
 

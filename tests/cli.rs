@@ -1214,6 +1214,32 @@ fn perftest_options_atomic_type_cpu_freq_and_output() {
             .unwrap_or_else(|_| panic!("{args:?}: not a number: {out}"));
         assert!(v >= lo && v.is_finite(), "{args:?}: {v}");
     }
+    // -N: no perftest peak (without it, one stream has one)
+    for (flag, has_peak) in [(Some("-N"), false), (None, true)] {
+        let f = dir.join("n.json");
+        let mut args = vec![
+            "bw",
+            "write",
+            "--loopback",
+            "-n",
+            "4000",
+            "--min-ms",
+            "0",
+            "--backend",
+            "direct",
+            "--json",
+            f.to_str().unwrap(),
+        ];
+        args.extend(flag);
+        let (c, out, err) = rdmaprobe(&args);
+        assert_eq!(c, 0, "{out}{err}");
+        let j: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&f).unwrap()).unwrap();
+        assert_eq!(
+            j["runs"][0]["summary"]["bw_peak_perftest_mib_s"].is_number(),
+            has_peak,
+            "{flag:?}: {j}"
+        );
+    }
     // bw -D: the measured run lasts at least D seconds, said in the result
     let d = dir.join("d.json");
     let (c, out, err) = rdmaprobe(&[

@@ -146,6 +146,7 @@ pub(super) fn run(
                 window: b.window,
                 // both ends of a client/server run must agree on the iterations: no resizing
                 min_duration: if network { Duration::ZERO } else { b.min_duration },
+                no_peak: b.no_peak,
             };
             let r = match net.as_mut() {
                 None => run_bw(

@@ -193,6 +193,8 @@ pub struct BwPlan {
     pub min_duration: Duration,
     /// Figures in Gb/s instead of MB/s (2^20 bytes) in the table.
     pub gbits: bool,
+    /// No perftest peak (perftest's -N).
+    pub no_peak: bool,
 }
 
 impl BwPlan {
@@ -213,6 +215,7 @@ impl BwPlan {
             window: Duration::from_millis(1),
             min_duration: Duration::from_millis(200),
             gbits: false,
+            no_peak: false,
         }
     }
 }

@@ -203,6 +203,7 @@ pub fn run(sp: &SuitePlan, obs: &mut dyn Observer) -> Result<SuiteReport, ProbeE
                     window: Duration::from_millis(1),
                     // long enough for 50 (quick) or 200 one-millisecond windows
                     min_duration: Duration::from_millis(m.bw_min_ms),
+                    no_peak: false,
                 };
                 let x = run_bw(&dev, *k, &p, 1, 1, buf, DbMode::Bf, &cal, &INTERRUPTED)?;
                 runs.push(tagged(&x, "bw")?);

@@ -42,6 +42,8 @@ pub struct BwParams {
     /// In-process runs shorter than this are repeated with more iterations, sized by the first
     /// (zero: no minimum).
     pub min_duration: Duration,
+    /// No perftest peak (perftest's -N): the post and completion times are not traced.
+    pub no_peak: bool,
 }
 
 /// The time grid of a run's windows: its origin (the first thread's first post) and the window
@@ -361,7 +363,7 @@ pub fn run<B: Backend + Send>(
 ) -> Result<Vec<ThreadResult>, ScenarioError> {
     check(p)?;
     // perftest's peak is defined for one stream of posts and completions
-    let trace_peak = threads.len() == 1 && threads[0].len() == 1 && !p.bidirectional;
+    let trace_peak = threads.len() == 1 && threads[0].len() == 1 && !p.bidirectional && !p.no_peak;
     let mut out: Vec<Option<Result<ThreadResult, ScenarioError>>> = threads.iter().map(|_| None).collect();
     let jobs = threads
         .iter_mut()

@@ -613,7 +613,7 @@ pub fn bw_side(
     let grid = bw::Grid::new(cal.to_ticks(p.window.as_nanos() as f64));
     let grid = &grid;
     // perftest's peak is defined for one stream of posts and completions
-    let trace_peak = client && threads.len() == 1 && threads[0].len() == 1 && !p.bidirectional;
+    let trace_peak = client && threads.len() == 1 && threads[0].len() == 1 && !p.bidirectional && !p.no_peak;
     let (rc, rs) = bw::roles(p);
     let role = if client { rc } else { rs };
     let mut out: Vec<Option<Result<bw::ThreadResult, ScenarioError>>> = threads.iter().map(|_| None).collect();
