@@ -163,6 +163,25 @@ struct RunArgs {
     /// Seconds without progress before a run is declared stalled.
     #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..=3600))]
     stall_secs: u64,
+    /// Path MTU (perftest's -m): 256, 512, 1024, 2048 or 4096 (default: the port's active MTU).
+    #[arg(short = 'm', long, value_parser = clap::builder::PossibleValuesParser::new(["256", "512", "1024", "2048", "4096"])
+          .map(|v| v.parse::<u32>().unwrap_or(1024)))]
+    mtu: Option<u32>,
+    /// Service level (perftest's -S).
+    #[arg(short = 'S', long, default_value_t = 0, value_parser = clap::value_parser!(u8).range(0..=15))]
+    sl: u8,
+    /// GRH traffic class (perftest's --tclass; RoCE and global routing).
+    #[arg(short = 'T', long = "tclass", visible_alias = "tos", default_value_t = 0)]
+    tclass: u8,
+    /// Local ACK timeout exponent, 4.096 us x 2^N (perftest's -u).
+    #[arg(short = 'u', long = "qp-timeout", default_value_t = 14, value_parser = clap::value_parser!(u8).range(0..=31))]
+    qp_timeout: u8,
+    /// Transport retries (perftest's --retry_count).
+    #[arg(long = "retry_count", default_value_t = 7, value_parser = clap::value_parser!(u8).range(0..=7))]
+    retry_count: u8,
+    /// P_Key index (perftest's --pkey_index).
+    #[arg(long = "pkey_index", default_value_t = 0)]
+    pkey_index: u16,
     /// Write the results as JSON.
     #[arg(long)]
     json: Option<std::path::PathBuf>,
@@ -563,6 +582,14 @@ fn plan(scenario: Scenario, r: &RunArgs, p: &PeerArgs) -> Result<Plan> {
         peer,
         oob_timeout: Duration::from_secs(p.oob_timeout),
         stall: Duration::from_secs(r.stall_secs),
+        path: rdmaprobe::probe::PathOpts {
+            mtu: r.mtu,
+            sl: r.sl,
+            traffic_class: r.tclass,
+            timeout: r.qp_timeout,
+            retry_count: r.retry_count,
+            pkey_index: r.pkey_index,
+        },
         diag: r.diag.clone(),
     })
 }

@@ -1240,6 +1240,49 @@ fn perftest_options_atomic_type_cpu_freq_and_output() {
             "{flag:?}: {j}"
         );
     }
+    // path and QP options (-m -S -T -u --retry_count --pkey_index): set on the verbs QPs (read
+    // back after RTS: a value the QP did not take is an error), recorded in the result
+    let pf = dir.join("path.json");
+    let (c, out, err) = rdmaprobe(&[
+        "lat",
+        "write",
+        "--loopback",
+        "-n",
+        "300",
+        "--backend",
+        "verbs",
+        "-m",
+        "1024",
+        "-S",
+        "3",
+        "-T",
+        "32",
+        "-u",
+        "18",
+        "--retry_count",
+        "5",
+        "--json",
+        pf.to_str().unwrap(),
+    ]);
+    assert_eq!(c, 0, "{out}{err}");
+    assert!(err.contains("model0's own direct QPs have no path"), "{err}");
+    let j: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&pf).unwrap()).unwrap();
+    assert_eq!(
+        j["params"]["path"],
+        serde_json::json!({"mtu_bytes": 1024, "sl": 3, "traffic_class": 32, "timeout": 18, "retry_count": 5, "pkey_index": 0}),
+        "{j}"
+    );
+    for (flag, v) in [
+        ("-m", "999"),
+        ("-S", "16"),
+        ("-u", "32"),
+        ("--retry_count", "8"),
+        ("-T", "256"),
+    ] {
+        let (c, _, err) = rdmaprobe(&["lat", "write", "--loopback", flag, v]);
+        assert_eq!(c, 2, "{flag} {v}: {err}");
+        assert!(err.contains(v), "{flag} {v}: {err}");
+    }
     // bw -D: the measured run lasts at least D seconds, said in the result
     let d = dir.join("d.json");
     let (c, out, err) = rdmaprobe(&[

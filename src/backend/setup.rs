@@ -18,6 +18,42 @@ pub struct ModelDev {
     pub model: Model,
     /// model0 as an mlx5 device of the machine's libibverbs: the context and its port.
     pub verbs: Result<(Context, PortInfo), String>,
+    /// The path and QP options of the verbs QPs.
+    pub path: PathOpts,
+}
+
+/// The path and QP options of a connection (perftest's -m, -S, -T, -u, --retry_count,
+/// --pkey_index). model0's own direct QPs have no path: they apply to the verbs QPs (on model0,
+/// the verbs and wr backends through libmlx5).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PathOpts {
+    /// Path MTU in bytes (256 to 4096); `None`: the port's active MTU.
+    pub mtu: Option<u32>,
+    /// Service level (0-15).
+    pub sl: u8,
+    /// GRH traffic class (RoCE, global routing).
+    pub traffic_class: u8,
+    /// Local ACK timeout exponent (0-31): 4.096 us x 2^timeout.
+    pub timeout: u8,
+    /// Transport retries (0-7).
+    pub retry_count: u8,
+    /// P_Key index.
+    pub pkey_index: u16,
+}
+
+impl Default for PathOpts {
+    /// perftest's defaults: the active MTU, SL 0, traffic class 0, timeout 14, 7 retries,
+    /// P_Key index 0.
+    fn default() -> Self {
+        PathOpts {
+            mtu: None,
+            sl: 0,
+            traffic_class: 0,
+            timeout: 14,
+            retry_count: 7,
+            pkey_index: 0,
+        }
+    }
 }
 
 impl std::ops::Deref for ModelDev {
@@ -39,7 +75,11 @@ impl ModelDev {
                 Ok((ctx, p))
             })
             .map_err(|e| e.to_string());
-        Ok(ModelDev { model, verbs })
+        Ok(ModelDev {
+            model,
+            verbs,
+            path: PathOpts::default(),
+        })
     }
 }
 
@@ -94,6 +134,8 @@ pub enum Dev {
         provider: String,
         /// Firmware version.
         fw: String,
+        /// The path and QP options of its QPs.
+        path: PathOpts,
     },
 }
 
@@ -233,6 +275,7 @@ impl Dev {
                 gid,
                 provider: info.provider,
                 fw: info.fw_ver,
+                path: PathOpts::default(),
             },
             note,
         ))
@@ -319,6 +362,22 @@ impl Dev {
         Ok(())
     }
 
+    /// The path and QP options its verbs QPs connect with.
+    pub fn path(&self) -> PathOpts {
+        match self {
+            Dev::Verbs { path, .. } => *path,
+            Dev::Model(m) => m.path,
+        }
+    }
+
+    /// Sets the path and QP options its verbs QPs connect with.
+    pub fn set_path(&mut self, p: PathOpts) {
+        match self {
+            Dev::Verbs { path, .. } => *path = p,
+            Dev::Model(m) => m.path = p,
+        }
+    }
+
     /// The verbs context, port and GID index the `verbs` and `wr` backends use (model0's through
     /// libmlx5), if any.
     pub fn verbs_parts(&self) -> Option<(&Context, &PortInfo, Option<u8>)> {
@@ -355,7 +414,13 @@ pub const MAX_RD_ATOMIC: u8 = 16;
 /// How a scenario's QP connects on `port` with GID index `gid`, with the access `op` needs and
 /// as many outstanding READs and atomics as the device allows (up to [`MAX_RD_ATOMIC`]; as
 /// perftest, so a READ or atomic stream is not held to one at a time).
-fn connect_opts(ctx: &Context, port: &PortInfo, gid: Option<u8>, op: OpKind) -> Result<ConnectOpts, SetupError> {
+fn connect_opts(
+    ctx: &Context,
+    port: &PortInfo,
+    gid: Option<u8>,
+    op: OpKind,
+    path: PathOpts,
+) -> Result<ConnectOpts, SetupError> {
     let d = ctx.query()?;
     let rd = d
         .max_qp_rd_atom
@@ -367,8 +432,39 @@ fn connect_opts(ctx: &Context, port: &PortInfo, gid: Option<u8>, op: OpKind) -> 
         access: access_for(op),
         max_rd_atomic: rd,
         max_dest_rd_atomic: rd,
+        mtu: path.mtu,
+        sl: path.sl,
+        traffic_class: path.traffic_class,
+        timeout: path.timeout,
+        retry_cnt: path.retry_count,
+        pkey_index: path.pkey_index,
         ..Default::default()
     })
+}
+
+/// The path attributes a connected QP reads back must be the ones asked for (-m, -u,
+/// --retry_count, and the outstanding READs): a driver that gives another value is an error
+/// naming it, not a run with other settings than the ones recorded. (The capabilities may be
+/// granted larger: the inline limit is read from the QP.)
+fn path_taken(ctx: &Context, diffs: Vec<crate::verbs::Granted>) -> Result<(), SetupError> {
+    const PATH: [&str; 5] = [
+        "path_mtu",
+        "timeout",
+        "retry_cnt",
+        "max_rd_atomic",
+        "max_dest_rd_atomic",
+    ];
+    match diffs.iter().find(|g| PATH.contains(&g.what)) {
+        None => Ok(()),
+        Some(g) => Err(VerbsError::Invalid {
+            ctx: crate::verbs::Ctx::dev(ctx.name()),
+            why: format!(
+                "the QP took {} = {} where {} was asked for",
+                g.what, g.granted, g.requested
+            ),
+        }
+        .into()),
+    }
 }
 
 /// Remote access an operation needs at the responder (plus local write for results/receives).
@@ -400,12 +496,12 @@ pub fn verbs_pair(
     };
     let pd = Pd::new(ctx)?;
     let caps = qp_caps();
-    let opts = connect_opts(ctx, port, gid, op)?;
+    let opts = connect_opts(ctx, port, gid, op, dev.path())?;
     let (mut qa, ca, ma) = verbs_qp(ctx, &pd, kind, caps, buf_len, op)?;
     let (mut qb, cb, mb) = verbs_qp(ctx, &pd, kind, caps, buf_len, op)?;
     let (ea, eb) = (qa.endpoint(port, gid)?, qb.endpoint(port, gid)?);
-    qa.connect(port, &opts, &eb)?;
-    qb.connect(port, &opts, &ea)?;
+    path_taken(ctx, qa.connect(port, &opts, &eb)?)?;
+    path_taken(ctx, qb.connect(port, &opts, &ea)?)?;
     let (ra, rb) = (ma.remote(0), mb.remote(0));
     Ok((
         VerbsEnd::new(kind, qa, ca, ma, rb)?,
@@ -498,7 +594,7 @@ pub fn mlx5_pair(
     };
     let pd = Pd::new(ctx)?;
     let caps = qp_caps();
-    let opts = connect_opts(ctx, port, *gid, op)?;
+    let opts = connect_opts(ctx, port, *gid, op, dev.path())?;
     let mode = Mlx5Env::get().direct_mode(mode);
     let mut qa = DirectQp::new(&pd, caps, 2 * DEPTH, mode)?;
     let mut qb = DirectQp::new(&pd, caps, 2 * DEPTH, mode)?;
@@ -510,8 +606,8 @@ pub fn mlx5_pair(
         );
     }
     let (ea, eb) = (qa.endpoint(port, *gid)?, qb.endpoint(port, *gid)?);
-    qa.connect(port, &opts, &eb)?;
-    qb.connect(port, &opts, &ea)?;
+    path_taken(ctx, qa.connect(port, &opts, &eb)?)?;
+    path_taken(ctx, qb.connect(port, &opts, &ea)?)?;
     let ma = Mr::new(&pd, buf_len, access_for(op), false)?;
     let mb = Mr::new(&pd, buf_len, access_for(op), false)?;
     let (ra, rb) = (ma.remote(0), mb.remote(0));
@@ -698,16 +794,16 @@ impl HalfEnd {
                 let Some((ctx, port, gid)) = dev.verbs_parts() else {
                     unreachable!("verbs ends live on devices with a verbs context")
                 };
-                let opts = connect_opts(ctx, port, gid, op)?;
-                qp.connect(port, &opts, &rep)?;
+                let opts = connect_opts(ctx, port, gid, op, dev.path())?;
+                path_taken(ctx, qp.connect(port, &opts, &rep)?)?;
                 AnyEnd::Verbs(Box::new(VerbsEnd::new(kind, qp, cq, mr, remote)?))
             }
             HalfEnd::Mlx5 { mut q, mr } => {
                 let Dev::Verbs { ctx, port, gid, .. } = dev else {
                     unreachable!("mlx5 ends live on verbs devices")
                 };
-                let opts = connect_opts(ctx, port, *gid, op)?;
-                q.connect(port, &opts, &rep)?;
+                let opts = connect_opts(ctx, port, *gid, op, dev.path())?;
+                path_taken(ctx, q.connect(port, &opts, &rep)?)?;
                 let inl = q.max_inline();
                 AnyEnd::Mlx5(Box::new(DirectEnd::new(*q, LocalBuf::Verbs(mr), remote, inl)))
             }

@@ -109,7 +109,7 @@ pub(super) fn run(
         "inline_limit": inline_limit, "model_exec": dev.is_model().then_some("after_post"), "op": op.as_str(), "iters": b.iters,
         "tx_depth": b.tx_depth, "postlist": b.postlist, "cq_mod": b.cq_mod, "qps_per_thread": b.qps, "threads": b.threads,
         "bidirectional": b.bidirectional, "backends": kinds.iter().map(|k| k.as_str()).collect::<Vec<_>>(),
-        "db_mode": mode.as_str(), "loopback": !network,
+        "db_mode": mode.as_str(), "loopback": !network, "path": super::report::path_json(&plan.path),
         "peer": match &role { Role::Loopback => None, Role::Client(p) | Role::Server(p) => Some(p.clone()) },
     });
     let client = !matches!(role, Role::Server(_));

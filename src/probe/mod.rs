@@ -35,6 +35,7 @@ pub mod suite;
 
 pub use suite::{SuitePlan, SuiteReport};
 
+pub use crate::backend::setup::PathOpts;
 pub use plan::{Backends, BwPlan, DeviceSpec, LatPlan, PeerSpec, Plan, PostCostPlan, Scenario, Sizes};
 pub use report::{Report, Role, Runs};
 

@@ -24,6 +24,8 @@ pub struct Plan {
     /// Where the diagnostics bundle goes: written here always when given; on a failure without
     /// it, into a new directory under the temporary directory ([`super::diag`]).
     pub diag: Option<std::path::PathBuf>,
+    /// The path and QP options of the verbs QPs (-m, -S, -T, -u, --retry_count, --pkey_index).
+    pub path: crate::backend::setup::PathOpts,
 }
 
 impl Plan {
@@ -37,6 +39,7 @@ impl Plan {
             peer: PeerSpec::Loopback,
             oob_timeout: Duration::from_secs(60),
             stall: Duration::from_secs(10),
+            path: Default::default(),
             diag: None,
         }
     }

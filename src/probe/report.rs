@@ -461,3 +461,11 @@ pub fn result_doc(
         "runs": runs,
     }))
 }
+
+/// The path and QP options as the result's `params.path` records them (the verbs QPs').
+pub fn path_json(p: &crate::backend::setup::PathOpts) -> serde_json::Value {
+    serde_json::json!({
+        "mtu_bytes": p.mtu, "sl": p.sl, "traffic_class": p.traffic_class, "timeout": p.timeout,
+        "retry_count": p.retry_count, "pkey_index": p.pkey_index,
+    })
+}

@@ -18,10 +18,17 @@ pub const CALIBRATION_NS: u64 = 200_000_000;
 /// goes to the observer.
 pub fn open_device(plan: &Plan, model: ModelConfig, obs: &mut dyn Observer) -> Result<Dev, ProbeError> {
     let d = &plan.device;
-    let (dev, note) = Dev::open(d.name.as_deref(), d.port, d.gid_index, model)?;
+    let (mut dev, note) = Dev::open(d.name.as_deref(), d.port, d.gid_index, model)?;
     if let Some(n) = note {
         obs.note(&n);
     }
+    if plan.path != crate::backend::setup::PathOpts::default() && dev.is_model() {
+        obs.note(
+            "model0: -m, -S, -T, -u, --retry_count and --pkey_index set the verbs QPs (verbs and wr backends, \
+             through libmlx5); model0's own direct QPs have no path",
+        );
+    }
+    dev.set_path(plan.path);
     Ok(dev)
 }
 

@@ -95,6 +95,8 @@ pub struct ConnectOpts {
     pub hop_limit: u8,
     /// GRH traffic class.
     pub traffic_class: u8,
+    /// P_Key index.
+    pub pkey_index: u16,
 }
 
 impl Default for ConnectOpts {
@@ -113,6 +115,7 @@ impl Default for ConnectOpts {
             sl: 0,
             hop_limit: 64,
             traffic_class: 0,
+            pkey_index: 0,
         }
     }
 }
@@ -354,7 +357,7 @@ impl Qp {
 
         let mut a = sys::ibv_qp_attr {
             qp_state: sys::IBV_QPS_INIT,
-            pkey_index: 0,
+            pkey_index: opts.pkey_index,
             port_num: p,
             qp_access_flags: opts.access.0,
             ..Default::default()
