@@ -85,7 +85,8 @@ enum Cmd {
     /// one verdict: per node and per pair, pass or fail per layer, latency and bandwidth against
     /// the fleet's median and median absolute deviation, outliers flagged with their evidence.
     /// Writes fleet-report.json and fleet-report.html into the directory (or --json, --html).
-    /// Exit 0: no node failed; 1: nodes failed (listed); 2: the directory cannot be read.
+    /// Exit 0: no node failed; 1: nodes failed, or planned pairs left no result (listed); 2: the
+    /// directory cannot be read.
     FleetReport(FleetReportArgs),
     /// Calibrate the TSC and measure the cost of an empty timed region.
     Clock {
