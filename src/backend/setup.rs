@@ -2,6 +2,8 @@
 //! on one device, as two hosts would be connected).
 
 use super::direct::{DirectEnd, LocalBuf};
+use super::path::path_taken;
+pub use super::path::PathOpts;
 use super::verbs::VerbsEnd;
 use super::{BackendError, BackendKind, OpKind};
 use crate::mlx5::sq::DbMode;
@@ -20,40 +22,6 @@ pub struct ModelDev {
     pub verbs: Result<(Context, PortInfo), String>,
     /// The path and QP options of the verbs QPs.
     pub path: PathOpts,
-}
-
-/// The path and QP options of a connection (perftest's -m, -S, -T, -u, --retry_count,
-/// --pkey_index). model0's own direct QPs have no path: they apply to the verbs QPs (on model0,
-/// the verbs and wr backends through libmlx5).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct PathOpts {
-    /// Path MTU in bytes (256 to 4096); `None`: the port's active MTU.
-    pub mtu: Option<u32>,
-    /// Service level (0-15).
-    pub sl: u8,
-    /// GRH traffic class (RoCE, global routing).
-    pub traffic_class: u8,
-    /// Local ACK timeout exponent (0-31): 4.096 us x 2^timeout.
-    pub timeout: u8,
-    /// Transport retries (0-7).
-    pub retry_count: u8,
-    /// P_Key index.
-    pub pkey_index: u16,
-}
-
-impl Default for PathOpts {
-    /// perftest's defaults: the active MTU, SL 0, traffic class 0, timeout 14, 7 retries,
-    /// P_Key index 0.
-    fn default() -> Self {
-        PathOpts {
-            mtu: None,
-            sl: 0,
-            traffic_class: 0,
-            timeout: 14,
-            retry_count: 7,
-            pkey_index: 0,
-        }
-    }
 }
 
 impl std::ops::Deref for ModelDev {
@@ -223,21 +191,7 @@ impl Dev {
             }
             return Ok((Dev::Model(ModelDev::open(model)?), note));
         }
-        let ctx = match Context::open(&name) {
-            Ok(c) => c,
-            Err(VerbsError::NoDevice(_)) => {
-                return Err(VerbsError::UnknownDevice {
-                    name,
-                    available: vec!["model0 (software model)".into()],
-                }
-                .into())
-            }
-            Err(VerbsError::UnknownDevice { name, mut available }) => {
-                available.push("model0 (software model)".into());
-                return Err(VerbsError::UnknownDevice { name, available }.into());
-            }
-            Err(e) => return Err(e.into()),
-        };
+        let ctx = open_named(&name)?;
         let info = ctx.query()?;
         if port == 0 || port > info.phys_port_cnt {
             return Err(VerbsError::Port {
@@ -407,6 +361,22 @@ fn qp_caps() -> QpCaps {
     }
 }
 
+/// Opens the RDMA device `name`; a name that is not there is said as such, with model0 among
+/// the devices present, whatever the kernel (one without RDMA support has model0 alone).
+pub fn open_named(name: &str) -> Result<Context, VerbsError> {
+    match Context::open(name) {
+        Err(VerbsError::NoDevice(_)) => Err(VerbsError::UnknownDevice {
+            name: name.into(),
+            available: vec!["model0 (software model)".into()],
+        }),
+        Err(VerbsError::UnknownDevice { name, mut available }) => {
+            available.push("model0 (software model)".into());
+            Err(VerbsError::UnknownDevice { name, available })
+        }
+        r => r,
+    }
+}
+
 /// Outstanding RDMA READs and atomics a QP allows at most (perftest's default of `-o`: the
 /// device's limit, which is 16 on ConnectX).
 pub const MAX_RD_ATOMIC: u8 = 16;
@@ -440,31 +410,6 @@ fn connect_opts(
         pkey_index: path.pkey_index,
         ..Default::default()
     })
-}
-
-/// The path attributes a connected QP reads back must be the ones asked for (-m, -u,
-/// --retry_count, and the outstanding READs): a driver that gives another value is an error
-/// naming it, not a run with other settings than the ones recorded. (The capabilities may be
-/// granted larger: the inline limit is read from the QP.)
-fn path_taken(ctx: &Context, diffs: Vec<crate::verbs::Granted>) -> Result<(), SetupError> {
-    const PATH: [&str; 5] = [
-        "path_mtu",
-        "timeout",
-        "retry_cnt",
-        "max_rd_atomic",
-        "max_dest_rd_atomic",
-    ];
-    match diffs.iter().find(|g| PATH.contains(&g.what)) {
-        None => Ok(()),
-        Some(g) => Err(VerbsError::Invalid {
-            ctx: crate::verbs::Ctx::dev(ctx.name()),
-            why: format!(
-                "the QP took {} = {} where {} was asked for",
-                g.what, g.granted, g.requested
-            ),
-        }
-        .into()),
-    }
 }
 
 /// Remote access an operation needs at the responder (plus local write for results/receives).

@@ -8,7 +8,7 @@
 //! fake tree), and from the device through libibverbs.
 
 use super::ProbeError;
-use crate::verbs::{Context, DeviceList, VerbsError};
+use crate::verbs::{DeviceList, VerbsError};
 use std::fmt::Write;
 use std::path::PathBuf;
 
@@ -229,22 +229,7 @@ fn open(device: Option<&str>, port: u8) -> Result<(DevView, DeviceKind), ProbeEr
             Err(e) => return Err(e.into()),
         },
     };
-    // a name that is not there is said as such (model0 is always present), whatever the kernel
-    let ctx = match Context::open(&name) {
-        Ok(c) => c,
-        Err(VerbsError::NoDevice(_)) => {
-            return Err(VerbsError::UnknownDevice {
-                name,
-                available: vec!["model0 (software model)".into()],
-            }
-            .into())
-        }
-        Err(VerbsError::UnknownDevice { name, mut available }) => {
-            available.push("model0 (software model)".into());
-            return Err(VerbsError::UnknownDevice { name, available }.into());
-        }
-        Err(e) => return Err(e.into()),
-    };
+    let ctx = crate::backend::setup::open_named(&name)?;
     let info = ctx.query()?;
     let p = ctx.query_port(port)?;
     let gids = ctx

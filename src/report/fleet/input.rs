@@ -1,0 +1,237 @@
+//! A fleet run's directory read and checked: the plan, the doctors' reports, the pairs.
+
+use serde_json::Value;
+use std::collections::BTreeMap;
+use std::path::Path;
+
+/// A fleet directory that cannot be read as one.
+#[derive(Debug, thiserror::Error)]
+pub enum FleetError {
+    /// A file could not be read or parsed.
+    #[error("{path}: {why}")]
+    Bad {
+        /// The file.
+        path: String,
+        /// Why.
+        why: String,
+    },
+}
+
+/// One pair's run, as read.
+#[derive(Debug, Clone, Default)]
+pub struct PairIn {
+    /// The node that ran the servers.
+    pub server: String,
+    /// The node that ran the clients.
+    pub client: String,
+    /// Why the pair did not run (a node unreachable), when it did not.
+    pub skipped: Option<String>,
+    /// Exit statuses of the client's ping, lat and bw (`None`: not run or unreachable).
+    pub rc: [Option<i64>; 3],
+    /// Exit statuses of the server's ping, lat and bw.
+    pub server_rc: [Option<i64>; 3],
+    /// The server's and the client's ping reports.
+    pub ping: [Option<Value>; 2],
+    /// The client's lat and bw result documents.
+    pub lat: Option<Value>,
+    /// See `lat`.
+    pub bw: Option<Value>,
+}
+
+/// A fleet run, as read.
+#[derive(Debug, Clone, Default)]
+pub struct FleetIn {
+    /// Every node of the inventory, in its order.
+    pub nodes: Vec<String>,
+    /// `reference`, `ring` or `all`.
+    pub pairing: String,
+    /// The reference node of a `reference` plan.
+    pub reference: Option<String>,
+    /// The nodes that answered (the others were unreachable or failed before the doctor ran).
+    pub reachable: Vec<String>,
+    /// Each reachable node's doctor report and exit status.
+    pub doctor: BTreeMap<String, (Option<Value>, Option<i64>)>,
+    /// What doctor said on standard error, per node (why a report is missing).
+    pub doctor_error: BTreeMap<String, String>,
+    /// The pairs.
+    pub pairs: Vec<PairIn>,
+}
+
+fn read_json(path: &Path) -> Result<Option<Value>, FleetError> {
+    match std::fs::read_to_string(path) {
+        Ok(t) => serde_json::from_str(&t).map(Some).map_err(|e| FleetError::Bad {
+            path: path.display().to_string(),
+            why: format!("not JSON: {e}"),
+        }),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(FleetError::Bad {
+            path: path.display().to_string(),
+            why: e.to_string(),
+        }),
+    }
+}
+
+fn names(v: &Value, field: &str, path: &Path) -> Result<Vec<String>, FleetError> {
+    let bad = |why: String| FleetError::Bad {
+        path: path.display().to_string(),
+        why,
+    };
+    let a = v[field]
+        .as_array()
+        .ok_or_else(|| bad(format!("'{field}' must be a list of node names")))?;
+    a.iter()
+        .map(|n| {
+            n.as_str()
+                .filter(|s| {
+                    !s.is_empty()
+                        && s.len() <= 255
+                        && !s.contains(['/', '\\'])
+                        && !s.chars().any(|c| c.is_control() || crate::oob::invisible(c))
+                        && *s != "."
+                        && *s != ".."
+                })
+                .map(str::to_string)
+                .ok_or_else(|| bad(format!("'{field}' holds {n}, not a node name")))
+        })
+        .collect()
+}
+
+/// Reads a fleet directory (see the module's documentation).
+pub fn load(dir: &Path) -> Result<FleetIn, FleetError> {
+    let top = dir.join("fleet.json");
+    let plan = read_json(&top)?.ok_or_else(|| FleetError::Bad {
+        path: top.display().to_string(),
+        why: "missing: not a fleet run's directory (the playbook writes it first)".into(),
+    })?;
+    let nodes = names(&plan, "nodes", &top)?;
+    if nodes.is_empty() {
+        return Err(FleetError::Bad {
+            path: top.display().to_string(),
+            why: "no nodes".into(),
+        });
+    }
+    let reachable = names(&plan, "reachable", &top)?;
+    let bad = |why: String| FleetError::Bad {
+        path: top.display().to_string(),
+        why,
+    };
+    if let Some(n) = reachable.iter().find(|n| !nodes.contains(n)) {
+        return Err(bad(format!("'reachable' names '{n}', which is not in 'nodes'")));
+    }
+    let pairing = plan["pairing"].as_str().unwrap_or("").to_string();
+    if !["reference", "ring", "all"].contains(&pairing.as_str()) {
+        return Err(bad(format!("'pairing' is '{pairing}', not reference, ring or all")));
+    }
+    let reference = plan["reference"].as_str().map(str::to_string);
+    if pairing == "reference" && !reference.as_ref().is_some_and(|r| nodes.contains(r)) {
+        return Err(bad("a reference plan needs 'reference', one of 'nodes'".into()));
+    }
+    let mut f = FleetIn {
+        pairing,
+        reference,
+        reachable,
+        ..Default::default()
+    };
+    for n in &nodes {
+        let doc = read_json(&dir.join("nodes").join(n).join("doctor.json"))?;
+        let rc = plan["doctor_rc"][n].as_i64();
+        f.doctor.insert(n.clone(), (doc, rc));
+        if let Some(e) = plan["doctor_error"][n].as_str().filter(|e| !e.trim().is_empty()) {
+            f.doctor_error.insert(n.clone(), e.trim().to_string());
+        }
+    }
+    f.nodes = nodes;
+    let pairs = dir.join("pairs");
+    let mut entries: Vec<_> = match std::fs::read_dir(&pairs) {
+        Ok(rd) => rd.filter_map(Result::ok).map(|e| e.path()).collect(),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Vec::new(),
+        Err(e) => {
+            return Err(FleetError::Bad {
+                path: pairs.display().to_string(),
+                why: e.to_string(),
+            })
+        }
+    };
+    entries.sort();
+    for p in entries {
+        // a pair is a directory; anything else there (a README, a stray file) is not one
+        if !p.is_dir() {
+            continue;
+        }
+        let sp = p.join("status.json");
+        let Some(st) = read_json(&sp)? else { continue };
+        let (Some(server), Some(client)) = (st["server"].as_str(), st["client"].as_str()) else {
+            return Err(FleetError::Bad {
+                path: sp.display().to_string(),
+                why: "needs 'server' and 'client'".into(),
+            });
+        };
+        for n in [server, client] {
+            if !f.nodes.iter().any(|m| m == n) {
+                return Err(FleetError::Bad {
+                    path: sp.display().to_string(),
+                    why: format!("node '{n}' is not in fleet.json's nodes"),
+                });
+            }
+        }
+        if server == client {
+            return Err(FleetError::Bad {
+                path: sp.display().to_string(),
+                why: format!("server and client are the same node '{server}'"),
+            });
+        }
+        if f.pairs
+            .iter()
+            .any(|q| (q.server == server && q.client == client) || (q.server == client && q.client == server))
+        {
+            return Err(FleetError::Bad {
+                path: sp.display().to_string(),
+                why: format!("the pair {server}--{client} appears twice (a copied directory?)"),
+            });
+        }
+        let skipped = st["skipped"].as_str().filter(|s| !s.is_empty()).map(str::to_string);
+        let rc = |k: &str| st[k].as_i64();
+        let src = |k: &str| st["server_rc"][k].as_i64();
+        f.pairs.push(PairIn {
+            server: server.into(),
+            client: client.into(),
+            skipped,
+            rc: [rc("ping_rc"), rc("lat_rc"), rc("bw_rc")],
+            server_rc: [src("ping"), src("lat"), src("bw")],
+            ping: [
+                read_json(&p.join("ping-server.json"))?,
+                read_json(&p.join("ping-client.json"))?,
+            ],
+            lat: read_json(&p.join("lat.json"))?,
+            bw: read_json(&p.join("bw.json"))?,
+        });
+    }
+    Ok(f)
+}
+
+/// The pairs a plan runs (server, client), as the playbook makes them.
+pub fn planned_pairs(f: &FleetIn) -> Vec<(String, String)> {
+    let n = &f.nodes;
+    match f.pairing.as_str() {
+        "reference" => {
+            let r = f.reference.clone().unwrap_or_default();
+            n.iter().filter(|x| **x != r).map(|x| (r.clone(), x.clone())).collect()
+        }
+        "ring" => {
+            let mut out: Vec<(String, String)> = Vec::new();
+            for i in 0..n.len() {
+                let (a, b) = (n[i].clone(), n[(i + 1) % n.len()].clone());
+                // two nodes make one pair, not the same pair twice
+                if a != b && !out.contains(&(b.clone(), a.clone())) {
+                    out.push((a, b));
+                }
+            }
+            out
+        }
+        "all" => (0..n.len())
+            .flat_map(|i| (i + 1..n.len()).map(move |j| (i, j)))
+            .map(|(i, j)| (n[i].clone(), n[j].clone()))
+            .collect(),
+        _ => Vec::new(),
+    }
+}
