@@ -5,6 +5,7 @@ use clap::builder::TypedValueParser as _;
 use clap::{Parser, Subcommand};
 use rdmaprobe::backend::{BackendKind, OpKind};
 use rdmaprobe::mlx5::sq::DbMode;
+use rdmaprobe::probe::suite::matrix;
 use rdmaprobe::probe::{
     self, Backends, BwPlan, DeviceSpec, LatPlan, PeerSpec, Plan, PostCostPlan, ProbeError, Scenario, Sizes, SuitePlan,
 };
@@ -412,6 +413,66 @@ struct SuiteArgs {
     /// Post-cost blocks per configuration (default 1000; --quick 300).
     #[arg(long, value_parser = clap::value_parser!(u64).range(1..=10_000_000))]
     post_cost_blocks: Option<u64>,
+    /// The parts that run, of lat, bw, post-cost (default all).
+    #[arg(long, value_name = "LIST", value_parser = |s: &str| matrix::parse_parts(s).map(Listed))]
+    parts: Option<Listed<matrix::Part>>,
+    /// Operations of the latency and the bandwidth parts, of send, write, read, atomic, cmp_swap
+    /// (default: lat send,write,read,atomic; bw write,send).
+    #[arg(long, value_name = "LIST", value_parser = ops_list)]
+    ops: Option<Listed<OpKind>>,
+    /// Operations of the latency part (over --ops).
+    #[arg(long, value_name = "LIST", value_parser = ops_list)]
+    lat_ops: Option<Listed<OpKind>>,
+    /// Operations of the bandwidth part (over --ops).
+    #[arg(long, value_name = "LIST", value_parser = ops_list)]
+    bw_ops: Option<Listed<OpKind>>,
+    /// Message sizes of the latency and bandwidth parts (atomics: 8): 8,64,4K,1M, and ranges of
+    /// powers of two as 8-4M (default: lat 8 B-1 MiB, bw 64 B-4 MiB; --quick fewer).
+    #[arg(long, value_name = "LIST", value_parser = sizes_list)]
+    sizes: Option<Listed<u32>>,
+    /// Sizes of the latency part (over --sizes).
+    #[arg(long, value_name = "LIST", value_parser = sizes_list)]
+    lat_sizes: Option<Listed<u32>>,
+    /// Sizes of the bandwidth part (over --sizes).
+    #[arg(long, value_name = "LIST", value_parser = sizes_list)]
+    bw_sizes: Option<Listed<u32>>,
+    /// Seconds per point: each latency point runs this long (blocks of 1000 per backend,
+    /// interleaved), each bandwidth point at least this long (instead of -n and --bw-min-ms).
+    #[arg(short = 'D', long, value_parser = positive_secs, conflicts_with_all = ["iters", "bw_min_ms"])]
+    duration: Option<Duration>,
+    /// Backends, of verbs, wr, direct (default: every one the device runs; each named must run).
+    #[arg(long, value_name = "LIST", value_parser = |s: &str| matrix::parse_backends(s).map(Listed))]
+    backends: Option<Listed<BackendKind>>,
+    /// Bandwidth QPs per thread (default 1).
+    #[arg(short = 'q', long = "qp", value_parser = clap::value_parser!(u64).range(1..=16384))]
+    qps: Option<u64>,
+    /// Bandwidth threads, each with its own QPs, pinned (default 1).
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..=64))]
+    threads: Option<u64>,
+    /// A matrix file (TOML) with the keys parts, ops, lat_ops, bw_ops, sizes, lat_sizes,
+    /// bw_sizes, iters, duration_s, backends, qps, threads, bw_messages, bw_min_ms,
+    /// post_cost_blocks (docs/perftest.md); a flag wins over the file's key.
+    #[arg(long, value_name = "FILE")]
+    matrix: Option<std::path::PathBuf>,
+}
+
+/// A list argument (a newtype, so that clap takes it as one value).
+#[derive(Clone, Debug)]
+struct Listed<T>(Vec<T>);
+
+fn ops_list(s: &str) -> Result<Listed<OpKind>, String> {
+    matrix::parse_ops(s).map(Listed)
+}
+
+fn sizes_list(s: &str) -> Result<Listed<u32>, String> {
+    matrix::parse_sizes(s).map(Listed)
+}
+
+fn positive_secs(s: &str) -> Result<Duration, String> {
+    match s.parse::<f64>() {
+        Ok(v) if v.is_finite() && v > 0.0 && v <= 86_400.0 => Ok(Duration::from_secs_f64(v)),
+        _ => Err(format!("'{s}' is not a number of seconds from more than 0 to 86400")),
+    }
 }
 
 #[derive(clap::Args, Debug)]
@@ -671,13 +732,36 @@ fn post_cost(a: PostCostArgs) -> Result<ExitCode> {
 }
 
 fn suite(a: SuiteArgs) -> Result<ExitCode> {
-    let sp = SuitePlan {
-        device: a.dev.spec(),
-        quick: a.quick,
+    let ops = a.ops.map(|o| o.0);
+    let sizes = a.sizes.map(|o| o.0);
+    let cli = matrix::MatrixSpec {
+        parts: a.parts.map(|o| o.0),
+        lat_ops: a.lat_ops.map(|o| o.0).or(ops.clone()),
+        bw_ops: a.bw_ops.map(|o| o.0).or(ops),
+        lat_sizes: a.lat_sizes.map(|o| o.0).or(sizes.clone()),
+        bw_sizes: a.bw_sizes.map(|o| o.0).or(sizes),
         iters: a.iters,
+        duration: a.duration,
+        backends: a.backends.map(|o| o.0),
+        qps: a.qps,
+        threads: a.threads,
         bw_messages: a.bw_messages,
         bw_min_ms: a.bw_min_ms,
         post_cost_blocks: a.post_cost_blocks,
+    };
+    let file = match &a.matrix {
+        None => matrix::MatrixSpec::default(),
+        Some(path) => {
+            let text = std::fs::read_to_string(path)
+                .map_err(|e| ProbeError::Usage(format!("--matrix {}: {e}", path.display())))?;
+            matrix::MatrixSpec::from_toml(&text)
+                .map_err(|e| ProbeError::Usage(format!("--matrix {}: {e}", path.display())))?
+        }
+    };
+    let sp = SuitePlan {
+        device: a.dev.spec(),
+        quick: a.quick,
+        matrix: cli.over(file),
     };
     Ok(ExitCode::from(probe::console::suite(&sp, &a.out)?))
 }

@@ -1397,3 +1397,137 @@ fn a_thousand_and_twenty_four_qps_on_model0() {
     assert_eq!(c, 2, "{err}");
     std::fs::remove_dir_all(&dir).ok();
 }
+
+/// The suite's matrix from the user (issue 14): flags and a TOML file, a flag over the file's
+/// key; exactly the runs asked for; bad values exit 2 naming the flag or the key.
+#[test]
+fn suite_runs_the_matrix_the_user_names() {
+    let _g = serial();
+    let dir = std::env::temp_dir().join(format!("rdmaprobe-matrix-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let backends = cmd::model0_backends();
+    let m = dir.join("m.toml");
+    std::fs::write(
+        &m,
+        "parts = [\"lat\", \"bw\"]\nlat_ops = [\"write\", \"cmp_swap\"]\nbw_ops = \"read\"\nsizes = [\"64-256\"]\n\
+         iters = 300\nqps = 3\nbw_messages = 200\nbw_min_ms = 0\n",
+    )
+    .unwrap();
+    let out_dir = dir.join("out");
+    let last = backends[backends.len() - 1];
+    // the command line's sizes win over the file's; its other keys stand
+    let (c, out, err) = rdmaprobe(&[
+        "suite",
+        "-d",
+        "model0",
+        "--matrix",
+        m.to_str().unwrap(),
+        "--bw-sizes",
+        "4K",
+        "--backends",
+        last,
+        "--out",
+        out_dir.to_str().unwrap(),
+    ]);
+    assert_eq!(c, 0, "{out}{err}");
+    assert!(
+        out.contains(
+            "matrix: lat write,cmp_swap at 64,128,256 B, 300 iterations; bw read at 4096 B, 1 thread(s) x 3 QP(s)"
+        ),
+        "{out}"
+    );
+    let j: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out_dir.join("results.json")).unwrap()).unwrap();
+    let runs: Vec<String> = j["runs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| {
+            assert_eq!(r["backend"], last, "{r}");
+            format!(
+                "{} {} {} {}",
+                r["scenario"].as_str().unwrap(),
+                r["verb"].as_str().unwrap(),
+                r["size_bytes"],
+                r["qps_per_thread"]
+            )
+        })
+        .collect();
+    assert_eq!(
+        runs,
+        [
+            "lat write 64 null",
+            "lat write 128 null",
+            "lat write 256 null",
+            "lat cmp_swap 8 null",
+            "bw read 4096 3"
+        ],
+        "{out}"
+    );
+    assert_eq!(j["runs"][0]["latency_ns"]["count"], 300, "{}", j["runs"][0]);
+    assert_eq!(j["runs"][4]["summary"]["messages"], 3 * 200, "{}", j["runs"][4]);
+    assert_eq!(j["params"]["matrix"]["parts"], serde_json::json!(["lat", "bw"]));
+    // -D: each latency point runs that long, recorded (no iteration count)
+    let (c, out, err) = rdmaprobe(&[
+        "suite",
+        "-d",
+        "model0",
+        "--parts",
+        "lat",
+        "--ops",
+        "send",
+        "--sizes",
+        "8",
+        "-D",
+        "0.5",
+        "--out",
+        out_dir.to_str().unwrap(),
+    ]);
+    assert_eq!(c, 0, "{out}{err}");
+    let j: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out_dir.join("results.json")).unwrap()).unwrap();
+    assert_eq!(j["runs"].as_array().unwrap().len(), backends.len(), "{out}");
+    assert_eq!(j["params"]["matrix"]["duration_s"], 0.5);
+    assert!(j["params"]["lat_iters"].is_null());
+    for r in j["runs"].as_array().unwrap() {
+        assert!(r["latency_ns"]["count"].as_u64().unwrap() >= 1000, "{r}");
+    }
+    // bad values: exit 2, the flag or the file's key named, nothing run
+    std::fs::write(&m, "sizes = [\"4K\", 0]\n").unwrap();
+    let bad_file = m.to_str().unwrap();
+    for (args, says) in [
+        (vec!["--sizes", "8,16M"], "--sizes"),
+        (vec!["--ops", "put"], "--ops"),
+        (vec!["--backends", "verbs,verbs"], "--backends"),
+        (vec!["--parts", "latency"], "--parts"),
+        (vec!["-D", "0"], "--duration"),
+        (vec!["-D", "1", "-n", "100"], "--duration"),
+        (vec!["--matrix", bad_file], "key `sizes`"),
+        (vec!["--matrix", "/nonexistent/m.toml"], "--matrix"),
+    ] {
+        let mut a = vec!["suite", "-d", "model0", "--out", out_dir.to_str().unwrap()];
+        a.extend(args.iter());
+        let (c, _, err) = rdmaprobe(&a);
+        assert_eq!(c, 2, "{args:?}: {err}");
+        assert!(err.contains(says), "{args:?}: {err}");
+    }
+    // a backend the device does not run is refused, naming it
+    let (c, _, err) = cmd::run_env(
+        &[
+            "suite",
+            "-d",
+            "model0",
+            "--backends",
+            "direct",
+            "--out",
+            out_dir.to_str().unwrap(),
+        ],
+        &[("MLX5_QP_SIGNATURE", "1")],
+    );
+    assert_eq!(c, 2, "{err}");
+    assert!(
+        err.contains("--backends direct") && err.contains("MLX5_QP_SIGNATURE"),
+        "{err}"
+    );
+    std::fs::remove_dir_all(&dir).ok();
+}

@@ -49,27 +49,7 @@ pub(super) fn run(
     for s in &sizes {
         dev.check_size(*s)?;
     }
-    // the samples, and per QP pair its two buffers and its queues (measured on model0: about
-    // 220 KiB per verbs QP, 70 KiB per direct QP, with 4 KiB messages)
-    let pairs = b.threads.saturating_mul(b.qps);
-    let per_pair = (2 * buf_len as u64).saturating_add(2 * QP_OVERHEAD_BYTES);
-    session::check_memory(
-        b.iters
-            .saturating_mul(pairs)
-            .saturating_mul(if b.bidirectional { 2 } else { 1 })
-            .saturating_mul(session::BW_SAMPLE_BYTES)
-            .saturating_add(pairs.saturating_mul(per_pair)),
-        || {
-            format!(
-                "-n {} x {} thread(s) x {} QP(s) ({} B per message; {} KiB of buffers and queues per QP pair)",
-                b.iters,
-                b.threads,
-                b.qps,
-                session::BW_SAMPLE_BYTES,
-                per_pair / 1024
-            )
-        },
-    )?;
+    check_memory(b.iters, b.threads, b.qps, b.bidirectional, buf_len)?;
     let inline_limit = b.inline_size.unwrap_or(INLINE);
     if inline_limit > INLINE && matches!(op, OpKind::Write | OpKind::Send) {
         return Err(ProbeError::Usage(format!(
@@ -205,6 +185,34 @@ pub(super) fn run(
         report.end_error = session::end(rdv, plan).err().map(|e| e.to_string());
     }
     Ok(report)
+}
+
+/// Refuses (exit 2, naming -n and -q) a bandwidth run whose samples, and per QP pair its two
+/// buffers and its queues (measured on model0: about 220 KiB per verbs QP, 70 KiB per direct QP,
+/// with 4 KiB messages), would not fit in memory.
+pub(super) fn check_memory(
+    iters: u64,
+    threads: u64,
+    qps: u64,
+    bidirectional: bool,
+    buf_len: usize,
+) -> Result<(), ProbeError> {
+    let pairs = threads.saturating_mul(qps);
+    let per_pair = (2 * buf_len as u64).saturating_add(2 * QP_OVERHEAD_BYTES);
+    session::check_memory(
+        iters
+            .saturating_mul(pairs)
+            .saturating_mul(if bidirectional { 2 } else { 1 })
+            .saturating_mul(session::BW_SAMPLE_BYTES)
+            .saturating_add(pairs.saturating_mul(per_pair)),
+        || {
+            format!(
+                "-n {iters} x {threads} thread(s) x {qps} QP(s) ({} B per message; {} KiB of buffers and queues per QP pair)",
+                session::BW_SAMPLE_BYTES,
+                per_pair / 1024
+            )
+        },
+    )
 }
 
 /// The diagnostics bundle of this run.

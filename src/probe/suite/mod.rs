@@ -2,10 +2,14 @@
 //! and post cost, on every backend the device runs, as plans; the results document, the
 //! interval log, the plots and the driver-overhead summary.
 
+use super::bw;
 use super::report::result_doc;
 use super::session;
 use super::{Backends, DeviceSpec, Observer, Plan, ProbeError, INTERRUPTED};
 use crate::backend::setup::{Dev, INLINE};
+pub use matrix::{MatrixSpec, Part};
+
+pub mod matrix;
 use crate::backend::{BackendKind, OpKind};
 use crate::mlx5::sq::DbMode;
 use crate::model::{ExecMode, ModelConfig};
@@ -18,21 +22,15 @@ use serde_json::json;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-/// The suite's knobs (each `None`: the default of the full or the quick matrix).
+/// The suite's knobs: the device, the full or the quick matrix, and what the user changed of it.
 #[derive(Debug, Clone, Default)]
 pub struct SuitePlan {
     /// The device.
     pub device: DeviceSpec,
     /// The small matrix.
     pub quick: bool,
-    /// Latency iterations per size and backend (10000; quick 2000).
-    pub iters: Option<u64>,
-    /// Bandwidth messages per point before a run is sized to the minimum duration.
-    pub bw_messages: Option<u64>,
-    /// Shortest bandwidth run, ms (200; quick 50).
-    pub bw_min_ms: Option<u64>,
-    /// Post-cost blocks per configuration (1000; quick 300).
-    pub post_cost_blocks: Option<u64>,
+    /// The user's matrix (flags or a file; what it does not name keeps the default).
+    pub matrix: MatrixSpec,
 }
 
 /// What a suite measured.
@@ -51,18 +49,26 @@ pub struct SuiteReport {
     pub started: Instant,
 }
 
-/// The matrix's sizes and counts.
+/// The matrix that runs: the user's, and the full or the quick one's defaults for the rest.
 struct Matrix {
+    parts: Vec<Part>,
+    lat_ops: Vec<OpKind>,
+    bw_ops: Vec<OpKind>,
     lat_sizes: Vec<u32>,
     bw_sizes: Vec<u32>,
     iters: u64,
+    duration: Option<Duration>,
     bw_iters: u64,
+    bw_messages: Option<u64>,
     pc_blocks: u64,
     bw_min_ms: u64,
+    qps: u64,
+    threads: u64,
 }
 
 impl Matrix {
     fn of(p: &SuitePlan) -> Self {
+        let u = &p.matrix;
         let (lat_sizes, bw_sizes, iters, bw_iters, pc_blocks) = if p.quick {
             (vec![8, 4096, 65536], vec![64, 65536], 2000, 20000, 300)
         } else {
@@ -75,18 +81,136 @@ impl Matrix {
             )
         };
         Matrix {
-            lat_sizes,
-            bw_sizes,
-            iters: p.iters.unwrap_or(iters),
+            parts: u
+                .parts
+                .clone()
+                .unwrap_or_else(|| vec![Part::Lat, Part::Bw, Part::PostCost]),
+            lat_ops: u
+                .lat_ops
+                .clone()
+                .unwrap_or_else(|| vec![OpKind::Send, OpKind::Write, OpKind::Read, OpKind::FetchAdd]),
+            bw_ops: u.bw_ops.clone().unwrap_or_else(|| vec![OpKind::Write, OpKind::Send]),
+            lat_sizes: u.lat_sizes.clone().unwrap_or(lat_sizes),
+            bw_sizes: u.bw_sizes.clone().unwrap_or(bw_sizes),
+            iters: u.iters.unwrap_or(iters),
+            duration: u.duration,
             bw_iters,
-            pc_blocks: p.post_cost_blocks.unwrap_or(pc_blocks),
-            bw_min_ms: p.bw_min_ms.unwrap_or(if p.quick { 50 } else { 200 }),
+            bw_messages: u.bw_messages,
+            pc_blocks: u.post_cost_blocks.unwrap_or(pc_blocks),
+            bw_min_ms: match u.duration {
+                Some(d) => d.as_millis() as u64,
+                None => u.bw_min_ms.unwrap_or(if p.quick { 50 } else { 200 }),
+            },
+            qps: u.qps.unwrap_or(1),
+            threads: u.threads.unwrap_or(1),
+        }
+    }
+
+    /// The sizes `op` runs at (atomics: 8).
+    fn sizes(&self, op: OpKind, lat: bool) -> Vec<u32> {
+        match op {
+            OpKind::FetchAdd | OpKind::CmpSwap => vec![8],
+            _ if lat => self.lat_sizes.clone(),
+            _ => self.bw_sizes.clone(),
+        }
+    }
+
+    /// Bandwidth messages per QP at `size` before the run is sized to the minimum duration.
+    fn bw_messages_at(&self, size: u32) -> u64 {
+        self.bw_messages
+            .unwrap_or((self.bw_iters * 64 / u64::from(size).max(64)).max(500))
+    }
+
+    /// One line for the heading.
+    fn describe(&self) -> String {
+        let ops = |v: &[OpKind]| v.iter().map(|o| op_name(*o)).collect::<Vec<_>>().join(",");
+        let sizes = |v: &[u32]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>().join(",");
+        let mut parts = Vec::new();
+        if self.parts.contains(&Part::Lat) {
+            parts.push(format!(
+                "lat {} at {} B, {}",
+                ops(&self.lat_ops),
+                sizes(&self.lat_sizes),
+                match self.duration {
+                    Some(d) => format!("{} s per point", d.as_secs_f64()),
+                    None => format!("{} iterations", self.iters),
+                }
+            ));
+        }
+        if self.parts.contains(&Part::Bw) {
+            parts.push(format!(
+                "bw {} at {} B, {} thread(s) x {} QP(s), at least {} ms",
+                ops(&self.bw_ops),
+                sizes(&self.bw_sizes),
+                self.threads,
+                self.qps,
+                self.bw_min_ms
+            ));
+        }
+        if self.parts.contains(&Part::PostCost) {
+            parts.push(format!("post-cost {} blocks", self.pc_blocks));
+        }
+        parts.join("; ")
+    }
+
+    /// How many steps the observer hears of.
+    fn steps(&self) -> usize {
+        let mut n = 0;
+        if self.parts.contains(&Part::Lat) {
+            n += self.lat_ops.iter().map(|o| self.sizes(*o, true).len()).sum::<usize>();
+        }
+        if self.parts.contains(&Part::Bw) {
+            n += self.bw_ops.iter().map(|o| self.sizes(*o, false).len()).sum::<usize>();
+        }
+        if self.parts.contains(&Part::PostCost) {
+            n += POSTLISTS.len();
+        }
+        n
+    }
+
+    /// As recorded in the results' params.
+    fn to_json(&self, kinds: &[BackendKind]) -> serde_json::Value {
+        let ops = |v: &[OpKind]| v.iter().map(|o| op_name(*o)).collect::<Vec<_>>();
+        json!({
+            "parts": self.parts.iter().map(|p| p.as_str()).collect::<Vec<_>>(),
+            "lat_ops": ops(&self.lat_ops), "bw_ops": ops(&self.bw_ops),
+            "lat_sizes": self.lat_sizes, "bw_sizes": self.bw_sizes,
+            "lat_iters": self.duration.is_none().then_some(self.iters),
+            "duration_s": self.duration.map(|d| d.as_secs_f64()),
+            "backends": kinds.iter().map(|k| k.as_str()).collect::<Vec<_>>(),
+            "qps_per_thread": self.qps, "threads": self.threads,
+        })
+    }
+}
+
+/// The post-cost part's postlists.
+const POSTLISTS: [u32; 3] = [1, 8, 32];
+
+/// An operation as the suite's steps and interval tags name it.
+fn op_name(op: OpKind) -> &'static str {
+    match op {
+        OpKind::FetchAdd => "atomic",
+        o => o.as_str(),
+    }
+}
+
+/// The backends the suite runs: every one the device runs, or those asked for (each must run).
+fn suite_backends(dev: &Dev, asked: Option<&[BackendKind]>) -> Result<Vec<BackendKind>, ProbeError> {
+    match asked {
+        None => Ok(dev.backends()),
+        Some(v) => {
+            for k in v {
+                dev.supports(*k)
+                    .map_err(|e| ProbeError::Usage(format!("--backends {}: {e}", k.as_str())))?;
+            }
+            Ok(v.to_vec())
         }
     }
 }
 
 /// Runs the suite; `obs` hears the heading and every step.
 pub fn run(sp: &SuitePlan, obs: &mut dyn Observer) -> Result<SuiteReport, ProbeError> {
+    sp.matrix.check().map_err(ProbeError::Usage)?;
     let m = Matrix::of(sp);
     let model = ModelConfig {
         wire_delay_ns: None,
@@ -100,11 +224,22 @@ pub fn run(sp: &SuitePlan, obs: &mut dyn Observer) -> Result<SuiteReport, ProbeE
     };
     let mut notes = Vec::new();
     let dev = session::open_device(&plan, model, &mut Notes(&mut notes))?;
+    let kinds = suite_backends(&dev, sp.matrix.backends.as_deref())?;
+    for s in m.lat_sizes.iter().chain(&m.bw_sizes) {
+        dev.check_size(*s)?;
+    }
+    if m.parts.contains(&Part::Bw) {
+        for op in &m.bw_ops {
+            for size in m.sizes(*op, false) {
+                let buf = session::buffer_len(&[size]);
+                bw::check_memory(m.bw_messages_at(size), m.threads, m.qps, false, buf)?;
+            }
+        }
+    }
     let before = super::counters::sample(&dev);
     let (cal, env) = session::calibrate(&dev, true)?;
     let mut warnings = env.warnings();
     warnings.splice(0..0, notes);
-    let kinds = dev.backends();
     let mut heading = format!(
         "rdmaprobe suite{} on {} ({}), backends {}\n",
         if sp.quick { " --quick" } else { "" },
@@ -112,6 +247,9 @@ pub fn run(sp: &SuitePlan, obs: &mut dyn Observer) -> Result<SuiteReport, ProbeE
         dev.provider(),
         kinds.iter().map(|k| k.as_str()).collect::<Vec<_>>().join(", ")
     );
+    if sp.matrix != MatrixSpec::default() {
+        heading += &format!("matrix: {}\n", m.describe());
+    }
     for w in &warnings {
         heading += &format!("WARNING: {w}\n");
     }
@@ -124,27 +262,22 @@ pub fn run(sp: &SuitePlan, obs: &mut dyn Observer) -> Result<SuiteReport, ProbeE
         device: (dev.name(), dev.provider()),
         started: Instant::now(),
     };
-    let total = 3 * m.lat_sizes.len() + 1 + 2 * m.bw_sizes.len() + 3;
+    let total = m.steps();
     let mut step = 0;
     let mut runs = Vec::new();
     let mut next = |obs: &mut dyn Observer, what: String| {
         step += 1;
         obs.step(step, total, &what);
     };
-    for (op, name) in [
-        (OpKind::Send, "send"),
-        (OpKind::Write, "write"),
-        (OpKind::Read, "read"),
-        (OpKind::FetchAdd, "atomic"),
-    ] {
-        let sizes = if op == OpKind::FetchAdd {
-            vec![8]
-        } else {
-            m.lat_sizes.clone()
-        };
-        let buf = (2 * *sizes.iter().max().unwrap_or(&8) as usize)
-            .max(128)
-            .next_multiple_of(4096);
+    let lat_ops = if m.parts.contains(&Part::Lat) {
+        m.lat_ops.clone()
+    } else {
+        Vec::new()
+    };
+    for op in lat_ops {
+        let name = op_name(op);
+        let sizes = m.sizes(op, true);
+        let buf = session::buffer_len(&sizes);
         let mut pairs = Vec::new();
         for k in &kinds {
             pairs.push(LatPair::new(*k, AnyPair::new(&dev, *k, op, buf, DbMode::Bf)?));
@@ -172,9 +305,12 @@ pub fn run(sp: &SuitePlan, obs: &mut dyn Observer) -> Result<SuiteReport, ProbeE
                     hist: h,
                 });
             };
-            let len = Length::Iterations {
-                iters: m.iters,
-                blocks: 10,
+            let len = match m.duration {
+                Some(time) => Length::Duration { time, block: 1000 },
+                None => Length::Iterations {
+                    iters: m.iters,
+                    blocks: 10,
+                },
             };
             let rs = run_blocks(&mut pairs, &p, len, &cal, &INTERRUPTED, &mut on_block)?;
             r.summary.push(overhead_line(&format!("lat {name} {size} B"), &rs));
@@ -183,73 +319,87 @@ pub fn run(sp: &SuitePlan, obs: &mut dyn Observer) -> Result<SuiteReport, ProbeE
             }
         }
     }
-    for (op, name) in [(OpKind::Write, "write"), (OpKind::Send, "send")] {
-        for &size in &m.bw_sizes {
+    let bw_ops = if m.parts.contains(&Part::Bw) {
+        m.bw_ops.clone()
+    } else {
+        Vec::new()
+    };
+    for op in bw_ops {
+        let name = op_name(op);
+        for size in m.sizes(op, false) {
             next(obs, format!("bw {name} {size} B"));
-            let buf = (2 * size as usize).max(128).next_multiple_of(4096);
+            let buf = session::buffer_len(&[size]);
             for k in &kinds {
                 let p = BwParams {
                     op,
                     size,
-                    iters: sp
-                        .bw_messages
-                        .unwrap_or((m.bw_iters * 64 / u64::from(size).max(64)).max(500)),
+                    iters: m.bw_messages_at(size),
                     tx_depth: 128,
                     postlist: 1,
                     cq_mod: 64,
-                    inline: size <= INLINE,
+                    inline: matches!(op, OpKind::Write | OpKind::Send) && size <= INLINE,
                     bidirectional: false,
                     stall: Duration::from_secs(10),
                     window: Duration::from_millis(1),
-                    // long enough for 50 (quick) or 200 one-millisecond windows
+                    // long enough for 50 (quick) or 200 one-millisecond windows, or -D
                     min_duration: Duration::from_millis(m.bw_min_ms),
                     no_peak: false,
                 };
-                let x = run_bw(&dev, *k, &p, 1, 1, buf, DbMode::Bf, &cal, &INTERRUPTED)?;
+                let x = run_bw(
+                    &dev,
+                    *k,
+                    &p,
+                    m.threads as usize,
+                    m.qps as usize,
+                    buf,
+                    DbMode::Bf,
+                    &cal,
+                    &INTERRUPTED,
+                )?;
                 runs.push(tagged(&x, "bw")?);
             }
         }
     }
-    // post cost (model0: its own handle in deferred mode, so only the post is timed)
-    let pc_model = ModelConfig {
-        exec: ExecMode::Deferred,
-        ..model
-    };
-    let pc_dev = if dev.is_model() {
-        Dev::open(Some("model0"), 1, None, pc_model)?.0
-    } else {
-        session::open_device(&plan, model, &mut super::Quiet)?
-    };
-    let pc_before = super::counters::sample(&pc_dev).filter(|_| dev.is_model());
-    for postlist in [1u32, 8, 32] {
-        next(obs, format!("post-cost postlist {postlist}"));
-        for k in &kinds {
-            let p = PostCostParams {
-                op: OpKind::Write,
-                size: 8,
-                postlist,
-                inline: true,
-                cq_mod: 32,
-                blocks: m.pc_blocks,
-                stall: Duration::from_secs(10),
-            };
-            let x = run_post_cost(&pc_dev, *k, &p, DbMode::Bf, &cal)?;
-            runs.push(tagged(&x, "post_cost")?);
+    let mut pc_dev = None;
+    if m.parts.contains(&Part::PostCost) {
+        // model0: its own handle in deferred mode, so only the post is timed
+        let pc_model = ModelConfig {
+            exec: ExecMode::Deferred,
+            ..model
+        };
+        let d = if dev.is_model() {
+            Dev::open(Some("model0"), 1, None, pc_model)?.0
+        } else {
+            session::open_device(&plan, model, &mut super::Quiet)?
+        };
+        let pc_before = super::counters::sample(&d).filter(|_| dev.is_model());
+        for postlist in POSTLISTS {
+            next(obs, format!("post-cost postlist {postlist}"));
+            for k in &kinds {
+                let p = PostCostParams {
+                    op: OpKind::Write,
+                    size: 8,
+                    postlist,
+                    inline: true,
+                    cq_mod: 32,
+                    blocks: m.pc_blocks,
+                    stall: Duration::from_secs(10),
+                };
+                let x = run_post_cost(&d, *k, &p, DbMode::Bf, &cal)?;
+                runs.push(tagged(&x, "post_cost")?);
+            }
         }
+        pc_dev = Some((d, pc_before));
     }
-    r.doc = result_doc(
-        &env,
-        &cal,
-        &warnings,
-        json!({ "scenario": "suite", "quick": sp.quick, "backends": kinds.iter().map(|k| k.as_str()).collect::<Vec<_>>(),
-                "lat_iters": m.iters, "bw_min_duration_ms": m.bw_min_ms, "bw_window_ms": 1.0, "post_cost_blocks": m.pc_blocks }),
-        serde_json::Value::from(runs),
-    )?;
+    let mut params = json!({ "scenario": "suite", "quick": sp.quick, "backends": kinds.iter().map(|k| k.as_str()).collect::<Vec<_>>(),
+                "lat_iters": m.duration.is_none().then_some(m.iters), "bw_min_duration_ms": m.bw_min_ms, "bw_window_ms": 1.0, "post_cost_blocks": m.pc_blocks });
+    params["matrix"] = m.to_json(&kinds);
+    r.doc = result_doc(&env, &cal, &warnings, params, serde_json::Value::from(runs))?;
     // the device's counters over the suite (model0: both handles', the post cost's own)
     let mut counters = super::counters::CounterDelta::since(before, &dev);
     if let (Some(c), Some(pc)) = (
         counters.as_mut(),
-        super::counters::CounterDelta::since(pc_before, &pc_dev),
+        pc_dev.and_then(|(d, b)| super::counters::CounterDelta::since(b, &d)),
     ) {
         for (k, v) in pc.delta {
             *c.delta.entry(k).or_default() += v;

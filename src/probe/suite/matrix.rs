@@ -1,0 +1,390 @@
+//! The suite's matrix as the user names it: command-line flags, a TOML file (`--matrix`), or
+//! both (a flag wins over the file's key of the same name). What is not named keeps the
+//! default of the full or the quick matrix.
+
+use crate::backend::{BackendKind, OpKind};
+use std::time::Duration;
+
+/// A part of the suite.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Part {
+    /// Latency ping-pong.
+    Lat,
+    /// Bandwidth.
+    Bw,
+    /// The post call's cost.
+    PostCost,
+}
+
+impl Part {
+    /// The name on the command line and in the file.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Part::Lat => "lat",
+            Part::Bw => "bw",
+            Part::PostCost => "post-cost",
+        }
+    }
+}
+
+/// The matrix the user asked for (each `None`: the default).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct MatrixSpec {
+    /// The parts that run (default: all three).
+    pub parts: Option<Vec<Part>>,
+    /// Latency operations (default send, write, read, atomic).
+    pub lat_ops: Option<Vec<OpKind>>,
+    /// Bandwidth operations (default write, send).
+    pub bw_ops: Option<Vec<OpKind>>,
+    /// Latency message sizes (atomics always 8).
+    pub lat_sizes: Option<Vec<u32>>,
+    /// Bandwidth message sizes (atomics always 8).
+    pub bw_sizes: Option<Vec<u32>>,
+    /// Latency iterations per size and backend.
+    pub iters: Option<u64>,
+    /// Each latency point runs this long (blocks of 1000 per backend, interleaved), and each
+    /// bandwidth point at least this long; instead of `iters` and `bw_min_ms`.
+    pub duration: Option<Duration>,
+    /// The backends (default: every one the device runs).
+    pub backends: Option<Vec<BackendKind>>,
+    /// Bandwidth QPs per thread (default 1).
+    pub qps: Option<u64>,
+    /// Bandwidth threads (default 1).
+    pub threads: Option<u64>,
+    /// Bandwidth messages per point before a run is sized to the minimum duration.
+    pub bw_messages: Option<u64>,
+    /// Shortest bandwidth run, ms.
+    pub bw_min_ms: Option<u64>,
+    /// Post-cost blocks per configuration.
+    pub post_cost_blocks: Option<u64>,
+}
+
+/// The largest message the suite sends (as `lat -s`).
+pub const MAX_SIZE: u32 = 8 * 1024 * 1024;
+
+impl MatrixSpec {
+    /// `self` (the command line) over `file`: each field the command line names wins.
+    pub fn over(self, file: MatrixSpec) -> MatrixSpec {
+        MatrixSpec {
+            parts: self.parts.or(file.parts),
+            lat_ops: self.lat_ops.or(file.lat_ops),
+            bw_ops: self.bw_ops.or(file.bw_ops),
+            lat_sizes: self.lat_sizes.or(file.lat_sizes),
+            bw_sizes: self.bw_sizes.or(file.bw_sizes),
+            iters: self.iters.or(file.iters),
+            duration: self.duration.or(file.duration),
+            backends: self.backends.or(file.backends),
+            qps: self.qps.or(file.qps),
+            threads: self.threads.or(file.threads),
+            bw_messages: self.bw_messages.or(file.bw_messages),
+            bw_min_ms: self.bw_min_ms.or(file.bw_min_ms),
+            post_cost_blocks: self.post_cost_blocks.or(file.post_cost_blocks),
+        }
+    }
+
+    /// Checks what no single value shows: `duration` with `iters` or `bw_min_ms`.
+    pub fn check(&self) -> Result<(), String> {
+        if self.duration.is_some() {
+            if self.iters.is_some() {
+                return Err("-D/--duration and -n/--iters (or the file's duration_s and iters) name the latency run's length twice: give one".into());
+            }
+            if self.bw_min_ms.is_some() {
+                return Err("-D/--duration and --bw-min-ms (or the file's duration_s and bw_min_ms) name the bandwidth run's length twice: give one".into());
+            }
+        }
+        Ok(())
+    }
+
+    /// Reads a matrix file (TOML): keys `parts`, `ops` (both), `lat_ops`, `bw_ops`, `sizes`
+    /// (both), `lat_sizes`, `bw_sizes`, `iters`, `duration_s`, `backends`, `qps`, `threads`,
+    /// `bw_messages`, `bw_min_ms`, `post_cost_blocks`. Sizes are numbers or strings as on the
+    /// command line (`"64K"`, `"8-4M"`); an unknown key or a bad value is an error naming it.
+    pub fn from_toml(text: &str) -> Result<MatrixSpec, String> {
+        let t: toml::Table = text.parse().map_err(|e: toml::de::Error| e.to_string())?;
+        let mut m = MatrixSpec::default();
+        let mut both_ops = None;
+        let mut both_sizes = None;
+        for (k, v) in &t {
+            let bad = |what: &str| format!("key `{k}`: {what}");
+            match k.as_str() {
+                "parts" => m.parts = Some(parse_parts(&strings(v).map_err(|e| bad(&e))?.join(",")).map_err(|e| bad(&e))?),
+                "ops" | "lat_ops" | "bw_ops" => {
+                    let ops = parse_ops(&strings(v).map_err(|e| bad(&e))?.join(",")).map_err(|e| bad(&e))?;
+                    match k.as_str() {
+                        "ops" => both_ops = Some(ops),
+                        "lat_ops" => m.lat_ops = Some(ops),
+                        _ => m.bw_ops = Some(ops),
+                    }
+                }
+                "sizes" | "lat_sizes" | "bw_sizes" => {
+                    let items = match v {
+                        toml::Value::Array(a) => a.clone(),
+                        x => vec![x.clone()],
+                    };
+                    let mut text = Vec::new();
+                    for x in items {
+                        match x {
+                            toml::Value::Integer(n) => text.push(n.to_string()),
+                            toml::Value::String(s) => text.push(s),
+                            _ => return Err(bad("sizes are numbers or strings such as \"64K\" or \"8-4M\"")),
+                        }
+                    }
+                    let sizes = parse_sizes(&text.join(",")).map_err(|e| bad(&e))?;
+                    match k.as_str() {
+                        "sizes" => both_sizes = Some(sizes),
+                        "lat_sizes" => m.lat_sizes = Some(sizes),
+                        _ => m.bw_sizes = Some(sizes),
+                    }
+                }
+                "backends" => m.backends = Some(parse_backends(&strings(v).map_err(|e| bad(&e))?.join(",")).map_err(|e| bad(&e))?),
+                "duration_s" => {
+                    let s = match v {
+                        toml::Value::Integer(n) => *n as f64,
+                        toml::Value::Float(f) => *f,
+                        _ => return Err(bad("a number of seconds")),
+                    };
+                    if !(s.is_finite() && s > 0.0 && s <= 86_400.0) {
+                        return Err(bad("seconds from more than 0 to 86400"));
+                    }
+                    m.duration = Some(Duration::from_secs_f64(s));
+                }
+                "iters" => m.iters = Some(int(v, 10, 100_000_000).map_err(|e| bad(&e))?),
+                "qps" => m.qps = Some(int(v, 1, 16384).map_err(|e| bad(&e))?),
+                "threads" => m.threads = Some(int(v, 1, 64).map_err(|e| bad(&e))?),
+                "bw_messages" => m.bw_messages = Some(int(v, 1, 1_000_000_000).map_err(|e| bad(&e))?),
+                "bw_min_ms" => m.bw_min_ms = Some(int(v, 0, 3_600_000).map_err(|e| bad(&e))?),
+                "post_cost_blocks" => m.post_cost_blocks = Some(int(v, 1, 10_000_000).map_err(|e| bad(&e))?),
+                _ => {
+                    return Err(format!(
+                        "unknown key `{k}` (the keys: parts, ops, lat_ops, bw_ops, sizes, lat_sizes, bw_sizes, iters, duration_s, backends, qps, threads, bw_messages, bw_min_ms, post_cost_blocks)"
+                    ))
+                }
+            }
+        }
+        m.lat_ops = m.lat_ops.or(both_ops.clone());
+        m.bw_ops = m.bw_ops.or(both_ops);
+        m.lat_sizes = m.lat_sizes.or(both_sizes.clone());
+        m.bw_sizes = m.bw_sizes.or(both_sizes);
+        m.check()?;
+        Ok(m)
+    }
+}
+
+fn strings(v: &toml::Value) -> Result<Vec<String>, String> {
+    let items = match v {
+        toml::Value::Array(a) => a.iter().collect::<Vec<_>>(),
+        x => vec![x],
+    };
+    items
+        .into_iter()
+        .map(|x| {
+            x.as_str()
+                .map(str::to_string)
+                .ok_or_else(|| "a list of strings".to_string())
+        })
+        .collect()
+}
+
+fn int(v: &toml::Value, lo: u64, hi: u64) -> Result<u64, String> {
+    match v.as_integer() {
+        Some(n) if n >= 0 && (lo..=hi).contains(&(n as u64)) => Ok(n as u64),
+        _ => Err(format!("a whole number from {lo} to {hi}")),
+    }
+}
+
+fn list(s: &str) -> impl Iterator<Item = &str> {
+    s.split(',').map(str::trim)
+}
+
+/// `lat,bw,post-cost` (any of them, in any order; each once).
+pub fn parse_parts(s: &str) -> Result<Vec<Part>, String> {
+    let mut v = Vec::new();
+    for x in list(s) {
+        let p = match x {
+            "lat" => Part::Lat,
+            "bw" => Part::Bw,
+            "post-cost" | "post_cost" => Part::PostCost,
+            _ => return Err(format!("'{x}' is not a part of the suite (lat, bw, post-cost)")),
+        };
+        push_once(&mut v, p, x)?;
+    }
+    Ok(v)
+}
+
+/// `send,write,read,atomic,cmp_swap` (`atomic` and `fetch_add` are fetch-and-add).
+pub fn parse_ops(s: &str) -> Result<Vec<OpKind>, String> {
+    let mut v = Vec::new();
+    for x in list(s) {
+        let o = match x {
+            "send" => OpKind::Send,
+            "write" => OpKind::Write,
+            "read" => OpKind::Read,
+            "atomic" | "fetch_add" => OpKind::FetchAdd,
+            "cmp_swap" => OpKind::CmpSwap,
+            _ => {
+                return Err(format!(
+                    "'{x}' is not an operation (send, write, read, atomic, cmp_swap)"
+                ))
+            }
+        };
+        push_once(&mut v, o, x)?;
+    }
+    Ok(v)
+}
+
+/// `verbs,wr,direct`.
+pub fn parse_backends(s: &str) -> Result<Vec<BackendKind>, String> {
+    let mut v = Vec::new();
+    for x in list(s) {
+        let k = match x {
+            "verbs" => BackendKind::Verbs,
+            "wr" => BackendKind::Wr,
+            "direct" => BackendKind::Direct,
+            _ => return Err(format!("'{x}' is not a backend (verbs, wr, direct)")),
+        };
+        push_once(&mut v, k, x)?;
+    }
+    Ok(v)
+}
+
+fn push_once<T: PartialEq>(v: &mut Vec<T>, x: T, name: &str) -> Result<(), String> {
+    if v.contains(&x) {
+        return Err(format!("'{name}' is named twice"));
+    }
+    v.push(x);
+    Ok(())
+}
+
+/// Sizes: `8,64,4K,1M` (K and M are 1024 and 1024²), and `A-B`: the powers of two from A to B
+/// (A and B powers of two). Sorted, each once, 1 B to 8 MiB.
+pub fn parse_sizes(s: &str) -> Result<Vec<u32>, String> {
+    let mut v = Vec::new();
+    for x in list(s) {
+        if let Some((a, b)) = x.split_once('-') {
+            let (a, b) = (one_size(a)?, one_size(b)?);
+            if !a.is_power_of_two() || !b.is_power_of_two() || a > b {
+                return Err(format!(
+                    "'{x}': a range is two powers of two, the smaller first (as 8-4M)"
+                ));
+            }
+            let mut s = a;
+            while s <= b {
+                v.push(s);
+                s *= 2;
+            }
+        } else {
+            v.push(one_size(x)?);
+        }
+    }
+    v.sort_unstable();
+    v.dedup();
+    Ok(v)
+}
+
+fn one_size(x: &str) -> Result<u32, String> {
+    let x = x.trim();
+    let (num, mul) = match x.char_indices().last() {
+        Some((i, 'K' | 'k')) => (&x[..i], 1024u64),
+        Some((i, 'M' | 'm')) => (&x[..i], 1024 * 1024),
+        _ => (x, 1),
+    };
+    let n: u64 = num
+        .parse()
+        .map_err(|_| format!("'{x}' is not a size (bytes, or with K or M: 64K, 1M)"))?;
+    match n.checked_mul(mul) {
+        Some(b) if (1..=u64::from(MAX_SIZE)).contains(&b) => Ok(b as u32),
+        _ => Err(format!("'{x}': sizes are 1 B to 8M")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes_lists_ranges_and_suffixes() {
+        assert_eq!(parse_sizes("8,64,4K").unwrap(), vec![8, 64, 4096]);
+        assert_eq!(parse_sizes("1M, 8").unwrap(), vec![8, 1 << 20]);
+        assert_eq!(parse_sizes("8-64").unwrap(), vec![8, 16, 32, 64]);
+        assert_eq!(parse_sizes("4K-16K,4096,2").unwrap(), vec![2, 4096, 8192, 16384]);
+        assert_eq!(parse_sizes("8M").unwrap(), vec![8 << 20]);
+        for bad in ["0", "16M", "x", "", "8-7", "3-8", "64-8", "4G", "-1", "1.5K"] {
+            assert!(parse_sizes(bad).is_err(), "{bad} accepted");
+        }
+    }
+
+    #[test]
+    fn ops_backends_parts_refuse_unknown_and_repeats() {
+        assert_eq!(
+            parse_ops("write,atomic").unwrap(),
+            vec![OpKind::Write, OpKind::FetchAdd]
+        );
+        assert_eq!(parse_ops("cmp_swap").unwrap(), vec![OpKind::CmpSwap]);
+        assert!(parse_ops("write,write").unwrap_err().contains("twice"));
+        assert!(parse_ops("put").unwrap_err().contains("'put'"));
+        assert_eq!(
+            parse_backends("direct,verbs").unwrap(),
+            vec![BackendKind::Direct, BackendKind::Verbs]
+        );
+        assert!(parse_backends("mlx5").is_err());
+        assert_eq!(parse_parts("bw,lat").unwrap(), vec![Part::Bw, Part::Lat]);
+        assert!(parse_parts("latency").is_err());
+    }
+
+    #[test]
+    fn file_keys_and_the_command_line_over_them() {
+        let f = MatrixSpec::from_toml(
+            r#"
+            parts = ["lat", "bw"]
+            ops = ["write", "send"]
+            bw_ops = "read"
+            sizes = [8, "4K", "64K-256K"]
+            iters = 500
+            backends = ["verbs", "direct"]
+            qps = 4
+            threads = 2
+            "#,
+        )
+        .unwrap();
+        assert_eq!(f.parts, Some(vec![Part::Lat, Part::Bw]));
+        assert_eq!(f.lat_ops, Some(vec![OpKind::Write, OpKind::Send]));
+        assert_eq!(f.bw_ops, Some(vec![OpKind::Read]));
+        assert_eq!(f.lat_sizes, Some(vec![8, 4096, 65536, 131072, 262144]));
+        assert_eq!(f.bw_sizes, f.lat_sizes);
+        assert_eq!((f.iters, f.qps, f.threads), (Some(500), Some(4), Some(2)));
+        let cli = MatrixSpec {
+            iters: Some(50),
+            backends: Some(vec![BackendKind::Wr]),
+            ..Default::default()
+        };
+        let m = cli.over(f.clone());
+        assert_eq!(m.iters, Some(50));
+        assert_eq!(m.backends, Some(vec![BackendKind::Wr]));
+        assert_eq!(m.qps, Some(4));
+        assert_eq!(m.lat_ops, f.lat_ops);
+    }
+
+    #[test]
+    fn file_errors_name_the_key() {
+        for (text, key) in [
+            ("sizes = [0]", "sizes"),
+            ("iters = 5", "iters"),
+            ("qps = 20000", "qps"),
+            ("backends = [\"mlx5\"]", "backends"),
+            ("lat_ops = [1]", "lat_ops"),
+            ("duration_s = -1", "duration_s"),
+            ("colour = 1", "colour"),
+            ("parts = [\"lat\", \"lat\"]", "parts"),
+        ] {
+            let e = MatrixSpec::from_toml(text).unwrap_err();
+            assert!(e.contains(&format!("`{key}`")), "{text}: {e}");
+        }
+        assert!(MatrixSpec::from_toml("iters = ").is_err());
+        let e = MatrixSpec::from_toml("duration_s = 2\niters = 100").unwrap_err();
+        assert!(e.contains("twice"), "{e}");
+        assert_eq!(
+            MatrixSpec::from_toml("duration_s = 0.5").unwrap().duration,
+            Some(Duration::from_millis(500))
+        );
+    }
+}
