@@ -227,6 +227,13 @@ struct PerftestArgs {
     /// --report-gbits) or `message_rate` (Mpps). Needs one backend (--backend).
     #[arg(long, value_enum)]
     output: Option<rdmaprobe::probe::console::OutputKind>,
+    /// `write` as RDMA WRITE with immediate (perftest's --write_with_imm): the receiver consumes
+    /// a posted receive and waits for its completion instead of watching memory.
+    #[arg(long = "write-with-imm", visible_alias = "write_with_imm")]
+    write_with_imm: bool,
+    /// `send` as SEND with immediate (perftest's --send_with_imm).
+    #[arg(long = "send-with-imm", visible_alias = "send_with_imm")]
+    send_with_imm: bool,
 }
 
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq)]
@@ -237,17 +244,33 @@ enum AtomicArg {
     CmpAndSwap,
 }
 
-/// The operation after perftest's -A: `atomic` with CMP_AND_SWAP is compare-and-swap; -A with
-/// another operation is refused (exit 2).
-fn atomic_op(op: OpKind, a: &PerftestArgs) -> Result<OpKind, ProbeError> {
+/// The operation after perftest's -A, --write_with_imm and --send_with_imm: `atomic` with
+/// CMP_AND_SWAP is compare-and-swap, `write` with --write-with-imm WRITE with immediate, `send`
+/// with --send-with-imm SEND with immediate; each with another operation is refused (exit 2).
+fn perftest_op(op: OpKind, a: &PerftestArgs) -> Result<OpKind, ProbeError> {
+    let refuse = |flag: &str, applies: &str| {
+        Err(ProbeError::Usage(format!(
+            "{flag} applies to the operation {applies}, not {}",
+            op.cli_name()
+        )))
+    };
+    if a.write_with_imm {
+        return match (op, a.atomic_type, a.send_with_imm) {
+            (OpKind::Write, None, false) => Ok(OpKind::WriteImm),
+            _ => refuse("--write-with-imm", "write"),
+        };
+    }
+    if a.send_with_imm {
+        return match (op, a.atomic_type) {
+            (OpKind::Send, None) => Ok(OpKind::SendImm),
+            _ => refuse("--send-with-imm", "send"),
+        };
+    }
     match (op, a.atomic_type) {
         (_, None) => Ok(op),
         (OpKind::FetchAdd, Some(AtomicArg::CmpAndSwap)) => Ok(OpKind::CmpSwap),
         (OpKind::FetchAdd, Some(AtomicArg::FetchAndAdd)) => Ok(OpKind::FetchAdd),
-        (o, Some(_)) => Err(ProbeError::Usage(format!(
-            "-A/--atomic_type applies to the operation atomic, not {}",
-            o.cli_name()
-        ))),
+        (_, Some(_)) => refuse("-A/--atomic_type", "atomic"),
     }
 }
 
@@ -416,8 +439,8 @@ struct SuiteArgs {
     /// The parts that run, of lat, bw, post-cost (default all).
     #[arg(long, value_name = "LIST", value_parser = |s: &str| matrix::parse_parts(s).map(Listed))]
     parts: Option<Listed<matrix::Part>>,
-    /// Operations of the latency and the bandwidth parts, of send, write, read, atomic, cmp_swap
-    /// (default: lat send,write,read,atomic; bw write,send).
+    /// Operations of the latency and the bandwidth parts, of send, write, read, atomic, cmp_swap,
+    /// write_imm, send_imm (default: lat send,write,read,atomic; bw write,send).
     #[arg(long, value_name = "LIST", value_parser = ops_list)]
     ops: Option<Listed<OpKind>>,
     /// Operations of the latency part (over --ops).
@@ -658,7 +681,7 @@ fn plan(scenario: Scenario, r: &RunArgs, p: &PeerArgs) -> Result<Plan> {
 
 fn lat(a: LatArgs) -> Result<ExitCode> {
     let l = LatPlan {
-        op: atomic_op(a.op, &a.perftest)?,
+        op: perftest_op(a.op, &a.perftest)?,
         sizes: if a.all_sizes { Sizes::All } else { Sizes::One(a.size) },
         iters: a.iters,
         warmup: a.warmup,
@@ -679,7 +702,7 @@ fn lat(a: LatArgs) -> Result<ExitCode> {
 
 fn bw(a: BwArgs) -> Result<ExitCode> {
     let b = BwPlan {
-        op: atomic_op(a.op, &a.perftest)?,
+        op: perftest_op(a.op, &a.perftest)?,
         sizes: if a.all_sizes { Sizes::All } else { Sizes::One(a.size) },
         // -D: a short first run sizes the measured one
         iters: if a.duration.is_some() { 2000 } else { a.iters },

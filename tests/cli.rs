@@ -1531,3 +1531,95 @@ fn suite_runs_the_matrix_the_user_names() {
     );
     std::fs::remove_dir_all(&dir).ok();
 }
+
+/// perftest's --write_with_imm and --send_with_imm (issue 14 part 2) on every backend model0
+/// runs: the verb is recorded and kept apart by compare, and every message of the ping-pong is
+/// a receive completion at its peer (a plain WRITE ping-pong completes one post in 16 and no
+/// receive); with another operation the flags exit 2 naming themselves.
+#[test]
+fn immediates_write_and_send_with_imm() {
+    let _g = serial();
+    let dir = std::env::temp_dir().join(format!("rdmaprobe-imm-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let backends = cmd::model0_backends();
+    let n = 2000u64;
+    let mut cqes = Vec::new();
+    for (args, verb) in [
+        (vec!["lat", "write", "--write-with-imm"], "write_imm"),
+        (vec!["lat", "send", "--send_with_imm"], "send_imm"),
+        (vec!["lat", "write"], "write"),
+    ] {
+        let f = dir.join(format!("{verb}.json"));
+        let mut a = args.clone();
+        let ns = n.to_string();
+        a.extend([
+            "--loopback",
+            "-s",
+            "64",
+            "-n",
+            &ns,
+            "--warmup",
+            "0",
+            "--json",
+            f.to_str().unwrap(),
+        ]);
+        let (c, out, err) = rdmaprobe(&a);
+        assert_eq!(c, 0, "{args:?}: {out}{err}");
+        let j: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&f).unwrap()).unwrap();
+        let runs = j["runs"].as_array().unwrap();
+        assert_eq!(runs.len(), backends.len(), "{out}");
+        for r in runs {
+            assert_eq!(r["verb"], verb, "{r}");
+            assert_eq!(r["op"], args[1], "{r}");
+            assert_eq!(r["latency_ns"]["count"], n, "{r}");
+        }
+        if verb != "write" {
+            assert!(out.contains("WITH IMMEDIATE"), "{out}");
+        }
+        cqes.push(j["counters"]["delta"]["cqes"].as_u64().expect("model0's cqes counter"));
+    }
+    // both ends see a receive completion for every message of every backend
+    let msgs = 2 * n * backends.len() as u64;
+    assert!(cqes[0] >= msgs && cqes[1] >= msgs, "{cqes:?} < {msgs}");
+    assert!(cqes[2] < msgs / 4, "plain WRITE: {cqes:?}");
+    // bandwidth: the receiver's receives are consumed too
+    let (c, out, err) = rdmaprobe(&[
+        "bw",
+        "write",
+        "--write-with-imm",
+        "--loopback",
+        "-n",
+        "3000",
+        "--min-ms",
+        "0",
+    ]);
+    assert_eq!(c, 0, "{out}{err}");
+    assert!(out.contains("RDMA WRITE WITH IMMEDIATE"), "{out}");
+    // compare keeps WRITE with and without immediate apart
+    let (c, out, _) = rdmaprobe(&[
+        "compare",
+        dir.join("write.json").to_str().unwrap(),
+        dir.join("write_imm.json").to_str().unwrap(),
+    ]);
+    assert_eq!(c, 2, "{out}");
+    for (args, flag) in [
+        (vec!["lat", "read", "--write-with-imm"], "--write-with-imm"),
+        (vec!["bw", "send", "--write-with-imm"], "--write-with-imm"),
+        (vec!["lat", "write", "--send-with-imm"], "--send-with-imm"),
+        (
+            vec!["lat", "write", "--write-with-imm", "--send-with-imm"],
+            "--write-with-imm",
+        ),
+        (
+            vec!["lat", "atomic", "-A", "CMP_AND_SWAP", "--send-with-imm"],
+            "--send-with-imm",
+        ),
+    ] {
+        let mut a = args.clone();
+        a.push("--loopback");
+        let (c, _, err) = rdmaprobe(&a);
+        assert_eq!(c, 2, "{args:?}: {err}");
+        assert!(err.contains(flag), "{args:?}: {err}");
+    }
+    std::fs::remove_dir_all(&dir).ok();
+}

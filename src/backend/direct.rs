@@ -1,7 +1,7 @@
 //! The `direct` backend: our WQE builders, send/receive queues and CQE polling, on a ConnectX
 //! (`verbs::direct::DirectQp`) or on model0 (`model::DirectModelQp`).
 
-use super::{Backend, BackendError, BackendKind, MemView, OpKind, Polled};
+use super::{Backend, BackendError, BackendKind, MemView, OpKind, Polled, IMM};
 use crate::mlx5::cq::{cqe_op, Cq, Cqe};
 use crate::mlx5::rq::Rq;
 use crate::mlx5::seg::DataSeg;
@@ -135,13 +135,13 @@ impl<Q: DirectQueues> DirectEnd<Q> {
                 why: format!("size {len} exceeds the buffers"),
             });
         }
-        if inline && (len > self.max_inline || op == OpKind::Read || matches!(op, OpKind::FetchAdd | OpKind::CmpSwap)) {
+        if inline && (len > self.max_inline || !op.carries_payload()) {
             return Err(BackendError::Invalid {
                 backend,
                 why: format!("inline {} of {len} bytes not possible", op.as_str()),
             });
         }
-        if matches!(op, OpKind::FetchAdd | OpKind::CmpSwap) && len != 8 {
+        if op.is_atomic() && len != 8 {
             return Err(BackendError::Invalid {
                 backend,
                 why: "atomics move 8 bytes".into(),
@@ -162,6 +162,8 @@ impl<Q: DirectQueues> DirectEnd<Q> {
         let wqe = match op {
             OpKind::Write => Wqe::write(raddr, rkey, payload),
             OpKind::Send => Wqe::send(payload),
+            OpKind::WriteImm => Wqe::write_imm(raddr, rkey, IMM, payload),
+            OpKind::SendImm => Wqe::send_imm(IMM, payload),
             OpKind::Read => Wqe::read(self.remote.addr, rkey, &rx),
             OpKind::FetchAdd => Wqe::atomic_fa(raddr, rkey, 1, &self.tx),
             OpKind::CmpSwap => Wqe::atomic_cs(raddr, rkey, 0, 0, &self.tx),

@@ -54,7 +54,17 @@ pub enum OpKind {
     /// Compare-and-swap (0 -> 0: always a hit that leaves the word unchanged).
     #[cfg_attr(feature = "std", value(skip))]
     CmpSwap,
+    /// RDMA WRITE with immediate: the data lands as a WRITE's, and the receiver consumes a
+    /// posted receive and sees a completion carrying [`IMM`].
+    #[cfg_attr(feature = "std", value(skip))]
+    WriteImm,
+    /// SEND with immediate ([`IMM`]).
+    #[cfg_attr(feature = "std", value(skip))]
+    SendImm,
 }
+
+/// The immediate data the immediates carry (host order): "RDMA".
+pub const IMM: u32 = 0x5244_4d41;
 
 impl OpKind {
     /// Name as on the command line.
@@ -65,13 +75,33 @@ impl OpKind {
             OpKind::Read => "read",
             OpKind::FetchAdd => "fetch_add",
             OpKind::CmpSwap => "cmp_swap",
+            OpKind::WriteImm => "write_imm",
+            OpKind::SendImm => "send_imm",
         }
+    }
+
+    /// Whether the receiver consumes a posted receive (SEND and the immediates).
+    pub fn needs_recv(self) -> bool {
+        matches!(self, OpKind::Send | OpKind::SendImm | OpKind::WriteImm)
+    }
+
+    /// Whether it carries a payload from the requester (so it may be inline), and the latency
+    /// figure is one-way (half the round trip): WRITE, SEND and their immediates.
+    pub fn carries_payload(self) -> bool {
+        matches!(self, OpKind::Write | OpKind::Send | OpKind::WriteImm | OpKind::SendImm)
+    }
+
+    /// An atomic (8 bytes, never inline).
+    pub fn is_atomic(self) -> bool {
+        matches!(self, OpKind::FetchAdd | OpKind::CmpSwap)
     }
 
     /// The operation as the command line names it (`write`, `send`, `read`, `atomic`).
     pub fn cli_name(self) -> &'static str {
         match self {
             OpKind::FetchAdd | OpKind::CmpSwap => "atomic",
+            OpKind::WriteImm => "write",
+            OpKind::SendImm => "send",
             o => o.as_str(),
         }
     }

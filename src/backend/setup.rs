@@ -416,10 +416,10 @@ fn connect_opts(
 pub fn access_for(op: OpKind) -> MrAccess {
     MrAccess::LOCAL_WRITE
         | match op {
-            OpKind::Write => MrAccess::REMOTE_WRITE,
+            OpKind::Write | OpKind::WriteImm => MrAccess::REMOTE_WRITE,
             OpKind::Read => MrAccess::REMOTE_READ,
             OpKind::FetchAdd | OpKind::CmpSwap => MrAccess::REMOTE_ATOMIC,
-            OpKind::Send => MrAccess::LOCAL_READ,
+            OpKind::Send | OpKind::SendImm => MrAccess::LOCAL_READ,
         }
 }
 

@@ -2,7 +2,7 @@
 //! the same operations through `ibv_wr_start` .. `ibv_wr_complete`, completions from
 //! `ibv_poll_cq`. Both call the provider exactly as a C program including the headers does.
 
-use super::{Backend, BackendError, BackendKind, MemView, OpKind, Polled};
+use super::{Backend, BackendError, BackendKind, MemView, OpKind, Polled, IMM};
 use crate::sys;
 use crate::sys::inline::{poll_cq, post_recv, post_send, WrOps};
 use crate::verbs::cq::Completion;
@@ -139,7 +139,7 @@ impl VerbsEnd {
                 why: format!("inline size {len} exceeds the QP's max_inline_data {}", self.max_inline),
             });
         }
-        if matches!(op, OpKind::FetchAdd | OpKind::CmpSwap) && (len != 8 || inline) {
+        if op.is_atomic() && (len != 8 || inline) {
             return Err(BackendError::Invalid {
                 backend,
                 why: "atomics move 8 bytes, never inline".into(),
@@ -187,16 +187,23 @@ impl VerbsEnd {
                 std::ptr::null_mut()
             };
             match op {
-                OpKind::Write | OpKind::Read => {
-                    w.opcode = if op == OpKind::Write {
-                        sys::IBV_WR_RDMA_WRITE
-                    } else {
-                        sys::IBV_WR_RDMA_READ
+                OpKind::Write | OpKind::Read | OpKind::WriteImm => {
+                    w.opcode = match op {
+                        OpKind::Write => sys::IBV_WR_RDMA_WRITE,
+                        OpKind::WriteImm => sys::IBV_WR_RDMA_WRITE_WITH_IMM,
+                        _ => sys::IBV_WR_RDMA_READ,
                     };
                     let r = if op == OpKind::Read { self.remote.addr } else { raddr };
                     w.wr.rdma = sys::ibv_send_wr__bindgen_ty_2__bindgen_ty_1 { remote_addr: r, rkey };
+                    if op == OpKind::WriteImm {
+                        w.__bindgen_anon_1.imm_data = IMM.to_be();
+                    }
                 }
                 OpKind::Send => w.opcode = sys::IBV_WR_SEND,
+                OpKind::SendImm => {
+                    w.opcode = sys::IBV_WR_SEND_WITH_IMM;
+                    w.__bindgen_anon_1.imm_data = IMM.to_be();
+                }
                 OpKind::FetchAdd | OpKind::CmpSwap => {
                     w.opcode = if op == OpKind::FetchAdd {
                         sys::IBV_WR_ATOMIC_FETCH_AND_ADD
@@ -247,6 +254,8 @@ impl VerbsEnd {
                     OpKind::Write => (ops.rdma_write)(q, rkey, raddr),
                     OpKind::Read => (ops.rdma_read)(q, rkey, self.remote.addr),
                     OpKind::Send => (ops.send)(q),
+                    OpKind::WriteImm => (ops.rdma_write_imm)(q, rkey, raddr, IMM.to_be()),
+                    OpKind::SendImm => (ops.send_imm)(q, IMM.to_be()),
                     OpKind::FetchAdd => (ops.atomic_fetch_add)(q, rkey, raddr, 1),
                     OpKind::CmpSwap => (ops.atomic_cmp_swp)(q, rkey, raddr, 0, 0),
                 }

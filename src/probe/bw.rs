@@ -4,7 +4,7 @@ use super::report::{Report, Role, Runs};
 use super::session;
 use super::{BwPlan, Observer, PeerSpec, Plan, ProbeError, INTERRUPTED};
 use crate::backend::setup::{AnyEnd, Dev, HalfEnd, INLINE};
-use crate::backend::{BackendKind, OpKind};
+use crate::backend::BackendKind;
 use crate::mlx5::sq::DbMode;
 use crate::model::{ExecMode, ModelConfig};
 use crate::oob::{Hello, Rendezvous};
@@ -51,7 +51,7 @@ pub(super) fn run(
     }
     check_memory(b.iters, b.threads, b.qps, b.bidirectional, buf_len)?;
     let inline_limit = b.inline_size.unwrap_or(INLINE);
-    if inline_limit > INLINE && matches!(op, OpKind::Write | OpKind::Send) {
+    if inline_limit > INLINE && op.carries_payload() {
         return Err(ProbeError::Usage(format!(
             "-I {inline_limit} exceeds the QPs' max_inline_data {INLINE} (what bandwidth QPs are made with)"
         )));
@@ -120,7 +120,7 @@ pub(super) fn run(
                 tx_depth: b.tx_depth,
                 postlist: b.postlist,
                 cq_mod: b.cq_mod,
-                inline: matches!(op, OpKind::Write | OpKind::Send) && size <= inline_limit,
+                inline: op.carries_payload() && size <= inline_limit,
                 bidirectional: b.bidirectional,
                 stall: plan.stall,
                 window: b.window,

@@ -158,7 +158,7 @@ impl<'a> Sides<'a> {
             pairs.iter().map(|p| p.pair.max_inline()).min().unwrap_or(0)
         };
         let inline_limit = match l.inline_size {
-            Some(i) if i > max_inline && matches!(l.op, OpKind::Write | OpKind::Send) => {
+            Some(i) if i > max_inline && l.op.carries_payload() => {
                 return Err(ProbeError::Usage(format!(
                     "-I {i} exceeds the QPs' max_inline_data {max_inline}"
                 )))
@@ -279,7 +279,7 @@ impl Run<'_> {
                 size,
                 iters: self.l.iters,
                 warmup: self.l.warmup,
-                inline: matches!(self.l.op, OpKind::Write | OpKind::Send) && size <= sides.inline_limit,
+                inline: self.l.op.carries_payload() && size <= sides.inline_limit,
                 stall: self.plan.stall,
             };
             let rs = match sides.net.as_mut() {

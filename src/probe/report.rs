@@ -89,6 +89,8 @@ pub fn title(op: OpKind) -> &'static str {
         OpKind::Read => "RDMA READ",
         OpKind::FetchAdd => "ATOMIC FETCH-AND-ADD",
         OpKind::CmpSwap => "ATOMIC COMPARE-AND-SWAP",
+        OpKind::WriteImm => "RDMA WRITE WITH IMMEDIATE",
+        OpKind::SendImm => "SEND WITH IMMEDIATE",
     }
 }
 

@@ -131,7 +131,7 @@ pub struct Role {
 
 /// The roles of the two ends of a pair (first end, second end) for `p`.
 pub fn roles(p: &BwParams) -> (Role, Role) {
-    let recv = p.op == OpKind::Send;
+    let recv = p.op.needs_recv();
     (
         Role {
             sends: true,

@@ -32,7 +32,7 @@ pub struct LatParams {
 
 /// Whether the figure of an operation is one-way (half the round trip) or the round trip.
 pub fn one_way(op: OpKind) -> bool {
-    matches!(op, OpKind::Write | OpKind::Send)
+    op.carries_payload()
 }
 
 /// Raw samples of one run, in TSC ticks.
@@ -176,6 +176,18 @@ fn await_send<B: Backend>(
         got += q.recvs;
         Ok(got > 0)
     })
+}
+
+/// What a side waits for when it waits for a receive completion: the peer's message.
+fn awaited(op: OpKind, peer: &str) -> &'static str {
+    match (op, peer == "server") {
+        (OpKind::SendImm, true) => "the server's SEND with immediate",
+        (OpKind::SendImm, false) => "the client's SEND with immediate",
+        (OpKind::WriteImm, true) => "the server's WRITE with immediate",
+        (OpKind::WriteImm, false) => "the client's WRITE with immediate",
+        (_, true) => "the server's SEND",
+        (_, false) => "the client's SEND",
+    }
 }
 
 /// Tracks signalled sends not yet completed, so the send queue never overflows.
@@ -354,7 +366,7 @@ pub fn client_loop<B: Backend>(
         wait: Vec::with_capacity(n),
     };
     let mut outst = Outstanding { n: 0 };
-    if p.op == OpKind::Send && prime {
+    if p.op.needs_recv() && prime {
         b.post_recv(recv_len(b), RECV_DEPTH).map_err(be(side, first))?;
     }
     for k in first..first + total {
@@ -378,7 +390,7 @@ pub fn client_loop<B: Backend>(
         outst.n += u32::from(signal);
         match p.op {
             OpKind::Write => await_write(b, &spin, &mut outst, k, "the server's WRITE", rx + len - 1, m)?,
-            OpKind::Send => await_send(b, &spin, &mut outst, k, "the server's SEND")?,
+            o if o.needs_recv() => await_send(b, &spin, &mut outst, k, awaited(o, "server"))?,
             _ => {
                 let before = outst.n;
                 spin.until(k, "the completion", || {
@@ -395,7 +407,7 @@ pub fn client_loop<B: Backend>(
             out.wait.push(t2 - t1);
         }
         // Bookkeeping outside the timed region.
-        if p.op == OpKind::Send {
+        if p.op.needs_recv() {
             b.post_recv(recv_len(b), 1).map_err(be(side, k))?;
         }
         reap(b, &spin, &mut outst, k, k - first)?;
@@ -426,11 +438,11 @@ pub fn server_loop<B: Backend>(
     let rx = b.rx_offset();
     let mut outst = Outstanding { n: 0 };
     match p.op {
-        OpKind::Write | OpKind::Send => {}
+        o if o.carries_payload() => {}
         // Read and atomics are one-sided: the server only keeps its memory registered.
         _ => return Ok(()),
     }
-    if p.op == OpKind::Send && prime {
+    if p.op.needs_recv() && prime {
         b.post_recv(recv_len(b), RECV_DEPTH).map_err(be(side, first))?;
     }
     for k in first..first + total {
@@ -444,7 +456,7 @@ pub fn server_loop<B: Backend>(
             await_write(b, &spin, &mut outst, k, "the client's WRITE", rx + len - 1, m)?;
             b.mem().store(len - 1, m);
         } else {
-            await_send(b, &spin, &mut outst, k, "the client's SEND")?;
+            await_send(b, &spin, &mut outst, k, awaited(p.op, "client"))?;
         }
         // The server reaps before answering: then the reaping is on the measured path in every
         // iteration alike, never hidden in one configuration and exposed in another (after the
@@ -457,7 +469,7 @@ pub fn server_loop<B: Backend>(
         b.post(p.op, p.size, 1, p.inline, signal).map_err(be(side, k))?;
         b.after_post();
         outst.n += u32::from(signal);
-        if p.op == OpKind::Send {
+        if p.op.needs_recv() {
             b.post_recv(recv_len(b), 1).map_err(be(side, k))?;
         }
     }

@@ -91,9 +91,9 @@ pub fn shape(p: &PostCostParams) -> Result<(u32, u32), ScenarioError> {
             BLOCK_WQES / 2
         )));
     }
-    if !matches!(p.op, OpKind::Write | OpKind::Send | OpKind::Read) {
+    if p.op.is_atomic() {
         return Err(ScenarioError::Invalid(format!(
-            "post-cost runs write, send and read, not {}",
+            "post-cost runs write, send, read and their immediates, not {}",
             p.op.as_str()
         )));
     }
@@ -125,7 +125,7 @@ pub fn run<B: Backend>(client: &mut B, server: &mut B, p: &PostCostParams) -> Re
     let signalled = signal.iter().filter(|&&s| s).count() as u32;
     // one untimed block first: the path's code and the ring's lines warm
     for blk in 0..=p.blocks {
-        if p.op == OpKind::Send {
+        if p.op.needs_recv() {
             server.post_recv(recv_len, wqes).map_err(be(posted))?;
         }
         let t0 = clock::start();
@@ -141,7 +141,7 @@ pub fn run<B: Backend>(client: &mut B, server: &mut B, p: &PostCostParams) -> Re
         await_n(p.stall, "client", posted, "the block's completions", signalled, || {
             Ok(client.poll().map_err(be(posted))?.sends)
         })?;
-        if p.op == OpKind::Send {
+        if p.op.needs_recv() {
             await_n(p.stall, "server", posted, "the block's receives", wqes, || {
                 Ok(server.poll().map_err(be(posted))?.recvs)
             })?;

@@ -211,7 +211,8 @@ pub fn parse_parts(s: &str) -> Result<Vec<Part>, String> {
     Ok(v)
 }
 
-/// `send,write,read,atomic,cmp_swap` (`atomic` and `fetch_add` are fetch-and-add).
+/// `send,write,read,atomic,cmp_swap,write_imm,send_imm` (`atomic` and `fetch_add` are
+/// fetch-and-add).
 pub fn parse_ops(s: &str) -> Result<Vec<OpKind>, String> {
     let mut v = Vec::new();
     for x in list(s) {
@@ -221,9 +222,11 @@ pub fn parse_ops(s: &str) -> Result<Vec<OpKind>, String> {
             "read" => OpKind::Read,
             "atomic" | "fetch_add" => OpKind::FetchAdd,
             "cmp_swap" => OpKind::CmpSwap,
+            "write_imm" => OpKind::WriteImm,
+            "send_imm" => OpKind::SendImm,
             _ => {
                 return Err(format!(
-                    "'{x}' is not an operation (send, write, read, atomic, cmp_swap)"
+                    "'{x}' is not an operation (send, write, read, atomic, cmp_swap, write_imm, send_imm)"
                 ))
             }
         };

@@ -290,7 +290,7 @@ pub fn run(sp: &SuitePlan, obs: &mut dyn Observer) -> Result<SuiteReport, ProbeE
                 size,
                 iters: m.iters,
                 warmup: 100.min(m.iters),
-                inline: matches!(op, OpKind::Write | OpKind::Send) && size <= max_inline,
+                inline: op.carries_payload() && size <= max_inline,
                 stall: Duration::from_secs(10),
             };
             let t_base = r.started.elapsed().as_secs_f64();
@@ -337,7 +337,7 @@ pub fn run(sp: &SuitePlan, obs: &mut dyn Observer) -> Result<SuiteReport, ProbeE
                     tx_depth: 128,
                     postlist: 1,
                     cq_mod: 64,
-                    inline: matches!(op, OpKind::Write | OpKind::Send) && size <= INLINE,
+                    inline: op.carries_payload() && size <= INLINE,
                     bidirectional: false,
                     stall: Duration::from_secs(10),
                     window: Duration::from_millis(1),

@@ -57,8 +57,9 @@ pub(super) fn key(doc: &Value, r: &Value) -> String {
     );
     // compare-and-swap and fetch-and-add are both `atomic`; their runs are not the same run
     // (fetch-and-add keeps the key it always had)
-    if r["verb"].as_str() == Some("cmp_swap") {
-        k.push_str(" verb=cmp_swap");
+    // (and so are a WRITE or SEND with immediate and without)
+    if let Some(v @ ("cmp_swap" | "write_imm" | "send_imm")) = r["verb"].as_str() {
+        k.push_str(&format!(" verb={v}"));
     }
     for f in [
         "db_mode",
