@@ -184,6 +184,22 @@ struct RunArgs {
     /// P_Key index (perftest's --pkey_index).
     #[arg(long = "pkey_index", default_value_t = 0)]
     pkey_index: u16,
+    /// Buffers on 2 MiB huge pages (perftest's --use_hugepages; they must be reserved:
+    /// `sysctl vm.nr_hugepages=N`, `rdmaprobe doctor` says how many are free).
+    #[arg(long = "use-hugepages", visible_alias = "use_hugepages")]
+    use_hugepages: bool,
+    /// A memory region per QP (perftest's --mr_per_qp): what rdmaprobe always does (every QP has
+    /// its own buffers, registered on their own); accepted for perftest's scripts.
+    #[arg(long = "mr-per-qp", visible_alias = "mr_per_qp")]
+    mr_per_qp: bool,
+    /// Pin the measuring threads to these CPUs, taken in order (e.g. 2,3 or 4-7); a server and
+    /// its client on one machine each take their own.
+    #[arg(long, value_name = "LIST", value_parser = cpu_list)]
+    pin_cores: Option<CpuList>,
+    /// Run on the CPUs of this NUMA node and bind the memory to it (the node of the NIC:
+    /// `rdmaprobe doctor` shows it).
+    #[arg(long, value_name = "N")]
+    numa_node: Option<u32>,
     /// Write the results as JSON.
     #[arg(long)]
     json: Option<std::path::PathBuf>,
@@ -372,6 +388,10 @@ struct BwArgs {
     /// the peak column says "-".
     #[arg(short = 'N', long = "noPeak")]
     no_peak: bool,
+    /// Run until stopped (Ctrl-C or SIGTERM; exit 0), printing a row per backend every -D
+    /// seconds (default 5), as perftest's --run_infinitely. --loopback, one size.
+    #[arg(long = "run-infinitely", visible_alias = "run_infinitely", conflicts_with_all = ["iters", "min_ms", "all_sizes"])]
+    run_infinitely: bool,
     /// perftest's -A, -F, --output.
     #[command(flatten)]
     perftest: PerftestArgs,
@@ -477,6 +497,14 @@ struct SuiteArgs {
     /// post_cost_blocks (docs/perftest.md); a flag wins over the file's key.
     #[arg(long, value_name = "FILE")]
     matrix: Option<std::path::PathBuf>,
+}
+
+/// A CPU list argument (`2,3`, `4-7`).
+#[derive(Clone, Debug)]
+struct CpuList(Vec<usize>);
+
+fn cpu_list(s: &str) -> Result<CpuList, String> {
+    rdmaprobe::workers::parse_cpu_list(s).map(CpuList)
 }
 
 /// A list argument (a newtype, so that clap takes it as one value).
@@ -659,6 +687,22 @@ fn plan(scenario: Scenario, r: &RunArgs, p: &PeerArgs) -> Result<Plan> {
             port: p.port_tcp,
         },
     };
+    rdmaprobe::workers::choose(r.pin_cores.as_ref().map(|c| c.0.as_slice()), r.numa_node).map_err(ProbeError::Usage)?;
+    if peer == PeerSpec::Loopback
+        && (r.pin_cores.is_some() || r.numa_node.is_some())
+        && rdmaprobe::workers::cpus().len() < 2
+    {
+        // two spinning ends on one CPU measure the scheduler's time slice, not the path
+        return Err(ProbeError::Usage(format!(
+            "{}: --loopback runs its two ends on two CPUs (the client on the first, the server on the next): name two",
+            if r.pin_cores.is_some() {
+                "--pin-cores"
+            } else {
+                "--numa-node"
+            }
+        ))
+        .into());
+    }
     Ok(Plan {
         scenario,
         device: r.dev.spec(),
@@ -676,6 +720,7 @@ fn plan(scenario: Scenario, r: &RunArgs, p: &PeerArgs) -> Result<Plan> {
             pkey_index: r.pkey_index,
         },
         diag: r.diag.clone(),
+        huge_pages: r.use_hugepages,
     })
 }
 
@@ -705,7 +750,11 @@ fn bw(a: BwArgs) -> Result<ExitCode> {
         op: perftest_op(a.op, &a.perftest)?,
         sizes: if a.all_sizes { Sizes::All } else { Sizes::One(a.size) },
         // -D: a short first run sizes the measured one
-        iters: if a.duration.is_some() { 2000 } else { a.iters },
+        iters: if a.duration.is_some() || a.run_infinitely {
+            2000
+        } else {
+            a.iters
+        },
         tx_depth: a.tx_depth,
         postlist: a.postlist,
         cq_mod: a.cq_mod,
@@ -714,14 +763,20 @@ fn bw(a: BwArgs) -> Result<ExitCode> {
         bidirectional: a.bidirectional,
         inline_size: a.run.inline_size,
         window: Duration::from_micros(a.window_us),
-        min_duration: a.duration.map_or(Duration::from_millis(a.min_ms), Duration::from_secs),
+        min_duration: match (a.duration, a.run_infinitely) {
+            (Some(d), _) => Duration::from_secs(d),
+            (None, true) => Duration::from_secs(5),
+            (None, false) => Duration::from_millis(a.min_ms),
+        },
         gbits: a.report_gbits,
         no_peak: a.no_peak,
+        run_infinitely: a.run_infinitely,
     };
-    if a.duration.is_some() && !a.peer.loopback {
-        return Err(ProbeError::Usage(
-            "bw -D is available with --loopback only in this version (both ends must run the same messages)".into(),
-        )
+    if (a.duration.is_some() || a.run_infinitely) && !a.peer.loopback {
+        return Err(ProbeError::Usage(format!(
+            "bw {} is available with --loopback only in this version (both ends must run the same messages)",
+            if a.run_infinitely { "--run-infinitely" } else { "-D" }
+        ))
         .into());
     }
     let p = plan(Scenario::Bw(b), &a.run, &a.peer)?;

@@ -16,16 +16,160 @@ use std::time::{Duration, Instant};
 
 type Job = Box<dyn FnOnce() + Send + 'static>;
 
+static CPUS: OnceLock<Vec<core_affinity::CoreId>> = OnceLock::new();
+/// Whether the user chose the CPUs (`--pin-cores`, `--numa-node`).
+static CHOSEN: OnceLock<()> = OnceLock::new();
+/// The NUMA node the user chose.
+static NODE: OnceLock<u32> = OnceLock::new();
+
 /// The CPUs this process may run on, read once, before any thread is pinned (a pinned thread's
-/// view of its own mask is one CPU).
+/// view of its own mask is one CPU); or the ones the user chose ([`choose`]).
 pub fn cpus() -> &'static [core_affinity::CoreId] {
-    static CPUS: OnceLock<Vec<core_affinity::CoreId>> = OnceLock::new();
     CPUS.get_or_init(|| core_affinity::get_core_ids().unwrap_or_default())
 }
 
-/// Whether threads are pinned at all: more than one CPU and no `RDMAPROBE_NO_PIN`.
+/// Whether threads are pinned at all: chosen CPUs, or more than one CPU; and no
+/// `RDMAPROBE_NO_PIN`.
 pub fn pinning() -> bool {
-    cpus().len() > 1 && std::env::var_os("RDMAPROBE_NO_PIN").is_none()
+    (CHOSEN.get().is_some() || cpus().len() > 1) && std::env::var_os("RDMAPROBE_NO_PIN").is_none()
+}
+
+/// The CPU numbers the measuring threads are pinned to, in the order they are taken (empty: not
+/// pinned).
+pub fn pinned_ids() -> Vec<usize> {
+    if pinning() {
+        cpus().iter().map(|c| c.id).collect()
+    } else {
+        Vec::new()
+    }
+}
+
+/// The NUMA node chosen with `--numa-node`.
+pub fn numa_node() -> Option<u32> {
+    NODE.get().copied()
+}
+
+/// The CPUs of NUMA node `node` (sysfs `cpulist`).
+pub fn node_cpus(node: u32) -> Result<Vec<usize>, String> {
+    let path = format!("/sys/devices/system/node/node{node}/cpulist");
+    let text = std::fs::read_to_string(&path).map_err(|e| format!("no NUMA node {node} ({path}: {e})"))?;
+    if text.trim().is_empty() {
+        // a node of memory alone
+        return Ok(Vec::new());
+    }
+    parse_cpu_list(text.trim()).map_err(|e| format!("{path}: {e}"))
+}
+
+/// `0-3,8,10-11` as CPU numbers, in the order named (each once).
+pub fn parse_cpu_list(s: &str) -> Result<Vec<usize>, String> {
+    let mut v = Vec::new();
+    for part in s.split(',').map(str::trim) {
+        if part.is_empty() {
+            return Err(format!("'{s}': an empty entry"));
+        }
+        let num = |x: &str| {
+            x.trim()
+                .parse::<usize>()
+                .ok()
+                .filter(|&n| n < libc::CPU_SETSIZE as usize)
+                .ok_or_else(|| format!("'{x}' is not a CPU number"))
+        };
+        match part.split_once('-') {
+            Some((a, b)) => {
+                let (a, b) = (num(a)?, num(b)?);
+                if a > b {
+                    return Err(format!("'{part}': the range goes down"));
+                }
+                v.extend(a..=b);
+            }
+            None => v.push(num(part)?),
+        }
+    }
+    let mut seen = Vec::with_capacity(v.len());
+    for c in v {
+        if !seen.contains(&c) {
+            seen.push(c);
+        }
+    }
+    Ok(seen)
+}
+
+/// Confines the measuring threads to `cpus` (`--pin-cores`), or to the CPUs of `node` and its
+/// memory (`--numa-node`: the process's memory policy binds its allocations to the node), or
+/// both (the CPUs must be on the node). Called once, before any thread is pinned; a CPU the
+/// process may not run on, or a node without CPUs here, is an error naming it.
+pub fn choose(cpus: Option<&[usize]>, node: Option<u32>) -> Result<(), String> {
+    if cpus.is_none() && node.is_none() {
+        return Ok(());
+    }
+    let allowed: Vec<usize> = core_affinity::get_core_ids()
+        .unwrap_or_default()
+        .iter()
+        .map(|c| c.id)
+        .collect();
+    let on_node = match node {
+        Some(n) => Some(node_cpus(n).map_err(|e| format!("--numa-node {n}: {e}"))?),
+        None => None,
+    };
+    let list: Vec<usize> = match (cpus, &on_node) {
+        (Some(c), Some(nc)) => {
+            if let Some(x) = c.iter().find(|x| !nc.contains(x)) {
+                return Err(format!(
+                    "--pin-cores: CPU {x} is not on NUMA node {}",
+                    node.unwrap_or(0)
+                ));
+            }
+            c.to_vec()
+        }
+        (Some(c), None) => c.to_vec(),
+        (None, Some(nc)) => nc.iter().copied().filter(|x| allowed.contains(x)).collect(),
+        (None, None) => unreachable!("returned above"),
+    };
+    if let Some(x) = list.iter().find(|x| !allowed.contains(x)) {
+        return Err(format!(
+            "{}: CPU {x} is not one this process may run on ({})",
+            if cpus.is_some() { "--pin-cores" } else { "--numa-node" },
+            allowed.iter().map(|c| c.to_string()).collect::<Vec<_>>().join(",")
+        ));
+    }
+    if list.is_empty() {
+        return Err(format!(
+            "--numa-node {}: none of its CPUs is one this process may run on",
+            node.unwrap_or(0)
+        ));
+    }
+    if let Some(n) = node {
+        bind_memory(n).map_err(|e| format!("--numa-node {n}: set_mempolicy(MPOL_BIND) failed: {e}"))?;
+        let _ = NODE.set(n);
+    }
+    let ids: Vec<core_affinity::CoreId> = list.into_iter().map(|id| core_affinity::CoreId { id }).collect();
+    if CPUS.set(ids).is_err() {
+        return Err("the CPUs were read before they were chosen".into());
+    }
+    let _ = CHOSEN.set(());
+    Ok(())
+}
+
+/// Binds this thread's (and the threads it makes from now on) memory to NUMA node `node`.
+fn bind_memory(node: u32) -> std::io::Result<()> {
+    const MPOL_BIND: libc::c_long = 2;
+    let bits = 8 * std::mem::size_of::<libc::c_ulong>();
+    let mut mask = vec![0 as libc::c_ulong; (node as usize / bits) + 1];
+    mask[node as usize / bits] |= 1 << (node as usize % bits);
+    // SAFETY: set_mempolicy reads `maxnode` bits from `mask`, which holds that many (one word
+    // past the node's); it changes only this thread's policy.
+    let rc = unsafe {
+        libc::syscall(
+            libc::SYS_set_mempolicy,
+            MPOL_BIND,
+            mask.as_ptr(),
+            (mask.len() * bits) as libc::c_ulong,
+        )
+    };
+    if rc != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
 }
 
 /// The CPU of slot `i` counted from the start of the process's set.
@@ -279,6 +423,16 @@ pub(crate) fn run(jobs: Vec<Placed<'_>>, start_deadline: Duration) -> Result<(),
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn cpu_lists_keep_the_order_named() {
+        assert_eq!(parse_cpu_list("3,1").unwrap(), vec![3, 1]);
+        assert_eq!(parse_cpu_list("0-3,8,2").unwrap(), vec![0, 1, 2, 3, 8]);
+        assert_eq!(parse_cpu_list(" 5 ").unwrap(), vec![5]);
+        for bad in ["", "x", "3-1", "1,,", "-1", "99999"] {
+            assert!(parse_cpu_list(bad).is_err(), "{bad} accepted");
+        }
+    }
 
     #[test]
     fn jobs_run_on_persistent_threads_pinned_to_their_cpu() {

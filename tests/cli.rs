@@ -1623,3 +1623,152 @@ fn immediates_write_and_send_with_imm() {
     }
     std::fs::remove_dir_all(&dir).ok();
 }
+
+/// perftest's --use_hugepages, --mr_per_qp, and --pin-cores / --numa-node (issue 14 part 5):
+/// model0 refuses huge pages, saying why (its registration maps shared memory over the buffers);
+/// the CPUs and the node are recorded in the environment; bad values exit 2 naming the flag.
+#[test]
+fn memory_and_cpu_placement_options() {
+    let _g = serial();
+    let (c, _, err) = rdmaprobe(&["lat", "write", "--loopback", "-n", "100", "--use-hugepages"]);
+    assert_eq!(c, 2, "{err}");
+    assert!(
+        err.contains("--use-hugepages") && err.contains("shared-memory"),
+        "{err}"
+    );
+    let dir = std::env::temp_dir().join(format!("rdmaprobe-place-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let f = dir.join("p.json");
+    let allowed = rdmaprobe::workers::parse_cpu_list(
+        std::fs::read_to_string("/proc/self/status")
+            .unwrap()
+            .lines()
+            .find_map(|l| l.strip_prefix("Cpus_allowed_list:"))
+            .unwrap()
+            .trim(),
+    )
+    .unwrap();
+    if allowed.len() >= 2 {
+        // the last two allowed CPUs, the later first: taken in the order named
+        let list = format!("{},{}", allowed[allowed.len() - 1], allowed[allowed.len() - 2]);
+        let (c, out, err) = rdmaprobe(&[
+            "bw",
+            "write",
+            "--loopback",
+            "-n",
+            "500",
+            "--min-ms",
+            "0",
+            "--mr_per_qp",
+            "--pin-cores",
+            &list,
+            "--json",
+            f.to_str().unwrap(),
+        ]);
+        assert_eq!(c, 0, "{out}{err}");
+        let j: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&f).unwrap()).unwrap();
+        assert_eq!(
+            j["environment"]["pinned_cpus"],
+            serde_json::json!([allowed[allowed.len() - 1], allowed[allowed.len() - 2]])
+        );
+        assert_eq!(j["params"]["mr_per_qp"], true);
+        assert_eq!(j["params"]["huge_pages"], false);
+    }
+    // node 0 exists on every Linux machine with sysfs NUMA (one node or more)
+    if std::path::Path::new("/sys/devices/system/node/node0/cpulist").exists() {
+        let (c, out, err) = rdmaprobe(&[
+            "lat",
+            "send",
+            "--loopback",
+            "-n",
+            "200",
+            "--numa-node",
+            "0",
+            "--json",
+            f.to_str().unwrap(),
+        ]);
+        if allowed.len() >= 2 {
+            assert_eq!(c, 0, "{out}{err}");
+            let j: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&f).unwrap()).unwrap();
+            assert_eq!(j["environment"]["numa_node"], 0);
+            assert!(!j["environment"]["pinned_cpus"].as_array().unwrap().is_empty());
+        }
+    }
+    for (args, says) in [
+        (vec!["--pin-cores", "100000"], "--pin-cores"),
+        (vec!["--pin-cores", "1-0"], "--pin-cores"),
+        (vec!["--pin-cores", "x"], "--pin-cores"),
+        (vec!["--numa-node", "999"], "--numa-node 999"),
+    ] {
+        let mut a = vec!["lat", "write", "--loopback", "-n", "10"];
+        a.extend(args.iter());
+        let (c, _, err) = rdmaprobe(&a);
+        assert_eq!(c, 2, "{args:?}: {err}");
+        assert!(err.contains(says), "{args:?}: {err}");
+    }
+    // one CPU for both ends of a loopback run would measure the scheduler: refused
+    let one = allowed[0].to_string();
+    let (c, _, err) = rdmaprobe(&["lat", "write", "--loopback", "-n", "10", "--pin-cores", &one]);
+    assert_eq!(c, 2, "{err}");
+    assert!(err.contains("two CPUs"), "{err}");
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+/// bw --run-infinitely (issue 14 part 5): rows keep coming, a round per -D seconds, until
+/// SIGINT, which ends it with exit 0 and the rounds in the JSON; it needs --loopback.
+#[test]
+fn bw_runs_infinitely_until_stopped() {
+    use std::io::BufRead;
+    let _g = serial();
+    let dir = std::env::temp_dir().join(format!("rdmaprobe-inf-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let f = dir.join("inf.json");
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_rdmaprobe"))
+        .args([
+            "bw",
+            "write",
+            "--loopback",
+            "--run-infinitely",
+            "-D",
+            "1",
+            "-s",
+            "4096",
+            "--backend",
+            "direct",
+        ])
+        .arg("--json")
+        .arg(&f)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stdout = std::io::BufReader::new(child.stdout.take().unwrap());
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for l in stdout.lines().map_while(Result::ok) {
+            if l.trim_start().starts_with("4096") && tx.send(l).is_err() {
+                break;
+            }
+        }
+    });
+    // three rows (at least three rounds), each within a generous deadline
+    for i in 0..3 {
+        let row = rx.recv_timeout(std::time::Duration::from_secs(60));
+        assert!(row.is_ok(), "row {i} did not come");
+    }
+    // SAFETY: signals our own child process.
+    unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
+    let o = child.wait_with_output().unwrap();
+    assert_eq!(o.status.code(), Some(0), "{}", String::from_utf8_lossy(&o.stderr));
+    let j: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&f).unwrap()).unwrap();
+    let runs = j["runs"].as_array().unwrap();
+    assert!(runs.len() >= 3, "{}", runs.len());
+    for r in runs {
+        assert!(r["summary"]["seconds"].as_f64().unwrap() >= 1.0, "{r}");
+    }
+    assert_eq!(j["params"]["run_infinitely"], true);
+    let (c, _, err) = rdmaprobe(&["bw", "write", "127.0.0.1", "--run-infinitely"]);
+    assert_eq!(c, 2, "{err}");
+    assert!(err.contains("--run-infinitely"), "{err}");
+    std::fs::remove_dir_all(&dir).ok();
+}

@@ -22,6 +22,9 @@ pub struct ModelDev {
     pub verbs: Result<(Context, PortInfo), String>,
     /// The path and QP options of the verbs QPs.
     pub path: PathOpts,
+    /// The verbs QPs' buffers on 2 MiB huge pages (model0's own direct QPs use the model's
+    /// shared memory).
+    pub huge_pages: bool,
 }
 
 impl std::ops::Deref for ModelDev {
@@ -47,6 +50,7 @@ impl ModelDev {
             model,
             verbs,
             path: PathOpts::default(),
+            huge_pages: false,
         })
     }
 }
@@ -104,6 +108,8 @@ pub enum Dev {
         fw: String,
         /// The path and QP options of its QPs.
         path: PathOpts,
+        /// Its buffers on 2 MiB huge pages.
+        huge_pages: bool,
     },
 }
 
@@ -230,6 +236,7 @@ impl Dev {
                 provider: info.provider,
                 fw: info.fw_ver,
                 path: PathOpts::default(),
+                huge_pages: false,
             },
             note,
         ))
@@ -329,6 +336,23 @@ impl Dev {
         match self {
             Dev::Verbs { path, .. } => *path = p,
             Dev::Model(m) => m.path = p,
+        }
+    }
+
+    /// Whether the buffers of its verbs (and mlx5 direct) QPs are on 2 MiB huge pages.
+    pub fn huge_pages(&self) -> bool {
+        match self {
+            Dev::Verbs { huge_pages, .. } => *huge_pages,
+            Dev::Model(m) => m.huge_pages,
+        }
+    }
+
+    /// Puts the buffers of its verbs (and mlx5 direct) QPs on 2 MiB huge pages (perftest's
+    /// --use_hugepages); a buffer that cannot have them is an error naming the reservation.
+    pub fn set_huge_pages(&mut self, on: bool) {
+        match self {
+            Dev::Verbs { huge_pages, .. } => *huge_pages = on,
+            Dev::Model(m) => m.huge_pages = on,
         }
     }
 
@@ -442,8 +466,9 @@ pub fn verbs_pair(
     let pd = Pd::new(ctx)?;
     let caps = qp_caps();
     let opts = connect_opts(ctx, port, gid, op, dev.path())?;
-    let (mut qa, ca, ma) = verbs_qp(ctx, &pd, kind, caps, buf_len, op)?;
-    let (mut qb, cb, mb) = verbs_qp(ctx, &pd, kind, caps, buf_len, op)?;
+    let huge = dev.huge_pages();
+    let (mut qa, ca, ma) = verbs_qp(ctx, &pd, kind, caps, buf_len, op, huge)?;
+    let (mut qb, cb, mb) = verbs_qp(ctx, &pd, kind, caps, buf_len, op, huge)?;
     let (ea, eb) = (qa.endpoint(port, gid)?, qb.endpoint(port, gid)?);
     path_taken(ctx, qa.connect(port, &opts, &eb)?)?;
     path_taken(ctx, qb.connect(port, &opts, &ea)?)?;
@@ -463,6 +488,7 @@ fn verbs_qp(
     caps: QpCaps,
     buf_len: usize,
     op: OpKind,
+    huge: bool,
 ) -> Result<(Qp, Cq, Mr), SetupError> {
     let cq = Cq::new(ctx, 2 * DEPTH)?;
     let wr = kind == BackendKind::Wr;
@@ -479,7 +505,7 @@ fn verbs_qp(
             wr,
         )?,
     };
-    let mr = Mr::new(pd, buf_len, access_for(op), false)?;
+    let mr = Mr::new(pd, buf_len, access_for(op), huge)?;
     Ok((qp, cq, mr))
 }
 
@@ -553,8 +579,8 @@ pub fn mlx5_pair(
     let (ea, eb) = (qa.endpoint(port, *gid)?, qb.endpoint(port, *gid)?);
     path_taken(ctx, qa.connect(port, &opts, &eb)?)?;
     path_taken(ctx, qb.connect(port, &opts, &ea)?)?;
-    let ma = Mr::new(&pd, buf_len, access_for(op), false)?;
-    let mb = Mr::new(&pd, buf_len, access_for(op), false)?;
+    let ma = Mr::new(&pd, buf_len, access_for(op), dev.huge_pages())?;
+    let mb = Mr::new(&pd, buf_len, access_for(op), dev.huge_pages())?;
     let (ra, rb) = (ma.remote(0), mb.remote(0));
     let (ia, ib) = (qa.max_inline(), qb.max_inline());
     Ok((
@@ -642,10 +668,10 @@ impl HalfEnd {
                 let pd = Pd::new(ctx)?;
                 if kind == BackendKind::Direct {
                     let q = DirectQp::new(&pd, caps, 2 * DEPTH, mode)?;
-                    let mr = Mr::new(&pd, buf_len, access_for(op), false)?;
+                    let mr = Mr::new(&pd, buf_len, access_for(op), dev.huge_pages())?;
                     HalfEnd::Mlx5 { q: Box::new(q), mr }
                 } else {
-                    let (qp, cq, mr) = verbs_qp(ctx, &pd, kind, caps, buf_len, op)?;
+                    let (qp, cq, mr) = verbs_qp(ctx, &pd, kind, caps, buf_len, op, dev.huge_pages())?;
                     HalfEnd::Verbs { kind, qp, cq, mr }
                 }
             }

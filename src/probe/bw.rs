@@ -11,6 +11,7 @@ use crate::oob::{Hello, Rendezvous};
 use crate::scenario::bw::{summarize, BwParams};
 use crate::scenario::runner::{bw_side, run_bw, BwResult};
 use serde_json::json;
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 /// Every backend's threads' QPs, connected to the peer's.
@@ -90,6 +91,7 @@ pub(super) fn run(
         "tx_depth": b.tx_depth, "postlist": b.postlist, "cq_mod": b.cq_mod, "qps_per_thread": b.qps, "threads": b.threads,
         "bidirectional": b.bidirectional, "backends": kinds.iter().map(|k| k.as_str()).collect::<Vec<_>>(),
         "db_mode": mode.as_str(), "loopback": !network, "path": super::report::path_json(&plan.path),
+        "huge_pages": plan.huge_pages, "mr_per_qp": true, "run_infinitely": b.run_infinitely,
         "peer": match &role { Role::Loopback => None, Role::Client(p) | Role::Server(p) => Some(p.clone()) },
     });
     let client = !matches!(role, Role::Server(_));
@@ -111,61 +113,78 @@ pub(super) fn run(
         counters: None,
     };
     obs.started(&report);
-    for &size in &sizes {
-        for (ki, k) in kinds.iter().enumerate() {
-            let p = BwParams {
-                op,
-                size,
-                iters: b.iters,
-                tx_depth: b.tx_depth,
-                postlist: b.postlist,
-                cq_mod: b.cq_mod,
-                inline: op.carries_payload() && size <= inline_limit,
-                bidirectional: b.bidirectional,
-                stall: plan.stall,
-                window: b.window,
-                // both ends of a client/server run must agree on the iterations: no resizing
-                min_duration: if network { Duration::ZERO } else { b.min_duration },
-                no_peak: b.no_peak,
-            };
-            let r = match net.as_mut() {
-                None => run_bw(
-                    &dev,
-                    *k,
-                    &p,
-                    b.threads as usize,
-                    b.qps as usize,
-                    buf_len,
-                    mode,
-                    &report.clock,
-                    &INTERRUPTED,
-                )
-                .map_err(|e| super::diag::failed(bundle(plan, &dev, &before, Vec::new()), e.into()))?,
-                Some((rdv, all)) => {
-                    let out = match bw_side(&mut all[ki], &p, client, &report.clock, &INTERRUPTED) {
-                        Ok(o) => o,
-                        Err(e) => {
-                            let e = session::fail(&mut **rdv, e.into());
-                            let states = all.iter().flatten().flatten().map(|e| e.describe()).collect();
-                            return Err(super::diag::failed(bundle(plan, &dev, &before, states), e));
+    // --run-infinitely: rounds until stopped, each backend's messages carried from its last
+    // round (so only the first round is sized)
+    let mut iters = vec![b.iters; kinds.len()];
+    let mut round = 0u64;
+    'rounds: loop {
+        for &size in &sizes {
+            for (ki, k) in kinds.iter().enumerate() {
+                let p = BwParams {
+                    op,
+                    size,
+                    iters: iters[ki],
+                    tx_depth: b.tx_depth,
+                    postlist: b.postlist,
+                    cq_mod: b.cq_mod,
+                    inline: op.carries_payload() && size <= inline_limit,
+                    bidirectional: b.bidirectional,
+                    stall: plan.stall,
+                    window: b.window,
+                    // both ends of a client/server run must agree on the iterations: no resizing
+                    min_duration: if network { Duration::ZERO } else { b.min_duration },
+                    no_peak: b.no_peak,
+                };
+                let r = match net.as_mut() {
+                    None => match run_bw(
+                        &dev,
+                        *k,
+                        &p,
+                        b.threads as usize,
+                        b.qps as usize,
+                        buf_len,
+                        mode,
+                        &report.clock,
+                        &INTERRUPTED,
+                    ) {
+                        Ok(r) => r,
+                        // stopping is how an endless run ends: the rounds measured stand
+                        Err(_) if b.run_infinitely && round + ki as u64 > 0 && INTERRUPTED.load(Ordering::Relaxed) => {
+                            break 'rounds
                         }
-                    };
-                    if !client {
-                        continue;
+                        Err(e) => return Err(super::diag::failed(bundle(plan, &dev, &before, Vec::new()), e.into())),
+                    },
+                    Some((rdv, all)) => {
+                        let out = match bw_side(&mut all[ki], &p, client, &report.clock, &INTERRUPTED) {
+                            Ok(o) => o,
+                            Err(e) => {
+                                let e = session::fail(&mut **rdv, e.into());
+                                let states = all.iter().flatten().flatten().map(|e| e.describe()).collect();
+                                return Err(super::diag::failed(bundle(plan, &dev, &before, states), e));
+                            }
+                        };
+                        if !client {
+                            continue;
+                        }
+                        client_result(b, *k, &p, summarize(&out, size, b.cq_mod, report.clock.hz))
                     }
-                    client_result(b, *k, &p, summarize(&out, size, b.cq_mod, report.clock.hz))
+                };
+                let s = &r.summary;
+                if s.seconds * 1e3 < b.min_duration.as_millis() as f64 {
+                    report
+                        .short_runs
+                        .push(format!("{size} B {} ({:.1} ms)", k.as_str(), s.seconds * 1e3));
                 }
-            };
-            let s = &r.summary;
-            if s.seconds * 1e3 < b.min_duration.as_millis() as f64 {
-                report
-                    .short_runs
-                    .push(format!("{size} B {} ({:.1} ms)", k.as_str(), s.seconds * 1e3));
+                iters[ki] = r.iters;
+                if let Runs::Bw(v) = &mut report.runs {
+                    v.push(r);
+                }
+                obs.finished(&report, report.runs.len() - 1);
             }
-            if let Runs::Bw(v) = &mut report.runs {
-                v.push(r);
-            }
-            obs.finished(&report, report.runs.len() - 1);
+        }
+        round += 1;
+        if !b.run_infinitely || INTERRUPTED.load(Ordering::Relaxed) {
+            break;
         }
     }
     if let Some(dir) = &plan.diag {

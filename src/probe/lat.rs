@@ -226,7 +226,7 @@ fn new_report(
         "qp_max_inline_data": sides.max_inline, "qp_max_inline_data_source": if network { "requested" } else { "granted" },
         "model_exec": dev.is_model().then_some("after_post"),
         "duration_s": l.duration.map(|d| d.as_secs()),
-        "path": super::report::path_json(&plan.path),
+        "path": super::report::path_json(&plan.path), "huge_pages": plan.huge_pages, "mr_per_qp": true,
         "peer": match &role { Role::Loopback => None, Role::Client(p) | Role::Server(p) => Some(p.clone()) },
     });
     Report {

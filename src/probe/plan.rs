@@ -26,6 +26,8 @@ pub struct Plan {
     pub diag: Option<std::path::PathBuf>,
     /// The path and QP options of the verbs QPs (-m, -S, -T, -u, --retry_count, --pkey_index).
     pub path: crate::backend::setup::PathOpts,
+    /// Buffers on 2 MiB huge pages (perftest's --use_hugepages).
+    pub huge_pages: bool,
 }
 
 impl Plan {
@@ -40,6 +42,7 @@ impl Plan {
             oob_timeout: Duration::from_secs(60),
             stall: Duration::from_secs(10),
             path: Default::default(),
+            huge_pages: false,
             diag: None,
         }
     }
@@ -198,6 +201,9 @@ pub struct BwPlan {
     pub gbits: bool,
     /// No perftest peak (perftest's -N).
     pub no_peak: bool,
+    /// Run until stopped (SIGINT, SIGTERM), a row per backend every `min_duration` (perftest's
+    /// --run_infinitely); loopback, one size.
+    pub run_infinitely: bool,
 }
 
 impl BwPlan {
@@ -219,6 +225,7 @@ impl BwPlan {
             min_duration: Duration::from_millis(200),
             gbits: false,
             no_peak: false,
+            run_infinitely: false,
         }
     }
 }

@@ -208,6 +208,8 @@ impl Report {
             b.window.as_micros() as f64 / 1e3,
             if self.role != Role::Loopback {
                 format!("runs are -n messages per QP (client and server agree on them); runs under {min_ms} ms are flagged")
+            } else if b.run_infinitely {
+                format!("--run-infinitely: a row per backend every {min_ms} ms or a little more, until stopped (Ctrl-C)")
             } else {
                 format!("runs shorter than {min_ms} ms are repeated with more messages (--min-ms)")
             }

@@ -29,6 +29,14 @@ pub fn open_device(plan: &Plan, model: ModelConfig, obs: &mut dyn Observer) -> R
         );
     }
     dev.set_path(plan.path);
+    if plan.huge_pages && dev.is_model() {
+        return Err(ProbeError::Usage(
+            "--use-hugepages: model0 keeps registered memory in its shared-memory files (it maps them over the \
+             buffers, as a NIC would pin them), so no buffer can stay on huge pages there; use it on a NIC or rxe"
+                .into(),
+        ));
+    }
+    dev.set_huge_pages(plan.huge_pages);
     Ok(dev)
 }
 

@@ -20,6 +20,12 @@ pub struct Fingerprint {
     pub cpu_model: String,
     /// Online CPUs.
     pub cpus: usize,
+    /// The CPUs the measuring threads are pinned to, in the order taken (empty: not pinned).
+    #[serde(default)]
+    pub pinned_cpus: Vec<usize>,
+    /// The NUMA node the run was confined to (`--numa-node`).
+    #[serde(default)]
+    pub numa_node: Option<u32>,
     /// TSC rate in Hz.
     pub tsc_hz: f64,
     /// Where the rate came from.
@@ -77,6 +83,8 @@ impl Fingerprint {
             kernel: read_trim("/proc/sys/kernel/osrelease").unwrap_or_else(|| "unknown".into()),
             cpu_model,
             cpus: std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1),
+            pinned_cpus: crate::workers::pinned_ids(),
+            numa_node: crate::workers::numa_node(),
             tsc_hz: cal.hz,
             tsc_source: cal.source.as_str().into(),
             invariant_tsc: cal.invariant_tsc,
