@@ -204,6 +204,17 @@ for op in write send read; do
   grep -A2 '#bytes' /tmp/pt-\$op.txt
   echo "SIDE-BY-SIDE \$op rdmaprobe: \$(grep -E '^ +64 +(verbs|wr) ' /tmp/lat-\$op.txt | awk '{printf "%s %s iters p50=%sns; ", \$2, \$3, \$5}') perftest: \$(grep -A1 '#bytes' /tmp/pt-\$op.txt | tail -1 | awk '{printf "%s bytes %s iters t_typical=%sus", \$1, \$2, \$5}')"
 done
+echo "===== completion events beside polling (lat send -e), WRITE with immediate, huge pages"
+/opt/rdmaprobe lat send --loopback -d rxe0 -x 1 -s 64 -n 500 --warmup 50 --blocks 5 --stall-secs 60 -e --json /tmp/lat-ev.json > /tmp/lat-ev.txt 2>&1 || lat_rc=1
+cat /tmp/lat-ev.txt
+echo "EVENTS rows: \$(grep -cE '^ +64 +(verbs|wr)(-e)? +500 ' /tmp/lat-ev.txt)"
+/opt/rdmaprobe lat write --write-with-imm --loopback -d rxe0 -x 1 -s 64 -n 300 --stall-secs 60 > /tmp/lat-imm.txt 2>&1 || lat_rc=1
+cat /tmp/lat-imm.txt
+echo "IMM rows: \$(grep -cE '^ +64 +(verbs|wr) +300 ' /tmp/lat-imm.txt)"
+echo 16 > /proc/sys/vm/nr_hugepages
+/opt/rdmaprobe lat send --use-hugepages --loopback -d rxe0 -x 1 -s 64 -n 300 --stall-secs 60 --json /tmp/lat-huge.json > /tmp/lat-huge.txt 2>&1 || lat_rc=1
+cat /tmp/lat-huge.txt
+echo "HUGE rows: \$(grep -cE '^ +64 +(verbs|wr) +300 ' /tmp/lat-huge.txt) \$(grep -o '"huge_pages": true' /tmp/lat-huge.json)"
 echo "===== bandwidth: rdmaprobe bw write (verbs, wr) and perftest ib_write_bw, 16 KiB x 1000"
 /opt/rdmaprobe bw write --loopback -d rxe0 -x 1 -s 16384 -n 1000 --min-ms 0 --stall-secs 60 --json /tmp/bw.json > /tmp/bw.txt 2>&1 || lat_rc=1
 cat /tmp/bw.txt
@@ -366,6 +377,9 @@ grep -qE '^  pass +roce.gid +RoCE v2 GID index [0-9]+ for 192.0.2.1' "$log.txt" 
 grep -qE '^  n/a +pcie.link ' "$log.txt" || { echo "FAIL: doctor did not say the PCIe check does not apply to Soft-RoCE"; fail=1; }
 grep -qE '^  pass +port.state +port 1: ACTIVE' "$log.txt" || { echo "FAIL: doctor did not find rxe0's port ACTIVE"; fail=1; }
 grep -q '^ATOMIC rows: 2$' "$log.txt" || { echo "FAIL: lat atomic did not run on both verbs and wr"; fail=1; }
+grep -q '^EVENTS rows: 4$' "$log.txt" || { echo "FAIL: lat send -e did not run verbs and wr polling and with events"; fail=1; }
+grep -q '^IMM rows: 2$' "$log.txt" || { echo "FAIL: lat write --write-with-imm did not run on both verbs and wr"; fail=1; }
+grep -q '^HUGE rows: 2 "huge_pages": true$' "$log.txt" || { echo "FAIL: lat send --use-hugepages did not run on huge pages"; fail=1; }
 for op in send read atomic; do
   grep -q "^BW $op rows: 2$" "$log.txt" || { echo "FAIL: bw $op did not run on both verbs and wr"; fail=1; }
 done

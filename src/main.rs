@@ -317,6 +317,12 @@ struct LatArgs {
     /// Write an HdrHistogram interval log: one interval per block and backend (tagged).
     #[arg(long)]
     hdr: Option<std::path::PathBuf>,
+    /// Completion events (perftest's -e): beside each verbs backend polling, the same backend
+    /// waiting for completion events (ibv_req_notify_cq, ibv_get_cq_event; rows `verbs-e`,
+    /// `wr-e`), interleaved in one run. --loopback; not for write (it watches memory: use
+    /// --write-with-imm).
+    #[arg(short = 'e', long)]
+    events: bool,
     /// Blocks the iterations are split into (backends alternate between blocks).
     #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..=10_000))]
     blocks: u64,
@@ -735,6 +741,7 @@ fn lat(a: LatArgs) -> Result<ExitCode> {
         inline_size: a.run.inline_size,
         model_delay_ns: a.model_delay_ns,
         intervals: a.hdr.is_some(),
+        events: a.events,
     };
     let p = plan(Scenario::Lat(l), &a.run, &a.peer)?;
     Ok(ExitCode::from(probe::console::measure(

@@ -1772,3 +1772,80 @@ fn bw_runs_infinitely_until_stopped() {
     assert!(err.contains("--run-infinitely"), "{err}");
     std::fs::remove_dir_all(&dir).ok();
 }
+
+/// perftest's -e (issue 14 part 3) on model0: the verbs backends run twice in one run, polling
+/// and waiting for completion events (rows `verbs-e`, `wr-e`, `completion: events` in the
+/// JSON); model0 raises the events (its counter), libibverbs reads and acknowledges them, and
+/// the CQs are destroyed afterwards (a missing count of reported events would hang there).
+#[test]
+fn completion_events_beside_polling() {
+    let _g = serial();
+    let backends = cmd::model0_backends();
+    let dir = std::env::temp_dir().join(format!("rdmaprobe-ev-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let f = dir.join("e.json");
+    if backends.len() == 3 {
+        let (c, out, err) = rdmaprobe(&[
+            "lat",
+            "send",
+            "--loopback",
+            "-e",
+            "-n",
+            "1000",
+            "--json",
+            f.to_str().unwrap(),
+        ]);
+        assert_eq!(c, 0, "{out}{err}");
+        assert!(out.contains("verbs-e") && out.contains("wr-e"), "{out}");
+        let j: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&f).unwrap()).unwrap();
+        let runs = j["runs"].as_array().unwrap();
+        let rows: Vec<(String, Option<String>)> = runs
+            .iter()
+            .map(|r| {
+                assert_eq!(r["latency_ns"]["count"], 1000, "{r}");
+                (
+                    r["backend"].as_str().unwrap().to_string(),
+                    r["completion"].as_str().map(str::to_string),
+                )
+            })
+            .collect();
+        let ev = Some("events".to_string());
+        assert_eq!(
+            rows,
+            [
+                ("verbs".into(), None),
+                ("wr".into(), None),
+                ("direct".into(), None),
+                ("verbs".into(), ev.clone()),
+                ("wr".into(), ev)
+            ],
+            "{out}"
+        );
+        assert_eq!(j["params"]["events"], true);
+        // each side of each event pair waits for the other's SEND: about one event per message
+        // (fewer when a message is there before the wait), and never none
+        let events = j["counters"]["delta"]["completion_events"].as_u64().unwrap();
+        assert!((1000..=2 * 2 * 1100).contains(&events), "{events}");
+        assert_eq!(
+            j["counters"]["delta"]["completion_events_lost"].as_u64().unwrap_or(0),
+            0
+        );
+        // compare keeps events and polling apart: the same file against itself matches 5 rows
+        let (c, out, _) = rdmaprobe(&["compare", f.to_str().unwrap(), f.to_str().unwrap()]);
+        assert!(c == 0 || c == 1, "{out}");
+        assert!(out.contains("completion=events"), "{out}");
+    }
+    for (args, says) in [
+        (vec!["lat", "write", "--loopback", "-e"], "--write-with-imm"),
+        (
+            vec!["lat", "send", "--loopback", "-e", "--backend", "direct"],
+            "--backend",
+        ),
+        (vec!["lat", "send", "127.0.0.1", "-e"], "--loopback"),
+    ] {
+        let (c, _, err) = rdmaprobe(&args);
+        assert_eq!(c, 2, "{args:?}: {err}");
+        assert!(err.contains(says), "{args:?}: {err}");
+    }
+    std::fs::remove_dir_all(&dir).ok();
+}

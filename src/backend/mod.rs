@@ -181,6 +181,28 @@ pub trait Backend {
     fn describe_qp(&self) -> String {
         "QP state not readable through this backend".into()
     }
+
+    /// Whether this end waits for completion events (`-e`: its CQ is on a completion channel).
+    fn has_events(&self) -> bool {
+        false
+    }
+
+    /// Arms the CQ (`ibv_req_notify_cq`): its next completion raises an event.
+    fn arm(&mut self) -> Result<(), BackendError> {
+        Err(BackendError::Unsupported {
+            backend: self.kind().as_str(),
+            why: "this end has no completion channel (-e)".into(),
+        })
+    }
+
+    /// Blocks up to `timeout` for the event of the armed CQ (`ibv_get_cq_event`); false when
+    /// none came in time.
+    fn wait_event(&mut self, _timeout: std::time::Duration) -> Result<bool, BackendError> {
+        Err(BackendError::Unsupported {
+            backend: self.kind().as_str(),
+            why: "this end has no completion channel (-e)".into(),
+        })
+    }
 }
 
 /// A registered buffer that the device writes while the CPU watches it: byte loads and stores

@@ -11,7 +11,9 @@ use crate::model::{DirectModelQp, Model, ModelConfig, ModelConnect, ModelQpCaps}
 use crate::sys;
 use crate::verbs::device::pick_gid_index;
 use crate::verbs::direct::DirectQp;
-use crate::verbs::{ConnectOpts, Context, Cq, DeviceList, Mr, MrAccess, Pd, PortInfo, Qp, QpCaps, VerbsError};
+use crate::verbs::{
+    CompChannel, ConnectOpts, Context, Cq, DeviceList, Mr, MrAccess, Pd, PortInfo, Qp, QpCaps, VerbsError,
+};
 
 /// model0: the model, and the same model opened through libibverbs and libmlx5 (its user-space
 /// uverbs device, `crate::uverbs`) for the `verbs` and `wr` backends, or why it could not be.
@@ -459,6 +461,18 @@ pub fn verbs_pair(
     op: OpKind,
     buf_len: usize,
 ) -> Result<(VerbsEnd, VerbsEnd), SetupError> {
+    verbs_pair_with(dev, kind, op, buf_len, false)
+}
+
+/// As [`verbs_pair`]; with `events`, each end's CQ is on a completion channel of its own and the
+/// end waits for completion events (`-e`).
+pub fn verbs_pair_with(
+    dev: &Dev,
+    kind: BackendKind,
+    op: OpKind,
+    buf_len: usize,
+    events: bool,
+) -> Result<(VerbsEnd, VerbsEnd), SetupError> {
     dev.supports(kind)?;
     let Some((ctx, port, gid)) = dev.verbs_parts() else {
         unreachable!("supports() admits only devices with a verbs context")
@@ -467,30 +481,44 @@ pub fn verbs_pair(
     let caps = qp_caps();
     let opts = connect_opts(ctx, port, gid, op, dev.path())?;
     let huge = dev.huge_pages();
-    let (mut qa, ca, ma) = verbs_qp(ctx, &pd, kind, caps, buf_len, op, huge)?;
-    let (mut qb, cb, mb) = verbs_qp(ctx, &pd, kind, caps, buf_len, op, huge)?;
+    let (cha, chb) = if events {
+        (Some(CompChannel::new(ctx)?), Some(CompChannel::new(ctx)?))
+    } else {
+        (None, None)
+    };
+    let (mut qa, ca, ma) = verbs_qp(ctx, &pd, kind, caps, op, (buf_len, huge), cha.as_ref())?;
+    let (mut qb, cb, mb) = verbs_qp(ctx, &pd, kind, caps, op, (buf_len, huge), chb.as_ref())?;
     let (ea, eb) = (qa.endpoint(port, gid)?, qb.endpoint(port, gid)?);
     path_taken(ctx, qa.connect(port, &opts, &eb)?)?;
     path_taken(ctx, qb.connect(port, &opts, &ea)?)?;
     let (ra, rb) = (ma.remote(0), mb.remote(0));
-    Ok((
+    let (mut a, mut b) = (
         VerbsEnd::new(kind, qa, ca, ma, rb)?,
         VerbsEnd::new(kind, qb, cb, mb, ra)?,
-    ))
+    );
+    if let (Some(x), Some(y)) = (cha, chb) {
+        a = a.with_events(x);
+        b = b.with_events(y);
+    }
+    Ok((a, b))
 }
 
-/// One verbs (or wr) QP with its CQ and buffer in `pd`. Some providers grant less inline data
-/// than asked: the QP is then made again with none.
+/// One verbs (or wr) QP with its CQ (on completion channel `chan`, if any) and buffer (`buf_len`
+/// bytes, on huge pages when asked) in `pd`. Some providers grant less inline data than asked:
+/// the QP is then made again with none.
 fn verbs_qp(
     ctx: &Context,
     pd: &Pd,
     kind: BackendKind,
     caps: QpCaps,
-    buf_len: usize,
     op: OpKind,
-    huge: bool,
+    (buf_len, huge): (usize, bool),
+    chan: Option<&CompChannel>,
 ) -> Result<(Qp, Cq, Mr), SetupError> {
-    let cq = Cq::new(ctx, 2 * DEPTH)?;
+    let cq = match chan {
+        Some(ch) => Cq::with_channel(ctx, 2 * DEPTH, ch)?,
+        None => Cq::new(ctx, 2 * DEPTH)?,
+    };
     let wr = kind == BackendKind::Wr;
     let qp = match Qp::new_rc(pd, &cq, &cq, caps, wr) {
         Ok(q) => q,
@@ -671,7 +699,7 @@ impl HalfEnd {
                     let mr = Mr::new(&pd, buf_len, access_for(op), dev.huge_pages())?;
                     HalfEnd::Mlx5 { q: Box::new(q), mr }
                 } else {
-                    let (qp, cq, mr) = verbs_qp(ctx, &pd, kind, caps, buf_len, op, dev.huge_pages())?;
+                    let (qp, cq, mr) = verbs_qp(ctx, &pd, kind, caps, op, (buf_len, dev.huge_pages()), None)?;
                     HalfEnd::Verbs { kind, qp, cq, mr }
                 }
             }

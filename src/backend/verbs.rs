@@ -6,7 +6,7 @@ use super::{Backend, BackendError, BackendKind, MemView, OpKind, Polled, IMM};
 use crate::sys;
 use crate::sys::inline::{poll_cq, post_recv, post_send, WrOps};
 use crate::verbs::cq::Completion;
-use crate::verbs::{Cq, Ctx, Mr, Qp, RemoteBuf, VerbsError};
+use crate::verbs::{CompChannel, Cq, Ctx, Mr, Qp, RemoteBuf, VerbsError};
 
 /// Most WQEs one post may chain.
 pub const MAX_POSTLIST: usize = 64;
@@ -36,6 +36,8 @@ pub struct VerbsEnd {
     qp: Qp,
     cq: Cq,
     mr: Mr,
+    /// The CQ's completion channel (`-e`), dropped after the CQ.
+    chan: Option<CompChannel>,
 }
 
 // SAFETY: the raw pointers point into this end's own QP, CQ and vectors; the end is used by one
@@ -83,6 +85,7 @@ impl VerbsEnd {
             qp,
             cq,
             mr,
+            chan: None,
         };
         #[cfg(target_os = "linux")]
         if me.device == crate::uverbs::IBDEV {
@@ -103,6 +106,12 @@ impl VerbsEnd {
             me.rwrs[i].wr_id = i as u64;
         }
         Ok(me)
+    }
+
+    /// This end waits for completion events on `ch`, the channel its CQ was made on.
+    pub fn with_events(mut self, ch: CompChannel) -> Self {
+        self.chan = Some(ch);
+        self
     }
 
     fn err(&self, verb: &'static str, rc: i32, what: &str) -> BackendError {
@@ -289,6 +298,36 @@ impl Backend for VerbsEnd {
                 self.device
             ),
         }
+    }
+
+    fn has_events(&self) -> bool {
+        self.chan.is_some()
+    }
+
+    fn arm(&mut self) -> Result<(), BackendError> {
+        if self.chan.is_none() {
+            return Err(BackendError::Unsupported {
+                backend: self.kind.as_str(),
+                why: "this end has no completion channel (-e)".into(),
+            });
+        }
+        self.cq.arm(false).map_err(|e| BackendError::Verbs {
+            backend: self.kind.as_str(),
+            source: Box::new(e),
+        })
+    }
+
+    fn wait_event(&mut self, timeout: std::time::Duration) -> Result<bool, BackendError> {
+        let Some(ch) = &self.chan else {
+            return Err(BackendError::Unsupported {
+                backend: self.kind.as_str(),
+                why: "this end has no completion channel (-e)".into(),
+            });
+        };
+        ch.wait(&self.cq, timeout).map_err(|e| BackendError::Verbs {
+            backend: self.kind.as_str(),
+            source: Box::new(e),
+        })
     }
 
     #[inline]

@@ -42,6 +42,9 @@ pub(super) struct CqeOut {
     pub(super) imm: u32,
     pub(super) syndrome: u8,
     pub(super) wqe_opcode: u8,
+    /// A receive of a message sent solicited (it raises an event at a CQ armed for solicited
+    /// completions only).
+    pub(super) solicited: bool,
 }
 
 pub(super) fn push_cqe(m: &Model, cq: &Shm, c: CqeOut) {
@@ -95,8 +98,30 @@ pub(super) fn push_cqe(m: &Model, cq: &Shm, c: CqeOut) {
     h.pi.store(pi.wrapping_add(1), Ordering::Relaxed);
     let ctr = cq_counters(cq);
     bump64(&ctr.cqes, 1);
-    if c.op == cqe_op::REQ_ERR || c.op == cqe_op::RESP_ERR {
+    let error = c.op == cqe_op::REQ_ERR || c.op == cqe_op::RESP_ERR;
+    if error {
         bump32(&ctr.errors[(c.syndrome & 63) as usize], 1);
+    }
+    // SAFETY: a field of the header, read once (another process may own it).
+    let chan = unsafe { std::ptr::read_volatile(&h.chan) };
+    if chan != 0 {
+        // SAFETY: the arm record follows the consumer's record (cq_dbrec checked 8 bytes).
+        let arm = u32::from_be(unsafe { std::ptr::read_volatile(db.add(1)) });
+        if super::events::armed(arm, h.arm_seen.load(Ordering::Relaxed), error || c.solicited) {
+            h.arm_seen.store(arm, Ordering::Relaxed);
+            // SAFETY: header fields, read once.
+            let (handle, owner) = unsafe {
+                (
+                    std::ptr::read_volatile(&h.user_handle),
+                    std::ptr::read_volatile(&h.obj.owner_pid),
+                )
+            };
+            if super::events::raise(chan, handle, owner) {
+                bump64(&ctr.events, 1);
+            } else {
+                bump64(&ctr.events_lost, 1);
+            }
+        }
     }
     unlock(&h.lock);
 }

@@ -1,7 +1,7 @@
 //! WQE decoding: a send WQE read out of the ring (following its wrap) and checked as hardware
 //! checks it, with rdma-core's segment types.
 
-use crate::mlx5::seg::{opcode, CE_CQ_UPDATE, INLINE_SEG, MAX_DS, WQEBB};
+use crate::mlx5::seg::{opcode, CE_CQ_UPDATE, INLINE_SEG, MAX_DS, SE_SOLICITED, WQEBB};
 use crate::sys;
 
 /// The fence-mode bits of a control segment's `fm_ce_se` (`MLX5_WQE_CTRL_FENCE`, `_INITIATOR_SMALL_FENCE`,
@@ -14,6 +14,8 @@ pub(super) struct Decoded {
     pub(super) idx: u16,
     pub(super) ds: u32,
     pub(super) signaled: bool,
+    /// Solicited event at the receiver.
+    pub(super) solicited: bool,
     /// Fence (any of the control segment's fence modes): waits for the READs and atomics
     /// before it to complete.
     pub(super) fence: bool,
@@ -64,6 +66,7 @@ pub(super) fn decode(
         idx,
         ds,
         signaled: ctrl.fm_ce_se & CE_CQ_UPDATE != 0,
+        solicited: ctrl.fm_ce_se & SE_SOLICITED != 0,
         fence: ctrl.fm_ce_se & FM_MASK != 0,
         imm: ctrl.imm,
         raddr: None,

@@ -7,9 +7,9 @@ use super::Model;
 use crate::mlx5::seg::WQEBB;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
-// "rdmamod2": the headers' layout changed (counters); objects of an older binary are not taken
-// for this one's
-pub(super) const MAGIC: u64 = 0x7264_6d61_6d6f_6432;
+// "rdmamod3": the headers' layout changed (a CQ's completion channel); objects of an older
+// binary are not taken for this one's
+pub(super) const MAGIC: u64 = 0x7264_6d61_6d6f_6433;
 pub(super) const PAGE: usize = 4096;
 
 /// QP states the model knows.
@@ -54,8 +54,15 @@ pub(super) struct CqHdr {
     /// (libmlx5's record page) and the offset in it.
     pub(super) db_id: u32,
     pub(super) db_off: u32,
+    /// Its completion channel (`super::events`; 0: none), in the owner's process.
+    pub(super) chan: u32,
+    /// The arm doorbell record's value that raised the last event (an arm is a new value).
+    pub(super) arm_seen: AtomicU32,
+    /// The handle the channel's events carry (libibverbs' `struct ibv_cq *`).
+    pub(super) user_handle: u64,
 }
 pub(super) const CQ_DBREC_OFF: usize = 128;
+const _: () = assert!(std::mem::size_of::<CqHdr>() <= CQ_DBREC_OFF);
 
 /// A CQ's counters, in its header page after the doorbell record (written under the CQ's lock).
 #[repr(C)]
@@ -63,6 +70,11 @@ pub(super) struct CqCounters {
     pub(super) cqes: AtomicU64,
     /// Error completions by syndrome (the low 6 bits: every mlx5 syndrome fits).
     pub(super) errors: [AtomicU32; 64],
+    /// Completion events raised on its channel.
+    pub(super) events: AtomicU64,
+    /// Events that could not be raised (the channel's owner is another process, or its pipe
+    /// was full or gone).
+    pub(super) events_lost: AtomicU64,
 }
 pub(super) const CQ_CTR_OFF: usize = 256;
 

@@ -29,6 +29,7 @@ mod config;
 mod cqe;
 mod decode;
 mod direct;
+pub mod events;
 mod exec;
 mod info;
 mod layout;

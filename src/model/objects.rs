@@ -60,6 +60,8 @@ fn add_qp(c: &mut Counters, s: &Shm) {
 fn add_cq(c: &mut Counters, s: &Shm) {
     let k = super::layout::cq_counters(s);
     add(c, "cqes", k.cqes.load(Ordering::Relaxed));
+    add(c, "completion_events", k.events.load(Ordering::Relaxed));
+    add(c, "completion_events_lost", k.events_lost.load(Ordering::Relaxed));
     add(
         c,
         "cq_overruns",
@@ -524,6 +526,30 @@ pub struct ModelCq {
 }
 
 impl ModelCq {
+    /// Attaches completion channel `chan` (`super::events`): its events carry `handle`. The CQ
+    /// is unarmed until its arm record changes.
+    pub fn attach_channel(&self, chan: u32, handle: u64) {
+        if let Some(db) = super::layout::cq_dbrec(&self.model, &self.shm) {
+            // SAFETY: the arm record follows the consumer's record (cq_dbrec checked 8 bytes).
+            unsafe { std::ptr::write_volatile(db.add(1), super::events::UNARMED.to_be()) };
+        }
+        let h = hdr::<CqHdr>(&self.shm);
+        h.arm_seen.store(super::events::UNARMED, Ordering::Relaxed);
+        // SAFETY: header fields of our own CQ; the channel is set last, with release ordering
+        // (push_cqe reads it under the CQ's lock, which orders it after these stores).
+        unsafe {
+            let p = self.shm.ptr() as *mut CqHdr;
+            std::ptr::write_volatile(&mut (*p).user_handle, handle);
+            std::sync::atomic::fence(Ordering::Release);
+            std::ptr::write_volatile(&mut (*p).chan, chan);
+        }
+    }
+
+    /// Completion events raised on its channel so far.
+    pub fn events_raised(&self) -> u32 {
+        super::layout::cq_counters(&self.shm).events.load(Ordering::Relaxed) as u32
+    }
+
     /// CQ number.
     pub fn cqn(&self) -> u32 {
         self.cqn

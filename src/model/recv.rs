@@ -148,6 +148,7 @@ pub(super) fn deliver_to_receiver(m: &Model, peer: &Shm, d: &Decoded, payload: &
             wqe_counter: ci as u16,
             byte_cnt: payload.len() as u32,
             imm: d.imm,
+            solicited: d.solicited,
             scatter: if scatter {
                 let mut s = [0u8; 32];
                 s[..payload.len()].copy_from_slice(payload);

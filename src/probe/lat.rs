@@ -37,6 +37,13 @@ pub(super) fn run(
     let before = super::counters::sample(&dev);
     let (cal, env) = session::calibrate(&dev, true)?;
     let mut warnings = env.warnings();
+    if l.events && dev.is_model() && !l.op.needs_recv() {
+        warnings.push(format!(
+            "-e on model0: the model executes the {} in the poster's thread right after the post, so its completion is \
+             there before the wait and no event is waited for (on a NIC it is)",
+            l.op.cli_name().to_uppercase()
+        ));
+    }
     settle(plan, &mut l, &mut warnings, obs)?;
     let mut tcp = None;
     let mut sides = Sides::make(plan, &l, &dev, &kinds, &sizes, mode, peer, &mut tcp, obs)?;
@@ -66,6 +73,25 @@ fn check(plan: &Plan, l: &LatPlan, obs: &mut dyn Observer) -> Result<Vec<u32>, P
             "-D and --hdr are available with --loopback only in this version (both ends must run the same iterations)"
                 .into(),
         ));
+    }
+    if l.events {
+        if plan.peer != PeerSpec::Loopback {
+            return Err(ProbeError::Usage(
+                "-e/--events is available with --loopback only in this version".into(),
+            ));
+        }
+        if l.op == OpKind::Write {
+            return Err(ProbeError::Usage(
+                "-e/--events: a WRITE ping-pong watches memory, not the CQ (no completion to wait for); \
+                 use --write-with-imm, or send"
+                    .into(),
+            ));
+        }
+        if plan.backends == super::Backends::Only(BackendKind::Direct) {
+            return Err(ProbeError::Usage(
+                "-e/--events: completion events are libibverbs' completion channel: --backend verbs, wr or all".into(),
+            ));
+        }
     }
     if matches!(l.op, OpKind::FetchAdd | OpKind::CmpSwap) && !matches!(l.sizes, Sizes::One(2) | Sizes::One(8)) {
         obs.note("atomics move 8 bytes; -s/-a ignored");
@@ -155,6 +181,19 @@ impl<'a> Sides<'a> {
             for k in kinds {
                 pairs.push(LatPair::new(*k, AnyPair::new(dev, *k, l.op, buf_len, mode)?));
             }
+            // -e: beside each verbs backend polling, the same waiting for completion events
+            if l.events {
+                let n = pairs.len();
+                for k in kinds.iter().filter(|k| **k != BackendKind::Direct) {
+                    pairs.push(LatPair::with_events(dev, *k, l.op, buf_len)?);
+                }
+                if pairs.len() == n {
+                    return Err(ProbeError::Usage(format!(
+                        "-e/--events: no verbs or wr backend runs on {} (completion events are libibverbs' completion channel)",
+                        dev.name()
+                    )));
+                }
+            }
             pairs.iter().map(|p| p.pair.max_inline()).min().unwrap_or(0)
         };
         let inline_limit = match l.inline_size {
@@ -219,7 +258,7 @@ fn new_report(
         (Some((p, _)), _) => Role::Client(p.peer_name()),
     };
     let params = json!({
-        "scenario": "lat", "op": l.op.as_str(), "iters": l.iters, "warmup": l.warmup, "blocks": l.blocks,
+        "scenario": "lat", "op": l.op.as_str(), "iters": l.iters, "warmup": l.warmup, "blocks": l.blocks, "events": l.events,
         "backends": kinds.iter().map(|k| k.as_str()).collect::<Vec<_>>(), "db_mode": mode.as_str(),
         "inline_limit": sides.inline_limit, "loopback": !network, "model_delay_ns": l.model_delay_ns,
         // what the QPs were granted (in process: read from them; client/server: asked for)
@@ -326,12 +365,12 @@ impl Run<'_> {
         };
         let (keep, op, size) = (self.l.intervals, p.op, p.size);
         let intervals = &mut report.intervals;
-        let mut on_block = |k: BackendKind, v: &[f64], t0: f64, t1: f64| {
+        let mut on_block = |k: &str, v: &[f64], t0: f64, t1: f64| {
             if keep {
                 let mut h = Hist::new();
                 v.iter().for_each(|&x| h.record(x));
                 intervals.push(Interval {
-                    tag: format!("{}-{}-{}", k.as_str(), op.as_str(), size),
+                    tag: format!("{k}-{}-{}", op.as_str(), size),
                     start_s: t_base + t0,
                     duration_s: t1 - t0,
                     hist: h,

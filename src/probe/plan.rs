@@ -151,6 +151,9 @@ pub struct LatPlan {
     pub model_delay_ns: Option<u64>,
     /// Keep one HdrHistogram interval per block and backend ([`super::Report::interval_log`]).
     pub intervals: bool,
+    /// Completion events (`-e`): the verbs and wr backends also run with their ends waiting for
+    /// completion events, beside the same backends polling (in-process only).
+    pub events: bool,
 }
 
 impl LatPlan {
@@ -166,6 +169,7 @@ impl LatPlan {
             inline_size: None,
             model_delay_ns: None,
             intervals: false,
+            events: false,
         }
     }
 }

@@ -386,10 +386,14 @@ impl Report {
 
 fn lat_row(r: &LatResult) -> String {
     let l = &r.latency;
+    let backend = match r.completion.as_deref() {
+        Some("events") => format!("{}-e", r.backend),
+        _ => r.backend.clone(),
+    };
     format!(
         " {:>8} {:>7} {:>9} {:>9.1} {:>9.1} {:>9.1} {:>9.1} {:>9.1} {:>9.1} {:>9.1} {:>9.1} {:>9.1} {:>8.1}{}\n",
         r.size,
-        r.backend,
+        backend,
         r.iterations,
         l.min,
         l.p50,

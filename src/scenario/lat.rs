@@ -170,12 +170,64 @@ fn await_send<B: Backend>(
     what: &'static str,
 ) -> Result<(), ScenarioError> {
     let mut got = 0;
+    if b.has_events() {
+        return until_event(b, spin, k, what, |b| {
+            let q = b.poll().map_err(be(spin.side, k))?;
+            outst.add(q);
+            got += q.recvs;
+            Ok(got > 0)
+        });
+    }
     spin.until(k, what, || {
         let q = b.poll().map_err(be(spin.side, k))?;
         outst.add(q);
         got += q.recvs;
         Ok(got > 0)
     })
+}
+
+/// How long one wait for a completion event blocks before the flags and the stall deadline
+/// are checked.
+const EVENT_SLICE: Duration = Duration::from_millis(50);
+
+/// As [`Spin::until`], for an end that waits for completion events (`-e`): polls; when nothing
+/// is there, arms the CQ and polls once more (a completion that came before the arm raises no
+/// event), then blocks for the event (`ibv_get_cq_event`), and polls again.
+fn until_event<B: Backend>(
+    b: &mut B,
+    spin: &Spin<'_>,
+    index: u64,
+    what: &'static str,
+    mut ready: impl FnMut(&mut B) -> Result<bool, ScenarioError>,
+) -> Result<(), ScenarioError> {
+    let mut since: Option<Instant> = None;
+    loop {
+        if ready(b)? {
+            return Ok(());
+        }
+        b.arm().map_err(be(spin.side, index))?;
+        if ready(b)? {
+            return Ok(());
+        }
+        if b.wait_event(EVENT_SLICE).map_err(be(spin.side, index))? {
+            continue;
+        }
+        if spin.flags.interrupt.load(Ordering::Relaxed) {
+            return Err(ScenarioError::Interrupted);
+        }
+        if spin.flags.failed.load(Ordering::Relaxed) {
+            return Err(ScenarioError::PeerFailed { side: spin.side });
+        }
+        let t = *since.get_or_insert_with(Instant::now);
+        if t.elapsed() > spin.stall {
+            return Err(ScenarioError::Stalled {
+                side: spin.side,
+                index,
+                what,
+                waited: spin.stall,
+            });
+        }
+    }
 }
 
 /// What a side waits for when it waits for a receive completion: the peer's message.
@@ -393,11 +445,19 @@ pub fn client_loop<B: Backend>(
             o if o.needs_recv() => await_send(b, &spin, &mut outst, k, awaited(o, "server"))?,
             _ => {
                 let before = outst.n;
-                spin.until(k, "the completion", || {
-                    let q = b.poll().map_err(be(side, k))?;
-                    outst.add(q);
-                    Ok(outst.n < before)
-                })?;
+                if b.has_events() {
+                    until_event(b, &spin, k, "the completion", |b| {
+                        let q = b.poll().map_err(be(side, k))?;
+                        outst.add(q);
+                        Ok(outst.n < before)
+                    })?;
+                } else {
+                    spin.until(k, "the completion", || {
+                        let q = b.poll().map_err(be(side, k))?;
+                        outst.add(q);
+                        Ok(outst.n < before)
+                    })?;
+                }
             }
         }
         let t2 = clock::stop();

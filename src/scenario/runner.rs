@@ -78,6 +78,8 @@ pub struct LatPair {
     pub kind: BackendKind,
     /// Its two connected ends.
     pub pair: AnyPair,
+    /// Its ends wait for completion events (`-e`) instead of polling.
+    pub events: bool,
     state: PingState,
 }
 
@@ -87,7 +89,35 @@ impl LatPair {
         LatPair {
             kind,
             pair,
+            events: false,
             state: PingState::default(),
+        }
+    }
+
+    /// A pair of `kind` whose ends wait for completion events (`-e`): verbs and wr.
+    pub fn with_events(dev: &Dev, kind: BackendKind, op: OpKind, buf_len: usize) -> Result<Self, SetupError> {
+        if kind == BackendKind::Direct {
+            return Err(SetupError::from(crate::backend::BackendError::Unsupported {
+                backend: "direct",
+                why:
+                    "completion events (-e) are libibverbs' completion channel: the verbs and wr backends wait for them"
+                        .into(),
+            }));
+        }
+        Ok(LatPair {
+            kind,
+            pair: AnyPair::Verbs(Box::new(setup::verbs_pair_with(dev, kind, op, buf_len, true)?)),
+            events: true,
+            state: PingState::default(),
+        })
+    }
+
+    /// The pair's name in tables, tags and results: the backend's, `-e` added for events.
+    pub fn label(&self) -> String {
+        if self.events {
+            format!("{}-e", self.kind.as_str())
+        } else {
+            self.kind.as_str().to_string()
         }
     }
 }
@@ -135,6 +165,10 @@ pub struct LatResult {
     pub post_histogram: String,
     /// The post median is at or below the timer's own overhead: not a real measurement.
     pub post_below_overhead: bool,
+    /// `events`: the ends waited for completion events (`-e`: `ibv_req_notify_cq`,
+    /// `ibv_get_cq_event`) instead of polling; absent: polling.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub completion: Option<String>,
 }
 
 /// Each block's median and 99th percentile of the figure: the samples of the statistics across
@@ -195,6 +229,7 @@ pub fn finish(
         histogram: h.encode(),
         post_histogram: hp.encode(),
         post_below_overhead: post_stats.p50 <= cal.overhead_ns(),
+        completion: None,
     })
 }
 
@@ -276,8 +311,9 @@ pub fn run_interleaved(
     )
 }
 
-/// Called after each block: backend, the block's figures (ns), its start and end (seconds).
-pub type OnBlock<'a> = dyn FnMut(BackendKind, &[f64], f64, f64) + 'a;
+/// Called after each block: the pair's label (the backend, `-e` for events), the block's
+/// figures (ns), its start and end (seconds).
+pub type OnBlock<'a> = dyn FnMut(&str, &[f64], f64, f64) + 'a;
 
 /// As [`run_interleaved`], for a number of iterations or a duration, calling `on_block` with
 /// each block's backend, figures (ns) and start and end (seconds since the run began).
@@ -336,7 +372,12 @@ pub fn run_blocks(
             let s = lp.pair.run(p, iters, warmup, &mut lp.state, intr)?;
             let t1 = crate::clock::stop();
             let v = figures_ns(p, &s.rtt, cal);
-            on_block(lp.kind, &v, cal.to_ns(t0 - t_run) / 1e9, cal.to_ns(t1 - t_run) / 1e9);
+            on_block(
+                &lp.label(),
+                &v,
+                cal.to_ns(t0 - t_run) / 1e9,
+                cal.to_ns(t1 - t_run) / 1e9,
+            );
             all[i].1.add(v);
             all[i].0.rtt.extend(s.rtt);
             all[i].0.post.extend(s.post);
@@ -346,7 +387,11 @@ pub fn run_blocks(
     }
     let mut out = Vec::new();
     for (lp, (s, blocks)) in pairs.iter().zip(all) {
-        out.push(finish(lp.kind, p, &s, blocks, cal)?);
+        let mut r = finish(lp.kind, p, &s, blocks, cal)?;
+        if lp.events {
+            r.completion = Some("events".into());
+        }
+        out.push(r);
     }
     Ok(out)
 }

@@ -315,10 +315,17 @@ pub(super) fn command(fd: c_int, b: &[u8]) -> Result<(), c_int> {
                 None => errno_of(format!("DEREG_MR of unknown handle {}", q.mr_handle), libc::EINVAL),
             }
         }
+        (k::IB_USER_VERBS_CMD_CREATE_COMP_CHANNEL, false) => {
+            legacy::<k::ib_uverbs_create_comp_channel, k::ib_uverbs_create_comp_channel_resp>(&mut c, true);
+            let (_, fd) = crate::model::events::create()
+                .or_else(|e| errno_of(format!("a completion channel: {e}"), libc::EMFILE))?;
+            c.resp
+                .put(bytes(&k::ib_uverbs_create_comp_channel_resp { fd: fd as u32 }), &[])
+        }
         (k::IB_USER_VERBS_CMD_CREATE_CQ, false) => {
             legacy::<k::ib_uverbs_create_cq, k::ib_uverbs_create_cq_resp>(&mut c, true);
             let q: k::ib_uverbs_create_cq = rd(c.core, 0);
-            create_cq(ctx, &c, q.cqe, q.comp_channel, false)
+            create_cq(ctx, &c, q.cqe, (q.comp_channel, q.user_handle), false)
         }
         (k::IB_USER_VERBS_EX_CMD_CREATE_CQ, true) => {
             let q: k::ib_uverbs_ex_create_cq = rd(c.core, 0);
@@ -328,7 +335,7 @@ pub(super) fn command(fd: c_int, b: &[u8]) -> Result<(), c_int> {
                     libc::EOPNOTSUPP,
                 );
             }
-            create_cq(ctx, &c, q.cqe, q.comp_channel, true)
+            create_cq(ctx, &c, q.cqe, (q.comp_channel, q.user_handle), true)
         }
         (k::IB_USER_VERBS_CMD_DESTROY_CQ, false) => {
             legacy::<k::ib_uverbs_destroy_cq, k::ib_uverbs_destroy_cq_resp>(&mut c, true);
@@ -343,9 +350,14 @@ pub(super) fn command(fd: c_int, b: &[u8]) -> Result<(), c_int> {
             let Some(e) = ctx.cqs.remove(&q.cq_handle) else {
                 return errno_of(format!("DESTROY_CQ of unknown handle {}", q.cq_handle), libc::EINVAL);
             };
+            // libibverbs waits until the program has acknowledged every event reported
+            let r = k::ib_uverbs_destroy_cq_resp {
+                comp_events_reported: e.cq.events_raised(),
+                async_events_reported: 0,
+            };
             drop(e.cq);
             release_db(ctx, e.db);
-            c.resp.put(bytes(&k::ib_uverbs_destroy_cq_resp::default()), &[])
+            c.resp.put(bytes(&r), &[])
         }
         (k::IB_USER_VERBS_CMD_CREATE_QP, false) => {
             legacy::<k::ib_uverbs_create_qp, k::ib_uverbs_create_qp_resp>(&mut c, true);

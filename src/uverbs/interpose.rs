@@ -111,6 +111,8 @@ pub unsafe extern "C" fn close(fd: c_int) -> c_int {
         device::close_device(fd);
         remove_fd(fd);
     }
+    // a completion channel's descriptor: the model's write end goes with it
+    crate::model::events::closed(fd);
     // SAFETY: forwarded as given.
     ret(unsafe { libc::syscall(libc::SYS_close, fd) })
 }

@@ -11,6 +11,108 @@ use std::time::{Duration, Instant};
 pub(crate) struct CqInner {
     pub(crate) cq: *mut sys::ibv_cq,
     pub(crate) ctx: Context,
+    /// Its completion channel (held so it is dropped after the CQ).
+    _chan: Option<Arc<ChanInner>>,
+    /// Events taken and not yet acknowledged (`ibv_destroy_cq` waits for every one).
+    unacked: std::sync::atomic::AtomicU32,
+}
+
+struct ChanInner {
+    ch: *mut sys::ibv_comp_channel,
+    ctx: Context,
+}
+
+// SAFETY: a channel is a descriptor; libibverbs' channel calls are thread-safe.
+unsafe impl Send for ChanInner {}
+// SAFETY: as above.
+unsafe impl Sync for ChanInner {}
+
+impl Drop for ChanInner {
+    fn drop(&mut self) {
+        // SAFETY: from ibv_create_comp_channel; every CQ on it holds an Arc to us, so none is left.
+        let rc = unsafe { sys::ibv_destroy_comp_channel(self.ch) };
+        let name = self.ctx.name().to_string();
+        self.ctx.inner.ledger.destroyed(
+            Kind::Channel,
+            check_rc(rc, "ibv_destroy_comp_channel", || Ctx::dev(&name)),
+        );
+    }
+}
+
+/// A completion channel (`ibv_create_comp_channel`): CQs made on it raise events when armed
+/// (`Cq::arm`), read with [`CompChannel::wait`].
+#[derive(Clone)]
+pub struct CompChannel {
+    inner: Arc<ChanInner>,
+}
+
+impl CompChannel {
+    /// `ibv_create_comp_channel`.
+    pub fn new(ctx: &Context) -> Result<Self> {
+        // SAFETY: live context.
+        let ch = unsafe { sys::ibv_create_comp_channel(ctx.as_ptr()) };
+        let ch = check_ptr(ch, "ibv_create_comp_channel", || ctx.ctx())?;
+        ctx.inner.ledger.created(Kind::Channel);
+        Ok(CompChannel {
+            inner: Arc::new(ChanInner { ch, ctx: ctx.clone() }),
+        })
+    }
+
+    /// Its descriptor.
+    pub fn fd(&self) -> i32 {
+        // SAFETY: live channel.
+        unsafe { (*self.inner.ch).fd }
+    }
+
+    /// Waits up to `timeout` for an event (`poll(2)` on the descriptor, then `ibv_get_cq_event`):
+    /// the CQ that raised it (its event is then counted for acknowledgement), or `None` when
+    /// none came in time. The caller re-arms the CQ before it waits again.
+    pub fn wait(&self, cq: &Cq, timeout: Duration) -> Result<bool> {
+        let mut p = libc::pollfd {
+            fd: self.fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        let ms = timeout.as_millis().min(i32::MAX as u128) as i32;
+        // SAFETY: one valid pollfd.
+        let rc = unsafe { libc::poll(&mut p, 1, ms) };
+        if rc < 0 {
+            let e = std::io::Error::last_os_error();
+            if e.kind() == std::io::ErrorKind::Interrupted {
+                return Ok(false);
+            }
+            return Err(VerbsError::Verb {
+                verb: "poll(completion channel)",
+                ctx: self.inner.ctx.ctx(),
+                source: e,
+            });
+        }
+        if rc == 0 {
+            return Ok(false);
+        }
+        let mut ev_cq = std::ptr::null_mut();
+        let mut ev_ctx = std::ptr::null_mut();
+        // SAFETY: live channel with an event ready (the read does not block); out-pointers valid.
+        let rc = unsafe { sys::ibv_get_cq_event(self.inner.ch, &mut ev_cq, &mut ev_ctx) };
+        if rc != 0 {
+            return Err(VerbsError::Verb {
+                verb: "ibv_get_cq_event",
+                ctx: self.inner.ctx.ctx(),
+                source: std::io::Error::last_os_error(),
+            });
+        }
+        if ev_cq != cq.inner.cq {
+            return Err(VerbsError::Invalid {
+                ctx: self.inner.ctx.ctx(),
+                why: format!(
+                    "a completion event of CQ {ev_cq:p}, not of {:p}, the one waited for",
+                    cq.inner.cq
+                ),
+            });
+        }
+        cq.took_event();
+        Ok(true)
+    }
 }
 
 // SAFETY: CQ verbs are thread-safe on one context.
@@ -20,6 +122,11 @@ unsafe impl Sync for CqInner {}
 
 impl Drop for CqInner {
     fn drop(&mut self) {
+        let n = *self.unacked.get_mut();
+        if n > 0 {
+            // SAFETY: live CQ; these events were taken by ibv_get_cq_event.
+            unsafe { sys::ibv_ack_cq_events(self.cq, n) };
+        }
         // SAFETY: cq came from ibv_create_cq; QPs using it hold an Arc to us, so none is left.
         let rc = unsafe { sys::ibv_destroy_cq(self.cq) };
         let name = self.ctx.name().to_string();
@@ -125,13 +232,64 @@ impl Cq {
             ctx: ctx.ctx(),
             why: format!("CQ size {cqe} too large"),
         })?;
-        // SAFETY: live context; no channel, no context pointer, vector 0.
-        let cq = unsafe { sys::ibv_create_cq(ctx.as_ptr(), n, std::ptr::null_mut(), std::ptr::null_mut(), 0) };
-        let cq = check_ptr(cq, "ibv_create_cq", || ctx.ctx().detail(format!("{cqe} entries")))?;
+        Self::create(ctx, n, None)
+    }
+
+    /// `ibv_create_cq` with room for at least `cqe` completions on completion channel `ch`.
+    pub fn with_channel(ctx: &Context, cqe: u32, ch: &CompChannel) -> Result<Self> {
+        let n = i32::try_from(cqe).map_err(|_| VerbsError::Invalid {
+            ctx: ctx.ctx(),
+            why: format!("CQ size {cqe} too large"),
+        })?;
+        Self::create(ctx, n, Some(ch))
+    }
+
+    fn create(ctx: &Context, n: i32, ch: Option<&CompChannel>) -> Result<Self> {
+        let chp = ch.map_or(std::ptr::null_mut(), |c| c.inner.ch);
+        // SAFETY: live context; the channel (if any) lives as long as the CQ (it holds it); no
+        // context pointer, vector 0.
+        let cq = unsafe { sys::ibv_create_cq(ctx.as_ptr(), n, std::ptr::null_mut(), chp, 0) };
+        let cq = check_ptr(cq, "ibv_create_cq", || {
+            ctx.ctx().detail(format!(
+                "{n} entries{}",
+                if ch.is_some() { ", completion channel" } else { "" }
+            ))
+        })?;
         ctx.inner.ledger.created(Kind::Cq);
         Ok(Cq {
-            inner: Arc::new(CqInner { cq, ctx: ctx.clone() }),
+            inner: Arc::new(CqInner {
+                cq,
+                ctx: ctx.clone(),
+                _chan: ch.map(|c| c.inner.clone()),
+                unacked: std::sync::atomic::AtomicU32::new(0),
+            }),
         })
+    }
+
+    /// Arms the CQ (`ibv_req_notify_cq`): its next completion (`solicited`: its next solicited
+    /// receive, or error) raises an event on its channel.
+    pub fn arm(&self, solicited: bool) -> Result<()> {
+        // SAFETY: live CQ.
+        let rc = unsafe { sys::inline::req_notify_cq(self.inner.cq, i32::from(solicited)) };
+        if rc != 0 {
+            return Err(VerbsError::Verb {
+                verb: "ibv_req_notify_cq",
+                ctx: self.inner.ctx.ctx(),
+                source: std::io::Error::from_raw_os_error(rc.abs()),
+            });
+        }
+        Ok(())
+    }
+
+    /// Counts an event taken from the channel; acknowledges them in batches of 64
+    /// (`ibv_ack_cq_events` takes a mutex; the rest are acknowledged when the CQ goes).
+    fn took_event(&self) {
+        let n = self.inner.unacked.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
+        if n >= 64 {
+            self.inner.unacked.store(0, std::sync::atomic::Ordering::Relaxed);
+            // SAFETY: live CQ; n events taken by ibv_get_cq_event.
+            unsafe { sys::ibv_ack_cq_events(self.inner.cq, n) };
+        }
     }
 
     /// The raw pointer (valid while `self` lives).

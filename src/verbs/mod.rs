@@ -10,7 +10,7 @@ pub mod error;
 pub mod mr;
 pub mod qp;
 
-pub use cq::{Completion, Cq};
+pub use cq::{CompChannel, Completion, Cq};
 pub use device::{Context, DeviceInfo, DeviceList, Gid, GidEntry, GidType, PortInfo};
 pub use error::{Ctx, NoDevice, Result, VerbsError};
 pub use mr::{Buffer, Mr, MrAccess, MrPlacement, Pd, RemoteBuf, Sge};
@@ -34,9 +34,11 @@ pub enum Kind {
     Qp,
     /// `ibv_td` (thread domain)
     Td,
+    /// `ibv_comp_channel`
+    Channel,
 }
 
-const KINDS: usize = 6;
+const KINDS: usize = 7;
 
 /// Per-device record of created and destroyed resources and teardown failures. It outlives the
 /// device, so a test can check after everything is dropped that nothing leaked.

@@ -295,11 +295,11 @@ pub fn run(sp: &SuitePlan, obs: &mut dyn Observer) -> Result<SuiteReport, ProbeE
             };
             let t_base = r.started.elapsed().as_secs_f64();
             let intervals = &mut r.intervals;
-            let mut on_block = |k: BackendKind, v: &[f64], t0: f64, t1: f64| {
+            let mut on_block = |k: &str, v: &[f64], t0: f64, t1: f64| {
                 let mut h = Hist::new();
                 v.iter().for_each(|&x| h.record(x));
                 intervals.push(Interval {
-                    tag: format!("lat-{name}-{size}-{}", k.as_str()),
+                    tag: format!("lat-{name}-{size}-{k}"),
                     start_s: t_base + t0,
                     duration_s: t1 - t0,
                     hist: h,

@@ -70,6 +70,7 @@ pub(super) fn key(doc: &Value, r: &Value) -> String {
         "qps_per_thread",
         "tx_depth",
         "bidirectional",
+        "completion",
     ] {
         if let Some(x) = r.get(f).filter(|x| !x.is_null()) {
             k.push_str(&format!(" {f}={}", x.to_string().trim_matches('"')));

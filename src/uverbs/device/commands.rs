@@ -219,14 +219,26 @@ pub(super) fn release_db(ctx: &mut Ctx, page: usize) {
     }
 }
 
-pub(super) fn create_cq(ctx: &mut Ctx, c: &Cmd<'_>, cqe: u32, channel: i32, ex: bool) -> Result<(), c_int> {
+pub(super) fn create_cq(
+    ctx: &mut Ctx,
+    c: &Cmd<'_>,
+    cqe: u32,
+    (channel, user_handle): (i32, u64),
+    ex: bool,
+) -> Result<(), c_int> {
     let d: k::mlx5_ib_create_cq = rd(c.drv, 0);
-    if channel >= 0 {
-        return errno_of(
-            "CREATE_CQ with a completion channel: model0 raises no events yet",
-            libc::EOPNOTSUPP,
-        );
-    }
+    let chan = match channel {
+        ..0 => None,
+        fd => match crate::model::events::by_fd(fd) {
+            Some(id) => Some(id),
+            None => {
+                return errno_of(
+                    format!("CREATE_CQ with completion channel {fd}: not a channel of model0's"),
+                    libc::EINVAL,
+                )
+            }
+        },
+    };
     if d.cqe_size != 64 {
         return errno_of(
             format!(
@@ -247,6 +259,9 @@ pub(super) fn create_cq(ctx: &mut Ctx, c: &Cmd<'_>, cqe: u32, channel: i32, ex: 
             return errno_of(e, libc::EINVAL);
         }
     };
+    if let Some(id) = chan {
+        cq.attach_channel(id, user_handle);
+    }
     let h = handle(ctx);
     let r = k::ib_uverbs_create_cq_resp {
         cq_handle: h,
