@@ -31,6 +31,7 @@ fn main() {
         window: Duration::from_millis(1),
         min_duration: Duration::ZERO,
         no_peak: false,
+        unreliable: false,
     };
     let (mut one, mut two) = (Vec::new(), Vec::new());
     for _ in 0..5 {

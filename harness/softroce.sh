@@ -211,6 +211,10 @@ echo "EVENTS rows: \$(grep -cE '^ +64 +(verbs|wr)(-e)? +500 ' /tmp/lat-ev.txt)"
 /opt/rdmaprobe lat write --write-with-imm --loopback -d rxe0 -x 1 -s 64 -n 300 --stall-secs 60 > /tmp/lat-imm.txt 2>&1 || lat_rc=1
 cat /tmp/lat-imm.txt
 echo "IMM rows: \$(grep -cE '^ +64 +(verbs|wr) +300 ' /tmp/lat-imm.txt)"
+/opt/rdmaprobe lat send -c UC --loopback -d rxe0 -x 1 -s 64 -n 300 --stall-secs 60 > /tmp/lat-uc.txt 2>&1 || lat_rc=1
+/opt/rdmaprobe bw write -c UC --loopback -d rxe0 -x 1 -s 4096 -n 300 --min-ms 0 --stall-secs 60 > /tmp/bw-uc.txt 2>&1 || lat_rc=1
+cat /tmp/lat-uc.txt /tmp/bw-uc.txt
+echo "UC rows: \$(cat /tmp/lat-uc.txt /tmp/bw-uc.txt | grep -cE '^ +(64|4096) +(verbs|wr) +300 ')"
 echo 16 > /proc/sys/vm/nr_hugepages
 /opt/rdmaprobe lat send --use-hugepages --loopback -d rxe0 -x 1 -s 64 -n 300 --stall-secs 60 --json /tmp/lat-huge.json > /tmp/lat-huge.txt 2>&1 || lat_rc=1
 cat /tmp/lat-huge.txt
@@ -378,6 +382,7 @@ grep -qE '^  n/a +pcie.link ' "$log.txt" || { echo "FAIL: doctor did not say the
 grep -qE '^  pass +port.state +port 1: ACTIVE' "$log.txt" || { echo "FAIL: doctor did not find rxe0's port ACTIVE"; fail=1; }
 grep -q '^ATOMIC rows: 2$' "$log.txt" || { echo "FAIL: lat atomic did not run on both verbs and wr"; fail=1; }
 grep -q '^EVENTS rows: 4$' "$log.txt" || { echo "FAIL: lat send -e did not run verbs and wr polling and with events"; fail=1; }
+grep -q '^UC rows: 4$' "$log.txt" || { echo "FAIL: lat send and bw write -c UC did not run on both verbs and wr"; fail=1; }
 grep -q '^IMM rows: 2$' "$log.txt" || { echo "FAIL: lat write --write-with-imm did not run on both verbs and wr"; fail=1; }
 grep -q '^HUGE rows: 2 "huge_pages": true$' "$log.txt" || { echo "FAIL: lat send --use-hugepages did not run on huge pages"; fail=1; }
 for op in send read atomic; do

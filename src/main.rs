@@ -184,6 +184,10 @@ struct RunArgs {
     /// P_Key index (perftest's --pkey_index).
     #[arg(long = "pkey_index", default_value_t = 0)]
     pkey_index: u16,
+    /// Transport (perftest's -c): RC, or UC (SEND and WRITE, nothing acknowledged: a message
+    /// the responder cannot take is dropped, and the ping-pong stalls on it).
+    #[arg(short = 'c', long = "connection", value_enum, default_value_t = rdmaprobe::backend::Transport::Rc)]
+    connection: rdmaprobe::backend::Transport,
     /// Buffers on 2 MiB huge pages (perftest's --use_hugepages; they must be reserved:
     /// `sysctl vm.nr_hugepages=N`, `rdmaprobe doctor` says how many are free).
     #[arg(long = "use-hugepages", visible_alias = "use_hugepages")]
@@ -492,6 +496,10 @@ struct SuiteArgs {
     /// Backends, of verbs, wr, direct (default: every one the device runs; each named must run).
     #[arg(long, value_name = "LIST", value_parser = |s: &str| matrix::parse_backends(s).map(Listed))]
     backends: Option<Listed<BackendKind>>,
+    /// Transports the latency and bandwidth parts run on, of RC, UC (default RC; UC runs send
+    /// and write only; the post cost stays on RC).
+    #[arg(long, value_name = "LIST", value_parser = |s: &str| matrix::parse_transports(s).map(Listed))]
+    transports: Option<Listed<rdmaprobe::backend::Transport>>,
     /// Bandwidth QPs per thread (default 1).
     #[arg(short = 'q', long = "qp", value_parser = clap::value_parser!(u64).range(1..=16384))]
     qps: Option<u64>,
@@ -727,6 +735,7 @@ fn plan(scenario: Scenario, r: &RunArgs, p: &PeerArgs) -> Result<Plan> {
         },
         diag: r.diag.clone(),
         huge_pages: r.use_hugepages,
+        transport: r.connection,
     })
 }
 
@@ -833,6 +842,7 @@ fn suite(a: SuiteArgs) -> Result<ExitCode> {
         bw_messages: a.bw_messages,
         bw_min_ms: a.bw_min_ms,
         post_cost_blocks: a.post_cost_blocks,
+        transports: a.transports.map(|o| o.0),
     };
     let file = match &a.matrix {
         None => matrix::MatrixSpec::default(),

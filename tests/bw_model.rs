@@ -25,6 +25,7 @@ static NO_INTR: AtomicBool = AtomicBool::new(false);
 
 fn p(op: OpKind, size: u32) -> BwParams {
     BwParams {
+        unreliable: false,
         op,
         size,
         iters: 3000,

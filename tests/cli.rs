@@ -1492,6 +1492,35 @@ fn suite_runs_the_matrix_the_user_names() {
     for r in j["runs"].as_array().unwrap() {
         assert!(r["latency_ns"]["count"].as_u64().unwrap() >= 1000, "{r}");
     }
+    // transports: UC runs the operations it carries (read is not one), each run says its transport
+    let (c, out, err) = rdmaprobe(&[
+        "suite",
+        "-d",
+        "model0",
+        "--parts",
+        "lat",
+        "--ops",
+        "send,read",
+        "--sizes",
+        "64",
+        "-n",
+        "200",
+        "--transports",
+        "RC,UC",
+        "--out",
+        out_dir.to_str().unwrap(),
+    ]);
+    assert_eq!(c, 0, "{out}{err}");
+    let j: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out_dir.join("results.json")).unwrap()).unwrap();
+    let runs: Vec<String> = j["runs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|r| r["backend"] == backends[0])
+        .map(|r| format!("{} {}", r["verb"].as_str().unwrap(), r["transport"].as_str().unwrap()))
+        .collect();
+    assert_eq!(runs, ["send RC", "read RC", "send UC"], "{out}");
     // bad values: exit 2, the flag or the file's key named, nothing run
     std::fs::write(&m, "sizes = [\"4K\", 0]\n").unwrap();
     let bad_file = m.to_str().unwrap();
@@ -1502,6 +1531,7 @@ fn suite_runs_the_matrix_the_user_names() {
         (vec!["--parts", "latency"], "--parts"),
         (vec!["-D", "0"], "--duration"),
         (vec!["-D", "1", "-n", "100"], "--duration"),
+        (vec!["--transports", "UD"], "--transports"),
         (vec!["--matrix", bad_file], "key `sizes`"),
         (vec!["--matrix", "/nonexistent/m.toml"], "--matrix"),
     ] {
@@ -1842,6 +1872,96 @@ fn completion_events_beside_polling() {
             "--backend",
         ),
         (vec!["lat", "send", "127.0.0.1", "-e"], "--loopback"),
+    ] {
+        let (c, _, err) = rdmaprobe(&args);
+        assert_eq!(c, 2, "{args:?}: {err}");
+        assert!(err.contains(says), "{args:?}: {err}");
+    }
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+/// perftest's -c UC (issue 14 part 1) on every backend model0 runs: SEND and WRITE ping-pongs;
+/// bandwidth SEND without acknowledgements, where the model drops what the receiver had no
+/// receive for and counts it: the senders' messages less the receivers' are exactly the drops;
+/// READ and atomics are refused, and so is a receiving bw over the network.
+#[test]
+fn uc_transport_on_every_backend() {
+    let _g = serial();
+    let backends = cmd::model0_backends();
+    let dir = std::env::temp_dir().join(format!("rdmaprobe-uc-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let f = dir.join("uc.json");
+    for (args, verb) in [
+        (vec!["lat", "send", "-n", "1000"], "send"),
+        (vec!["lat", "write", "-n", "1000"], "write"),
+        (vec!["lat", "send", "--send-with-imm", "-n", "1000"], "send_imm"),
+    ] {
+        let mut a = args.clone();
+        a.extend(["-c", "UC", "--loopback", "--json", f.to_str().unwrap()]);
+        let (c, out, err) = rdmaprobe(&a);
+        assert_eq!(c, 0, "{args:?}: {out}{err}");
+        let j: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&f).unwrap()).unwrap();
+        assert_eq!(j["params"]["transport"], "UC");
+        let runs = j["runs"].as_array().unwrap();
+        assert_eq!(runs.len(), backends.len(), "{out}");
+        for r in runs {
+            assert_eq!(r["verb"], verb);
+            assert_eq!(r["latency_ns"]["count"], 1000, "{r}");
+        }
+    }
+    let (c, out, err) = rdmaprobe(&[
+        "bw",
+        "send",
+        "-c",
+        "UC",
+        "--loopback",
+        "-s",
+        "4096",
+        "-n",
+        "20000",
+        "--min-ms",
+        "0",
+        "--json",
+        f.to_str().unwrap(),
+    ]);
+    assert_eq!(c, 0, "{out}{err}");
+    let j: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&f).unwrap()).unwrap();
+    let mut lost = 0;
+    for r in j["runs"].as_array().unwrap() {
+        let s = &r["summary"];
+        assert_eq!(s["messages"], 20000, "{r}");
+        let got = s["messages_received"].as_u64().unwrap_or(0);
+        assert!(got <= 20000, "{r}");
+        lost += 20000 - got;
+    }
+    let dropped = j["counters"]["delta"]["dropped_messages"].as_u64().unwrap_or(0);
+    assert_eq!(dropped, lost, "model0 dropped {dropped}, the receivers missed {lost}");
+    // the same run on RC: nothing dropped, every message received
+    let (c, out, err) = rdmaprobe(&[
+        "bw",
+        "send",
+        "--loopback",
+        "-s",
+        "4096",
+        "-n",
+        "5000",
+        "--min-ms",
+        "0",
+        "--json",
+        f.to_str().unwrap(),
+    ]);
+    assert_eq!(c, 0, "{out}{err}");
+    let j: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&f).unwrap()).unwrap();
+    for r in j["runs"].as_array().unwrap() {
+        assert_eq!(r["summary"]["messages_received"], 5000, "{r}");
+    }
+    assert!(j["counters"]["delta"]["dropped_messages"].is_null());
+    for (args, says) in [
+        (vec!["lat", "read", "-c", "UC", "--loopback"], "-c UC"),
+        (vec!["bw", "atomic", "-c", "UC", "--loopback"], "-c UC"),
+        (vec!["bw", "send", "-c", "UC", "127.0.0.1"], "--loopback"),
+        (vec!["lat", "send", "-c", "UC", "127.0.0.1"], "--loopback"),
+        (vec!["lat", "send", "-c", "XRC", "--loopback"], "--connection"),
     ] {
         let (c, _, err) = rdmaprobe(&args);
         assert_eq!(c, 2, "{args:?}: {err}");

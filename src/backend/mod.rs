@@ -63,6 +63,54 @@ pub enum OpKind {
     SendImm,
 }
 
+/// The transport of the QPs (perftest's `-c`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, serde::Serialize)]
+#[cfg_attr(feature = "std", derive(clap::ValueEnum))]
+pub enum Transport {
+    /// Reliable connected.
+    #[default]
+    #[cfg_attr(feature = "std", value(name = "RC"))]
+    Rc,
+    /// Unreliable connected: SEND and WRITE (and their immediates); nothing acknowledged.
+    #[cfg_attr(feature = "std", value(name = "UC"))]
+    Uc,
+}
+
+impl Transport {
+    /// As perftest names it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Transport::Rc => "RC",
+            Transport::Uc => "UC",
+        }
+    }
+
+    /// Whether the transport carries `op`.
+    pub fn allows(self, op: OpKind) -> bool {
+        match self {
+            Transport::Rc => true,
+            Transport::Uc => op.carries_payload(),
+        }
+    }
+
+    /// Its `IBV_QPT_*`.
+    pub fn ibv_qp_type(self) -> u32 {
+        match self {
+            Transport::Rc => crate::sys::IBV_QPT_RC,
+            Transport::Uc => crate::sys::IBV_QPT_UC,
+        }
+    }
+
+    /// Its model0 transport (`model::transport::*`).
+    #[cfg(feature = "std")]
+    pub fn model(self) -> u32 {
+        match self {
+            Transport::Rc => crate::model::transport::RC,
+            Transport::Uc => crate::model::transport::UC,
+        }
+    }
+}
+
 /// The immediate data the immediates carry (host order): "RDMA".
 pub const IMM: u32 = 0x5244_4d41;
 

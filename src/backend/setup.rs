@@ -5,7 +5,7 @@ use super::direct::{DirectEnd, LocalBuf};
 use super::path::path_taken;
 pub use super::path::PathOpts;
 use super::verbs::VerbsEnd;
-use super::{BackendError, BackendKind, OpKind};
+use super::{BackendError, BackendKind, OpKind, Transport};
 use crate::mlx5::sq::DbMode;
 use crate::model::{DirectModelQp, Model, ModelConfig, ModelConnect, ModelQpCaps};
 use crate::sys;
@@ -27,6 +27,8 @@ pub struct ModelDev {
     /// The verbs QPs' buffers on 2 MiB huge pages (model0's own direct QPs use the model's
     /// shared memory).
     pub huge_pages: bool,
+    /// The QPs' transport.
+    pub transport: Transport,
 }
 
 impl std::ops::Deref for ModelDev {
@@ -53,6 +55,7 @@ impl ModelDev {
             verbs,
             path: PathOpts::default(),
             huge_pages: false,
+            transport: Transport::Rc,
         })
     }
 }
@@ -112,6 +115,8 @@ pub enum Dev {
         path: PathOpts,
         /// Its buffers on 2 MiB huge pages.
         huge_pages: bool,
+        /// Its QPs' transport.
+        transport: Transport,
     },
 }
 
@@ -239,6 +244,7 @@ impl Dev {
                 fw: info.fw_ver,
                 path: PathOpts::default(),
                 huge_pages: false,
+                transport: Transport::Rc,
             },
             note,
         ))
@@ -338,6 +344,22 @@ impl Dev {
         match self {
             Dev::Verbs { path, .. } => *path = p,
             Dev::Model(m) => m.path = p,
+        }
+    }
+
+    /// The transport of the QPs made on it.
+    pub fn transport(&self) -> Transport {
+        match self {
+            Dev::Verbs { transport, .. } => *transport,
+            Dev::Model(m) => m.transport,
+        }
+    }
+
+    /// Makes its QPs of transport `t` (perftest's `-c`).
+    pub fn set_transport(&mut self, t: Transport) {
+        match self {
+            Dev::Verbs { transport, .. } => *transport = t,
+            Dev::Model(m) => m.transport = t,
         }
     }
 
@@ -486,8 +508,9 @@ pub fn verbs_pair_with(
     } else {
         (None, None)
     };
-    let (mut qa, ca, ma) = verbs_qp(ctx, &pd, kind, caps, op, (buf_len, huge), cha.as_ref())?;
-    let (mut qb, cb, mb) = verbs_qp(ctx, &pd, kind, caps, op, (buf_len, huge), chb.as_ref())?;
+    let t = dev.transport();
+    let (mut qa, ca, ma) = verbs_qp(ctx, &pd, (kind, t), caps, op, (buf_len, huge), cha.as_ref())?;
+    let (mut qb, cb, mb) = verbs_qp(ctx, &pd, (kind, t), caps, op, (buf_len, huge), chb.as_ref())?;
     let (ea, eb) = (qa.endpoint(port, gid)?, qb.endpoint(port, gid)?);
     path_taken(ctx, qa.connect(port, &opts, &eb)?)?;
     path_taken(ctx, qb.connect(port, &opts, &ea)?)?;
@@ -509,7 +532,7 @@ pub fn verbs_pair_with(
 fn verbs_qp(
     ctx: &Context,
     pd: &Pd,
-    kind: BackendKind,
+    (kind, transport): (BackendKind, Transport),
     caps: QpCaps,
     op: OpKind,
     (buf_len, huge): (usize, bool),
@@ -520,9 +543,13 @@ fn verbs_qp(
         None => Cq::new(ctx, 2 * DEPTH)?,
     };
     let wr = kind == BackendKind::Wr;
-    let qp = match Qp::new_rc(pd, &cq, &cq, caps, wr) {
+    let new = match transport {
+        Transport::Rc => Qp::new_rc,
+        Transport::Uc => Qp::new_uc,
+    };
+    let qp = match new(pd, &cq, &cq, caps, wr) {
         Ok(q) => q,
-        Err(_) => Qp::new_rc(
+        Err(_) => new(
             pd,
             &cq,
             &cq,
@@ -548,6 +575,17 @@ pub fn model_pair(
     buf_len: usize,
     mode: DbMode,
 ) -> Result<(DirectEnd<DirectModelQp>, DirectEnd<DirectModelQp>), SetupError> {
+    model_pair_with(model, op, buf_len, mode, Transport::Rc)
+}
+
+/// As [`model_pair`], with QPs of transport `t`.
+pub fn model_pair_with(
+    model: &Model,
+    op: OpKind,
+    buf_len: usize,
+    mode: DbMode,
+    t: Transport,
+) -> Result<(DirectEnd<DirectModelQp>, DirectEnd<DirectModelQp>), SetupError> {
     let pd = model.alloc_pd();
     let caps = ModelQpCaps {
         max_send_wr: DEPTH,
@@ -558,6 +596,8 @@ pub fn model_pair(
     let mode = Mlx5Env::get().direct_mode(mode);
     let qa = DirectModelQp::new(model, pd, caps, 2 * DEPTH, mode)?;
     let qb = DirectModelQp::new(model, pd, caps, 2 * DEPTH, mode)?;
+    qa.qp.set_transport(t.model());
+    qb.qp.set_transport(t.model());
     qa.qp.connect(qb.qp.qpn(), ModelConnect::default());
     qb.qp.connect(qa.qp.qpn(), ModelConnect::default());
     let ma = model.reg_mr(pd, buf_len, model_access(op))?;
@@ -595,8 +635,9 @@ pub fn mlx5_pair(
     let caps = qp_caps();
     let opts = connect_opts(ctx, port, *gid, op, dev.path())?;
     let mode = Mlx5Env::get().direct_mode(mode);
-    let mut qa = DirectQp::new(&pd, caps, 2 * DEPTH, mode)?;
-    let mut qb = DirectQp::new(&pd, caps, 2 * DEPTH, mode)?;
+    let t = dev.transport().ibv_qp_type();
+    let mut qa = DirectQp::with_type(&pd, caps, 2 * DEPTH, mode, t)?;
+    let mut qb = DirectQp::with_type(&pd, caps, 2 * DEPTH, mode, t)?;
     if mode != DbMode::Db && (qa.shared_register() || qb.shared_register()) {
         eprintln!(
             "rdmaprobe: WARNING: no dedicated BlueFlame register left (ibv_alloc_td failed): the direct QPs ring \
@@ -686,6 +727,7 @@ impl HalfEnd {
                     max_inline_data: INLINE,
                 };
                 let q = DirectModelQp::new(m, pd, mcaps, 2 * DEPTH, mode)?;
+                q.qp.set_transport(m.transport.model());
                 let mr = m.reg_mr(pd, buf_len, model_access(op))?;
                 HalfEnd::Model { q: Box::new(q), mr }
             }
@@ -695,11 +737,19 @@ impl HalfEnd {
                 };
                 let pd = Pd::new(ctx)?;
                 if kind == BackendKind::Direct {
-                    let q = DirectQp::new(&pd, caps, 2 * DEPTH, mode)?;
+                    let q = DirectQp::with_type(&pd, caps, 2 * DEPTH, mode, dev.transport().ibv_qp_type())?;
                     let mr = Mr::new(&pd, buf_len, access_for(op), dev.huge_pages())?;
                     HalfEnd::Mlx5 { q: Box::new(q), mr }
                 } else {
-                    let (qp, cq, mr) = verbs_qp(ctx, &pd, kind, caps, op, (buf_len, dev.huge_pages()), None)?;
+                    let (qp, cq, mr) = verbs_qp(
+                        ctx,
+                        &pd,
+                        (kind, dev.transport()),
+                        caps,
+                        op,
+                        (buf_len, dev.huge_pages()),
+                        None,
+                    )?;
                     HalfEnd::Verbs { kind, qp, cq, mr }
                 }
             }

@@ -245,6 +245,21 @@ impl VerbsEnd {
                 why: "no ibv_wr_* API on this QP".into(),
             });
         };
+        let present = match op {
+            OpKind::Read => ops.rdma_read.is_some(),
+            OpKind::FetchAdd => ops.atomic_fetch_add.is_some(),
+            OpKind::CmpSwap => ops.atomic_cmp_swp.is_some(),
+            _ => true,
+        };
+        if !present {
+            return Err(BackendError::Unsupported {
+                backend: "wr",
+                why: format!(
+                    "the QP has no ibv_wr_* {} (a UC QP has no READ or atomics)",
+                    op.as_str()
+                ),
+            });
+        }
         let base = self.mr.addr();
         let (lkey, raddr, rkey) = (self.mr.lkey(), self.remote.addr + self.remote.len / 2, self.remote.rkey);
         let rx = base + self.rx_off as u64;
@@ -261,12 +276,25 @@ impl VerbsEnd {
                 } | if inline { sys::IBV_SEND_INLINE } else { 0 };
                 match op {
                     OpKind::Write => (ops.rdma_write)(q, rkey, raddr),
-                    OpKind::Read => (ops.rdma_read)(q, rkey, self.remote.addr),
+                    // READ and the atomics are present: checked above
+                    OpKind::Read => {
+                        if let Some(f) = ops.rdma_read {
+                            f(q, rkey, self.remote.addr)
+                        }
+                    }
                     OpKind::Send => (ops.send)(q),
                     OpKind::WriteImm => (ops.rdma_write_imm)(q, rkey, raddr, IMM.to_be()),
                     OpKind::SendImm => (ops.send_imm)(q, IMM.to_be()),
-                    OpKind::FetchAdd => (ops.atomic_fetch_add)(q, rkey, raddr, 1),
-                    OpKind::CmpSwap => (ops.atomic_cmp_swp)(q, rkey, raddr, 0, 0),
+                    OpKind::FetchAdd => {
+                        if let Some(f) = ops.atomic_fetch_add {
+                            f(q, rkey, raddr, 1)
+                        }
+                    }
+                    OpKind::CmpSwap => {
+                        if let Some(f) = ops.atomic_cmp_swp {
+                            f(q, rkey, raddr, 0, 0)
+                        }
+                    }
                 }
                 if inline {
                     (ops.set_inline_data)(q, base as *mut _, len as usize);

@@ -6,7 +6,9 @@
 use super::cqe::{push_cqe, set_err, syndrome, CqeOut};
 use super::decode::{decode, Decoded};
 use super::direct::RegCheck;
-use super::layout::{bump32, bump64, hdr, qp_dbrec, rings, state, try_lock, CqHdr, MrHdr, QpHdr, Rings, QP_REG_OFF};
+use super::layout::{
+    bump32, bump64, hdr, qp_dbrec, rings, state, transport, try_lock, CqHdr, MrHdr, QpHdr, Rings, QP_REG_OFF,
+};
 use super::objects::ObjRef;
 use super::recv::deliver_to_receiver;
 use super::shm::{ObjKind, Shm};
@@ -130,7 +132,31 @@ impl Landing {
 /// doorbell follow (a ConnectX goes on with the next WQEs while a READ's response is on its way
 /// back, so a later WQE that reads the READ's destination without a fence sends what was there
 /// before); `None`: they land now.
-fn run_one(m: &Model, me: &QpHdr, d: &Decoded, buf: &[u8; 1024], mut late: Option<&mut Vec<Landing>>) -> Outcome {
+fn run_one(m: &Model, me: &QpHdr, d: &Decoded, buf: &[u8; 1024], late: Option<&mut Vec<Landing>>) -> Outcome {
+    if me.transport.load(Ordering::Acquire) != transport::UC {
+        return run_reliable(m, me, d, buf, late);
+    }
+    // UC: SEND and WRITE only (a READ or an atomic is a malformed WQE for it, as on a ConnectX)
+    if matches!(d.opcode, opcode::RDMA_READ | opcode::ATOMIC_CS | opcode::ATOMIC_FA) {
+        return Outcome::Fail(syndrome::LOCAL_QP_OP);
+    }
+    match run_reliable(m, me, d, buf, late) {
+        // nothing comes back to the requester: what the responder could not take is dropped
+        Outcome::Stall
+        | Outcome::Fail(syndrome::REMOTE_ACCESS | syndrome::REMOTE_INVAL_REQ | syndrome::TRANSPORT_RETRY_EXC) => {
+            bump32(&me.ctr_dropped, 1);
+            let len = match d.inline {
+                Some((_, n)) => n as u32,
+                None => d.sges[..d.nsge].iter().map(|s| s.2).sum(),
+            };
+            Outcome::Done { byte_cnt: len }
+        }
+        o => o,
+    }
+}
+
+/// Executes one WQE of a reliable connection (and the parts every transport shares).
+fn run_reliable(m: &Model, me: &QpHdr, d: &Decoded, buf: &[u8; 1024], mut late: Option<&mut Vec<Landing>>) -> Outcome {
     if d.opcode == opcode::NOP {
         return Outcome::Done { byte_cnt: 0 };
     }

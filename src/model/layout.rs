@@ -12,6 +12,15 @@ use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 pub(super) const MAGIC: u64 = 0x7264_6d61_6d6f_6433;
 pub(super) const PAGE: usize = 4096;
 
+/// The transports of the model's QPs.
+pub mod transport {
+    /// Reliable connected: acknowledged, retried (RNR), errors reported to the requester.
+    pub const RC: u32 = 0;
+    /// Unreliable connected: SEND and WRITE only; nothing acknowledged, so a message the
+    /// responder cannot take is dropped (and counted), and the requester completes it.
+    pub const UC: u32 = 1;
+}
+
 /// QP states the model knows.
 pub mod state {
     /// Created, not connected: WQEs are flushed.
@@ -134,7 +143,9 @@ pub(super) struct QpHdr {
     pub(super) check_reg: u32,
     /// Doorbells whose register store did not match the WQE rung (the QP was moved to error).
     pub(super) bad_doorbells: AtomicU32,
-    _pad_sq: [u8; 12],
+    /// The transport (`transport::RC`, `UC`).
+    pub(super) transport: AtomicU32,
+    _pad_sq: [u8; 8],
     pub(super) sq_ci: AtomicU32,
     pub(super) sq_lock: AtomicU32,
     pub(super) kicks: AtomicU32,
@@ -145,7 +156,10 @@ pub(super) struct QpHdr {
     pub(super) ctr_doorbells: AtomicU64,
     pub(super) ctr_bf_writes: AtomicU64,
     pub(super) ctr_rnr: AtomicU32,
-    _pad_rq: [u8; 20],
+    /// Messages of an unreliable transport (UC) the responder dropped (no receive, access or
+    /// state): the requester completes them, as no acknowledgement tells it otherwise.
+    pub(super) ctr_dropped: AtomicU32,
+    _pad_rq: [u8; 16],
     pub(super) rq_ci: AtomicU32,
     pub(super) rq_lock: AtomicU32,
 }

@@ -53,6 +53,7 @@ fn add_qp(c: &mut Counters, s: &Shm) {
     add(c, "doorbells", h.ctr_doorbells.load(Ordering::Relaxed));
     add(c, "blueflame_writes", h.ctr_bf_writes.load(Ordering::Relaxed));
     add(c, "rnr_events", h.ctr_rnr.load(Ordering::Relaxed) as u64);
+    add(c, "dropped_messages", h.ctr_dropped.load(Ordering::Relaxed) as u64);
     add(c, "bad_doorbells", h.bad_doorbells.load(Ordering::Relaxed) as u64);
 }
 
@@ -646,6 +647,16 @@ impl ModelQp {
             rings: self.pending.rings.load(Ordering::Relaxed),
         }
     }
+    /// The QP's transport (`transport::RC`, `UC`).
+    pub fn transport(&self) -> u32 {
+        self.h().transport.load(Ordering::Acquire)
+    }
+
+    /// Sets the QP's transport (`transport::RC`, `UC`), before it is connected.
+    pub fn set_transport(&self, t: u32) {
+        self.h().transport.store(t, Ordering::Release);
+    }
+
     /// Connects to `peer` (the peer does the same towards us): state RTS.
     pub fn connect(&self, peer: u32, c: ModelConnect) {
         let h = self.h();

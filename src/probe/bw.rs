@@ -36,6 +36,13 @@ pub(super) fn run(
             b.postlist, b.cq_mod, b.tx_depth
         )));
     }
+    if network && plan.transport == crate::backend::Transport::Uc && op.needs_recv() {
+        return Err(ProbeError::Usage(
+            "bw -c UC with a receiving operation runs with --loopback only in this version (the receiver cannot know \
+             how many of the messages it did not drop will come)"
+                .into(),
+        ));
+    }
     let sizes = b.sizes.list(op);
     let buf_len = session::buffer_len(&sizes);
     // as suite runs it: the model executes after the post call (the same figures in both)
@@ -68,7 +75,8 @@ pub(super) fn run(
             Some(p) => p,
             None => tcp.insert(session::tcp_peer(plan, obs)?.ok_or_else(|| ProbeError::Invalid("no peer".into()))?),
         };
-        let hello = hello(b, &sizes, &kinds, mode, inline_limit, buf_len);
+        let mut hello = hello(b, &sizes, &kinds, mode, inline_limit, buf_len);
+        hello.params.insert("transport".into(), plan.transport.as_str().into());
         let ends = connect(
             &mut session::Phase::new(rdv, plan.oob_timeout),
             &hello,
@@ -92,6 +100,7 @@ pub(super) fn run(
         "bidirectional": b.bidirectional, "backends": kinds.iter().map(|k| k.as_str()).collect::<Vec<_>>(),
         "db_mode": mode.as_str(), "loopback": !network, "path": super::report::path_json(&plan.path),
         "huge_pages": plan.huge_pages, "mr_per_qp": true, "run_infinitely": b.run_infinitely,
+        "transport": plan.transport.as_str(),
         "peer": match &role { Role::Loopback => None, Role::Client(p) | Role::Server(p) => Some(p.clone()) },
     });
     let client = !matches!(role, Role::Server(_));
@@ -134,6 +143,7 @@ pub(super) fn run(
                     // both ends of a client/server run must agree on the iterations: no resizing
                     min_duration: if network { Duration::ZERO } else { b.min_duration },
                     no_peak: b.no_peak,
+                    unreliable: plan.transport == crate::backend::Transport::Uc,
                 };
                 let r = match net.as_mut() {
                     None => match run_bw(

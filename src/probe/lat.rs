@@ -74,6 +74,13 @@ fn check(plan: &Plan, l: &LatPlan, obs: &mut dyn Observer) -> Result<Vec<u32>, P
                 .into(),
         ));
     }
+    if plan.transport == crate::backend::Transport::Uc && l.op.needs_recv() && plan.peer != PeerSpec::Loopback {
+        return Err(ProbeError::Usage(
+            "lat -c UC with a receiving operation runs with --loopback only in this version (a message sent before \
+             the peer's receives are posted is dropped, not retried)"
+                .into(),
+        ));
+    }
     if l.events {
         if plan.peer != PeerSpec::Loopback {
             return Err(ProbeError::Usage(
@@ -211,7 +218,8 @@ impl<'a> Sides<'a> {
                 Some(p) => p,
                 None => tcp.insert(session::tcp_peer(plan, obs)?.ok_or_else(|| ProbeError::Invalid("no peer".into()))?),
             };
-            let hello = hello(l, sizes, kinds, mode, inline_limit, buf_len);
+            let mut hello = hello(l, sizes, kinds, mode, inline_limit, buf_len);
+            hello.params.insert("transport".into(), plan.transport.as_str().into());
             let mut phase = session::Phase::new(rdv, plan.oob_timeout);
             let ends = connect(&mut phase, &hello, dev, kinds, l.op, buf_len, mode)?;
             net = Some((rdv, ends));
@@ -266,6 +274,7 @@ fn new_report(
         "model_exec": dev.is_model().then_some("after_post"),
         "duration_s": l.duration.map(|d| d.as_secs()),
         "path": super::report::path_json(&plan.path), "huge_pages": plan.huge_pages, "mr_per_qp": true,
+        "transport": plan.transport.as_str(),
         "peer": match &role { Role::Loopback => None, Role::Client(p) | Role::Server(p) => Some(p.clone()) },
     });
     Report {

@@ -28,6 +28,8 @@ pub struct Plan {
     pub path: crate::backend::setup::PathOpts,
     /// Buffers on 2 MiB huge pages (perftest's --use_hugepages).
     pub huge_pages: bool,
+    /// The QPs' transport (perftest's -c).
+    pub transport: crate::backend::Transport,
 }
 
 impl Plan {
@@ -43,6 +45,7 @@ impl Plan {
             stall: Duration::from_secs(10),
             path: Default::default(),
             huge_pages: false,
+            transport: Default::default(),
             diag: None,
         }
     }

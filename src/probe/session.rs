@@ -37,6 +37,19 @@ pub fn open_device(plan: &Plan, model: ModelConfig, obs: &mut dyn Observer) -> R
         ));
     }
     dev.set_huge_pages(plan.huge_pages);
+    let op = match &plan.scenario {
+        super::Scenario::Lat(l) => Some(l.op),
+        super::Scenario::Bw(b) => Some(b.op),
+        super::Scenario::PostCost(_) => None,
+    };
+    if let Some(op) = op.filter(|op| !plan.transport.allows(*op)) {
+        return Err(ProbeError::Usage(format!(
+            "-c {}: the transport carries SEND and WRITE (and their immediates), not {}",
+            plan.transport.as_str(),
+            op.cli_name()
+        )));
+    }
+    dev.set_transport(plan.transport);
     Ok(dev)
 }
 

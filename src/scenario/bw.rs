@@ -44,7 +44,14 @@ pub struct BwParams {
     pub min_duration: Duration,
     /// No perftest peak (perftest's -N): the post and completion times are not traced.
     pub no_peak: bool,
+    /// An unreliable transport (UC): a message the receiver could not take is dropped, so the
+    /// receivers take what arrives until the senders are done and nothing more comes.
+    pub unreliable: bool,
 }
+
+/// Unreliable transports: after the last send completion, how long the receivers wait for what
+/// is still on its way.
+const UNRELIABLE_DRAIN: Duration = Duration::from_millis(5);
 
 /// The time grid of a run's windows: its origin (the first thread's first post) and the window
 /// length, in ticks. Shared by the run's threads.
@@ -109,6 +116,8 @@ pub struct ThreadResult {
     /// The first sending end's post and completion times (when asked for: a run with one
     /// sending end).
     pub peak_trace: Option<PeakTrace>,
+    /// Messages the receiving ends took (SEND and its immediates; 0 otherwise).
+    pub received: u64,
 }
 
 struct Dir {
@@ -208,12 +217,16 @@ pub fn drive_ends<B: Backend>(
     };
     let mut done = 0u64;
     let mut last_progress = Instant::now();
+    // the tick of the last completion (an unreliable run ends there, not after its drain)
+    let mut last_tick = start;
     let mut next_boundary = origin.wrapping_add(grid.window_ticks);
     loop {
-        let finished = ctl
-            .iter()
-            .all(|c| (!c.role.sends || c.dir.completed >= p.iters) && (!c.role.receives || c.received >= p.iters));
-        if finished {
+        let sent = ctl.iter().all(|c| !c.role.sends || c.dir.completed >= p.iters);
+        if sent && ctl.iter().all(|c| !c.role.receives || c.received >= p.iters) {
+            break;
+        }
+        // nothing acknowledged: what the receivers dropped never comes
+        if p.unreliable && sent && last_progress.elapsed() >= UNRELIABLE_DRAIN {
             break;
         }
         for (ci, c) in ctl.iter_mut().enumerate() {
@@ -254,6 +267,7 @@ pub fn drive_ends<B: Backend>(
                         done += upto - c.dir.completed;
                         c.dir.completed = upto;
                         last_progress = Instant::now();
+                        last_tick = clock::stop();
                         if traced {
                             trace.completions.push((seen, upto));
                         }
@@ -263,6 +277,7 @@ pub fn drive_ends<B: Backend>(
             if c.role.receives && q.recvs > 0 {
                 c.received += u64::from(q.recvs);
                 last_progress = Instant::now();
+                last_tick = clock::stop();
                 c.pending_recvs += q.recvs;
                 let still = p.iters.saturating_sub(c.received);
                 if c.pending_recvs >= recv_batch && still > 0 {
@@ -297,11 +312,18 @@ pub fn drive_ends<B: Backend>(
         }
     }
     out.end = clock::stop();
+    if p.unreliable {
+        // the drain after the last completion is no part of the run: nor are its windows
+        out.end = last_tick;
+        let whole = last_tick.saturating_sub(origin) / grid.window_ticks.max(1);
+        out.windows.truncate(whole as usize);
+    }
     out.messages = if total > 0 {
         done
     } else {
         ctl.iter().map(|c| c.received).sum()
     };
+    out.received = ctl.iter().map(|c| c.received).sum();
     out.peak_trace = if traced_out { None } else { tracer.map(|_| trace) };
     Ok(out)
 }
@@ -416,6 +438,10 @@ pub struct BwSummary {
     pub window_requested_ms: f64,
     /// Every window's bandwidth (all threads together), MiB/s, in time order: `compare`'s samples.
     pub window_mib_s: Vec<f64>,
+    /// Messages the receivers took (SEND: equal to `messages` on RC; fewer on UC when the
+    /// receivers dropped some); absent for one-sided operations.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub messages_received: Option<u64>,
 }
 
 /// perftest's peak message rate (messages per tick) of one stream: the largest
@@ -546,7 +572,9 @@ pub fn summarize(rs: &[ThreadResult], size: u32, cq_mod: u32, hz: f64) -> BwSumm
             .map(|per_tick| per_tick * hz * f64::from(size) / (1024.0 * 1024.0)),
         _ => None,
     };
+    let received: u64 = rs.iter().map(|r| r.received).sum();
     BwSummary {
+        messages_received: (received > 0).then_some(received),
         messages,
         bytes,
         seconds,
@@ -583,6 +611,7 @@ mod tests {
             grid: (start, w),
             windows,
             peak_trace: None,
+            received: 0,
         }
     }
 

@@ -340,6 +340,17 @@ pub fn run<B: Backend + Send>(
     };
     let total = warmup + iters;
     let (first, prime) = st.take(total);
+    // both ends' receives are posted before either sends: an unreliable transport (UC) drops a
+    // message that finds none (RC would retry it)
+    if prime && p.op.needs_recv() {
+        client
+            .post_recv(recv_len(client), RECV_DEPTH)
+            .map_err(be("client", first))?;
+        server
+            .post_recv(recv_len(server), RECV_DEPTH)
+            .map_err(be("server", first))?;
+    }
+    let prime = false;
     // Client and server on the process's persistent workers for CPUs 0 and 1 (made once, pinned
     // before they ever run; both start together), never a thread spawned for this block.
     let (mut c, mut srv) = (None, None);

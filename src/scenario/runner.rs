@@ -29,7 +29,9 @@ impl AnyPair {
     pub fn new(dev: &Dev, kind: BackendKind, op: OpKind, buf_len: usize, mode: DbMode) -> Result<Self, SetupError> {
         dev.supports(kind)?;
         Ok(match (dev, kind) {
-            (Dev::Model(m), BackendKind::Direct) => AnyPair::Model(Box::new(setup::model_pair(m, op, buf_len, mode)?)),
+            (Dev::Model(m), BackendKind::Direct) => {
+                AnyPair::Model(Box::new(setup::model_pair_with(m, op, buf_len, mode, m.transport)?))
+            }
             (_, BackendKind::Direct) => AnyPair::Mlx5(Box::new(setup::mlx5_pair(dev, op, buf_len, mode)?)),
             _ => AnyPair::Verbs(Box::new(setup::verbs_pair(dev, kind, op, buf_len)?)),
         })
@@ -464,7 +466,9 @@ pub fn run_bw(
         let grid = bw::Grid::new(cal.to_ticks(p.window.as_nanos() as f64));
         Ok(match (dev, kind) {
             (Dev::Model(m), BackendKind::Direct) => {
-                let mut t = build(threads, qps, || setup::model_pair(m, p.op, buf_len, mode))?;
+                let mut t = build(threads, qps, || {
+                    setup::model_pair_with(m, p.op, buf_len, mode, m.transport)
+                })?;
                 bw::run(&mut t, p, &grid, intr)?
             }
             (_, BackendKind::Direct) => {

@@ -96,12 +96,12 @@ pub struct WrOps {
     pub rdma_write: FnRkeyAddr,
     /// `ibv_wr_rdma_write_imm`
     pub rdma_write_imm: FnWriteImm,
-    /// `ibv_wr_rdma_read`
-    pub rdma_read: FnRkeyAddr,
-    /// `ibv_wr_atomic_cmp_swp`
-    pub atomic_cmp_swp: FnCas,
-    /// `ibv_wr_atomic_fetch_add`
-    pub atomic_fetch_add: FnFaa,
+    /// `ibv_wr_rdma_read` (`None` on a QP made without it: UC)
+    pub rdma_read: Option<FnRkeyAddr>,
+    /// `ibv_wr_atomic_cmp_swp` (`None` on a QP made without it: UC)
+    pub atomic_cmp_swp: Option<FnCas>,
+    /// `ibv_wr_atomic_fetch_add` (`None` on a QP made without it: UC)
+    pub atomic_fetch_add: Option<FnFaa>,
     /// `ibv_wr_set_sge`
     pub set_sge: FnSge,
     /// `ibv_wr_set_sge_list`
@@ -114,7 +114,8 @@ pub struct WrOps {
 
 impl WrOps {
     /// Reads the entry points of `qpx`; `None` when the provider left any of them unset (a QP
-    /// created without the matching `send_ops_flags`, or a provider without the extended API).
+    /// created without the matching `send_ops_flags`, or a provider without the extended API),
+    /// READ and the atomics excepted (a UC QP has none).
     ///
     /// # Safety
     /// `qpx` is the `ibv_qp_ex` of a live QP (from `ibv_qp_to_qp_ex`).
@@ -129,9 +130,9 @@ impl WrOps {
             send_imm: q.wr_send_imm?,
             rdma_write: q.wr_rdma_write?,
             rdma_write_imm: q.wr_rdma_write_imm?,
-            rdma_read: q.wr_rdma_read?,
-            atomic_cmp_swp: q.wr_atomic_cmp_swp?,
-            atomic_fetch_add: q.wr_atomic_fetch_add?,
+            rdma_read: q.wr_rdma_read,
+            atomic_cmp_swp: q.wr_atomic_cmp_swp,
+            atomic_fetch_add: q.wr_atomic_fetch_add,
             set_sge: q.wr_set_sge?,
             set_sge_list: q.wr_set_sge_list?,
             set_inline_data: q.wr_set_inline_data?,

@@ -53,6 +53,12 @@ impl DirectQp {
     /// doorbell only (a BlueFlame copy into a shared register could interleave with another
     /// poster's): [`DirectQp::shared_register`] says so.
     pub fn new(pd: &Pd, caps: QpCaps, cqe: u32, mode: DbMode) -> Result<Self> {
+        Self::with_type(pd, caps, cqe, mode, sys::IBV_QPT_RC)
+    }
+
+    /// As [`DirectQp::new`], of type `qp_type` (`IBV_QPT_RC` or `IBV_QPT_UC`: their WQEs are
+    /// built alike).
+    pub fn with_type(pd: &Pd, caps: QpCaps, cqe: u32, mode: DbMode, qp_type: u32) -> Result<Self> {
         let ctx = pd.context();
         require_mlx5(ctx)?;
         let (parent, mode, shared) = match pd.with_thread_domain() {
@@ -64,7 +70,7 @@ impl DirectQp {
         };
         let cq = Cq::new(ctx, cqe)?;
         // the direct path reads receives from their buffers: no scatter-to-CQE
-        let qp = Qp::new_rc_mlx5_no_scatter(&parent, &cq, &cq, caps)?;
+        let qp = Qp::new_mlx5_no_scatter(&parent, &cq, &cq, caps, qp_type)?;
         let qpn = qp.qpn();
         let mut dv_qp = sys::mlx5dv_qp::default();
         let mut dv_cq = sys::mlx5dv_cq::default();

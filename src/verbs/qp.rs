@@ -127,6 +127,8 @@ pub struct Qp {
     requested: QpCaps,
     granted: QpCaps,
     psn: u32,
+    /// `IBV_QPT_RC` or `IBV_QPT_UC`.
+    qp_type: u32,
     pd: Pd,
     _send_cq: Cq,
     _recv_cq: Cq,
@@ -135,20 +137,28 @@ pub struct Qp {
 // SAFETY: a QP may be used from another thread; posting needs &mut (one poster at a time).
 unsafe impl Send for Qp {}
 
-const SEND_OPS: u64 = (sys::IBV_QP_EX_WITH_RDMA_WRITE
+/// The `ibv_wr_*` operations a UC QP is made with (providers refuse the others on UC).
+const SEND_OPS_UC: u64 = (sys::IBV_QP_EX_WITH_RDMA_WRITE
     | sys::IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM
     | sys::IBV_QP_EX_WITH_SEND
-    | sys::IBV_QP_EX_WITH_SEND_WITH_IMM
-    | sys::IBV_QP_EX_WITH_RDMA_READ
-    | sys::IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP
-    | sys::IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD) as u64;
+    | sys::IBV_QP_EX_WITH_SEND_WITH_IMM) as u64;
+/// ... and an RC QP.
+const SEND_OPS: u64 = SEND_OPS_UC
+    | (sys::IBV_QP_EX_WITH_RDMA_READ
+        | sys::IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP
+        | sys::IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD) as u64;
 
 impl Qp {
     /// Creates an RC QP with `ibv_create_qp_ex`. With `extended`, the QP is created with the
     /// send-ops flags of the `ibv_wr_*` API (what the `wr` backend posts through); a provider
     /// without that API fails here with the verb's errno.
     pub fn new_rc(pd: &Pd, send_cq: &Cq, recv_cq: &Cq, caps: QpCaps, extended: bool) -> Result<Self> {
-        Self::create_rc(pd, send_cq, recv_cq, caps, extended, false)
+        Self::create(pd, (send_cq, recv_cq), caps, extended, false, sys::IBV_QPT_RC)
+    }
+
+    /// As [`Qp::new_rc`], for a UC QP (SEND and WRITE; nothing acknowledged).
+    pub fn new_uc(pd: &Pd, send_cq: &Cq, recv_cq: &Cq, caps: QpCaps, extended: bool) -> Result<Self> {
+        Self::create(pd, (send_cq, recv_cq), caps, extended, false, sys::IBV_QPT_UC)
     }
 
     /// Creates an RC QP on an mlx5 device with `mlx5dv_create_qp`, scatter-to-CQE disabled
@@ -156,10 +166,22 @@ impl Qp {
     /// the NIC put responder payloads of up to 32 B into the CQE instead of the receive buffer,
     /// which only libmlx5's own polling copies out. The direct path polls with its own code.
     pub fn new_rc_mlx5_no_scatter(pd: &Pd, send_cq: &Cq, recv_cq: &Cq, caps: QpCaps) -> Result<Self> {
-        Self::create_rc(pd, send_cq, recv_cq, caps, false, true)
+        Self::create(pd, (send_cq, recv_cq), caps, false, true, sys::IBV_QPT_RC)
     }
 
-    fn create_rc(pd: &Pd, send_cq: &Cq, recv_cq: &Cq, caps: QpCaps, extended: bool, no_scatter: bool) -> Result<Self> {
+    /// As [`Qp::new_rc_mlx5_no_scatter`], of type `qp_type` (`IBV_QPT_RC` or `IBV_QPT_UC`).
+    pub fn new_mlx5_no_scatter(pd: &Pd, send_cq: &Cq, recv_cq: &Cq, caps: QpCaps, qp_type: u32) -> Result<Self> {
+        Self::create(pd, (send_cq, recv_cq), caps, false, true, qp_type)
+    }
+
+    fn create(
+        pd: &Pd,
+        (send_cq, recv_cq): (&Cq, &Cq),
+        caps: QpCaps,
+        extended: bool,
+        no_scatter: bool,
+        qp_type: u32,
+    ) -> Result<Self> {
         let ctx = pd.context();
         let mut attr = sys::ibv_qp_init_attr_ex {
             send_cq: send_cq.as_ptr(),
@@ -171,7 +193,7 @@ impl Qp {
                 max_recv_sge: caps.max_recv_sge,
                 max_inline_data: caps.max_inline_data,
             },
-            qp_type: sys::IBV_QPT_RC,
+            qp_type,
             sq_sig_all: 0,
             comp_mask: sys::IBV_QP_INIT_ATTR_PD,
             pd: pd.as_ptr(),
@@ -179,7 +201,11 @@ impl Qp {
         };
         if extended {
             attr.comp_mask |= sys::IBV_QP_INIT_ATTR_SEND_OPS_FLAGS;
-            attr.send_ops_flags = SEND_OPS;
+            attr.send_ops_flags = if qp_type == sys::IBV_QPT_UC {
+                SEND_OPS_UC
+            } else {
+                SEND_OPS
+            };
         }
         let verb = if no_scatter {
             "mlx5dv_create_qp(DISABLE_SCATTER_TO_CQE)"
@@ -217,6 +243,7 @@ impl Qp {
             requested: caps,
             granted,
             psn: initial_psn(),
+            qp_type,
             pd: pd.clone(),
             _send_cq: send_cq.clone(),
             _recv_cq: recv_cq.clone(),
@@ -235,6 +262,11 @@ impl Qp {
             me.wr = Some(ops);
         }
         Ok(me)
+    }
+
+    /// Its type (`IBV_QPT_RC`, `IBV_QPT_UC`).
+    pub fn qp_type(&self) -> u32 {
+        self.qp_type
     }
 
     /// QP number.
@@ -385,6 +417,8 @@ impl Qp {
                 traffic_class: opts.traffic_class,
             };
         }
+        // UC: no READs or atomics, no acknowledgements (so no timeout, retries or RNR)
+        let rc = self.qp_type == sys::IBV_QPT_RC;
         let mut a = sys::ibv_qp_attr {
             qp_state: sys::IBV_QPS_RTR,
             path_mtu: mtu,
@@ -395,15 +429,14 @@ impl Qp {
             ah_attr: ah,
             ..Default::default()
         };
+        let rtr = sys::IBV_QP_STATE | sys::IBV_QP_AV | sys::IBV_QP_PATH_MTU | sys::IBV_QP_DEST_QPN | sys::IBV_QP_RQ_PSN;
         self.modify(
             &mut a,
-            sys::IBV_QP_STATE
-                | sys::IBV_QP_AV
-                | sys::IBV_QP_PATH_MTU
-                | sys::IBV_QP_DEST_QPN
-                | sys::IBV_QP_RQ_PSN
-                | sys::IBV_QP_MAX_DEST_RD_ATOMIC
-                | sys::IBV_QP_MIN_RNR_TIMER,
+            if rc {
+                rtr | sys::IBV_QP_MAX_DEST_RD_ATOMIC | sys::IBV_QP_MIN_RNR_TIMER
+            } else {
+                rtr
+            },
             "ibv_modify_qp(RTR)",
             p,
         )?;
@@ -419,12 +452,16 @@ impl Qp {
         };
         self.modify(
             &mut a,
-            sys::IBV_QP_STATE
-                | sys::IBV_QP_TIMEOUT
-                | sys::IBV_QP_RETRY_CNT
-                | sys::IBV_QP_RNR_RETRY
-                | sys::IBV_QP_SQ_PSN
-                | sys::IBV_QP_MAX_QP_RD_ATOMIC,
+            if rc {
+                sys::IBV_QP_STATE
+                    | sys::IBV_QP_TIMEOUT
+                    | sys::IBV_QP_RETRY_CNT
+                    | sys::IBV_QP_RNR_RETRY
+                    | sys::IBV_QP_SQ_PSN
+                    | sys::IBV_QP_MAX_QP_RD_ATOMIC
+            } else {
+                sys::IBV_QP_STATE | sys::IBV_QP_SQ_PSN
+            },
             "ibv_modify_qp(RTS)",
             p,
         )?;
@@ -459,6 +496,10 @@ impl Qp {
             got.cap.max_inline_data as u64,
         );
         cmp("path_mtu", mtu_req as u64, mtu_bytes(got.path_mtu) as u64);
+        if !rc {
+            // what UC does not have was not set: nothing more to compare
+            return Ok(diffs);
+        }
         cmp("max_rd_atomic", opts.max_rd_atomic as u64, got.max_rd_atomic as u64);
         cmp(
             "max_dest_rd_atomic",

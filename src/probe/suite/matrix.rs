@@ -2,7 +2,7 @@
 //! both (a flag wins over the file's key of the same name). What is not named keeps the
 //! default of the full or the quick matrix.
 
-use crate::backend::{BackendKind, OpKind};
+use crate::backend::{BackendKind, OpKind, Transport};
 use std::time::Duration;
 
 /// A part of the suite.
@@ -57,6 +57,8 @@ pub struct MatrixSpec {
     pub bw_min_ms: Option<u64>,
     /// Post-cost blocks per configuration.
     pub post_cost_blocks: Option<u64>,
+    /// The transports the latency and bandwidth parts run on (default RC).
+    pub transports: Option<Vec<Transport>>,
 }
 
 /// The largest message the suite sends (as `lat -s`).
@@ -79,6 +81,7 @@ impl MatrixSpec {
             bw_messages: self.bw_messages.or(file.bw_messages),
             bw_min_ms: self.bw_min_ms.or(file.bw_min_ms),
             post_cost_blocks: self.post_cost_blocks.or(file.post_cost_blocks),
+            transports: self.transports.or(file.transports),
         }
     }
 
@@ -96,7 +99,7 @@ impl MatrixSpec {
     }
 
     /// Reads a matrix file (TOML): keys `parts`, `ops` (both), `lat_ops`, `bw_ops`, `sizes`
-    /// (both), `lat_sizes`, `bw_sizes`, `iters`, `duration_s`, `backends`, `qps`, `threads`,
+    /// (both), `lat_sizes`, `bw_sizes`, `iters`, `duration_s`, `backends`, `transports`, `qps`, `threads`,
     /// `bw_messages`, `bw_min_ms`, `post_cost_blocks`. Sizes are numbers or strings as on the
     /// command line (`"64K"`, `"8-4M"`); an unknown key or a bad value is an error naming it.
     pub fn from_toml(text: &str) -> Result<MatrixSpec, String> {
@@ -136,6 +139,9 @@ impl MatrixSpec {
                         _ => m.bw_sizes = Some(sizes),
                     }
                 }
+                "transports" => {
+                    m.transports = Some(parse_transports(&strings(v).map_err(|e| bad(&e))?.join(",")).map_err(|e| bad(&e))?)
+                }
                 "backends" => m.backends = Some(parse_backends(&strings(v).map_err(|e| bad(&e))?.join(",")).map_err(|e| bad(&e))?),
                 "duration_s" => {
                     let s = match v {
@@ -156,7 +162,7 @@ impl MatrixSpec {
                 "post_cost_blocks" => m.post_cost_blocks = Some(int(v, 1, 10_000_000).map_err(|e| bad(&e))?),
                 _ => {
                     return Err(format!(
-                        "unknown key `{k}` (the keys: parts, ops, lat_ops, bw_ops, sizes, lat_sizes, bw_sizes, iters, duration_s, backends, qps, threads, bw_messages, bw_min_ms, post_cost_blocks)"
+                        "unknown key `{k}` (the keys: parts, ops, lat_ops, bw_ops, sizes, lat_sizes, bw_sizes, iters, duration_s, backends, transports, qps, threads, bw_messages, bw_min_ms, post_cost_blocks)"
                     ))
                 }
             }
@@ -231,6 +237,20 @@ pub fn parse_ops(s: &str) -> Result<Vec<OpKind>, String> {
             }
         };
         push_once(&mut v, o, x)?;
+    }
+    Ok(v)
+}
+
+/// `RC,UC` (perftest's names; lower case too).
+pub fn parse_transports(s: &str) -> Result<Vec<Transport>, String> {
+    let mut v = Vec::new();
+    for x in list(s) {
+        let t = match x {
+            "RC" | "rc" => Transport::Rc,
+            "UC" | "uc" => Transport::Uc,
+            _ => return Err(format!("'{x}' is not a transport (RC, UC)")),
+        };
+        push_once(&mut v, t, x)?;
     }
     Ok(v)
 }
@@ -346,6 +366,7 @@ mod tests {
             backends = ["verbs", "direct"]
             qps = 4
             threads = 2
+            transports = ["UC", "rc"]
             "#,
         )
         .unwrap();
@@ -355,6 +376,7 @@ mod tests {
         assert_eq!(f.lat_sizes, Some(vec![8, 4096, 65536, 131072, 262144]));
         assert_eq!(f.bw_sizes, f.lat_sizes);
         assert_eq!((f.iters, f.qps, f.threads), (Some(500), Some(4), Some(2)));
+        assert_eq!(f.transports, Some(vec![Transport::Uc, Transport::Rc]));
         let cli = MatrixSpec {
             iters: Some(50),
             backends: Some(vec![BackendKind::Wr]),
@@ -378,6 +400,7 @@ mod tests {
             ("duration_s = -1", "duration_s"),
             ("colour = 1", "colour"),
             ("parts = [\"lat\", \"lat\"]", "parts"),
+            ("transports = [\"XRC\"]", "transports"),
         ] {
             let e = MatrixSpec::from_toml(text).unwrap_err();
             assert!(e.contains(&format!("`{key}`")), "{text}: {e}");

@@ -10,7 +10,7 @@ use crate::backend::setup::{Dev, INLINE};
 pub use matrix::{MatrixSpec, Part};
 
 pub mod matrix;
-use crate::backend::{BackendKind, OpKind};
+use crate::backend::{BackendKind, OpKind, Transport};
 use crate::mlx5::sq::DbMode;
 use crate::model::{ExecMode, ModelConfig};
 use crate::report::{Hist, Interval};
@@ -64,6 +64,7 @@ struct Matrix {
     bw_min_ms: u64,
     qps: u64,
     threads: u64,
+    transports: Vec<Transport>,
 }
 
 impl Matrix {
@@ -103,6 +104,7 @@ impl Matrix {
             },
             qps: u.qps.unwrap_or(1),
             threads: u.threads.unwrap_or(1),
+            transports: u.transports.clone().unwrap_or_else(|| vec![Transport::Rc]),
         }
     }
 
@@ -150,17 +152,36 @@ impl Matrix {
         if self.parts.contains(&Part::PostCost) {
             parts.push(format!("post-cost {} blocks", self.pc_blocks));
         }
+        if self.transports != [Transport::Rc] {
+            let ts: Vec<&str> = self.transports.iter().map(|t| t.as_str()).collect();
+            parts.push(format!(
+                "transports {} (UC: send and write only; post cost on RC)",
+                ts.join(",")
+            ));
+        }
         parts.join("; ")
     }
 
     /// How many steps the observer hears of.
     fn steps(&self) -> usize {
         let mut n = 0;
-        if self.parts.contains(&Part::Lat) {
-            n += self.lat_ops.iter().map(|o| self.sizes(*o, true).len()).sum::<usize>();
-        }
-        if self.parts.contains(&Part::Bw) {
-            n += self.bw_ops.iter().map(|o| self.sizes(*o, false).len()).sum::<usize>();
+        for t in &self.transports {
+            if self.parts.contains(&Part::Lat) {
+                n += self
+                    .lat_ops
+                    .iter()
+                    .filter(|o| t.allows(**o))
+                    .map(|o| self.sizes(*o, true).len())
+                    .sum::<usize>();
+            }
+            if self.parts.contains(&Part::Bw) {
+                n += self
+                    .bw_ops
+                    .iter()
+                    .filter(|o| t.allows(**o))
+                    .map(|o| self.sizes(*o, false).len())
+                    .sum::<usize>();
+            }
         }
         if self.parts.contains(&Part::PostCost) {
             n += POSTLISTS.len();
@@ -179,6 +200,7 @@ impl Matrix {
             "duration_s": self.duration.map(|d| d.as_secs_f64()),
             "backends": kinds.iter().map(|k| k.as_str()).collect::<Vec<_>>(),
             "qps_per_thread": self.qps, "threads": self.threads,
+            "transports": self.transports.iter().map(|t| t.as_str()).collect::<Vec<_>>(),
         })
     }
 }
@@ -223,7 +245,7 @@ pub fn run(sp: &SuitePlan, obs: &mut dyn Observer) -> Result<SuiteReport, ProbeE
         ..Plan::loopback(super::Scenario::Lat(super::LatPlan::new(OpKind::Write, 8)))
     };
     let mut notes = Vec::new();
-    let dev = session::open_device(&plan, model, &mut Notes(&mut notes))?;
+    let mut dev = session::open_device(&plan, model, &mut Notes(&mut notes))?;
     let kinds = suite_backends(&dev, sp.matrix.backends.as_deref())?;
     for s in m.lat_sizes.iter().chain(&m.bw_sizes) {
         dev.check_size(*s)?;
@@ -269,97 +291,108 @@ pub fn run(sp: &SuitePlan, obs: &mut dyn Observer) -> Result<SuiteReport, ProbeE
         step += 1;
         obs.step(step, total, &what);
     };
-    let lat_ops = if m.parts.contains(&Part::Lat) {
-        m.lat_ops.clone()
-    } else {
-        Vec::new()
-    };
-    for op in lat_ops {
-        let name = op_name(op);
-        let sizes = m.sizes(op, true);
-        let buf = session::buffer_len(&sizes);
-        let mut pairs = Vec::new();
-        for k in &kinds {
-            pairs.push(LatPair::new(*k, AnyPair::new(&dev, *k, op, buf, DbMode::Bf)?));
-        }
-        let max_inline = pairs.iter().map(|p| p.pair.max_inline()).min().unwrap_or(0);
-        for size in sizes {
-            next(obs, format!("lat {name} {size} B"));
-            let p = LatParams {
-                op,
-                size,
-                iters: m.iters,
-                warmup: 100.min(m.iters),
-                inline: op.carries_payload() && size <= max_inline,
-                stall: Duration::from_secs(10),
-            };
-            let t_base = r.started.elapsed().as_secs_f64();
-            let intervals = &mut r.intervals;
-            let mut on_block = |k: &str, v: &[f64], t0: f64, t1: f64| {
-                let mut h = Hist::new();
-                v.iter().for_each(|&x| h.record(x));
-                intervals.push(Interval {
-                    tag: format!("lat-{name}-{size}-{k}"),
-                    start_s: t_base + t0,
-                    duration_s: t1 - t0,
-                    hist: h,
-                });
-            };
-            let len = match m.duration {
-                Some(time) => Length::Duration { time, block: 1000 },
-                None => Length::Iterations {
-                    iters: m.iters,
-                    blocks: 10,
-                },
-            };
-            let rs = run_blocks(&mut pairs, &p, len, &cal, &INTERRUPTED, &mut on_block)?;
-            r.summary.push(overhead_line(&format!("lat {name} {size} B"), &rs));
-            for x in rs {
-                runs.push(tagged(&x, "lat")?);
-            }
-        }
-    }
-    let bw_ops = if m.parts.contains(&Part::Bw) {
-        m.bw_ops.clone()
-    } else {
-        Vec::new()
-    };
-    for op in bw_ops {
-        let name = op_name(op);
-        for size in m.sizes(op, false) {
-            next(obs, format!("bw {name} {size} B"));
-            let buf = session::buffer_len(&[size]);
+    for &t in &m.transports {
+        dev.set_transport(t);
+        // a transport's name follows the step's, except RC's (the default)
+        let tn = if t == Transport::Rc {
+            String::new()
+        } else {
+            format!(" {}", t.as_str())
+        };
+        let lat_ops = if m.parts.contains(&Part::Lat) {
+            m.lat_ops.iter().copied().filter(|o| t.allows(*o)).collect()
+        } else {
+            Vec::new()
+        };
+        for op in lat_ops {
+            let name = op_name(op);
+            let sizes = m.sizes(op, true);
+            let buf = session::buffer_len(&sizes);
+            let mut pairs = Vec::new();
             for k in &kinds {
-                let p = BwParams {
+                pairs.push(LatPair::new(*k, AnyPair::new(&dev, *k, op, buf, DbMode::Bf)?));
+            }
+            let max_inline = pairs.iter().map(|p| p.pair.max_inline()).min().unwrap_or(0);
+            for size in sizes {
+                next(obs, format!("lat {name} {size} B{tn}"));
+                let p = LatParams {
                     op,
                     size,
-                    iters: m.bw_messages_at(size),
-                    tx_depth: 128,
-                    postlist: 1,
-                    cq_mod: 64,
-                    inline: op.carries_payload() && size <= INLINE,
-                    bidirectional: false,
+                    iters: m.iters,
+                    warmup: 100.min(m.iters),
+                    inline: op.carries_payload() && size <= max_inline,
                     stall: Duration::from_secs(10),
-                    window: Duration::from_millis(1),
-                    // long enough for 50 (quick) or 200 one-millisecond windows, or -D
-                    min_duration: Duration::from_millis(m.bw_min_ms),
-                    no_peak: false,
                 };
-                let x = run_bw(
-                    &dev,
-                    *k,
-                    &p,
-                    m.threads as usize,
-                    m.qps as usize,
-                    buf,
-                    DbMode::Bf,
-                    &cal,
-                    &INTERRUPTED,
-                )?;
-                runs.push(tagged(&x, "bw")?);
+                let t_base = r.started.elapsed().as_secs_f64();
+                let intervals = &mut r.intervals;
+                let mut on_block = |k: &str, v: &[f64], t0: f64, t1: f64| {
+                    let mut h = Hist::new();
+                    v.iter().for_each(|&x| h.record(x));
+                    intervals.push(Interval {
+                        tag: format!("lat-{name}-{size}-{k}{}", tn.replace(' ', "-")),
+                        start_s: t_base + t0,
+                        duration_s: t1 - t0,
+                        hist: h,
+                    });
+                };
+                let len = match m.duration {
+                    Some(time) => Length::Duration { time, block: 1000 },
+                    None => Length::Iterations {
+                        iters: m.iters,
+                        blocks: 10,
+                    },
+                };
+                let rs = run_blocks(&mut pairs, &p, len, &cal, &INTERRUPTED, &mut on_block)?;
+                r.summary.push(overhead_line(&format!("lat {name} {size} B{tn}"), &rs));
+                for x in rs {
+                    runs.push(on(tagged(&x, "lat")?, t));
+                }
+            }
+        }
+        let bw_ops = if m.parts.contains(&Part::Bw) {
+            m.bw_ops.iter().copied().filter(|o| t.allows(*o)).collect()
+        } else {
+            Vec::new()
+        };
+        for op in bw_ops {
+            let name = op_name(op);
+            for size in m.sizes(op, false) {
+                next(obs, format!("bw {name} {size} B{tn}"));
+                let buf = session::buffer_len(&[size]);
+                for k in &kinds {
+                    let p = BwParams {
+                        op,
+                        size,
+                        iters: m.bw_messages_at(size),
+                        tx_depth: 128,
+                        postlist: 1,
+                        cq_mod: 64,
+                        inline: op.carries_payload() && size <= INLINE,
+                        bidirectional: false,
+                        stall: Duration::from_secs(10),
+                        window: Duration::from_millis(1),
+                        // long enough for 50 (quick) or 200 one-millisecond windows, or -D
+                        min_duration: Duration::from_millis(m.bw_min_ms),
+                        no_peak: false,
+                        unreliable: t == Transport::Uc,
+                    };
+                    let x = run_bw(
+                        &dev,
+                        *k,
+                        &p,
+                        m.threads as usize,
+                        m.qps as usize,
+                        buf,
+                        DbMode::Bf,
+                        &cal,
+                        &INTERRUPTED,
+                    )?;
+                    runs.push(on(tagged(&x, "bw")?, t));
+                }
             }
         }
     }
+    dev.set_transport(Transport::Rc);
     let mut pc_dev = None;
     if m.parts.contains(&Part::PostCost) {
         // model0: its own handle in deferred mode, so only the post is timed
@@ -418,6 +451,12 @@ impl Observer for Notes<'_> {
     fn note(&mut self, msg: &str) {
         self.0.push(msg.to_string());
     }
+}
+
+/// A run's record with its transport.
+fn on(mut v: serde_json::Value, t: Transport) -> serde_json::Value {
+    v["transport"] = json!(t.as_str());
+    v
 }
 
 fn tagged(run: &impl serde::Serialize, scenario: &str) -> Result<serde_json::Value, ProbeError> {

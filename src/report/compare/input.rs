@@ -57,7 +57,14 @@ pub(super) fn key(doc: &Value, r: &Value) -> String {
     );
     // compare-and-swap and fetch-and-add are both `atomic`; their runs are not the same run
     // (fetch-and-add keeps the key it always had)
-    // (and so are a WRITE or SEND with immediate and without)
+    // (and so are a WRITE or SEND with immediate and without, and the transports)
+    if let Some(t) = r["transport"]
+        .as_str()
+        .or_else(|| doc["params"]["transport"].as_str())
+        .filter(|t| *t != "RC")
+    {
+        k.push_str(&format!(" transport={t}"));
+    }
     if let Some(v @ ("cmp_swap" | "write_imm" | "send_imm")) = r["verb"].as_str() {
         k.push_str(&format!(" verb={v}"));
     }

@@ -287,12 +287,16 @@ pub(super) fn create_cq(
 
 pub(super) fn create_qp(ctx: &mut Ctx, c: &Cmd<'_>, q: &k::ib_uverbs_ex_create_qp, ex: bool) -> Result<(), c_int> {
     let d: k::mlx5_ib_create_qp = rd(c.drv, 0);
-    if q.qp_type != crate::sys::IBV_QPT_RC as u8 {
-        return errno_of(
-            format!("CREATE_QP of type {}: model0 has RC QPs", q.qp_type),
-            libc::EOPNOTSUPP,
-        );
-    }
+    let transport = match q.qp_type as u32 {
+        crate::sys::IBV_QPT_RC => crate::model::transport::RC,
+        crate::sys::IBV_QPT_UC => crate::model::transport::UC,
+        t => {
+            return errno_of(
+                format!("CREATE_QP of type {t}: model0 has RC and UC QPs"),
+                libc::EOPNOTSUPP,
+            )
+        }
+    };
     if q.is_srq != 0 || q.create_flags & !k::IB_UVERBS_QP_CREATE_SQ_SIG_ALL != 0 || q.comp_mask != 0 {
         return errno_of(
             format!(
@@ -349,6 +353,7 @@ pub(super) fn create_qp(ctx: &mut Ctx, c: &Cmd<'_>, q: &k::ib_uverbs_ex_create_q
             return errno_of(e, libc::EINVAL);
         }
     };
+    qp.set_transport(transport);
     let h = handle(ctx);
     let qpn = qp.qpn();
     QPS.lock()
@@ -436,8 +441,11 @@ pub(super) fn modify_qp(ctx: &mut Ctx, q: &k::ib_uverbs_modify_qp) -> Result<(),
     let cur = a.qp_state;
     let next = if m & IBV_QP_STATE != 0 { q.qp_state } else { cur };
     // The transitions and required attributes of the IB specification (the kernel's
-    // ib_modify_qp_is_ok) for an RC QP.
+    // ib_modify_qp_is_ok) for an RC or a UC QP (UC: no ACK timeout, retries, RNR or READs).
+    let uc = e.qp.transport() == crate::model::transport::UC;
     let need = match (cur, next) {
+        (QPS_INIT, QPS_RTR) if uc => Some(IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN),
+        (QPS_RTR, QPS_RTS) if uc => Some(IBV_QP_SQ_PSN),
         (_, QPS_RESET) | (_, QPS_ERR) => Some(0),
         (QPS_RESET, QPS_INIT) => Some(IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS),
         (QPS_INIT, QPS_INIT) => Some(0),

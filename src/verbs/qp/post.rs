@@ -203,6 +203,21 @@ impl Qp {
         })?;
         for b in batch {
             self.check_local(&b.op, b.sges, b.flags)?;
+            let missing = match b.op {
+                Op::Read(_) => ops.rdma_read.is_none(),
+                Op::FetchAdd { .. } => ops.atomic_fetch_add.is_none(),
+                Op::CmpSwap { .. } => ops.atomic_cmp_swp.is_none(),
+                _ => false,
+            };
+            if missing {
+                return Err(VerbsError::Invalid {
+                    ctx: self.ctx().qpn(self.qpn()),
+                    why: format!(
+                        "{}: the QP has no such ibv_wr_* operation (a UC QP has no READ or atomics)",
+                        b.op.name()
+                    ),
+                });
+            }
         }
         let q = self.qpx;
         // SAFETY: q is the live extended view of this QP, and `ops` its entry points; between
@@ -218,10 +233,21 @@ impl Qp {
                     Op::SendImm(imm) => (ops.send_imm)(q, imm.to_be()),
                     Op::Write(r) => (ops.rdma_write)(q, r.rkey, r.addr),
                     Op::WriteImm(r, imm) => (ops.rdma_write_imm)(q, r.rkey, r.addr, imm.to_be()),
-                    Op::Read(r) => (ops.rdma_read)(q, r.rkey, r.addr),
-                    Op::FetchAdd { remote, add } => (ops.atomic_fetch_add)(q, remote.rkey, remote.addr, add),
+                    // each present: checked above
+                    Op::Read(r) => {
+                        if let Some(f) = ops.rdma_read {
+                            f(q, r.rkey, r.addr)
+                        }
+                    }
+                    Op::FetchAdd { remote, add } => {
+                        if let Some(f) = ops.atomic_fetch_add {
+                            f(q, remote.rkey, remote.addr, add)
+                        }
+                    }
                     Op::CmpSwap { remote, compare, swap } => {
-                        (ops.atomic_cmp_swp)(q, remote.rkey, remote.addr, compare, swap)
+                        if let Some(f) = ops.atomic_cmp_swp {
+                            f(q, remote.rkey, remote.addr, compare, swap)
+                        }
                     }
                 }
                 if b.flags.inline && b.sges.len() == 1 {
