@@ -215,6 +215,10 @@ echo "IMM rows: \$(grep -cE '^ +64 +(verbs|wr) +300 ' /tmp/lat-imm.txt)"
 /opt/rdmaprobe bw write -c UC --loopback -d rxe0 -x 1 -s 4096 -n 300 --min-ms 0 --stall-secs 60 > /tmp/bw-uc.txt 2>&1 || lat_rc=1
 cat /tmp/lat-uc.txt /tmp/bw-uc.txt
 echo "UC rows: \$(cat /tmp/lat-uc.txt /tmp/bw-uc.txt | grep -cE '^ +(64|4096) +(verbs|wr) +300 ')"
+/opt/rdmaprobe lat send -c UD --loopback -d rxe0 -x 1 -s 64 -n 300 --stall-secs 60 > /tmp/lat-ud.txt 2>&1 || lat_rc=1
+/opt/rdmaprobe bw send -c UD --loopback -d rxe0 -x 1 -s 1024 -n 300 --min-ms 0 --stall-secs 60 > /tmp/bw-ud.txt 2>&1 || lat_rc=1
+cat /tmp/lat-ud.txt /tmp/bw-ud.txt
+echo "UD rows: \$(cat /tmp/lat-ud.txt /tmp/bw-ud.txt | grep -cE '^ +(64|1024) +(verbs|wr) +300 ')"
 echo 16 > /proc/sys/vm/nr_hugepages
 /opt/rdmaprobe lat send --use-hugepages --loopback -d rxe0 -x 1 -s 64 -n 300 --stall-secs 60 --json /tmp/lat-huge.json > /tmp/lat-huge.txt 2>&1 || lat_rc=1
 cat /tmp/lat-huge.txt
@@ -382,6 +386,7 @@ grep -qE '^  n/a +pcie.link ' "$log.txt" || { echo "FAIL: doctor did not say the
 grep -qE '^  pass +port.state +port 1: ACTIVE' "$log.txt" || { echo "FAIL: doctor did not find rxe0's port ACTIVE"; fail=1; }
 grep -q '^ATOMIC rows: 2$' "$log.txt" || { echo "FAIL: lat atomic did not run on both verbs and wr"; fail=1; }
 grep -q '^EVENTS rows: 4$' "$log.txt" || { echo "FAIL: lat send -e did not run verbs and wr polling and with events"; fail=1; }
+grep -q '^UD rows: 4$' "$log.txt" || { echo "FAIL: lat send and bw send -c UD did not run on both verbs and wr"; fail=1; }
 grep -q '^UC rows: 4$' "$log.txt" || { echo "FAIL: lat send and bw write -c UC did not run on both verbs and wr"; fail=1; }
 grep -q '^IMM rows: 2$' "$log.txt" || { echo "FAIL: lat write --write-with-imm did not run on both verbs and wr"; fail=1; }
 grep -q '^HUGE rows: 2 "huge_pages": true$' "$log.txt" || { echo "FAIL: lat send --use-hugepages did not run on huge pages"; fail=1; }

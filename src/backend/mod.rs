@@ -74,7 +74,14 @@ pub enum Transport {
     /// Unreliable connected: SEND and WRITE (and their immediates); nothing acknowledged.
     #[cfg_attr(feature = "std", value(name = "UC"))]
     Uc,
+    /// Unreliable datagram: SEND (and with immediate), each to an address handle, up to the
+    /// path MTU; the receive takes a 40-byte GRH area first.
+    #[cfg_attr(feature = "std", value(name = "UD"))]
+    Ud,
 }
+
+/// The Q_Key of rdmaprobe's UD QPs (perftest's `DEF_QKEY`).
+pub const QKEY: u32 = 0x1111_1111;
 
 impl Transport {
     /// As perftest names it.
@@ -82,6 +89,7 @@ impl Transport {
         match self {
             Transport::Rc => "RC",
             Transport::Uc => "UC",
+            Transport::Ud => "UD",
         }
     }
 
@@ -90,6 +98,7 @@ impl Transport {
         match self {
             Transport::Rc => true,
             Transport::Uc => op.carries_payload(),
+            Transport::Ud => matches!(op, OpKind::Send | OpKind::SendImm),
         }
     }
 
@@ -98,6 +107,7 @@ impl Transport {
         match self {
             Transport::Rc => crate::sys::IBV_QPT_RC,
             Transport::Uc => crate::sys::IBV_QPT_UC,
+            Transport::Ud => crate::sys::IBV_QPT_UD,
         }
     }
 
@@ -107,6 +117,7 @@ impl Transport {
         match self {
             Transport::Rc => crate::model::transport::RC,
             Transport::Uc => crate::model::transport::UC,
+            Transport::Ud => crate::model::transport::UD,
         }
     }
 }

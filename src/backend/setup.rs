@@ -5,14 +5,14 @@ use super::direct::{DirectEnd, LocalBuf};
 use super::path::path_taken;
 pub use super::path::PathOpts;
 use super::verbs::VerbsEnd;
-use super::{BackendError, BackendKind, OpKind, Transport};
+use super::{BackendError, BackendKind, OpKind, Transport, QKEY};
 use crate::mlx5::sq::DbMode;
 use crate::model::{DirectModelQp, Model, ModelConfig, ModelConnect, ModelQpCaps};
 use crate::sys;
 use crate::verbs::device::pick_gid_index;
 use crate::verbs::direct::DirectQp;
 use crate::verbs::{
-    CompChannel, ConnectOpts, Context, Cq, DeviceList, Mr, MrAccess, Pd, PortInfo, Qp, QpCaps, VerbsError,
+    Ah, CompChannel, ConnectOpts, Context, Cq, DeviceList, Mr, MrAccess, Pd, PortInfo, Qp, QpCaps, VerbsError,
 };
 
 /// model0: the model, and the same model opened through libibverbs and libmlx5 (its user-space
@@ -512,6 +512,26 @@ pub fn verbs_pair_with(
     let (mut qa, ca, ma) = verbs_qp(ctx, &pd, (kind, t), caps, op, (buf_len, huge), cha.as_ref())?;
     let (mut qb, cb, mb) = verbs_qp(ctx, &pd, (kind, t), caps, op, (buf_len, huge), chb.as_ref())?;
     let (ea, eb) = (qa.endpoint(port, gid)?, qb.endpoint(port, gid)?);
+    if t == Transport::Ud {
+        // each end's datagrams go to the other through an address handle
+        let path = dev.path();
+        qa.connect_ud(port, path.pkey_index, QKEY)?;
+        qb.connect_ud(port, path.pkey_index, QKEY)?;
+        let (aha, ahb) = (
+            Ah::new(&pd, port, &eb, gid, path.sl)?,
+            Ah::new(&pd, port, &ea, gid, path.sl)?,
+        );
+        let (ra, rb) = (ma.remote(0), mb.remote(0));
+        let (mut a, mut b) = (
+            VerbsEnd::new(kind, qa, ca, ma, rb)?.with_ud(aha, eb.qpn, QKEY),
+            VerbsEnd::new(kind, qb, cb, mb, ra)?.with_ud(ahb, ea.qpn, QKEY),
+        );
+        if let (Some(x), Some(y)) = (cha, chb) {
+            a = a.with_events(x);
+            b = b.with_events(y);
+        }
+        return Ok((a, b));
+    }
     path_taken(ctx, qa.connect(port, &opts, &eb)?)?;
     path_taken(ctx, qb.connect(port, &opts, &ea)?)?;
     let (ra, rb) = (ma.remote(0), mb.remote(0));
@@ -546,6 +566,7 @@ fn verbs_qp(
     let new = match transport {
         Transport::Rc => Qp::new_rc,
         Transport::Uc => Qp::new_uc,
+        Transport::Ud => Qp::new_ud,
     };
     let qp = match new(pd, &cq, &cq, caps, wr) {
         Ok(q) => q,
@@ -568,6 +589,17 @@ fn model_access(op: OpKind) -> u32 {
     access_for(op).0 | sys::IBV_ACCESS_LOCAL_WRITE
 }
 
+/// The direct path builds no UD WQEs yet (no datagram segment).
+fn no_direct_ud(t: Transport) -> Result<(), SetupError> {
+    if t == Transport::Ud {
+        return Err(SetupError::from(BackendError::Unsupported {
+            backend: "direct",
+            why: "UD WQEs (the datagram segment) are not built by the direct path yet".into(),
+        }));
+    }
+    Ok(())
+}
+
 /// Two connected direct ends on model0.
 pub fn model_pair(
     model: &Model,
@@ -586,6 +618,7 @@ pub fn model_pair_with(
     mode: DbMode,
     t: Transport,
 ) -> Result<(DirectEnd<DirectModelQp>, DirectEnd<DirectModelQp>), SetupError> {
+    no_direct_ud(t)?;
     let pd = model.alloc_pd();
     let caps = ModelQpCaps {
         max_send_wr: DEPTH,
@@ -628,6 +661,7 @@ pub fn mlx5_pair(
     mode: DbMode,
 ) -> Result<(DirectEnd<DirectQp>, DirectEnd<DirectQp>), SetupError> {
     dev.supports(BackendKind::Direct)?;
+    no_direct_ud(dev.transport())?;
     let Dev::Verbs { ctx, port, gid, .. } = dev else {
         unreachable!("supports() admits only mlx5 devices here")
     };
@@ -715,6 +749,12 @@ impl HalfEnd {
     /// Creates this side's QP, CQ and buffer for `kind` on `dev`.
     pub fn new(dev: &Dev, kind: BackendKind, op: OpKind, buf_len: usize, mode: DbMode) -> Result<Self, SetupError> {
         dev.supports(kind)?;
+        if dev.transport() == Transport::Ud {
+            return Err(SetupError::from(BackendError::Unsupported {
+                backend: kind.as_str(),
+                why: "UD between two processes: not yet (--loopback)".into(),
+            }));
+        }
         let caps = qp_caps();
         let mode = Mlx5Env::get().direct_mode(mode);
         Ok(match dev {

@@ -6,7 +6,7 @@ use super::{Backend, BackendError, BackendKind, MemView, OpKind, Polled, IMM};
 use crate::sys;
 use crate::sys::inline::{poll_cq, post_recv, post_send, WrOps};
 use crate::verbs::cq::Completion;
-use crate::verbs::{CompChannel, Cq, Ctx, Mr, Qp, RemoteBuf, VerbsError};
+use crate::verbs::{Ah, CompChannel, Cq, Ctx, Mr, Qp, RemoteBuf, VerbsError};
 
 /// Most WQEs one post may chain.
 pub const MAX_POSTLIST: usize = 64;
@@ -38,6 +38,8 @@ pub struct VerbsEnd {
     mr: Mr,
     /// The CQ's completion channel (`-e`), dropped after the CQ.
     chan: Option<CompChannel>,
+    /// UD: where the datagrams go (the peer's address handle, QP number and Q_Key).
+    ud: Option<(Ah, u32, u32)>,
 }
 
 // SAFETY: the raw pointers point into this end's own QP, CQ and vectors; the end is used by one
@@ -86,6 +88,7 @@ impl VerbsEnd {
             cq,
             mr,
             chan: None,
+            ud: None,
         };
         #[cfg(target_os = "linux")]
         if me.device == crate::uverbs::IBDEV {
@@ -106,6 +109,12 @@ impl VerbsEnd {
             me.rwrs[i].wr_id = i as u64;
         }
         Ok(me)
+    }
+
+    /// This end's QP is UD: its datagrams go through `ah` to QP `qpn` with Q_Key `qkey`.
+    pub fn with_ud(mut self, ah: Ah, qpn: u32, qkey: u32) -> Self {
+        self.ud = Some((ah, qpn, qkey));
+        self
     }
 
     /// This end waits for completion events on `ch`, the channel its CQ was made on.
@@ -208,10 +217,20 @@ impl VerbsEnd {
                         w.__bindgen_anon_1.imm_data = IMM.to_be();
                     }
                 }
-                OpKind::Send => w.opcode = sys::IBV_WR_SEND,
-                OpKind::SendImm => {
-                    w.opcode = sys::IBV_WR_SEND_WITH_IMM;
-                    w.__bindgen_anon_1.imm_data = IMM.to_be();
+                OpKind::Send | OpKind::SendImm => {
+                    w.opcode = if op == OpKind::Send {
+                        sys::IBV_WR_SEND
+                    } else {
+                        w.__bindgen_anon_1.imm_data = IMM.to_be();
+                        sys::IBV_WR_SEND_WITH_IMM
+                    };
+                    if let Some((ah, qpn, qkey)) = &self.ud {
+                        w.wr.ud = sys::ibv_send_wr__bindgen_ty_2__bindgen_ty_3 {
+                            ah: ah.as_ptr(),
+                            remote_qpn: *qpn,
+                            remote_qkey: *qkey,
+                        };
+                    }
                 }
                 OpKind::FetchAdd | OpKind::CmpSwap => {
                     w.opcode = if op == OpKind::FetchAdd {
@@ -246,6 +265,8 @@ impl VerbsEnd {
             });
         };
         let present = match op {
+            OpKind::Write => ops.rdma_write.is_some(),
+            OpKind::WriteImm => ops.rdma_write_imm.is_some(),
             OpKind::Read => ops.rdma_read.is_some(),
             OpKind::FetchAdd => ops.atomic_fetch_add.is_some(),
             OpKind::CmpSwap => ops.atomic_cmp_swp.is_some(),
@@ -275,7 +296,11 @@ impl VerbsEnd {
                     0
                 } | if inline { sys::IBV_SEND_INLINE } else { 0 };
                 match op {
-                    OpKind::Write => (ops.rdma_write)(q, rkey, raddr),
+                    OpKind::Write => {
+                        if let Some(f) = ops.rdma_write {
+                            f(q, rkey, raddr)
+                        }
+                    }
                     // READ and the atomics are present: checked above
                     OpKind::Read => {
                         if let Some(f) = ops.rdma_read {
@@ -283,7 +308,11 @@ impl VerbsEnd {
                         }
                     }
                     OpKind::Send => (ops.send)(q),
-                    OpKind::WriteImm => (ops.rdma_write_imm)(q, rkey, raddr, IMM.to_be()),
+                    OpKind::WriteImm => {
+                        if let Some(f) = ops.rdma_write_imm {
+                            f(q, rkey, raddr, IMM.to_be())
+                        }
+                    }
                     OpKind::SendImm => (ops.send_imm)(q, IMM.to_be()),
                     OpKind::FetchAdd => {
                         if let Some(f) = ops.atomic_fetch_add {
@@ -295,6 +324,9 @@ impl VerbsEnd {
                             f(q, rkey, raddr, 0, 0)
                         }
                     }
+                }
+                if let (Some((ah, qpn, qkey)), Some(f)) = (&self.ud, ops.set_ud_addr) {
+                    f(q, ah.as_ptr(), *qpn, *qkey);
                 }
                 if inline {
                     (ops.set_inline_data)(q, base as *mut _, len as usize);

@@ -16,6 +16,8 @@ pub(super) struct Decoded {
     pub(super) signaled: bool,
     /// Solicited event at the receiver.
     pub(super) solicited: bool,
+    /// UD: the destination QP and Q_Key of its datagram segment (the address vector).
+    pub(super) ud: Option<(u32, u32)>,
     /// Fence (any of the control segment's fence modes): waits for the READs and atomics
     /// before it to complete.
     pub(super) fence: bool,
@@ -35,6 +37,7 @@ pub(super) fn decode(
     start: u32,
     qpn: u32,
     buf: &mut [u8; 1024],
+    ud: bool,
 ) -> Result<Decoded, (u8, u16)> {
     let slot = |b: u32| -> *const u8 {
         // SAFETY: the slot index is masked into the ring.
@@ -67,6 +70,7 @@ pub(super) fn decode(
         ds,
         signaled: ctrl.fm_ce_se & CE_CQ_UPDATE != 0,
         solicited: ctrl.fm_ce_se & SE_SOLICITED != 0,
+        ud: None,
         fence: ctrl.fm_ce_se & FM_MASK != 0,
         imm: ctrl.imm,
         raddr: None,
@@ -83,6 +87,18 @@ pub(super) fn decode(
         opcode::ATOMIC_CS | opcode::ATOMIC_FA => (true, true),
         _ => return bad,
     };
+    if ud && op != opcode::NOP {
+        // the datagram segment: the 48-byte address vector (`struct mlx5_wqe_av`): Q_Key first,
+        // the destination QP number at byte 8
+        if u + 3 > ds as usize {
+            return bad;
+        }
+        let av = &buf[u * 16..u * 16 + 48];
+        let qkey = u32::from_be_bytes([av[0], av[1], av[2], av[3]]);
+        let dqp = u32::from_be_bytes([av[8], av[9], av[10], av[11]]) & 0xff_ffff;
+        d.ud = Some((dqp, qkey));
+        u += 3;
+    }
     if wants_raddr {
         if u >= ds as usize {
             return bad;

@@ -133,8 +133,10 @@ impl Landing {
 /// back, so a later WQE that reads the READ's destination without a fence sends what was there
 /// before); `None`: they land now.
 fn run_one(m: &Model, me: &QpHdr, d: &Decoded, buf: &[u8; 1024], late: Option<&mut Vec<Landing>>) -> Outcome {
-    if me.transport.load(Ordering::Acquire) != transport::UC {
-        return run_reliable(m, me, d, buf, late);
+    match me.transport.load(Ordering::Acquire) {
+        transport::UC => {}
+        transport::UD => return run_datagram(m, me, d, buf),
+        _ => return run_reliable(m, me, d, buf, late),
     }
     // UC: SEND and WRITE only (a READ or an atomic is a malformed WQE for it, as on a ConnectX)
     if matches!(d.opcode, opcode::RDMA_READ | opcode::ATOMIC_CS | opcode::ATOMIC_FA) {
@@ -155,6 +157,110 @@ fn run_one(m: &Model, me: &QpHdr, d: &Decoded, buf: &[u8; 1024], late: Option<&m
     }
 }
 
+/// A payload gathered from the requester's memory (or its WQE, inline): on the stack up to
+/// 1 KiB and a little more (a UD message with its GRH area), no allocation per operation.
+struct Gathered {
+    small: [u8; 1024 + transport::GRH],
+    big: Vec<u8>,
+    len: usize,
+}
+
+impl Gathered {
+    fn new() -> Self {
+        Gathered {
+            small: [0; 1024 + transport::GRH],
+            big: Vec::new(),
+            len: 0,
+        }
+    }
+
+    fn push(&mut self, bytes: &[u8]) {
+        if self.big.is_empty() && self.len + bytes.len() <= self.small.len() {
+            self.small[self.len..self.len + bytes.len()].copy_from_slice(bytes);
+        } else {
+            if self.big.is_empty() {
+                self.big.extend_from_slice(&self.small[..self.len]);
+            }
+            self.big.extend_from_slice(bytes);
+        }
+        self.len += bytes.len();
+    }
+
+    fn as_slice(&self) -> &[u8] {
+        if self.big.is_empty() {
+            &self.small[..self.len]
+        } else {
+            &self.big
+        }
+    }
+
+    /// Gathers the local side of a SEND or WRITE (read access suffices) after what `self`
+    /// holds; a syndrome when it cannot.
+    fn gather(&mut self, m: &Model, me: &QpHdr, d: &Decoded, buf: &[u8; 1024]) -> Result<(), u8> {
+        if let Some((off, len)) = d.inline {
+            if len > me.max_inline as usize {
+                return Err(syndrome::LOCAL_QP_OP);
+            }
+            self.push(&buf[off..off + len]);
+        } else {
+            for &(addr, lkey, len) in &d.sges[..d.nsge] {
+                match resolve(m, lkey, addr, len as u64, me.pd, me.obj.owner_pid, 0) {
+                    // SAFETY: resolved in bounds of a registered region.
+                    Ok(r) => self.push(unsafe { std::slice::from_raw_parts(r.ptr, len as usize) }),
+                    Err(_) => return Err(syndrome::LOCAL_PROT),
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Executes one WQE of a UD QP: a SEND (or SEND with immediate) to the QP its address vector
+/// names. Nothing is acknowledged: a datagram the destination does not take (no such UD QP,
+/// not ready, another Q_Key, no receive posted) is dropped and counted, and the requester
+/// completes it; a message over the MTU is the requester's local length error.
+fn run_datagram(m: &Model, me: &QpHdr, d: &Decoded, buf: &[u8; 1024]) -> Outcome {
+    let resp_op = match d.opcode {
+        opcode::NOP => return Outcome::Done { byte_cnt: 0 },
+        opcode::SEND => cqe_op::RESP_SEND,
+        opcode::SEND_IMM => cqe_op::RESP_SEND_IMM,
+        _ => return Outcome::Fail(syndrome::LOCAL_QP_OP),
+    };
+    let Some((dqp, qkey)) = d.ud else {
+        return Outcome::Fail(syndrome::LOCAL_QP_OP);
+    };
+    // the receiver's buffer takes the GRH area first (model0's port is InfiniBand and its
+    // datagrams carry no GRH: the area is left as zeros), then the message
+    let mut g = Gathered::new();
+    g.push(&[0; transport::GRH]);
+    if let Err(s) = g.gather(m, me, d, buf) {
+        return Outcome::Fail(s);
+    }
+    let len = g.len - transport::GRH;
+    if len > transport::UD_MTU {
+        return Outcome::Fail(syndrome::LOCAL_LENGTH);
+    }
+    let dropped = || {
+        bump32(&me.ctr_dropped, 1);
+        Outcome::Done { byte_cnt: len as u32 }
+    };
+    let Some(peer) = m.lookup(ObjKind::Qp, dqp) else {
+        return dropped();
+    };
+    let ph: &QpHdr = hdr(&peer);
+    if ph.transport.load(Ordering::Acquire) != transport::UD
+        || ph.state.load(Ordering::Acquire) != state::RTS
+        || ph.qkey.load(Ordering::Acquire) != qkey
+    {
+        return dropped();
+    }
+    match deliver_to_receiver(m, &peer, d, g.as_slice(), resp_op, me.obj.id) {
+        Outcome::Stall | Outcome::Fail(syndrome::TRANSPORT_RETRY_EXC) => dropped(),
+        Outcome::Done { .. } => Outcome::Done { byte_cnt: len as u32 },
+        o => o,
+    }
+}
+
 /// Executes one WQE of a reliable connection (and the parts every transport shares).
 fn run_reliable(m: &Model, me: &QpHdr, d: &Decoded, buf: &[u8; 1024], mut late: Option<&mut Vec<Landing>>) -> Outcome {
     if d.opcode == opcode::NOP {
@@ -167,50 +273,24 @@ fn run_reliable(m: &Model, me: &QpHdr, d: &Decoded, buf: &[u8; 1024], mut late: 
     if ph.state.load(Ordering::Acquire) != state::RTS {
         return Outcome::Fail(syndrome::TRANSPORT_RETRY_EXC);
     }
-    // Gather the local side (source for SEND/WRITE: read access suffices).
-    // The payload, gathered: on the stack up to 1 KiB (no allocation per operation).
-    let mut small = [0u8; 1024];
-    let mut big: Vec<u8> = Vec::new();
-    let mut plen = 0usize;
-    let mut push = |bytes: &[u8]| {
-        if big.is_empty() && plen + bytes.len() <= small.len() {
-            small[plen..plen + bytes.len()].copy_from_slice(bytes);
-        } else {
-            if big.is_empty() {
-                big.extend_from_slice(&small[..plen]);
-            }
-            big.extend_from_slice(bytes);
-        }
-        plen += bytes.len();
-    };
+    let mut g = Gathered::new();
     let gathers = matches!(
         d.opcode,
         opcode::SEND | opcode::SEND_IMM | opcode::RDMA_WRITE | opcode::RDMA_WRITE_IMM
     );
     if gathers {
-        if let Some((off, len)) = d.inline {
-            if len > me.max_inline as usize {
-                return Outcome::Fail(syndrome::LOCAL_QP_OP);
-            }
-            push(&buf[off..off + len]);
-        } else {
-            for &(addr, lkey, len) in &d.sges[..d.nsge] {
-                match resolve(m, lkey, addr, len as u64, me.pd, me.obj.owner_pid, 0) {
-                    // SAFETY: resolved in bounds of a registered region.
-                    Ok(r) => push(unsafe { std::slice::from_raw_parts(r.ptr, len as usize) }),
-                    Err(_) => return Outcome::Fail(syndrome::LOCAL_PROT),
-                }
-            }
+        if let Err(s) = g.gather(m, me, d, buf) {
+            return Outcome::Fail(s);
         }
     }
-    let payload: &[u8] = if big.is_empty() { &small[..plen] } else { &big };
+    let payload = g.as_slice();
     let remote = |need: u32, len: u64| -> Result<Region, u8> {
         let (raddr, rkey) = d.raddr.unwrap_or((0, 0));
         resolve(m, rkey, raddr, len, ph.pd, ph.obj.owner_pid, need).map_err(|_| syndrome::REMOTE_ACCESS)
     };
     match d.opcode {
-        opcode::SEND => deliver_to_receiver(m, &peer, d, payload, cqe_op::RESP_SEND),
-        opcode::SEND_IMM => deliver_to_receiver(m, &peer, d, payload, cqe_op::RESP_SEND_IMM),
+        opcode::SEND => deliver_to_receiver(m, &peer, d, payload, cqe_op::RESP_SEND, me.obj.id),
+        opcode::SEND_IMM => deliver_to_receiver(m, &peer, d, payload, cqe_op::RESP_SEND_IMM, me.obj.id),
         opcode::RDMA_WRITE | opcode::RDMA_WRITE_IMM => {
             let r = match remote(sys::IBV_ACCESS_REMOTE_WRITE, payload.len() as u64) {
                 Ok(r) => r,
@@ -231,7 +311,7 @@ fn run_reliable(m: &Model, me: &QpHdr, d: &Decoded, buf: &[u8; 1024], mut late: 
             // SAFETY: resolved in bounds of the responder's region.
             unsafe { std::ptr::copy_nonoverlapping(payload.as_ptr(), r.ptr, payload.len()) };
             if d.opcode == opcode::RDMA_WRITE_IMM {
-                return deliver_to_receiver(m, &peer, d, payload, cqe_op::RESP_WR_IMM);
+                return deliver_to_receiver(m, &peer, d, payload, cqe_op::RESP_WR_IMM, me.obj.id);
             }
             Outcome::Done {
                 byte_cnt: payload.len() as u32,
@@ -420,7 +500,8 @@ fn run_sq(m: &Model, q: &Shm, check: bool) -> Option<(u32, usize)> {
         if hdr::<CqHdr>(&scq).overruns.load(Ordering::Relaxed) > 0 && h.state.load(Ordering::Acquire) != state::ERR {
             set_err(m, q);
         }
-        let d = match decode(sq, sq_cnt, ci, h.obj.id, &mut buf) {
+        let ud = h.transport.load(Ordering::Relaxed) == transport::UD;
+        let d = match decode(sq, sq_cnt, ci, h.obj.id, &mut buf, ud) {
             Ok(d) => d,
             Err((op, idx)) => {
                 // Malformed: report at the slot, move the QP to error; the rest is flushed.

@@ -19,6 +19,13 @@ pub mod transport {
     /// Unreliable connected: SEND and WRITE only; nothing acknowledged, so a message the
     /// responder cannot take is dropped (and counted), and the requester completes it.
     pub const UC: u32 = 1;
+    /// Unreliable datagram: SEND only, each to the QP its address vector names, with that QP's
+    /// Q_Key; up to the path MTU ([`UD_MTU`]); the receive takes a 40-byte GRH area first.
+    pub const UD: u32 = 2;
+    /// The largest UD message (model0's port MTU).
+    pub const UD_MTU: usize = 4096;
+    /// The GRH area at the head of a UD receive.
+    pub const GRH: usize = 40;
 }
 
 /// QP states the model knows.
@@ -143,9 +150,11 @@ pub(super) struct QpHdr {
     pub(super) check_reg: u32,
     /// Doorbells whose register store did not match the WQE rung (the QP was moved to error).
     pub(super) bad_doorbells: AtomicU32,
-    /// The transport (`transport::RC`, `UC`).
+    /// The transport (`transport::RC`, `UC`, `UD`).
     pub(super) transport: AtomicU32,
-    _pad_sq: [u8; 8],
+    /// UD: the Q_Key a datagram must carry to be taken.
+    pub(super) qkey: AtomicU32,
+    _pad_sq: [u8; 4],
     pub(super) sq_ci: AtomicU32,
     pub(super) sq_lock: AtomicU32,
     pub(super) kicks: AtomicU32,

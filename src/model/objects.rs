@@ -652,7 +652,12 @@ impl ModelQp {
         self.h().transport.load(Ordering::Acquire)
     }
 
-    /// Sets the QP's transport (`transport::RC`, `UC`), before it is connected.
+    /// UD: sets the Q_Key datagrams must carry to be taken.
+    pub fn set_qkey(&self, qkey: u32) {
+        self.h().qkey.store(qkey, Ordering::Release);
+    }
+
+    /// Sets the QP's transport (`transport::RC`, `UC`, `UD`), before it is connected.
     pub fn set_transport(&self, t: u32) {
         self.h().transport.store(t, Ordering::Release);
     }

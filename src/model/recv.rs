@@ -43,7 +43,16 @@ pub(super) fn flush_rq(m: &Model, q: &Shm) {
     unlock(&h.rq_lock);
 }
 
-pub(super) fn deliver_to_receiver(m: &Model, peer: &Shm, d: &Decoded, payload: &[u8], resp_op: u8) -> Outcome {
+/// Takes a receive of `peer` for a message from QP `src_qp` (the responder CQE names it, as a
+/// UD receive's does).
+pub(super) fn deliver_to_receiver(
+    m: &Model,
+    peer: &Shm,
+    d: &Decoded,
+    payload: &[u8],
+    resp_op: u8,
+    src_qp: u32,
+) -> Outcome {
     let ph: &QpHdr = hdr(peer);
     let (Some(db), Some(r)) = (qp_dbrec(m, peer), rings(peer)) else {
         return Outcome::Fail(syndrome::TRANSPORT_RETRY_EXC);
@@ -149,6 +158,7 @@ pub(super) fn deliver_to_receiver(m: &Model, peer: &Shm, d: &Decoded, payload: &
             byte_cnt: payload.len() as u32,
             imm: d.imm,
             solicited: d.solicited,
+            src_qp,
             scatter: if scatter {
                 let mut s = [0u8; 32];
                 s[..payload.len()].copy_from_slice(payload);

@@ -66,7 +66,8 @@ pub(super) fn run(
     }
     let before = super::counters::sample(&dev);
     let (cal, env) = session::calibrate(&dev, true)?;
-    let warnings = env.warnings();
+    let mut warnings = env.warnings();
+    warnings.extend(session::ud_checks(&dev, plan, &sizes)?);
     // client and server: the handshake, then every thread's QPs of every backend connected
     let mut tcp = None;
     let mut net: Option<(&mut dyn Rendezvous, Ends)> = None;
@@ -143,7 +144,7 @@ pub(super) fn run(
                     // both ends of a client/server run must agree on the iterations: no resizing
                     min_duration: if network { Duration::ZERO } else { b.min_duration },
                     no_peak: b.no_peak,
-                    unreliable: plan.transport == crate::backend::Transport::Uc,
+                    unreliable: plan.transport != crate::backend::Transport::Rc,
                 };
                 let r = match net.as_mut() {
                     None => match run_bw(

@@ -44,9 +44,14 @@ pub fn open_device(plan: &Plan, model: ModelConfig, obs: &mut dyn Observer) -> R
     };
     if let Some(op) = op.filter(|op| !plan.transport.allows(*op)) {
         return Err(ProbeError::Usage(format!(
-            "-c {}: the transport carries SEND and WRITE (and their immediates), not {}",
+            "-c {}: the transport carries {}, not {}",
             plan.transport.as_str(),
-            op.cli_name()
+            if plan.transport == crate::backend::Transport::Ud {
+                "SEND (and SEND with immediate)"
+            } else {
+                "SEND and WRITE (and their immediates)"
+            },
+            op.as_str()
         )));
     }
     dev.set_transport(plan.transport);
@@ -55,14 +60,66 @@ pub fn open_device(plan: &Plan, model: ModelConfig, obs: &mut dyn Observer) -> R
 
 /// The backends the plan asks for, each checked against the device.
 pub fn backends(dev: &Dev, sel: Backends) -> Result<Vec<BackendKind>, ProbeError> {
+    let ud = dev.transport() == crate::backend::Transport::Ud;
     let kinds = match sel {
+        // UD: the direct path's datagram WQEs are not built yet (said by the scenario)
+        Backends::All if ud => dev
+            .backends()
+            .into_iter()
+            .filter(|k| *k != BackendKind::Direct)
+            .collect(),
         Backends::All => dev.backends(),
+        Backends::Only(BackendKind::Direct) if ud => {
+            return Err(ProbeError::Usage(
+                "-c UD: the direct path does not build UD WQEs yet; --backend verbs, wr or all".into(),
+            ))
+        }
         Backends::Only(k) => vec![k],
     };
+    if kinds.is_empty() {
+        return Err(ProbeError::Usage(format!(
+            "-c {}: no backend that runs it on {}",
+            dev.transport().as_str(),
+            dev.name()
+        )));
+    }
     for k in &kinds {
         dev.supports(*k).map_err(crate::backend::setup::SetupError::from)?;
     }
     Ok(kinds)
+}
+
+/// UD's limits, refused before anything runs (a run on the network; a message over the path
+/// MTU); the warning when the direct backend is left out.
+pub fn ud_checks(dev: &Dev, plan: &Plan, sizes: &[u32]) -> Result<Option<String>, ProbeError> {
+    if dev.transport() != crate::backend::Transport::Ud {
+        return Ok(None);
+    }
+    if plan.peer != PeerSpec::Loopback {
+        return Err(ProbeError::Usage(
+            "-c UD runs with --loopback only in this version".into(),
+        ));
+    }
+    let mtu = ud_mtu(dev);
+    if let Some(s) = sizes.iter().find(|s| **s > mtu) {
+        return Err(ProbeError::Usage(format!(
+            "-s {s}: a UD message is at most the path MTU, {mtu} bytes on {} (-m, or a smaller -s)",
+            dev.name()
+        )));
+    }
+    Ok(
+        (plan.backends == Backends::All && dev.backends().contains(&BackendKind::Direct))
+            .then(|| "-c UD: the direct backend does not build UD WQEs yet: verbs and wr run".to_string()),
+    )
+}
+
+/// The largest UD message on `dev`: its port's active MTU.
+pub fn ud_mtu(dev: &Dev) -> u32 {
+    match (dev.verbs_parts(), dev.is_model()) {
+        (Some((_, port, _)), _) => port.active_mtu,
+        (None, true) => crate::model::transport::UD_MTU as u32,
+        (None, false) => u32::MAX,
+    }
 }
 
 /// The direct path's doorbell mode: as asked, unless `MLX5_SHUT_UP_BF` says the doorbell only
@@ -176,7 +233,8 @@ pub fn fail(peer: &mut dyn Rendezvous, e: ProbeError) -> ProbeError {
 /// whole pages.
 pub fn buffer_len(sizes: &[u32]) -> usize {
     let max = *sizes.iter().max().unwrap_or(&8) as usize;
-    (2 * max.max(64)).next_multiple_of(4096)
+    // each half holds a message and a UD receive's 40-byte GRH area before it
+    (2 * (max.max(64) + 64)).next_multiple_of(4096)
 }
 
 /// Bytes a latency run keeps per iteration and backend: the round trip, post and wait

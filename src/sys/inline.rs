@@ -77,6 +77,7 @@ type FnSge = unsafe extern "C" fn(*mut ibv_qp_ex, u32, u64, u32);
 type FnSgeList = unsafe extern "C" fn(*mut ibv_qp_ex, usize, *const ibv_sge);
 type FnInline = unsafe extern "C" fn(*mut ibv_qp_ex, *mut core::ffi::c_void, usize);
 type FnInlineList = unsafe extern "C" fn(*mut ibv_qp_ex, usize, *const ibv_data_buf);
+type FnUdAddr = unsafe extern "C" fn(*mut ibv_qp_ex, *mut super::ibv_ah, u32, u32);
 
 /// The `ibv_wr_*` entry points of one `ibv_qp_ex`, read once and checked non-null, so each
 /// call is the same single indirect call as the header's `ibv_wr_*` inline functions.
@@ -92,10 +93,10 @@ pub struct WrOps {
     pub send: Fn0,
     /// `ibv_wr_send_imm` (immediate in network order)
     pub send_imm: FnSendImm,
-    /// `ibv_wr_rdma_write`
-    pub rdma_write: FnRkeyAddr,
-    /// `ibv_wr_rdma_write_imm`
-    pub rdma_write_imm: FnWriteImm,
+    /// `ibv_wr_rdma_write` (`None` on a QP made without it: UD)
+    pub rdma_write: Option<FnRkeyAddr>,
+    /// `ibv_wr_rdma_write_imm` (`None` on a QP made without it: UD)
+    pub rdma_write_imm: Option<FnWriteImm>,
     /// `ibv_wr_rdma_read` (`None` on a QP made without it: UC)
     pub rdma_read: Option<FnRkeyAddr>,
     /// `ibv_wr_atomic_cmp_swp` (`None` on a QP made without it: UC)
@@ -110,12 +111,15 @@ pub struct WrOps {
     pub set_inline_data: FnInline,
     /// `ibv_wr_set_inline_data_list`
     pub set_inline_data_list: FnInlineList,
+    /// `ibv_wr_set_ud_addr` (UD QPs)
+    pub set_ud_addr: Option<FnUdAddr>,
 }
 
 impl WrOps {
     /// Reads the entry points of `qpx`; `None` when the provider left any of them unset (a QP
     /// created without the matching `send_ops_flags`, or a provider without the extended API),
-    /// READ and the atomics excepted (a UC QP has none).
+    /// WRITE, READ and the atomics excepted (a UC QP has no READ or atomics, a UD QP none of
+    /// them).
     ///
     /// # Safety
     /// `qpx` is the `ibv_qp_ex` of a live QP (from `ibv_qp_to_qp_ex`).
@@ -128,8 +132,8 @@ impl WrOps {
             abort: q.wr_abort?,
             send: q.wr_send?,
             send_imm: q.wr_send_imm?,
-            rdma_write: q.wr_rdma_write?,
-            rdma_write_imm: q.wr_rdma_write_imm?,
+            rdma_write: q.wr_rdma_write,
+            rdma_write_imm: q.wr_rdma_write_imm,
             rdma_read: q.wr_rdma_read,
             atomic_cmp_swp: q.wr_atomic_cmp_swp,
             atomic_fetch_add: q.wr_atomic_fetch_add,
@@ -137,6 +141,7 @@ impl WrOps {
             set_sge_list: q.wr_set_sge_list?,
             set_inline_data: q.wr_set_inline_data?,
             set_inline_data_list: q.wr_set_inline_data_list?,
+            set_ud_addr: q.wr_set_ud_addr,
         })
     }
 }

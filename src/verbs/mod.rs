@@ -14,6 +14,7 @@ pub use cq::{CompChannel, Completion, Cq};
 pub use device::{Context, DeviceInfo, DeviceList, Gid, GidEntry, GidType, PortInfo};
 pub use error::{Ctx, NoDevice, Result, VerbsError};
 pub use mr::{Buffer, Mr, MrAccess, MrPlacement, Pd, RemoteBuf, Sge};
+pub use qp::Ah;
 pub use qp::{ConnectOpts, Endpoint, Granted, Op, Qp, QpCaps, SendFlags, WrBatch};
 
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -36,9 +37,11 @@ pub enum Kind {
     Td,
     /// `ibv_comp_channel`
     Channel,
+    /// `ibv_ah`
+    Ah,
 }
 
-const KINDS: usize = 7;
+const KINDS: usize = 8;
 
 /// Per-device record of created and destroyed resources and teardown failures. It outlives the
 /// device, so a test can check after everything is dropped that nothing leaked.

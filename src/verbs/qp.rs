@@ -137,6 +137,8 @@ pub struct Qp {
 // SAFETY: a QP may be used from another thread; posting needs &mut (one poster at a time).
 unsafe impl Send for Qp {}
 
+/// The `ibv_wr_*` operations a UD QP is made with.
+const SEND_OPS_UD: u64 = (sys::IBV_QP_EX_WITH_SEND | sys::IBV_QP_EX_WITH_SEND_WITH_IMM) as u64;
 /// The `ibv_wr_*` operations a UC QP is made with (providers refuse the others on UC).
 const SEND_OPS_UC: u64 = (sys::IBV_QP_EX_WITH_RDMA_WRITE
     | sys::IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM
@@ -154,6 +156,60 @@ impl Qp {
     /// without that API fails here with the verb's errno.
     pub fn new_rc(pd: &Pd, send_cq: &Cq, recv_cq: &Cq, caps: QpCaps, extended: bool) -> Result<Self> {
         Self::create(pd, (send_cq, recv_cq), caps, extended, false, sys::IBV_QPT_RC)
+    }
+
+    /// As [`Qp::new_rc`], for a UD QP (SEND only, each datagram to an address handle).
+    pub fn new_ud(pd: &Pd, send_cq: &Cq, recv_cq: &Cq, caps: QpCaps, extended: bool) -> Result<Self> {
+        Self::create(pd, (send_cq, recv_cq), caps, extended, false, sys::IBV_QPT_UD)
+    }
+
+    /// Takes a UD QP to RTS: INIT with the P_Key index, port and Q_Key, RTR, RTS with its send
+    /// PSN (a UD QP has no path and no destination: each datagram names its own).
+    pub fn connect_ud(&mut self, port: &PortInfo, pkey_index: u16, qkey: u32) -> Result<()> {
+        if !port.is_active() {
+            return Err(VerbsError::Port {
+                ctx: self.ctx().port(port.port),
+                why: format!(
+                    "port is {} (physical state {}), not ACTIVE",
+                    port.state, port.phys_state
+                ),
+            });
+        }
+        let p = port.port;
+        let mut a = sys::ibv_qp_attr {
+            qp_state: sys::IBV_QPS_INIT,
+            pkey_index,
+            port_num: p,
+            qkey,
+            ..Default::default()
+        };
+        self.modify(
+            &mut a,
+            sys::IBV_QP_STATE | sys::IBV_QP_PKEY_INDEX | sys::IBV_QP_PORT | sys::IBV_QP_QKEY,
+            "ibv_modify_qp(INIT)",
+            p,
+        )?;
+        let mut a = sys::ibv_qp_attr {
+            qp_state: sys::IBV_QPS_RTR,
+            ..Default::default()
+        };
+        self.modify(&mut a, sys::IBV_QP_STATE, "ibv_modify_qp(RTR)", p)?;
+        let mut a = sys::ibv_qp_attr {
+            qp_state: sys::IBV_QPS_RTS,
+            sq_psn: self.psn,
+            ..Default::default()
+        };
+        self.modify(&mut a, sys::IBV_QP_STATE | sys::IBV_QP_SQ_PSN, "ibv_modify_qp(RTS)", p)?;
+        let (got, _) = self.query()?;
+        if got.qp_state != sys::IBV_QPS_RTS {
+            return Err(VerbsError::QpState {
+                ctx: self.ctx().port(p),
+                step: "connect",
+                state: qp_state_str(got.qp_state),
+                expected: "RTS",
+            });
+        }
+        Ok(())
     }
 
     /// As [`Qp::new_rc`], for a UC QP (SEND and WRITE; nothing acknowledged).
@@ -201,10 +257,10 @@ impl Qp {
         };
         if extended {
             attr.comp_mask |= sys::IBV_QP_INIT_ATTR_SEND_OPS_FLAGS;
-            attr.send_ops_flags = if qp_type == sys::IBV_QPT_UC {
-                SEND_OPS_UC
-            } else {
-                SEND_OPS
+            attr.send_ops_flags = match qp_type {
+                sys::IBV_QPT_UC => SEND_OPS_UC,
+                sys::IBV_QPT_UD => SEND_OPS_UD,
+                _ => SEND_OPS,
             };
         }
         let verb = if no_scatter {
@@ -518,6 +574,63 @@ impl Qp {
             ..Default::default()
         };
         self.modify(&mut a, sys::IBV_QP_STATE, "ibv_modify_qp(ERR)", 0)
+    }
+}
+
+/// An address handle (`ibv_create_ah`): where a UD QP's datagrams go.
+pub struct Ah {
+    ah: *mut sys::ibv_ah,
+    pd: Pd,
+}
+
+// SAFETY: an address handle is read-only to the provider's post path; used by one end at a time.
+unsafe impl Send for Ah {}
+
+impl Ah {
+    /// The address of `remote` through port `port`: its LID, and with `gid_index` (RoCE, or
+    /// global routing) a GRH to its GID from our entry `gid_index`.
+    pub fn new(pd: &Pd, port: &PortInfo, remote: &Endpoint, gid_index: Option<u8>, sl: u8) -> Result<Self> {
+        let mut attr = sys::ibv_ah_attr {
+            dlid: remote.lid,
+            sl,
+            port_num: port.port,
+            ..Default::default()
+        };
+        if let Some(gi) = gid_index {
+            attr.is_global = 1;
+            attr.grh = sys::ibv_global_route {
+                dgid: remote.gid.to_raw(),
+                flow_label: 0,
+                sgid_index: gi,
+                hop_limit: 64,
+                traffic_class: 0,
+            };
+        }
+        // SAFETY: live PD; attr valid for the call.
+        let ah = unsafe { sys::ibv_create_ah(pd.as_ptr(), &mut attr) };
+        let ctx = pd.context();
+        let ah = check_ptr(ah, "ibv_create_ah", || {
+            ctx.ctx().port(port.port).detail(format!("to QP {:#x}", remote.qpn))
+        })?;
+        pd.ledger().created(Kind::Ah);
+        Ok(Ah { ah, pd: pd.clone() })
+    }
+
+    /// The raw pointer (valid while `self` lives).
+    pub fn as_ptr(&self) -> *mut sys::ibv_ah {
+        self.ah
+    }
+}
+
+impl Drop for Ah {
+    fn drop(&mut self) {
+        let ctx = self.pd.context().ctx();
+        // SAFETY: from ibv_create_ah, destroyed once; no WR in flight refers to it (its end is
+        // gone or idle).
+        let rc = unsafe { sys::ibv_destroy_ah(self.ah) };
+        self.pd
+            .ledger()
+            .destroyed(Kind::Ah, check_rc(rc, "ibv_destroy_ah", || ctx));
     }
 }
 

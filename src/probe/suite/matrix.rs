@@ -241,14 +241,15 @@ pub fn parse_ops(s: &str) -> Result<Vec<OpKind>, String> {
     Ok(v)
 }
 
-/// `RC,UC` (perftest's names; lower case too).
+/// `RC,UC,UD` (perftest's names; lower case too).
 pub fn parse_transports(s: &str) -> Result<Vec<Transport>, String> {
     let mut v = Vec::new();
     for x in list(s) {
         let t = match x {
             "RC" | "rc" => Transport::Rc,
             "UC" | "uc" => Transport::Uc,
-            _ => return Err(format!("'{x}' is not a transport (RC, UC)")),
+            "UD" | "ud" => Transport::Ud,
+            _ => return Err(format!("'{x}' is not a transport (RC, UC, UD)")),
         };
         push_once(&mut v, t, x)?;
     }

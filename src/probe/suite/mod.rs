@@ -65,6 +65,8 @@ struct Matrix {
     qps: u64,
     threads: u64,
     transports: Vec<Transport>,
+    /// The largest UD message on the device (set once it is open).
+    ud_mtu: u32,
 }
 
 impl Matrix {
@@ -105,6 +107,7 @@ impl Matrix {
             qps: u.qps.unwrap_or(1),
             threads: u.threads.unwrap_or(1),
             transports: u.transports.clone().unwrap_or_else(|| vec![Transport::Rc]),
+            ud_mtu: u32::MAX,
         }
     }
 
@@ -155,11 +158,21 @@ impl Matrix {
         if self.transports != [Transport::Rc] {
             let ts: Vec<&str> = self.transports.iter().map(|t| t.as_str()).collect();
             parts.push(format!(
-                "transports {} (UC: send and write only; post cost on RC)",
+                "transports {} (UC: send and write only; UD: send up to the MTU, verbs and wr only; post cost on RC)",
                 ts.join(",")
             ));
         }
         parts.join("; ")
+    }
+
+    /// The sizes `op` runs at on transport `t` (UD: up to the MTU).
+    fn sizes_on(&self, op: OpKind, lat: bool, t: Transport) -> Vec<u32> {
+        let v = self.sizes(op, lat);
+        if t == Transport::Ud {
+            v.into_iter().filter(|s| *s <= self.ud_mtu).collect()
+        } else {
+            v
+        }
     }
 
     /// How many steps the observer hears of.
@@ -171,7 +184,7 @@ impl Matrix {
                     .lat_ops
                     .iter()
                     .filter(|o| t.allows(**o))
-                    .map(|o| self.sizes(*o, true).len())
+                    .map(|o| self.sizes_on(*o, true, *t).len())
                     .sum::<usize>();
             }
             if self.parts.contains(&Part::Bw) {
@@ -179,7 +192,7 @@ impl Matrix {
                     .bw_ops
                     .iter()
                     .filter(|o| t.allows(**o))
-                    .map(|o| self.sizes(*o, false).len())
+                    .map(|o| self.sizes_on(*o, false, *t).len())
                     .sum::<usize>();
             }
         }
@@ -233,7 +246,7 @@ fn suite_backends(dev: &Dev, asked: Option<&[BackendKind]>) -> Result<Vec<Backen
 /// Runs the suite; `obs` hears the heading and every step.
 pub fn run(sp: &SuitePlan, obs: &mut dyn Observer) -> Result<SuiteReport, ProbeError> {
     sp.matrix.check().map_err(ProbeError::Usage)?;
-    let m = Matrix::of(sp);
+    let mut m = Matrix::of(sp);
     let model = ModelConfig {
         wire_delay_ns: None,
         exec: ExecMode::AfterPost,
@@ -247,6 +260,12 @@ pub fn run(sp: &SuitePlan, obs: &mut dyn Observer) -> Result<SuiteReport, ProbeE
     let mut notes = Vec::new();
     let mut dev = session::open_device(&plan, model, &mut Notes(&mut notes))?;
     let kinds = suite_backends(&dev, sp.matrix.backends.as_deref())?;
+    m.ud_mtu = session::ud_mtu(&dev);
+    if m.transports.contains(&Transport::Ud) && !kinds.iter().any(|k| *k != BackendKind::Direct) {
+        return Err(ProbeError::Usage(
+            "--transports UD: the direct path does not build UD WQEs yet; add verbs or wr to --backends".into(),
+        ));
+    }
     for s in m.lat_sizes.iter().chain(&m.bw_sizes) {
         dev.check_size(*s)?;
     }
@@ -299,6 +318,12 @@ pub fn run(sp: &SuitePlan, obs: &mut dyn Observer) -> Result<SuiteReport, ProbeE
         } else {
             format!(" {}", t.as_str())
         };
+        // UD: messages up to the MTU, and no direct backend yet (said in the heading)
+        let kinds: Vec<BackendKind> = kinds
+            .iter()
+            .copied()
+            .filter(|k| t != Transport::Ud || *k != BackendKind::Direct)
+            .collect();
         let lat_ops = if m.parts.contains(&Part::Lat) {
             m.lat_ops.iter().copied().filter(|o| t.allows(*o)).collect()
         } else {
@@ -306,7 +331,7 @@ pub fn run(sp: &SuitePlan, obs: &mut dyn Observer) -> Result<SuiteReport, ProbeE
         };
         for op in lat_ops {
             let name = op_name(op);
-            let sizes = m.sizes(op, true);
+            let sizes = m.sizes_on(op, true, t);
             let buf = session::buffer_len(&sizes);
             let mut pairs = Vec::new();
             for k in &kinds {
@@ -356,7 +381,7 @@ pub fn run(sp: &SuitePlan, obs: &mut dyn Observer) -> Result<SuiteReport, ProbeE
         };
         for op in bw_ops {
             let name = op_name(op);
-            for size in m.sizes(op, false) {
+            for size in m.sizes_on(op, false, t) {
                 next(obs, format!("bw {name} {size} B{tn}"));
                 let buf = session::buffer_len(&[size]);
                 for k in &kinds {
@@ -374,7 +399,7 @@ pub fn run(sp: &SuitePlan, obs: &mut dyn Observer) -> Result<SuiteReport, ProbeE
                         // long enough for 50 (quick) or 200 one-millisecond windows, or -D
                         min_duration: Duration::from_millis(m.bw_min_ms),
                         no_peak: false,
-                        unreliable: t == Transport::Uc,
+                        unreliable: t != Transport::Rc,
                     };
                     let x = run_bw(
                         &dev,

@@ -290,9 +290,10 @@ pub(super) fn create_qp(ctx: &mut Ctx, c: &Cmd<'_>, q: &k::ib_uverbs_ex_create_q
     let transport = match q.qp_type as u32 {
         crate::sys::IBV_QPT_RC => crate::model::transport::RC,
         crate::sys::IBV_QPT_UC => crate::model::transport::UC,
+        crate::sys::IBV_QPT_UD => crate::model::transport::UD,
         t => {
             return errno_of(
-                format!("CREATE_QP of type {t}: model0 has RC and UC QPs"),
+                format!("CREATE_QP of type {t}: model0 has RC, UC and UD QPs"),
                 libc::EOPNOTSUPP,
             )
         }
@@ -443,7 +444,12 @@ pub(super) fn modify_qp(ctx: &mut Ctx, q: &k::ib_uverbs_modify_qp) -> Result<(),
     // The transitions and required attributes of the IB specification (the kernel's
     // ib_modify_qp_is_ok) for an RC or a UC QP (UC: no ACK timeout, retries, RNR or READs).
     let uc = e.qp.transport() == crate::model::transport::UC;
+    let ud = e.qp.transport() == crate::model::transport::UD;
     let need = match (cur, next) {
+        // UD: the Q_Key at INIT; no path, no destination (each datagram names its own)
+        (QPS_RESET, QPS_INIT) if ud => Some(IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_QKEY),
+        (QPS_INIT, QPS_RTR) if ud => Some(0),
+        (QPS_RTR, QPS_RTS) if ud => Some(IBV_QP_SQ_PSN),
         (QPS_INIT, QPS_RTR) if uc => Some(IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN),
         (QPS_RTR, QPS_RTS) if uc => Some(IBV_QP_SQ_PSN),
         (_, QPS_RESET) | (_, QPS_ERR) => Some(0),
@@ -499,6 +505,7 @@ pub(super) fn modify_qp(ctx: &mut Ctx, q: &k::ib_uverbs_modify_qp) -> Result<(),
     }
     if m & IBV_QP_QKEY != 0 {
         a.qkey = q.qkey;
+        e.qp.set_qkey(q.qkey);
     }
     if m & IBV_QP_AV != 0 {
         a.dest = q.dest;

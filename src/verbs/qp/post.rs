@@ -204,6 +204,8 @@ impl Qp {
         for b in batch {
             self.check_local(&b.op, b.sges, b.flags)?;
             let missing = match b.op {
+                Op::Write(_) => ops.rdma_write.is_none(),
+                Op::WriteImm(..) => ops.rdma_write_imm.is_none(),
                 Op::Read(_) => ops.rdma_read.is_none(),
                 Op::FetchAdd { .. } => ops.atomic_fetch_add.is_none(),
                 Op::CmpSwap { .. } => ops.atomic_cmp_swp.is_none(),
@@ -231,8 +233,16 @@ impl Qp {
                 match b.op {
                     Op::Send => (ops.send)(q),
                     Op::SendImm(imm) => (ops.send_imm)(q, imm.to_be()),
-                    Op::Write(r) => (ops.rdma_write)(q, r.rkey, r.addr),
-                    Op::WriteImm(r, imm) => (ops.rdma_write_imm)(q, r.rkey, r.addr, imm.to_be()),
+                    Op::Write(r) => {
+                        if let Some(f) = ops.rdma_write {
+                            f(q, r.rkey, r.addr)
+                        }
+                    }
+                    Op::WriteImm(r, imm) => {
+                        if let Some(f) = ops.rdma_write_imm {
+                            f(q, r.rkey, r.addr, imm.to_be())
+                        }
+                    }
                     // each present: checked above
                     Op::Read(r) => {
                         if let Some(f) = ops.rdma_read {
