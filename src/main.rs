@@ -184,9 +184,10 @@ struct RunArgs {
     /// P_Key index (perftest's --pkey_index).
     #[arg(long = "pkey_index", default_value_t = 0)]
     pkey_index: u16,
-    /// Transport (perftest's -c): RC, or UC (SEND and WRITE, nothing acknowledged: a message
-    /// the responder cannot take is dropped, and the ping-pong stalls on it).
-    #[arg(short = 'c', long = "connection", value_enum, default_value_t = rdmaprobe::backend::Transport::Rc)]
+    /// Transport (perftest's -c): RC; UC (SEND and WRITE, nothing acknowledged: a message the
+    /// responder cannot take is dropped, and a ping-pong stalls on it); UD (SEND up to the
+    /// port's MTU, verbs and wr backends).
+    #[arg(short = 'c', long = "connection", value_enum, ignore_case = true, default_value_t = rdmaprobe::backend::Transport::Rc)]
     connection: rdmaprobe::backend::Transport,
     /// Buffers on 2 MiB huge pages (perftest's --use_hugepages; they must be reserved:
     /// `sysctl vm.nr_hugepages=N`, `rdmaprobe doctor` says how many are free).
@@ -496,8 +497,8 @@ struct SuiteArgs {
     /// Backends, of verbs, wr, direct (default: every one the device runs; each named must run).
     #[arg(long, value_name = "LIST", value_parser = |s: &str| matrix::parse_backends(s).map(Listed))]
     backends: Option<Listed<BackendKind>>,
-    /// Transports the latency and bandwidth parts run on, of RC, UC (default RC; UC runs send
-    /// and write only; the post cost stays on RC).
+    /// Transports the latency and bandwidth parts run on, of RC, UC, UD (default RC; UC runs
+    /// send and write, UD send up to the MTU on verbs and wr; the post cost stays on RC).
     #[arg(long, value_name = "LIST", value_parser = |s: &str| matrix::parse_transports(s).map(Listed))]
     transports: Option<Listed<rdmaprobe::backend::Transport>>,
     /// Bandwidth QPs per thread (default 1).
@@ -507,7 +508,7 @@ struct SuiteArgs {
     #[arg(long, value_parser = clap::value_parser!(u64).range(1..=64))]
     threads: Option<u64>,
     /// A matrix file (TOML) with the keys parts, ops, lat_ops, bw_ops, sizes, lat_sizes,
-    /// bw_sizes, iters, duration_s, backends, qps, threads, bw_messages, bw_min_ms,
+    /// bw_sizes, iters, duration_s, backends, transports, qps, threads, bw_messages, bw_min_ms,
     /// post_cost_blocks (docs/perftest.md); a flag wins over the file's key.
     #[arg(long, value_name = "FILE")]
     matrix: Option<std::path::PathBuf>,
@@ -535,8 +536,8 @@ fn sizes_list(s: &str) -> Result<Listed<u32>, String> {
 
 fn positive_secs(s: &str) -> Result<Duration, String> {
     match s.parse::<f64>() {
-        Ok(v) if v.is_finite() && v > 0.0 && v <= 86_400.0 => Ok(Duration::from_secs_f64(v)),
-        _ => Err(format!("'{s}' is not a number of seconds from more than 0 to 86400")),
+        Ok(v) if v.is_finite() && (matrix::MIN_DURATION_S..=86_400.0).contains(&v) => Ok(Duration::from_secs_f64(v)),
+        _ => Err(format!("'{s}' is not a number of seconds from 0.01 to 86400")),
     }
 }
 

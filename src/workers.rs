@@ -87,9 +87,10 @@ pub fn parse_cpu_list(s: &str) -> Result<Vec<usize>, String> {
     }
     let mut seen = Vec::with_capacity(v.len());
     for c in v {
-        if !seen.contains(&c) {
-            seen.push(c);
+        if seen.contains(&c) {
+            return Err(format!("CPU {c} is named twice"));
         }
+        seen.push(c);
     }
     Ok(seen)
 }
@@ -427,7 +428,8 @@ mod tests {
     #[test]
     fn cpu_lists_keep_the_order_named() {
         assert_eq!(parse_cpu_list("3,1").unwrap(), vec![3, 1]);
-        assert_eq!(parse_cpu_list("0-3,8,2").unwrap(), vec![0, 1, 2, 3, 8]);
+        assert!(parse_cpu_list("0-3,8,2").unwrap_err().contains("twice"));
+        assert_eq!(parse_cpu_list("0-3,8").unwrap(), vec![0, 1, 2, 3, 8]);
         assert_eq!(parse_cpu_list(" 5 ").unwrap(), vec![5]);
         for bad in ["", "x", "3-1", "1,,", "-1", "99999"] {
             assert!(parse_cpu_list(bad).is_err(), "{bad} accepted");

@@ -2032,13 +2032,20 @@ fn ud_transport_on_the_verbs_backends() {
     let dropped = j["counters"]["delta"]["dropped_messages"].as_u64().unwrap_or(0);
     assert_eq!(dropped, lost, "model0 dropped {dropped}, the receivers missed {lost}");
     for (args, says) in [
-        (vec!["lat", "send", "-c", "UD", "--loopback", "-s", "4097"], "path MTU"),
+        (
+            vec!["lat", "send", "-c", "UD", "--loopback", "-s", "4097"],
+            "port's MTU",
+        ),
         (vec!["lat", "write", "-c", "UD", "--loopback"], "-c UD"),
         (
             vec!["lat", "send", "-c", "UD", "--loopback", "--backend", "direct"],
             "-c UD",
         ),
         (vec!["lat", "send", "-c", "UD", "127.0.0.1"], "--loopback"),
+        (
+            vec!["lat", "send", "-c", "UD", "--loopback", "-m", "1024"],
+            "no path MTU",
+        ),
     ] {
         let (c, _, err) = rdmaprobe(&args);
         assert_eq!(c, 2, "{args:?}: {err}");

@@ -77,6 +77,40 @@ pub fn closed(fd: i32) {
     }
 }
 
+/// Takes the events of the CQ whose handle is `handle` still unread in channel `chan` out of
+/// it (the others are put back), and returns how many there were: what DESTROY_CQ must not count
+/// as reported (libibverbs waits until every reported event is acknowledged, and the program
+/// acknowledges only what it read, as from a kernel's channel).
+pub fn take_unread(chan: u32, handle: u64) -> u32 {
+    let c = CHANNELS.lock().unwrap_or_else(|p| p.into_inner());
+    let Some(ch) = c.iter().find(|c| c.id == chan) else {
+        return 0;
+    };
+    let mut avail: libc::c_int = 0;
+    // SAFETY: FIONREAD into a local int, on our own pipe.
+    if unsafe { libc::ioctl(ch.read_fd, libc::FIONREAD, &mut avail) } != 0 || avail < 8 {
+        return 0;
+    }
+    let mut buf = vec![0u8; avail as usize / 8 * 8];
+    // SAFETY: reading at most what the pipe holds (so the read does not block) into our buffer
+    // (a raw system call: this executable's `read` is libc's, but its `write` is the interposer).
+    let n = unsafe { libc::syscall(libc::SYS_read, ch.read_fd, buf.as_mut_ptr(), buf.len()) };
+    if n <= 0 {
+        return 0;
+    }
+    let mut mine = 0;
+    for ev in buf[..n as usize / 8 * 8].chunks_exact(8) {
+        let h = u64::from_ne_bytes([ev[0], ev[1], ev[2], ev[3], ev[4], ev[5], ev[6], ev[7]]);
+        if h == handle {
+            mine += 1;
+        } else {
+            // SAFETY: 8 bytes back into our own pipe, which has room for what it held.
+            unsafe { libc::syscall(libc::SYS_write, ch.write_fd, ev.as_ptr(), 8usize) };
+        }
+    }
+    mine
+}
+
 /// Whether a CQE raises an event: the CQ is armed (its record holds a value other than the one
 /// that raised the last event, and other than [`UNARMED`]) for every completion, or for
 /// solicited ones and this CQE is a solicited receive or an error.
@@ -132,6 +166,15 @@ mod tests {
         let n = unsafe { libc::read(fd, b.as_mut_ptr().cast(), 8) };
         assert_eq!(n, 8);
         assert_eq!(u64::from_ne_bytes(b), 0xdead_beef);
+        // two events unread at teardown, one of another CQ: the first is taken, the other stays
+        assert!(raise(id, 7, std::process::id()));
+        assert!(raise(id, 9, std::process::id()));
+        assert!(raise(id, 7, std::process::id()));
+        assert_eq!(take_unread(id, 7), 2);
+        // SAFETY: reading 8 bytes into a local array from our pipe (one is there).
+        let n = unsafe { libc::read(fd, b.as_mut_ptr().cast(), 8) };
+        assert_eq!((n, u64::from_ne_bytes(b)), (8, 9));
+        assert_eq!(take_unread(id, 7), 0);
         closed(fd);
         assert_eq!(by_fd(fd), None);
         assert!(!raise(id, 1, std::process::id()));

@@ -551,6 +551,25 @@ impl ModelCq {
         super::layout::cq_counters(&self.shm).events.load(Ordering::Relaxed) as u32
     }
 
+    /// Completion events raised and read by the program: raised, less those still in its
+    /// channel (taken out of it; the CQ is being destroyed).
+    pub fn events_read(&self) -> u32 {
+        let h = hdr::<CqHdr>(&self.shm);
+        // SAFETY: header fields of our own CQ, read once.
+        let (chan, handle) = unsafe {
+            (
+                std::ptr::read_volatile(&h.chan),
+                std::ptr::read_volatile(&h.user_handle),
+            )
+        };
+        let unread = if chan == 0 {
+            0
+        } else {
+            super::events::take_unread(chan, handle)
+        };
+        self.events_raised().saturating_sub(unread)
+    }
+
     /// CQ number.
     pub fn cqn(&self) -> u32 {
         self.cqn

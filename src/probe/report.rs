@@ -413,7 +413,7 @@ fn bw_row(r: &BwResult, gbits: bool) -> String {
     let conv = |mib: f64| if gbits { mib * 1024.0 * 1024.0 * 8.0 / 1e9 } else { mib };
     let s = &r.summary;
     format!(
-        " {:>8} {:>7} {:>12} {:>10.1} {:>8.2} {:>16} {:>16.2} {:>16.2} {:>16.2} {:>12.4}\n",
+        " {:>8} {:>7} {:>12} {:>10.1} {:>8.2} {:>16} {:>16.2} {:>16.2} {:>16.2} {:>12.4}{}\n",
         r.size,
         r.backend,
         s.messages,
@@ -425,7 +425,15 @@ fn bw_row(r: &BwResult, gbits: bool) -> String {
         conv(s.bw_avg_mib_s),
         conv(s.bw_peak_window_mib_s),
         conv(s.bw_min_window_mib_s),
-        s.msg_rate_mpps
+        s.msg_rate_mpps,
+        // an unreliable transport: the figures are the senders'; what the receivers took is said
+        match s.messages_received {
+            Some(n) if n < s.messages => format!(
+                "  received {n} ({:.1} % dropped)",
+                100.0 * (s.messages - n) as f64 / s.messages as f64
+            ),
+            _ => String::new(),
+        }
     )
 }
 

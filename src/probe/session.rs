@@ -100,10 +100,17 @@ pub fn ud_checks(dev: &Dev, plan: &Plan, sizes: &[u32]) -> Result<Option<String>
             "-c UD runs with --loopback only in this version".into(),
         ));
     }
+    if let Some(m) = plan.path.mtu {
+        return Err(ProbeError::Usage(format!(
+            "-m {m}: a UD QP has no path MTU (its datagrams are up to the port's MTU, {} bytes on {})",
+            ud_mtu(dev),
+            dev.name()
+        )));
+    }
     let mtu = ud_mtu(dev);
     if let Some(s) = sizes.iter().find(|s| **s > mtu) {
         return Err(ProbeError::Usage(format!(
-            "-s {s}: a UD message is at most the path MTU, {mtu} bytes on {} (-m, or a smaller -s)",
+            "-s {s}: a UD message is at most the port's MTU, {mtu} bytes on {}",
             dev.name()
         )));
     }

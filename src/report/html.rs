@@ -130,12 +130,24 @@ pub fn report(doc: &Value, figs: &[Figure]) -> String {
              <th>samples</th><th>− direct (p50)</th></tr>",
         );
         for r in &lat {
+            // the same operation, verb, transport and size on the direct path (polling)
             let direct = lat.iter().find(|d| {
                 d["backend"] == "direct"
                     && d["op"] == r["op"]
+                    && d["verb"] == r["verb"]
+                    && d["transport"] == r["transport"]
                     && d["size_bytes"] == r["size_bytes"]
                     && d["figure"] == r["figure"]
+                    && d["completion"].is_null()
             });
+            let mut what = r["verb"].as_str().or(r["op"].as_str()).unwrap_or("?").to_string();
+            if let Some(t) = r["transport"].as_str().filter(|t| *t != "RC") {
+                what = format!("{what} {t}");
+            }
+            let backend = match r["completion"].as_str() {
+                Some("events") => format!("{}-e", r["backend"].as_str().unwrap_or("?")),
+                _ => r["backend"].as_str().unwrap_or("?").to_string(),
+            };
             let diff = match (direct, r["latency_ns"]["p50"].as_f64()) {
                 (Some(d), Some(p)) if r["backend"] != "direct" => d["latency_ns"]["p50"]
                     .as_f64()
@@ -148,10 +160,10 @@ pub fn report(doc: &Value, figs: &[Figure]) -> String {
                 h,
                 "<tr><td class=\"l\">{}</td><td>{}</td><td class=\"l\">{}</td><td class=\"l\">{}</td><td>{}</td><td>{}</td>\
                  <td>{}</td><td>{}</td><td>{}</td><td>{diff}</td></tr>",
-                cell(&r["op"]),
+                esc(&what),
                 cell(&r["size_bytes"]),
                 cell(&r["figure"]),
-                cell(&r["backend"]),
+                esc(&backend),
                 ns(&l["p50"]),
                 ns(&l["p99"]),
                 ns(&l["p99_9"]),

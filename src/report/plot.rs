@@ -22,11 +22,35 @@ pub struct Figure {
 const W: u32 = 900;
 const H: u32 = 520;
 
+/// The plots' series of a run: its operation, the verb where it is not the operation's own
+/// (`write_imm`, `send_imm`, `cmp_swap`), and the transport other than RC (`send-UD`).
+fn series(r: &Value) -> String {
+    let mut s = match r["verb"].as_str() {
+        Some(v @ ("write_imm" | "send_imm" | "cmp_swap")) => v.to_string(),
+        _ => str_of(r, "op").to_string(),
+    };
+    if let Some(t) = r["transport"].as_str().filter(|t| *t != "RC") {
+        s = format!("{s}-{t}");
+    }
+    s
+}
+
+/// A run's line in its plot: the backend, `-e` when it waited for completion events.
+fn line(r: &Value) -> String {
+    match r["completion"].as_str() {
+        Some("events") => format!("{}-e", str_of(r, "backend")),
+        _ => str_of(r, "backend").to_string(),
+    }
+}
+
 fn colour(backend: &str) -> RGBColor {
     match backend {
         "direct" => RGBColor(0, 114, 178),
         "verbs" => RGBColor(213, 94, 0),
         "wr" => RGBColor(0, 158, 115),
+        // waiting for completion events: the backend's colour, darker
+        "verbs-e" => RGBColor(140, 60, 0),
+        "wr-e" => RGBColor(0, 100, 70),
         _ => RGBColor(80, 80, 80),
     }
 }
@@ -307,11 +331,7 @@ pub fn figures(doc: &Value) -> Result<Vec<Figure>, String> {
                         return Err(bad(&format!("latency_ns.{q}"), "a positive number"));
                     }
                 }
-                lat.entry(str_of(r, "op").to_string())
-                    .or_default()
-                    .entry(size)
-                    .or_default()
-                    .push(r);
+                lat.entry(series(r)).or_default().entry(size).or_default().push(r);
             }
             "bw" => {
                 if !r["summary"]["bw_avg_gbit_s"].is_number() {
@@ -322,7 +342,7 @@ pub fn figures(doc: &Value) -> Result<Vec<Figure>, String> {
                     .ok_or_else(|| bad("size_bytes", "a whole number"))?;
                 match &r["bidirectional"] {
                     Value::Bool(true) => {}
-                    Value::Bool(false) | Value::Null => bw.entry(str_of(r, "op").to_string()).or_default().push(r),
+                    Value::Bool(false) | Value::Null => bw.entry(series(r)).or_default().push(r),
                     _ => return Err(bad("bidirectional", "true or false")),
                 }
             }
@@ -335,7 +355,7 @@ pub fn figures(doc: &Value) -> Result<Vec<Figure>, String> {
             let mut sp = Vec::new();
             let mut cd = Vec::new();
             for r in rs {
-                let b = str_of(r, "backend");
+                let b = &line(r);
                 let h = Hist::decode(str_of(r, "histogram_ns"))
                     .map_err(|e| format!("lat {op} {size} B {b}: the histogram does not decode: {e}"))?;
                 if h.is_empty() {
@@ -368,7 +388,7 @@ pub fn figures(doc: &Value) -> Result<Vec<Figure>, String> {
             let mut per: BTreeMap<String, (Pts, Pts)> = BTreeMap::new();
             for (size, rs) in by_size {
                 for r in rs {
-                    let e = per.entry(str_of(r, "backend").to_string()).or_default();
+                    let e = per.entry(line(r)).or_default();
                     if let (Some(p50), Some(p99)) = (r["latency_ns"]["p50"].as_f64(), r["latency_ns"]["p99"].as_f64()) {
                         e.0.push((*size as f64, p50));
                         e.1.push((*size as f64, p99));
@@ -395,9 +415,7 @@ pub fn figures(doc: &Value) -> Result<Vec<Figure>, String> {
         let mut per: BTreeMap<String, Vec<(f64, f64)>> = BTreeMap::new();
         for r in rs {
             if let (Some(size), Some(g)) = (r["size_bytes"].as_u64(), r["summary"]["bw_avg_gbit_s"].as_f64()) {
-                per.entry(str_of(r, "backend").to_string())
-                    .or_default()
-                    .push((size as f64, g));
+                per.entry(line(r)).or_default().push((size as f64, g));
             }
         }
         if per.values().all(|v| v.len() < 2) {

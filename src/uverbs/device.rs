@@ -352,7 +352,7 @@ pub(super) fn command(fd: c_int, b: &[u8]) -> Result<(), c_int> {
             };
             // libibverbs waits until the program has acknowledged every event reported
             let r = k::ib_uverbs_destroy_cq_resp {
-                comp_events_reported: e.cq.events_raised(),
+                comp_events_reported: e.cq.events_read(),
                 async_events_reported: 0,
             };
             drop(e.cq);

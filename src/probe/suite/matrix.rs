@@ -61,12 +61,28 @@ pub struct MatrixSpec {
     pub transports: Option<Vec<Transport>>,
 }
 
+/// The shortest `-D` (a point shorter than a block of 1000 iterations measures nothing).
+pub const MIN_DURATION_S: f64 = 0.01;
+
 /// The largest message the suite sends (as `lat -s`).
 pub const MAX_SIZE: u32 = 8 * 1024 * 1024;
 
 impl MatrixSpec {
     /// `self` (the command line) over `file`: each field the command line names wins.
     pub fn over(self, file: MatrixSpec) -> MatrixSpec {
+        // the run's length is one choice: -D on the command line replaces the file's counts,
+        // and -n or --bw-min-ms there replace its duration
+        let file = if self.duration.is_some() {
+            MatrixSpec {
+                iters: None,
+                bw_min_ms: None,
+                ..file
+            }
+        } else if self.iters.is_some() || self.bw_min_ms.is_some() {
+            MatrixSpec { duration: None, ..file }
+        } else {
+            file
+        };
         MatrixSpec {
             parts: self.parts.or(file.parts),
             lat_ops: self.lat_ops.or(file.lat_ops),
@@ -149,8 +165,8 @@ impl MatrixSpec {
                         toml::Value::Float(f) => *f,
                         _ => return Err(bad("a number of seconds")),
                     };
-                    if !(s.is_finite() && s > 0.0 && s <= 86_400.0) {
-                        return Err(bad("seconds from more than 0 to 86400"));
+                    if !(s.is_finite() && (MIN_DURATION_S..=86_400.0).contains(&s)) {
+                        return Err(bad("seconds from 0.01 to 86400"));
                     }
                     m.duration = Some(Duration::from_secs_f64(s));
                 }
@@ -383,6 +399,14 @@ mod tests {
             backends: Some(vec![BackendKind::Wr]),
             ..Default::default()
         };
+        // the run's length from the command line replaces the file's, whichever way it is given
+        let dur = MatrixSpec {
+            duration: Some(Duration::from_secs(2)),
+            ..Default::default()
+        }
+        .over(f.clone());
+        assert_eq!((dur.iters, dur.duration), (None, Some(Duration::from_secs(2))));
+        assert!(dur.check().is_ok());
         let m = cli.over(f.clone());
         assert_eq!(m.iters, Some(50));
         assert_eq!(m.backends, Some(vec![BackendKind::Wr]));

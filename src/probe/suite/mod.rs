@@ -155,6 +155,24 @@ impl Matrix {
         if self.parts.contains(&Part::PostCost) {
             parts.push(format!("post-cost {} blocks", self.pc_blocks));
         }
+        if self.transports.contains(&Transport::Ud) {
+            let over: Vec<String> = self
+                .lat_sizes
+                .iter()
+                .chain(&self.bw_sizes)
+                .filter(|s| **s > self.ud_mtu)
+                .map(|s| s.to_string())
+                .collect::<std::collections::BTreeSet<_>>()
+                .into_iter()
+                .collect();
+            if !over.is_empty() {
+                parts.push(format!(
+                    "UD leaves out sizes above the MTU ({} B): {}",
+                    self.ud_mtu,
+                    over.join(",")
+                ));
+            }
+        }
         if self.transports != [Transport::Rc] {
             let ts: Vec<&str> = self.transports.iter().map(|t| t.as_str()).collect();
             parts.push(format!(
@@ -261,6 +279,19 @@ pub fn run(sp: &SuitePlan, obs: &mut dyn Observer) -> Result<SuiteReport, ProbeE
     let mut dev = session::open_device(&plan, model, &mut Notes(&mut notes))?;
     let kinds = suite_backends(&dev, sp.matrix.backends.as_deref())?;
     m.ud_mtu = session::ud_mtu(&dev);
+    let pc_steps = if m.parts.contains(&Part::PostCost) {
+        POSTLISTS.len()
+    } else {
+        0
+    };
+    if (m.parts.contains(&Part::Lat) || m.parts.contains(&Part::Bw)) && m.steps() == pc_steps {
+        return Err(ProbeError::Usage(format!(
+            "--transports/--ops/--sizes: no latency or bandwidth point to run (UC carries send and write, UD send up to \
+             the MTU, {} bytes on {})",
+            m.ud_mtu,
+            dev.name()
+        )));
+    }
     if m.transports.contains(&Transport::Ud) && !kinds.iter().any(|k| *k != BackendKind::Direct) {
         return Err(ProbeError::Usage(
             "--transports UD: the direct path does not build UD WQEs yet; add verbs or wr to --backends".into(),
