@@ -22,12 +22,20 @@ pub struct ModelDev {
     pub model: Model,
     /// model0 as an mlx5 device of the machine's libibverbs: the context and its port.
     pub verbs: Result<(Context, PortInfo), String>,
-    /// The path and QP options of the verbs QPs.
+    /// How its QPs are made (the path options and huge pages: the verbs QPs; model0's own
+    /// direct QPs have no path and use the model's shared memory).
+    pub opts: DevOpts,
+}
+
+/// How a device's QPs are made: what a plan sets on it once it is open.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct DevOpts {
+    /// The path and QP options its verbs QPs connect with.
     pub path: PathOpts,
-    /// The verbs QPs' buffers on 2 MiB huge pages (model0's own direct QPs use the model's
-    /// shared memory).
+    /// The buffers of its verbs (and mlx5 direct) QPs on 2 MiB huge pages (perftest's
+    /// --use_hugepages); a buffer that cannot have them is an error naming the reservation.
     pub huge_pages: bool,
-    /// The QPs' transport.
+    /// The QPs' transport (perftest's `-c`).
     pub transport: Transport,
 }
 
@@ -53,9 +61,7 @@ impl ModelDev {
         Ok(ModelDev {
             model,
             verbs,
-            path: PathOpts::default(),
-            huge_pages: false,
-            transport: Transport::Rc,
+            opts: DevOpts::default(),
         })
     }
 }
@@ -111,12 +117,8 @@ pub enum Dev {
         provider: String,
         /// Firmware version.
         fw: String,
-        /// The path and QP options of its QPs.
-        path: PathOpts,
-        /// Its buffers on 2 MiB huge pages.
-        huge_pages: bool,
-        /// Its QPs' transport.
-        transport: Transport,
+        /// How its QPs are made.
+        opts: DevOpts,
     },
 }
 
@@ -242,9 +244,7 @@ impl Dev {
                 gid,
                 provider: info.provider,
                 fw: info.fw_ver,
-                path: PathOpts::default(),
-                huge_pages: false,
-                transport: Transport::Rc,
+                opts: DevOpts::default(),
             },
             note,
         ))
@@ -331,53 +331,35 @@ impl Dev {
         Ok(())
     }
 
-    /// The path and QP options its verbs QPs connect with.
-    pub fn path(&self) -> PathOpts {
+    /// How its QPs are made.
+    pub fn opts(&self) -> DevOpts {
         match self {
-            Dev::Verbs { path, .. } => *path,
-            Dev::Model(m) => m.path,
+            Dev::Verbs { opts, .. } => *opts,
+            Dev::Model(m) => m.opts,
         }
     }
 
-    /// Sets the path and QP options its verbs QPs connect with.
-    pub fn set_path(&mut self, p: PathOpts) {
+    /// Sets how its QPs are made (the path options, huge pages, the transport).
+    pub fn opts_mut(&mut self) -> &mut DevOpts {
         match self {
-            Dev::Verbs { path, .. } => *path = p,
-            Dev::Model(m) => m.path = p,
+            Dev::Verbs { opts, .. } => opts,
+            Dev::Model(m) => &mut m.opts,
         }
+    }
+
+    /// The path and QP options its verbs QPs connect with.
+    pub fn path(&self) -> PathOpts {
+        self.opts().path
     }
 
     /// The transport of the QPs made on it.
     pub fn transport(&self) -> Transport {
-        match self {
-            Dev::Verbs { transport, .. } => *transport,
-            Dev::Model(m) => m.transport,
-        }
-    }
-
-    /// Makes its QPs of transport `t` (perftest's `-c`).
-    pub fn set_transport(&mut self, t: Transport) {
-        match self {
-            Dev::Verbs { transport, .. } => *transport = t,
-            Dev::Model(m) => m.transport = t,
-        }
+        self.opts().transport
     }
 
     /// Whether the buffers of its verbs (and mlx5 direct) QPs are on 2 MiB huge pages.
     pub fn huge_pages(&self) -> bool {
-        match self {
-            Dev::Verbs { huge_pages, .. } => *huge_pages,
-            Dev::Model(m) => m.huge_pages,
-        }
-    }
-
-    /// Puts the buffers of its verbs (and mlx5 direct) QPs on 2 MiB huge pages (perftest's
-    /// --use_hugepages); a buffer that cannot have them is an error naming the reservation.
-    pub fn set_huge_pages(&mut self, on: bool) {
-        match self {
-            Dev::Verbs { huge_pages, .. } => *huge_pages = on,
-            Dev::Model(m) => m.huge_pages = on,
-        }
+        self.opts().huge_pages
     }
 
     /// The verbs context, port and GID index the `verbs` and `wr` backends use (model0's through
@@ -767,7 +749,7 @@ impl HalfEnd {
                     max_inline_data: INLINE,
                 };
                 let q = DirectModelQp::new(m, pd, mcaps, 2 * DEPTH, mode)?;
-                q.qp.set_transport(m.transport.model());
+                q.qp.set_transport(m.opts.transport.model());
                 let mr = m.reg_mr(pd, buf_len, model_access(op))?;
                 HalfEnd::Model { q: Box::new(q), mr }
             }

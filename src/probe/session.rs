@@ -28,7 +28,7 @@ pub fn open_device(plan: &Plan, model: ModelConfig, obs: &mut dyn Observer) -> R
              through libmlx5); model0's own direct QPs have no path",
         );
     }
-    dev.set_path(plan.path);
+    dev.opts_mut().path = plan.path;
     if plan.huge_pages && dev.is_model() {
         return Err(ProbeError::Usage(
             "--use-hugepages: model0 keeps registered memory in its shared-memory files (it maps them over the \
@@ -36,7 +36,7 @@ pub fn open_device(plan: &Plan, model: ModelConfig, obs: &mut dyn Observer) -> R
                 .into(),
         ));
     }
-    dev.set_huge_pages(plan.huge_pages);
+    dev.opts_mut().huge_pages = plan.huge_pages;
     let op = match &plan.scenario {
         super::Scenario::Lat(l) => Some(l.op),
         super::Scenario::Bw(b) => Some(b.op),
@@ -54,7 +54,7 @@ pub fn open_device(plan: &Plan, model: ModelConfig, obs: &mut dyn Observer) -> R
             op.as_str()
         )));
     }
-    dev.set_transport(plan.transport);
+    dev.opts_mut().transport = plan.transport;
     Ok(dev)
 }
 

@@ -102,24 +102,31 @@ impl Spin<'_> {
             }
             turns = turns.wrapping_add(1);
             if turns % 4096 == 0 {
-                if self.flags.interrupt.load(Ordering::Relaxed) {
-                    return Err(ScenarioError::Interrupted);
-                }
-                if self.flags.failed.load(Ordering::Relaxed) {
-                    return Err(ScenarioError::PeerFailed { side: self.side });
-                }
-                let t = *since.get_or_insert_with(Instant::now);
-                if t.elapsed() > self.stall {
-                    return Err(ScenarioError::Stalled {
-                        side: self.side,
-                        index,
-                        what,
-                        waited: self.stall,
-                    });
-                }
+                self.check(index, what, &mut since)?;
             }
             std::hint::spin_loop();
         }
+    }
+
+    /// Stops a wait: SIGINT, the peer failed, or no progress since `since` (set at the first
+    /// check) for the stall deadline.
+    fn check(&self, index: u64, what: &'static str, since: &mut Option<Instant>) -> Result<(), ScenarioError> {
+        if self.flags.interrupt.load(Ordering::Relaxed) {
+            return Err(ScenarioError::Interrupted);
+        }
+        if self.flags.failed.load(Ordering::Relaxed) {
+            return Err(ScenarioError::PeerFailed { side: self.side });
+        }
+        let t = *since.get_or_insert_with(Instant::now);
+        if t.elapsed() > self.stall {
+            return Err(ScenarioError::Stalled {
+                side: self.side,
+                index,
+                what,
+                waited: self.stall,
+            });
+        }
+        Ok(())
     }
 }
 
@@ -212,21 +219,7 @@ fn until_event<B: Backend>(
         if b.wait_event(EVENT_SLICE).map_err(be(spin.side, index))? {
             continue;
         }
-        if spin.flags.interrupt.load(Ordering::Relaxed) {
-            return Err(ScenarioError::Interrupted);
-        }
-        if spin.flags.failed.load(Ordering::Relaxed) {
-            return Err(ScenarioError::PeerFailed { side: spin.side });
-        }
-        let t = *since.get_or_insert_with(Instant::now);
-        if t.elapsed() > spin.stall {
-            return Err(ScenarioError::Stalled {
-                side: spin.side,
-                index,
-                what,
-                waited: spin.stall,
-            });
-        }
+        spin.check(index, what, &mut since)?;
     }
 }
 

@@ -29,9 +29,13 @@ impl AnyPair {
     pub fn new(dev: &Dev, kind: BackendKind, op: OpKind, buf_len: usize, mode: DbMode) -> Result<Self, SetupError> {
         dev.supports(kind)?;
         Ok(match (dev, kind) {
-            (Dev::Model(m), BackendKind::Direct) => {
-                AnyPair::Model(Box::new(setup::model_pair_with(m, op, buf_len, mode, m.transport)?))
-            }
+            (Dev::Model(m), BackendKind::Direct) => AnyPair::Model(Box::new(setup::model_pair_with(
+                m,
+                op,
+                buf_len,
+                mode,
+                m.opts.transport,
+            )?)),
             (_, BackendKind::Direct) => AnyPair::Mlx5(Box::new(setup::mlx5_pair(dev, op, buf_len, mode)?)),
             _ => AnyPair::Verbs(Box::new(setup::verbs_pair(dev, kind, op, buf_len)?)),
         })
@@ -467,7 +471,7 @@ pub fn run_bw(
         Ok(match (dev, kind) {
             (Dev::Model(m), BackendKind::Direct) => {
                 let mut t = build(threads, qps, || {
-                    setup::model_pair_with(m, p.op, buf_len, mode, m.transport)
+                    setup::model_pair_with(m, p.op, buf_len, mode, m.opts.transport)
                 })?;
                 bw::run(&mut t, p, &grid, intr)?
             }

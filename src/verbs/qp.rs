@@ -166,15 +166,7 @@ impl Qp {
     /// Takes a UD QP to RTS: INIT with the P_Key index, port and Q_Key, RTR, RTS with its send
     /// PSN (a UD QP has no path and no destination: each datagram names its own).
     pub fn connect_ud(&mut self, port: &PortInfo, pkey_index: u16, qkey: u32) -> Result<()> {
-        if !port.is_active() {
-            return Err(VerbsError::Port {
-                ctx: self.ctx().port(port.port),
-                why: format!(
-                    "port is {} (physical state {}), not ACTIVE",
-                    port.state, port.phys_state
-                ),
-            });
-        }
+        self.require_active(port)?;
         let p = port.port;
         let mut a = sys::ibv_qp_attr {
             qp_state: sys::IBV_QPS_INIT,
@@ -200,15 +192,7 @@ impl Qp {
             ..Default::default()
         };
         self.modify(&mut a, sys::IBV_QP_STATE | sys::IBV_QP_SQ_PSN, "ibv_modify_qp(RTS)", p)?;
-        let (got, _) = self.query()?;
-        if got.qp_state != sys::IBV_QPS_RTS {
-            return Err(VerbsError::QpState {
-                ctx: self.ctx().port(p),
-                step: "connect",
-                state: qp_state_str(got.qp_state),
-                expected: "RTS",
-            });
-        }
+        self.require_rts(p)?;
         Ok(())
     }
 
@@ -320,7 +304,35 @@ impl Qp {
         Ok(me)
     }
 
-    /// Its type (`IBV_QPT_RC`, `IBV_QPT_UC`).
+    /// A connection needs the port ACTIVE.
+    fn require_active(&self, port: &PortInfo) -> Result<()> {
+        if !port.is_active() {
+            return Err(VerbsError::Port {
+                ctx: self.ctx().port(port.port),
+                why: format!(
+                    "port is {} (physical state {}), not ACTIVE",
+                    port.state, port.phys_state
+                ),
+            });
+        }
+        Ok(())
+    }
+
+    /// A connected QP reads back RTS: its attributes as read.
+    fn require_rts(&self, port: u8) -> Result<sys::ibv_qp_attr> {
+        let (got, _) = self.query()?;
+        if got.qp_state != sys::IBV_QPS_RTS {
+            return Err(VerbsError::QpState {
+                ctx: self.ctx().port(port),
+                step: "connect",
+                state: qp_state_str(got.qp_state),
+                expected: "RTS",
+            });
+        }
+        Ok(got)
+    }
+
+    /// Its type (`IBV_QPT_RC`, `IBV_QPT_UC`, `IBV_QPT_UD`).
     pub fn qp_type(&self) -> u32 {
         self.qp_type
     }
@@ -421,15 +433,7 @@ impl Qp {
     /// RESET→INIT→RTR→RTS towards `remote`, then reads the QP back: it must be in RTS, and every
     /// attribute the driver granted differently from the request is returned.
     pub fn connect(&mut self, port: &PortInfo, opts: &ConnectOpts, remote: &Endpoint) -> Result<Vec<Granted>> {
-        if !port.is_active() {
-            return Err(VerbsError::Port {
-                ctx: self.ctx().port(port.port),
-                why: format!(
-                    "port is {} (physical state {}), not ACTIVE",
-                    port.state, port.phys_state
-                ),
-            });
-        }
+        self.require_active(port)?;
         if port.is_ethernet() && opts.gid_index.is_none() {
             return Err(VerbsError::Port {
                 ctx: self.ctx().port(port.port),
@@ -522,15 +526,7 @@ impl Qp {
             p,
         )?;
 
-        let (got, _) = self.query()?;
-        if got.qp_state != sys::IBV_QPS_RTS {
-            return Err(VerbsError::QpState {
-                ctx: self.ctx().port(p),
-                step: "connect",
-                state: qp_state_str(got.qp_state),
-                expected: "RTS",
-            });
-        }
+        let got = self.require_rts(p)?;
         let r = self.requested;
         let mut diffs = Vec::new();
         let mut cmp = |what: &'static str, requested: u64, granted: u64| {

@@ -218,81 +218,75 @@ fn list(s: &str) -> impl Iterator<Item = &str> {
     s.split(',').map(str::trim)
 }
 
-/// `lat,bw,post-cost` (any of them, in any order; each once).
-pub fn parse_parts(s: &str) -> Result<Vec<Part>, String> {
+/// A list of names from `table` (in any order, each once): `'x' is not {what} ({shown})` for a
+/// name it does not hold.
+fn parse_named<T: Copy + PartialEq>(s: &str, table: &[(&str, T)], what: &str, shown: &str) -> Result<Vec<T>, String> {
     let mut v = Vec::new();
     for x in list(s) {
-        let p = match x {
-            "lat" => Part::Lat,
-            "bw" => Part::Bw,
-            "post-cost" | "post_cost" => Part::PostCost,
-            _ => return Err(format!("'{x}' is not a part of the suite (lat, bw, post-cost)")),
+        let Some(&(_, t)) = table.iter().find(|(n, _)| *n == x) else {
+            return Err(format!("'{x}' is not {what} ({shown})"));
         };
-        push_once(&mut v, p, x)?;
+        if v.contains(&t) {
+            return Err(format!("'{x}' is named twice"));
+        }
+        v.push(t);
     }
     Ok(v)
+}
+
+/// `lat,bw,post-cost` (any of them, in any order; each once).
+pub fn parse_parts(s: &str) -> Result<Vec<Part>, String> {
+    let table = [
+        ("lat", Part::Lat),
+        ("bw", Part::Bw),
+        ("post-cost", Part::PostCost),
+        ("post_cost", Part::PostCost),
+    ];
+    parse_named(s, &table, "a part of the suite", "lat, bw, post-cost")
 }
 
 /// `send,write,read,atomic,cmp_swap,write_imm,send_imm` (`atomic` and `fetch_add` are
 /// fetch-and-add).
 pub fn parse_ops(s: &str) -> Result<Vec<OpKind>, String> {
-    let mut v = Vec::new();
-    for x in list(s) {
-        let o = match x {
-            "send" => OpKind::Send,
-            "write" => OpKind::Write,
-            "read" => OpKind::Read,
-            "atomic" | "fetch_add" => OpKind::FetchAdd,
-            "cmp_swap" => OpKind::CmpSwap,
-            "write_imm" => OpKind::WriteImm,
-            "send_imm" => OpKind::SendImm,
-            _ => {
-                return Err(format!(
-                    "'{x}' is not an operation (send, write, read, atomic, cmp_swap, write_imm, send_imm)"
-                ))
-            }
-        };
-        push_once(&mut v, o, x)?;
-    }
-    Ok(v)
+    let table = [
+        ("send", OpKind::Send),
+        ("write", OpKind::Write),
+        ("read", OpKind::Read),
+        ("atomic", OpKind::FetchAdd),
+        ("fetch_add", OpKind::FetchAdd),
+        ("cmp_swap", OpKind::CmpSwap),
+        ("write_imm", OpKind::WriteImm),
+        ("send_imm", OpKind::SendImm),
+    ];
+    parse_named(
+        s,
+        &table,
+        "an operation",
+        "send, write, read, atomic, cmp_swap, write_imm, send_imm",
+    )
 }
 
 /// `RC,UC,UD` (perftest's names; lower case too).
 pub fn parse_transports(s: &str) -> Result<Vec<Transport>, String> {
-    let mut v = Vec::new();
-    for x in list(s) {
-        let t = match x {
-            "RC" | "rc" => Transport::Rc,
-            "UC" | "uc" => Transport::Uc,
-            "UD" | "ud" => Transport::Ud,
-            _ => return Err(format!("'{x}' is not a transport (RC, UC, UD)")),
-        };
-        push_once(&mut v, t, x)?;
-    }
-    Ok(v)
+    let table = [
+        ("RC", Transport::Rc),
+        ("rc", Transport::Rc),
+        ("UC", Transport::Uc),
+        ("uc", Transport::Uc),
+        ("UD", Transport::Ud),
+        ("ud", Transport::Ud),
+    ];
+    parse_named(s, &table, "a transport", "RC, UC, UD")
 }
 
 /// `verbs,wr,direct`.
 pub fn parse_backends(s: &str) -> Result<Vec<BackendKind>, String> {
-    let mut v = Vec::new();
-    for x in list(s) {
-        let k = match x {
-            "verbs" => BackendKind::Verbs,
-            "wr" => BackendKind::Wr,
-            "direct" => BackendKind::Direct,
-            _ => return Err(format!("'{x}' is not a backend (verbs, wr, direct)")),
-        };
-        push_once(&mut v, k, x)?;
-    }
-    Ok(v)
-}
-
-fn push_once<T: PartialEq>(v: &mut Vec<T>, x: T, name: &str) -> Result<(), String> {
-    if v.contains(&x) {
-        return Err(format!("'{name}' is named twice"));
-    }
-    v.push(x);
-    Ok(())
+    let table = [
+        ("verbs", BackendKind::Verbs),
+        ("wr", BackendKind::Wr),
+        ("direct", BackendKind::Direct),
+    ];
+    parse_named(s, &table, "a backend", "verbs, wr, direct")
 }
 
 /// Sizes: `8,64,4K,1M` (K and M are 1024 and 1024²), and `A-B`: the powers of two from A to B

@@ -342,7 +342,7 @@ pub fn run(sp: &SuitePlan, obs: &mut dyn Observer) -> Result<SuiteReport, ProbeE
         obs.step(step, total, &what);
     };
     for &t in &m.transports {
-        dev.set_transport(t);
+        dev.opts_mut().transport = t;
         // a transport's name follows the step's, except RC's (the default)
         let tn = if t == Transport::Rc {
             String::new()
@@ -448,7 +448,7 @@ pub fn run(sp: &SuitePlan, obs: &mut dyn Observer) -> Result<SuiteReport, ProbeE
             }
         }
     }
-    dev.set_transport(Transport::Rc);
+    dev.opts_mut().transport = Transport::Rc;
     let mut pc_dev = None;
     if m.parts.contains(&Part::PostCost) {
         // model0: its own handle in deferred mode, so only the post is timed
