@@ -326,25 +326,44 @@ fn bad_values_and_duplicate_runs_exit_2_naming_file_and_run() {
     std::fs::remove_dir_all(&dir).ok();
 }
 
+/// Two post-cost runs of one configuration are not a regression. With one run per side the
+/// per-WQE p50 of a row moves by up to a factor of 2 between processes on these shared VMs (two
+/// states a process lands in; 11 pairs here: the worst row of a pair +72 % to +100 %) against a
+/// threshold of 150 %, and a busy host can push a row past it now and then (seen once in about
+/// six pairs while other work ran). A compare that judges identical runs wrong does so in every
+/// pair; noise does not: the test fails when 3 fresh pairs in a row each have a regression row.
 #[test]
 fn post_cost_runs_of_one_configuration_have_no_regression_row() {
     let _g = serial();
     let dir = tmpdir("post");
-    let f: Vec<String> = (0..2)
-        .map(|i| {
-            let p = dir.join(format!("pc{i}.json"));
-            let (c, o, e) = run(&["post-cost", "-d", "model0", "--json", p.to_str().unwrap()]);
-            assert_eq!(c, 0, "{o}{e}");
-            p.to_str().unwrap().to_string()
-        })
-        .collect();
-    let (c, o, e) = run(&["compare", &f[0], &f[1]]);
-    assert_eq!(c, 0, "identical post-cost runs judged a regression:\n{o}{e}");
-    assert!(
-        o.contains("post_cost write direct 8B") && !o.contains("REGRESSION"),
-        "{o}"
+    let mut seen = Vec::new();
+    for attempt in 0..3 {
+        let f: Vec<String> = (0..2)
+            .map(|i| {
+                let p = dir.join(format!("pc{attempt}-{i}.json"));
+                let (c, o, e) = run(&["post-cost", "-d", "model0", "--json", p.to_str().unwrap()]);
+                assert_eq!(c, 0, "{o}{e}");
+                p.to_str().unwrap().to_string()
+            })
+            .collect();
+        let (c, o, e) = run(&["compare", &f[0], &f[1]]);
+        assert!(o.contains("post_cost write direct 8B"), "{o}{e}");
+        if c == 0 && !o.contains("REGRESSION") {
+            std::fs::remove_dir_all(&dir).ok();
+            return;
+        }
+        assert_eq!(c, 1, "compare of two post-cost runs: exit {c}\n{o}{e}");
+        seen.push(
+            o.lines()
+                .filter(|l| l.contains("REGRESSION"))
+                .collect::<Vec<_>>()
+                .join("\n"),
+        );
+    }
+    panic!(
+        "identical post-cost runs judged a regression in 3 pairs in a row:\n{}",
+        seen.join("\n--\n")
     );
-    std::fs::remove_dir_all(&dir).ok();
 }
 
 #[test]
