@@ -787,3 +787,92 @@ fn model0_counts_what_it_does() {
     drop(q);
     assert_eq!(get(&m.counters(), "wqes_executed"), total);
 }
+
+/// UD built by the direct path (issue 14 part 1): the datagram segment names the destination
+/// QP and Q_Key; the receive takes a 40-byte GRH area (zeros: model0's port is InfiniBand) and
+/// then the message; the CQE names the source QP; a datagram with another Q_Key, to no UD QP, or
+/// with no receive posted is dropped and counted, its sender completing with success (nothing is
+/// acknowledged); one over the MTU is the sender's local length error.
+#[test]
+fn ud_datagrams_built_by_the_direct_path() {
+    use rdmaprobe::mlx5::seg::AvSeg;
+    use rdmaprobe::model::transport;
+    const QKEY: u32 = 0x1111_1111;
+    let mut p = pair();
+    for s in [&p.a, &p.b] {
+        s.q.qp.set_transport(transport::UD);
+        s.q.qp.set_qkey(QKEY);
+    }
+    let (qa, qb) = (p.a.q.qp.qpn(), p.b.q.qp.qpn());
+    let get = |m: &Model| m.counters().get("dropped_messages").copied().unwrap_or(0);
+    let data = pattern(100, 3);
+    p.a.mr.write(0, &data);
+    let s = sge(&p.a.mr, 0, 100);
+    let to_b = AvSeg::default().to(qb, QKEY);
+    // delivered: GRH area, then the message; the source QP in the CQE
+    p.b.mr.write(0, &[0xee; 200]);
+    p.b.q.rq.post(&sge(&p.b.mr, 0, 4096 + 40)).unwrap();
+    p.b.q.rq.ring();
+    p.a.q
+        .sq
+        .post_and_ring(&Wqe::send(Payload::Gather(&s)).to(&to_b).signaled())
+        .unwrap();
+    assert_eq!(next(&mut p.a.q.cq).unwrap().opcode, cqe_op::REQ);
+    let c = next(&mut p.b.q.cq).unwrap();
+    assert_eq!((c.opcode, c.byte_cnt, c.src_qp), (cqe_op::RESP_SEND, 140, qa), "{c:?}");
+    let mut got = [0u8; 141];
+    p.b.mr.read(0, &mut got);
+    assert_eq!(&got[..40], &[0u8; 40], "the GRH area");
+    assert_eq!(&got[40..140], &data[..]);
+    assert_eq!(got[140], 0xee, "nothing past the message");
+    // with immediate, inline
+    p.b.q.rq.post(&sge(&p.b.mr, 0, 4096 + 40)).unwrap();
+    p.b.q.rq.ring();
+    p.a.q
+        .sq
+        .post_and_ring(&Wqe::send_imm(0x1234, Payload::Inline(b"hello")).to(&to_b).signaled())
+        .unwrap();
+    assert_eq!(next(&mut p.a.q.cq).unwrap().opcode, cqe_op::REQ);
+    let c = next(&mut p.b.q.cq).unwrap();
+    assert_eq!(
+        (c.opcode, c.byte_cnt, u32::from_be(c.imm)),
+        (cqe_op::RESP_SEND_IMM, 45, 0x1234)
+    );
+    // dropped and counted: another Q_Key (a receive is posted and stays), no such QP, no receive
+    p.b.q.rq.post(&sge(&p.b.mr, 0, 4096 + 40)).unwrap();
+    p.b.q.rq.ring();
+    let before = get(&p.model);
+    for av in [
+        AvSeg::default().to(qb, 0x2222_2222),
+        AvSeg::default().to(0xff_fff0, QKEY),
+    ] {
+        p.a.q
+            .sq
+            .post_and_ring(&Wqe::send(Payload::Gather(&s)).to(&av).signaled())
+            .unwrap();
+        assert_eq!(next(&mut p.a.q.cq).unwrap().opcode, cqe_op::REQ);
+        none_pending(&mut p.b.q.cq);
+    }
+    assert_eq!(get(&p.model) - before, 2);
+    // the receive left by the Q_Key mismatch takes the next good datagram; then none is left
+    for delivered in [true, false] {
+        p.a.q
+            .sq
+            .post_and_ring(&Wqe::send(Payload::Gather(&s)).to(&to_b).signaled())
+            .unwrap();
+        assert_eq!(next(&mut p.a.q.cq).unwrap().opcode, cqe_op::REQ);
+        if delivered {
+            assert_eq!(next(&mut p.b.q.cq).unwrap().src_qp, qa);
+        } else {
+            none_pending(&mut p.b.q.cq);
+        }
+    }
+    assert_eq!(get(&p.model) - before, 3);
+    // over the MTU: the sender's local length error
+    let big = sge(&p.a.mr, 0, 4097);
+    p.a.q
+        .sq
+        .post_and_ring(&Wqe::send(Payload::Gather(&big)).to(&to_b).signaled())
+        .unwrap();
+    assert_eq!(next(&mut p.a.q.cq).unwrap_err().syndrome, syndrome::LOCAL_LENGTH);
+}

@@ -871,3 +871,169 @@ fn direct_qps_without_a_dedicated_register_or_a_receive_queue() {
     // no receive queue: a receive is refused, typed
     assert!(a.rq.post(&seg).is_err());
 }
+
+/// UD (issue 14 part 1): SENDs to an address handle, posted through libmlx5 (`ibv_post_send`,
+/// the handle in `wr.ud`) on one UD QP and built by the direct path on a second
+/// (`DirectQp::datagrams_to`: the address vector `mlx5dv_init_obj` gives for a handle to the same
+/// peer, with the QP number and Q_Key filled in): sizes from 0 to 1 KiB, gathered and inline,
+/// with and without an immediate, signalled or not, over several wraps of the ring. The WQEs
+/// agree byte for byte (the datagram segment included; the QP numbers and inline padding aside),
+/// and model0 delivers both to the peer, whose work completions name each sender's QP and count
+/// the 40-byte GRH area.
+#[test]
+fn ud_sends_libmlx5_and_the_direct_path_write_the_same_wqes() {
+    use rdmaprobe::verbs::direct::DirectQp;
+    use rdmaprobe::verbs::qp::Ah;
+    const QKEY: u32 = 0x1111_1111;
+    let Some(ctx) = model0() else { return };
+    let pd = Pd::new(&ctx).unwrap();
+    let port = ctx.query_port(1).unwrap();
+    let local = Mr::new(&pd, 16384, MrAccess::LOCAL_WRITE, false).unwrap();
+    let rx = Mr::new(&pd, 1 << 20, MrAccess::LOCAL_WRITE, false).unwrap();
+    let pattern: Vec<u8> = (0..16384u32).map(|i| (i * 29 + 3) as u8).collect();
+    local.write(0, &pattern).unwrap();
+    let caps = QpCaps {
+        max_inline_data: 64,
+        ..CAPS
+    };
+    let (cqa, cqp) = (Cq::new(&ctx, 1024).unwrap(), Cq::new(&ctx, 1024).unwrap());
+    let mut a = Qp::new_ud(&pd, &cqa, &cqa, caps, false).unwrap();
+    let mut b = DirectQp::with_type(&pd, caps, 1024, DbMode::Bf, sys::IBV_QPT_UD).expect("direct UD QP");
+    let mut p = Qp::new_ud(&pd, &cqp, &cqp, caps, false).unwrap();
+    a.connect_ud(&port, 0, QKEY).unwrap();
+    b.connect_ud(&port, 0, QKEY).unwrap();
+    p.connect_ud(&port, 0, QKEY).unwrap();
+    let ep = p.endpoint(&port, None).unwrap();
+    let ah = Ah::new(&pd, &port, &ep, None, 0).unwrap();
+    let av = b.datagrams_to(&pd, &port, &ep, None, 0, QKEY).unwrap();
+    let (ra, rb) = (raw_qp(&a), raw_qp(b.verbs_qp()));
+    assert_eq!(ra.wqe_cnt, rb.wqe_cnt, "same capabilities, same ring");
+    let max_inline = a.granted_caps().max_inline_data as usize;
+    assert_eq!(max_inline as u32, b.max_inline(), "UD QPs of the same capabilities");
+    // the peer's receives: 1 KiB + the GRH area each, in slots of 2 KiB
+    let slots = 256;
+    for i in 0..slots {
+        p.post_recv(i, &[rx.sge(i as usize * 2048, 2048).unwrap()]).unwrap();
+    }
+    let (qa, qb) = (a.qpn(), b.qpn());
+    let mut rng = Rng(0x5851_f42d_4c95_7f2d);
+    let (mut from_a, mut from_b, mut due_a, mut due_b) = (0u32, 0u32, 0u32, 0u32);
+    let n_wrs = 600;
+    for n in 0..n_wrs {
+        let inline = max_inline > 0 && rng.below(3) == 0;
+        let len = match rng.below(4) {
+            0 => 0,
+            _ if inline => rng.below(max_inline as u64 + 1) as usize,
+            1 => 1 + rng.below(16) as usize,
+            _ => rng.below(1025) as usize,
+        };
+        let off = rng.below(8192) as usize;
+        let imm = rng.below(2) == 1;
+        let signaled = rng.below(2) == 0 || n % 16 == 15;
+        let sge = local.sge(off, len).unwrap();
+        let mut raw_sge = sge.raw();
+        let mut wr = sys::ibv_send_wr {
+            wr_id: n as u64,
+            sg_list: &mut raw_sge,
+            num_sge: i32::from(len > 0),
+            opcode: if imm {
+                sys::IBV_WR_SEND_WITH_IMM
+            } else {
+                sys::IBV_WR_SEND
+            },
+            send_flags: (if signaled { sys::IBV_SEND_SIGNALED } else { 0 })
+                | (if inline { sys::IBV_SEND_INLINE } else { 0 }),
+            ..Default::default()
+        };
+        if imm {
+            wr.__bindgen_anon_1.imm_data = (n as u32).to_be();
+        }
+        wr.wr.ud = sys::ibv_send_wr__bindgen_ty_2__bindgen_ty_3 {
+            ah: ah.as_ptr(),
+            remote_qpn: ep.qpn,
+            remote_qkey: QKEY,
+        };
+        clear_reg(&ra);
+        clear_reg(&rb);
+        let (pa, pb) = (pi(&ra), pi(&rb));
+        let mut bad = std::ptr::null_mut();
+        // SAFETY: a live UD QP; the WR and its one SGE (inside `local`) live across the call.
+        let rc = unsafe { rdmaprobe::sys::inline::post_send(a.as_ptr(), &mut wr, &mut bad) };
+        assert_eq!(rc, 0, "WR {n}: ibv_post_send");
+        let segs = [DataSeg::new(raw_sge.addr, raw_sge.lkey, len as u32)];
+        let payload = if inline {
+            Payload::Inline(&pattern[off..off + len])
+        } else {
+            Payload::Gather(&segs)
+        };
+        let w = if imm {
+            Wqe::send_imm(n as u32, payload)
+        } else {
+            Wqe::send(payload)
+        }
+        .to(&av);
+        let w = if signaled { w.signaled() } else { w };
+        b.sq.post_and_ring(&w).unwrap_or_else(|e| panic!("WR {n}: direct: {e}"));
+        let what = format!("WR {n}: {len} B inline {inline} imm {imm} signaled {signaled}");
+        assert_eq!(pi(&ra) - pa, pi(&rb) - pb, "{what}: WQEBBs");
+        let bytes = 64 * (pi(&ra) - pa) as usize;
+        let (wa, wb) = (wqe_bytes(&ra, pa, bytes), wqe_bytes(&rb, pb, bytes));
+        // inline padding: libmlx5 copies exactly the payload (providers/mlx5/qp.c
+        // set_data_inl_seg); the bytes up to the 16-byte boundary keep what the ring held
+        let start = 64 + 4;
+        let pad = start + len..(start + len).next_multiple_of(16);
+        let skip: Vec<std::ops::Range<usize>> = std::iter::once(pad).filter(|_| inline && len > 0).collect();
+        let d = diff_wqe(&wa, qa, &wb, qb, &skip);
+        assert!(d.is_empty(), "{what}:\n  {}", d.join("\n  "));
+        if n < 32 {
+            comparator_sees_every_byte(&wa, qa, &wb, qb, &skip);
+        }
+        if signaled {
+            due_a += 1;
+            due_b += 1;
+        }
+        // model0 executes both; drain what completed, repost the peer's receives
+        rdmaprobe::uverbs::progress();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let mut wc = [sys::ibv_wc::default(); 16];
+            let k = cqa.poll_raw(&mut wc).unwrap();
+            for c in &wc[..k] {
+                assert_eq!(c.status, sys::IBV_WC_SUCCESS, "A: status {}", c.status);
+                due_a -= 1;
+            }
+            let mut out = [rdmaprobe::mlx5::cq::Cqe::default(); 16];
+            let k = b.cq.poll(&mut out).unwrap_or_else(|e| panic!("{what}: direct CQ: {e}"));
+            for c in &out[..k] {
+                b.sq.retire(c.wqe_counter);
+                due_b -= 1;
+            }
+            let k = cqp.poll_raw(&mut wc).unwrap();
+            for c in &wc[..k] {
+                assert_eq!(c.status, sys::IBV_WC_SUCCESS, "peer: status {}", c.status);
+                assert!(c.byte_len >= 40, "{what}: the GRH area counted: {}", c.byte_len);
+                match c.src_qp {
+                    s if s == qa => from_a += 1,
+                    s if s == qb => from_b += 1,
+                    s => panic!("{what}: a datagram from QP {s:#x}, neither {qa:#x} nor {qb:#x}"),
+                }
+                p.post_recv(c.wr_id, &[rx.sge(c.wr_id as usize * 2048, 2048).unwrap()])
+                    .unwrap();
+            }
+            if due_a == 0 && due_b == 0 && from_a == from_b && from_a == n as u32 + 1 {
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{what}: completions stalled (A {due_a} due, B {due_b} due; received {from_a} from A, {from_b} from B)"
+            );
+            rdmaprobe::uverbs::progress();
+        }
+    }
+    eprintln!(
+        "UD: {n_wrs} SENDs compared over {} wraps of a {}-WQEBB ring; the peer received {from_a} from libmlx5's QP and \
+         {from_b} from the direct path's",
+        pi(&ra) / ra.wqe_cnt,
+        ra.wqe_cnt
+    );
+}

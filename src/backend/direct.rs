@@ -4,7 +4,7 @@
 use super::{Backend, BackendError, BackendKind, MemView, OpKind, Polled, IMM};
 use crate::mlx5::cq::{cqe_op, Cq, Cqe};
 use crate::mlx5::rq::Rq;
-use crate::mlx5::seg::DataSeg;
+use crate::mlx5::seg::{AvSeg, DataSeg};
 use crate::mlx5::sq::{Prepared, RingHook, Sq};
 use crate::mlx5::wqe::{Payload, Wqe};
 use crate::verbs::RemoteBuf;
@@ -93,6 +93,8 @@ pub struct DirectEnd<Q: DirectQueues> {
     max_inline: u32,
     cqes: [Cqe; 16],
     prepared: Option<(OpKind, u32, Prepared)>,
+    /// UD: the address vector of the peer (its QP number and Q_Key filled in).
+    av: Option<AvSeg>,
     _buf: LocalBuf,
 }
 
@@ -114,8 +116,17 @@ impl<Q: DirectQueues> DirectEnd<Q> {
             max_inline,
             cqes: [Cqe::default(); 16],
             prepared: None,
+            av: None,
             _buf: buf,
         }
+    }
+
+    /// This end's QP is UD: every WQE carries the datagram segment `av` (the address vector to
+    /// the peer, with its QP number and Q_Key: [`AvSeg::to`]).
+    pub fn with_datagram(mut self, av: AvSeg) -> Self {
+        self.av = Some(av);
+        self.prepared = None;
+        self
     }
 
     /// Every post that is not the repeat of a prepared WQE: checks, then builds (inline payloads
@@ -167,6 +178,10 @@ impl<Q: DirectQueues> DirectEnd<Q> {
             OpKind::Read => Wqe::read(self.remote.addr, rkey, &rx),
             OpKind::FetchAdd => Wqe::atomic_fa(raddr, rkey, 1, &self.tx),
             OpKind::CmpSwap => Wqe::atomic_cs(raddr, rkey, 0, 0, &self.tx),
+        };
+        let wqe = match &self.av {
+            Some(av) => wqe.to(av),
+            None => wqe,
         };
         if inline {
             // the payload is copied at post time: build each time

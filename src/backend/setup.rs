@@ -6,6 +6,7 @@ use super::path::path_taken;
 pub use super::path::PathOpts;
 use super::verbs::VerbsEnd;
 use super::{BackendError, BackendKind, OpKind, Transport, QKEY};
+use crate::mlx5::seg::AvSeg;
 use crate::mlx5::sq::DbMode;
 use crate::model::{DirectModelQp, Model, ModelConfig, ModelConnect, ModelQpCaps};
 use crate::sys;
@@ -571,17 +572,6 @@ fn model_access(op: OpKind) -> u32 {
     access_for(op).0 | sys::IBV_ACCESS_LOCAL_WRITE
 }
 
-/// The direct path builds no UD WQEs yet (no datagram segment).
-fn no_direct_ud(t: Transport) -> Result<(), SetupError> {
-    if t == Transport::Ud {
-        return Err(SetupError::from(BackendError::Unsupported {
-            backend: "direct",
-            why: "UD WQEs (the datagram segment) are not built by the direct path yet".into(),
-        }));
-    }
-    Ok(())
-}
-
 /// Two connected direct ends on model0.
 pub fn model_pair(
     model: &Model,
@@ -600,7 +590,6 @@ pub fn model_pair_with(
     mode: DbMode,
     t: Transport,
 ) -> Result<(DirectEnd<DirectModelQp>, DirectEnd<DirectModelQp>), SetupError> {
-    no_direct_ud(t)?;
     let pd = model.alloc_pd();
     let caps = ModelQpCaps {
         max_send_wr: DEPTH,
@@ -611,10 +600,18 @@ pub fn model_pair_with(
     let mode = Mlx5Env::get().direct_mode(mode);
     let qa = DirectModelQp::new(model, pd, caps, 2 * DEPTH, mode)?;
     let qb = DirectModelQp::new(model, pd, caps, 2 * DEPTH, mode)?;
-    qa.qp.set_transport(t.model());
-    qb.qp.set_transport(t.model());
+    for q in [&qa, &qb] {
+        q.qp.set_transport(t.model());
+        q.qp.set_qkey(QKEY);
+    }
     qa.qp.connect(qb.qp.qpn(), ModelConnect::default());
     qb.qp.connect(qa.qp.qpn(), ModelConnect::default());
+    // UD: model0's own QPs have no address handles; the address vector names the peer's QP and
+    // the Q_Key, all model0 reads of it (its port is InfiniBand, one LID for every QP)
+    let (ava, avb) = (
+        AvSeg::default().to(qb.qp.qpn(), QKEY),
+        AvSeg::default().to(qa.qp.qpn(), QKEY),
+    );
     let ma = model.reg_mr(pd, buf_len, model_access(op))?;
     let mb = model.reg_mr(pd, buf_len, model_access(op))?;
     let ra = crate::verbs::RemoteBuf {
@@ -628,11 +625,16 @@ pub fn model_pair_with(
         len: mb.len() as u64,
     };
     let (ia, ib) = (qa.qp.sq_config().max_inline, qb.qp.sq_config().max_inline);
-    Ok((
-        // the inline limit granted (model0 sizes QPs as libmlx5 does: asking 220 grants 252)
+    // the inline limit granted (model0 sizes QPs as libmlx5 does: asking 220 grants 252)
+    let (a, b) = (
         DirectEnd::new(qa, LocalBuf::Model(ma), rb, ia),
         DirectEnd::new(qb, LocalBuf::Model(mb), ra, ib),
-    ))
+    );
+    Ok(if t == Transport::Ud {
+        (a.with_datagram(ava), b.with_datagram(avb))
+    } else {
+        (a, b)
+    })
 }
 
 /// Two connected direct ends on an mlx5 device.
@@ -643,7 +645,6 @@ pub fn mlx5_pair(
     mode: DbMode,
 ) -> Result<(DirectEnd<DirectQp>, DirectEnd<DirectQp>), SetupError> {
     dev.supports(BackendKind::Direct)?;
-    no_direct_ud(dev.transport())?;
     let Dev::Verbs { ctx, port, gid, .. } = dev else {
         unreachable!("supports() admits only mlx5 devices here")
     };
@@ -662,16 +663,31 @@ pub fn mlx5_pair(
         );
     }
     let (ea, eb) = (qa.endpoint(port, *gid)?, qb.endpoint(port, *gid)?);
-    path_taken(ctx, qa.connect(port, &opts, &eb)?)?;
-    path_taken(ctx, qb.connect(port, &opts, &ea)?)?;
+    let ud = if dev.transport() == Transport::Ud {
+        let path = dev.path();
+        qa.connect_ud(port, path.pkey_index, QKEY)?;
+        qb.connect_ud(port, path.pkey_index, QKEY)?;
+        Some((
+            qa.datagrams_to(&pd, port, &eb, *gid, path.sl, QKEY)?,
+            qb.datagrams_to(&pd, port, &ea, *gid, path.sl, QKEY)?,
+        ))
+    } else {
+        path_taken(ctx, qa.connect(port, &opts, &eb)?)?;
+        path_taken(ctx, qb.connect(port, &opts, &ea)?)?;
+        None
+    };
     let ma = Mr::new(&pd, buf_len, access_for(op), dev.huge_pages())?;
     let mb = Mr::new(&pd, buf_len, access_for(op), dev.huge_pages())?;
     let (ra, rb) = (ma.remote(0), mb.remote(0));
     let (ia, ib) = (qa.max_inline(), qb.max_inline());
-    Ok((
+    let (a, b) = (
         DirectEnd::new(qa, LocalBuf::Verbs(ma), rb, ia),
         DirectEnd::new(qb, LocalBuf::Verbs(mb), ra, ib),
-    ))
+    );
+    Ok(match ud {
+        Some((ava, avb)) => (a.with_datagram(ava), b.with_datagram(avb)),
+        None => (a, b),
+    })
 }
 
 /// One end of a connection between two processes, before it knows its peer. (A few exist per

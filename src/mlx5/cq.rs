@@ -80,6 +80,8 @@ pub struct Cqe {
     pub imm: u32,
     /// Device timestamp (if enabled).
     pub timestamp: u64,
+    /// Responder, UD: the QP that sent the datagram (`flags_rqpn`, 24 bits).
+    pub src_qp: u32,
     /// Responder payload bytes the device put into the CQE instead of the receive buffer
     /// (scatter-to-CQE: 32, or 64 with 128-byte CQEs; 0: in the buffer). The direct path
     /// creates its QPs without scatter-to-CQE; a non-zero value there is a device that did it
@@ -212,13 +214,14 @@ impl Cq {
             // The owner byte before the body: the body is only valid once ownership is seen.
             udma_from_device_barrier();
             // SAFETY: fields at their mlx5_cqe64 offsets inside this CQE; the device is done with it.
-            let (byte_cnt, imm, ts, qpn_w, wqe_counter) = unsafe {
+            let (byte_cnt, imm, ts, qpn_w, wqe_counter, rqpn) = unsafe {
                 (
                     u32::from_be(ptr::read_unaligned(cqe.add(44) as *const u32)),
                     ptr::read_unaligned(cqe.add(36) as *const u32),
                     u64::from_be(ptr::read_unaligned(cqe.add(48) as *const u64)),
                     u32::from_be(ptr::read_unaligned(cqe.add(56) as *const u32)),
                     u16::from_be(ptr::read_unaligned(cqe.add(60) as *const u16)),
+                    u32::from_be(ptr::read_unaligned(cqe.add(24) as *const u32)),
                 )
             };
             if op == cqe_op::REQ_ERR || op == cqe_op::RESP_ERR {
@@ -252,6 +255,7 @@ impl Cq {
                 byte_cnt,
                 imm,
                 timestamp: ts,
+                src_qp: rqpn & 0xff_ffff,
             };
             n += 1;
             self.ci = self.ci.wrapping_add(1);
@@ -277,6 +281,40 @@ mod tests {
         c[56..60].copy_from_slice(&qpn.to_be_bytes());
         c[60..62].copy_from_slice(&counter.to_be_bytes());
         c[63] = op << 4 | owner;
+    }
+
+    /// The offsets `poll` reads are those of `struct mlx5_cqe64` (the source QP of a UD receive
+    /// inside the leading union's first struct).
+    #[test]
+    fn field_offsets_are_mlx5_cqe64s() {
+        use crate::sys::{mlx5_cqe64, mlx5_cqe64__bindgen_ty_1__bindgen_ty_1 as Inner};
+        use core::mem::offset_of;
+        assert_eq!(offset_of!(mlx5_cqe64, __bindgen_anon_1), 0);
+        assert_eq!(offset_of!(Inner, flags_rqpn), 24);
+        assert_eq!(offset_of!(mlx5_cqe64, imm_inval_pkey), 36);
+        assert_eq!(offset_of!(mlx5_cqe64, byte_cnt), 44);
+        assert_eq!(offset_of!(mlx5_cqe64, timestamp), 48);
+        assert_eq!(offset_of!(mlx5_cqe64, sop_drop_qpn), 56);
+        assert_eq!(offset_of!(mlx5_cqe64, wqe_counter), 60);
+        assert_eq!(offset_of!(mlx5_cqe64, op_own), 63);
+        let mut b = fresh(64);
+        write_cqe(&mut b.0, 0, cqe_op::RESP_SEND, 0, 7, 0, 48);
+        b.0[24..28].copy_from_slice(&0x8012_3456u32.to_be_bytes());
+        let mut db = 0u32;
+        // SAFETY: 4 CQEs of 64 B in `b`, `db` writable, both outlive the CQ.
+        let mut cq = unsafe {
+            Cq::new(CqConfig {
+                buf: b.0.as_mut_ptr(),
+                cqe_cnt: 4,
+                cqe_size: 64,
+                dbrec: &mut db,
+                cqn: 9,
+            })
+        }
+        .unwrap();
+        let mut out = [Cqe::default(); 1];
+        assert_eq!(cq.poll(&mut out), Ok(1));
+        assert_eq!(out[0].src_qp, 0x12_3456);
     }
 
     fn fresh(size: usize) -> Buf {

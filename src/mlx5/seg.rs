@@ -102,6 +102,58 @@ pub struct AtomicSeg {
     pub compare: Be64,
 }
 
+/// The datagram segment of a UD WQE (48 B): the address vector (`struct mlx5_wqe_av`) the
+/// provider keeps for an address handle, with the destination QP and Q_Key of the datagram.
+#[repr(C)]
+#[derive(Clone, Copy, Default, Debug, PartialEq, Eq)]
+pub struct AvSeg {
+    /// Q_Key the datagram carries (the first half of the 8-byte key; DC uses all 8).
+    pub qkey: Be32,
+    /// Reserved (the second half of the key).
+    pub key_reserved: u32,
+    /// Destination QP number, with [`EXTENDED_UD_AV`] set.
+    pub dqp_dct: Be32,
+    /// Static rate and service level.
+    pub stat_rate_sl: u8,
+    /// GRH flag and the source path bits.
+    pub fl_mlid: u8,
+    /// Destination LID.
+    pub rlid: Be16,
+    /// Reserved.
+    pub reserved0: [u8; 4],
+    /// Destination MAC (RoCE).
+    pub rmac: [u8; 6],
+    /// GRH traffic class.
+    pub tclass: u8,
+    /// GRH hop limit.
+    pub hop_limit: u8,
+    /// GRH: the source GID index and flow label.
+    pub grh_gid_fl: Be32,
+    /// Destination GID.
+    pub rgid: [u8; 16],
+}
+
+/// `dqp_dct`: the address vector is the extended (48-byte) one.
+pub const EXTENDED_UD_AV: u32 = sys::MLX5_EXTENDED_UD_AV;
+
+impl AvSeg {
+    /// The provider's address vector of an address handle, as `mlx5dv_init_obj` hands it out.
+    pub fn from_raw(av: &sys::mlx5_wqe_av) -> Self {
+        // SAFETY: AvSeg has the layout of `struct mlx5_wqe_av` (48 plain bytes, the tests pin
+        // the offsets against bindgen's), and every bit pattern is a valid AvSeg.
+        unsafe { core::mem::transmute_copy(av) }
+    }
+
+    /// This address vector, for a datagram to QP `dqpn` with Q_Key `qkey` (as libmlx5's
+    /// `set_datagram_seg` fills the copy in each WQE).
+    #[must_use]
+    pub const fn to(mut self, dqpn: u32, qkey: u32) -> Self {
+        self.dqp_dct = Be32::new((dqpn & 0xff_ffff) | EXTENDED_UD_AV);
+        self.qkey = Be32::new(qkey);
+        self
+    }
+}
+
 /// Inline data header (4 B), followed by the bytes, padded to 16.
 #[repr(C)]
 #[derive(Clone, Copy, Default, Debug, PartialEq, Eq)]
@@ -207,6 +259,8 @@ mod tests {
             [0, 8]
         );
         assert_eq!(size_of::<InlineHdr>(), 4);
+        assert_eq!(size_of::<AvSeg>(), 48);
+        assert_eq!(core::mem::align_of::<AvSeg>(), 4);
     }
 
     #[test]
@@ -228,6 +282,44 @@ mod tests {
             offset_of!(sys::mlx5_wqe_atomic_seg, compare)
         );
         assert_eq!(size_of::<InlineHdr>(), size_of::<sys::mlx5_wqe_inl_data_seg>());
+        assert_eq!(size_of::<AvSeg>(), size_of::<sys::mlx5_wqe_av>());
+        assert_eq!(size_of::<AvSeg>(), size_of::<sys::mlx5_wqe_datagram_seg>());
+        assert_eq!(
+            [
+                offset_of!(AvSeg, dqp_dct),
+                offset_of!(AvSeg, stat_rate_sl),
+                offset_of!(AvSeg, fl_mlid),
+                offset_of!(AvSeg, rlid),
+                offset_of!(AvSeg, rmac),
+                offset_of!(AvSeg, tclass),
+                offset_of!(AvSeg, hop_limit),
+                offset_of!(AvSeg, grh_gid_fl),
+                offset_of!(AvSeg, rgid)
+            ],
+            [
+                offset_of!(sys::mlx5_wqe_av, dqp_dct),
+                offset_of!(sys::mlx5_wqe_av, stat_rate_sl),
+                offset_of!(sys::mlx5_wqe_av, fl_mlid),
+                offset_of!(sys::mlx5_wqe_av, rlid),
+                offset_of!(sys::mlx5_wqe_av, rmac),
+                offset_of!(sys::mlx5_wqe_av, tclass),
+                offset_of!(sys::mlx5_wqe_av, hop_limit),
+                offset_of!(sys::mlx5_wqe_av, grh_gid_fl),
+                offset_of!(sys::mlx5_wqe_av, rgid)
+            ]
+        );
+        assert_eq!(offset_of!(AvSeg, qkey), offset_of!(sys::mlx5_wqe_av, key));
+        // from the provider's bytes, then the destination filled in as libmlx5 does
+        let mut raw = sys::mlx5_wqe_av {
+            rlid: 0x1234u16.to_be(),
+            stat_rate_sl: 0x05,
+            ..Default::default()
+        };
+        raw.rgid[15] = 9;
+        let av = AvSeg::from_raw(&raw).to(0x0abc_def1, 0x1111_1111);
+        assert_eq!((av.rlid.get(), av.stat_rate_sl, av.rgid[15]), (0x1234, 5, 9));
+        assert_eq!(av.dqp_dct.get(), 0x80bc_def1);
+        assert_eq!(av.qkey.get(), 0x1111_1111);
     }
 
     #[test]

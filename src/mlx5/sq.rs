@@ -7,7 +7,7 @@
 //! following rdma-core's `post_send_db`.
 
 use super::barrier::{mmio_flush_writes, mmio_wc_start, udma_to_device_barrier};
-use super::seg::{Be32, CtrlSeg, DataSeg, InlineHdr, INLINE_SEG, MAX_DS, WQEBB};
+use super::seg::{AvSeg, Be32, CtrlSeg, DataSeg, InlineHdr, INLINE_SEG, MAX_DS, WQEBB};
 use super::wqe::{Payload, Wqe};
 use core::ptr;
 
@@ -286,6 +286,10 @@ impl<H: RingHook> Sq<H> {
                 let mut p = self.cfg.buf.add(slot as usize * WQEBB);
                 ptr::write(p as *mut CtrlSeg, ctrl);
                 p = p.add(16);
+                if let Some(av) = w.datagram {
+                    ptr::write(p as *mut AvSeg, *av);
+                    p = p.add(48);
+                }
                 if let Some(r) = w.raddr {
                     ptr::write(p as *mut _, r);
                     p = p.add(16);
@@ -315,10 +319,15 @@ impl<H: RingHook> Sq<H> {
             }
         } else {
             // SAFETY: every unit address comes from `unit`, inside the ring; the WQEBBs written
-            // are free (checked above); segments are 16-byte values at 16-byte aligned addresses.
+            // are free (checked above); segments are 16-byte values at 16-byte aligned addresses;
+            // the datagram segment's 3 units are the rest of the first WQEBB (contiguous).
             unsafe {
                 ptr::write(self.unit(start, 0) as *mut CtrlSeg, ctrl);
                 let mut u = 1;
+                if let Some(av) = w.datagram {
+                    ptr::write(self.unit(start, u) as *mut AvSeg, *av);
+                    u += 3;
+                }
                 if let Some(r) = w.raddr {
                     ptr::write(self.unit(start, u) as *mut _, r);
                     u += 1;

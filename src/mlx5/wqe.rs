@@ -1,8 +1,10 @@
-//! One builder per RC opcode. A [`Wqe`] is a small value (control words, optional remote and
+//! One builder per opcode (UD: a SEND with [`Wqe::to`]'s datagram segment). A [`Wqe`] is a small value (control words, optional remote and
 //! atomic segments, and the payload by reference); `sq.rs` writes it into the ring. Builders
 //! compute the size (DS) and the control flags; nothing here touches device memory.
 
-use super::seg::{opcode, AtomicSeg, Be32, Be64, CtrlSeg, DataSeg, RaddrSeg, CE_CQ_UPDATE, FM_FENCE, SE_SOLICITED};
+use super::seg::{
+    opcode, AtomicSeg, AvSeg, Be32, Be64, CtrlSeg, DataSeg, RaddrSeg, CE_CQ_UPDATE, FM_FENCE, SE_SOLICITED,
+};
 
 /// The data a WQE carries.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -58,6 +60,9 @@ pub struct Wqe<'a> {
     pub fm_ce_se: u8,
     /// Immediate as stored (network order).
     pub imm: u32,
+    /// UD: the datagram segment (the address vector to the destination), right after the
+    /// control segment.
+    pub datagram: Option<&'a AvSeg>,
     /// Remote address segment (RDMA and atomic opcodes).
     pub raddr: Option<RaddrSeg>,
     /// Atomic segment (atomic opcodes).
@@ -80,6 +85,7 @@ impl<'a> Wqe<'a> {
             opcode,
             fm_ce_se: 0,
             imm: 0,
+            datagram: None,
             raddr: None,
             atomic: None,
             payload,
@@ -147,6 +153,14 @@ impl<'a> Wqe<'a> {
         w
     }
 
+    /// A datagram (UD) through the address vector `av` (its destination QP and Q_Key filled in:
+    /// [`AvSeg::to`]).
+    #[must_use]
+    pub const fn to(mut self, av: &'a AvSeg) -> Self {
+        self.datagram = Some(av);
+        self
+    }
+
     /// Requests a CQE for this WQE.
     #[must_use]
     pub const fn signaled(mut self) -> Self {
@@ -168,10 +182,13 @@ impl<'a> Wqe<'a> {
         self
     }
 
-    /// Size in 16-byte units: control + remote address + atomic + payload.
+    /// Size in 16-byte units: control + datagram (3) + remote address + atomic + payload.
     #[inline(always)]
     pub const fn ds(&self) -> u32 {
-        1 + self.raddr.is_some() as u32 + self.atomic.is_some() as u32 + self.payload.ds()
+        1 + 3 * self.datagram.is_some() as u32
+            + self.raddr.is_some() as u32
+            + self.atomic.is_some() as u32
+            + self.payload.ds()
     }
 
     /// Number of 64-byte basic blocks it occupies.
@@ -225,6 +242,12 @@ mod tests {
         assert_eq!(Wqe::read(0, 0, &mixed[..1]).ds(), 2);
         let data = [0u8; 200];
         assert_eq!(Wqe::send(Payload::Inline(&data)).wqebbs(), 4); // 16 + 208 = 224 B
+                                                                   // UD: the 48-byte datagram segment after the control segment
+        let av = AvSeg::default().to(5, 6);
+        assert_eq!(Wqe::send(Payload::Gather(&one)).to(&av).ds(), 5);
+        assert_eq!(Wqe::send(Payload::Gather(&one)).to(&av).wqebbs(), 2);
+        assert_eq!(Wqe::send_imm(1, Payload::Inline(&data[..12])).to(&av).ds(), 5);
+        assert_eq!(Wqe::send(Payload::Inline(&[])).to(&av).wqebbs(), 1);
     }
 
     #[test]

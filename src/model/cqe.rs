@@ -74,7 +74,10 @@ pub(super) fn push_cqe(m: &Model, cq: &Shm, c: CqeOut) {
     b[..n].copy_from_slice(&c.scatter.1[..n]);
     b[32..36].copy_from_slice(&(c.uidx & 0xff_ffff).to_be_bytes());
     b[36..40].copy_from_slice(&c.imm.to_ne_bytes());
-    b[40..44].copy_from_slice(&(c.src_qp & 0xff_ffff).to_be_bytes());
+    // flags_rqpn (at 24, where a 32-byte scatter would be: UD receives scatter nothing)
+    if n <= 24 {
+        b[24..28].copy_from_slice(&(c.src_qp & 0xff_ffff).to_be_bytes());
+    }
     b[44..48].copy_from_slice(&c.byte_cnt.to_be_bytes());
     // sop_drop_qpn: a requester CQE carries the WQE's opcode in its top byte (libmlx5 takes the
     // work completion's opcode from it), as does an error CQE (s_wqe_opcode_qpn)

@@ -66,8 +66,8 @@ pub(super) fn run(
     }
     let before = super::counters::sample(&dev);
     let (cal, env) = session::calibrate(&dev, true)?;
-    let mut warnings = env.warnings();
-    warnings.extend(session::ud_checks(&dev, plan, &sizes)?);
+    let warnings = env.warnings();
+    session::ud_checks(&dev, plan, &sizes)?;
     // client and server: the handshake, then every thread's QPs of every backend connected
     let mut tcp = None;
     let mut net: Option<(&mut dyn Rendezvous, Ends)> = None;

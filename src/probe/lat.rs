@@ -37,7 +37,7 @@ pub(super) fn run(
     let before = super::counters::sample(&dev);
     let (cal, env) = session::calibrate(&dev, true)?;
     let mut warnings = env.warnings();
-    warnings.extend(session::ud_checks(&dev, plan, &sizes)?);
+    session::ud_checks(&dev, plan, &sizes)?;
     if l.events && dev.is_model() && !l.op.needs_recv() {
         warnings.push(format!(
             "-e on model0: the model executes the {} in the poster's thread right after the post, so its completion is \

@@ -60,20 +60,8 @@ pub fn open_device(plan: &Plan, model: ModelConfig, obs: &mut dyn Observer) -> R
 
 /// The backends the plan asks for, each checked against the device.
 pub fn backends(dev: &Dev, sel: Backends) -> Result<Vec<BackendKind>, ProbeError> {
-    let ud = dev.transport() == crate::backend::Transport::Ud;
     let kinds = match sel {
-        // UD: the direct path's datagram WQEs are not built yet (said by the scenario)
-        Backends::All if ud => dev
-            .backends()
-            .into_iter()
-            .filter(|k| *k != BackendKind::Direct)
-            .collect(),
         Backends::All => dev.backends(),
-        Backends::Only(BackendKind::Direct) if ud => {
-            return Err(ProbeError::Usage(
-                "-c UD: the direct path does not build UD WQEs yet; --backend verbs, wr or all".into(),
-            ))
-        }
         Backends::Only(k) => vec![k],
     };
     if kinds.is_empty() {
@@ -90,10 +78,10 @@ pub fn backends(dev: &Dev, sel: Backends) -> Result<Vec<BackendKind>, ProbeError
 }
 
 /// UD's limits, refused before anything runs (a run on the network; a message over the path
-/// MTU); the warning when the direct backend is left out.
-pub fn ud_checks(dev: &Dev, plan: &Plan, sizes: &[u32]) -> Result<Option<String>, ProbeError> {
+/// MTU).
+pub fn ud_checks(dev: &Dev, plan: &Plan, sizes: &[u32]) -> Result<(), ProbeError> {
     if dev.transport() != crate::backend::Transport::Ud {
-        return Ok(None);
+        return Ok(());
     }
     if plan.peer != PeerSpec::Loopback {
         return Err(ProbeError::Usage(
@@ -114,10 +102,7 @@ pub fn ud_checks(dev: &Dev, plan: &Plan, sizes: &[u32]) -> Result<Option<String>
             dev.name()
         )));
     }
-    Ok(
-        (plan.backends == Backends::All && dev.backends().contains(&BackendKind::Direct))
-            .then(|| "-c UD: the direct backend does not build UD WQEs yet: verbs and wr run".to_string()),
-    )
+    Ok(())
 }
 
 /// The largest UD message on `dev`: its port's active MTU.

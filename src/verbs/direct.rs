@@ -7,10 +7,11 @@
 use super::cq::Cq;
 use super::error::{check_rc, Ctx, Result, VerbsError};
 use super::mr::Pd;
-use super::qp::{ConnectOpts, Endpoint, Granted, Qp, QpCaps};
+use super::qp::{Ah, ConnectOpts, Endpoint, Granted, Qp, QpCaps};
 use super::PortInfo;
 use crate::mlx5::cq::{Cq as DirectCq, CqConfig};
 use crate::mlx5::rq::{Rq, RqConfig};
+use crate::mlx5::seg::AvSeg;
 use crate::mlx5::sq::{DbMode, NoHook, Sq, SqConfig};
 use crate::sys;
 
@@ -23,6 +24,8 @@ pub struct DirectQp {
     pub rq: Rq<NoHook>,
     /// The completion queue (send and receive).
     pub cq: DirectCq,
+    /// UD: the address handle to the peer, whose address vector each WQE copies.
+    ah: Option<Ah>,
     qp: Qp,
     _cq: Cq,
     _pd: Pd,
@@ -56,8 +59,8 @@ impl DirectQp {
         Self::with_type(pd, caps, cqe, mode, sys::IBV_QPT_RC)
     }
 
-    /// As [`DirectQp::new`], of type `qp_type` (`IBV_QPT_RC` or `IBV_QPT_UC`: their WQEs are
-    /// built alike).
+    /// As [`DirectQp::new`], of type `qp_type` (`IBV_QPT_RC` or `IBV_QPT_UC`, whose WQEs are
+    /// built alike, or `IBV_QPT_UD`: [`DirectQp::connect_ud`], [`DirectQp::datagrams_to`]).
     pub fn with_type(pd: &Pd, caps: QpCaps, cqe: u32, mode: DbMode, qp_type: u32) -> Result<Self> {
         let ctx = pd.context();
         require_mlx5(ctx)?;
@@ -123,6 +126,7 @@ impl DirectQp {
             rq,
             sq,
             cq: dcq,
+            ah: None,
             qp,
             _cq: cq,
             _pd: parent,
@@ -144,6 +148,11 @@ impl DirectQp {
         }
     }
 
+    /// The verbs QP underneath (for queries and tests; never posted to through verbs).
+    pub fn verbs_qp(&self) -> &Qp {
+        &self.qp
+    }
+
     /// The QP number.
     pub fn qpn(&self) -> u32 {
         self.qp.qpn()
@@ -162,5 +171,47 @@ impl DirectQp {
     /// RESET→INIT→RTR→RTS, as [`Qp::connect`].
     pub fn connect(&mut self, port: &PortInfo, opts: &ConnectOpts, remote: &Endpoint) -> Result<Vec<Granted>> {
         self.qp.connect(port, opts, remote)
+    }
+
+    /// UD: RESET→INIT→RTR→RTS with Q_Key `qkey`, as [`Qp::connect_ud`].
+    pub fn connect_ud(&mut self, port: &PortInfo, pkey_index: u16, qkey: u32) -> Result<()> {
+        self.qp.connect_ud(port, pkey_index, qkey)
+    }
+
+    /// UD: an address handle in `pd` to `remote` (kept with this QP), and the datagram segment
+    /// of every WQE to it: the address vector libmlx5 built for the handle (`mlx5dv_init_obj`)
+    /// with the remote QP number and `qkey` filled in, as libmlx5's `set_datagram_seg` does.
+    pub fn datagrams_to(
+        &mut self,
+        pd: &Pd,
+        port: &PortInfo,
+        remote: &Endpoint,
+        gid_index: Option<u8>,
+        sl: u8,
+        qkey: u32,
+    ) -> Result<AvSeg> {
+        let ah = Ah::new(pd, port, remote, gid_index, sl)?;
+        let name = pd.context().name().to_string();
+        let mut dv_ah = sys::mlx5dv_ah::default();
+        let mut obj = sys::mlx5dv_obj::default();
+        obj.ah.in_ = ah.as_ptr();
+        obj.ah.out = &mut dv_ah;
+        // SAFETY: a live address handle of an mlx5 device; `out` is a valid local.
+        let rc = unsafe { sys::mlx5dv_init_obj(&mut obj, sys::MLX5DV_OBJ_AH as u64) };
+        check_rc(rc, "mlx5dv_init_obj", || {
+            Ctx::dev(&name)
+                .qpn(self.qpn())
+                .detail(format!("address handle to QP {:#x}", remote.qpn))
+        })?;
+        if dv_ah.av.is_null() {
+            return Err(VerbsError::Invalid {
+                ctx: Ctx::dev(&name).qpn(self.qpn()),
+                why: "mlx5dv_init_obj gave no address vector for the address handle".into(),
+            });
+        }
+        // SAFETY: libmlx5's address vector of the handle, alive while `ah` is (kept below).
+        let av = AvSeg::from_raw(unsafe { &*dv_ah.av }).to(remote.qpn, qkey);
+        self.ah = Some(ah);
+        Ok(av)
     }
 }

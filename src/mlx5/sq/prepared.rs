@@ -4,7 +4,7 @@
 
 use super::{DbMode, RingHook, Sq, SqError};
 use crate::mlx5::barrier::{mmio_flush_writes, mmio_wc_start, udma_to_device_barrier};
-use crate::mlx5::seg::{Be32, CtrlSeg, DataSeg, InlineHdr, CE_CQ_UPDATE, INLINE_SEG, WQEBB};
+use crate::mlx5::seg::{AvSeg, Be32, CtrlSeg, DataSeg, InlineHdr, CE_CQ_UPDATE, INLINE_SEG, WQEBB};
 use crate::mlx5::wqe::{Payload, Wqe};
 use core::ptr;
 
@@ -217,6 +217,10 @@ impl Prepared {
         unsafe {
             ptr::write_unaligned(base as *mut CtrlSeg, unsig.ctrl(0, qpn));
             let mut off = 16;
+            if let Some(av) = w.datagram {
+                ptr::write_unaligned(base.add(off) as *mut AvSeg, *av);
+                off += 48;
+            }
             if let Some(r) = w.raddr {
                 ptr::write_unaligned(base.add(off) as *mut _, r);
                 off += 16;

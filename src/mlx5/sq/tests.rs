@@ -192,11 +192,15 @@ fn full_ring_refuses_and_retire_frees() {
 fn prepared_wqes_write_the_same_bytes_as_built_ones() {
     let d = [DataSeg::new(0x7f00_0000_1000, 0x42, 64)];
     let data: [u8; 150] = core::array::from_fn(|i| i as u8 ^ 0x5a);
+    let mut av = super::super::seg::AvSeg::default().to(0x4242, 0x1111_1111);
+    av.rgid = core::array::from_fn(|i| i as u8 + 1);
     let wqes = [
         Wqe::write(0xaa00, 0x77, Payload::Gather(&d)),
         Wqe::send_imm(0xdead, Payload::Inline(&data[..40])),
         Wqe::write(0x10, 1, Payload::Inline(&data)),
         Wqe::atomic_fa(0x20, 2, 9, &d),
+        Wqe::send(Payload::Gather(&d)).to(&av),
+        Wqe::send_imm(7, Payload::Inline(&data[..100])).to(&av),
     ];
     for (i, w) in wqes.iter().enumerate() {
         for signaled in [false, true] {
@@ -347,5 +351,45 @@ fn fast_prepared_posts_store_what_post_then_ring_stores() {
             assert_eq!(a.ci(), a.pi(), "{what}: retired");
             assert_eq!((a.ci(), a.pi()), (b.ci(), b.pi()), "{what}: retired");
         }
+    }
+}
+
+/// A UD SEND: the control segment, the 48-byte datagram segment (the address vector with the
+/// destination QP and Q_Key), then the data, as libmlx5 lays it out (`tests/oracle.rs` compares
+/// the bytes with libmlx5's own); also where the WQE starts in the last WQEBB of the ring.
+#[test]
+fn ud_send_carries_the_datagram_segment_after_the_control_segment() {
+    use super::super::seg::{AvSeg, EXTENDED_UD_AV};
+    let d = [DataSeg::new(0x7f00_0000_1000, 0x42, 64)];
+    let mut av = AvSeg::default().to(0xabcdef, 0x1111_1111);
+    av.rlid = super::super::seg::Be16::new(7);
+    for start in [0u32, 7] {
+        let mut r = rig();
+        let mut q = sq(&mut r, DbMode::Db, 0);
+        for _ in 0..start {
+            q.post(&Wqe::nop()).unwrap();
+        }
+        if start > 0 {
+            q.retire(start as u16 - 1);
+        }
+        let i = q.post(&Wqe::send(Payload::Gather(&d)).to(&av).signaled()).unwrap();
+        assert_eq!(u32::from(i), start);
+        let w = start as usize * 64;
+        let ring = &r.ring.0;
+        assert_eq!(ring[w + 7] & 0x3f, 5, "DS: ctrl 1 + datagram 3 + data 1");
+        assert_eq!(ring[w + 3], opcode::SEND);
+        let seg = &ring[w + 16..w + 64];
+        assert_eq!(&seg[0..4], &0x1111_1111u32.to_be_bytes(), "Q_Key first");
+        assert_eq!(
+            &seg[8..12],
+            &(0xabcdef | EXTENDED_UD_AV).to_be_bytes(),
+            "destination QP"
+        );
+        assert_eq!(&seg[14..16], &7u16.to_be_bytes(), "rlid");
+        // the data segment is the first unit of the next WQEBB (wrapped to 0 from 7)
+        let n = ((start as usize + 1) % 8) * 64;
+        assert_eq!(&ring[n..n + 4], &64u32.to_be_bytes());
+        assert_eq!(&ring[n + 8..n + 16], &0x7f00_0000_1000u64.to_be_bytes());
+        assert_eq!(q.pi(), start + 2);
     }
 }

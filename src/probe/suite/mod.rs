@@ -176,7 +176,7 @@ impl Matrix {
         if self.transports != [Transport::Rc] {
             let ts: Vec<&str> = self.transports.iter().map(|t| t.as_str()).collect();
             parts.push(format!(
-                "transports {} (UC: send and write only; UD: send up to the MTU, verbs and wr only; post cost on RC)",
+                "transports {} (UC: send and write only; UD: send up to the MTU; post cost on RC)",
                 ts.join(",")
             ));
         }
@@ -292,11 +292,6 @@ pub fn run(sp: &SuitePlan, obs: &mut dyn Observer) -> Result<SuiteReport, ProbeE
             dev.name()
         )));
     }
-    if m.transports.contains(&Transport::Ud) && !kinds.iter().any(|k| *k != BackendKind::Direct) {
-        return Err(ProbeError::Usage(
-            "--transports UD: the direct path does not build UD WQEs yet; add verbs or wr to --backends".into(),
-        ));
-    }
     for s in m.lat_sizes.iter().chain(&m.bw_sizes) {
         dev.check_size(*s)?;
     }
@@ -349,12 +344,6 @@ pub fn run(sp: &SuitePlan, obs: &mut dyn Observer) -> Result<SuiteReport, ProbeE
         } else {
             format!(" {}", t.as_str())
         };
-        // UD: messages up to the MTU, and no direct backend yet (said in the heading)
-        let kinds: Vec<BackendKind> = kinds
-            .iter()
-            .copied()
-            .filter(|k| t != Transport::Ud || *k != BackendKind::Direct)
-            .collect();
         let lat_ops = if m.parts.contains(&Part::Lat) {
             m.lat_ops.iter().copied().filter(|o| t.allows(*o)).collect()
         } else {
