@@ -184,6 +184,13 @@ echo "===== rdmaprobe doctor -d rxe0"
 echo "DOCTOR-JSON \$(grep -o '"kind": "[a-z_]*"' /tmp/doctor.json)"
 echo "===== latency: rdmaprobe (verbs, wr) and perftest, same operation and size"
 lat_rc=0
+listening() { # PORT: waits (up to 60 s) until a TCP socket listens on PORT: perftest's client tries once
+  hex=\$(printf '%04X' \$1); i=0
+  while ! grep -qE ":\$hex [0-9A-F]+:0000 0A" /proc/net/tcp /proc/net/tcp6 2>/dev/null; do
+    i=\$((i+1)); [ \$i -gt 60 ] && { echo "GUEST: nothing listens on port \$1 after 60 s"; return 1; }
+    sleep 1
+  done
+}
 /opt/rdmaprobe lat atomic --loopback -d rxe0 -x 1 -n 300 --warmup 30 --blocks 3 --stall-secs 60 > /tmp/lat-atomic.txt 2>&1 || lat_rc=1
 cat /tmp/lat-atomic.txt
 echo "ATOMIC rows: \$(grep -cE '^ +8 +(verbs|wr) +300 ' /tmp/lat-atomic.txt)"
@@ -197,8 +204,8 @@ for op in write send read; do
   cat /tmp/lat-\$op.txt
   ib_\${op}_lat -d rxe0 -x 1 -s 64 -n 500 > /tmp/pt-srv-\$op.txt 2>&1 &
   srv=\$!
-  sleep 1
-  ib_\${op}_lat -d rxe0 -x 1 -s 64 -n 500 127.0.0.1 > /tmp/pt-\$op.txt 2>&1 || lat_rc=1
+  listening 18515 || lat_rc=1
+  ib_\${op}_lat -d rxe0 -x 1 -s 64 -n 500 127.0.0.1 > /tmp/pt-\$op.txt 2>&1 || { lat_rc=1; kill \$srv 2>/dev/null; }
   wait \$srv
   echo "--- perftest ib_\${op}_lat:"
   grep -A2 '#bytes' /tmp/pt-\$op.txt
@@ -228,8 +235,8 @@ echo "===== bandwidth: rdmaprobe bw write (verbs, wr) and perftest ib_write_bw, 
 cat /tmp/bw.txt
 ib_write_bw -d rxe0 -x 1 -s 16384 -n 1000 > /tmp/pt-srv-bw.txt 2>&1 &
 srv=\$!
-sleep 1
-ib_write_bw -d rxe0 -x 1 -s 16384 -n 1000 127.0.0.1 > /tmp/pt-bw.txt 2>&1 || lat_rc=1
+listening 18515 || lat_rc=1
+ib_write_bw -d rxe0 -x 1 -s 16384 -n 1000 127.0.0.1 > /tmp/pt-bw.txt 2>&1 || { lat_rc=1; kill \$srv 2>/dev/null; }
 wait \$srv
 echo "--- perftest ib_write_bw:"
 grep -A1 '#bytes' /tmp/pt-bw.txt
@@ -279,7 +286,10 @@ pingpair gid-empty 18531 -d rxe1 -x 7
 pingpair gid-wrong 18532 -d rxe1 -x 0
 ip link set ra down; sleep 1
 pingpair link-down 18533 -d rxe1
-ip link set ra up; sleep 2
+ip link set ra up
+# rxe1's port back to ACTIVE (up to 30 s under emulation) before the next ladder
+i=0; while ! grep -q ACTIVE /sys/class/infiniband/rxe1/ports/1/state 2>/dev/null && [ \$i -lt 30 ]; do sleep 1; i=\$((i+1)); done
+sleep 1
 nft add table inet rdmaprobe_test && nft add chain inet rdmaprobe_test in '{ type filter hook input priority 0; }' &&
   nft add rule inet rdmaprobe_test in udp dport 4791 drop || echo "GUEST: nft failed"
 pingpair udp4791-dropped 18534 -d rxe1

@@ -5,6 +5,13 @@
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+/// One test at a time: each runs a client and a server pinned to the two CPUs, spinning; two
+/// tests at once would share them and stretch every deadline and figure the tests check.
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    static M: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    M.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 fn bin() -> Command {
     Command::new(env!("CARGO_BIN_EXE_rdmaprobe"))
 }
@@ -36,6 +43,7 @@ fn finish(c: Child) -> (i32, String, String) {
 
 #[test]
 fn client_and_server_processes_measure_together() {
+    let _g = serial();
     let p = port(0);
     let srv = spawn(&[
         "lat",
@@ -83,6 +91,7 @@ fn client_and_server_processes_measure_together() {
 
 #[test]
 fn parameters_that_disagree_stop_both_ends_naming_the_parameter() {
+    let _g = serial();
     let p = port(1);
     let srv = spawn(&[
         "lat",
@@ -129,6 +138,7 @@ fn parameters_that_disagree_stop_both_ends_naming_the_parameter() {
 
 #[test]
 fn an_unreachable_server_is_reported_within_the_deadline() {
+    let _g = serial();
     let t = Instant::now();
     let (c, _, e) = finish(spawn(&[
         "lat",
@@ -152,6 +162,7 @@ fn an_unreachable_server_is_reported_within_the_deadline() {
 /// and after, the error, the kernel log's tail.
 #[test]
 fn a_server_that_dies_mid_run_is_reported_not_waited_for() {
+    let _g = serial();
     let p = port(3);
     let diag = std::env::temp_dir().join(format!("rdmaprobe-diag-test-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&diag);
@@ -225,6 +236,7 @@ fn a_server_that_dies_mid_run_is_reported_not_waited_for() {
 
 #[test]
 fn a_server_without_client_gives_up_at_its_deadline() {
+    let _g = serial();
     let (c, _, e) = finish(spawn(&[
         "lat",
         "write",
@@ -241,6 +253,7 @@ fn a_server_without_client_gives_up_at_its_deadline() {
 
 #[test]
 fn bandwidth_client_and_server_processes() {
+    let _g = serial();
     for (i, args) in [
         &["send", "-s", "256"][..],
         &["write", "-s", "64", "-b", "--threads", "2", "-q", "2"][..],
@@ -280,6 +293,7 @@ fn bandwidth_client_and_server_processes() {
 /// wrong. Before, the client dropped its finished results and wrote nothing.
 #[test]
 fn results_are_written_when_the_peer_vanishes_at_the_end() {
+    let _g = serial();
     use rdmaprobe::oob::{OobError, Peer, Rendezvous};
     use rdmaprobe::probe::{self, Backends, LatPlan, PeerSpec, Plan, Quiet, Scenario};
     struct ClosesAtDone(Option<Peer>);
@@ -380,6 +394,7 @@ fn results_are_written_when_the_peer_vanishes_at_the_end() {
 /// report a loopback figure as the wire's (seen: 75 ns p50, exit 0). The client refuses it.
 #[test]
 fn a_peer_that_echoes_our_qp_is_refused() {
+    let _g = serial();
     use rdmaprobe::oob::{Answer, Hello, OobError, Rendezvous};
     use rdmaprobe::probe::{self, Backends, LatPlan, PeerSpec, Plan, Quiet, Scenario};
     /// Agrees to everything and echoes every other message.
@@ -427,6 +442,7 @@ fn a_peer_that_echoes_our_qp_is_refused() {
 /// the address.
 #[test]
 fn a_server_on_port_0_prints_its_real_port() {
+    let _g = serial();
     let srv = spawn(&[
         "lat",
         "write",
@@ -457,6 +473,7 @@ fn a_server_on_port_0_prints_its_real_port() {
 /// and likely cause and exits 10 + the layer.
 #[test]
 fn ping_names_the_first_failing_layer() {
+    let _g = serial();
     use rdmaprobe::oob::{OobError, Peer, Rendezvous};
     use rdmaprobe::probe::{ping, Backends, LatPlan, PeerSpec, Plan, Quiet, Scenario};
     /// Rewrites this side's QP addresses on their way out.
@@ -616,6 +633,7 @@ fn ping_names_the_first_failing_layer() {
 /// it (before: 2.5 s per message made a 3 s timeout last 15 s).
 #[test]
 fn a_slow_peer_cannot_stretch_the_set_up() {
+    let _g = serial();
     use rdmaprobe::oob::{Answer, Hello, Peer, QpInfo};
     let p = port(9);
     let tcp: u16 = p.parse().unwrap();

@@ -57,7 +57,8 @@ fn the_four_node_fleet_flags_the_slow_node_and_the_unreachable_one() {
 
     // --min-deviation-pct 40: the default 20 % is for a fleet of real nodes; here three "nodes"
     // share two vCPUs whose speed moves by tens of percent between runs (docs/ci-recipe.md), while
-    // n3's wire delay puts it about +70 % above the fleet's median latency
+    // n3's wire delay (20 us) puts it far above the fleet's median latency (at 5 us it sat at about
+    // +70 %, where a slow process for the n1-n2 pair alone could bring it near 40 %)
     let r = Command::new(env!("CARGO_BIN_EXE_rdmaprobe"))
         .arg("fleet-report")
         .arg(&out)
