@@ -1404,6 +1404,33 @@ fn a_thousand_and_twenty_four_qps_on_model0() {
         assert_eq!(r["summary"]["messages"], 1024 * 128, "{r}");
         assert!(r["summary"]["bw_avg_mib_s"].as_f64().unwrap() > 0.0);
     }
+    // model0 keeps 6 open files per QP pair: with a soft limit of 1024 and a hard one of 2048,
+    // 300 QPs (1864 files) run after the soft limit is raised (and said), 400 (2464) are refused
+    // before any QP is made, naming -q and the limit
+    let limited = |q: &str| {
+        let o = std::process::Command::new("sh")
+            .args([
+                "-c",
+                "ulimit -Sn 1024 && ulimit -Hn 2048 && exec \"$0\" bw write --loopback --backend direct -q \"$1\" -n 8 -Q 8 --min-ms 0",
+                env!("CARGO_BIN_EXE_rdmaprobe"),
+                q,
+            ])
+            .output()
+            .expect("sh");
+        (
+            o.status.code().unwrap_or(-1),
+            String::from_utf8_lossy(&o.stdout).into_owned() + &String::from_utf8_lossy(&o.stderr),
+        )
+    };
+    let (c, out) = limited("300");
+    assert_eq!(c, 0, "{out}");
+    assert!(out.contains("the open-files limit raised from 1024 to 2048"), "{out}");
+    let (c, out) = limited("400");
+    assert_eq!(c, 2, "{out}");
+    assert!(
+        out.contains("-q 400 x --threads 1: model0 keeps 6 open files per QP pair") && out.contains("limit is 2048"),
+        "{out}"
+    );
     // what would not fit in memory is refused before anything is built, naming the run
     let (c, _, err) = rdmaprobe(&[
         "bw",

@@ -58,6 +58,11 @@ pub(super) fn run(
         dev.check_size(*s)?;
     }
     check_memory(b.iters, b.threads, b.qps, b.bidirectional, buf_len)?;
+    if let Some(n) = session::check_open_files(&dev, b.threads.saturating_mul(b.qps), || {
+        format!("-q {} x --threads {}", b.qps, b.threads)
+    })? {
+        obs.note(&n);
+    }
     let inline_limit = b.inline_size.unwrap_or(INLINE);
     if inline_limit > INLINE && op.carries_payload() {
         return Err(ProbeError::Usage(format!(

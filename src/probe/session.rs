@@ -309,6 +309,57 @@ pub fn check_memory(need: u64, what: impl FnOnce() -> String) -> Result<(), Prob
     }
 }
 
+/// Open files model0 keeps per QP pair of a bandwidth run: two QPs, two CQs and two buffers,
+/// a shared-memory file each (measured: `-q 150` runs with 1024 open files, `-q 200` does not).
+pub const MODEL_FILES_PER_PAIR: u64 = 6;
+
+/// Open files of a run besides its QP pairs (the model's directory, libraries, the output).
+const FILES_BASE: u64 = 64;
+
+/// On model0, which keeps an open file per object: the files `pairs` QP pairs need, against the
+/// open-files limit (RLIMIT_NOFILE). The soft limit is raised up to the hard one when that is
+/// enough (the note returned says so); a run the hard limit cannot hold is refused before any QP
+/// is made (exit 2, naming `what()`). Nothing on a NIC, where QPs are not files.
+pub fn check_open_files(dev: &Dev, pairs: u64, what: impl FnOnce() -> String) -> Result<Option<String>, ProbeError> {
+    if !dev.is_model() {
+        return Ok(None);
+    }
+    let need = pairs.saturating_mul(MODEL_FILES_PER_PAIR).saturating_add(FILES_BASE);
+    let mut r = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit writes the struct passed, a valid local.
+    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut r) } != 0 || need <= r.rlim_cur {
+        return Ok(None);
+    }
+    if need > r.rlim_max {
+        return Err(ProbeError::Usage(format!(
+            "{}: model0 keeps {MODEL_FILES_PER_PAIR} open files per QP pair (its QPs, CQs and buffers are \
+             shared-memory files), {need} for this run; the open-files limit is {} (ulimit -Hn): lower -q or \
+             --threads, or raise the limit",
+            what(),
+            r.rlim_max
+        )));
+    }
+    let old = r.rlim_cur;
+    r.rlim_cur = r.rlim_max;
+    // SAFETY: setrlimit reads the struct passed; the soft limit is raised to the hard one, which
+    // an unprivileged process may do.
+    if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &r) } != 0 {
+        return Err(ProbeError::Usage(format!(
+            "{}: model0 needs {need} open files for this run; the limit is {old} and could not be raised to {} ({})",
+            what(),
+            r.rlim_max,
+            std::io::Error::last_os_error()
+        )));
+    }
+    Ok(Some(format!(
+        "the open-files limit raised from {old} to {} for this run's {need} (model0 keeps {MODEL_FILES_PER_PAIR} per QP pair)",
+        r.rlim_cur
+    )))
+}
+
 /// The set-up with the peer (hello, QP addresses, barrier) as one phase with one deadline: each
 /// message still has its own (`--oob-timeout`), and the phase as a whole must end within it too
 /// (a peer answering each message just in time cannot stretch the set-up to many times it).
