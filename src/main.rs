@@ -316,9 +316,10 @@ struct LatArgs {
     #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u64).range(0..=100_000_000))]
     warmup: u64,
     /// Run for this many seconds per size instead of -n iterations (blocks of 1000 per backend,
-    /// interleaved; every sample kept, percentiles included). --loopback only.
-    #[arg(short = 'D', long, value_parser = clap::value_parser!(u64).range(1..=86_400), conflicts_with = "iters")]
-    duration: Option<u64>,
+    /// interleaved; every sample kept, percentiles included): 0.01 to 86400, fractions too.
+    /// --loopback only.
+    #[arg(short = 'D', long, value_parser = positive_secs, conflicts_with = "iters")]
+    duration: Option<Duration>,
     /// Write an HdrHistogram interval log: one interval per block and backend (tagged).
     #[arg(long)]
     hdr: Option<std::path::PathBuf>,
@@ -391,10 +392,9 @@ struct BwArgs {
     min_ms: u64,
     /// Run each size and backend for at least this many seconds (perftest's -D): a short first
     /// run sizes the messages of the measured one, whose real length is printed (time[ms]).
-    /// --loopback only.
-    #[arg(short = 'D', long, value_parser = clap::value_parser!(u64).range(1..=86_400),
-          conflicts_with_all = ["iters", "min_ms"])]
-    duration: Option<u64>,
+    /// 0.01 to 86400 seconds, fractions too. --loopback only.
+    #[arg(short = 'D', long, value_parser = positive_secs, conflicts_with_all = ["iters", "min_ms"])]
+    duration: Option<Duration>,
     /// No perftest peak (perftest's -N, --noPeak): post and completion times are not traced,
     /// the peak column says "-".
     #[arg(short = 'N', long = "noPeak")]
@@ -747,7 +747,7 @@ fn lat(a: LatArgs) -> Result<ExitCode> {
         iters: a.iters,
         warmup: a.warmup,
         blocks: a.blocks,
-        duration: a.duration.map(Duration::from_secs),
+        duration: a.duration,
         inline_size: a.run.inline_size,
         model_delay_ns: a.model_delay_ns,
         intervals: a.hdr.is_some(),
@@ -781,7 +781,7 @@ fn bw(a: BwArgs) -> Result<ExitCode> {
         inline_size: a.run.inline_size,
         window: Duration::from_micros(a.window_us),
         min_duration: match (a.duration, a.run_infinitely) {
-            (Some(d), _) => Duration::from_secs(d),
+            (Some(d), _) => d,
             (None, true) => Duration::from_secs(5),
             (None, false) => Duration::from_millis(a.min_ms),
         },

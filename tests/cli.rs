@@ -484,7 +484,7 @@ fn lat_duration_mode_keeps_every_sample_and_writes_an_interval_log() {
         assert!(c >= 1000 && c % 1000 == 0, "{c} samples: whole blocks of 1000");
     }
     let n: u64 = counts.iter().sum();
-    assert_eq!(v["params"]["duration_s"], 1);
+    assert_eq!(v["params"]["duration_s"], 1.0);
     // the interval log: one tagged interval per block, together exactly the samples of the run
     let log = std::fs::read(&hlog).unwrap();
     let mut total = 0u64;
@@ -1331,6 +1331,38 @@ fn perftest_options_atomic_type_cpu_freq_and_output() {
     let j: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&d).unwrap()).unwrap();
     let secs = j["runs"][0]["summary"]["seconds"].as_f64().unwrap();
     assert!((1.0..30.0).contains(&secs), "bw -D 1 ran {secs} s");
+    // fractions of a second, as suite -D takes them (lat: whole blocks until the time is up)
+    let (c, out, err) = rdmaprobe(&[
+        "bw",
+        "write",
+        "--loopback",
+        "-D",
+        "0.3",
+        "--backend",
+        "direct",
+        "--json",
+        d.to_str().unwrap(),
+    ]);
+    assert_eq!(c, 0, "{out}{err}");
+    let j: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&d).unwrap()).unwrap();
+    let secs = j["runs"][0]["summary"]["seconds"].as_f64().unwrap();
+    assert!((0.3..20.0).contains(&secs), "bw -D 0.3 ran {secs} s");
+    assert_eq!(j["params"]["min_duration_ms"], 300, "{}", j["params"]);
+    let (c, out, err) = rdmaprobe(&[
+        "lat",
+        "write",
+        "--loopback",
+        "-D",
+        "0.25",
+        "--backend",
+        "direct",
+        "--json",
+        d.to_str().unwrap(),
+    ]);
+    assert_eq!(c, 0, "{out}{err}");
+    let j: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&d).unwrap()).unwrap();
+    assert_eq!(j["params"]["duration_s"], 0.25);
+    assert!(j["runs"][0]["latency_ns"]["count"].as_u64().unwrap() >= 1000);
     // what cannot work exits 2, naming the flag
     for (args, says) in [
         (
@@ -1338,6 +1370,8 @@ fn perftest_options_atomic_type_cpu_freq_and_output() {
             "bw -D is available with --loopback only",
         ),
         (vec!["bw", "write", "--loopback", "-D", "1", "-n", "10"], "--duration"),
+        (vec!["bw", "write", "--loopback", "-D", "0.001"], "from 0.01 to 86400"),
+        (vec!["lat", "write", "--loopback", "-D", "nan"], "from 0.01 to 86400"),
         (
             vec!["lat", "write", "--loopback", "-A", "CMP_AND_SWAP"],
             "-A/--atomic_type applies to the operation atomic",

@@ -273,7 +273,7 @@ fn new_report(
         // what the QPs were granted (in process: read from them; client/server: asked for)
         "qp_max_inline_data": sides.max_inline, "qp_max_inline_data_source": if network { "requested" } else { "granted" },
         "model_exec": dev.is_model().then_some("after_post"),
-        "duration_s": l.duration.map(|d| d.as_secs()),
+        "duration_s": l.duration.map(|d| d.as_secs_f64()),
         "path": super::report::path_json(&plan.path), "huge_pages": plan.huge_pages, "mr_per_qp": true,
         "transport": plan.transport.as_str(),
         "peer": match &role { Role::Loopback => None, Role::Client(p) | Role::Server(p) => Some(p.clone()) },
