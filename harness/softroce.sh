@@ -226,6 +226,16 @@ echo "UC rows: \$(cat /tmp/lat-uc.txt /tmp/bw-uc.txt | grep -cE '^ +(64|4096) +(
 /opt/rdmaprobe bw send -c UD --loopback -d rxe0 -x 1 -s 1024 -n 300 --min-ms 0 --stall-secs 60 > /tmp/bw-ud.txt 2>&1 || lat_rc=1
 cat /tmp/lat-ud.txt /tmp/bw-ud.txt
 echo "UD rows: \$(cat /tmp/lat-ud.txt /tmp/bw-ud.txt | grep -cE '^ +(64|1024) +(verbs|wr) +300 ')"
+# UC and UD between two processes: receives posted before the barrier, address handles to the peer
+for t in UC UD; do
+  p=18540; [ \$t = UD ] && p=18541
+  /opt/rdmaprobe lat send -c \$t -d rxe0 -x 1 -s 64 -n 300 -p \$p --stall-secs 60 > /tmp/net-srv-\$t.txt 2>&1 &
+  srv=\$!
+  /opt/rdmaprobe lat send -c \$t -d rxe0 -x 1 -s 64 -n 300 -p \$p --stall-secs 60 127.0.0.1 > /tmp/net-\$t.txt 2>&1 || lat_rc=1
+  wait \$srv || lat_rc=1
+  cat /tmp/net-\$t.txt /tmp/net-srv-\$t.txt
+  echo "NET \$t rows: \$(grep -cE '^ +64 +(verbs|wr) +300 ' /tmp/net-\$t.txt)"
+done
 echo 16 > /proc/sys/vm/nr_hugepages
 /opt/rdmaprobe lat send --use-hugepages --loopback -d rxe0 -x 1 -s 64 -n 300 --stall-secs 60 --json /tmp/lat-huge.json > /tmp/lat-huge.txt 2>&1 || lat_rc=1
 cat /tmp/lat-huge.txt
@@ -397,6 +407,9 @@ grep -qE '^  pass +port.state +port 1: ACTIVE' "$log.txt" || { echo "FAIL: docto
 grep -q '^ATOMIC rows: 2$' "$log.txt" || { echo "FAIL: lat atomic did not run on both verbs and wr"; fail=1; }
 grep -q '^EVENTS rows: 4$' "$log.txt" || { echo "FAIL: lat send -e did not run verbs and wr polling and with events"; fail=1; }
 grep -q '^UD rows: 4$' "$log.txt" || { echo "FAIL: lat send and bw send -c UD did not run on both verbs and wr"; fail=1; }
+for t in UC UD; do
+  grep -q "^NET $t rows: 2\$" "$log.txt" || { echo "FAIL: lat send -c $t between two processes did not run on both verbs and wr"; fail=1; }
+done
 grep -q '^UC rows: 4$' "$log.txt" || { echo "FAIL: lat send and bw write -c UC did not run on both verbs and wr"; fail=1; }
 grep -q '^IMM rows: 2$' "$log.txt" || { echo "FAIL: lat write --write-with-imm did not run on both verbs and wr"; fail=1; }
 grep -q '^HUGE rows: 2 "huge_pages": true$' "$log.txt" || { echo "FAIL: lat send --use-hugepages did not run on huge pages"; fail=1; }

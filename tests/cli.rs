@@ -2052,7 +2052,6 @@ fn uc_transport_on_every_backend() {
         (vec!["lat", "read", "-c", "UC", "--loopback"], "-c UC"),
         (vec!["bw", "atomic", "-c", "UC", "--loopback"], "-c UC"),
         (vec!["bw", "send", "-c", "UC", "127.0.0.1"], "--loopback"),
-        (vec!["lat", "send", "-c", "UC", "127.0.0.1"], "--loopback"),
         (vec!["lat", "send", "-c", "XRC", "--loopback"], "--connection"),
     ] {
         let (c, _, err) = rdmaprobe(&args);
@@ -2129,7 +2128,7 @@ fn ud_transport_on_every_backend() {
             "port's MTU",
         ),
         (vec!["lat", "write", "-c", "UD", "--loopback"], "-c UD"),
-        (vec!["lat", "send", "-c", "UD", "127.0.0.1"], "--loopback"),
+        (vec!["bw", "send", "-c", "UD", "127.0.0.1"], "--loopback"),
         (
             vec!["lat", "send", "-c", "UD", "--loopback", "-m", "1024"],
             "no path MTU",

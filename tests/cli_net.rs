@@ -676,3 +676,48 @@ fn a_slow_peer_cannot_stretch_the_set_up() {
         "the set-up took {took:?} against a 2 s deadline"
     );
 }
+
+/// UC and UD ping-pongs between two processes (issue 14 part 1): each side posts its receives
+/// before the barrier, so no message finds none (nothing is retried on these transports): every
+/// backend completes every iteration and model0 drops nothing.
+#[test]
+fn uc_and_ud_ping_pongs_between_two_processes() {
+    let _g = serial();
+    for (i, t) in ["UC", "UD"].into_iter().enumerate() {
+        let p = port(12 + i as u16);
+        let json = std::env::temp_dir().join(format!("rdmaprobe-net-{t}-{}.json", std::process::id()));
+        let args = |client: bool| {
+            let mut a = vec![
+                "lat", "send", "-c", t, "-d", "model0", "-n", "3000", "-s", "64", "-p", &p,
+            ];
+            a.extend(["--oob-timeout", "20"]);
+            if client {
+                a.extend(["127.0.0.1", "--json", json.to_str().unwrap()]);
+            }
+            a.iter().map(|s| s.to_string()).collect::<Vec<_>>()
+        };
+        let srv_args = args(false);
+        let srv = spawn(&srv_args.iter().map(String::as_str).collect::<Vec<_>>());
+        let cli_args = args(true);
+        let cli = spawn(&cli_args.iter().map(String::as_str).collect::<Vec<_>>());
+        let (cc, co, ce) = finish(cli);
+        let (sc, so, se) = finish(srv);
+        assert_eq!(cc, 0, "{t} client: {co}{ce}");
+        assert_eq!(sc, 0, "{t} server: {so}{se}");
+        let j: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+        assert_eq!(j["params"]["transport"], t);
+        let runs = j["runs"].as_array().unwrap();
+        assert_eq!(runs.len(), 3, "{co}");
+        for r in runs {
+            assert_eq!(r["latency_ns"]["count"], 3000, "{t}: {r}");
+        }
+        assert!(
+            j["counters"]["delta"]["wqes_executed"].as_u64().unwrap_or(0) >= 3 * 3000,
+            "{t}: model0's counters: {}",
+            j["counters"]
+        );
+        let dropped = j["counters"]["delta"]["dropped_messages"].as_u64().unwrap_or(0);
+        assert_eq!(dropped, 0, "{t}: model0 dropped {dropped} messages\n{co}");
+        std::fs::remove_file(&json).ok();
+    }
+}

@@ -747,12 +747,6 @@ impl HalfEnd {
     /// Creates this side's QP, CQ and buffer for `kind` on `dev`.
     pub fn new(dev: &Dev, kind: BackendKind, op: OpKind, buf_len: usize, mode: DbMode) -> Result<Self, SetupError> {
         dev.supports(kind)?;
-        if dev.transport() == Transport::Ud {
-            return Err(SetupError::from(BackendError::Unsupported {
-                backend: kind.as_str(),
-                why: "UD between two processes: not yet (--loopback)".into(),
-            }));
-        }
         let caps = qp_caps();
         let mode = Mlx5Env::get().direct_mode(mode);
         Ok(match dev {
@@ -766,6 +760,7 @@ impl HalfEnd {
                 };
                 let q = DirectModelQp::new(m, pd, mcaps, 2 * DEPTH, mode)?;
                 q.qp.set_transport(m.opts.transport.model());
+                q.qp.set_qkey(QKEY);
                 let mr = m.reg_mr(pd, buf_len, model_access(op))?;
                 HalfEnd::Model { q: Box::new(q), mr }
             }
@@ -871,28 +866,54 @@ impl HalfEnd {
                 .into());
             }
         }
+        // UD: each datagram names the peer's QP (through an address handle to it on a NIC)
+        let ud = dev.transport() == Transport::Ud;
+        let path = dev.path();
         Ok(match self {
             HalfEnd::Model { q, mr } => {
                 q.qp.connect(r.qpn, ModelConnect::default());
                 let inl = q.qp.sq_config().max_inline;
-                AnyEnd::Model(Box::new(DirectEnd::new(*q, LocalBuf::Model(mr), remote, inl)))
+                let e = DirectEnd::new(*q, LocalBuf::Model(mr), remote, inl);
+                AnyEnd::Model(Box::new(if ud {
+                    e.with_datagram(AvSeg::default().to(r.qpn, QKEY))
+                } else {
+                    e
+                }))
             }
             HalfEnd::Verbs { kind, mut qp, cq, mr } => {
                 let Some((ctx, port, gid)) = dev.verbs_parts() else {
                     unreachable!("verbs ends live on devices with a verbs context")
                 };
-                let opts = connect_opts(ctx, port, gid, op, dev.path())?;
-                path_taken(ctx, qp.connect(port, &opts, &rep)?)?;
-                AnyEnd::Verbs(Box::new(VerbsEnd::new(kind, qp, cq, mr, remote)?))
+                if ud {
+                    qp.connect_ud(port, path.pkey_index, QKEY)?;
+                    let ah = Ah::new(mr.pd(), port, &rep, gid, path.sl)?;
+                    AnyEnd::Verbs(Box::new(
+                        VerbsEnd::new(kind, qp, cq, mr, remote)?.with_ud(ah, r.qpn, QKEY),
+                    ))
+                } else {
+                    let opts = connect_opts(ctx, port, gid, op, path)?;
+                    path_taken(ctx, qp.connect(port, &opts, &rep)?)?;
+                    AnyEnd::Verbs(Box::new(VerbsEnd::new(kind, qp, cq, mr, remote)?))
+                }
             }
             HalfEnd::Mlx5 { mut q, mr } => {
                 let Dev::Verbs { ctx, port, gid, .. } = dev else {
                     unreachable!("mlx5 ends live on verbs devices")
                 };
-                let opts = connect_opts(ctx, port, *gid, op, dev.path())?;
-                path_taken(ctx, q.connect(port, &opts, &rep)?)?;
+                let av = if ud {
+                    q.connect_ud(port, path.pkey_index, QKEY)?;
+                    Some(q.datagrams_to(mr.pd(), port, &rep, *gid, path.sl, QKEY)?)
+                } else {
+                    let opts = connect_opts(ctx, port, *gid, op, path)?;
+                    path_taken(ctx, q.connect(port, &opts, &rep)?)?;
+                    None
+                };
                 let inl = q.max_inline();
-                AnyEnd::Mlx5(Box::new(DirectEnd::new(*q, LocalBuf::Verbs(mr), remote, inl)))
+                let e = DirectEnd::new(*q, LocalBuf::Verbs(mr), remote, inl);
+                AnyEnd::Mlx5(Box::new(match av {
+                    Some(av) => e.with_datagram(av),
+                    None => e,
+                }))
             }
         })
     }

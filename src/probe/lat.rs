@@ -75,13 +75,6 @@ fn check(plan: &Plan, l: &LatPlan, obs: &mut dyn Observer) -> Result<Vec<u32>, P
                 .into(),
         ));
     }
-    if plan.transport == crate::backend::Transport::Uc && l.op.needs_recv() && plan.peer != PeerSpec::Loopback {
-        return Err(ProbeError::Usage(
-            "lat -c UC with a receiving operation runs with --loopback only in this version (a message sent before \
-             the peer's receives are posted is dropped, not retried)"
-                .into(),
-        ));
-    }
     if l.events {
         if plan.peer != PeerSpec::Loopback {
             return Err(ProbeError::Usage(
@@ -163,6 +156,8 @@ fn check_memory(l: &LatPlan, backends: u64) -> Result<(), ProbeError> {
 struct Sides<'a> {
     pairs: Vec<LatPair>,
     net: Option<(&'a mut dyn Rendezvous, Ends)>,
+    /// The network ends' ping-pong states, their receives posted before the barrier.
+    net_states: Vec<PingState>,
     max_inline: u32,
     inline_limit: u32,
 }
@@ -214,6 +209,7 @@ impl<'a> Sides<'a> {
             None => max_inline,
         };
         let mut net = None;
+        let mut net_states = Vec::new();
         if network {
             let rdv: &'a mut dyn Rendezvous = match peer {
                 Some(p) => p,
@@ -222,12 +218,14 @@ impl<'a> Sides<'a> {
             let mut hello = hello(l, sizes, kinds, mode, inline_limit, buf_len);
             hello.params.insert("transport".into(), plan.transport.as_str().into());
             let mut phase = session::Phase::new(rdv, plan.oob_timeout);
-            let ends = connect(&mut phase, &hello, dev, kinds, l.op, buf_len, mode)?;
+            let (ends, states) = connect(&mut phase, &hello, dev, kinds, l.op, buf_len, mode)?;
             net = Some((rdv, ends));
+            net_states = states;
         }
         Ok(Sides {
             pairs,
             net,
+            net_states,
             max_inline,
             inline_limit,
         })
@@ -321,7 +319,11 @@ impl Run<'_> {
         let client = !matches!(report.role, Role::Server(_));
         let run_start = std::time::Instant::now();
         // ping-pong state per backend across sizes (marker numbering, receives posted once)
-        let mut states = vec![PingState::default(); report.backends.len()];
+        let mut states = if sides.net_states.len() == report.backends.len() {
+            std::mem::take(&mut sides.net_states)
+        } else {
+            vec![PingState::default(); report.backends.len()]
+        };
         for &size in sizes {
             let p = LatParams {
                 op: self.l.op,
@@ -471,7 +473,7 @@ fn hello(l: &LatPlan, sizes: &[u32], kinds: &[BackendKind], mode: DbMode, inline
 }
 
 /// The handshake, then for each backend this side's QP and buffer exchanged with the peer's and
-/// connected, then the barrier.
+/// connected, its receives posted (a SEND ping-pong), then the barrier.
 fn connect(
     rdv: &mut dyn Rendezvous,
     hello: &Hello,
@@ -480,7 +482,7 @@ fn connect(
     op: OpKind,
     buf_len: usize,
     mode: DbMode,
-) -> Result<Vec<(BackendKind, AnyEnd)>, ProbeError> {
+) -> Result<(Ends, Vec<PingState>), ProbeError> {
     rdv.agree(hello)?;
     let mut ends = Vec::new();
     for k in kinds {
@@ -488,9 +490,14 @@ fn connect(
         let theirs = session::exchange_qp(rdv, &half.info(dev)?)?;
         ends.push((*k, half.connect(dev, op, &theirs)?));
     }
-    // neither side posts before the other's QPs are connected
+    // receives first: on UC and UD a message that finds none is dropped, not retried
+    let mut states = vec![PingState::default(); ends.len()];
+    for ((_, e), st) in ends.iter_mut().zip(&mut states) {
+        crate::scenario::runner::lat_prime(e, op, st).map_err(crate::backend::setup::SetupError::from)?;
+    }
+    // neither side posts before the other's QPs are connected and its receives posted
     rdv.barrier(ends.len() as u32)?;
-    Ok(ends)
+    Ok((ends, states))
 }
 
 /// Runs the blocks of one size on connected ends; the client returns the results.

@@ -83,9 +83,11 @@ pub fn ud_checks(dev: &Dev, plan: &Plan, sizes: &[u32]) -> Result<(), ProbeError
     if dev.transport() != crate::backend::Transport::Ud {
         return Ok(());
     }
-    if plan.peer != PeerSpec::Loopback {
+    if plan.peer != PeerSpec::Loopback && matches!(plan.scenario, super::Scenario::Bw(_)) {
         return Err(ProbeError::Usage(
-            "-c UD runs with --loopback only in this version".into(),
+            "bw -c UD runs with --loopback only in this version (the receiver cannot know how many of the datagrams \
+             it did not drop will come)"
+                .into(),
         ));
     }
     if let Some(m) = plan.path.mtu {

@@ -65,6 +65,17 @@ impl PingState {
         self.primed = true;
         (first, prime)
     }
+
+    /// Posts the receives a ping-pong of `op` keeps outstanding (if it takes any), once, ahead
+    /// of its first block: between two processes before the barrier, so that on UC and UD, where
+    /// nothing is retried, no message arrives before a receive for it.
+    pub fn prime<B: Backend>(&mut self, b: &mut B, op: OpKind) -> Result<(), crate::backend::BackendError> {
+        if op.needs_recv() && !self.primed {
+            b.post_recv(recv_len(b), RECV_DEPTH)?;
+            self.primed = true;
+        }
+        Ok(())
+    }
 }
 
 fn marker(k: u64) -> u8 {

@@ -279,6 +279,20 @@ pub fn lat_side(
     }
 }
 
+/// [`PingState::prime`] on an end of any backend.
+pub fn lat_prime(
+    end: &mut crate::backend::setup::AnyEnd,
+    op: OpKind,
+    st: &mut PingState,
+) -> Result<(), crate::backend::BackendError> {
+    use crate::backend::setup::AnyEnd;
+    match end {
+        AnyEnd::Verbs(b) => st.prime(&mut **b, op),
+        AnyEnd::Model(b) => st.prime(&mut **b, op),
+        AnyEnd::Mlx5(b) => st.prime(&mut **b, op),
+    }
+}
+
 /// How long a run lasts.
 #[derive(Debug, Clone, Copy)]
 pub enum Length {

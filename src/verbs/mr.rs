@@ -241,6 +241,11 @@ unsafe impl Send for Mr {}
 unsafe impl Sync for Mr {}
 
 impl Mr {
+    /// The protection domain the buffer is registered in.
+    pub fn pd(&self) -> &Pd {
+        &self.pd
+    }
+
     /// Maps a buffer of `len` bytes and registers it (`ibv_reg_mr`) with `access`.
     pub fn new(pd: &Pd, len: usize, access: MrAccess, huge: bool) -> Result<Self> {
         let ctx = || pd.context().ctx().detail(format!("{len} bytes"));

@@ -343,6 +343,11 @@ impl Qp {
         unsafe { (*self.qp).qp_num }
     }
 
+    /// The protection domain the QP was made in.
+    pub fn pd(&self) -> &Pd {
+        &self.pd
+    }
+
     /// Raw pointer (valid while `self` lives).
     pub fn as_ptr(&self) -> *mut sys::ibv_qp {
         self.qp
