@@ -416,6 +416,7 @@ fn run_reliable(m: &Model, me: &QpHdr, d: &Decoded, buf: &[u8; 1024], mut late: 
 /// register is checked against the WQEs; not when another party resumes it (a receive posted
 /// for a sender stalled on RNR), which may come between the poster's record and register stores.
 pub(super) fn execute(m: &Model, q: &Shm, reg: RegCheck) {
+    let _scope = Model::scope();
     let h: &QpHdr = hdr(q);
     let check = reg != RegCheck::None && h.check_reg != 0;
     if reg != RegCheck::None {

@@ -15,6 +15,7 @@ use std::sync::atomic::{fence, Ordering};
 
 /// Flushes every posted, unconsumed receive of `q` with WR_FLUSH responder CQEs.
 pub(super) fn flush_rq(m: &Model, q: &Shm) {
+    let _scope = Model::scope();
     let h: &QpHdr = hdr(q);
     let Some(cq) = m.lookup(ObjKind::Cq, h.recv_cqn) else {
         return;
@@ -177,6 +178,7 @@ pub(super) fn deliver_to_receiver(
 /// What posting receives sets off: flushed at once on a QP in error; otherwise a sender of the
 /// peer stalled on RNR goes on (not in deferred mode).
 pub(super) fn receives_posted(model: &Model, qp: &Shm, exec: ExecMode) {
+    let _scope = Model::scope();
     let h: &QpHdr = hdr(qp);
     if h.state.load(Ordering::Acquire) == state::ERR {
         flush_rq(model, qp);

@@ -92,7 +92,10 @@ fn path(kind: ObjKind, id: u32) -> PathBuf {
 /// A mapped object file. The creating handle removes the file when dropped.
 pub struct Shm {
     map: memmap2::MmapMut,
-    file: File,
+    /// The owner's descriptor, for [`Shm::map_over`], until the object is unlinked; another
+    /// process's object is only mapped (its descriptor closed at once: a mapping needs none, and
+    /// a process reaching thousands of objects would run out of open files).
+    file: std::sync::Mutex<Option<File>>,
     path: PathBuf,
     owner: bool,
 }
@@ -135,7 +138,7 @@ impl Shm {
                         id,
                         Shm {
                             map,
-                            file: f,
+                            file: std::sync::Mutex::new(Some(f)),
                             path: p,
                             owner: true,
                         },
@@ -177,7 +180,7 @@ impl Shm {
         let map = unsafe { memmap2::MmapOptions::new().len(len).map_mut(&f) }?;
         Ok(Shm {
             map,
-            file: f,
+            file: std::sync::Mutex::new(None),
             path: p,
             owner: false,
         })
@@ -199,6 +202,8 @@ impl Shm {
         if self.owner {
             let _ = fs::remove_file(&self.path);
         }
+        // out of service: no more map_over; the mappings keep the memory, not a descriptor
+        *self.file.lock().unwrap_or_else(|p| p.into_inner()) = None;
     }
 
     /// Turns the user memory `[addr, addr + len)` (page-aligned, whole pages) into a second view
@@ -215,6 +220,11 @@ impl Shm {
         if off % 4096 != 0 || addr % 4096 != 0 || len % 4096 != 0 || off + len > self.len() {
             return Err(io::Error::from_raw_os_error(libc::EINVAL));
         }
+        let file = self.file.lock().unwrap_or_else(|p| p.into_inner());
+        // only the owner maps its object over memory, and only while it is in service
+        let Some(fd) = file.as_ref().map(|f| f.as_raw_fd()) else {
+            return Err(io::Error::from_raw_os_error(libc::EBADF));
+        };
         // SAFETY: the caller guarantees the source range; the destination is inside our mapping.
         unsafe { std::ptr::copy_nonoverlapping(addr as *const u8, self.ptr().add(off), len) };
         // SAFETY: replaces the caller's pages (guaranteed by the caller) with the object's, which
@@ -225,7 +235,7 @@ impl Shm {
                 len,
                 libc::PROT_READ | libc::PROT_WRITE,
                 libc::MAP_SHARED | libc::MAP_FIXED,
-                self.file.as_raw_fd(),
+                fd,
                 off as libc::off_t,
             )
         };
