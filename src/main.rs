@@ -186,7 +186,8 @@ struct RunArgs {
     pkey_index: u16,
     /// Transport (perftest's -c): RC; UC (SEND and WRITE, nothing acknowledged: a message the
     /// responder cannot take is dropped, and a ping-pong stalls on it); UD (SEND up to the
-    /// port's MTU, verbs and wr backends).
+    /// port's MTU; a datagram from another QP than the peer's stops the run). Between two
+    /// processes: lat; bw UC/UD with --loopback.
     #[arg(short = 'c', long = "connection", value_enum, ignore_case = true, default_value_t = rdmaprobe::backend::Transport::Rc)]
     connection: rdmaprobe::backend::Transport,
     /// Buffers on 2 MiB huge pages (perftest's --use_hugepages; they must be reserved:
@@ -498,7 +499,7 @@ struct SuiteArgs {
     #[arg(long, value_name = "LIST", value_parser = |s: &str| matrix::parse_backends(s).map(Listed))]
     backends: Option<Listed<BackendKind>>,
     /// Transports the latency and bandwidth parts run on, of RC, UC, UD (default RC; UC runs
-    /// send and write, UD send up to the MTU on verbs and wr; the post cost stays on RC).
+    /// send and write, UD send up to the MTU; the post cost stays on RC).
     #[arg(long, value_name = "LIST", value_parser = |s: &str| matrix::parse_transports(s).map(Listed))]
     transports: Option<Listed<rdmaprobe::backend::Transport>>,
     /// Bandwidth QPs per thread (default 1).

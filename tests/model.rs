@@ -876,3 +876,71 @@ fn ud_datagrams_built_by_the_direct_path() {
         .unwrap();
     assert_eq!(next(&mut p.a.q.cq).unwrap_err().syndrome, syndrome::LOCAL_LENGTH);
 }
+
+/// A UD end counts only its peer's datagrams: one from another QP with the same (well-known)
+/// Q_Key stops the run with an error naming both QPs, on the direct backend (model0's own QPs).
+#[test]
+fn a_stranger_s_datagram_is_not_counted_as_the_peer_s() {
+    use rdmaprobe::backend::setup::model_pair_with;
+    use rdmaprobe::backend::{Backend, OpKind, Transport, QKEY};
+    use rdmaprobe::mlx5::seg::AvSeg;
+    use rdmaprobe::model::transport;
+    let m = Model::open(ModelConfig::default()).unwrap();
+    let (mut a, mut b) = model_pair_with(&m, OpKind::Send, 1 << 16, DbMode::Bf, Transport::Ud).unwrap();
+    b.post_recv(4096, 4).unwrap();
+    // the peer's datagram is taken
+    a.post(OpKind::Send, 64, 1, false, true).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let mut got = 0;
+    while got == 0 {
+        a.poll().unwrap();
+        got += b.poll().unwrap().recvs;
+        assert!(Instant::now() < deadline, "no receive");
+    }
+    // a stranger's is refused
+    let pd = m.alloc_pd();
+    let mut s = DirectModelQp::new(&m, pd, ModelQpCaps::default(), 64, DbMode::Bf).unwrap();
+    s.qp.set_transport(transport::UD);
+    s.qp.set_qkey(QKEY);
+    s.qp.connect(s.qp.qpn(), ModelConnect::default());
+    let mr = m.reg_mr(pd, 4096, ALL).unwrap();
+    let to_b = AvSeg::default().to(b.queues().qp.qpn(), QKEY);
+    s.sq.post_and_ring(&Wqe::send(Payload::Gather(&sge(&mr, 0, 8))).to(&to_b).signaled())
+        .unwrap();
+    assert_eq!(next(&mut s.cq).unwrap().opcode, cqe_op::REQ);
+    let e = loop {
+        match b.poll() {
+            Err(e) => break e.to_string(),
+            Ok(p) => assert_eq!(p.recvs, 0, "the stranger's datagram counted"),
+        }
+        assert!(Instant::now() < deadline, "the stranger's datagram was not seen");
+    };
+    assert!(
+        e.contains(&format!("a datagram from QP {:#x}", s.qp.qpn())) && e.contains("not from the peer's QP"),
+        "{e}"
+    );
+}
+
+/// A datagram segment without `MLX5_EXTENDED_UD_AV` (which libmlx5 always sets) is a malformed
+/// WQE: the requester's local QP operation error, nothing delivered.
+#[test]
+fn a_datagram_segment_without_the_extended_bit_is_malformed() {
+    use rdmaprobe::mlx5::seg::{AvSeg, Be32};
+    use rdmaprobe::model::transport;
+    let mut p = pair();
+    for s in [&p.a, &p.b] {
+        s.q.qp.set_transport(transport::UD);
+        s.q.qp.set_qkey(0x1111_1111);
+    }
+    let mut av = AvSeg::default().to(p.b.q.qp.qpn(), 0x1111_1111);
+    av.dqp_dct = Be32::new(p.b.q.qp.qpn());
+    p.b.q.rq.post(&sge(&p.b.mr, 0, 4096 + 40)).unwrap();
+    p.b.q.rq.ring();
+    let s = sge(&p.a.mr, 0, 8);
+    p.a.q
+        .sq
+        .post_and_ring(&Wqe::send(Payload::Gather(&s)).to(&av).signaled())
+        .unwrap();
+    assert_eq!(next(&mut p.a.q.cq).unwrap_err().syndrome, syndrome::LOCAL_QP_OP);
+    none_pending(&mut p.b.q.cq);
+}

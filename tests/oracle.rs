@@ -904,8 +904,8 @@ fn ud_sends_libmlx5_and_the_direct_path_write_the_same_wqes() {
     b.connect_ud(&port, 0, QKEY).unwrap();
     p.connect_ud(&port, 0, QKEY).unwrap();
     let ep = p.endpoint(&port, None).unwrap();
-    let ah = Ah::new(&pd, &port, &ep, None, 0).unwrap();
-    let av = b.datagrams_to(&pd, &port, &ep, None, 0, QKEY).unwrap();
+    let ah = Ah::new(&pd, &port, &ep, None, (0, 0)).unwrap();
+    let av = b.datagrams_to(&pd, &port, &ep, None, (0, 0), QKEY).unwrap();
     let (ra, rb) = (raw_qp(&a), raw_qp(b.verbs_qp()));
     assert_eq!(ra.wqe_cnt, rb.wqe_cnt, "same capabilities, same ring");
     let max_inline = a.granted_caps().max_inline_data as usize;

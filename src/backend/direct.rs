@@ -293,6 +293,12 @@ impl<Q: DirectQueues> Backend for DirectEnd<Q> {
                         ),
                     });
                 }
+                if let Some(av) = &self.av {
+                    let peer = av.dqp_dct.get() & 0xff_ffff;
+                    if c.src_qp != peer {
+                        return Err(super::stray_datagram("direct", c.qpn, c.src_qp, peer));
+                    }
+                }
                 p.recvs += 1;
                 rq.retire(c.wqe_counter);
             }

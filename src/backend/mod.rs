@@ -83,6 +83,19 @@ pub enum Transport {
 /// The Q_Key of rdmaprobe's UD QPs (perftest's `DEF_QKEY`).
 pub const QKEY: u32 = 0x1111_1111;
 
+/// A UD receive completion from a QP other than the peer's: another sender with the same Q_Key
+/// (perftest's, well known) reached this QP. Counting it as the peer's message would measure
+/// the stranger, so the run stops and says so.
+pub(crate) fn stray_datagram(backend: &'static str, qpn: u32, src: u32, peer: u32) -> BackendError {
+    BackendError::Invalid {
+        backend,
+        why: format!(
+            "QP {qpn:#x}: a datagram from QP {src:#x}, not from the peer's QP {peer:#x} (another sender with Q_Key \
+             {QKEY:#x} reached this QP): not counted as the peer's, the run stops"
+        ),
+    }
+}
+
 impl Transport {
     /// As perftest names it.
     pub fn as_str(self) -> &'static str {

@@ -501,8 +501,8 @@ pub fn verbs_pair_with(
         qa.connect_ud(port, path.pkey_index, QKEY)?;
         qb.connect_ud(port, path.pkey_index, QKEY)?;
         let (aha, ahb) = (
-            Ah::new(&pd, port, &eb, gid, path.sl)?,
-            Ah::new(&pd, port, &ea, gid, path.sl)?,
+            Ah::new(&pd, port, &eb, gid, (path.sl, path.traffic_class))?,
+            Ah::new(&pd, port, &ea, gid, (path.sl, path.traffic_class))?,
         );
         let (ra, rb) = (ma.remote(0), mb.remote(0));
         let (mut a, mut b) = (
@@ -668,8 +668,8 @@ pub fn mlx5_pair(
         qa.connect_ud(port, path.pkey_index, QKEY)?;
         qb.connect_ud(port, path.pkey_index, QKEY)?;
         Some((
-            qa.datagrams_to(&pd, port, &eb, *gid, path.sl, QKEY)?,
-            qb.datagrams_to(&pd, port, &ea, *gid, path.sl, QKEY)?,
+            qa.datagrams_to(&pd, port, &eb, *gid, (path.sl, path.traffic_class), QKEY)?,
+            qb.datagrams_to(&pd, port, &ea, *gid, (path.sl, path.traffic_class), QKEY)?,
         ))
     } else {
         path_taken(ctx, qa.connect(port, &opts, &eb)?)?;
@@ -886,7 +886,7 @@ impl HalfEnd {
                 };
                 if ud {
                     qp.connect_ud(port, path.pkey_index, QKEY)?;
-                    let ah = Ah::new(mr.pd(), port, &rep, gid, path.sl)?;
+                    let ah = Ah::new(mr.pd(), port, &rep, gid, (path.sl, path.traffic_class))?;
                     AnyEnd::Verbs(Box::new(
                         VerbsEnd::new(kind, qp, cq, mr, remote)?.with_ud(ah, r.qpn, QKEY),
                     ))
@@ -902,7 +902,7 @@ impl HalfEnd {
                 };
                 let av = if ud {
                     q.connect_ud(port, path.pkey_index, QKEY)?;
-                    Some(q.datagrams_to(mr.pd(), port, &rep, *gid, path.sl, QKEY)?)
+                    Some(q.datagrams_to(mr.pd(), port, &rep, *gid, (path.sl, path.traffic_class), QKEY)?)
                 } else {
                     let opts = connect_opts(ctx, port, *gid, op, path)?;
                     path_taken(ctx, q.connect(port, &opts, &rep)?)?;

@@ -515,6 +515,11 @@ impl VerbsEnd {
                 });
             }
             if wc.opcode & sys::IBV_WC_RECV != 0 {
+                if let Some((_, peer, _)) = &self.ud {
+                    if wc.src_qp != *peer {
+                        return Err(super::stray_datagram(self.kind.as_str(), wc.qp_num, wc.src_qp, *peer));
+                    }
+                }
                 p.recvs += 1;
             } else {
                 p.sends += 1;

@@ -95,7 +95,13 @@ pub(super) fn decode(
         }
         let av = &buf[u * 16..u * 16 + 48];
         let qkey = u32::from_be_bytes([av[0], av[1], av[2], av[3]]);
-        let dqp = u32::from_be_bytes([av[8], av[9], av[10], av[11]]) & 0xff_ffff;
+        let dqp_dct = u32::from_be_bytes([av[8], av[9], av[10], av[11]]);
+        // libmlx5's set_datagram_seg sets MLX5_EXTENDED_UD_AV: the 48-byte address vector the
+        // segment is; a WQE without it is not one a provider builds
+        if dqp_dct & crate::mlx5::seg::EXTENDED_UD_AV == 0 {
+            return bad;
+        }
+        let dqp = dqp_dct & 0xff_ffff;
         d.ud = Some((dqp, qkey));
         u += 3;
     }

@@ -178,7 +178,8 @@ impl DirectQp {
         self.qp.connect_ud(port, pkey_index, qkey)
     }
 
-    /// UD: an address handle in `pd` to `remote` (kept with this QP), and the datagram segment
+    /// UD: an address handle in `pd` to `remote` (kept with this QP; service level and traffic
+    /// class `sl_tclass`, as [`Ah::new`]), and the datagram segment
     /// of every WQE to it: the address vector libmlx5 built for the handle (`mlx5dv_init_obj`)
     /// with the remote QP number and `qkey` filled in, as libmlx5's `set_datagram_seg` does.
     pub fn datagrams_to(
@@ -187,10 +188,10 @@ impl DirectQp {
         port: &PortInfo,
         remote: &Endpoint,
         gid_index: Option<u8>,
-        sl: u8,
+        sl_tclass: (u8, u8),
         qkey: u32,
     ) -> Result<AvSeg> {
-        let ah = Ah::new(pd, port, remote, gid_index, sl)?;
+        let ah = Ah::new(pd, port, remote, gid_index, sl_tclass)?;
         let name = pd.context().name().to_string();
         let mut dv_ah = sys::mlx5dv_ah::default();
         let mut obj = sys::mlx5dv_obj::default();

@@ -588,9 +588,16 @@ pub struct Ah {
 unsafe impl Send for Ah {}
 
 impl Ah {
-    /// The address of `remote` through port `port`: its LID, and with `gid_index` (RoCE, or
-    /// global routing) a GRH to its GID from our entry `gid_index`.
-    pub fn new(pd: &Pd, port: &PortInfo, remote: &Endpoint, gid_index: Option<u8>, sl: u8) -> Result<Self> {
+    /// The address of `remote` through port `port` at service level `sl`: its LID, and with
+    /// `gid_index` (RoCE, or global routing) a GRH to its GID from our entry `gid_index` with
+    /// traffic class `tclass` (without a GRH there is no traffic class).
+    pub fn new(
+        pd: &Pd,
+        port: &PortInfo,
+        remote: &Endpoint,
+        gid_index: Option<u8>,
+        (sl, tclass): (u8, u8),
+    ) -> Result<Self> {
         let mut attr = sys::ibv_ah_attr {
             dlid: remote.lid,
             sl,
@@ -604,7 +611,7 @@ impl Ah {
                 flow_label: 0,
                 sgid_index: gi,
                 hop_limit: 64,
-                traffic_class: 0,
+                traffic_class: tclass,
             };
         }
         // SAFETY: live PD; attr valid for the call.
