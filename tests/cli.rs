@@ -1362,6 +1362,7 @@ fn perftest_options_atomic_type_cpu_freq_and_output() {
     assert_eq!(c, 0, "{out}{err}");
     let j: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&d).unwrap()).unwrap();
     assert_eq!(j["params"]["duration_s"], 0.25);
+    assert!(out.contains("0.25 s per size"), "{out}");
     assert!(j["runs"][0]["latency_ns"]["count"].as_u64().unwrap() >= 1000);
     // what cannot work exits 2, naming the flag
     for (args, says) in [
@@ -2096,6 +2097,10 @@ fn ud_transport_on_every_backend() {
         a.extend(["-c", "UD", "--loopback", "-n", "1000", "--json", f.to_str().unwrap()]);
         let (c, out, err) = rdmaprobe(&a);
         assert_eq!(c, 0, "{args:?}: {out}{err}");
+        assert!(
+            out.contains(" over UD latency, device model0"),
+            "the heading names the transport: {out}"
+        );
         let j: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&f).unwrap()).unwrap();
         assert_eq!(j["params"]["transport"], "UD");
         let backends: Vec<&str> = j["runs"]

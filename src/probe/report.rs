@@ -115,6 +115,15 @@ impl Report {
         }
     }
 
+    /// " over UC" / " over UD" for the table heading (nothing for RC, the default), as perftest
+    /// prints its connection type.
+    fn transport_label(&self) -> String {
+        match self.params["transport"].as_str() {
+            Some(t) if t != "RC" => format!(" over {t}"),
+            _ => String::new(),
+        }
+    }
+
     fn lat_header(&self, l: &super::LatPlan) -> String {
         let mut s = String::new();
         let names = self.backends.iter().map(|k| k.as_str()).collect::<Vec<_>>().join(", ");
@@ -124,14 +133,15 @@ impl Report {
         s += &rule(118);
         let _ = writeln!(
             s,
-            " {} latency, device {} ({}), backends {names}, {}",
+            " {}{} latency, device {} ({}), backends {names}, {}",
             title(l.op),
+            self.transport_label(),
             self.device,
             self.provider,
             match l.duration {
                 Some(d) => format!(
                     "{} s per size, blocks of 1000 iterations per backend, interleaved",
-                    d.as_secs()
+                    d.as_secs_f64()
                 ),
                 None => format!(
                     "{} iterations per size and backend in {} interleaved blocks",
@@ -182,8 +192,9 @@ impl Report {
         s += &rule(118);
         let _ = writeln!(
             s,
-            " {} bandwidth, device {} ({}), {} thread(s) x {} QP(s), tx depth {}, postlist {}, CQE every {}{}",
+            " {}{} bandwidth, device {} ({}), {} thread(s) x {} QP(s), tx depth {}, postlist {}, CQE every {}{}",
             title(b.op),
+            self.transport_label(),
             self.device,
             self.provider,
             b.threads,
