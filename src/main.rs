@@ -892,6 +892,14 @@ fn plot(a: PlotArgs) -> Result<ExitCode> {
 }
 
 fn ping(a: PingArgs) -> Result<ExitCode> {
+    if a.run.connection != rdmaprobe::backend::Transport::Rc {
+        return Err(ProbeError::Usage(format!(
+            "ping -c {}: the ladder checks an RC connection (its layers are WRITEs and a bandwidth run over one); \
+             use lat or bw with -c",
+            a.run.connection.as_str()
+        ))
+        .into());
+    }
     let p = probe::ping::PingPlan {
         plan: plan(Scenario::Lat(LatPlan::new(OpKind::Write, 1)), &a.run, &a.peer)?,
         max_lat_ns: a.max_lat_ns,

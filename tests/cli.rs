@@ -2140,6 +2140,31 @@ fn ud_transport_on_every_backend() {
     }
     let dropped = j["counters"]["delta"]["dropped_messages"].as_u64().unwrap_or(0);
     assert_eq!(dropped, lost, "model0 dropped {dropped}, the receivers missed {lost}");
+    // -a stops at the MTU, as perftest's (said in the warnings)
+    let (c, out, err) = rdmaprobe(&[
+        "lat",
+        "send",
+        "-c",
+        "UD",
+        "-a",
+        "--loopback",
+        "-n",
+        "100",
+        "--backend",
+        "direct",
+    ]);
+    assert_eq!(c, 0, "{out}{err}");
+    let sizes: Vec<&str> = out
+        .lines()
+        .filter(|l| l.contains(" direct "))
+        .filter_map(|l| l.split_whitespace().next())
+        .collect();
+    assert_eq!(sizes.last(), Some(&"4096"), "{out}");
+    assert_eq!(sizes.len(), 12, "2 B to 4 KiB: {out}");
+    assert!(
+        out.contains("-a with -c UD: sizes up to the port's MTU, 4096 bytes"),
+        "{out}"
+    );
     for (args, says) in [
         (
             vec!["lat", "send", "-c", "UD", "--loopback", "-s", "4097"],
@@ -2147,6 +2172,10 @@ fn ud_transport_on_every_backend() {
         ),
         (vec!["lat", "write", "-c", "UD", "--loopback"], "-c UD"),
         (vec!["bw", "send", "-c", "UD", "127.0.0.1"], "--loopback"),
+        (
+            vec!["ping", "-c", "UD", "--loopback"],
+            "the ladder checks an RC connection",
+        ),
         (
             vec!["lat", "send", "-c", "UD", "--loopback", "-m", "1024"],
             "no path MTU",

@@ -43,7 +43,7 @@ pub(super) fn run(
                 .into(),
         ));
     }
-    let sizes = b.sizes.list(op);
+    let mut sizes = b.sizes.list(op);
     let buf_len = session::buffer_len(&sizes);
     // as suite runs it: the model executes after the post call (the same figures in both)
     let model = ModelConfig {
@@ -71,8 +71,10 @@ pub(super) fn run(
     }
     let before = super::counters::sample(&dev);
     let (cal, env) = session::calibrate(&dev, true)?;
-    let warnings = env.warnings();
-    session::ud_checks(&dev, plan, &sizes)?;
+    let mut warnings = env.warnings();
+    if let Some(n) = session::ud_checks(&dev, plan, &mut sizes, matches!(b.sizes, super::Sizes::All))? {
+        warnings.push(n);
+    }
     // client and server: the handshake, then every thread's QPs of every backend connected
     let mut tcp = None;
     let mut net: Option<(&mut dyn Rendezvous, Ends)> = None;

@@ -31,13 +31,15 @@ pub(super) fn run(
     obs: &mut dyn Observer,
 ) -> Result<Report, ProbeError> {
     let mut l = l.clone();
-    let sizes = check(plan, &l, obs)?;
+    let mut sizes = check(plan, &l, obs)?;
     let (dev, kinds) = open(plan, &l, &sizes, obs)?;
     let mode = session::direct_mode(plan.db_mode);
     let before = super::counters::sample(&dev);
     let (cal, env) = session::calibrate(&dev, true)?;
     let mut warnings = env.warnings();
-    session::ud_checks(&dev, plan, &sizes)?;
+    if let Some(n) = session::ud_checks(&dev, plan, &mut sizes, matches!(l.sizes, super::Sizes::All))? {
+        warnings.push(n);
+    }
     if l.events && dev.is_model() && !l.op.needs_recv() {
         warnings.push(format!(
             "-e on model0: the model executes the {} in the poster's thread right after the post, so its completion is \

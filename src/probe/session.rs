@@ -77,11 +77,12 @@ pub fn backends(dev: &Dev, sel: Backends) -> Result<Vec<BackendKind>, ProbeError
     Ok(kinds)
 }
 
-/// UD's limits, refused before anything runs (a run on the network; a message over the path
-/// MTU).
-pub fn ud_checks(dev: &Dev, plan: &Plan, sizes: &[u32]) -> Result<(), ProbeError> {
+/// UD's limits, refused before anything runs (a bandwidth run on the network; `-s` over the
+/// port's MTU). With `-a` (`all`) the sizes stop at the MTU, as perftest's do: the note returned
+/// says so.
+pub fn ud_checks(dev: &Dev, plan: &Plan, sizes: &mut Vec<u32>, all: bool) -> Result<Option<String>, ProbeError> {
     if dev.transport() != crate::backend::Transport::Ud {
-        return Ok(());
+        return Ok(None);
     }
     if plan.peer != PeerSpec::Loopback && matches!(plan.scenario, super::Scenario::Bw(_)) {
         return Err(ProbeError::Usage(
@@ -98,13 +99,20 @@ pub fn ud_checks(dev: &Dev, plan: &Plan, sizes: &[u32]) -> Result<(), ProbeError
         )));
     }
     let mtu = ud_mtu(dev);
+    if all && sizes.iter().any(|s| *s > mtu) {
+        sizes.retain(|s| *s <= mtu);
+        return Ok(Some(format!(
+            "-a with -c UD: sizes up to the port's MTU, {mtu} bytes on {} (a UD message is at most that)",
+            dev.name()
+        )));
+    }
     if let Some(s) = sizes.iter().find(|s| **s > mtu) {
         return Err(ProbeError::Usage(format!(
             "-s {s}: a UD message is at most the port's MTU, {mtu} bytes on {}",
             dev.name()
         )));
     }
-    Ok(())
+    Ok(None)
 }
 
 /// The largest UD message on `dev`: its port's active MTU.
