@@ -150,7 +150,14 @@ fn draw(
                     .y_label_formatter(&|v: &f64| fmt_num(*v))
                     .draw()
                     .map_err(e)?;
-                for (label, c, pts) in lines {
+                // the direct path's lines last, on top: the reference stays visible where the
+                // backends' lines coincide (a 2-pixel line drawn first was all but covered)
+                let is_direct = |l: &&Line| l.0.starts_with("direct");
+                for (label, c, pts) in lines
+                    .iter()
+                    .filter(|l| !is_direct(l))
+                    .chain(lines.iter().filter(is_direct))
+                {
                     let c = *c;
                     let pts: Vec<(f64, f64)> = pts
                         .iter()
