@@ -1442,13 +1442,13 @@ fn a_thousand_and_twenty_four_qps_on_model0() {
     // model0 keeps 6 open files per QP pair: with a soft limit of 1024 and a hard one of 2048,
     // 300 QPs (1864 files) run after the soft limit is raised (and said), 400 (2464) are refused
     // before any QP is made, naming -q and the limit
-    let limited = |q: &str| {
+    // rdmaprobe under open-file limits `soft`/`hard` (set by sh before exec)
+    let limited = |soft: &str, hard: &str, args: &str| {
         let o = std::process::Command::new("sh")
             .args([
                 "-c",
-                "ulimit -Sn 1024 && ulimit -Hn 2048 && exec \"$0\" bw write --loopback --backend direct -q \"$1\" -n 8 -Q 8 --min-ms 0",
+                &format!("ulimit -Sn {soft} && ulimit -Hn {hard} && exec \"$0\" {args}"),
                 env!("CARGO_BIN_EXE_rdmaprobe"),
-                q,
             ])
             .output()
             .expect("sh");
@@ -1460,20 +1460,23 @@ fn a_thousand_and_twenty_four_qps_on_model0() {
     // the three backends in turn, 100 QPs each, under a limit of 1024: each backend's objects
     // give their open files back before the next is made (the model's lookup caches kept every
     // object they reached open and mapped: the second backend failed at ibv_create_cq)
-    let o = std::process::Command::new("sh")
-        .args([
-            "-c",
-            "ulimit -Sn 1024 && ulimit -Hn 1024 && exec \"$0\" bw write --loopback -q 100 -n 8 -Q 8 --min-ms 0 -s 4096",
-            env!("CARGO_BIN_EXE_rdmaprobe"),
-        ])
-        .output()
-        .expect("sh");
-    let text = String::from_utf8_lossy(&o.stdout).into_owned() + &String::from_utf8_lossy(&o.stderr);
-    assert_eq!(o.status.code(), Some(0), "{text}");
-    let (c, out) = limited("300");
+    let (c, text) = limited(
+        "1024",
+        "1024",
+        "bw write --loopback -q 100 -n 8 -Q 8 --min-ms 0 -s 4096",
+    );
+    assert_eq!(c, 0, "{text}");
+    let direct_q = |q: &str| {
+        limited(
+            "1024",
+            "2048",
+            &format!("bw write --loopback --backend direct -q {q} -n 8 -Q 8 --min-ms 0"),
+        )
+    };
+    let (c, out) = direct_q("300");
     assert_eq!(c, 0, "{out}");
     assert!(out.contains("the open-files limit raised from 1024 to 2048"), "{out}");
-    let (c, out) = limited("400");
+    let (c, out) = direct_q("400");
     assert_eq!(c, 2, "{out}");
     assert!(
         out.contains("-q 400 x --threads 1: model0 keeps 6 open files per QP pair") && out.contains("limit is 2048"),

@@ -788,6 +788,19 @@ fn model0_counts_what_it_does() {
     assert_eq!(get(&m.counters(), "wqes_executed"), total);
 }
 
+/// The Q_Key of the UD tests' QPs.
+const QKEY: u32 = 0x1111_1111;
+
+/// A pair of model0's own QPs made UD, with [`QKEY`].
+fn ud_pair() -> Pair {
+    let p = pair();
+    for s in [&p.a, &p.b] {
+        s.q.qp.set_transport(rdmaprobe::model::transport::UD);
+        s.q.qp.set_qkey(QKEY);
+    }
+    p
+}
+
 /// UD built by the direct path (issue 14 part 1): the datagram segment names the destination
 /// QP and Q_Key; the receive takes a 40-byte GRH area (zeros: model0's port is InfiniBand) and
 /// then the message; the CQE names the source QP; a datagram with another Q_Key, to no UD QP, or
@@ -796,13 +809,7 @@ fn model0_counts_what_it_does() {
 #[test]
 fn ud_datagrams_built_by_the_direct_path() {
     use rdmaprobe::mlx5::seg::AvSeg;
-    use rdmaprobe::model::transport;
-    const QKEY: u32 = 0x1111_1111;
-    let mut p = pair();
-    for s in [&p.a, &p.b] {
-        s.q.qp.set_transport(transport::UD);
-        s.q.qp.set_qkey(QKEY);
-    }
+    let mut p = ud_pair();
     let (qa, qb) = (p.a.q.qp.qpn(), p.b.q.qp.qpn());
     let get = |m: &Model| m.counters().get("dropped_messages").copied().unwrap_or(0);
     let data = pattern(100, 3);
@@ -926,13 +933,8 @@ fn a_stranger_s_datagram_is_not_counted_as_the_peer_s() {
 #[test]
 fn a_datagram_segment_without_the_extended_bit_is_malformed() {
     use rdmaprobe::mlx5::seg::{AvSeg, Be32};
-    use rdmaprobe::model::transport;
-    let mut p = pair();
-    for s in [&p.a, &p.b] {
-        s.q.qp.set_transport(transport::UD);
-        s.q.qp.set_qkey(0x1111_1111);
-    }
-    let mut av = AvSeg::default().to(p.b.q.qp.qpn(), 0x1111_1111);
+    let mut p = ud_pair();
+    let mut av = AvSeg::default().to(p.b.q.qp.qpn(), QKEY);
     av.dqp_dct = Be32::new(p.b.q.qp.qpn());
     p.b.q.rq.post(&sge(&p.b.mr, 0, 4096 + 40)).unwrap();
     p.b.q.rq.ring();

@@ -301,20 +301,29 @@ mod tests {
         write_cqe(&mut b.0, 0, cqe_op::RESP_SEND, 0, 7, 0, 48);
         b.0[24..28].copy_from_slice(&0x8012_3456u32.to_be_bytes());
         let mut db = 0u32;
-        // SAFETY: 4 CQEs of 64 B in `b`, `db` writable, both outlive the CQ.
-        let mut cq = unsafe {
+        // SAFETY: `b` and `db` outlive the CQ.
+        let mut cq = unsafe { four_cqes(&mut b, &mut db) };
+        let mut out = [Cqe::default(); 1];
+        assert_eq!(cq.poll(&mut out), Ok(1));
+        assert_eq!(out[0].src_qp, 0x12_3456);
+    }
+
+    /// A CQ of 4 CQEs of 64 B over `b`, its doorbell record `db` (CQN 9).
+    ///
+    /// # Safety
+    /// `b` and `db` must outlive the CQ.
+    unsafe fn four_cqes(b: &mut Buf, db: &mut u32) -> Cq {
+        // SAFETY: 4 CQEs of 64 B in `b`, `db` writable; the caller keeps both alive.
+        unsafe {
             Cq::new(CqConfig {
                 buf: b.0.as_mut_ptr(),
                 cqe_cnt: 4,
                 cqe_size: 64,
-                dbrec: &mut db,
+                dbrec: db,
                 cqn: 9,
             })
         }
-        .unwrap();
-        let mut out = [Cqe::default(); 1];
-        assert_eq!(cq.poll(&mut out), Ok(1));
-        assert_eq!(out[0].src_qp, 0x12_3456);
+        .unwrap()
     }
 
     fn fresh(size: usize) -> Buf {
@@ -329,17 +338,8 @@ mod tests {
     fn owner_bit_and_wrap() {
         let mut b = fresh(64);
         let mut db = 0u32;
-        // SAFETY: 4 CQEs of 64 B in `b`, `db` writable, both outlive the CQ.
-        let mut cq = unsafe {
-            Cq::new(CqConfig {
-                buf: b.0.as_mut_ptr(),
-                cqe_cnt: 4,
-                cqe_size: 64,
-                dbrec: &mut db,
-                cqn: 9,
-            })
-        }
-        .unwrap();
+        // SAFETY: `b` and `db` outlive the CQ.
+        let mut cq = unsafe { four_cqes(&mut b, &mut db) };
         let mut out = [Cqe::default(); 8];
         assert_eq!(cq.poll(&mut out), Ok(0));
         let p = b.0.as_mut_ptr();
