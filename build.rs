@@ -12,7 +12,7 @@ use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::exit;
 
-const PACKAGES: &str = "libibverbs-dev ibverbs-providers libclang-dev clang pkg-config";
+const PACKAGES: &str = "libibverbs-dev librdmacm-dev ibverbs-providers libclang-dev clang pkg-config";
 
 fn fail(msg: &str) -> ! {
     eprintln!("\nrdmaprobe build: {msg}\n");
@@ -76,7 +76,7 @@ fn from_prefix(prefix: &Path) -> RdmaCore {
         verbs_version = "unknown".into();
     }
     // Without the unversioned .so (no -dev package unpacked), link the soname directly.
-    for lib in ["ibverbs", "mlx5"] {
+    for lib in ["ibverbs", "mlx5", "rdmacm"] {
         if !libdir.join(format!("lib{lib}.so")).exists() && !libdir.join(format!("lib{lib}.so.1")).exists() {
             fail(&format!("lib{lib}.so not found in {}", libdir.display()));
         }
@@ -119,6 +119,12 @@ fn from_pkg_config() -> RdmaCore {
                 "infiniband/verbs.h not found. Install: apt-get install {PACKAGES}"
             ))
         });
+    if !include.join("rdma/rdma_cma.h").is_file() {
+        fail(&format!(
+            "rdma/rdma_cma.h (librdmacm, for -R) not found in {}. Install: apt-get install {PACKAGES}",
+            include.display()
+        ));
+    }
     if !include.join("infiniband/mlx5dv.h").is_file() {
         fail(&format!(
             "infiniband/mlx5dv.h not found in {}. Install: apt-get install {PACKAGES}",
@@ -183,6 +189,7 @@ fn main() {
     }
     println!("cargo:rustc-link-lib=dylib=ibverbs");
     println!("cargo:rustc-link-lib=dylib=mlx5");
+    println!("cargo:rustc-link-lib=dylib=rdmacm");
 
     // rdma-core's release is the last two parts of libibverbs' version (1.14.44.0 -> 44.0).
     let parts: Vec<&str> = rc.verbs_version.split('.').collect();
@@ -225,6 +232,10 @@ fn main() {
         .allowlist_function("ibv_.*")
         .allowlist_function("___ibv_query_port")
         .allowlist_function("mlx5dv_.*")
+        // librdmacm (-R): connection set-up through the RDMA connection manager
+        .allowlist_function("rdma_.*")
+        .allowlist_type("rdma_.*")
+        .allowlist_var("RDMA_.*")
         .allowlist_type("ibv_.*")
         .allowlist_type("mlx5_.*")
         .allowlist_type("mlx5dv_.*")

@@ -231,6 +231,17 @@ struct PeerArgs {
     /// Seconds to wait for the peer to connect or answer out of band.
     #[arg(long, default_value_t = 60, value_parser = clap::value_parser!(u64).range(1..=3600))]
     oob_timeout: u64,
+    /// Connect the QPs through the RDMA connection manager (perftest's -R): librdmacm resolves
+    /// the server's IP address and the route and chooses the source GID (no -x on RoCE), the
+    /// P_Key, the path MTU (-m caps it) and the PSNs; -T is its ToS. RC, client/server; the
+    /// parameters still go over the TCP connection of -p. Needs the rdma_ucm kernel module.
+    #[arg(
+        short = 'R',
+        long = "rdma-cm",
+        visible_alias = "rdma_cm",
+        conflicts_with = "loopback"
+    )]
+    rdma_cm: bool,
 }
 
 /// perftest's options that lat and bw share: the atomic's kind, -F, --output.
@@ -703,6 +714,25 @@ fn plan(scenario: Scenario, r: &RunArgs, p: &PeerArgs) -> Result<Plan> {
             port: p.port_tcp,
         },
     };
+    if p.rdma_cm {
+        // what the connection manager chooses cannot also be given
+        let refuse = |what: &str| Err(ProbeError::Usage(format!("-R/--rdma-cm: {what}")).into());
+        if r.connection != rdmaprobe::backend::Transport::Rc {
+            return refuse(&format!(
+                "connects RC QPs (-c {} is not supported with -R in this version)",
+                r.connection.as_str()
+            ));
+        }
+        if r.sl != 0 {
+            return refuse("the connection manager chooses the service level (from -T's ToS on RoCE): give no -S");
+        }
+        if r.pkey_index != 0 {
+            return refuse("the connection manager chooses the P_Key: give no --pkey_index");
+        }
+        if r.qp_timeout != 14 {
+            return refuse("the connection manager sets the ACK timeout from the path: give no -u");
+        }
+    }
     rdmaprobe::workers::choose(r.pin_cores.as_ref().map(|c| c.0.as_slice()), r.numa_node).map_err(ProbeError::Usage)?;
     if peer == PeerSpec::Loopback
         && (r.pin_cores.is_some() || r.numa_node.is_some())
@@ -738,6 +768,7 @@ fn plan(scenario: Scenario, r: &RunArgs, p: &PeerArgs) -> Result<Plan> {
         diag: r.diag.clone(),
         huge_pages: r.use_hugepages,
         transport: r.connection,
+        rdma_cm: p.rdma_cm,
     })
 }
 
@@ -892,6 +923,12 @@ fn plot(a: PlotArgs) -> Result<ExitCode> {
 }
 
 fn ping(a: PingArgs) -> Result<ExitCode> {
+    if a.peer.rdma_cm {
+        return Err(ProbeError::Usage(
+            "ping -R: the ladder connects its QPs itself in this version; use lat or bw with -R".into(),
+        )
+        .into());
+    }
     if a.run.connection != rdmaprobe::backend::Transport::Rc {
         return Err(ProbeError::Usage(format!(
             "ping -c {}: the ladder checks an RC connection (its layers are WRITEs and a bandwidth run over one); \

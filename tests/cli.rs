@@ -2190,3 +2190,35 @@ fn ud_transport_on_every_backend() {
     }
     std::fs::remove_dir_all(&dir).ok();
 }
+
+/// -R (perftest's rdma_cm) is refused where it cannot work, at once and naming why: in one
+/// process, with a transport or an option the connection manager does not take, in ping, and on
+/// model0 (no IP address to resolve; a server says so before waiting for a client).
+#[test]
+fn rdma_cm_is_refused_where_it_cannot_work() {
+    for (args, says) in [
+        (vec!["lat", "send", "-R", "--loopback"], "--loopback"),
+        (vec!["lat", "send", "-R", "-c", "UD", "127.0.0.1"], "-c UD"),
+        (vec!["bw", "write", "--rdma_cm", "-c", "UC", "127.0.0.1"], "-c UC"),
+        (vec!["bw", "write", "-R", "-S", "3", "127.0.0.1"], "give no -S"),
+        (vec!["lat", "write", "-R", "-u", "20", "127.0.0.1"], "give no -u"),
+        (
+            vec!["lat", "write", "-R", "--pkey_index", "1", "127.0.0.1"],
+            "give no --pkey_index",
+        ),
+        (vec!["ping", "-R", "127.0.0.1"], "ping -R"),
+        (
+            vec!["lat", "send", "-R", "-p", "0", "--oob-timeout", "600"],
+            "model0 has no IP address",
+        ),
+        (
+            vec!["bw", "write", "-R", "-d", "model0", "127.0.0.1"],
+            "model0 has no IP address",
+        ),
+    ] {
+        let (c, out, err) = rdmaprobe(&args);
+        assert_eq!(c, 2, "{args:?}: {out}{err}");
+        assert!(err.contains(says), "{args:?}: {err}");
+        assert!(!err.contains("waiting for a client"), "{args:?} waited first: {err}");
+    }
+}

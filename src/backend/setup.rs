@@ -422,11 +422,7 @@ fn connect_opts(
     op: OpKind,
     path: PathOpts,
 ) -> Result<ConnectOpts, SetupError> {
-    let d = ctx.query()?;
-    let rd = d
-        .max_qp_rd_atom
-        .min(d.max_qp_init_rd_atom)
-        .clamp(1, i32::from(MAX_RD_ATOMIC)) as u8;
+    let rd = rd_atomic(ctx)?;
     Ok(ConnectOpts {
         port: port.port,
         gid_index: gid,
@@ -441,6 +437,14 @@ fn connect_opts(
         pkey_index: path.pkey_index,
         ..Default::default()
     })
+}
+
+/// As many outstanding READs and atomics as the device allows, up to [`MAX_RD_ATOMIC`].
+pub fn rd_atomic(ctx: &Context) -> Result<u8, SetupError> {
+    let d = ctx.query()?;
+    Ok(d.max_qp_rd_atom
+        .min(d.max_qp_init_rd_atom)
+        .clamp(1, i32::from(MAX_RD_ATOMIC)) as u8)
 }
 
 /// Remote access an operation needs at the responder (plus local write for results/receives).
@@ -834,6 +838,59 @@ impl HalfEnd {
                 rkey: mr.rkey(),
                 len: mr.len() as u64,
             },
+        })
+    }
+
+    /// The QP's number.
+    pub fn qpn(&self) -> u32 {
+        match self {
+            HalfEnd::Verbs { qp, .. } => qp.qpn(),
+            HalfEnd::Model { q, .. } => q.qp.qpn(),
+            HalfEnd::Mlx5 { q, .. } => q.qpn(),
+        }
+    }
+
+    /// Connects to the peer described by `r` (its buffer) with the attributes the connection
+    /// manager gave (`-R`: RC on a verbs device); returns the end and its QP's attributes as read
+    /// back in RTS.
+    pub fn connect_cm(
+        self,
+        dev: &Dev,
+        op: OpKind,
+        r: &crate::oob::QpInfo,
+        cm: &crate::verbs::cm::CmAttrs,
+    ) -> Result<(AnyEnd, sys::ibv_qp_attr), SetupError> {
+        let remote = crate::verbs::RemoteBuf {
+            addr: r.addr,
+            rkey: r.rkey,
+            len: r.len,
+        };
+        let (Dev::Verbs { port, .. }, Transport::Rc) = (dev, dev.transport()) else {
+            return Err(SetupError::from(VerbsError::Invalid {
+                ctx: crate::verbs::Ctx::dev(&dev.name()),
+                why: "-R connects RC QPs of an RDMA device through the connection manager".into(),
+            }));
+        };
+        let mtu = dev.path().mtu;
+        Ok(match self {
+            HalfEnd::Verbs { kind, mut qp, cq, mr } => {
+                let got = qp.connect_cm(port, access_for(op), cm, mtu)?;
+                (AnyEnd::Verbs(Box::new(VerbsEnd::new(kind, qp, cq, mr, remote)?)), got)
+            }
+            HalfEnd::Mlx5 { mut q, mr } => {
+                let got = q.connect_cm(port, access_for(op), cm, mtu)?;
+                let inl = q.max_inline();
+                (
+                    AnyEnd::Mlx5(Box::new(DirectEnd::new(*q, LocalBuf::Verbs(mr), remote, inl))),
+                    got,
+                )
+            }
+            HalfEnd::Model { .. } => {
+                return Err(SetupError::from(VerbsError::Invalid {
+                    ctx: crate::verbs::Ctx::dev(&dev.name()),
+                    why: "-R: model0 has no IP address for the connection manager to resolve".into(),
+                }))
+            }
         })
     }
 

@@ -78,6 +78,8 @@ pub(super) fn run(
     // client and server: the handshake, then every thread's QPs of every backend connected
     let mut tcp = None;
     let mut net: Option<(&mut dyn Rendezvous, Ends)> = None;
+    // -R: the connections through the CM, kept until the run ends
+    let mut cm = None;
     if network {
         let rdv: &mut dyn Rendezvous = match peer {
             Some(p) => p,
@@ -85,16 +87,18 @@ pub(super) fn run(
         };
         let mut hello = hello(b, &sizes, &kinds, mode, inline_limit, buf_len);
         hello.params.insert("transport".into(), plan.transport.as_str().into());
-        let ends = connect(
+        hello.params.insert("rdma_cm".into(), plan.rdma_cm.to_string());
+        let (ends, link) = connect(
             &mut session::Phase::new(rdv, plan.oob_timeout),
             &hello,
-            b,
+            (plan, b),
             &dev,
             &kinds,
             buf_len,
             mode,
         )?;
         net = Some((rdv, ends));
+        cm = link;
     }
     let role = match (&net, &plan.peer) {
         (None, _) => Role::Loopback,
@@ -109,6 +113,7 @@ pub(super) fn run(
         "db_mode": mode.as_str(), "loopback": !network, "path": super::report::path_json(&plan.path),
         "huge_pages": plan.huge_pages, "mr_per_qp": true, "run_infinitely": b.run_infinitely,
         "transport": plan.transport.as_str(),
+        "rdma_cm": cm.as_ref().map(|c| c.json()),
         "peer": match &role { Role::Loopback => None, Role::Client(p) | Role::Server(p) => Some(p.clone()) },
     });
     let client = !matches!(role, Role::Server(_));
@@ -303,18 +308,23 @@ fn hello(b: &BwPlan, sizes: &[u32], kinds: &[BackendKind], mode: DbMode, inline_
     session::hello("bw", b.op, sizes, own, kinds, mode, inline_limit, buf_len)
 }
 
-/// The handshake, then every thread's QPs of every backend exchanged and connected, then the
-/// barrier.
+/// The handshake, then every thread's QPs of every backend exchanged and connected (-R: through
+/// the connection manager), then the barrier.
 fn connect(
     rdv: &mut dyn Rendezvous,
     hello: &Hello,
-    b: &BwPlan,
+    (plan, b): (&Plan, &BwPlan),
     dev: &Dev,
     kinds: &[BackendKind],
     buf_len: usize,
     mode: DbMode,
-) -> Result<Ends, ProbeError> {
+) -> Result<(Ends, Option<super::cm::CmLink>), ProbeError> {
     rdv.agree(hello)?;
+    let mut cm = if plan.rdma_cm {
+        Some(super::cm::CmLink::open(rdv, plan, dev)?)
+    } else {
+        None
+    };
     let mut all = Vec::new();
     for k in kinds {
         let mut threads = Vec::new();
@@ -323,7 +333,10 @@ fn connect(
             for _ in 0..b.qps {
                 let half = HalfEnd::new(dev, *k, b.op, buf_len, mode)?;
                 let theirs = session::exchange_qp(rdv, &half.info(dev)?)?;
-                ends.push(half.connect(dev, b.op, &theirs)?);
+                ends.push(match &mut cm {
+                    Some(link) => link.connect(half, dev, b.op, &theirs, plan.device.gid_index)?,
+                    None => half.connect(dev, b.op, &theirs)?,
+                });
             }
             threads.push(ends);
         }
@@ -332,5 +345,5 @@ fn connect(
     // neither side posts before the other's QPs are connected
     let connected: usize = all.iter().flatten().map(|t| t.len()).sum();
     rdv.barrier(connected as u32)?;
-    Ok(all)
+    Ok((all, cm))
 }

@@ -160,6 +160,8 @@ struct Sides<'a> {
     net: Option<(&'a mut dyn Rendezvous, Ends)>,
     /// The network ends' ping-pong states, their receives posted before the barrier.
     net_states: Vec<PingState>,
+    /// -R: the connections through the CM (kept as long as the ends).
+    cm: Option<super::cm::CmLink>,
     max_inline: u32,
     inline_limit: u32,
 }
@@ -212,6 +214,7 @@ impl<'a> Sides<'a> {
         };
         let mut net = None;
         let mut net_states = Vec::new();
+        let mut cm = None;
         if network {
             let rdv: &'a mut dyn Rendezvous = match peer {
                 Some(p) => p,
@@ -219,15 +222,18 @@ impl<'a> Sides<'a> {
             };
             let mut hello = hello(l, sizes, kinds, mode, inline_limit, buf_len);
             hello.params.insert("transport".into(), plan.transport.as_str().into());
+            hello.params.insert("rdma_cm".into(), plan.rdma_cm.to_string());
             let mut phase = session::Phase::new(rdv, plan.oob_timeout);
-            let (ends, states) = connect(&mut phase, &hello, dev, kinds, l.op, buf_len, mode)?;
+            let (ends, states, link) = connect(&mut phase, &hello, (plan, dev), kinds, l.op, buf_len, mode)?;
             net = Some((rdv, ends));
             net_states = states;
+            cm = link;
         }
         Ok(Sides {
             pairs,
             net,
             net_states,
+            cm,
             max_inline,
             inline_limit,
         })
@@ -276,6 +282,7 @@ fn new_report(
         "duration_s": l.duration.map(|d| d.as_secs_f64()),
         "path": super::report::path_json(&plan.path), "huge_pages": plan.huge_pages, "mr_per_qp": true,
         "transport": plan.transport.as_str(),
+        "rdma_cm": sides.cm.as_ref().map(|c| c.json()),
         "peer": match &role { Role::Loopback => None, Role::Client(p) | Role::Server(p) => Some(p.clone()) },
     });
     Report {
@@ -475,22 +482,33 @@ fn hello(l: &LatPlan, sizes: &[u32], kinds: &[BackendKind], mode: DbMode, inline
 }
 
 /// The handshake, then for each backend this side's QP and buffer exchanged with the peer's and
-/// connected, its receives posted (a SEND ping-pong), then the barrier.
+/// connected (-R: through the connection manager), its receives posted (a SEND ping-pong), then
+/// the barrier.
+#[allow(clippy::type_complexity)]
 fn connect(
     rdv: &mut dyn Rendezvous,
     hello: &Hello,
-    dev: &Dev,
+    (plan, dev): (&Plan, &Dev),
     kinds: &[BackendKind],
     op: OpKind,
     buf_len: usize,
     mode: DbMode,
-) -> Result<(Ends, Vec<PingState>), ProbeError> {
+) -> Result<(Ends, Vec<PingState>, Option<super::cm::CmLink>), ProbeError> {
     rdv.agree(hello)?;
+    let mut cm = if plan.rdma_cm {
+        Some(super::cm::CmLink::open(rdv, plan, dev)?)
+    } else {
+        None
+    };
     let mut ends = Vec::new();
     for k in kinds {
         let half = HalfEnd::new(dev, *k, op, buf_len, mode)?;
         let theirs = session::exchange_qp(rdv, &half.info(dev)?)?;
-        ends.push((*k, half.connect(dev, op, &theirs)?));
+        let end = match &mut cm {
+            Some(link) => link.connect(half, dev, op, &theirs, plan.device.gid_index)?,
+            None => half.connect(dev, op, &theirs)?,
+        };
+        ends.push((*k, end));
     }
     // receives first: on UC and UD a message that finds none is dropped, not retried
     let mut states = vec![PingState::default(); ends.len()];
@@ -499,7 +517,7 @@ fn connect(
     }
     // neither side posts before the other's QPs are connected and its receives posted
     rdv.barrier(ends.len() as u32)?;
-    Ok((ends, states))
+    Ok((ends, states, cm))
 }
 
 /// Runs the blocks of one size on connected ends; the client returns the results.

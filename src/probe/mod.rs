@@ -20,6 +20,7 @@
 //! [`Observer`] as each run ends, ends the exchange with the peer, and returns the report.
 
 mod bw;
+mod cm;
 pub mod console;
 pub mod counters;
 pub mod diag;

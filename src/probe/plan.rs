@@ -30,6 +30,8 @@ pub struct Plan {
     pub huge_pages: bool,
     /// The QPs' transport (perftest's -c).
     pub transport: crate::backend::Transport,
+    /// Client/server: the QPs connected through the RDMA connection manager (perftest's -R).
+    pub rdma_cm: bool,
 }
 
 impl Plan {
@@ -46,6 +48,7 @@ impl Plan {
             path: Default::default(),
             huge_pages: false,
             transport: Default::default(),
+            rdma_cm: false,
             diag: None,
         }
     }

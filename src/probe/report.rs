@@ -109,6 +109,13 @@ impl Report {
         }
     }
 
+    /// -R: how the connection manager connected the QPs.
+    fn cm_line(&self, s: &mut String) {
+        if let Some(l) = super::cm::describe(&self.params["rdma_cm"]) {
+            let _ = writeln!(s, "{l}");
+        }
+    }
+
     fn warnings_lines(&self, s: &mut String) {
         for w in &self.warnings {
             let _ = writeln!(s, " WARNING: {w}");
@@ -164,6 +171,7 @@ impl Report {
         if self.is_model {
             s += " post p50: the post call alone; model0 executes each WQE after it returns (in the completion wait)\n";
         }
+        self.cm_line(&mut s);
         self.warnings_lines(&mut s);
         s += &rule(118);
         let _ = writeln!(
@@ -210,6 +218,7 @@ impl Report {
             self.clock.hz / 1e6,
             self.clock.source.as_str()
         );
+        self.cm_line(&mut s);
         self.warnings_lines(&mut s);
         s += &rule(118);
         let min_ms = b.min_duration.as_millis();

@@ -37,6 +37,13 @@ pub fn open_device(plan: &Plan, model: ModelConfig, obs: &mut dyn Observer) -> R
         ));
     }
     dev.opts_mut().huge_pages = plan.huge_pages;
+    if plan.rdma_cm && dev.is_model() {
+        return Err(ProbeError::Usage(format!(
+            "-R/--rdma-cm: {} has no IP address for the connection manager to resolve; give an RDMA device with \
+             an IP address (-d)",
+            dev.name()
+        )));
+    }
     let op = match &plan.scenario {
         super::Scenario::Lat(l) => Some(l.op),
         super::Scenario::Bw(b) => Some(b.op),

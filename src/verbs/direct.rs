@@ -173,6 +173,17 @@ impl DirectQp {
         self.qp.connect(port, opts, remote)
     }
 
+    /// RESET→RTS with the connection manager's attributes, as [`Qp::connect_cm`].
+    pub fn connect_cm(
+        &mut self,
+        port: &PortInfo,
+        access: crate::verbs::MrAccess,
+        cm: &crate::verbs::cm::CmAttrs,
+        mtu_cap: Option<u32>,
+    ) -> Result<sys::ibv_qp_attr> {
+        self.qp.connect_cm(port, access, cm, mtu_cap)
+    }
+
     /// UD: RESET→INIT→RTR→RTS with Q_Key `qkey`, as [`Qp::connect_ud`].
     pub fn connect_ud(&mut self, port: &PortInfo, pkey_index: u16, qkey: u32) -> Result<()> {
         self.qp.connect_ud(port, pkey_index, qkey)

@@ -3,6 +3,7 @@
 //! in; every destroy is checked, and the per-device [`Ledger`] records what was created,
 //! destroyed and what failed to be destroyed.
 
+pub mod cm;
 pub mod cq;
 pub mod device;
 pub mod direct;

@@ -568,6 +568,46 @@ impl Qp {
         cmp("rnr_retry", opts.rnr_retry as u64, got.rnr_retry as u64);
         Ok(diffs)
     }
+    /// RESET→INIT→RTR→RTS with the attributes the connection manager gave (`-R`): its port,
+    /// P_Key index, address vector (with the source GID it chose), path MTU (at most `mtu_cap`
+    /// when given), the peer's QP number, the PSNs, timeouts and retries; the access flags are
+    /// `access`. Then reads the QP back: it must be in RTS; returns what it holds.
+    pub fn connect_cm(
+        &mut self,
+        port: &PortInfo,
+        access: MrAccess,
+        cm: &super::cm::CmAttrs,
+        mtu_cap: Option<u32>,
+    ) -> Result<sys::ibv_qp_attr> {
+        self.require_active(port)?;
+        let p = port.port;
+        let mut init = cm.init;
+        init.attr.qp_access_flags = access.0;
+        init.mask |= sys::IBV_QP_ACCESS_FLAGS as i32;
+        if init.attr.port_num != p {
+            return Err(VerbsError::Port {
+                ctx: self.ctx().port(p),
+                why: format!(
+                    "the connection manager routes through port {}, not this port",
+                    init.attr.port_num
+                ),
+            });
+        }
+        self.modify(&mut init.attr, init.mask as u32, "ibv_modify_qp(INIT)", p)?;
+        let mut rtr = cm.rtr;
+        if let Some(cap) = mtu_cap {
+            let m = super::device::mtu_from_bytes(cap).ok_or_else(|| VerbsError::Invalid {
+                ctx: self.ctx(),
+                why: format!("path MTU {cap} is not one of 256, 512, 1024, 2048, 4096"),
+            })?;
+            rtr.attr.path_mtu = rtr.attr.path_mtu.min(m);
+        }
+        self.modify(&mut rtr.attr, rtr.mask as u32, "ibv_modify_qp(RTR)", p)?;
+        let mut rts = cm.rts;
+        self.modify(&mut rts.attr, rts.mask as u32, "ibv_modify_qp(RTS)", p)?;
+        self.require_rts(p)
+    }
+
     /// Moves the QP to the error state (flushes outstanding WRs).
     pub fn set_error(&mut self) -> Result<()> {
         let mut a = sys::ibv_qp_attr {

@@ -161,6 +161,12 @@ impl Gid {
         }
     }
 
+    /// From the raw union of `ibv_ah_attr`.
+    pub fn from_raw(g: sys::ibv_gid) -> Self {
+        // SAFETY: every member of the union is plain bytes; raw covers all 16.
+        Gid(unsafe { g.raw })
+    }
+
     /// The raw union for `ibv_ah_attr`.
     pub fn to_raw(self) -> sys::ibv_gid {
         sys::ibv_gid { raw: self.0 }

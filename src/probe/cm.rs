@@ -1,0 +1,236 @@
+//! `-R`: the QPs of a client/server run connected through the RDMA connection manager, as
+//! perftest's `-R`. The parameters, buffers and barriers still go over the out-of-band TCP
+//! connection; the server's listener port goes over it too (the listener takes a port the system
+//! picks, so no port is shared with anything else). For each QP, in order: the client resolves
+//! the server's IP address and the route and sends the request carrying its QP number; the
+//! server matches it with the QP the out-of-band exchange announced, moves its QP to RTS with the
+//! CM's attributes and accepts; the client moves its QP to RTS and establishes.
+
+use super::plan::{PeerSpec, Plan};
+use super::ProbeError;
+use crate::backend::setup::{rd_atomic, AnyEnd, Dev, HalfEnd};
+use crate::backend::OpKind;
+use crate::oob::{QpInfo, Rendezvous};
+use crate::verbs::cm::{CmAttrs, CmClient, CmId, CmParams, CmPath, CmServer};
+use serde_json::{json, Value};
+use std::net::{IpAddr, SocketAddr, ToSocketAddrs};
+use std::time::Duration;
+
+/// What the server tells the client: its listener's port.
+#[derive(serde::Serialize, serde::Deserialize)]
+struct CmHello {
+    rdma_cm_port: u16,
+}
+
+enum Side {
+    Client(CmClient),
+    Server(CmServer),
+}
+
+/// One run's connections through the CM: kept until the run ends (dropping one disconnects it).
+pub struct CmLink {
+    side: Side,
+    params: CmParams,
+    timeout: Duration,
+    ids: Vec<CmId>,
+    /// What the first connection was given (every connection of a run takes the same route).
+    first: Option<Value>,
+}
+
+impl CmLink {
+    /// After the hello: the server listens and says on which port; the client hears it.
+    pub fn open(rdv: &mut dyn Rendezvous, plan: &Plan, dev: &Dev) -> Result<Self, ProbeError> {
+        let Some((ctx, _, _)) = dev.verbs_parts().filter(|_| !dev.is_model()) else {
+            return Err(ProbeError::Usage(format!(
+                "-R/--rdma-cm: {} has no IP address for the connection manager to resolve (give an RDMA device with -d)",
+                dev.name()
+            )));
+        };
+        let rd = rd_atomic(ctx)?;
+        let params = CmParams {
+            rd_atomic: rd,
+            retry_count: plan.path.retry_count,
+            tos: plan.path.traffic_class,
+        };
+        let timeout = plan.oob_timeout;
+        let side = match &plan.peer {
+            PeerSpec::Listen { bind, .. } => {
+                let ip: IpAddr = bind
+                    .parse()
+                    .map_err(|_| ProbeError::Usage(format!("--bind {bind}: not an IP address")))?;
+                let s = CmServer::listen(ip, timeout)?;
+                rdv.exchange(&CmHello { rdma_cm_port: s.port() })?;
+                Side::Server(s)
+            }
+            PeerSpec::Connect { host, .. } => {
+                let theirs: CmHello = rdv.exchange(&CmHello { rdma_cm_port: 0 })?;
+                // the address the out-of-band connection reached, else the host's first
+                let ip = match rdv.peer_name().parse::<SocketAddr>() {
+                    Ok(a) => a.ip(),
+                    Err(_) => (host.as_str(), 0)
+                        .to_socket_addrs()
+                        .ok()
+                        .and_then(|mut a| a.next())
+                        .map(|a| a.ip())
+                        .ok_or_else(|| ProbeError::Invalid(format!("-R: cannot resolve {host} to an IP address")))?,
+                };
+                if theirs.rdma_cm_port == 0 {
+                    return Err(ProbeError::Invalid(format!(
+                        "-R: the server {} sent no connection manager port",
+                        rdv.peer_name()
+                    )));
+                }
+                Side::Client(CmClient::new(SocketAddr::new(ip, theirs.rdma_cm_port), timeout)?)
+            }
+            PeerSpec::Loopback => {
+                return Err(ProbeError::Usage(
+                    "-R/--rdma-cm connects a client and a server: not with --loopback".into(),
+                ))
+            }
+        };
+        Ok(CmLink {
+            side,
+            params,
+            timeout,
+            ids: Vec::new(),
+            first: None,
+        })
+    }
+
+    /// Connects `half` to the peer's QP `theirs` (from the out-of-band exchange) through the CM.
+    pub fn connect(
+        &mut self,
+        half: HalfEnd,
+        dev: &Dev,
+        op: OpKind,
+        theirs: &QpInfo,
+        gid_asked: Option<u8>,
+    ) -> Result<AnyEnd, ProbeError> {
+        let index = self.ids.len() as u32;
+        let qpn = half.qpn();
+        let prepare = |id: &CmId, half: HalfEnd| -> Result<(AnyEnd, Value), ProbeError> {
+            let path = check_device(id, dev)?;
+            let attrs = id.attrs()?;
+            check_gid(&attrs, gid_asked, &path)?;
+            let (end, got) = half.connect_cm(dev, op, theirs, &attrs)?;
+            Ok((end, record(&path, &attrs, &got)))
+        };
+        let (id, rec) = match &self.side {
+            Side::Client(c) => {
+                let route = c.resolve(qpn, &self.params)?;
+                check_device(route.id(), dev)?;
+                let pending = route.request(index, &self.params)?;
+                if pending.peer_qpn != theirs.qpn {
+                    return Err(ProbeError::Invalid(format!(
+                        "rdma_cm: the server's reply names its QP {:#x}, its out-of-band message QP {:#x}",
+                        pending.peer_qpn, theirs.qpn
+                    )));
+                }
+                // on an error the pending id is dropped: the server hears a reject
+                let (end, rec) = prepare(pending.id(), half)?;
+                let id = pending.establish()?;
+                (id, (end, rec))
+            }
+            Side::Server(s) => {
+                let pending = s.request(theirs.qpn, index)?;
+                let (end, rec) = match prepare(pending.id(), half) {
+                    Ok(v) => v,
+                    Err(e) => {
+                        pending.reject();
+                        return Err(e);
+                    }
+                };
+                let id = pending.accept(qpn, &self.params, self.timeout)?;
+                (id, (end, rec))
+            }
+        };
+        self.ids.push(id);
+        let (end, rec) = rec;
+        if self.first.is_none() {
+            self.first = Some(rec);
+        }
+        Ok(end)
+    }
+
+    /// The report's record: the first connection's route and attributes, and how many.
+    pub fn json(&self) -> Value {
+        let mut v = self.first.clone().unwrap_or(Value::Null);
+        if let Some(o) = v.as_object_mut() {
+            o.insert("connections".into(), json!(self.ids.len()));
+        }
+        v
+    }
+}
+
+/// The CM's device and port must be the ones this run opened (its QPs are there); returns them.
+fn check_device(id: &CmId, dev: &Dev) -> Result<CmPath, ProbeError> {
+    let path = id
+        .path()
+        .ok_or_else(|| ProbeError::Invalid("rdma_cm: the connection has no device".into()))?;
+    let Some((_, port, _)) = dev.verbs_parts() else {
+        return Err(ProbeError::Invalid("-R needs an RDMA device".into()));
+    };
+    if path.device != dev.name() || path.port != port.port {
+        return Err(ProbeError::Invalid(format!(
+            "rdma_cm routes {} -> {} through {} port {}, but this side opened {} port {}: give -d {} -i {}",
+            path.local,
+            path.remote,
+            path.device,
+            path.port,
+            dev.name(),
+            port.port,
+            path.device,
+            path.port
+        )));
+    }
+    Ok(path)
+}
+
+/// The source GID index the CM chose for the route; with -x the user's must be the same.
+fn check_gid(attrs: &CmAttrs, asked: Option<u8>, path: &CmPath) -> Result<(), ProbeError> {
+    let ah = attrs.rtr.attr.ah_attr;
+    if let Some(x) = asked {
+        if ah.is_global == 0 || ah.grh.sgid_index != x {
+            return Err(ProbeError::Usage(format!(
+                "-x {x}: the connection manager chose {} for the route {} -> {} (give no -x with -R)",
+                if ah.is_global == 0 {
+                    "no GID (a LID-routed path)".to_string()
+                } else {
+                    format!("GID index {}", ah.grh.sgid_index)
+                },
+                path.local,
+                path.remote
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// A connection's route and the attributes its QP holds in RTS.
+fn record(path: &CmPath, attrs: &CmAttrs, got: &crate::sys::ibv_qp_attr) -> Value {
+    let ah = attrs.rtr.attr.ah_attr;
+    json!({
+        "device": path.device, "port": path.port, "local": path.local, "remote": path.remote,
+        "sgid_index": (ah.is_global != 0).then_some(ah.grh.sgid_index),
+        "dgid": (ah.is_global != 0).then(|| crate::verbs::Gid::from_raw(ah.grh.dgid).to_string()),
+        "dlid": ah.dlid, "sl": ah.sl, "traffic_class": ah.grh.traffic_class,
+        "path_mtu": crate::verbs::device::mtu_bytes(got.path_mtu),
+        "timeout": got.timeout, "retry_cnt": got.retry_cnt, "rnr_retry": got.rnr_retry,
+        "max_rd_atomic": got.max_rd_atomic, "max_dest_rd_atomic": got.max_dest_rd_atomic,
+    })
+}
+
+/// The header's line for a run connected through the CM (`params["rdma_cm"]`), or `None`.
+pub fn describe(cm: &Value) -> Option<String> {
+    let o = cm.as_object()?;
+    Some(format!(
+        " connected by rdma_cm (-R): {} connection(s) through {} port {}, {} -> {}, source GID index {} (chosen by the CM), path MTU {}",
+        o.get("connections").and_then(Value::as_u64).unwrap_or(0),
+        o.get("device").and_then(Value::as_str).unwrap_or("?"),
+        o.get("port").and_then(Value::as_u64).unwrap_or(0),
+        o.get("local").and_then(Value::as_str).unwrap_or("?"),
+        o.get("remote").and_then(Value::as_str).unwrap_or("?"),
+        o.get("sgid_index").and_then(Value::as_u64).map_or("none".to_string(), |i| i.to_string()),
+        o.get("path_mtu").and_then(Value::as_u64).unwrap_or(0),
+    ))
+}
