@@ -241,13 +241,20 @@ done
 for t in send-cm send-oob read-cm; do
   op=\${t%-*}
   case \$t in send-cm) p=18542; c=-R;; send-oob) p=18543; c="-x 1";; read-cm) p=18544; c=-R;; esac
-  /opt/rdmaprobe lat \$op \$c -d rxe0 -s 64 -n 300 -p \$p --stall-secs 60 > /tmp/cm-srv-\$t.txt 2>&1 &
+  /opt/rdmaprobe lat \$op \$c -d rxe0 -s 64 -n 300 --blocks 3 -p \$p --stall-secs 60 > /tmp/cm-srv-\$t.txt 2>&1 &
   srv=\$!
-  /opt/rdmaprobe lat \$op \$c -d rxe0 -s 64 -n 300 -p \$p --stall-secs 60 --json /tmp/cm-\$t.json 192.0.2.1 > /tmp/cm-\$t.txt 2>&1 || lat_rc=1
+  /opt/rdmaprobe lat \$op \$c -d rxe0 -s 64 -n 300 --blocks 3 -p \$p --stall-secs 60 --json /tmp/cm-\$t.json 192.0.2.1 > /tmp/cm-\$t.txt 2>&1 || lat_rc=1
   wait \$srv || lat_rc=1
   cat /tmp/cm-\$t.txt /tmp/cm-srv-\$t.txt
   echo "CM \$t rows: \$(grep -cE '^ +64 +(verbs|wr) +300 ' /tmp/cm-\$t.txt) rdma_cm: \$(grep -c 'connected by rdma_cm' /tmp/cm-\$t.txt)"
 done
+# -e between two processes (here through the CM too): each verbs backend polling and waiting for events
+/opt/rdmaprobe lat send -e -R -d rxe0 -s 64 -n 300 --blocks 3 -p 18545 --stall-secs 60 > /tmp/cm-srv-ev.txt 2>&1 &
+srv=\$!
+/opt/rdmaprobe lat send -e -R -d rxe0 -s 64 -n 300 --blocks 3 -p 18545 --stall-secs 60 192.0.2.1 > /tmp/cm-ev.txt 2>&1 || lat_rc=1
+wait \$srv || lat_rc=1
+cat /tmp/cm-ev.txt /tmp/cm-srv-ev.txt
+echo "NET-EVENTS rows: \$(grep -cE '^ +64 +(verbs|wr|verbs-e|wr-e) +300 ' /tmp/cm-ev.txt) rdma_cm: \$(grep -c 'connected by rdma_cm' /tmp/cm-ev.txt)"
 echo "CM-SIDE-BY-SIDE send p50 -R: \$(grep -E '^ +64 +(verbs|wr) +300 ' /tmp/cm-send-cm.txt | awk '{printf "%s %sns; ", \$2, \$5}')-x 1: \$(grep -E '^ +64 +(verbs|wr) +300 ' /tmp/cm-send-oob.txt | awk '{printf "%s %sns; ", \$2, \$5}')"
 echo 16 > /proc/sys/vm/nr_hugepages
 /opt/rdmaprobe lat send --use-hugepages --loopback -d rxe0 -x 1 -s 64 -n 300 --stall-secs 60 --json /tmp/lat-huge.json > /tmp/lat-huge.txt 2>&1 || lat_rc=1
@@ -321,20 +328,20 @@ grep -E ' firewall ' /tmp/doctor-nft.txt
 grep -q 'nftables drops RoCE v2 (UDP 4791)' /tmp/ping-udp4791-dropped.txt && echo "PING udp4791-dropped names the rule"
 nft delete table inet rdmaprobe_test
 pingpair ok-again 18535 -d rxe1
-# -R between the two hosts' worth: bw with two QPs a backend, no -x; then a client on the wrong
-# device (the route to rb's address goes through rxe1): it must say which device to give
-/opt/rdmaprobe bw write -R -q 2 -d rxe2 --bind 198.51.100.2 -s 4096 -n 300 -p 18560 --stall-secs 60 > /tmp/cm-bw-srv.txt 2>&1 &
+# -R: bw with two QPs a backend, no -x; then a client on the wrong device (the CM takes a local
+# destination address through the device that holds it, rxe2 for rb's; the veth is not used)
+/opt/rdmaprobe bw write -R -q 2 -d rxe0 -s 4096 -n 300 -p 18560 --stall-secs 60 > /tmp/cm-bw-srv.txt 2>&1 &
 srv=\$!
-/opt/rdmaprobe bw write -R -q 2 -d rxe1 -s 4096 -n 300 -p 18560 --stall-secs 60 --json /tmp/cm-bw.json 198.51.100.2 > /tmp/cm-bw.txt 2>&1; crc=\$?
+/opt/rdmaprobe bw write -R -q 2 -d rxe0 -s 4096 -n 300 -p 18560 --stall-secs 60 --json /tmp/cm-bw.json 192.0.2.1 > /tmp/cm-bw.txt 2>&1; crc=\$?
 wait \$srv; src=\$?
 cat /tmp/cm-bw.txt /tmp/cm-bw-srv.txt
 echo "CM-BW rc=\$crc/\$src rows: \$(grep -cE '^ +4096 +(verbs|wr) +[0-9]+ ' /tmp/cm-bw.txt) \$(grep -o '"connections": [0-9]*' /tmp/cm-bw.json | head -n 1)"
 /opt/rdmaprobe lat send -R -d rxe2 --bind 198.51.100.2 -n 10 -p 18561 --oob-timeout 10 --stall-secs 10 > /tmp/cm-wrong-srv.txt 2>&1 &
 srv=\$!
-/opt/rdmaprobe lat send -R -d rxe0 -n 10 -p 18561 --oob-timeout 10 --stall-secs 10 198.51.100.2 > /tmp/cm-wrong.txt 2>&1; crc=\$?
+/opt/rdmaprobe lat send -R -d rxe1 -n 10 -p 18561 --oob-timeout 10 --stall-secs 10 198.51.100.2 > /tmp/cm-wrong.txt 2>&1; crc=\$?
 wait \$srv
 cat /tmp/cm-wrong.txt /tmp/cm-wrong-srv.txt
-echo "CM-WRONG-DEVICE rc=\$crc \$(grep -c 'through rxe1 port 1, but this side opened rxe0 port 1: give -d rxe1' /tmp/cm-wrong.txt)"
+echo "CM-WRONG-DEVICE rc=\$crc \$(grep -c 'through rxe2 port 1, but this side opened rxe1 port 1: give -d rxe2' /tmp/cm-wrong.txt)"
 if [ -d /opt/rc56 ]; then
   # put the libraries of \$1 (lib/*.so* with the loader, lib/libibverbs/*.so providers,
   # etc/libibverbs.d/*.driver) in place of the ones in use. busybox is static and nothing dynamic
@@ -442,8 +449,10 @@ for t in send-cm send-oob read-cm; do
   grep -q "^CM $t rows: 2 rdma_cm: $want\$" "$log.txt" ||
     { echo "FAIL: lat ${t%-*} $([ $t = send-oob ] && echo '-x 1' || echo -R) between two processes on rxe0 did not run on both verbs and wr"; fail=1; }
 done
+grep -q '^NET-EVENTS rows: 4 rdma_cm: 1$' "$log.txt" ||
+  { echo "FAIL: lat send -e -R between two processes on rxe0 did not run verbs and wr polling and with events"; fail=1; }
 grep -q '^CM-BW rc=0/0 rows: 2 "connections": 4$' "$log.txt" ||
-  { echo "FAIL: bw write -R -q 2 between rxe1 and rxe2 did not connect 4 QPs through rdma_cm and run verbs and wr"; fail=1; }
+  { echo "FAIL: bw write -R -q 2 between two processes on rxe0 did not connect 4 QPs through rdma_cm and run verbs and wr"; fail=1; }
 grep -q '^CM-WRONG-DEVICE rc=1 1$' "$log.txt" ||
   { echo "FAIL: lat -R on the wrong device did not fail naming the device the route takes"; fail=1; }
 grep -q '^UC rows: 4$' "$log.txt" || { echo "FAIL: lat send and bw write -c UC did not run on both verbs and wr"; fail=1; }

@@ -337,8 +337,9 @@ struct LatArgs {
     hdr: Option<std::path::PathBuf>,
     /// Completion events (perftest's -e): beside each verbs backend polling, the same backend
     /// waiting for completion events (ibv_req_notify_cq, ibv_get_cq_event; rows `verbs-e`,
-    /// `wr-e`), interleaved in one run. --loopback; not for write (it watches memory: use
-    /// --write-with-imm).
+    /// `wr-e`), interleaved in one run. Not for write (it watches memory: use
+    /// --write-with-imm); between two processes not on model0 (its events are raised in the
+    /// process that executes the WQE).
     #[arg(short = 'e', long)]
     events: bool,
     /// Blocks the iterations are split into (backends alternate between blocks).
@@ -404,7 +405,8 @@ struct BwArgs {
     min_ms: u64,
     /// Run each size and backend for at least this many seconds (perftest's -D): a short first
     /// run sizes the messages of the measured one, whose real length is printed (time[ms]).
-    /// 0.01 to 86400 seconds, fractions too. --loopback only.
+    /// 0.01 to 86400 seconds, fractions too. Between two processes the client sizes the runs
+    /// and the server runs the messages it is told.
     #[arg(short = 'D', long, value_parser = positive_secs, conflicts_with_all = ["iters", "min_ms"])]
     duration: Option<Duration>,
     /// No perftest peak (perftest's -N, --noPeak): post and completion times are not traced,
@@ -412,7 +414,8 @@ struct BwArgs {
     #[arg(short = 'N', long = "noPeak")]
     no_peak: bool,
     /// Run until stopped (Ctrl-C or SIGTERM; exit 0), printing a row per backend every -D
-    /// seconds (default 5), as perftest's --run_infinitely. --loopback, one size.
+    /// seconds (default 5), as perftest's --run_infinitely. One size; between two processes a
+    /// stop on either side ends both after the round under way.
     #[arg(long = "run-infinitely", visible_alias = "run_infinitely", conflicts_with_all = ["iters", "min_ms", "all_sizes"])]
     run_infinitely: bool,
     /// perftest's -A, -F, --output.
@@ -817,17 +820,11 @@ fn bw(a: BwArgs) -> Result<ExitCode> {
             (None, true) => Duration::from_secs(5),
             (None, false) => Duration::from_millis(a.min_ms),
         },
+        duration: a.duration,
         gbits: a.report_gbits,
         no_peak: a.no_peak,
         run_infinitely: a.run_infinitely,
     };
-    if (a.duration.is_some() || a.run_infinitely) && !a.peer.loopback {
-        return Err(ProbeError::Usage(format!(
-            "bw {} is available with --loopback only in this version (both ends must run the same messages)",
-            if a.run_infinitely { "--run-infinitely" } else { "-D" }
-        ))
-        .into());
-    }
     let p = plan(Scenario::Bw(b), &a.run, &a.peer)?;
     Ok(ExitCode::from(probe::console::measure(
         &p,

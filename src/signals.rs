@@ -4,7 +4,7 @@
 //! memory objects are removed by their owners, not left for the next run's sweep); the signal is
 //! recorded so the command line can end with the conventional status.
 
-use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicUsize, Ordering};
 
 /// Set by the signals [`install`] handles (or by a program that embeds rdmaprobe).
 pub static INTERRUPTED: AtomicBool = AtomicBool::new(false);
@@ -29,6 +29,30 @@ pub fn install() {
 /// Whether a stop was asked.
 pub fn interrupted() -> bool {
     INTERRUPTED.load(Ordering::Relaxed)
+}
+
+static HELD: AtomicUsize = AtomicUsize::new(0);
+
+/// While one lives, a stop does not end a wait for the peer out of band: what the peer must hear
+/// after a stop (client/server --run-infinitely: that this side stops, once the round under way
+/// has ended on both) is still exchanged, within the exchange's deadline.
+pub struct Hold(());
+
+/// Holds the stop of out-of-band waits until the returned [`Hold`] is dropped.
+pub fn hold() -> Hold {
+    HELD.fetch_add(1, Ordering::SeqCst);
+    Hold(())
+}
+
+impl Drop for Hold {
+    fn drop(&mut self) {
+        HELD.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+/// Whether a wait for the peer ends: a stop was asked and no [`Hold`] lives.
+pub fn stops_waits() -> bool {
+    interrupted() && HELD.load(Ordering::SeqCst) == 0
 }
 
 /// The last signal that asked for a stop, if any.

@@ -2193,7 +2193,8 @@ fn ud_transport_on_every_backend() {
 
 /// -R (perftest's rdma_cm) is refused where it cannot work, at once and naming why: in one
 /// process, with a transport or an option the connection manager does not take, in ping, and on
-/// model0 (no IP address to resolve; a server says so before waiting for a client).
+/// model0 (no IP address to resolve; a server says so before waiting for a client); and -e
+/// between two processes on model0 (whose events would be raised in the other process).
 #[test]
 fn rdma_cm_is_refused_where_it_cannot_work() {
     for (args, says) in [
@@ -2214,6 +2215,11 @@ fn rdma_cm_is_refused_where_it_cannot_work() {
         (
             vec!["bw", "write", "-R", "-d", "model0", "127.0.0.1"],
             "model0 has no IP address",
+        ),
+        // not -R, but refused the same way: a server says so before waiting
+        (
+            vec!["lat", "send", "-e", "-p", "0", "--oob-timeout", "600"],
+            "between two processes on model0",
         ),
     ] {
         let (c, out, err) = rdmaprobe(&args);

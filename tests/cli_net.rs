@@ -721,3 +721,81 @@ fn uc_and_ud_ping_pongs_between_two_processes() {
         std::fs::remove_file(&json).ok();
     }
 }
+
+/// bw -D between two processes: the client sizes every run from a short first one and gives the
+/// server the count, so each run lasts at least D on both ends; --run-infinitely: a row per
+/// backend every D until a stop on either side, which ends both with exit 0 after the round
+/// under way (every row in the client's JSON).
+#[test]
+fn bandwidth_for_a_duration_and_without_end_between_two_processes() {
+    let _g = serial();
+    let p = port(10);
+    let common = ["write", "-s", "4096", "-d", "model0", "-p", &p, "--oob-timeout", "20"];
+    let mut sa = vec!["bw", "-D", "0.3"];
+    sa.extend_from_slice(&common);
+    let mut ca = sa.clone();
+    ca.push("127.0.0.1");
+    let srv = spawn(&sa);
+    let cli = spawn(&ca);
+    let (cc, co, ce) = finish(cli);
+    let (sc, so, se) = finish(srv);
+    assert_eq!((cc, sc), (0, 0), "client: {co}{ce}\nserver: {so}{se}");
+    assert!(co.contains("-D: every run lasts at least 300 ms"), "{co}");
+    let rows: Vec<&str> = co.lines().filter(|l| l.trim_start().starts_with("4096 ")).collect();
+    assert!(
+        !rows.is_empty() && rows.len() == cmd_backends(&co),
+        "a row per backend: {co}"
+    );
+    for r in &rows {
+        let ms: f64 = r.split_whitespace().nth(3).unwrap().parse().unwrap();
+        assert!(ms >= 300.0, "a run shorter than -D 0.3: {r}");
+    }
+    // --run-infinitely: stopped on the client, then on the server
+    for (i, stop_client) in [(11, true), (12, false)] {
+        let p = port(i);
+        let json = std::env::temp_dir().join(format!("rdmaprobe-ri-{}-{i}.json", std::process::id()));
+        let js = json.to_str().unwrap().to_string();
+        let mut sa = vec!["bw", "--run-infinitely", "-D", "0.2"];
+        sa.extend_from_slice(&["write", "-s", "4096", "-d", "model0", "-p", &p, "--oob-timeout", "20"]);
+        let mut ca = sa.clone();
+        ca.extend_from_slice(&["--json", &js, "127.0.0.1"]);
+        let srv = spawn(&sa);
+        let cli = spawn(&ca);
+        std::thread::sleep(Duration::from_secs(3));
+        let pid = if stop_client { cli.id() } else { srv.id() };
+        // SAFETY: kill(2) on a child this test spawned and has not waited for.
+        unsafe { libc::kill(pid as i32, libc::SIGINT) };
+        let (cc, co, ce) = finish(cli);
+        let (sc, so, se) = finish(srv);
+        let who = if stop_client { "client" } else { "server" };
+        assert_eq!(
+            (cc, sc),
+            (0, 0),
+            "stopped on the {who}: client: {co}{ce}\nserver: {so}{se}"
+        );
+        let v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+        let runs = v["runs"].as_array().unwrap();
+        let printed = co.lines().filter(|l| l.trim_start().starts_with("4096 ")).count();
+        assert_eq!(runs.len(), printed, "every round's row in the JSON: {co}");
+        // at least the first round on every backend, each run at least D
+        assert!(printed >= cmd_backends(&co), "{co}");
+        for r in runs {
+            let ms = r["summary"]["seconds"].as_f64().unwrap() * 1e3;
+            assert!(ms >= 200.0, "a round shorter than -D 0.2: {r}");
+        }
+        std::fs::remove_file(&json).ok();
+    }
+}
+
+/// The backends a client's header names ("backends verbs, wr, direct" is not in bw's header:
+/// count the distinct backend column of its rows).
+fn cmd_backends(out: &str) -> usize {
+    let mut b: Vec<&str> = out
+        .lines()
+        .filter(|l| l.trim_start().starts_with("4096 "))
+        .filter_map(|l| l.split_whitespace().nth(1))
+        .collect();
+    b.sort();
+    b.dedup();
+    b.len()
+}

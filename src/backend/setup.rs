@@ -708,6 +708,8 @@ pub enum HalfEnd {
         cq: Cq,
         /// Its buffer.
         mr: Mr,
+        /// -e: the completion channel its CQ was made on (it waits for events).
+        chan: Option<CompChannel>,
     },
     /// direct on model0.
     Model {
@@ -723,6 +725,14 @@ pub enum HalfEnd {
         /// The buffer.
         mr: Mr,
     },
+}
+
+/// `e`, waiting for completion events on `chan` when there is one.
+fn events(e: VerbsEnd, chan: Option<CompChannel>) -> VerbsEnd {
+    match chan {
+        Some(ch) => e.with_events(ch),
+        None => e,
+    }
 }
 
 /// A connected end of any backend.
@@ -787,9 +797,50 @@ impl HalfEnd {
                         (buf_len, dev.huge_pages()),
                         None,
                     )?;
-                    HalfEnd::Verbs { kind, qp, cq, mr }
+                    HalfEnd::Verbs {
+                        kind,
+                        qp,
+                        cq,
+                        mr,
+                        chan: None,
+                    }
                 }
             }
+        })
+    }
+
+    /// As [`HalfEnd::new`] for the verbs or wr backend, the CQ on a completion channel: the end
+    /// waits for completion events (`-e`).
+    pub fn with_events(dev: &Dev, kind: BackendKind, op: OpKind, buf_len: usize) -> Result<Self, SetupError> {
+        if kind == BackendKind::Direct {
+            return Err(SetupError::from(BackendError::Unsupported {
+                backend: "direct",
+                why:
+                    "completion events (-e) are libibverbs' completion channel: the verbs and wr backends wait for them"
+                        .into(),
+            }));
+        }
+        dev.supports(kind)?;
+        let Some((ctx, _, _)) = dev.verbs_parts() else {
+            unreachable!("supports() admits the verbs backends only on devices with a verbs context")
+        };
+        let pd = Pd::new(ctx)?;
+        let ch = CompChannel::new(ctx)?;
+        let (qp, cq, mr) = verbs_qp(
+            ctx,
+            &pd,
+            (kind, dev.transport()),
+            qp_caps(),
+            op,
+            (buf_len, dev.huge_pages()),
+            Some(&ch),
+        )?;
+        Ok(HalfEnd::Verbs {
+            kind,
+            qp,
+            cq,
+            mr,
+            chan: Some(ch),
         })
     }
 
@@ -873,9 +924,16 @@ impl HalfEnd {
         };
         let mtu = dev.path().mtu;
         Ok(match self {
-            HalfEnd::Verbs { kind, mut qp, cq, mr } => {
+            HalfEnd::Verbs {
+                kind,
+                mut qp,
+                cq,
+                mr,
+                chan,
+            } => {
                 let got = qp.connect_cm(port, access_for(op), cm, mtu)?;
-                (AnyEnd::Verbs(Box::new(VerbsEnd::new(kind, qp, cq, mr, remote)?)), got)
+                let e = VerbsEnd::new(kind, qp, cq, mr, remote)?;
+                (AnyEnd::Verbs(Box::new(events(e, chan))), got)
             }
             HalfEnd::Mlx5 { mut q, mr } => {
                 let got = q.connect_cm(port, access_for(op), cm, mtu)?;
@@ -937,20 +995,25 @@ impl HalfEnd {
                     e
                 }))
             }
-            HalfEnd::Verbs { kind, mut qp, cq, mr } => {
+            HalfEnd::Verbs {
+                kind,
+                mut qp,
+                cq,
+                mr,
+                chan,
+            } => {
                 let Some((ctx, port, gid)) = dev.verbs_parts() else {
                     unreachable!("verbs ends live on devices with a verbs context")
                 };
                 if ud {
                     qp.connect_ud(port, path.pkey_index, QKEY)?;
                     let ah = Ah::new(mr.pd(), port, &rep, gid, (path.sl, path.traffic_class))?;
-                    AnyEnd::Verbs(Box::new(
-                        VerbsEnd::new(kind, qp, cq, mr, remote)?.with_ud(ah, r.qpn, QKEY),
-                    ))
+                    let e = VerbsEnd::new(kind, qp, cq, mr, remote)?.with_ud(ah, r.qpn, QKEY);
+                    AnyEnd::Verbs(Box::new(events(e, chan)))
                 } else {
                     let opts = connect_opts(ctx, port, gid, op, path)?;
                     path_taken(ctx, qp.connect(port, &opts, &rep)?)?;
-                    AnyEnd::Verbs(Box::new(VerbsEnd::new(kind, qp, cq, mr, remote)?))
+                    AnyEnd::Verbs(Box::new(events(VerbsEnd::new(kind, qp, cq, mr, remote)?, chan)))
                 }
             }
             HalfEnd::Mlx5 { mut q, mr } => {

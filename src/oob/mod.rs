@@ -341,9 +341,9 @@ pub fn parse<T: serde::de::DeserializeOwned>(line: &str, peer: &str) -> Result<T
     })
 }
 
-/// A stop asked by a signal ([`crate::signals`]) ends a wait for the peer.
+/// A stop asked by a signal ([`crate::signals`]) ends a wait for the peer (unless held).
 fn stopped(peer: &str) -> Result<(), OobError> {
-    if crate::signals::interrupted() {
+    if crate::signals::stops_waits() {
         return Err(OobError::Protocol {
             peer: peer.to_string(),
             why: "the wait was interrupted".into(),

@@ -9,9 +9,9 @@ use crate::mlx5::sq::DbMode;
 use crate::model::{ExecMode, ModelConfig};
 use crate::oob::{Hello, Rendezvous};
 use crate::scenario::bw::{summarize, BwParams};
-use crate::scenario::runner::{bw_side, run_bw, BwResult};
+use crate::scenario::runner::{bw_resized, bw_side, run_bw, BwResult, BW_RESIZES};
 use serde_json::json;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 /// Every backend's threads' QPs, connected to the peer's.
@@ -112,6 +112,7 @@ pub(super) fn run(
         "bidirectional": b.bidirectional, "backends": kinds.iter().map(|k| k.as_str()).collect::<Vec<_>>(),
         "db_mode": mode.as_str(), "loopback": !network, "path": super::report::path_json(&plan.path),
         "huge_pages": plan.huge_pages, "mr_per_qp": true, "run_infinitely": b.run_infinitely,
+        "duration_s": b.duration.map(|d| d.as_secs_f64()),
         "transport": plan.transport.as_str(),
         "rdma_cm": cm.as_ref().map(|c| c.json()),
         "peer": match &role { Role::Loopback => None, Role::Client(p) | Role::Server(p) => Some(p.clone()) },
@@ -139,6 +140,16 @@ pub(super) fn run(
     // round (so only the first round is sized)
     let mut iters = vec![b.iters; kinds.len()];
     let mut round = 0u64;
+    // client/server with -D or --run-infinitely: the runs are sized by the client
+    let sized = network && (b.duration.is_some() || b.run_infinitely);
+    // client/server --run-infinitely: a stop ends the round under way first (the peer would
+    // wait for messages that do not come), then both ends
+    let never = AtomicBool::new(false);
+    let intr = if network && b.run_infinitely {
+        &never
+    } else {
+        &INTERRUPTED
+    };
     'rounds: loop {
         for &size in &sizes {
             for (ki, k) in kinds.iter().enumerate() {
@@ -178,14 +189,45 @@ pub(super) fn run(
                         Err(e) => return Err(super::diag::failed(bundle(plan, &dev, &before, Vec::new()), e.into())),
                     },
                     Some((rdv, all)) => {
-                        let out = match bw_side(&mut all[ki], &p, client, &report.clock, &INTERRUPTED) {
-                            Ok(o) => o,
-                            Err(e) => {
-                                let e = session::fail(&mut **rdv, e.into());
-                                let states = all.iter().flatten().flatten().map(|e| e.describe()).collect();
-                                return Err(super::diag::failed(bundle(plan, &dev, &before, states), e));
+                        let mut p = p;
+                        let mut resizes = 0;
+                        let out = loop {
+                            let out = match bw_side(&mut all[ki], &p, client, &report.clock, intr) {
+                                Ok(o) => o,
+                                Err(e) => {
+                                    let e = session::fail(&mut **rdv, e.into());
+                                    let states = all.iter().flatten().flatten().map(|e| e.describe()).collect();
+                                    return Err(super::diag::failed(bundle(plan, &dev, &before, states), e));
+                                }
+                            };
+                            // -D, --run-infinitely: the client sizes the runs to last at least D (a
+                            // run too short is run again with more messages, as in one process) and
+                            // tells the server (both ends run the same messages)
+                            if !sized {
+                                break out;
+                            }
+                            let mine = Resize {
+                                iters: match client && resizes < BW_RESIZES {
+                                    true => {
+                                        let took = summarize(&out, size, b.cq_mod, report.clock.hz).seconds;
+                                        bw_resized(p.iters, took, b.min_duration.as_secs_f64())
+                                    }
+                                    false => None,
+                                },
+                            };
+                            // (a stop asked meanwhile is seen by the next run, or at the round's end)
+                            let hold = crate::signals::hold();
+                            let theirs: Resize = rdv.exchange(&mine)?;
+                            drop(hold);
+                            match if client { mine.iters } else { theirs.iters } {
+                                Some(n) => {
+                                    p.iters = n;
+                                    resizes += 1;
+                                }
+                                None => break out,
                             }
                         };
+                        iters[ki] = p.iters;
                         if !client {
                             continue;
                         }
@@ -206,7 +248,18 @@ pub(super) fn run(
             }
         }
         round += 1;
-        if !b.run_infinitely || INTERRUPTED.load(Ordering::Relaxed) {
+        let stop = INTERRUPTED.load(Ordering::Relaxed);
+        if let (Some((rdv, _)), true) = (net.as_mut(), b.run_infinitely) {
+            // a stop on either side ends both, after the round under way (which the peer may
+            // still be finishing: the wait for its word is not cut short by our stop)
+            let _hold = crate::signals::hold();
+            let theirs: RoundEnd = rdv.exchange(&RoundEnd { stop })?;
+            if stop || theirs.stop {
+                break;
+            }
+            continue;
+        }
+        if !b.run_infinitely || stop {
             break;
         }
     }
@@ -294,6 +347,19 @@ fn client_result(b: &BwPlan, k: BackendKind, p: &BwParams, summary: crate::scena
     }
 }
 
+/// The client's word after a sizing run: the messages per QP of the next run, or `None`: that
+/// run was long enough, it stands.
+#[derive(serde::Serialize, serde::Deserialize)]
+struct Resize {
+    iters: Option<u64>,
+}
+
+/// --run-infinitely between two processes: at each round's end, whether this side stops.
+#[derive(serde::Serialize, serde::Deserialize)]
+struct RoundEnd {
+    stop: bool,
+}
+
 /// The parameters both ends of a bandwidth run must share.
 fn hello(b: &BwPlan, sizes: &[u32], kinds: &[BackendKind], mode: DbMode, inline_limit: u32, buf_len: usize) -> Hello {
     let own = [
@@ -304,6 +370,11 @@ fn hello(b: &BwPlan, sizes: &[u32], kinds: &[BackendKind], mode: DbMode, inline_
         ("qps", b.qps.to_string()),
         ("threads", b.threads.to_string()),
         ("bidirectional", b.bidirectional.to_string()),
+        (
+            "duration_s",
+            b.duration.map_or("none".into(), |d| d.as_secs_f64().to_string()),
+        ),
+        ("run_infinitely", b.run_infinitely.to_string()),
     ];
     session::hello("bw", b.op, sizes, own, kinds, mode, inline_limit, buf_len)
 }

@@ -58,7 +58,7 @@ impl CmLink {
                 let ip: IpAddr = bind
                     .parse()
                     .map_err(|_| ProbeError::Usage(format!("--bind {bind}: not an IP address")))?;
-                let s = CmServer::listen(ip, timeout)?;
+                let s = CmServer::listen(ip, timeout, &dev.name())?;
                 rdv.exchange(&CmHello { rdma_cm_port: s.port() })?;
                 Side::Server(s)
             }
@@ -80,7 +80,11 @@ impl CmLink {
                         rdv.peer_name()
                     )));
                 }
-                Side::Client(CmClient::new(SocketAddr::new(ip, theirs.rdma_cm_port), timeout)?)
+                Side::Client(CmClient::new(
+                    SocketAddr::new(ip, theirs.rdma_cm_port),
+                    timeout,
+                    &dev.name(),
+                )?)
             }
             PeerSpec::Loopback => {
                 return Err(ProbeError::Usage(

@@ -40,6 +40,14 @@ pub(super) fn run(
     if let Some(n) = session::ud_checks(&dev, plan, &mut sizes, matches!(l.sizes, super::Sizes::All))? {
         warnings.push(n);
     }
+    if l.events && dev.is_model() && plan.peer != PeerSpec::Loopback {
+        return Err(ProbeError::Usage(
+            "-e/--events between two processes on model0: the model raises a completion event in the process that \
+             executes the WQE, and the peer's completion channel is in the other process (its events would be lost \
+             and every wait would end at its time slice); use --loopback, or a NIC or rxe"
+                .into(),
+        ));
+    }
     if l.events && dev.is_model() && !l.op.needs_recv() {
         warnings.push(format!(
             "-e on model0: the model executes the {} in the poster's thread right after the post, so its completion is \
@@ -78,11 +86,6 @@ fn check(plan: &Plan, l: &LatPlan, obs: &mut dyn Observer) -> Result<Vec<u32>, P
         ));
     }
     if l.events {
-        if plan.peer != PeerSpec::Loopback {
-            return Err(ProbeError::Usage(
-                "-e/--events is available with --loopback only in this version".into(),
-            ));
-        }
         if l.op == OpKind::Write {
             return Err(ProbeError::Usage(
                 "-e/--events: a WRITE ping-pong watches memory, not the CQ (no completion to wait for); \
@@ -160,6 +163,8 @@ struct Sides<'a> {
     net: Option<(&'a mut dyn Rendezvous, Ends)>,
     /// The network ends' ping-pong states, their receives posted before the barrier.
     net_states: Vec<PingState>,
+    /// -e: which network ends wait for completion events (after the polling ones).
+    net_events: Vec<bool>,
     /// -R: the connections through the CM (kept as long as the ends).
     cm: Option<super::cm::CmLink>,
     max_inline: u32,
@@ -215,6 +220,7 @@ impl<'a> Sides<'a> {
         let mut net = None;
         let mut net_states = Vec::new();
         let mut cm = None;
+        let mut net_events = Vec::new();
         if network {
             let rdv: &'a mut dyn Rendezvous = match peer {
                 Some(p) => p,
@@ -224,7 +230,9 @@ impl<'a> Sides<'a> {
             hello.params.insert("transport".into(), plan.transport.as_str().into());
             hello.params.insert("rdma_cm".into(), plan.rdma_cm.to_string());
             let mut phase = session::Phase::new(rdv, plan.oob_timeout);
-            let (ends, states, link) = connect(&mut phase, &hello, (plan, dev), kinds, l.op, buf_len, mode)?;
+            let (ends, states, link) =
+                connect(&mut phase, &hello, (plan, dev), kinds, (l.op, l.events), buf_len, mode)?;
+            net_events = (0..ends.len()).map(|i| i >= kinds.len()).collect();
             net = Some((rdv, ends));
             net_states = states;
             cm = link;
@@ -233,6 +241,7 @@ impl<'a> Sides<'a> {
             pairs,
             net,
             net_states,
+            net_events,
             cm,
             max_inline,
             inline_limit,
@@ -328,7 +337,8 @@ impl Run<'_> {
         let client = !matches!(report.role, Role::Server(_));
         let run_start = std::time::Instant::now();
         // ping-pong state per backend across sizes (marker numbering, receives posted once)
-        let mut states = if sides.net_states.len() == report.backends.len() {
+        let mut states = if sides.net.is_some() {
+            // one per network end (with -e, the event-waiting ones too), receives primed
             std::mem::take(&mut sides.net_states)
         } else {
             vec![PingState::default(); report.backends.len()]
@@ -351,7 +361,15 @@ impl Run<'_> {
                     }
                 }
                 Some((rdv, ends)) => match run_network(ends, &mut states, &p, self.l.blocks, client, &report.clock) {
-                    Ok(rs) => rs,
+                    Ok(mut rs) => {
+                        // -e: the ends after the polling ones wait for completion events
+                        for (r, ev) in rs.iter_mut().zip(&sides.net_events) {
+                            if *ev {
+                                r.completion = Some("events".into());
+                            }
+                        }
+                        rs
+                    }
                     Err(e) => {
                         let e = session::fail(&mut **rdv, e);
                         return Err(self.failed(ends.iter().map(|(_, e)| e.describe()).collect(), e));
@@ -477,6 +495,7 @@ fn hello(l: &LatPlan, sizes: &[u32], kinds: &[BackendKind], mode: DbMode, inline
         ("iters", l.iters.to_string()),
         ("warmup", l.warmup.to_string()),
         ("blocks", l.blocks.to_string()),
+        ("events", l.events.to_string()),
     ];
     session::hello("lat", l.op, sizes, own, kinds, mode, inline_limit, buf_len)
 }
@@ -490,7 +509,7 @@ fn connect(
     hello: &Hello,
     (plan, dev): (&Plan, &Dev),
     kinds: &[BackendKind],
-    op: OpKind,
+    (op, events): (OpKind, bool),
     buf_len: usize,
     mode: DbMode,
 ) -> Result<(Ends, Vec<PingState>, Option<super::cm::CmLink>), ProbeError> {
@@ -500,15 +519,32 @@ fn connect(
     } else {
         None
     };
+    // -e: after the polling ends, each verbs backend's again, waiting for completion events
+    let halves = kinds.iter().map(|k| (*k, false)).chain(
+        kinds
+            .iter()
+            .filter(|k| events && **k != BackendKind::Direct)
+            .map(|k| (*k, true)),
+    );
     let mut ends = Vec::new();
-    for k in kinds {
-        let half = HalfEnd::new(dev, *k, op, buf_len, mode)?;
+    for (k, ev) in halves {
+        let half = if ev {
+            HalfEnd::with_events(dev, k, op, buf_len)?
+        } else {
+            HalfEnd::new(dev, k, op, buf_len, mode)?
+        };
         let theirs = session::exchange_qp(rdv, &half.info(dev)?)?;
         let end = match &mut cm {
             Some(link) => link.connect(half, dev, op, &theirs, plan.device.gid_index)?,
             None => half.connect(dev, op, &theirs)?,
         };
-        ends.push((*k, end));
+        ends.push((k, end));
+    }
+    if events && ends.len() == kinds.len() {
+        return Err(ProbeError::Usage(format!(
+            "-e/--events: no verbs or wr backend runs on {} (completion events are libibverbs' completion channel)",
+            dev.name()
+        )));
     }
     // receives first: on UC and UD a message that finds none is dropped, not retried
     let mut states = vec![PingState::default(); ends.len()];

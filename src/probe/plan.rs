@@ -205,14 +205,17 @@ pub struct BwPlan {
     pub inline_size: Option<u32>,
     /// Length of the bandwidth windows.
     pub window: Duration,
-    /// In-process: a shorter run is repeated with more messages; client/server: flagged.
+    /// In-process: a shorter run is repeated with more messages; client/server: flagged (with
+    /// -D or --run-infinitely: the client sizes the runs to it).
     pub min_duration: Duration,
+    /// -D: each run lasts at least this long (`min_duration` is it).
+    pub duration: Option<Duration>,
     /// Figures in Gb/s instead of MB/s (2^20 bytes) in the table.
     pub gbits: bool,
     /// No perftest peak (perftest's -N).
     pub no_peak: bool,
     /// Run until stopped (SIGINT, SIGTERM), a row per backend every `min_duration` (perftest's
-    /// --run_infinitely); loopback, one size.
+    /// --run_infinitely); one size.
     pub run_infinitely: bool,
 }
 
@@ -233,6 +236,7 @@ impl BwPlan {
             inline_size: None,
             window: Duration::from_millis(1),
             min_duration: Duration::from_millis(200),
+            duration: None,
             gbits: false,
             no_peak: false,
             run_infinitely: false,

@@ -226,7 +226,17 @@ impl Report {
             s,
             " windows of {:.3} ms, or the multiple that holds at least 16 completions of every sending QP (win[ms]: the length used; a window moves in steps of one completion), partition each run (the last up to 1.5 windows); peak: perftest's (shortest time per message from a post to a later completion; one QP, one direction only); {}",
             b.window.as_micros() as f64 / 1e3,
-            if self.role != Role::Loopback {
+            if self.role != Role::Loopback && b.run_infinitely {
+                format!(
+                    "--run-infinitely: a row per backend every {min_ms} ms or a little more (the client sizes the runs \
+                     and gives the server the count), until stopped on either side (after the round under way)"
+                )
+            } else if self.role != Role::Loopback && b.duration.is_some() {
+                format!(
+                    "-D: every run lasts at least {min_ms} ms (the client sizes it from a short first run and gives the \
+                     server the count)"
+                )
+            } else if self.role != Role::Loopback {
                 format!("runs are -n messages per QP (client and server agree on them); runs under {min_ms} ms are flagged")
             } else if b.run_infinitely {
                 format!("--run-infinitely: a row per backend every {min_ms} ms or a little more, until stopped (Ctrl-C)")

@@ -208,6 +208,8 @@ pub fn end_params(kinds: &[BackendKind], mode: DbMode, inline_limit: u32, buf_le
 /// The end of a client/server run: each side says it is done (or why it failed) and hears the
 /// other, within the stall deadline and the out-of-band timeout.
 pub fn end(peer: &mut dyn Rendezvous, plan: &Plan) -> Result<(), ProbeError> {
+    // the measurement is over: a stop asked now (how --run-infinitely ends) still hears the peer
+    let _hold = crate::signals::hold();
     peer.set_timeout(plan.stall + plan.oob_timeout)?;
     let theirs: Done = peer.exchange(&Done { error: None })?;
     match theirs.error {

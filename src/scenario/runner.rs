@@ -463,6 +463,20 @@ fn build<B>(
 /// The most messages per QP a run is sized up to.
 const MAX_BW_ITERS: u64 = 1_000_000_000;
 
+/// How many times a bandwidth run too short for its minimum is run again, at most.
+pub const BW_RESIZES: u32 = 6;
+
+/// The messages per QP of the next run when a run of `iters` took `took` seconds, shorter than
+/// `min` (a fifth over the minimum; a short first run is slower per message, so a few rounds may
+/// be needed); `None` when it was long enough (or cannot grow).
+pub fn bw_resized(iters: u64, took: f64, min: f64) -> Option<u64> {
+    if min <= 0.0 || took >= min || iters >= MAX_BW_ITERS {
+        return None;
+    }
+    let scale = (min * 1.2 / took.max(1e-9)).clamp(1.2, 1e6);
+    Some(((iters as f64 * scale).ceil() as u64).min(MAX_BW_ITERS))
+}
+
 /// Builds `threads` x `qps` pairs of `kind` on `dev` and runs the bandwidth scenario; an
 /// in-process run shorter than `p.min_duration` is run again with more messages.
 #[allow(clippy::too_many_arguments)]
@@ -504,13 +518,12 @@ pub fn run_bw(
     let min = p.min_duration.as_secs_f64();
     // too short to mean anything: the run sizes the next one (a fifth over the minimum; a
     // short first run is slower per message, so a few rounds may be needed)
-    for _ in 0..6 {
+    for _ in 0..BW_RESIZES {
         let took = bw::summarize(&rs, p.size, p.cq_mod, cal.hz).seconds;
-        if min <= 0.0 || took >= min || p.iters >= MAX_BW_ITERS {
+        let Some(n) = bw_resized(p.iters, took, min) else {
             break;
-        }
-        let scale = (min * 1.2 / took.max(1e-9)).clamp(1.2, 1e6);
-        p.iters = ((p.iters as f64 * scale).ceil() as u64).min(MAX_BW_ITERS);
+        };
+        p.iters = n;
         rs = once(&p)?;
     }
     Ok(BwResult {

@@ -397,6 +397,8 @@ pub struct CmClient {
     ch: Arc<Channel>,
     to: SocketAddr,
     timeout: Duration,
+    /// The run's device (for errors).
+    device: String,
 }
 
 /// A connection under way on the active side: the response came; the QP moves to RTS, then
@@ -408,12 +410,14 @@ pub struct PendingClient {
 }
 
 impl CmClient {
-    /// A client of the listener at `to`; every step waits at most `timeout`.
-    pub fn new(to: SocketAddr, timeout: Duration) -> Result<Self> {
+    /// A client of the listener at `to` for the run on `device`; every step waits at most
+    /// `timeout`.
+    pub fn new(to: SocketAddr, timeout: Duration, device: &str) -> Result<Self> {
         Ok(CmClient {
             ch: Channel::new()?,
             to,
             timeout,
+            device: device.to_string(),
         })
     }
 
@@ -421,7 +425,9 @@ impl CmClient {
     /// the device and port (check them before [`Resolved::request`]).
     pub fn resolve(&self, qpn: u32, p: &CmParams) -> Result<Resolved> {
         let deadline = (Instant::now() + self.timeout, self.timeout);
-        let ctx = Ctx::dev("rdma_cm").qpn(qpn).detail(format!("to {}", self.to));
+        let ctx = Ctx::dev(&self.device)
+            .qpn(qpn)
+            .detail(format!("rdma_cm to {}", self.to));
         let id = CmId::new(&self.ch, ctx)?;
         let mut dst = sockaddr(self.to);
         let ms = self.timeout.as_millis().clamp(100, 60_000) as i32;
@@ -521,10 +527,11 @@ pub struct PendingServer {
 }
 
 impl CmServer {
-    /// Listens on `bind` (port 0: one the system picks; [`CmServer::port`] says which).
-    pub fn listen(bind: IpAddr, timeout: Duration) -> Result<Self> {
+    /// Listens on `bind` (port 0: one the system picks; [`CmServer::port`] says which) for the
+    /// run on `device`.
+    pub fn listen(bind: IpAddr, timeout: Duration, device: &str) -> Result<Self> {
         let ch = Channel::new()?;
-        let ctx = Ctx::dev("rdma_cm").detail(format!("listening on {bind}"));
+        let ctx = Ctx::dev(device).detail(format!("rdma_cm listener on {bind}"));
         let listener = CmId::new(&ch, ctx)?;
         let mut a = sockaddr(SocketAddr::new(bind, 0));
         // SAFETY: live id; a is a valid sockaddr of its family.
@@ -560,7 +567,7 @@ impl CmServer {
                 }
                 continue;
             }
-            let ctx = Ctx::dev("rdma_cm").qpn(e.qp_num);
+            let ctx = Ctx::dev(&self.listener.ctx.device).detail(format!("rdma_cm request of QP {:#x}", e.qp_num));
             let id = CmId::adopt(e.id, &self.listener.ch, ctx);
             let their_index = e.private.get(..4).map(|b| u32::from_be_bytes([b[0], b[1], b[2], b[3]]));
             if e.qp_num != peer_qpn || their_index != Some(index) {
@@ -600,9 +607,9 @@ impl PendingServer {
         // what we take as responder is at most what the client initiates, and the reverse
         cp.responder_resources = p.rd_atomic.min(self.initiator_depth);
         cp.initiator_depth = p.rd_atomic.min(self.responder_resources);
-        self.id.ctx = Ctx::dev("rdma_cm")
+        self.id.ctx = Ctx::dev(&self.id.ctx.device)
             .qpn(qpn)
-            .detail(format!("client QP {:#x}", self.peer_qpn));
+            .detail(format!("rdma_cm, client QP {:#x}", self.peer_qpn));
         // SAFETY: live id of a connection request; cp and its private data outlive the call.
         let rc = unsafe { sys::rdma_accept(self.id.id, &mut cp) };
         check_rc(rc, "rdma_accept", || self.id.ctx.clone())?;
@@ -632,7 +639,7 @@ mod tests {
             // a kernel with it: the Soft-RoCE lane connects through it
             return;
         }
-        let e = CmServer::listen("0.0.0.0".parse().unwrap(), Duration::from_secs(1))
+        let e = CmServer::listen("0.0.0.0".parse().unwrap(), Duration::from_secs(1), "rxe0")
             .err()
             .expect("no rdma_cm device here, yet a listener");
         let s = e.to_string();
