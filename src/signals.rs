@@ -11,8 +11,11 @@ pub static INTERRUPTED: AtomicBool = AtomicBool::new(false);
 
 static SIGNAL: AtomicI32 = AtomicI32::new(0);
 
+static COUNT: AtomicUsize = AtomicUsize::new(0);
+
 extern "C" fn on_signal(sig: libc::c_int) {
     SIGNAL.store(sig, Ordering::Relaxed);
+    COUNT.fetch_add(1, Ordering::Relaxed);
     INTERRUPTED.store(true, Ordering::Relaxed);
     crate::model::abort_wire_waits();
 }
@@ -50,9 +53,10 @@ impl Drop for Hold {
     }
 }
 
-/// Whether a wait for the peer ends: a stop was asked and no [`Hold`] lives.
+/// Whether a wait for the peer ends: a stop was asked and no [`Hold`] lives, or a stop was asked
+/// twice (a second Ctrl-C does not wait for the peer).
 pub fn stops_waits() -> bool {
-    interrupted() && HELD.load(Ordering::SeqCst) == 0
+    interrupted() && (HELD.load(Ordering::SeqCst) == 0 || COUNT.load(Ordering::Relaxed) >= 2)
 }
 
 /// The last signal that asked for a stop, if any.

@@ -170,6 +170,28 @@ impl Listener {
 }
 
 impl Peer {
+    /// Whether a message (or part of one) waits to be received, or the peer hung up.
+    pub fn pending(&mut self) -> bool {
+        if !self.reader.buffer().is_empty() {
+            return true;
+        }
+        let mut b = [0u8; 1];
+        // a peek that does not wait (the socket is blocking again right after)
+        if self.stream.set_nonblocking(true).is_err() {
+            return false;
+        }
+        let r = self.stream.peek(&mut b);
+        let _ = self.stream.set_nonblocking(false);
+        match r {
+            // data, or the peer hung up (0)
+            Ok(_) => true,
+            Err(e) => !matches!(
+                e.kind(),
+                std::io::ErrorKind::WouldBlock | std::io::ErrorKind::Interrupted
+            ),
+        }
+    }
+
     /// Connects to `host:port`, trying for up to `timeout` (the server may still be starting).
     pub fn connect(host: &str, port: u16, timeout: Duration) -> Result<Peer, OobError> {
         let addr = format!("{host}:{port}");
@@ -470,6 +492,7 @@ pub struct Ready {
 
 /// End of a run, with whether it went well.
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct Done {
     /// `None` when the side finished cleanly, else its error.
     pub error: Option<String>,
@@ -521,6 +544,52 @@ mod tests {
         srv.join().unwrap();
         let e = c.recv::<Done>().unwrap_err();
         assert!(e.to_string().contains("closed the connection"), "{e}");
+    }
+
+    /// `pending` tells whether the peer sent something or hung up, without waiting and without
+    /// taking the message (what a wait for the connection manager checks); `peer_addr` is the
+    /// socket's, not the name it was given.
+    #[test]
+    fn pending_sees_a_message_or_a_hang_up_without_taking_it() {
+        let port = 20000 + ((std::process::id() + 13) % 20000) as u16;
+        let (tx, rx) = std::sync::mpsc::channel::<()>();
+        let srv = std::thread::spawn(move || {
+            let mut p = Peer::accept(port, Duration::from_secs(5)).unwrap();
+            rx.recv().unwrap();
+            p.send(&Done {
+                error: Some("boom".into()),
+            })
+            .unwrap();
+            rx.recv().unwrap();
+            // then hangs up
+        });
+        let mut c = Peer::connect("localhost", port, Duration::from_secs(5)).unwrap();
+        assert!(!c.pending(), "nothing sent yet");
+        let r: &dyn Rendezvous = &c;
+        assert_eq!(r.peer_addr().map(|a| a.port()), Some(port));
+        tx.send(()).unwrap();
+        let t = std::time::Instant::now();
+        while !c.pending() {
+            assert!(t.elapsed() < Duration::from_secs(5), "the message never showed");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        assert!(c.pending(), "peeking does not take it");
+        assert_eq!(c.recv::<Done>().unwrap().error.as_deref(), Some("boom"));
+        assert!(!c.pending(), "taken");
+        tx.send(()).unwrap();
+        srv.join().unwrap();
+        let t = std::time::Instant::now();
+        while !c.pending() {
+            assert!(t.elapsed() < Duration::from_secs(5), "the hang-up never showed");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+
+    /// A message of another kind is not taken for a `Done` (fields it does not have).
+    #[test]
+    fn done_refuses_another_message() {
+        assert!(serde_json::from_str::<Done>(r#"{"stop":true}"#).is_err());
+        assert_eq!(serde_json::from_str::<Done>(r#"{}"#).unwrap().error, None);
     }
 
     /// The barrier waits for the peer's `Ready` (a side that returns from it early would post to

@@ -20,6 +20,15 @@ pub trait Rendezvous {
     fn peer_name(&self) -> String;
     /// The deadline of later receives.
     fn set_timeout(&mut self, t: Duration) -> Result<(), OobError>;
+    /// Whether the peer sent something not yet received, or hung up: a wait elsewhere (the
+    /// connection manager's) can end early and hear why. Without a way to tell: false.
+    fn pending(&mut self) -> bool {
+        false
+    }
+    /// The peer's IP address and port, when the carrier has one (TCP).
+    fn peer_addr(&self) -> Option<std::net::SocketAddr> {
+        None
+    }
 }
 
 impl Rendezvous for Peer {
@@ -37,6 +46,12 @@ impl Rendezvous for Peer {
     }
     fn set_timeout(&mut self, t: Duration) -> Result<(), OobError> {
         Peer::set_timeout(self, t)
+    }
+    fn pending(&mut self) -> bool {
+        Peer::pending(self)
+    }
+    fn peer_addr(&self) -> Option<std::net::SocketAddr> {
+        self.stream.peer_addr().ok()
     }
 }
 

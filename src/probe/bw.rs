@@ -9,7 +9,7 @@ use crate::mlx5::sq::DbMode;
 use crate::model::{ExecMode, ModelConfig};
 use crate::oob::{Hello, Rendezvous};
 use crate::scenario::bw::{summarize, BwParams};
-use crate::scenario::runner::{bw_resized, bw_side, run_bw, BwResult, BW_RESIZES};
+use crate::scenario::runner::{bw_resized, bw_side, run_bw, BwResult, BW_RESIZES, MAX_BW_ITERS};
 use serde_json::json;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
@@ -88,6 +88,10 @@ pub(super) fn run(
         let mut hello = hello(b, &sizes, &kinds, mode, inline_limit, buf_len);
         hello.params.insert("transport".into(), plan.transport.as_str().into());
         hello.params.insert("rdma_cm".into(), plan.rdma_cm.to_string());
+        hello.params.insert(
+            "path_mtu".into(),
+            plan.path.mtu.map_or("active".into(), |m| m.to_string()),
+        );
         let (ends, link) = connect(
             &mut session::Phase::new(rdv, plan.oob_timeout),
             &hello,
@@ -137,7 +141,7 @@ pub(super) fn run(
     };
     obs.started(&report);
     // --run-infinitely: rounds until stopped, each backend's messages carried from its last
-    // round (so only the first round is sized)
+    // round
     let mut iters = vec![b.iters; kinds.len()];
     let mut round = 0u64;
     // client/server with -D or --run-infinitely: the runs are sized by the client
@@ -152,6 +156,11 @@ pub(super) fn run(
     };
     'rounds: loop {
         for &size in &sizes {
+            // a count sized for one size is not another's: each size starts from -n (only
+            // --run-infinitely's rounds, of one size, carry theirs)
+            if !b.run_infinitely {
+                iters = vec![b.iters; kinds.len()];
+            }
             for (ki, k) in kinds.iter().enumerate() {
                 let p = BwParams {
                     op,
@@ -206,25 +215,15 @@ pub(super) fn run(
                             if !sized {
                                 break out;
                             }
-                            let mine = Resize {
-                                iters: match client && resizes < BW_RESIZES {
-                                    true => {
-                                        let took = summarize(&out, size, b.cq_mod, report.clock.hz).seconds;
-                                        bw_resized(p.iters, took, b.min_duration.as_secs_f64())
-                                    }
-                                    false => None,
-                                },
-                            };
-                            // (a stop asked meanwhile is seen by the next run, or at the round's end)
-                            let hold = crate::signals::hold();
-                            let theirs: Resize = rdv.exchange(&mine)?;
-                            drop(hold);
-                            match if client { mine.iters } else { theirs.iters } {
-                                Some(n) => {
+                            let took = summarize(&out, size, b.cq_mod, report.clock.hz).seconds;
+                            let word = (client, p.iters, took, resizes);
+                            match resize(&mut **rdv, word, (plan, b), buf_len) {
+                                Ok(Some(n)) => {
                                     p.iters = n;
                                     resizes += 1;
                                 }
-                                None => break out,
+                                Ok(None) => break out,
+                                Err(e) => return Err(session::fail(&mut **rdv, e)),
                             }
                         };
                         iters[ki] = p.iters;
@@ -253,7 +252,9 @@ pub(super) fn run(
             // a stop on either side ends both, after the round under way (which the peer may
             // still be finishing: the wait for its word is not cut short by our stop)
             let _hold = crate::signals::hold();
-            let theirs: RoundEnd = rdv.exchange(&RoundEnd { stop })?;
+            rdv.set_timeout(plan.oob_timeout + plan.stall + b.min_duration.mul_f64(2.0))?;
+            let theirs: RoundEnd = session::exchange_checked(&mut **rdv, &RoundEnd { stop })?;
+            rdv.set_timeout(plan.oob_timeout)?;
             if stop || theirs.stop {
                 break;
             }
@@ -277,7 +278,7 @@ pub(super) fn run(
     if let Some((rdv, _)) = net {
         // the figures were measured: a peer that fails or vanishes at the end is recorded, and
         // the caller still gets them
-        report.end_error = session::end(rdv, plan).err().map(|e| e.to_string());
+        report.end_error = session::end(rdv, plan, b.run_infinitely).err().map(|e| e.to_string());
     }
     Ok(report)
 }
@@ -347,17 +348,61 @@ fn client_result(b: &BwPlan, k: BackendKind, p: &BwParams, summary: crate::scena
     }
 }
 
-/// The client's word after a sizing run: the messages per QP of the next run, or `None`: that
-/// run was long enough, it stands.
+/// The client's word after a run sized by it (-D, --run-infinitely between two processes): run
+/// again with `iters` messages per QP (`again`), or the run stands.
 #[derive(serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
 struct Resize {
-    iters: Option<u64>,
+    again: bool,
+    iters: u64,
 }
 
 /// --run-infinitely between two processes: at each round's end, whether this side stops.
 #[derive(serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
 struct RoundEnd {
     stop: bool,
+}
+
+/// After a run of `iters` that took `took` s (the `resizes`-th resize): the client decides
+/// whether it is run again with more messages (-D's minimum not reached) and tells the server,
+/// which checks what it is told; both check the memory the new count needs. The server waits
+/// while the client's run goes on (a one-sided operation's server has nothing to do): its
+/// deadline covers a run of twice the minimum. A stop holds the wait only with
+/// --run-infinitely (whose rounds a stop ends at their end).
+fn resize(
+    rdv: &mut dyn Rendezvous,
+    (client, iters, took, resizes): (bool, u64, f64, u32),
+    (plan, b): (&Plan, &BwPlan),
+    buf_len: usize,
+) -> Result<Option<u64>, ProbeError> {
+    let next = match client && resizes < BW_RESIZES {
+        true => bw_resized(iters, took, b.min_duration.as_secs_f64()),
+        false => None,
+    };
+    let mine = Resize {
+        again: next.is_some(),
+        iters: next.unwrap_or(iters),
+    };
+    let _hold = b.run_infinitely.then(crate::signals::hold);
+    rdv.set_timeout(plan.oob_timeout + plan.stall + b.min_duration.mul_f64(2.0))?;
+    let theirs: Resize = session::exchange_checked(rdv, &mine)?;
+    rdv.set_timeout(plan.oob_timeout)?;
+    let word = if client { mine } else { theirs };
+    if !word.again {
+        return Ok(None);
+    }
+    if !client && (word.iters <= iters || word.iters > MAX_BW_ITERS || resizes >= BW_RESIZES) {
+        return Err(ProbeError::Invalid(format!(
+            "the client {} asked for a run of {} messages per QP after one of {iters} (resize {}): refused \
+             (a resize grows the run, up to {MAX_BW_ITERS} messages, at most {BW_RESIZES} times)",
+            rdv.peer_name(),
+            word.iters,
+            resizes + 1
+        )));
+    }
+    check_memory(word.iters, b.threads, b.qps, b.bidirectional, buf_len)?;
+    Ok(Some(word.iters))
 }
 
 /// The parameters both ends of a bandwidth run must share.
@@ -405,7 +450,7 @@ fn connect(
                 let half = HalfEnd::new(dev, *k, b.op, buf_len, mode)?;
                 let theirs = session::exchange_qp(rdv, &half.info(dev)?)?;
                 ends.push(match &mut cm {
-                    Some(link) => link.connect(half, dev, b.op, &theirs, plan.device.gid_index)?,
+                    Some(link) => link.connect(rdv, half, (dev, b.op), &theirs, plan.device.gid_index)?,
                     None => half.connect(dev, b.op, &theirs)?,
                 });
             }

@@ -46,6 +46,14 @@ impl CmLink {
                 dev.name()
             )));
         };
+        // SAFETY: a live context's device.
+        if unsafe { (*(*ctx.as_ptr()).device).transport_type } == crate::sys::IBV_TRANSPORT_IWARP {
+            return Err(ProbeError::Usage(format!(
+                "-R/--rdma-cm: {} is an iWARP device, whose connection manager moves the QPs itself; \
+                 rdmaprobe connects InfiniBand and RoCE QPs through it",
+                dev.name()
+            )));
+        }
         let rd = rd_atomic(ctx)?;
         let params = CmParams {
             rd_atomic: rd,
@@ -65,9 +73,9 @@ impl CmLink {
             PeerSpec::Connect { host, .. } => {
                 let theirs: CmHello = rdv.exchange(&CmHello { rdma_cm_port: 0 })?;
                 // the address the out-of-band connection reached, else the host's first
-                let ip = match rdv.peer_name().parse::<SocketAddr>() {
-                    Ok(a) => a.ip(),
-                    Err(_) => (host.as_str(), 0)
+                let ip = match rdv.peer_addr() {
+                    Some(a) => a.ip(),
+                    None => (host.as_str(), 0)
                         .to_socket_addrs()
                         .ok()
                         .and_then(|mut a| a.next())
@@ -102,28 +110,46 @@ impl CmLink {
     }
 
     /// Connects `half` to the peer's QP `theirs` (from the out-of-band exchange) through the CM.
+    /// A failure is told to the peer out of band (it may be waiting for the CM, and hears it
+    /// there); a failure of the peer's, heard while waiting for the CM, is returned as the peer's.
     pub fn connect(
         &mut self,
+        rdv: &mut dyn Rendezvous,
         half: HalfEnd,
-        dev: &Dev,
-        op: OpKind,
+        (dev, op): (&Dev, OpKind),
+        theirs: &QpInfo,
+        gid_asked: Option<u8>,
+    ) -> Result<AnyEnd, ProbeError> {
+        match self.connect_one(rdv, half, (dev, op), theirs, gid_asked) {
+            Ok(e) => Ok(e),
+            Err(ProbeError::Setup(e)) if e.to_string().contains(crate::verbs::cm::ABORTED) => Err(heard(rdv)),
+            Err(e) => Err(super::session::fail(rdv, e)),
+        }
+    }
+
+    fn connect_one(
+        &mut self,
+        rdv: &mut dyn Rendezvous,
+        half: HalfEnd,
+        (dev, op): (&Dev, OpKind),
         theirs: &QpInfo,
         gid_asked: Option<u8>,
     ) -> Result<AnyEnd, ProbeError> {
         let index = self.ids.len() as u32;
         let qpn = half.qpn();
-        let prepare = |id: &CmId, half: HalfEnd| -> Result<(AnyEnd, Value), ProbeError> {
-            let path = check_device(id, dev)?;
-            let attrs = id.attrs()?;
-            check_gid(&attrs, gid_asked, &path)?;
-            let (end, got) = half.connect_cm(dev, op, theirs, &attrs)?;
-            Ok((end, record(&path, &attrs, &got)))
-        };
+        let prepare =
+            |id: &CmId, attrs: crate::verbs::Result<CmAttrs>, half: HalfEnd| -> Result<(AnyEnd, Value), ProbeError> {
+                let path = check_device(id, dev)?;
+                let attrs = attrs?;
+                check_gid(&attrs, gid_asked, &path)?;
+                let (end, got) = half.connect_cm(dev, op, theirs, &attrs)?;
+                Ok((end, record(&path, &attrs, &got)))
+            };
         let (id, rec) = match &self.side {
             Side::Client(c) => {
                 let route = c.resolve(qpn, &self.params)?;
                 check_device(route.id(), dev)?;
-                let pending = route.request(index, &self.params)?;
+                let pending = route.request(index, &self.params, &mut || rdv.pending())?;
                 if pending.peer_qpn != theirs.qpn {
                     return Err(ProbeError::Invalid(format!(
                         "rdma_cm: the server's reply names its QP {:#x}, its out-of-band message QP {:#x}",
@@ -131,20 +157,20 @@ impl CmLink {
                     )));
                 }
                 // on an error the pending id is dropped: the server hears a reject
-                let (end, rec) = prepare(pending.id(), half)?;
+                let (end, rec) = prepare(pending.id(), pending.attrs(), half)?;
                 let id = pending.establish()?;
                 (id, (end, rec))
             }
             Side::Server(s) => {
-                let pending = s.request(theirs.qpn, index)?;
-                let (end, rec) = match prepare(pending.id(), half) {
+                let pending = s.request(theirs.qpn, index, self.params.rd_atomic, &mut || rdv.pending())?;
+                let (end, rec) = match prepare(pending.id(), pending.attrs(), half) {
                     Ok(v) => v,
                     Err(e) => {
                         pending.reject();
                         return Err(e);
                     }
                 };
-                let id = pending.accept(qpn, &self.params, self.timeout)?;
+                let id = pending.accept(qpn, &self.params, self.timeout, &mut || rdv.pending())?;
                 (id, (end, rec))
             }
         };
@@ -163,6 +189,19 @@ impl CmLink {
             o.insert("connections".into(), json!(self.ids.len()));
         }
         v
+    }
+}
+
+/// What the peer said out of band while this side waited for the CM: its failure, or that it
+/// hung up.
+fn heard(rdv: &mut dyn Rendezvous) -> ProbeError {
+    match rdv.take::<crate::oob::Done>() {
+        Ok(crate::oob::Done { error: Some(e) }) => ProbeError::Peer(crate::oob::escape(&e)),
+        Ok(_) => ProbeError::Invalid(format!(
+            "rdma_cm: the peer {} ended the run while this side waited for the connection manager",
+            rdv.peer_name()
+        )),
+        Err(e) => e.into(),
     }
 }
 

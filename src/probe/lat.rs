@@ -72,7 +72,7 @@ pub(super) fn run(
     if let Some((rdv, _)) = sides.net {
         // the figures were measured: a peer that fails or vanishes at the end is recorded, and
         // the caller still gets them
-        report.end_error = session::end(rdv, plan).err().map(|e| e.to_string());
+        report.end_error = session::end(rdv, plan, false).err().map(|e| e.to_string());
     }
     Ok(report)
 }
@@ -229,6 +229,10 @@ impl<'a> Sides<'a> {
             let mut hello = hello(l, sizes, kinds, mode, inline_limit, buf_len);
             hello.params.insert("transport".into(), plan.transport.as_str().into());
             hello.params.insert("rdma_cm".into(), plan.rdma_cm.to_string());
+            hello.params.insert(
+                "path_mtu".into(),
+                plan.path.mtu.map_or("active".into(), |m| m.to_string()),
+            );
             let mut phase = session::Phase::new(rdv, plan.oob_timeout);
             let (ends, states, link) =
                 connect(&mut phase, &hello, (plan, dev), kinds, (l.op, l.events), buf_len, mode)?;
@@ -535,7 +539,7 @@ fn connect(
         };
         let theirs = session::exchange_qp(rdv, &half.info(dev)?)?;
         let end = match &mut cm {
-            Some(link) => link.connect(half, dev, op, &theirs, plan.device.gid_index)?,
+            Some(link) => link.connect(rdv, half, (dev, op), &theirs, plan.device.gid_index)?,
             None => half.connect(dev, op, &theirs)?,
         };
         ends.push((k, end));

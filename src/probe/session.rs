@@ -207,9 +207,9 @@ pub fn end_params(kinds: &[BackendKind], mode: DbMode, inline_limit: u32, buf_le
 
 /// The end of a client/server run: each side says it is done (or why it failed) and hears the
 /// other, within the stall deadline and the out-of-band timeout.
-pub fn end(peer: &mut dyn Rendezvous, plan: &Plan) -> Result<(), ProbeError> {
-    // the measurement is over: a stop asked now (how --run-infinitely ends) still hears the peer
-    let _hold = crate::signals::hold();
+pub fn end(peer: &mut dyn Rendezvous, plan: &Plan, hold: bool) -> Result<(), ProbeError> {
+    // with `hold` (--run-infinitely, which a stop ends): a stop asked now still hears the peer
+    let _hold = hold.then(crate::signals::hold);
     peer.set_timeout(plan.stall + plan.oob_timeout)?;
     let theirs: Done = peer.exchange(&Done { error: None })?;
     match theirs.error {
@@ -230,6 +230,34 @@ pub fn exchange_qp(peer: &mut dyn Rendezvous, mine: &QpInfo) -> Result<QpInfo, P
         )));
     }
     Ok(theirs)
+}
+
+/// Sends `mine` and receives the peer's message of the same kind; the peer's failure report
+/// (`Done` with an error, sent instead) is returned as the peer's failure, and an end (`Done`
+/// without one) or any other message as a protocol error.
+pub fn exchange_checked<T: serde::Serialize + serde::de::DeserializeOwned>(
+    peer: &mut dyn Rendezvous,
+    mine: &T,
+) -> Result<T, ProbeError> {
+    peer.put(mine)?;
+    let v = peer.recv_value()?;
+    if v.get("error").is_some() {
+        if let Ok(Done { error }) = serde_json::from_value::<Done>(v.clone()) {
+            return Err(match error {
+                Some(e) => ProbeError::Peer(crate::oob::escape(&e)),
+                None => ProbeError::Invalid(format!("the peer {} ended the run out of step", peer.peer_name())),
+            });
+        }
+    }
+    serde_json::from_value(v.clone()).map_err(|e| {
+        ProbeError::Oob(crate::oob::OobError::Protocol {
+            peer: peer.peer_name(),
+            why: format!(
+                "sent an unexpected message ({e}): {}",
+                crate::oob::escape(&v.to_string())
+            ),
+        })
+    })
 }
 
 /// Tells the peer (best effort) that this side failed with `e`, and returns `e`.
@@ -434,5 +462,74 @@ impl Rendezvous for Phase<'_> {
     fn set_timeout(&mut self, t: std::time::Duration) -> Result<(), crate::oob::OobError> {
         self.per = t;
         self.inner.set_timeout(t)
+    }
+    fn pending(&mut self) -> bool {
+        self.inner.pending()
+    }
+    fn peer_addr(&self) -> Option<std::net::SocketAddr> {
+        self.inner.peer_addr()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::oob::OobError;
+    use std::collections::VecDeque;
+
+    /// A peer whose messages are given in advance.
+    struct Canned(VecDeque<serde_json::Value>, Vec<serde_json::Value>);
+
+    impl Rendezvous for Canned {
+        fn send_value(&mut self, msg: serde_json::Value) -> Result<(), OobError> {
+            self.1.push(msg);
+            Ok(())
+        }
+        fn recv_value(&mut self) -> Result<serde_json::Value, OobError> {
+            self.0.pop_front().ok_or(OobError::Protocol {
+                peer: "canned".into(),
+                why: "nothing more".into(),
+            })
+        }
+        fn leads(&self) -> bool {
+            false
+        }
+        fn peer_name(&self) -> String {
+            "canned".into()
+        }
+        fn set_timeout(&mut self, _t: std::time::Duration) -> Result<(), OobError> {
+            Ok(())
+        }
+    }
+
+    #[derive(serde::Serialize, serde::Deserialize, Debug, PartialEq)]
+    #[serde(deny_unknown_fields)]
+    struct Word {
+        stop: bool,
+    }
+
+    /// What the peer sends instead of the awaited message is told apart: its failure report is
+    /// its failure, an end out of step and another message are errors, never a default value.
+    #[test]
+    fn a_checked_exchange_tells_the_peer_s_failure_from_the_message() {
+        let mut r = Canned(
+            [
+                serde_json::json!({"stop": true}),
+                serde_json::json!({"error": "out of memory"}),
+                serde_json::json!({"error": null}),
+                serde_json::json!({"iters": 5}),
+            ]
+            .into(),
+            Vec::new(),
+        );
+        let mine = Word { stop: false };
+        assert_eq!(exchange_checked(&mut r, &mine).unwrap(), Word { stop: true });
+        let e = exchange_checked(&mut r, &mine).unwrap_err();
+        assert!(matches!(&e, ProbeError::Peer(m) if m == "out of memory"), "{e}");
+        let e = exchange_checked(&mut r, &mine).unwrap_err().to_string();
+        assert!(e.contains("ended the run out of step"), "{e}");
+        let e = exchange_checked(&mut r, &mine).unwrap_err().to_string();
+        assert!(e.contains("unexpected message"), "{e}");
+        assert_eq!(r.1.len(), 4, "ours was sent every time");
     }
 }

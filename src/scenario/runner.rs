@@ -461,7 +461,7 @@ fn build<B>(
 }
 
 /// The most messages per QP a run is sized up to.
-const MAX_BW_ITERS: u64 = 1_000_000_000;
+pub const MAX_BW_ITERS: u64 = 1_000_000_000;
 
 /// How many times a bandwidth run too short for its minimum is run again, at most.
 pub const BW_RESIZES: u32 = 6;

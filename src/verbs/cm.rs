@@ -56,10 +56,25 @@ impl Channel {
         Ok(c)
     }
 
-    /// The next event, waiting until `deadline`; `what` says what is awaited (for the timeout).
-    fn next(&self, deadline: (Instant, Duration), what: &str, ctx: &Ctx) -> Result<Event> {
-        let (deadline, limit) = deadline;
+    /// The next event, or `None` once `deadline` passed. A stop asked by a signal, or `abort`
+    /// answering true (checked every slice of at most 200 ms), ends the wait with an error.
+    fn next(&self, deadline: Instant, ctx: &Ctx, abort: &mut dyn FnMut() -> bool) -> Result<Option<Event>> {
         loop {
+            if Instant::now() >= deadline {
+                return Ok(None);
+            }
+            if crate::signals::stops_waits() {
+                return Err(VerbsError::Port {
+                    ctx: ctx.clone(),
+                    why: "rdma_cm: the wait was interrupted".into(),
+                });
+            }
+            if abort() {
+                return Err(VerbsError::Port {
+                    ctx: ctx.clone(),
+                    why: ABORTED.into(),
+                });
+            }
             let mut ev: *mut sys::rdma_cm_event = std::ptr::null_mut();
             // SAFETY: live channel; ev receives an event to be acknowledged below.
             let rc = unsafe { sys::rdma_get_cm_event(self.ch, &mut ev) };
@@ -68,7 +83,7 @@ impl Channel {
                 let e = unsafe { Event::copy(&*ev) };
                 // SAFETY: acknowledged once; nothing of it is used afterwards (copied above).
                 unsafe { sys::rdma_ack_cm_event(ev) };
-                return Ok(e);
+                return Ok(Some(e));
             }
             let err = io::Error::last_os_error();
             if !matches!(err.raw_os_error(), Some(libc::EAGAIN) | Some(libc::EINTR)) {
@@ -79,13 +94,6 @@ impl Channel {
                 });
             }
             let left = deadline.saturating_duration_since(Instant::now());
-            if left.is_zero() {
-                return Err(VerbsError::Timeout {
-                    ctx: ctx.clone(),
-                    what: what.to_string(),
-                    ms: limit.as_millis() as u64,
-                });
-            }
             // SAFETY: live channel; its fd stays open while the channel lives.
             let fd = unsafe { (*self.ch).fd };
             let mut pfd = libc::pollfd {
@@ -93,12 +101,68 @@ impl Channel {
                 events: libc::POLLIN,
                 revents: 0,
             };
-            let ms = left.as_millis().clamp(1, 1000) as i32;
+            let ms = left.as_millis().clamp(1, 200) as i32;
             // SAFETY: one valid pollfd.
             unsafe { libc::poll(&mut pfd, 1, ms) };
         }
     }
+
+    /// Waits until `judge` takes an event (or finds it wrong: an error naming it). Events it
+    /// skips are dropped, except connection requests, which are rejected (strangers, or a client
+    /// out of step) and counted in the timeout's message.
+    fn wait(
+        self: &Arc<Self>,
+        (deadline, limit): (Instant, Duration),
+        what: &str,
+        ctx: &Ctx,
+        abort: &mut dyn FnMut() -> bool,
+        mut judge: impl FnMut(&Event) -> Verdict,
+    ) -> Result<Event> {
+        let mut rejected = 0;
+        loop {
+            let Some(e) = self.next(deadline, ctx, abort)? else {
+                return Err(VerbsError::Timeout {
+                    ctx: ctx.clone(),
+                    what: match rejected {
+                        0 => what.to_string(),
+                        n => format!("{what} ({n} connection request(s) for other QPs rejected meanwhile)"),
+                    },
+                    ms: limit.as_millis() as u64,
+                });
+            };
+            match judge(&e) {
+                Verdict::Take => return Ok(e),
+                Verdict::Fail => {
+                    return Err(VerbsError::Port {
+                        ctx: ctx.clone(),
+                        why: format!("rdma_cm: waiting for {what}, got {}", e.explain()),
+                    })
+                }
+                Verdict::Skip if e.kind == sys::RDMA_CM_EVENT_CONNECT_REQUEST => {
+                    let id = CmId::adopt(e.id, self, ctx.clone());
+                    // SAFETY: live id of a request not yet answered; no private data. Dropping
+                    // it afterwards destroys it.
+                    unsafe { sys::rdma_reject(id.id, std::ptr::null(), 0) };
+                    rejected += 1;
+                }
+                Verdict::Skip => {}
+            }
+        }
+    }
 }
+
+/// How a wait judges an event.
+enum Verdict {
+    /// The one awaited.
+    Take,
+    /// Its id's, but not what was awaited: an error.
+    Fail,
+    /// Another id's.
+    Skip,
+}
+
+/// The reason of a wait ended because the peer spoke (or hung up) out of band.
+pub const ABORTED: &str = "rdma_cm: the peer spoke or hung up out of band meanwhile";
 
 impl Drop for Channel {
     fn drop(&mut self) {
@@ -332,15 +396,13 @@ impl CmId {
     }
 
     /// Waits for `want` on this id; any other event of it is an error naming it.
-    fn expect(&self, want: u32, deadline: (Instant, Duration)) -> Result<Event> {
+    fn expect(&self, want: u32, deadline: (Instant, Duration), abort: &mut dyn FnMut() -> bool) -> Result<Event> {
         let what = format!("the connection manager's {}", event_name(want));
-        let e = self.ch.next(deadline, &what, &self.ctx)?;
-        if e.kind == want && e.status == 0 {
-            return Ok(e);
-        }
-        Err(VerbsError::Port {
-            ctx: self.ctx.clone(),
-            why: format!("rdma_cm: waiting for {}, got {}", event_name(want), e.explain()),
+        let me = self.id;
+        self.ch.wait(deadline, &what, &self.ctx, abort, |e| match e.id == me {
+            true if e.kind == want && e.status == 0 => Verdict::Take,
+            true => Verdict::Fail,
+            false => Verdict::Skip,
         })
     }
 }
@@ -363,6 +425,44 @@ fn sock_str(ss: &sys::sockaddr_storage) -> String {
         }
         f => format!("(address family {f})"),
     }
+}
+
+/// Outstanding READs and atomics a connected QP takes as responder and as initiator: at most
+/// this side's limit and what the peer's message offers. (A connection event gives the peer's
+/// figures from the receiver's point of view: its `responder_resources` are what this side
+/// must take as responder.)
+#[derive(Debug, Clone, Copy)]
+struct Depths {
+    responder: u8,
+    initiator: u8,
+}
+
+impl Depths {
+    fn of(e: &Event, rd_atomic: u8) -> Self {
+        Depths {
+            responder: rd_atomic.min(e.responder_resources),
+            initiator: rd_atomic.min(e.initiator_depth),
+        }
+    }
+}
+
+/// The minimal RNR NAK timer code of RTR: 12 (0.64 ms), as a QP connected out of band has
+/// (the CM gives 0, 655 ms; the timer is this side's alone, not negotiated).
+const MIN_RNR_TIMER: u8 = 12;
+
+/// The CM's attributes with what this side settled: the depths (librdmacm sets them the same
+/// way for a QP it moves itself) and the RNR timer.
+fn settled(mut a: CmAttrs, d: Depths) -> CmAttrs {
+    if a.rtr.mask & sys::IBV_QP_MAX_DEST_RD_ATOMIC as i32 != 0 {
+        a.rtr.attr.max_dest_rd_atomic = d.responder;
+    }
+    if a.rtr.mask & sys::IBV_QP_MIN_RNR_TIMER as i32 != 0 {
+        a.rtr.attr.min_rnr_timer = MIN_RNR_TIMER;
+    }
+    if a.rts.mask & sys::IBV_QP_MAX_QP_RD_ATOMIC as i32 != 0 {
+        a.rts.attr.max_rd_atomic = d.initiator;
+    }
+    a
 }
 
 /// How many outstanding READs/atomics each side may have, and the retries: what the REQ and
@@ -407,6 +507,7 @@ pub struct PendingClient {
     id: CmId,
     /// The server's QP number, as its REP said.
     pub peer_qpn: u32,
+    depths: Depths,
 }
 
 impl CmClient {
@@ -441,7 +542,7 @@ impl CmClient {
             )
         };
         check_rc(rc, "rdma_resolve_addr", || id.ctx.clone())?;
-        id.expect(sys::RDMA_CM_EVENT_ADDR_RESOLVED, deadline)?;
+        id.expect(sys::RDMA_CM_EVENT_ADDR_RESOLVED, deadline, &mut || false)?;
         if p.tos != 0 {
             let mut tos = p.tos;
             // SAFETY: live id; optval points at one byte, as RDMA_OPTION_ID_TOS takes.
@@ -459,7 +560,7 @@ impl CmClient {
         // SAFETY: live id with a resolved address.
         let rc = unsafe { sys::rdma_resolve_route(id.id, ms) };
         check_rc(rc, "rdma_resolve_route", || id.ctx.clone())?;
-        id.expect(sys::RDMA_CM_EVENT_ROUTE_RESOLVED, deadline)?;
+        id.expect(sys::RDMA_CM_EVENT_ROUTE_RESOLVED, deadline, &mut || false)?;
         Ok(Resolved { id, qpn, deadline })
     }
 }
@@ -478,16 +579,19 @@ impl Resolved {
     }
 
     /// Sends the connection request for our QP (its index `index` in the private data) and
-    /// waits for the response.
-    pub fn request(self, index: u32, p: &CmParams) -> Result<PendingClient> {
+    /// waits for the response (or until `abort` says the peer spoke out of band).
+    pub fn request(self, index: u32, p: &CmParams, abort: &mut dyn FnMut() -> bool) -> Result<PendingClient> {
         let private = index.to_be_bytes();
         let mut cp = conn_param(self.qpn, p, &private);
         // SAFETY: live id with a route; cp and the private data it points at outlive the call.
         let rc = unsafe { sys::rdma_connect(self.id.id, &mut cp) };
         check_rc(rc, "rdma_connect", || self.id.ctx.clone())?;
-        let e = self.id.expect(sys::RDMA_CM_EVENT_CONNECT_RESPONSE, self.deadline)?;
+        let e = self
+            .id
+            .expect(sys::RDMA_CM_EVENT_CONNECT_RESPONSE, self.deadline, abort)?;
         Ok(PendingClient {
             peer_qpn: e.qp_num,
+            depths: Depths::of(&e, p.rd_atomic),
             id: self.id,
         })
     }
@@ -497,6 +601,11 @@ impl PendingClient {
     /// The CM id (its path and attributes).
     pub fn id(&self) -> &CmId {
         &self.id
+    }
+
+    /// The attributes of our QP's states, with the depths the REP settled.
+    pub fn attrs(&self) -> Result<CmAttrs> {
+        Ok(settled(self.id.attrs()?, self.depths))
     }
 
     /// Sends the RTU (our QP is in RTS): the connection is established.
@@ -520,10 +629,7 @@ pub struct PendingServer {
     id: CmId,
     /// The client's QP number.
     pub peer_qpn: u32,
-    /// What the client asked for: outstanding READs/atomics it initiates.
-    initiator_depth: u8,
-    /// ... and takes as responder.
-    responder_resources: u8,
+    depths: Depths,
 }
 
 impl CmServer {
@@ -552,36 +658,37 @@ impl CmServer {
     /// Waits for the connection request of the client's QP `peer_qpn` (number `index` of the
     /// run); a request for another QP (a stranger, or a client out of step) is rejected and
     /// the wait goes on.
-    pub fn request(&self, peer_qpn: u32, index: u32) -> Result<PendingServer> {
+    pub fn request(
+        &self,
+        peer_qpn: u32,
+        index: u32,
+        rd_atomic: u8,
+        abort: &mut dyn FnMut() -> bool,
+    ) -> Result<PendingServer> {
         let deadline = (Instant::now() + self.timeout, self.timeout);
         let what = format!("the connection request of the client's QP {peer_qpn:#x}");
-        loop {
-            let e = self.listener.ch.next(deadline, &what, &self.listener.ctx)?;
-            if e.kind != sys::RDMA_CM_EVENT_CONNECT_REQUEST {
-                // another id's event (a disconnect of one already torn down): not ours to act on
-                if e.id == self.listener.id {
-                    return Err(VerbsError::Port {
-                        ctx: self.listener.ctx.clone(),
-                        why: format!("rdma_cm: waiting for a connection request, got {}", e.explain()),
-                    });
-                }
-                continue;
+        let listener = self.listener.id;
+        let e = self.listener.ch.wait(deadline, &what, &self.listener.ctx, abort, |e| {
+            if e.kind == sys::RDMA_CM_EVENT_CONNECT_REQUEST {
+                let their_index = e.private.get(..4).map(|b| u32::from_be_bytes([b[0], b[1], b[2], b[3]]));
+                return match e.qp_num == peer_qpn && their_index == Some(index) {
+                    true => Verdict::Take,
+                    // a stranger, or a client out of step: rejected
+                    false => Verdict::Skip,
+                };
             }
-            let ctx = Ctx::dev(&self.listener.ctx.device).detail(format!("rdma_cm request of QP {:#x}", e.qp_num));
-            let id = CmId::adopt(e.id, &self.listener.ch, ctx);
-            let their_index = e.private.get(..4).map(|b| u32::from_be_bytes([b[0], b[1], b[2], b[3]]));
-            if e.qp_num != peer_qpn || their_index != Some(index) {
-                // SAFETY: live id of a request not yet answered; no private data.
-                unsafe { sys::rdma_reject(id.id, std::ptr::null(), 0) };
-                continue;
+            // the listener's own trouble is ours; another id's event (one torn down) is not
+            match e.id == listener {
+                true => Verdict::Fail,
+                false => Verdict::Skip,
             }
-            return Ok(PendingServer {
-                peer_qpn: e.qp_num,
-                initiator_depth: e.initiator_depth,
-                responder_resources: e.responder_resources,
-                id,
-            });
-        }
+        })?;
+        let ctx = Ctx::dev(&self.listener.ctx.device).detail(format!("rdma_cm request of QP {:#x}", e.qp_num));
+        Ok(PendingServer {
+            peer_qpn: e.qp_num,
+            depths: Depths::of(&e, rd_atomic),
+            id: CmId::adopt(e.id, &self.listener.ch, ctx),
+        })
     }
 }
 
@@ -589,6 +696,11 @@ impl PendingServer {
     /// The CM id (its path and attributes).
     pub fn id(&self) -> &CmId {
         &self.id
+    }
+
+    /// The attributes of our QP's states, with the depths this side's REP will say.
+    pub fn attrs(&self) -> Result<CmAttrs> {
+        Ok(settled(self.id.attrs()?, self.depths))
     }
 
     /// Refuses the request (this side could not connect its QP): the client hears a reject at
@@ -600,20 +712,26 @@ impl PendingServer {
 
     /// Sends the REP for our QP `qpn` (in RTS) and waits until the client's RTU establishes the
     /// connection.
-    pub fn accept(mut self, qpn: u32, p: &CmParams, timeout: Duration) -> Result<CmId> {
+    pub fn accept(
+        mut self,
+        qpn: u32,
+        p: &CmParams,
+        timeout: Duration,
+        abort: &mut dyn FnMut() -> bool,
+    ) -> Result<CmId> {
         let deadline = (Instant::now() + timeout, timeout);
         let private = [0u8; 4];
         let mut cp = conn_param(qpn, p, &private);
-        // what we take as responder is at most what the client initiates, and the reverse
-        cp.responder_resources = p.rd_atomic.min(self.initiator_depth);
-        cp.initiator_depth = p.rd_atomic.min(self.responder_resources);
+        // what this side's QP was given (see `attrs`)
+        cp.responder_resources = self.depths.responder;
+        cp.initiator_depth = self.depths.initiator;
         self.id.ctx = Ctx::dev(&self.id.ctx.device)
             .qpn(qpn)
             .detail(format!("rdma_cm, client QP {:#x}", self.peer_qpn));
         // SAFETY: live id of a connection request; cp and its private data outlive the call.
         let rc = unsafe { sys::rdma_accept(self.id.id, &mut cp) };
         check_rc(rc, "rdma_accept", || self.id.ctx.clone())?;
-        self.id.expect(sys::RDMA_CM_EVENT_ESTABLISHED, deadline)?;
+        self.id.expect(sys::RDMA_CM_EVENT_ESTABLISHED, deadline, abort)?;
         Ok(self.id)
     }
 }
@@ -644,6 +762,50 @@ mod tests {
             .expect("no rdma_cm device here, yet a listener");
         let s = e.to_string();
         assert!(s.contains("rdma_create_event_channel") && s.contains("rdma_ucm"), "{s}");
+    }
+
+    /// The depths a QP takes are at most this side's limit and what the peer offers, read from
+    /// the receiver's point of view (the event's responder_resources are ours as responder), and
+    /// replace the CM's in RTR and RTS; the RNR timer is this side's 12, not the CM's 0.
+    #[test]
+    fn the_qp_takes_the_depths_this_side_settled() {
+        let e = Event {
+            id: std::ptr::null_mut(),
+            kind: sys::RDMA_CM_EVENT_CONNECT_REQUEST,
+            status: 0,
+            qp_num: 7,
+            responder_resources: 4,
+            initiator_depth: 32,
+            private: Vec::new(),
+        };
+        let d = Depths::of(&e, 16);
+        assert_eq!((d.responder, d.initiator), (4, 16));
+        let state = |mask: u32| StateAttr {
+            attr: sys::ibv_qp_attr {
+                max_dest_rd_atomic: 99,
+                max_rd_atomic: 99,
+                min_rnr_timer: 0,
+                ..Default::default()
+            },
+            mask: mask as i32,
+        };
+        let a = CmAttrs {
+            init: state(sys::IBV_QP_STATE),
+            rtr: state(sys::IBV_QP_STATE | sys::IBV_QP_MAX_DEST_RD_ATOMIC | sys::IBV_QP_MIN_RNR_TIMER),
+            rts: state(sys::IBV_QP_STATE | sys::IBV_QP_MAX_QP_RD_ATOMIC),
+        };
+        let s = settled(a, d);
+        assert_eq!(s.rtr.attr.max_dest_rd_atomic, 4);
+        assert_eq!(s.rtr.attr.min_rnr_timer, MIN_RNR_TIMER);
+        assert_eq!(s.rts.attr.max_rd_atomic, 16);
+        // what the CM did not set stays unset
+        let uc = CmAttrs {
+            rtr: state(sys::IBV_QP_STATE),
+            rts: state(sys::IBV_QP_STATE),
+            ..a
+        };
+        let s = settled(uc, d);
+        assert_eq!((s.rtr.attr.max_dest_rd_atomic, s.rts.attr.max_rd_atomic), (99, 99));
     }
 
     #[test]
