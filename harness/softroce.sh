@@ -238,9 +238,9 @@ for t in UC UD; do
 done
 # -R: the QPs connected through the RDMA connection manager, no -x (the CM chooses the GID);
 # send beside the same run connected out of band with -x 1, and read (the CM's responder resources)
-for t in send-cm send-oob read-cm; do
+for t in send-cm send-oob read-cm read-oob; do
   op=\${t%-*}
-  case \$t in send-cm) p=18542; c=-R;; send-oob) p=18543; c="-x 1";; read-cm) p=18544; c=-R;; esac
+  case \$t in send-cm) p=18542; c=-R;; send-oob) p=18543; c="-x 1";; read-cm) p=18544; c=-R;; read-oob) p=18546; c="-x 1";; esac
   /opt/rdmaprobe lat \$op \$c -d rxe0 -s 64 -n 300 --blocks 3 -p \$p --stall-secs 60 > /tmp/cm-srv-\$t.txt 2>&1 &
   srv=\$!
   /opt/rdmaprobe lat \$op \$c -d rxe0 -s 64 -n 300 --blocks 3 -p \$p --stall-secs 60 --json /tmp/cm-\$t.json 192.0.2.1 > /tmp/cm-\$t.txt 2>&1 || lat_rc=1
@@ -255,7 +255,13 @@ srv=\$!
 wait \$srv || lat_rc=1
 cat /tmp/cm-ev.txt /tmp/cm-srv-ev.txt
 echo "NET-EVENTS rows: \$(grep -cE '^ +64 +(verbs|wr|verbs-e|wr-e) +300 ' /tmp/cm-ev.txt) rdma_cm: \$(grep -c 'connected by rdma_cm' /tmp/cm-ev.txt)"
-echo "CM-SIDE-BY-SIDE send p50 -R: \$(grep -E '^ +64 +(verbs|wr) +300 ' /tmp/cm-send-cm.txt | awk '{printf "%s %sns; ", \$2, \$5}')-x 1: \$(grep -E '^ +64 +(verbs|wr) +300 ' /tmp/cm-send-oob.txt | awk '{printf "%s %sns; ", \$2, \$5}')"
+for op in send read; do
+  echo "CM-SIDE-BY-SIDE \$op p50 -R: \$(grep -E '^ +64 +(verbs|wr) +300 ' /tmp/cm-\$op-cm.txt | awk '{printf "%s %sns; ", \$2, \$5}')-x 1: \$(grep -E '^ +64 +(verbs|wr) +300 ' /tmp/cm-\$op-oob.txt | awk '{printf "%s %sns; ", \$2, \$5}')"
+done
+# bw -e: each verbs backend again, its thread blocking for completion events when nothing moves
+/opt/rdmaprobe bw send -e --loopback -d rxe0 -x 1 -s 4096 -n 1000 --min-ms 0 --stall-secs 60 --json /tmp/bw-ev.json > /tmp/bw-ev.txt 2>&1 || lat_rc=1
+cat /tmp/bw-ev.txt
+echo "BW-EVENTS rows: \$(grep -cE '^ +4096 +(verbs|wr|verbs-e|wr-e) +1000 ' /tmp/bw-ev.txt) waits: \$(grep -o '"event_waits": [0-9]*' /tmp/bw-ev.json | awk '{print \$2}' | tr '\n' ' ')"
 echo 16 > /proc/sys/vm/nr_hugepages
 /opt/rdmaprobe lat send --use-hugepages --loopback -d rxe0 -x 1 -s 64 -n 300 --stall-secs 60 --json /tmp/lat-huge.json > /tmp/lat-huge.txt 2>&1 || lat_rc=1
 cat /tmp/lat-huge.txt
@@ -444,11 +450,13 @@ grep -q '^UD rows: 4$' "$log.txt" || { echo "FAIL: lat send and bw send -c UD di
 for t in UC UD; do
   grep -q "^NET $t rows: 2\$" "$log.txt" || { echo "FAIL: lat send -c $t between two processes did not run on both verbs and wr"; fail=1; }
 done
-for t in send-cm send-oob read-cm; do
-  want=1; [ $t = send-oob ] && want=0
+for t in send-cm send-oob read-cm read-oob; do
+  want=1; [ "${t#*-}" = oob ] && want=0
   grep -q "^CM $t rows: 2 rdma_cm: $want\$" "$log.txt" ||
-    { echo "FAIL: lat ${t%-*} $([ $t = send-oob ] && echo '-x 1' || echo -R) between two processes on rxe0 did not run on both verbs and wr"; fail=1; }
+    { echo "FAIL: lat ${t%-*} $([ "${t#*-}" = oob ] && echo '-x 1' || echo -R) between two processes on rxe0 did not run on both verbs and wr"; fail=1; }
 done
+grep -qE '^BW-EVENTS rows: 4 waits: [1-9][0-9]* [1-9][0-9]* $' "$log.txt" ||
+  { echo "FAIL: bw send -e on rxe0 did not run verbs and wr polling and waiting for events (each waiting at least once)"; fail=1; }
 grep -q '^NET-EVENTS rows: 4 rdma_cm: 1$' "$log.txt" ||
   { echo "FAIL: lat send -e -R between two processes on rxe0 did not run verbs and wr polling and with events"; fail=1; }
 grep -q '^CM-BW rc=0/0 rows: 2 "connections": 4$' "$log.txt" ||

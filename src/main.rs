@@ -418,6 +418,12 @@ struct BwArgs {
     /// stop on either side ends both after the round under way.
     #[arg(long = "run-infinitely", visible_alias = "run_infinitely", conflicts_with_all = ["iters", "min_ms", "all_sizes"])]
     run_infinitely: bool,
+    /// Completion events (perftest's -e): beside each verbs backend polling, the same backend
+    /// waiting for completion events whenever a turn of its thread moves nothing (arm every
+    /// CQ, poll once more, then block on the channels; rows `verbs-e`, `wr-e`). Between two
+    /// processes not on model0 (its events are raised in the process that executes the WQE).
+    #[arg(short = 'e', long)]
+    events: bool,
     /// perftest's -A, -F, --output.
     #[command(flatten)]
     perftest: PerftestArgs,
@@ -824,6 +830,7 @@ fn bw(a: BwArgs) -> Result<ExitCode> {
         gbits: a.report_gbits,
         no_peak: a.no_peak,
         run_infinitely: a.run_infinitely,
+        events: a.events,
     };
     let p = plan(Scenario::Bw(b), &a.run, &a.peer)?;
     Ok(ExitCode::from(probe::console::measure(

@@ -1974,17 +1974,61 @@ fn completion_events_beside_polling() {
         assert!(c == 0 || c == 1, "{out}");
         assert!(out.contains("completion=events"), "{out}");
     }
-    for (args, says) in [
+    for (args, say) in [
         (vec!["lat", "write", "--loopback", "-e"], "--write-with-imm"),
         (
             vec!["lat", "send", "--loopback", "-e", "--backend", "direct"],
             "--backend",
         ),
         (vec!["lat", "send", "127.0.0.1", "-e"], "--loopback"),
+        (
+            vec!["bw", "send", "--loopback", "-e", "--backend", "direct"],
+            "no verbs or wr backend",
+        ),
+        (vec!["bw", "write", "-e", "-p", "0"], "between two processes on model0"),
     ] {
         let (c, _, err) = rdmaprobe(&args);
         assert_eq!(c, 2, "{args:?}: {err}");
-        assert!(err.contains(says), "{args:?}: {err}");
+        assert!(err.contains(say), "{args:?}: {err}");
+    }
+    // bw -e: each verbs backend again, its thread waiting for completion events when a turn
+    // moves nothing; every message is there, the rows say `-e`, the JSON counts the waits
+    if backends.contains(&"verbs") {
+        let f = dir.join("bw-e.json");
+        let (c, out, err) = rdmaprobe(&[
+            "bw",
+            "send",
+            "--loopback",
+            "-e",
+            "-s",
+            "4096",
+            "-n",
+            "3000",
+            "--min-ms",
+            "0",
+            "--json",
+            f.to_str().unwrap(),
+        ]);
+        assert_eq!(c, 0, "{out}{err}");
+        assert!(out.contains("verbs-e"), "{out}");
+        assert!(
+            out.contains("-e on model0"),
+            "the model's own completions are said: {out}"
+        );
+        let j: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&f).unwrap()).unwrap();
+        let mut events = 0;
+        for r in j["runs"].as_array().unwrap() {
+            assert_eq!(r["summary"]["messages"], 3000, "{r}");
+            let ev = r["completion"] == "events";
+            assert_eq!(
+                r["summary"]["event_waits"].is_u64(),
+                ev,
+                "waits counted only with -e: {r}"
+            );
+            events += usize::from(ev);
+        }
+        assert_eq!(events, backends.iter().filter(|b| **b != "direct").count(), "{out}");
+        assert_eq!(j["params"]["events"], true);
     }
     std::fs::remove_dir_all(&dir).ok();
 }

@@ -259,6 +259,11 @@ pub trait Backend {
         false
     }
 
+    /// The descriptor of its completion channel (`-e`), for a wait on several ends at once.
+    fn event_fd(&self) -> Option<i32> {
+        None
+    }
+
     /// Arms the CQ (`ibv_req_notify_cq`): its next completion raises an event.
     fn arm(&mut self) -> Result<(), BackendError> {
         Err(BackendError::Unsupported {

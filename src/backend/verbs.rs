@@ -364,6 +364,10 @@ impl Backend for VerbsEnd {
         self.chan.is_some()
     }
 
+    fn event_fd(&self) -> Option<i32> {
+        self.chan.as_ref().map(|c| c.fd())
+    }
+
     fn arm(&mut self) -> Result<(), BackendError> {
         if self.chan.is_none() {
             return Err(BackendError::Unsupported {

@@ -9,7 +9,7 @@ use crate::mlx5::sq::DbMode;
 use crate::model::{ExecMode, ModelConfig};
 use crate::oob::{Hello, Rendezvous};
 use crate::scenario::bw::{summarize, BwParams};
-use crate::scenario::runner::{bw_resized, bw_side, run_bw, BwResult, BW_RESIZES, MAX_BW_ITERS};
+use crate::scenario::runner::{bw_resized, bw_side, run_bw_with, BwResult, BW_RESIZES, MAX_BW_ITERS};
 use serde_json::json;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
@@ -53,6 +53,33 @@ pub(super) fn run(
     };
     let dev = session::open_device(plan, model, obs)?;
     let kinds = session::backends(&dev, plan.backends)?;
+    // -e: after the polling backends, each verbs backend again, waiting for completion events
+    let rows: Vec<(BackendKind, bool)> = kinds
+        .iter()
+        .map(|k| (*k, false))
+        .chain(
+            kinds
+                .iter()
+                .filter(|k| b.events && **k != BackendKind::Direct)
+                .map(|k| (*k, true)),
+        )
+        .collect();
+    if b.events {
+        if rows.len() == kinds.len() {
+            return Err(ProbeError::Usage(format!(
+                "-e/--events: no verbs or wr backend runs on {} (completion events are libibverbs' completion channel)",
+                dev.name()
+            )));
+        }
+        if dev.is_model() && network {
+            return Err(ProbeError::Usage(
+                "-e/--events between two processes on model0: the model raises a completion event in the process \
+                 that executes the WQE, and the peer's completion channel is in the other process; use --loopback, \
+                 or a NIC or rxe"
+                    .into(),
+            ));
+        }
+    }
     let mode = session::direct_mode(plan.db_mode);
     for s in &sizes {
         dev.check_size(*s)?;
@@ -74,6 +101,14 @@ pub(super) fn run(
     let mut warnings = env.warnings();
     if let Some(n) = session::ud_checks(&dev, plan, &mut sizes, matches!(b.sizes, super::Sizes::All))? {
         warnings.push(n);
+    }
+    if b.events && dev.is_model() {
+        warnings.push(
+            "-e on model0: the model executes each WQE in the poster's thread right after the post, so completions \
+             are mostly there before any wait (the JSON's summary.event_waits counts the waits); on a NIC or rxe \
+             the threads block for the events"
+                .into(),
+        );
     }
     // client and server: the handshake, then every thread's QPs of every backend connected
     let mut tcp = None;
@@ -97,7 +132,7 @@ pub(super) fn run(
             &hello,
             (plan, b),
             &dev,
-            &kinds,
+            &rows,
             buf_len,
             mode,
         )?;
@@ -116,7 +151,7 @@ pub(super) fn run(
         "bidirectional": b.bidirectional, "backends": kinds.iter().map(|k| k.as_str()).collect::<Vec<_>>(),
         "db_mode": mode.as_str(), "loopback": !network, "path": super::report::path_json(&plan.path),
         "huge_pages": plan.huge_pages, "mr_per_qp": true, "run_infinitely": b.run_infinitely,
-        "duration_s": b.duration.map(|d| d.as_secs_f64()),
+        "duration_s": b.duration.map(|d| d.as_secs_f64()), "events": b.events,
         "transport": plan.transport.as_str(),
         "rdma_cm": cm.as_ref().map(|c| c.json()),
         "peer": match &role { Role::Loopback => None, Role::Client(p) | Role::Server(p) => Some(p.clone()) },
@@ -142,7 +177,7 @@ pub(super) fn run(
     obs.started(&report);
     // --run-infinitely: rounds until stopped, each backend's messages carried from its last
     // round
-    let mut iters = vec![b.iters; kinds.len()];
+    let mut iters = vec![b.iters; rows.len()];
     let mut round = 0u64;
     // client/server with -D or --run-infinitely: the runs are sized by the client
     let sized = network && (b.duration.is_some() || b.run_infinitely);
@@ -159,9 +194,9 @@ pub(super) fn run(
             // a count sized for one size is not another's: each size starts from -n (only
             // --run-infinitely's rounds, of one size, carry theirs)
             if !b.run_infinitely {
-                iters = vec![b.iters; kinds.len()];
+                iters = vec![b.iters; rows.len()];
             }
-            for (ki, k) in kinds.iter().enumerate() {
+            for (ki, (k, ev)) in rows.iter().enumerate() {
                 let p = BwParams {
                     op,
                     size,
@@ -179,12 +214,11 @@ pub(super) fn run(
                     unreliable: plan.transport != crate::backend::Transport::Rc,
                 };
                 let r = match net.as_mut() {
-                    None => match run_bw(
+                    None => match run_bw_with(
                         &dev,
-                        *k,
+                        (*k, *ev),
                         &p,
-                        b.threads as usize,
-                        b.qps as usize,
+                        (b.threads as usize, b.qps as usize),
                         buf_len,
                         mode,
                         &report.clock,
@@ -230,7 +264,9 @@ pub(super) fn run(
                         if !client {
                             continue;
                         }
-                        client_result(b, *k, &p, summarize(&out, size, b.cq_mod, report.clock.hz))
+                        let mut r = client_result(b, *k, &p, summarize(&out, size, b.cq_mod, report.clock.hz));
+                        r.completion = ev.then(|| "events".into());
+                        r
                     }
                 };
                 let s = &r.summary;
@@ -345,6 +381,7 @@ fn client_result(b: &BwPlan, k: BackendKind, p: &BwParams, summary: crate::scena
         iters: p.iters,
         min_duration_ms: 0.0,
         summary,
+        completion: None,
     }
 }
 
@@ -420,6 +457,7 @@ fn hello(b: &BwPlan, sizes: &[u32], kinds: &[BackendKind], mode: DbMode, inline_
             b.duration.map_or("none".into(), |d| d.as_secs_f64().to_string()),
         ),
         ("run_infinitely", b.run_infinitely.to_string()),
+        ("events", b.events.to_string()),
     ];
     session::hello("bw", b.op, sizes, own, kinds, mode, inline_limit, buf_len)
 }
@@ -431,7 +469,7 @@ fn connect(
     hello: &Hello,
     (plan, b): (&Plan, &BwPlan),
     dev: &Dev,
-    kinds: &[BackendKind],
+    rows: &[(BackendKind, bool)],
     buf_len: usize,
     mode: DbMode,
 ) -> Result<(Ends, Option<super::cm::CmLink>), ProbeError> {
@@ -442,12 +480,16 @@ fn connect(
         None
     };
     let mut all = Vec::new();
-    for k in kinds {
+    for &(k, ev) in rows {
         let mut threads = Vec::new();
         for _ in 0..b.threads {
             let mut ends = Vec::new();
             for _ in 0..b.qps {
-                let half = HalfEnd::new(dev, *k, b.op, buf_len, mode)?;
+                let half = if ev {
+                    HalfEnd::with_events(dev, k, b.op, buf_len)?
+                } else {
+                    HalfEnd::new(dev, k, b.op, buf_len, mode)?
+                };
                 let theirs = session::exchange_qp(rdv, &half.info(dev)?)?;
                 ends.push(match &mut cm {
                     Some(link) => link.connect(rdv, half, (dev, b.op), &theirs, plan.device.gid_index)?,

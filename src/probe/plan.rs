@@ -217,6 +217,8 @@ pub struct BwPlan {
     /// Run until stopped (SIGINT, SIGTERM), a row per backend every `min_duration` (perftest's
     /// --run_infinitely); one size.
     pub run_infinitely: bool,
+    /// -e: beside each verbs backend polling, the same waiting for completion events.
+    pub events: bool,
 }
 
 impl BwPlan {
@@ -240,6 +242,7 @@ impl BwPlan {
             gbits: false,
             no_peak: false,
             run_infinitely: false,
+            events: false,
         }
     }
 }

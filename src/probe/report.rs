@@ -442,10 +442,14 @@ fn lat_row(r: &LatResult) -> String {
 fn bw_row(r: &BwResult, gbits: bool) -> String {
     let conv = |mib: f64| if gbits { mib * 1024.0 * 1024.0 * 8.0 / 1e9 } else { mib };
     let s = &r.summary;
+    let backend = match r.completion.as_deref() {
+        Some("events") => format!("{}-e", r.backend),
+        _ => r.backend.clone(),
+    };
     format!(
         " {:>8} {:>7} {:>12} {:>10.1} {:>8.2} {:>16} {:>16.2} {:>16.2} {:>16.2} {:>12.4}{}\n",
         r.size,
-        r.backend,
+        backend,
         s.messages,
         s.seconds * 1e3,
         s.window_ms,

@@ -118,6 +118,8 @@ pub struct ThreadResult {
     pub peak_trace: Option<PeakTrace>,
     /// Messages the receiving ends took (SEND and its immediates; 0 otherwise).
     pub received: u64,
+    /// -e: the times the thread blocked until a completion event came (`None`: it polled).
+    pub event_waits: Option<u64>,
 }
 
 struct Dir {
@@ -159,6 +161,22 @@ struct Ctl<'a, B> {
     dir: Dir,
     received: u64,
     pending_recvs: u32,
+}
+
+/// How long a wait for completion events blocks before the run's deadlines are checked.
+const EVENT_SLICE: Duration = Duration::from_millis(50);
+
+/// Blocks up to [`EVENT_SLICE`] until one of the ends' completion channels has an event, then
+/// takes (and counts for acknowledgement) the events of every channel that has one.
+fn wait_events<B: Backend>(ctl: &mut [Ctl<'_, B>], done: u64) -> Result<bool, ScenarioError> {
+    let fds: Vec<i32> = ctl.iter().filter_map(|c| c.end.event_fd()).collect();
+    let ready = crate::verbs::cq::ready_channels(&fds, EVENT_SLICE);
+    for c in ctl.iter_mut() {
+        if c.end.event_fd().is_some_and(|fd| ready.contains(&fd)) {
+            c.end.wait_event(Duration::ZERO).map_err(|x| be("bw", done, x))?;
+        }
+    }
+    Ok(!ready.is_empty())
 }
 
 /// Drives the ends of one thread until every sending end completed `p.iters` operations and
@@ -220,7 +238,15 @@ pub fn drive_ends<B: Backend>(
     // the tick of the last completion (an unreliable run ends there, not after its drain)
     let mut last_tick = start;
     let mut next_boundary = origin.wrapping_add(grid.window_ticks);
+    // -e: the thread waits for completion events when a turn moves nothing (its ends all have
+    // a completion channel)
+    let events = ctl.iter().all(|c| c.end.has_events());
+    if events {
+        out.event_waits = Some(0);
+    }
+    let mut armed = false;
     loop {
+        let mut moved = false;
         let sent = ctl.iter().all(|c| !c.role.sends || c.dir.completed >= p.iters);
         if sent && ctl.iter().all(|c| !c.role.receives || c.received >= p.iters) {
             break;
@@ -250,6 +276,7 @@ pub fn drive_ends<B: Backend>(
                     c.end
                         .post(p.op, p.size, n, p.inline, signal)
                         .map_err(|x| be("sender", d.posted, x))?;
+                    moved = true;
                     if signal {
                         d.signals.push_back(e);
                     }
@@ -263,6 +290,7 @@ pub fn drive_ends<B: Backend>(
                     .end
                     .poll()
                     .map_err(|x| be(if c.role.sends { "sender" } else { "receiver" }, done, x))?;
+                moved |= q.sends + q.recvs > 0;
                 if c.role.sends {
                     let seen = if traced && q.sends > 0 { clock::stop() } else { 0 };
                     for _ in 0..q.sends {
@@ -316,6 +344,22 @@ pub fn drive_ends<B: Backend>(
         }
         if intr.load(Ordering::Relaxed) {
             return Err(ScenarioError::Interrupted);
+        }
+        if events && !moved {
+            if armed {
+                // armed and polled once more since: block until one of the CQs raises its event
+                if wait_events(&mut ctl, done)? {
+                    *out.event_waits.get_or_insert(0) += 1;
+                }
+                armed = false;
+            } else {
+                // the next turn polls again before any wait: a completion that came before
+                // the arm raises no event
+                for c in ctl.iter_mut() {
+                    c.end.arm().map_err(|x| be("bw", done, x))?;
+                }
+                armed = true;
+            }
         }
     }
     out.end = clock::stop();
@@ -449,6 +493,10 @@ pub struct BwSummary {
     /// receivers dropped some); absent for one-sided operations.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub messages_received: Option<u64>,
+    /// -e: the times the threads blocked until a completion event came (a run that never had
+    /// to wait says 0); absent when they polled.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub event_waits: Option<u64>,
 }
 
 /// perftest's peak message rate (messages per tick) of one stream: the largest
@@ -580,8 +628,10 @@ pub fn summarize(rs: &[ThreadResult], size: u32, cq_mod: u32, hz: f64) -> BwSumm
         _ => None,
     };
     let received: u64 = rs.iter().map(|r| r.received).sum();
+    let event_waits = rs.iter().filter_map(|r| r.event_waits).reduce(|a, b| a + b);
     BwSummary {
         messages_received: (received > 0).then_some(received),
+        event_waits,
         messages,
         bytes,
         seconds,
@@ -619,6 +669,7 @@ mod tests {
             windows,
             peak_trace: None,
             received: 0,
+            event_waits: None,
         }
     }
 

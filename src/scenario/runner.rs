@@ -450,6 +450,10 @@ pub struct BwResult {
     pub min_duration_ms: f64,
     /// The figures.
     pub summary: crate::scenario::bw::BwSummary,
+    /// `events`: the ends waited for completion events when nothing moved (`-e`); absent:
+    /// polling.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub completion: Option<String>,
 }
 
 fn build<B>(
@@ -491,7 +495,31 @@ pub fn run_bw(
     cal: &Calibration,
     intr: &AtomicBool,
 ) -> Result<BwResult, RunError> {
+    run_bw_with(dev, (kind, false), p, (threads, qps), buf_len, mode, cal, intr)
+}
+
+/// As [`run_bw`]; with `events` (the verbs and wr backends, `-e`) the ends wait for completion
+/// events when a turn moves nothing, and the result says so (`completion`).
+#[allow(clippy::too_many_arguments)]
+pub fn run_bw_with(
+    dev: &Dev,
+    (kind, events): (BackendKind, bool),
+    p: &crate::scenario::bw::BwParams,
+    (threads, qps): (usize, usize),
+    buf_len: usize,
+    mode: DbMode,
+    cal: &Calibration,
+    intr: &AtomicBool,
+) -> Result<BwResult, RunError> {
     use crate::scenario::bw;
+    if events && kind == BackendKind::Direct {
+        return Err(SetupError::from(crate::backend::BackendError::Unsupported {
+            backend: "direct",
+            why: "completion events (-e) are libibverbs' completion channel: the verbs and wr backends wait for them"
+                .into(),
+        })
+        .into());
+    }
     dev.supports(kind).map_err(SetupError::from)?;
     let once = |p: &bw::BwParams| -> Result<Vec<bw::ThreadResult>, RunError> {
         // fresh pairs for every run: a run leaves receives posted on its pairs
@@ -508,7 +536,9 @@ pub fn run_bw(
                 bw::run(&mut t, p, &grid, intr)?
             }
             _ => {
-                let mut t = build(threads, qps, || setup::verbs_pair(dev, kind, p.op, buf_len))?;
+                let mut t = build(threads, qps, || {
+                    setup::verbs_pair_with(dev, kind, p.op, buf_len, events)
+                })?;
                 bw::run(&mut t, p, &grid, intr)?
             }
         })
@@ -542,6 +572,7 @@ pub fn run_bw(
         iters: p.iters,
         min_duration_ms: min * 1e3,
         summary: bw::summarize(&rs, p.size, p.cq_mod, cal.hz),
+        completion: events.then(|| "events".into()),
     })
 }
 

@@ -46,6 +46,26 @@ pub struct CompChannel {
     inner: Arc<ChanInner>,
 }
 
+/// Waits up to `timeout` until one of the completion channels `fds` has an event; returns the
+/// descriptors that have one (none after the time, or when a signal came).
+pub fn ready_channels(fds: &[i32], timeout: Duration) -> Vec<i32> {
+    let mut p: Vec<libc::pollfd> = fds
+        .iter()
+        .map(|&fd| libc::pollfd {
+            fd,
+            events: libc::POLLIN,
+            revents: 0,
+        })
+        .collect();
+    let ms = timeout.as_millis().min(i32::MAX as u128) as i32;
+    // SAFETY: p is a valid array of pollfds for its length.
+    let rc = unsafe { libc::poll(p.as_mut_ptr(), p.len() as libc::nfds_t, ms) };
+    if rc <= 0 {
+        return Vec::new();
+    }
+    p.iter().filter(|x| x.revents != 0).map(|x| x.fd).collect()
+}
+
 impl CompChannel {
     /// `ibv_create_comp_channel`.
     pub fn new(ctx: &Context) -> Result<Self> {
