@@ -122,8 +122,25 @@ impl CmLink {
     ) -> Result<AnyEnd, ProbeError> {
         match self.connect_one(rdv, half, (dev, op), theirs, gid_asked) {
             Ok(e) => Ok(e),
-            Err(ProbeError::Setup(e)) if e.to_string().contains(crate::verbs::cm::ABORTED) => Err(heard(rdv)),
-            Err(e) => Err(super::session::fail(rdv, e)),
+            Err(e) => {
+                // a wait cut short because the peer spoke, or a reject that may be the peer's
+                // failure: what the peer said is the reason
+                let aborted = e.to_string().contains(crate::verbs::cm::ABORTED);
+                if aborted || rdv.pending() {
+                    match heard(rdv) {
+                        Some(theirs) => return Err(theirs),
+                        None if aborted => {
+                            return Err(ProbeError::Invalid(format!(
+                                "rdma_cm: the peer {} sent something else than its failure while this side waited \
+                                 for the connection manager",
+                                rdv.peer_name()
+                            )))
+                        }
+                        None => {}
+                    }
+                }
+                Err(super::session::fail(rdv, e))
+            }
         }
     }
 
@@ -149,6 +166,8 @@ impl CmLink {
             Side::Client(c) => {
                 let route = c.resolve(qpn, &self.params)?;
                 check_device(route.id(), dev)?;
+                // the server says nothing out of band before the connection is established, unless
+                // it failed
                 let pending = route.request(index, &self.params, &mut || rdv.pending())?;
                 if pending.peer_qpn != theirs.qpn {
                     return Err(ProbeError::Invalid(format!(
@@ -162,6 +181,8 @@ impl CmLink {
                 (id, (end, rec))
             }
             Side::Server(s) => {
+                // the client says nothing out of band before its request is answered, unless it
+                // failed
                 let pending = s.request(theirs.qpn, index, self.params.rd_atomic, &mut || rdv.pending())?;
                 let (end, rec) = match prepare(pending.id(), pending.attrs(), half) {
                     Ok(v) => v,
@@ -170,7 +191,10 @@ impl CmLink {
                         return Err(e);
                     }
                 };
-                let id = pending.accept(qpn, &self.params, self.timeout, &mut || rdv.pending())?;
+                // not cut short by the peer's next message: once it has our REP and sent its RTU,
+                // it goes on (its next QP, or the barrier) before this side sees ESTABLISHED; a
+                // client that fails before its RTU destroys its id, which rejects the connection
+                let id = pending.accept(qpn, &self.params, self.timeout, &mut || false)?;
                 (id, (end, rec))
             }
         };
@@ -192,16 +216,19 @@ impl CmLink {
     }
 }
 
-/// What the peer said out of band while this side waited for the CM: its failure, or that it
-/// hung up.
-fn heard(rdv: &mut dyn Rendezvous) -> ProbeError {
-    match rdv.take::<crate::oob::Done>() {
-        Ok(crate::oob::Done { error: Some(e) }) => ProbeError::Peer(crate::oob::escape(&e)),
-        Ok(_) => ProbeError::Invalid(format!(
-            "rdma_cm: the peer {} ended the run while this side waited for the connection manager",
-            rdv.peer_name()
-        )),
-        Err(e) => e.into(),
+/// What the peer said out of band about the connection: its failure, or that it ended or hung
+/// up; `None` when it said something else (a message of the run: it went on).
+fn heard(rdv: &mut dyn Rendezvous) -> Option<ProbeError> {
+    match rdv.recv_value() {
+        Err(e) => Some(e.into()),
+        Ok(v) => match serde_json::from_value::<crate::oob::Done>(v) {
+            Ok(crate::oob::Done { error: Some(e) }) => Some(ProbeError::Peer(crate::oob::escape(&e))),
+            Ok(_) => Some(ProbeError::Invalid(format!(
+                "rdma_cm: the peer {} ended the run while this side connected through the connection manager",
+                rdv.peer_name()
+            ))),
+            Err(_) => None,
+        },
     }
 }
 
