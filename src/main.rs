@@ -151,7 +151,7 @@ struct DevArgs {
 #[derive(clap::Args, Debug)]
 struct RunArgs {
     /// Inline messages up to this size (default: the QP's max_inline_data; 0 disables).
-    #[arg(short = 'I', long)]
+    #[arg(short = 'I', long, visible_alias = "inline_size")]
     inline_size: Option<u32>,
     /// Device, port and GID index.
     #[command(flatten)]
@@ -223,12 +223,14 @@ struct PeerArgs {
     #[arg(long, conflicts_with_all = ["port_tcp", "bind", "oob_timeout"])]
     loopback: bool,
     /// TCP port of the out-of-band exchange (server: 0 lets the system pick one, printed).
-    #[arg(short = 'p', long, default_value_t = rdmaprobe::oob::DEFAULT_PORT)]
+    #[arg(short = 'p', long, visible_alias = "port", default_value_t = rdmaprobe::oob::DEFAULT_PORT)]
     port_tcp: u16,
     /// Server: the address to listen on (default every IPv4 address).
     #[arg(long, default_value = "0.0.0.0", conflicts_with = "host")]
     bind: std::net::IpAddr,
-    /// Seconds to wait for the peer to connect or answer out of band.
+    /// Seconds to wait for the peer to connect or answer out of band. A bandwidth server waits
+    /// for the client's word at the end of each run, so a client/server bw run may last at most
+    /// this plus --stall-secs (plus twice -D with -D): raise it for longer runs.
     #[arg(long, default_value_t = 60, value_parser = clap::value_parser!(u64).range(1..=3600))]
     oob_timeout: u64,
     /// Connect the QPs through the RDMA connection manager (perftest's -R): librdmacm resolves
@@ -319,7 +321,7 @@ struct LatArgs {
     #[arg(short = 's', long, default_value_t = 2, value_parser = clap::value_parser!(u32).range(1..=8 * 1024 * 1024))]
     size: u32,
     /// All sizes from 2 B to 8 MiB, powers of two.
-    #[arg(short = 'a', long)]
+    #[arg(short = 'a', long, visible_alias = "all")]
     all_sizes: bool,
     /// Measured iterations per size and backend.
     #[arg(short = 'n', long, default_value_t = 1000, value_parser = clap::value_parser!(u64).range(1..=100_000_000))]
@@ -370,7 +372,7 @@ struct BwArgs {
     #[arg(short = 's', long, default_value_t = 65536, value_parser = clap::value_parser!(u32).range(1..=8 * 1024 * 1024))]
     size: u32,
     /// All sizes from 2 B to 8 MiB, powers of two.
-    #[arg(short = 'a', long)]
+    #[arg(short = 'a', long, visible_alias = "all")]
     all_sizes: bool,
     /// Messages per QP.
     #[arg(short = 'n', long, default_value_t = 5000, value_parser = clap::value_parser!(u64).range(1..=1_000_000_000))]
@@ -379,7 +381,7 @@ struct BwArgs {
     #[arg(short = 't', long = "tx-depth", default_value_t = 128, value_parser = clap::value_parser!(u32).range(1..=128))]
     tx_depth: u32,
     /// Operations per doorbell (postlist).
-    #[arg(short = 'l', long = "post-list", default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=64))]
+    #[arg(short = 'l', long = "post-list", visible_alias = "post_list", default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=64))]
     postlist: u32,
     /// A completion every this many operations.
     #[arg(short = 'Q', long = "cq-mod", default_value_t = 64, value_parser = clap::value_parser!(u32).range(1..=128))]
@@ -394,7 +396,7 @@ struct BwArgs {
     #[arg(short = 'b', long)]
     bidirectional: bool,
     /// Report Gb/s instead of MB/sec.
-    #[arg(long)]
+    #[arg(long, visible_alias = "report_gbits")]
     report_gbits: bool,
     /// Length of the bandwidth windows (best and worst window), microseconds.
     #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u64).range(1..=10_000_000))]
@@ -782,6 +784,14 @@ fn plan(scenario: Scenario, r: &RunArgs, p: &PeerArgs) -> Result<Plan> {
 }
 
 fn lat(a: LatArgs) -> Result<ExitCode> {
+    if a.events && a.perftest.output.is_some() {
+        return Err(ProbeError::Usage(
+            "--output prints one number per size: with -e each verbs backend has two (polling and events); \
+             use --json"
+                .into(),
+        )
+        .into());
+    }
     let l = LatPlan {
         op: perftest_op(a.op, &a.perftest)?,
         sizes: if a.all_sizes { Sizes::All } else { Sizes::One(a.size) },
@@ -804,6 +814,14 @@ fn lat(a: LatArgs) -> Result<ExitCode> {
 }
 
 fn bw(a: BwArgs) -> Result<ExitCode> {
+    if a.events && a.perftest.output.is_some() {
+        return Err(ProbeError::Usage(
+            "--output prints one number per size: with -e each verbs backend has two (polling and events); \
+             use --json"
+                .into(),
+        )
+        .into());
+    }
     let b = BwPlan {
         op: perftest_op(a.op, &a.perftest)?,
         sizes: if a.all_sizes { Sizes::All } else { Sizes::One(a.size) },

@@ -127,11 +127,11 @@ fn parameters_that_disagree_stop_both_ends_naming_the_parameter() {
     assert_eq!(cc, 1, "{ce}");
     assert_eq!(sc, 1, "{se}");
     assert!(
-        ce.contains("disagree on sizes: this side has 128, the peer has 64"),
+        ce.contains("disagree on sizes (-s, -a): this side has 128, the peer has 64"),
         "client: {ce}"
     );
     assert!(
-        se.contains("disagree on sizes: this side has 64, the peer has 128"),
+        se.contains("disagree on sizes (-s, -a): this side has 64, the peer has 128"),
         "server: {se}"
     );
 }
@@ -729,26 +729,29 @@ fn uc_and_ud_ping_pongs_between_two_processes() {
 #[test]
 fn bandwidth_for_a_duration_and_without_end_between_two_processes() {
     let _g = serial();
-    let p = port(10);
-    let common = ["write", "-s", "4096", "-d", "model0", "-p", &p, "--oob-timeout", "20"];
-    let mut sa = vec!["bw", "-D", "0.3"];
-    sa.extend_from_slice(&common);
-    let mut ca = sa.clone();
-    ca.push("127.0.0.1");
-    let srv = spawn(&sa);
-    let cli = spawn(&ca);
-    let (cc, co, ce) = finish(cli);
-    let (sc, so, se) = finish(srv);
-    assert_eq!((cc, sc), (0, 0), "client: {co}{ce}\nserver: {so}{se}");
-    assert!(co.contains("-D: every run lasts at least 300 ms"), "{co}");
-    let rows: Vec<&str> = co.lines().filter(|l| l.trim_start().starts_with("4096 ")).collect();
-    assert!(
-        !rows.is_empty() && rows.len() == cmd_backends(&co),
-        "a row per backend: {co}"
-    );
-    for r in &rows {
-        let ms: f64 = r.split_whitespace().nth(3).unwrap().parse().unwrap();
-        assert!(ms >= 300.0, "a run shorter than -D 0.3: {r}");
+    // write, and send (whose runs, resized on the same QPs, must leave no receive behind)
+    for (i, op) in [(10, "write"), (13, "send")] {
+        let p = port(i);
+        let common = [op, "-s", "4096", "-d", "model0", "-p", &p, "--oob-timeout", "20"];
+        let mut sa = vec!["bw", "-D", "0.3"];
+        sa.extend_from_slice(&common);
+        let mut ca = sa.clone();
+        ca.push("127.0.0.1");
+        let srv = spawn(&sa);
+        let cli = spawn(&ca);
+        let (cc, co, ce) = finish(cli);
+        let (sc, so, se) = finish(srv);
+        assert_eq!((cc, sc), (0, 0), "{op}: client: {co}{ce}\nserver: {so}{se}");
+        assert!(co.contains("-D: every run lasts at least 300 ms"), "{co}");
+        let rows: Vec<&str> = co.lines().filter(|l| l.trim_start().starts_with("4096 ")).collect();
+        assert!(
+            !rows.is_empty() && rows.len() == cmd_backends(&co),
+            "a row per backend: {co}"
+        );
+        for r in &rows {
+            let ms: f64 = r.split_whitespace().nth(3).unwrap().parse().unwrap();
+            assert!(ms >= 300.0, "a run shorter than -D 0.3: {r}");
+        }
     }
     // --run-infinitely: stopped on the client, then on the server
     for (i, stop_client) in [(11, true), (12, false)] {

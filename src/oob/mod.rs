@@ -345,6 +345,33 @@ impl Peer {
     }
 }
 
+/// The command-line flag a hello parameter comes from, for a mismatch's message.
+fn flag_of(key: &str) -> Option<&'static str> {
+    Some(match key {
+        "sizes" => "-s, -a",
+        "iters" => "-n; -D and --run-infinitely set 2000",
+        "warmup" => "--warmup",
+        "blocks" => "--blocks",
+        "events" => "-e",
+        "duration_s" => "-D",
+        "run_infinitely" => "--run-infinitely",
+        "path_mtu" => "-m",
+        "rdma_cm" => "-R",
+        "transport" => "-c",
+        "tx_depth" => "-t",
+        "postlist" => "-l",
+        "cq_mod" => "-Q",
+        "qps" => "-q",
+        "threads" => "--threads",
+        "bidirectional" => "-b",
+        "backends" => "--backend",
+        "db_mode" => "--db-mode",
+        "inline_limit" => "-I",
+        "buffer" => "from -s, -a",
+        _ => return None,
+    })
+}
+
 /// Characters that change how text around them shows without being seen: bidirectional
 /// overrides and isolates, zero-width characters, line and paragraph separators, the BOM.
 pub fn invisible(c: char) -> bool {
@@ -437,7 +464,10 @@ impl Hello {
             let (a, b) = (self.params.get(k), theirs.params.get(k));
             if a != b {
                 return Err(OobError::Mismatch {
-                    param: escape(k),
+                    param: match flag_of(k) {
+                        Some(f) => format!("{} ({f})", escape(k)),
+                        None => escape(k),
+                    },
                     ours: a.map(|v| escape(v)).unwrap_or_else(|| "(not set)".into()),
                     theirs: b.map(|v| escape(v)).unwrap_or_else(|| "(not set)".into()),
                 });

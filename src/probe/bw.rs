@@ -65,6 +65,11 @@ pub(super) fn run(
         )
         .collect();
     if b.events {
+        if plan.backends == super::Backends::Only(BackendKind::Direct) {
+            return Err(ProbeError::Usage(
+                "-e/--events: completion events are libibverbs' completion channel: --backend verbs, wr or all".into(),
+            ));
+        }
         if rows.len() == kinds.len() {
             return Err(ProbeError::Usage(format!(
                 "-e/--events: no verbs or wr backend runs on {} (completion events are libibverbs' completion channel)",
@@ -178,7 +183,9 @@ pub(super) fn run(
     // --run-infinitely: rounds until stopped, each backend's messages carried from its last
     // round
     let mut iters = vec![b.iters; rows.len()];
-    let mut round = 0u64;
+    // --run-infinitely between two processes: a stop agreed after a run; a second stop that cut
+    // the exchange short (the end is then not clean)
+    let (mut stopping, mut unclean) = (false, false);
     // client/server with -D or --run-infinitely: the runs are sized by the client
     let sized = network && (b.duration.is_some() || b.run_infinitely);
     // client/server --run-infinitely: a stop ends the round under way first (the peer would
@@ -225,10 +232,9 @@ pub(super) fn run(
                         &INTERRUPTED,
                     ) {
                         Ok(r) => r,
-                        // stopping is how an endless run ends: the rounds measured stand
-                        Err(_) if b.run_infinitely && round + ki as u64 > 0 && INTERRUPTED.load(Ordering::Relaxed) => {
-                            break 'rounds
-                        }
+                        // stopping is how an endless run ends: the rounds measured stand (none,
+                        // when it is stopped during its first run)
+                        Err(_) if b.run_infinitely && INTERRUPTED.load(Ordering::Relaxed) => break 'rounds,
                         Err(e) => return Err(super::diag::failed(bundle(plan, &dev, &before, Vec::new()), e.into())),
                     },
                     Some((rdv, all)) => {
@@ -252,16 +258,30 @@ pub(super) fn run(
                             let took = summarize(&out, size, b.cq_mod, report.clock.hz).seconds;
                             let word = (client, p.iters, took, resizes);
                             match resize(&mut **rdv, word, (plan, b), buf_len) {
-                                Ok(Some(n)) => {
+                                Ok(Next::Again(n)) => {
                                     p.iters = n;
                                     resizes += 1;
                                 }
-                                Ok(None) => break out,
+                                Ok(Next::Stands) => break out,
+                                Ok(Next::Stop) => {
+                                    stopping = true;
+                                    break out;
+                                }
+                                // a second stop while the peer's word was awaited: what was
+                                // measured stands, the run ends (said as its unclean end)
+                                Err(e) if b.run_infinitely && INTERRUPTED.load(Ordering::Relaxed) => {
+                                    report.end_error = Some(e.to_string());
+                                    unclean = true;
+                                    break 'rounds;
+                                }
                                 Err(e) => return Err(session::fail(&mut **rdv, e)),
                             }
                         };
                         iters[ki] = p.iters;
                         if !client {
+                            if stopping {
+                                break 'rounds;
+                            }
                             continue;
                         }
                         let mut r = client_result(b, *k, &p, summarize(&out, size, b.cq_mod, report.clock.hz));
@@ -280,23 +300,14 @@ pub(super) fn run(
                     v.push(r);
                 }
                 obs.finished(&report, report.runs.len() - 1);
+                if stopping {
+                    break 'rounds;
+                }
             }
         }
-        round += 1;
-        let stop = INTERRUPTED.load(Ordering::Relaxed);
-        if let (Some((rdv, _)), true) = (net.as_mut(), b.run_infinitely) {
-            // a stop on either side ends both, after the round under way (which the peer may
-            // still be finishing: the wait for its word is not cut short by our stop)
-            let _hold = crate::signals::hold();
-            rdv.set_timeout(plan.oob_timeout + plan.stall + b.min_duration.mul_f64(2.0))?;
-            let theirs: RoundEnd = session::exchange_checked(&mut **rdv, &RoundEnd { stop })?;
-            rdv.set_timeout(plan.oob_timeout)?;
-            if stop || theirs.stop {
-                break;
-            }
-            continue;
-        }
-        if !b.run_infinitely || stop {
+        // between two processes a stop is agreed after a run (above): a side that ended the round
+        // on its own stop would leave the other in the next
+        if !b.run_infinitely || (!network && INTERRUPTED.load(Ordering::Relaxed)) {
             break;
         }
     }
@@ -311,7 +322,7 @@ pub(super) fn run(
         }
     }
     report.counters = super::counters::CounterDelta::since(before, &dev);
-    if let Some((rdv, _)) = net {
+    if let (Some((rdv, _)), false) = (net, unclean) {
         // the figures were measured: a peer that fails or vanishes at the end is recorded, and
         // the caller still gets them
         report.end_error = session::end(rdv, plan, b.run_infinitely).err().map(|e| e.to_string());
@@ -385,20 +396,25 @@ fn client_result(b: &BwPlan, k: BackendKind, p: &BwParams, summary: crate::scena
     }
 }
 
-/// The client's word after a run sized by it (-D, --run-infinitely between two processes): run
-/// again with `iters` messages per QP (`again`), or the run stands.
+/// Each side's word after a run sized by the client (-D, --run-infinitely between two
+/// processes): the client's, run again with `iters` messages per QP (`again`) or the run stands;
+/// both sides', whether this side stops (--run-infinitely: a stop ends both after the run).
 #[derive(serde::Serialize, serde::Deserialize)]
 #[serde(deny_unknown_fields)]
 struct Resize {
     again: bool,
     iters: u64,
+    stop: bool,
 }
 
-/// --run-infinitely between two processes: at each round's end, whether this side stops.
-#[derive(serde::Serialize, serde::Deserialize)]
-#[serde(deny_unknown_fields)]
-struct RoundEnd {
-    stop: bool,
+/// What follows a sized run.
+enum Next {
+    /// It is run again with this many messages per QP.
+    Again(u64),
+    /// It stands.
+    Stands,
+    /// It stands, and the run ends (--run-infinitely: a stop on either side).
+    Stop,
 }
 
 /// After a run of `iters` that took `took` s (the `resizes`-th resize): the client decides
@@ -412,22 +428,27 @@ fn resize(
     (client, iters, took, resizes): (bool, u64, f64, u32),
     (plan, b): (&Plan, &BwPlan),
     buf_len: usize,
-) -> Result<Option<u64>, ProbeError> {
+) -> Result<Next, ProbeError> {
     let next = match client && resizes < BW_RESIZES {
         true => bw_resized(iters, took, b.min_duration.as_secs_f64()),
         false => None,
     };
+    let stop = b.run_infinitely && INTERRUPTED.load(Ordering::Relaxed);
     let mine = Resize {
-        again: next.is_some(),
+        again: next.is_some() && !stop,
         iters: next.unwrap_or(iters),
+        stop,
     };
     let _hold = b.run_infinitely.then(crate::signals::hold);
     rdv.set_timeout(plan.oob_timeout + plan.stall + b.min_duration.mul_f64(2.0))?;
     let theirs: Resize = session::exchange_checked(rdv, &mine)?;
     rdv.set_timeout(plan.oob_timeout)?;
+    if b.run_infinitely && (mine.stop || theirs.stop) {
+        return Ok(Next::Stop);
+    }
     let word = if client { mine } else { theirs };
     if !word.again {
-        return Ok(None);
+        return Ok(Next::Stands);
     }
     if !client && (word.iters <= iters || word.iters > MAX_BW_ITERS || resizes >= BW_RESIZES) {
         return Err(ProbeError::Invalid(format!(
@@ -439,7 +460,7 @@ fn resize(
         )));
     }
     check_memory(word.iters, b.threads, b.qps, b.bidirectional, buf_len)?;
-    Ok(Some(word.iters))
+    Ok(Next::Again(word.iters))
 }
 
 /// The parameters both ends of a bandwidth run must share.

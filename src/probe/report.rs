@@ -219,6 +219,9 @@ impl Report {
             self.clock.source.as_str()
         );
         self.cm_line(&mut s);
+        if b.bidirectional && self.role != Role::Loopback {
+            s += " -b between two processes: the figures are this side's own direction (perftest's -b adds both)\n";
+        }
         self.warnings_lines(&mut s);
         s += &rule(118);
         let min_ms = b.min_duration.as_millis();

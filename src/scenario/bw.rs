@@ -161,6 +161,9 @@ struct Ctl<'a, B> {
     dir: Dir,
     received: u64,
     pending_recvs: u32,
+    /// Receives posted in this run: never more than its messages, so a run leaves none behind
+    /// on a QP the next run uses again (between two processes the QPs stay).
+    recvs_posted: u64,
 }
 
 /// How long a wait for completion events blocks before the run's deadlines are checked.
@@ -202,12 +205,15 @@ pub fn drive_ends<B: Backend>(
             },
             received: 0,
             pending_recvs: 0,
+            recvs_posted: 0,
         })
         .collect();
     for c in ctl.iter_mut().filter(|c| c.role.receives) {
         let depth = (p.tx_depth + 2 * recv_batch).min(crate::backend::setup::DEPTH);
+        let n = u64::from(depth).min(p.iters) as u32;
         let l = recv_len(&*c.end);
-        c.end.post_recv(l, depth).map_err(|e| be("receiver", 0, e))?;
+        c.end.post_recv(l, n).map_err(|e| be("receiver", 0, e))?;
+        c.recvs_posted = u64::from(n);
     }
     let total: u64 = ctl.iter().map(|c| u64::from(c.role.sends) * p.iters).sum();
     let tracer = if trace_peak {
@@ -310,12 +316,13 @@ pub fn drive_ends<B: Backend>(
                     last_progress = Instant::now();
                     last_tick = clock::stop();
                     c.pending_recvs += q.recvs;
-                    let still = p.iters.saturating_sub(c.received);
+                    // the receives still to post: the run's messages not yet covered by one
+                    let still = p.iters.saturating_sub(c.recvs_posted);
                     if c.pending_recvs >= recv_batch && still > 0 {
+                        let n = u64::from(c.pending_recvs).min(still) as u32;
                         let l = recv_len(&*c.end);
-                        c.end
-                            .post_recv(l, c.pending_recvs)
-                            .map_err(|x| be("receiver", done, x))?;
+                        c.end.post_recv(l, n).map_err(|x| be("receiver", done, x))?;
+                        c.recvs_posted += u64::from(n);
                         c.pending_recvs = 0;
                     }
                 }
