@@ -259,9 +259,10 @@ for op in send read; do
   echo "CM-SIDE-BY-SIDE \$op p50 -R: \$(grep -E '^ +64 +(verbs|wr) +300 ' /tmp/cm-\$op-cm.txt | awk '{printf "%s %sns; ", \$2, \$5}')-x 1: \$(grep -E '^ +64 +(verbs|wr) +300 ' /tmp/cm-\$op-oob.txt | awk '{printf "%s %sns; ", \$2, \$5}')"
 done
 # bw -e: each verbs backend again, its thread blocking for completion events when nothing moves
-/opt/rdmaprobe bw send -e --loopback -d rxe0 -x 1 -s 4096 -n 1000 --min-ms 0 --stall-secs 60 --json /tmp/bw-ev.json > /tmp/bw-ev.txt 2>&1 || lat_rc=1
+# (one message outstanding, a completion each: the sender has nothing to do until it completes)
+/opt/rdmaprobe bw send -e -t 1 -Q 1 --loopback -d rxe0 -x 1 -s 4096 -n 300 --min-ms 0 --stall-secs 60 --json /tmp/bw-ev.json > /tmp/bw-ev.txt 2>&1 || lat_rc=1
 cat /tmp/bw-ev.txt
-echo "BW-EVENTS rows: \$(grep -cE '^ +4096 +(verbs|wr|verbs-e|wr-e) +1000 ' /tmp/bw-ev.txt) waits: \$(grep -o '"event_waits": [0-9]*' /tmp/bw-ev.json | awk '{print \$2}' | tr '\n' ' ')"
+echo "BW-EVENTS rows: \$(grep -cE '^ +4096 +(verbs|wr|verbs-e|wr-e) +300 ' /tmp/bw-ev.txt) waits: \$(grep -o '"event_waits": [0-9]*' /tmp/bw-ev.json | awk '{print \$2}' | tr '\n' ' ')"
 echo 16 > /proc/sys/vm/nr_hugepages
 /opt/rdmaprobe lat send --use-hugepages --loopback -d rxe0 -x 1 -s 64 -n 300 --stall-secs 60 --json /tmp/lat-huge.json > /tmp/lat-huge.txt 2>&1 || lat_rc=1
 cat /tmp/lat-huge.txt

@@ -417,7 +417,7 @@ struct BwArgs {
     no_peak: bool,
     /// Run until stopped (Ctrl-C or SIGTERM; exit 0), printing a row per backend every -D
     /// seconds (default 5), as perftest's --run_infinitely. One size; between two processes a
-    /// stop on either side ends both after the round under way.
+    /// stop on either side ends both after the run under way.
     #[arg(long = "run-infinitely", visible_alias = "run_infinitely", conflicts_with_all = ["iters", "min_ms", "all_sizes"])]
     run_infinitely: bool,
     /// Completion events (perftest's -e): beside each verbs backend polling, the same backend

@@ -37,7 +37,7 @@ pub fn interrupted() -> bool {
 static HELD: AtomicUsize = AtomicUsize::new(0);
 
 /// While one lives, a stop does not end a wait for the peer out of band: what the peer must hear
-/// after a stop (client/server --run-infinitely: that this side stops, once the round under way
+/// after a stop (client/server --run-infinitely: that this side stops, once the run under way
 /// has ended on both) is still exchanged, within the exchange's deadline.
 pub struct Hold(());
 

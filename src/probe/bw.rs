@@ -188,7 +188,7 @@ pub(super) fn run(
     let (mut stopping, mut unclean) = (false, false);
     // client/server with -D or --run-infinitely: the runs are sized by the client
     let sized = network && (b.duration.is_some() || b.run_infinitely);
-    // client/server --run-infinitely: a stop ends the round under way first (the peer would
+    // client/server --run-infinitely: a stop ends the run under way first (the peer would
     // wait for messages that do not come), then both ends
     let never = AtomicBool::new(false);
     let intr = if network && b.run_infinitely {

@@ -232,7 +232,7 @@ impl Report {
             if self.role != Role::Loopback && b.run_infinitely {
                 format!(
                     "--run-infinitely: a row per backend every {min_ms} ms or a little more (the client sizes the runs \
-                     and gives the server the count), until stopped on either side (after the round under way)"
+                     and gives the server the count), until stopped on either side (after the run under way)"
                 )
             } else if self.role != Role::Loopback && b.duration.is_some() {
                 format!(
