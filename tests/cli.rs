@@ -1366,10 +1366,7 @@ fn perftest_options_atomic_type_cpu_freq_and_output() {
     assert!(j["runs"][0]["latency_ns"]["count"].as_u64().unwrap() >= 1000);
     // what cannot work exits 2, naming the flag
     for (args, says) in [
-        (
-            vec!["bw", "write", "127.0.0.1", "-D", "1"],
-            "bw -D is available with --loopback only",
-        ),
+        // (bw -D between two processes: tests/cli_net.rs)
         (vec!["bw", "write", "--loopback", "-D", "1", "-n", "10"], "--duration"),
         (vec!["bw", "write", "--loopback", "-D", "0.001"], "from 0.01 to 86400"),
         (vec!["lat", "write", "--loopback", "-D", "nan"], "from 0.01 to 86400"),
@@ -1906,7 +1903,8 @@ fn bw_runs_infinitely_until_stopped() {
         assert!(r["summary"]["seconds"].as_f64().unwrap() >= 1.0, "{r}");
     }
     assert_eq!(j["params"]["run_infinitely"], true);
-    let (c, _, err) = rdmaprobe(&["bw", "write", "127.0.0.1", "--run-infinitely"]);
+    // one size only; between two processes: tests/cli_net.rs
+    let (c, _, err) = rdmaprobe(&["bw", "write", "--loopback", "--run-infinitely", "-a"]);
     assert_eq!(c, 2, "{err}");
     assert!(err.contains("--run-infinitely"), "{err}");
     std::fs::remove_dir_all(&dir).ok();
@@ -1983,7 +1981,7 @@ fn completion_events_beside_polling() {
         (vec!["lat", "send", "127.0.0.1", "-e"], "--loopback"),
         (
             vec!["bw", "send", "--loopback", "-e", "--backend", "direct"],
-            "no verbs or wr backend",
+            "--backend verbs, wr or all",
         ),
         (vec!["bw", "write", "-e", "-p", "0"], "between two processes on model0"),
     ] {

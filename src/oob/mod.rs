@@ -555,7 +555,10 @@ mod tests {
         let mut missing = params("64");
         missing.remove("iters");
         let e = a.check(&Hello::new(missing)).unwrap_err().to_string();
-        assert!(e.contains("iters: this side has 1000, the peer has (not set)"), "{e}");
+        assert!(
+            e.contains("iters (-n; -D and --run-infinitely set 2000): this side has 1000, the peer has (not set)"),
+            "{e}"
+        );
     }
 
     #[test]
