@@ -783,15 +783,20 @@ fn plan(scenario: Scenario, r: &RunArgs, p: &PeerArgs) -> Result<Plan> {
     })
 }
 
-fn lat(a: LatArgs) -> Result<ExitCode> {
-    if a.events && a.perftest.output.is_some() {
+/// --output prints one number per size: refused with -e (two per verbs backend).
+fn one_number(events: bool, p: &PerftestArgs) -> Result<(), ProbeError> {
+    if events && p.output.is_some() {
         return Err(ProbeError::Usage(
             "--output prints one number per size: with -e each verbs backend has two (polling and events); \
              use --json"
                 .into(),
-        )
-        .into());
+        ));
     }
+    Ok(())
+}
+
+fn lat(a: LatArgs) -> Result<ExitCode> {
+    one_number(a.events, &a.perftest)?;
     let l = LatPlan {
         op: perftest_op(a.op, &a.perftest)?,
         sizes: if a.all_sizes { Sizes::All } else { Sizes::One(a.size) },
@@ -814,14 +819,7 @@ fn lat(a: LatArgs) -> Result<ExitCode> {
 }
 
 fn bw(a: BwArgs) -> Result<ExitCode> {
-    if a.events && a.perftest.output.is_some() {
-        return Err(ProbeError::Usage(
-            "--output prints one number per size: with -e each verbs backend has two (polling and events); \
-             use --json"
-                .into(),
-        )
-        .into());
-    }
+    one_number(a.events, &a.perftest)?;
     let b = BwPlan {
         op: perftest_op(a.op, &a.perftest)?,
         sizes: if a.all_sizes { Sizes::All } else { Sizes::One(a.size) },

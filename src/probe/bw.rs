@@ -421,8 +421,8 @@ enum Next {
 /// whether it is run again with more messages (-D's minimum not reached) and tells the server,
 /// which checks what it is told; both check the memory the new count needs. The server waits
 /// while the client's run goes on (a one-sided operation's server has nothing to do): its
-/// deadline covers a run of twice the minimum. A stop holds the wait only with
-/// --run-infinitely (whose rounds a stop ends at their end).
+/// deadline covers a run of twice the minimum. With --run-infinitely each side also says
+/// whether it stops (a stop ends both after this run), and a stop does not cut this wait short.
 fn resize(
     rdv: &mut dyn Rendezvous,
     (client, iters, took, resizes): (bool, u64, f64, u32),
