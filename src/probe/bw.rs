@@ -54,37 +54,12 @@ pub(super) fn run(
     let dev = session::open_device(plan, model, obs)?;
     let kinds = session::backends(&dev, plan.backends)?;
     // -e: after the polling backends, each verbs backend again, waiting for completion events
-    let rows: Vec<(BackendKind, bool)> = kinds
-        .iter()
-        .map(|k| (*k, false))
-        .chain(
-            kinds
-                .iter()
-                .filter(|k| b.events && **k != BackendKind::Direct)
-                .map(|k| (*k, true)),
-        )
-        .collect();
-    if b.events {
-        if plan.backends == super::Backends::Only(BackendKind::Direct) {
-            return Err(ProbeError::Usage(
-                "-e/--events: completion events are libibverbs' completion channel: --backend verbs, wr or all".into(),
-            ));
-        }
-        if rows.len() == kinds.len() {
-            return Err(ProbeError::Usage(format!(
-                "-e/--events: no verbs or wr backend runs on {} (completion events are libibverbs' completion channel)",
-                dev.name()
-            )));
-        }
-        if dev.is_model() && network {
-            return Err(ProbeError::Usage(
-                "-e/--events between two processes on model0: the model raises a completion event in the process \
-                 that executes the WQE, and the peer's completion channel is in the other process; use --loopback, \
-                 or a NIC or rxe"
-                    .into(),
-            ));
-        }
+    if b.events && plan.backends == super::Backends::Only(BackendKind::Direct) {
+        return Err(ProbeError::Usage(
+            "-e/--events: completion events are libibverbs' completion channel: --backend verbs, wr or all".into(),
+        ));
     }
+    let rows = session::event_rows(&dev, &kinds, b.events, network)?;
     let mode = session::direct_mode(plan.db_mode);
     for s in &sizes {
         dev.check_size(*s)?;

@@ -125,7 +125,8 @@ impl CmLink {
             Err(e) => {
                 // a wait cut short because the peer spoke, or a reject that may be the peer's
                 // failure: what the peer said is the reason
-                let aborted = e.to_string().contains(crate::verbs::cm::ABORTED);
+                let aborted = matches!(&e, ProbeError::Setup(crate::backend::setup::SetupError::Verbs(v))
+                    if matches!(&**v, crate::verbs::VerbsError::Port { why, .. } if why == crate::verbs::cm::ABORTED));
                 if aborted || rdv.pending() {
                     match heard(rdv) {
                         Some(theirs) => return Err(theirs),

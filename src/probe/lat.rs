@@ -40,14 +40,7 @@ pub(super) fn run(
     if let Some(n) = session::ud_checks(&dev, plan, &mut sizes, matches!(l.sizes, super::Sizes::All))? {
         warnings.push(n);
     }
-    if l.events && dev.is_model() && plan.peer != PeerSpec::Loopback {
-        return Err(ProbeError::Usage(
-            "-e/--events between two processes on model0: the model raises a completion event in the process that \
-             executes the WQE, and the peer's completion channel is in the other process (its events would be lost \
-             and every wait would end at its time slice); use --loopback, or a NIC or rxe"
-                .into(),
-        ));
-    }
+    session::event_rows(&dev, &kinds, l.events, plan.peer != PeerSpec::Loopback)?;
     if l.events && dev.is_model() && !l.op.needs_recv() {
         warnings.push(format!(
             "-e on model0: the model executes the {} in the poster's thread right after the post, so its completion is \
@@ -194,17 +187,8 @@ impl<'a> Sides<'a> {
                 pairs.push(LatPair::new(*k, AnyPair::new(dev, *k, l.op, buf_len, mode)?));
             }
             // -e: beside each verbs backend polling, the same waiting for completion events
-            if l.events {
-                let n = pairs.len();
-                for k in kinds.iter().filter(|k| **k != BackendKind::Direct) {
-                    pairs.push(LatPair::with_events(dev, *k, l.op, buf_len)?);
-                }
-                if pairs.len() == n {
-                    return Err(ProbeError::Usage(format!(
-                        "-e/--events: no verbs or wr backend runs on {} (completion events are libibverbs' completion channel)",
-                        dev.name()
-                    )));
-                }
+            for (k, _) in session::event_rows(dev, kinds, l.events, false)?.iter().filter(|r| r.1) {
+                pairs.push(LatPair::with_events(dev, *k, l.op, buf_len)?);
             }
             pairs.iter().map(|p| p.pair.max_inline()).min().unwrap_or(0)
         };
@@ -524,14 +508,8 @@ fn connect(
         None
     };
     // -e: after the polling ends, each verbs backend's again, waiting for completion events
-    let halves = kinds.iter().map(|k| (*k, false)).chain(
-        kinds
-            .iter()
-            .filter(|k| events && **k != BackendKind::Direct)
-            .map(|k| (*k, true)),
-    );
     let mut ends = Vec::new();
-    for (k, ev) in halves {
+    for (k, ev) in session::event_rows(dev, kinds, events, true)? {
         let half = if ev {
             HalfEnd::with_events(dev, k, op, buf_len)?
         } else {
@@ -543,12 +521,6 @@ fn connect(
             None => half.connect(dev, op, &theirs)?,
         };
         ends.push((k, end));
-    }
-    if events && ends.len() == kinds.len() {
-        return Err(ProbeError::Usage(format!(
-            "-e/--events: no verbs or wr backend runs on {} (completion events are libibverbs' completion channel)",
-            dev.name()
-        )));
     }
     // receives first: on UC and UD a message that finds none is dropped, not retried
     let mut states = vec![PingState::default(); ends.len()];

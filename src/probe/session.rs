@@ -65,6 +65,42 @@ pub fn open_device(plan: &Plan, model: ModelConfig, obs: &mut dyn Observer) -> R
     Ok(dev)
 }
 
+/// The rows of a run: each backend polling, then with -e each verbs backend again, waiting for
+/// completion events. Refused (exit 2) when -e finds no verbs backend, and between two
+/// processes on model0, which raises a completion event in the process that executes the WQE.
+pub fn event_rows(
+    dev: &Dev,
+    kinds: &[BackendKind],
+    events: bool,
+    network: bool,
+) -> Result<Vec<(BackendKind, bool)>, ProbeError> {
+    let rows: Vec<(BackendKind, bool)> = kinds
+        .iter()
+        .map(|k| (*k, false))
+        .chain(
+            kinds
+                .iter()
+                .filter(|k| events && **k != BackendKind::Direct)
+                .map(|k| (*k, true)),
+        )
+        .collect();
+    if events && rows.len() == kinds.len() {
+        return Err(ProbeError::Usage(format!(
+            "-e/--events: no verbs or wr backend runs on {} (completion events are libibverbs' completion channel)",
+            dev.name()
+        )));
+    }
+    if events && network && dev.is_model() {
+        return Err(ProbeError::Usage(
+            "-e/--events between two processes on model0: the model raises a completion event in the process that \
+             executes the WQE, and the peer's completion channel is in the other process (its events would be lost \
+             and every wait would end at its time slice); use --loopback, or a NIC or rxe"
+                .into(),
+        ));
+    }
+    Ok(rows)
+}
+
 /// The backends the plan asks for, each checked against the device.
 pub fn backends(dev: &Dev, sel: Backends) -> Result<Vec<BackendKind>, ProbeError> {
     let kinds = match sel {
