@@ -21,7 +21,6 @@
 
 mod bw;
 mod cm;
-pub mod console;
 pub mod counters;
 pub mod diag;
 pub mod doctor;

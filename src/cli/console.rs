@@ -1,13 +1,13 @@
 //! The console: a measurement printed as the command line prints it (notes on standard error,
 //! the table on standard output as each run ends, the suite's progress), and its files written.
 
-use super::report::title;
-use super::{Observer, Plan, ProbeError, Report, Role, Scenario};
-use crate::report::output;
+use rdmaprobe::probe::report::title;
+use rdmaprobe::probe::{self, Observer, Plan, ProbeError, Report, Role, Scenario};
+use rdmaprobe::report::output;
 use std::path::PathBuf;
 
 // Standard output may be a pipe that closes (`rdmaprobe lat ... | head`): after SIGPIPE (which
-// stops the run, see `crate::signals`) a write fails, and printing must not panic.
+// stops the run, see `rdmaprobe::signals`) a write fails, and printing must not panic.
 macro_rules! out {
     () => {{
         use std::io::Write;
@@ -98,7 +98,7 @@ fn check_output(plan: &Plan, o: OutputKind) -> Result<(), ProbeError> {
             }
         )));
     }
-    if plan.backends == super::Backends::All {
+    if plan.backends == probe::Backends::All {
         return Err(ProbeError::Usage(
             "--output prints one number per size: choose one backend (--backend verbs, wr or direct)".into(),
         ));
@@ -109,8 +109,8 @@ fn check_output(plan: &Plan, o: OutputKind) -> Result<(), ProbeError> {
 /// The numbers `--output` prints, one per run (size).
 pub fn output_numbers(r: &Report, o: OutputKind) -> Vec<f64> {
     match (&r.runs, o) {
-        (super::Runs::Lat(rs), OutputKind::Latency) => rs.iter().map(|x| x.latency.p50).collect(),
-        (super::Runs::Bw(rs), OutputKind::Bandwidth) => rs
+        (probe::Runs::Lat(rs), OutputKind::Latency) => rs.iter().map(|x| x.latency.p50).collect(),
+        (probe::Runs::Bw(rs), OutputKind::Bandwidth) => rs
             .iter()
             .map(|x| {
                 let gbits = matches!(&r.plan.scenario, Scenario::Bw(b) if b.gbits);
@@ -121,7 +121,7 @@ pub fn output_numbers(r: &Report, o: OutputKind) -> Vec<f64> {
                 }
             })
             .collect(),
-        (super::Runs::Bw(rs), OutputKind::MessageRate) => rs.iter().map(|x| x.summary.msg_rate_mpps).collect(),
+        (probe::Runs::Bw(rs), OutputKind::MessageRate) => rs.iter().map(|x| x.summary.msg_rate_mpps).collect(),
         _ => Vec::new(),
     }
 }
@@ -144,10 +144,10 @@ pub fn measure(
             return Ok(2);
         }
     }
-    super::stop_on_sigint();
+    probe::stop_on_sigint();
     let r = match numbers {
-        Some(_) => super::run(plan, &mut NumbersOnly)?,
-        None => super::run(plan, &mut Printer)?,
+        Some(_) => probe::run(plan, &mut NumbersOnly)?,
+        None => probe::run(plan, &mut Printer)?,
     };
     if let Some(o) = numbers {
         if let Some(path) = json {
@@ -239,13 +239,13 @@ pub fn progress_done() {
 
 /// Runs a suite, prints it as it goes, writes its files into `out` (checked first: exit status
 /// 2 when it cannot be written) and prints the summary; returns the exit status.
-pub fn suite(sp: &super::SuitePlan, out: &std::path::Path) -> Result<u8, ProbeError> {
-    super::stop_on_sigint();
+pub fn suite(sp: &probe::SuitePlan, out: &std::path::Path) -> Result<u8, ProbeError> {
+    probe::stop_on_sigint();
     if let Err(e) = output::check_dir(out) {
         eprintln!("rdmaprobe: error: {e}");
         return Ok(2);
     }
-    let r = super::suite::run(sp, &mut Printer)?;
+    let r = probe::suite::run(sp, &mut Printer)?;
     let (plots, warnings) = r.write(out)?;
     for w in warnings {
         eprintln!("rdmaprobe: warning: {w}");
@@ -265,14 +265,14 @@ pub fn suite(sp: &super::SuitePlan, out: &std::path::Path) -> Result<u8, ProbeEr
 /// Writes the plots and report.html of the result file `results` into `out`; returns the exit
 /// status (2: the file cannot be read as a result, or `out` cannot be written).
 pub fn plot(results: &str, out: &std::path::Path) -> u8 {
-    let doc = match crate::report::compare::load(results) {
+    let doc = match rdmaprobe::report::compare::load(results) {
         Ok(d) => d,
         Err(e) => {
             eprintln!("rdmaprobe: error: cannot plot: {e}");
             return 2;
         }
     };
-    match output::check_dir(out).and_then(|_| crate::report::plot::write_all(&doc, out)) {
+    match output::check_dir(out).and_then(|_| rdmaprobe::report::plot::write_all(&doc, out)) {
         Ok((names, warnings)) => {
             for w in warnings {
                 eprintln!("rdmaprobe: warning: {w}");
@@ -298,7 +298,7 @@ pub fn compare(
     adjust: &str,
     format: &str,
 ) -> u8 {
-    use crate::report::compare;
+    use rdmaprobe::report::compare;
     let fail = |why: String| {
         eprintln!("rdmaprobe: error: {why}");
         2
@@ -341,7 +341,7 @@ pub fn compare(
 
 /// Runs `doctor` and prints it (text or JSON); returns the exit status (1: a check failed).
 pub fn doctor(device: Option<&str>, port: u8, json: bool) -> Result<u8, ProbeError> {
-    let d = super::doctor::run(device, port)?;
+    let d = probe::doctor::run(device, port)?;
     match json {
         true => out!("{}", serde_json::to_string_pretty(&d)?),
         false => outp!("{}", d.text()),
@@ -352,9 +352,9 @@ pub fn doctor(device: Option<&str>, port: u8, json: bool) -> Result<u8, ProbeErr
 /// Runs the ping ladder (limits from `baseline`, a result file, when given), prints it, writes
 /// `json`; returns the exit status (0, or 10 + the first failing layer; 2: a baseline that
 /// cannot be read).
-pub fn ping(mut p: super::ping::PingPlan, baseline: Option<&str>, json: Option<&PathBuf>) -> Result<u8, ProbeError> {
+pub fn ping(mut p: probe::ping::PingPlan, baseline: Option<&str>, json: Option<&PathBuf>) -> Result<u8, ProbeError> {
     if let Some(b) = baseline {
-        match crate::report::compare::load(b) {
+        match rdmaprobe::report::compare::load(b) {
             Ok(doc) => p.baseline = Some(doc),
             Err(e) => {
                 eprintln!("rdmaprobe: error: --baseline: {e}");
@@ -362,8 +362,8 @@ pub fn ping(mut p: super::ping::PingPlan, baseline: Option<&str>, json: Option<&
             }
         }
     }
-    super::stop_on_sigint();
-    let r = super::ping::run(&p, &mut Printer)?;
+    probe::stop_on_sigint();
+    let r = probe::ping::run(&p, &mut Printer)?;
     outp!("{}", r.text());
     if let Some(path) = json {
         output::write(path, &serde_json::to_vec_pretty(&r)?).map_err(|e| ProbeError::Render(e.to_string()))?;
@@ -388,14 +388,14 @@ pub fn chain(e: &(dyn std::error::Error + 'static)) -> String {
 
 /// Prints `devices` (text or JSON); returns the exit status (0: a hardware device, 3: none).
 pub fn devices(json: bool, gids: u32) -> Result<u8, ProbeError> {
-    let (text, code) = super::info::devices(json, gids)?;
+    let (text, code) = probe::info::devices(json, gids)?;
     outp!("{text}");
     Ok(code)
 }
 
 /// Prints `clock` (text or JSON).
 pub fn clock(json: bool, window_ms: u64) -> Result<u8, ProbeError> {
-    outp!("{}", super::info::clock(json, window_ms)?);
+    outp!("{}", probe::info::clock(json, window_ms)?);
     Ok(0)
 }
 
@@ -406,9 +406,9 @@ pub fn fleet_report(
     dir: &std::path::Path,
     json: Option<&std::path::Path>,
     html: Option<&std::path::Path>,
-    rules: crate::report::fleet::Rules,
+    rules: rdmaprobe::report::fleet::Rules,
 ) -> u8 {
-    use crate::report::fleet;
+    use rdmaprobe::report::fleet;
     let input = match fleet::load(dir) {
         Ok(f) => f,
         Err(e) => {

@@ -1,0 +1,325 @@
+//! `lat`, `bw` and `post-cost`: their arguments (with perftest's options that lat and bw share)
+//! and their mapping to a [`Plan`], run and printed by [`console::measure`].
+
+use super::console;
+use super::plan::{plan, DevArgs, PeerArgs, RunArgs};
+use super::values::{positive_secs, BackendArg, OpArg};
+use anyhow::Result;
+use clap::builder::TypedValueParser as _;
+use rdmaprobe::backend::OpKind;
+use rdmaprobe::probe::{BwPlan, LatPlan, Plan, PostCostPlan, ProbeError, Scenario, Sizes};
+use std::process::ExitCode;
+use std::time::Duration;
+
+/// perftest's options that lat and bw share: the atomic's kind, -F, --output.
+#[derive(clap::Args, Debug)]
+pub struct PerftestArgs {
+    /// The atomic operation of `atomic` (perftest's -A): FETCH_AND_ADD (add 1) or CMP_AND_SWAP
+    /// (compare 0, swap 0: a hit that leaves the word unchanged).
+    #[arg(short = 'A', long = "atomic_type", value_enum)]
+    atomic_type: Option<AtomicArg>,
+    /// Accepted for perftest's scripts (its -F: do not fail on CPU-frequency warnings); rdmaprobe
+    /// only warns about the CPU frequency, so it changes nothing.
+    #[arg(short = 'F', long = "CPU-freq")]
+    cpu_freq: bool,
+    /// Print one number per size instead of the table, for scripts (perftest's --output): lat
+    /// `latency` (p50, ns); bw `bandwidth` (average, MB/s = 2^20 B/s, or Gb/s with
+    /// --report-gbits) or `message_rate` (Mpps). Needs one backend (--backend).
+    #[arg(long, value_enum)]
+    output: Option<console::OutputKind>,
+    /// `write` as RDMA WRITE with immediate (perftest's --write_with_imm): the receiver consumes
+    /// a posted receive and waits for its completion instead of watching memory.
+    #[arg(long = "write-with-imm", visible_alias = "write_with_imm")]
+    write_with_imm: bool,
+    /// `send` as SEND with immediate (perftest's --send_with_imm).
+    #[arg(long = "send-with-imm", visible_alias = "send_with_imm")]
+    send_with_imm: bool,
+}
+
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq)]
+enum AtomicArg {
+    #[value(name = "FETCH_AND_ADD")]
+    FetchAndAdd,
+    #[value(name = "CMP_AND_SWAP")]
+    CmpAndSwap,
+}
+
+/// The operation after perftest's -A, --write_with_imm and --send_with_imm: `atomic` with
+/// CMP_AND_SWAP is compare-and-swap, `write` with --write-with-imm WRITE with immediate, `send`
+/// with --send-with-imm SEND with immediate; each with another operation is refused (exit 2).
+fn perftest_op(op: OpKind, a: &PerftestArgs) -> Result<OpKind, ProbeError> {
+    let refuse = |flag: &str, applies: &str| {
+        Err(ProbeError::Usage(format!(
+            "{flag} applies to the operation {applies}, not {}",
+            op.cli_name()
+        )))
+    };
+    if a.write_with_imm {
+        return match (op, a.atomic_type, a.send_with_imm) {
+            (OpKind::Write, None, false) => Ok(OpKind::WriteImm),
+            _ => refuse("--write-with-imm", "write"),
+        };
+    }
+    if a.send_with_imm {
+        return match (op, a.atomic_type) {
+            (OpKind::Send, None) => Ok(OpKind::SendImm),
+            _ => refuse("--send-with-imm", "send"),
+        };
+    }
+    match (op, a.atomic_type) {
+        (_, None) => Ok(op),
+        (OpKind::FetchAdd, Some(AtomicArg::CmpAndSwap)) => Ok(OpKind::CmpSwap),
+        (OpKind::FetchAdd, Some(AtomicArg::FetchAndAdd)) => Ok(OpKind::FetchAdd),
+        (_, Some(_)) => refuse("-A/--atomic_type", "atomic"),
+    }
+}
+
+#[derive(clap::Args, Debug)]
+pub struct LatArgs {
+    /// Operation.
+    #[arg(value_enum)]
+    op: OpArg,
+    /// Where the peer is.
+    #[command(flatten)]
+    peer: PeerArgs,
+    /// Message size in bytes (atomics: 8).
+    #[arg(short = 's', long, default_value_t = 2, value_parser = clap::value_parser!(u32).range(1..=8 * 1024 * 1024))]
+    size: u32,
+    /// All sizes from 2 B to 8 MiB, powers of two.
+    #[arg(short = 'a', long, visible_alias = "all")]
+    all_sizes: bool,
+    /// Measured iterations per size and backend.
+    #[arg(short = 'n', long, default_value_t = 1000, value_parser = clap::value_parser!(u64).range(1..=100_000_000))]
+    iters: u64,
+    /// Iterations before measuring.
+    #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u64).range(0..=100_000_000))]
+    warmup: u64,
+    /// Run for this many seconds per size instead of -n iterations (blocks of 1000 per backend,
+    /// interleaved; every sample kept, percentiles included): 0.01 to 86400, fractions too.
+    /// --loopback only.
+    #[arg(short = 'D', long, value_parser = positive_secs, conflicts_with = "iters")]
+    duration: Option<Duration>,
+    /// Write an HdrHistogram interval log: one interval per block and backend (tagged).
+    #[arg(long)]
+    hdr: Option<std::path::PathBuf>,
+    /// Completion events (perftest's -e): beside each verbs backend polling, the same backend
+    /// waiting for completion events (ibv_req_notify_cq, ibv_get_cq_event; rows `verbs-e`,
+    /// `wr-e`), interleaved in one run. Not for write (it watches memory: use
+    /// --write-with-imm); between two processes not on model0 (its events are raised in the
+    /// process that executes the WQE).
+    #[arg(short = 'e', long)]
+    events: bool,
+    /// Blocks the iterations are split into (backends alternate between blocks).
+    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..=10_000))]
+    blocks: u64,
+    /// model0 only: a wire delay in ns added to every message in each direction (WRITE and SEND
+    /// one-way figures rise by D; READ and atomic round trips by 2D); at most 1 s. Given (even 0),
+    /// the model times the wire on every operation, so runs with 0 and with D differ by D alone.
+    #[arg(long, value_parser = clap::value_parser!(u64).range(0..=rdmaprobe::model::MAX_WIRE_DELAY_NS))]
+    model_delay_ns: Option<u64>,
+    /// perftest's -A, -F, --output.
+    #[command(flatten)]
+    perftest: PerftestArgs,
+    /// Device, backends, doorbell mode, deadline, output.
+    #[command(flatten)]
+    run: RunArgs,
+}
+
+#[derive(clap::Args, Debug)]
+pub struct BwArgs {
+    /// Operation.
+    #[arg(value_enum)]
+    op: OpArg,
+    /// Where the peer is.
+    #[command(flatten)]
+    peer: PeerArgs,
+    /// Message size in bytes (atomics: 8).
+    #[arg(short = 's', long, default_value_t = 65536, value_parser = clap::value_parser!(u32).range(1..=8 * 1024 * 1024))]
+    size: u32,
+    /// All sizes from 2 B to 8 MiB, powers of two.
+    #[arg(short = 'a', long, visible_alias = "all")]
+    all_sizes: bool,
+    /// Messages per QP.
+    #[arg(short = 'n', long, default_value_t = 5000, value_parser = clap::value_parser!(u64).range(1..=1_000_000_000))]
+    iters: u64,
+    /// Outstanding operations per QP.
+    #[arg(short = 't', long = "tx-depth", default_value_t = 128, value_parser = clap::value_parser!(u32).range(1..=128))]
+    tx_depth: u32,
+    /// Operations per doorbell (postlist).
+    #[arg(short = 'l', long = "post-list", visible_alias = "post_list", default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=64))]
+    postlist: u32,
+    /// A completion every this many operations.
+    #[arg(short = 'Q', long = "cq-mod", default_value_t = 64, value_parser = clap::value_parser!(u32).range(1..=128))]
+    cq_mod: u32,
+    /// QPs per thread.
+    #[arg(short = 'q', long = "qp", default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..=16384))]
+    qps: u64,
+    /// Threads, each with its own QPs, CQs and buffers, pinned.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..=64))]
+    threads: u64,
+    /// Both ends send.
+    #[arg(short = 'b', long)]
+    bidirectional: bool,
+    /// Report Gb/s instead of MB/sec.
+    #[arg(long, visible_alias = "report_gbits")]
+    report_gbits: bool,
+    /// Length of the bandwidth windows (best and worst window), microseconds.
+    #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u64).range(1..=10_000_000))]
+    window_us: u64,
+    /// --loopback: a run shorter than this many ms is run again with more iterations, sized by
+    /// the first (0: never).
+    #[arg(long, default_value_t = 200, value_parser = clap::value_parser!(u64).range(0..=3_600_000))]
+    min_ms: u64,
+    /// Run each size and backend for at least this many seconds (perftest's -D): a short first
+    /// run sizes the messages of the measured one, whose real length is printed (time[ms]).
+    /// 0.01 to 86400 seconds, fractions too. Between two processes the client sizes the runs
+    /// and the server runs the messages it is told.
+    #[arg(short = 'D', long, value_parser = positive_secs, conflicts_with_all = ["iters", "min_ms"])]
+    duration: Option<Duration>,
+    /// No perftest peak (perftest's -N, --noPeak): post and completion times are not traced,
+    /// the peak column says "-".
+    #[arg(short = 'N', long = "noPeak")]
+    no_peak: bool,
+    /// Run until stopped (Ctrl-C or SIGTERM; exit 0), printing a row per backend every -D
+    /// seconds (default 5), as perftest's --run_infinitely. One size; between two processes a
+    /// stop on either side ends both after the run under way.
+    #[arg(long = "run-infinitely", visible_alias = "run_infinitely", conflicts_with_all = ["iters", "min_ms", "all_sizes"])]
+    run_infinitely: bool,
+    /// Completion events (perftest's -e): beside each verbs backend polling, the same backend
+    /// waiting for completion events whenever a turn of its thread moves nothing (arm every
+    /// CQ, poll once more, then block on the channels; rows `verbs-e`, `wr-e`). Between two
+    /// processes not on model0 (its events are raised in the process that executes the WQE).
+    #[arg(short = 'e', long)]
+    events: bool,
+    /// perftest's -A, -F, --output.
+    #[command(flatten)]
+    perftest: PerftestArgs,
+    /// Device, backends, doorbell mode, deadline, output.
+    #[command(flatten)]
+    run: RunArgs,
+}
+
+#[derive(clap::Args, Debug)]
+pub struct PostCostArgs {
+    /// Operations to measure.
+    #[arg(long = "op", value_delimiter = ',', default_values = ["write", "send", "read"],
+          value_parser = clap::builder::PossibleValuesParser::new(["write", "send", "read"])
+              .map(|o| match o.as_str() { "send" => OpKind::Send, "read" => OpKind::Read, _ => OpKind::Write }))]
+    ops: Vec<OpKind>,
+    /// Message size in bytes.
+    #[arg(short = 's', long, default_value_t = 8, value_parser = clap::value_parser!(u32).range(1..=1024 * 1024))]
+    size: u32,
+    /// Postlists (WQEs per doorbell) to measure.
+    #[arg(short = 'l', long = "post-list", value_delimiter = ',', default_values_t = [1u32, 8, 32],
+          value_parser = clap::value_parser!(u32).range(1..=48))]
+    postlists: Vec<u32>,
+    /// Completion every N WQEs, besides every WQE (at most 48).
+    #[arg(short = 'Q', long = "cq-mod", default_value_t = 32, value_parser = clap::value_parser!(u32).range(2..=48))]
+    cq_mod: u32,
+    /// Timed blocks per configuration (each as many post calls as fill 96 WQEs: 96 at postlist
+    /// 1, 3 at postlist 32).
+    #[arg(short = 'n', long = "blocks", default_value_t = 1000, value_parser = clap::value_parser!(u64).range(1..=10_000_000))]
+    blocks: u64,
+    /// Device, port and GID index.
+    #[command(flatten)]
+    dev: DevArgs,
+    /// Post path(s).
+    #[arg(long, value_enum, default_value_t = BackendArg::All)]
+    backend: BackendArg,
+    /// Write the results as JSON.
+    #[arg(long)]
+    json: Option<std::path::PathBuf>,
+}
+
+/// --output prints one number per size: refused with -e (two per verbs backend).
+fn one_number(events: bool, p: &PerftestArgs) -> Result<(), ProbeError> {
+    if events && p.output.is_some() {
+        return Err(ProbeError::Usage(
+            "--output prints one number per size: with -e each verbs backend has two (polling and events); \
+             use --json"
+                .into(),
+        ));
+    }
+    Ok(())
+}
+
+/// `lat`: the latency plan from its arguments, measured and printed; the exit status.
+pub fn lat(a: LatArgs) -> Result<ExitCode> {
+    one_number(a.events, &a.perftest)?;
+    let l = LatPlan {
+        op: perftest_op(a.op.into(), &a.perftest)?,
+        sizes: if a.all_sizes { Sizes::All } else { Sizes::One(a.size) },
+        iters: a.iters,
+        warmup: a.warmup,
+        blocks: a.blocks,
+        duration: a.duration,
+        inline_size: a.run.inline_size,
+        model_delay_ns: a.model_delay_ns,
+        intervals: a.hdr.is_some(),
+        events: a.events,
+    };
+    let p = plan(Scenario::Lat(l), &a.run, &a.peer)?;
+    Ok(ExitCode::from(console::measure(
+        &p,
+        a.run.json.as_ref(),
+        a.hdr.as_ref(),
+        a.perftest.output,
+    )?))
+}
+
+/// `bw`: the bandwidth plan from its arguments, measured and printed; the exit status.
+pub fn bw(a: BwArgs) -> Result<ExitCode> {
+    one_number(a.events, &a.perftest)?;
+    let b = BwPlan {
+        op: perftest_op(a.op.into(), &a.perftest)?,
+        sizes: if a.all_sizes { Sizes::All } else { Sizes::One(a.size) },
+        // -D: a short first run sizes the measured one
+        iters: if a.duration.is_some() || a.run_infinitely {
+            2000
+        } else {
+            a.iters
+        },
+        tx_depth: a.tx_depth,
+        postlist: a.postlist,
+        cq_mod: a.cq_mod,
+        qps: a.qps,
+        threads: a.threads,
+        bidirectional: a.bidirectional,
+        inline_size: a.run.inline_size,
+        window: Duration::from_micros(a.window_us),
+        min_duration: match (a.duration, a.run_infinitely) {
+            (Some(d), _) => d,
+            (None, true) => Duration::from_secs(5),
+            (None, false) => Duration::from_millis(a.min_ms),
+        },
+        duration: a.duration,
+        gbits: a.report_gbits,
+        no_peak: a.no_peak,
+        run_infinitely: a.run_infinitely,
+        events: a.events,
+    };
+    let p = plan(Scenario::Bw(b), &a.run, &a.peer)?;
+    Ok(ExitCode::from(console::measure(
+        &p,
+        a.run.json.as_ref(),
+        None,
+        a.perftest.output,
+    )?))
+}
+
+/// `post-cost`: its plan (both ends in this process), measured and printed; the exit status.
+pub fn post_cost(a: PostCostArgs) -> Result<ExitCode> {
+    let pc = PostCostPlan {
+        ops: a.ops.clone(),
+        size: a.size,
+        blocks: a.blocks,
+        postlists: a.postlists.clone(),
+        cq_mod: a.cq_mod,
+    };
+    let p = Plan {
+        device: a.dev.spec(),
+        backends: a.backend.backends(),
+        ..Plan::loopback(Scenario::PostCost(pc))
+    };
+    Ok(ExitCode::from(console::measure(&p, a.json.as_ref(), None, None)?))
+}

@@ -1,0 +1,228 @@
+//! The commands around the measurements: `ping` (the connectivity ladder), `compare`, `plot`
+//! and `fleet-report` (their arguments and their mapping to the console's calls).
+
+use super::console;
+use super::plan::{plan, PeerArgs, RunArgs};
+use super::values::positive_f64;
+use anyhow::Result;
+use rdmaprobe::backend::{OpKind, Transport};
+use rdmaprobe::probe::{self, LatPlan, ProbeError, Scenario};
+use std::process::ExitCode;
+
+// `devices`'s arguments.
+#[derive(clap::Args, Debug)]
+pub struct DevicesArgs {
+    /// Print JSON instead of text.
+    #[arg(long)]
+    json: bool,
+    /// How many GID table entries to show per port.
+    #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..=1024))]
+    gids: u32,
+}
+
+// `doctor`'s arguments.
+#[derive(clap::Args, Debug)]
+pub struct DoctorArgs {
+    /// Device (default: the first RDMA device, else model0).
+    #[arg(short = 'd', long = "ib-dev")]
+    device: Option<String>,
+    /// Port.
+    #[arg(short = 'i', long = "ib-port", default_value_t = 1, value_parser = clap::value_parser!(u8).range(1..))]
+    port: u8,
+    /// Print JSON instead of text.
+    #[arg(long)]
+    json: bool,
+}
+
+// `clock`'s arguments.
+#[derive(clap::Args, Debug)]
+pub struct ClockArgs {
+    /// Print JSON instead of text.
+    #[arg(long)]
+    json: bool,
+    /// Calibration window in milliseconds (at least 100).
+    #[arg(long, default_value_t = 200, value_parser = clap::value_parser!(u64).range(100..=10_000))]
+    window_ms: u64,
+}
+
+#[derive(clap::Args, Debug)]
+pub struct FleetReportArgs {
+    /// The results directory of a fleet run (holds fleet.json).
+    dir: std::path::PathBuf,
+    /// Write the JSON report here (default DIR/fleet-report.json).
+    #[arg(long)]
+    json: Option<std::path::PathBuf>,
+    /// Write the HTML page here (default DIR/fleet-report.html).
+    #[arg(long)]
+    html: Option<std::path::PathBuf>,
+    /// An outlier is worse than the fleet's median by more than this many robust standard
+    /// deviations (1.4826 x the median absolute deviation)...
+    #[arg(long, default_value_t = 3.5, value_parser = positive_f64)]
+    mad_k: f64,
+    /// ...and by more than this many percent of the median.
+    #[arg(long, default_value_t = 20.0, value_parser = positive_f64)]
+    min_deviation_pct: f64,
+}
+
+#[derive(clap::Args, Debug)]
+pub struct PingArgs {
+    /// Where the peer is.
+    #[command(flatten)]
+    peer: PeerArgs,
+    /// Device, backends, doorbell mode, deadline, output.
+    #[command(flatten)]
+    run: RunArgs,
+    /// Layer 3: the 8-byte WRITE latency p50 (one-way, ns) must not exceed this.
+    #[arg(long)]
+    max_lat_ns: Option<f64>,
+    /// Layer 3: the 64 KiB WRITE bandwidth (MB/s, 2^20 bytes) must reach this.
+    #[arg(long)]
+    min_bw: Option<f64>,
+    /// Layer 3: limits from a result file (lat write p50, bw write average), with --tolerance.
+    #[arg(long)]
+    baseline: Option<String>,
+    /// Slack around the baseline, percent.
+    #[arg(long, default_value_t = 20.0)]
+    tolerance: f64,
+    /// model0 only: this side's wire delay in ns (a slow peer).
+    #[arg(long, value_parser = clap::value_parser!(u64).range(0..=rdmaprobe::model::MAX_WIRE_DELAY_NS))]
+    model_delay_ns: Option<u64>,
+}
+
+#[derive(clap::Args, Debug)]
+pub struct PlotArgs {
+    /// The result file (results.json of suite, or the --json of lat / bw).
+    results: String,
+    /// Output directory (created): the SVG files and report.html.
+    #[arg(long, default_value = "rdmaprobe-plots")]
+    out: std::path::PathBuf,
+}
+
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq)]
+enum CmpFormat {
+    Text,
+    Markdown,
+    Junit,
+}
+
+#[derive(clap::Args, Debug)]
+pub struct CompareArgs {
+    /// BASE and NEW: one result file each (one process run per side). For several runs per
+    /// side use --base and --new instead.
+    #[arg(value_name = "FILE", num_args = 0..=2)]
+    files: Vec<String>,
+    /// BASE's result files, one process run each (run the two sides alternately: A B A B ...).
+    #[arg(long, value_name = "FILE", num_args = 1..)]
+    base: Vec<String>,
+    /// NEW's result files, one process run each.
+    #[arg(long, value_name = "FILE", num_args = 1..)]
+    new: Vec<String>,
+    /// Smallest change (percent) that can be a regression, every row. Default, by row, with
+    /// several runs on both sides: lat p50 5, lat p99 20, bw 10, post_cost 75 (p99 100); with one
+    /// run on a side (its interval cannot contain run-to-run variation): 20, 50, 50, 100: the
+    /// run-to-run variation measured on model0.
+    #[arg(long)]
+    threshold: Option<f64>,
+    /// Metrics to compare.
+    #[arg(long, value_delimiter = ',', default_values_t = ["p50".to_string(), "p99".to_string(), "bw".to_string()])]
+    metric: Vec<String>,
+    /// Adjustment of the p-values over all rows: holm (any false alarm at 5 %) or bh
+    /// (Benjamini-Hochberg: 5 % of the alarms false).
+    #[arg(long, default_value = "holm", value_parser = ["holm", "bh"])]
+    adjust: String,
+    /// Output format.
+    #[arg(long, value_enum, default_value_t = CmpFormat::Text)]
+    format: CmpFormat,
+}
+
+/// `compare`: BASE NEW or --base ... --new ..., compared and printed; the exit status (2: both
+/// forms or neither).
+pub fn compare(a: CompareArgs) -> Result<ExitCode> {
+    let (base, new) = match (a.files.as_slice(), a.base.is_empty(), a.new.is_empty()) {
+        ([b, n], true, true) => (vec![b.clone()], vec![n.clone()]),
+        ([], false, false) => (a.base.clone(), a.new.clone()),
+        _ => {
+            eprintln!("rdmaprobe: error: give BASE NEW (one file each) or --base FILE... --new FILE... (several runs per side), not both");
+            return Ok(ExitCode::from(2));
+        }
+    };
+    let format = match a.format {
+        CmpFormat::Text => "text",
+        CmpFormat::Markdown => "markdown",
+        CmpFormat::Junit => "junit",
+    };
+    Ok(ExitCode::from(console::compare(
+        &base,
+        &new,
+        a.threshold,
+        &a.metric,
+        &a.adjust,
+        format,
+    )))
+}
+
+/// `plot`: the plots and report.html of a result file; the exit status.
+pub fn plot(a: PlotArgs) -> Result<ExitCode> {
+    Ok(ExitCode::from(console::plot(&a.results, &a.out)))
+}
+
+/// `ping`: the ladder's plan (refusing -R and a transport other than RC), run and printed; the
+/// exit status.
+pub fn ping(a: PingArgs) -> Result<ExitCode> {
+    if a.peer.rdma_cm {
+        return Err(ProbeError::Usage(
+            "ping -R: the ladder connects its QPs itself in this version; use lat or bw with -R".into(),
+        )
+        .into());
+    }
+    if a.run.transport() != Transport::Rc {
+        return Err(ProbeError::Usage(format!(
+            "ping -c {}: the ladder checks an RC connection (its layers are WRITEs and a bandwidth run over one); \
+             use lat or bw with -c",
+            a.run.transport().as_str()
+        ))
+        .into());
+    }
+    let p = probe::ping::PingPlan {
+        plan: plan(Scenario::Lat(LatPlan::new(OpKind::Write, 1)), &a.run, &a.peer)?,
+        max_lat_ns: a.max_lat_ns,
+        min_bw_mib_s: a.min_bw,
+        baseline: None,
+        tolerance_pct: a.tolerance,
+        model_delay_ns: a.model_delay_ns,
+    };
+    Ok(ExitCode::from(console::ping(
+        p,
+        a.baseline.as_deref(),
+        a.run.json.as_ref(),
+    )?))
+}
+
+/// `devices`: printed as text or JSON; the exit status (3: no hardware device).
+pub fn devices(a: DevicesArgs) -> Result<ExitCode> {
+    Ok(ExitCode::from(console::devices(a.json, a.gids)?))
+}
+
+/// `doctor`: the checks, printed; the exit status (1: a check failed).
+pub fn doctor(a: DoctorArgs) -> Result<ExitCode> {
+    Ok(ExitCode::from(console::doctor(a.device.as_deref(), a.port, a.json)?))
+}
+
+/// `clock`: the calibrated TSC, printed.
+pub fn clock(a: ClockArgs) -> Result<ExitCode> {
+    Ok(ExitCode::from(console::clock(a.json, a.window_ms)?))
+}
+
+/// `fleet-report`: the verdict on a fleet run, printed and written; the exit status.
+pub fn fleet_report(a: FleetReportArgs) -> Result<ExitCode> {
+    let rules = rdmaprobe::report::fleet::Rules {
+        mad_k: a.mad_k,
+        min_deviation: a.min_deviation_pct / 100.0,
+    };
+    Ok(ExitCode::from(console::fleet_report(
+        &a.dir,
+        a.json.as_deref(),
+        a.html.as_deref(),
+        rules,
+    )))
+}

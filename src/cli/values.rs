@@ -1,0 +1,144 @@
+//! The command line's values: the choices it offers (mapped to the library's types, so that the
+//! library parses no arguments) and the parsers of its numbers and lists.
+
+use rdmaprobe::backend::{BackendKind, OpKind, Transport};
+use rdmaprobe::mlx5::sq::DbMode;
+use rdmaprobe::probe::suite::matrix;
+use rdmaprobe::probe::Backends;
+use std::time::Duration;
+
+/// The operation of `lat` and `bw` (the library's [`OpKind`]; `atomic` is fetch-and-add, the
+/// other operations come from perftest's flags).
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq)]
+pub enum OpArg {
+    /// RDMA WRITE.
+    Write,
+    /// SEND (the peer must have receives posted).
+    Send,
+    /// RDMA READ.
+    Read,
+    /// Atomic: fetch-and-add of 1 (or compare-and-swap with -A CMP_AND_SWAP).
+    #[value(name = "atomic")]
+    FetchAdd,
+}
+
+impl From<OpArg> for OpKind {
+    fn from(o: OpArg) -> Self {
+        match o {
+            OpArg::Write => OpKind::Write,
+            OpArg::Send => OpKind::Send,
+            OpArg::Read => OpKind::Read,
+            OpArg::FetchAdd => OpKind::FetchAdd,
+        }
+    }
+}
+
+/// The transport of `-c` (the library's [`Transport`]).
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq)]
+pub enum TransportArg {
+    /// Reliable connected.
+    #[value(name = "RC")]
+    Rc,
+    /// Unreliable connected: SEND and WRITE (and their immediates); nothing acknowledged.
+    #[value(name = "UC")]
+    Uc,
+    /// Unreliable datagram: SEND (and with immediate), each to an address handle, up to the
+    /// path MTU; the receive takes a 40-byte GRH area first.
+    #[value(name = "UD")]
+    Ud,
+}
+
+impl From<TransportArg> for Transport {
+    fn from(t: TransportArg) -> Self {
+        match t {
+            TransportArg::Rc => Transport::Rc,
+            TransportArg::Uc => Transport::Uc,
+            TransportArg::Ud => Transport::Ud,
+        }
+    }
+}
+
+/// The doorbell mode of `--db-mode` (the library's [`DbMode`]).
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq)]
+pub enum DbModeArg {
+    /// BlueFlame when a single WQE of at most 256 B was posted (else the 8-byte doorbell), with
+    /// the trailing `sfence` (rdma-core's default).
+    Bf,
+    /// As `Bf` without the trailing `sfence` after a BlueFlame copy (UCX `bf_post` on x86,
+    /// single-threaded); an 8-byte doorbell keeps its fence (UCX skips the flush only after whole
+    /// BlueFlame lines). For measurement: the store order across threads is the caller's.
+    #[value(name = "bf-nofence")]
+    BfNoFence,
+    /// Always the 8-byte doorbell store.
+    Db,
+}
+
+impl From<DbModeArg> for DbMode {
+    fn from(m: DbModeArg) -> Self {
+        match m {
+            DbModeArg::Bf => DbMode::Bf,
+            DbModeArg::BfNoFence => DbMode::BfNoFence,
+            DbModeArg::Db => DbMode::Db,
+        }
+    }
+}
+
+/// The post paths of `--backend`: one, or `all`.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq)]
+pub enum BackendArg {
+    Verbs,
+    Wr,
+    Direct,
+    All,
+}
+
+impl BackendArg {
+    /// The plan's backends.
+    pub fn backends(self) -> Backends {
+        match self {
+            BackendArg::All => Backends::All,
+            BackendArg::Verbs => Backends::Only(BackendKind::Verbs),
+            BackendArg::Wr => Backends::Only(BackendKind::Wr),
+            BackendArg::Direct => Backends::Only(BackendKind::Direct),
+        }
+    }
+}
+
+/// A CPU list argument (`2,3`, `4-7`).
+#[derive(Clone, Debug)]
+pub struct CpuList(pub Vec<usize>);
+
+/// Parses `--pin-cores` (the library's CPU-list syntax, which `/sys` lists share).
+pub fn cpu_list(s: &str) -> Result<CpuList, String> {
+    rdmaprobe::workers::parse_cpu_list(s).map(CpuList)
+}
+
+/// A list argument (a newtype, so that clap takes it as one value).
+#[derive(Clone, Debug)]
+pub struct Listed<T>(pub Vec<T>);
+
+/// Parses a list of operations (the suite matrix's syntax).
+pub fn ops_list(s: &str) -> Result<Listed<OpKind>, String> {
+    matrix::parse_ops(s).map(Listed)
+}
+
+/// Parses a list of sizes (the suite matrix's syntax).
+pub fn sizes_list(s: &str) -> Result<Listed<u32>, String> {
+    matrix::parse_sizes(s).map(Listed)
+}
+
+/// Parses a number of seconds from the matrix's minimum to a day.
+pub fn positive_secs(s: &str) -> Result<Duration, String> {
+    match s.parse::<f64>() {
+        Ok(v) if v.is_finite() && (matrix::MIN_DURATION_S..=86_400.0).contains(&v) => Ok(Duration::from_secs_f64(v)),
+        _ => Err(format!("'{s}' is not a number of seconds from 0.01 to 86400")),
+    }
+}
+
+/// Parses a finite number, at least 0.
+pub fn positive_f64(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(v) if v.is_finite() && v >= 0.0 => Ok(v),
+        _ => Err(format!("'{s}' is not a number >= 0")),
+    }
+}
