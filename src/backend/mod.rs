@@ -39,7 +39,6 @@ impl BackendKind {
 /// Operations the scenarios post. Sources and targets are at offset 0 of the local and remote
 /// buffers; atomics use the first 8 bytes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize)]
-#[cfg_attr(feature = "std", derive(clap::ValueEnum))]
 #[serde(rename_all = "snake_case")]
 pub enum OpKind {
     /// RDMA WRITE.
@@ -49,34 +48,26 @@ pub enum OpKind {
     /// RDMA READ.
     Read,
     /// Atomic: fetch-and-add of 1 (or compare-and-swap with -A CMP_AND_SWAP).
-    #[cfg_attr(feature = "std", value(name = "atomic"))]
     FetchAdd,
     /// Compare-and-swap (0 -> 0: always a hit that leaves the word unchanged).
-    #[cfg_attr(feature = "std", value(skip))]
     CmpSwap,
     /// RDMA WRITE with immediate: the data lands as a WRITE's, and the receiver consumes a
     /// posted receive and sees a completion carrying [`IMM`].
-    #[cfg_attr(feature = "std", value(skip))]
     WriteImm,
     /// SEND with immediate ([`IMM`]).
-    #[cfg_attr(feature = "std", value(skip))]
     SendImm,
 }
 
 /// The transport of the QPs (perftest's `-c`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, serde::Serialize)]
-#[cfg_attr(feature = "std", derive(clap::ValueEnum))]
 pub enum Transport {
     /// Reliable connected.
     #[default]
-    #[cfg_attr(feature = "std", value(name = "RC"))]
     Rc,
     /// Unreliable connected: SEND and WRITE (and their immediates); nothing acknowledged.
-    #[cfg_attr(feature = "std", value(name = "UC"))]
     Uc,
     /// Unreliable datagram: SEND (and with immediate), each to an address handle, up to the
     /// path MTU; the receive takes a 40-byte GRH area first.
-    #[cfg_attr(feature = "std", value(name = "UD"))]
     Ud,
 }
 

@@ -19,7 +19,6 @@ pub use prepared::Prepared;
 
 /// How the doorbell is rung.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-#[cfg_attr(feature = "std", derive(clap::ValueEnum))]
 pub enum DbMode {
     /// BlueFlame when a single WQE of at most 256 B was posted (else the 8-byte doorbell), with
     /// the trailing `sfence` (rdma-core's default).
@@ -27,7 +26,6 @@ pub enum DbMode {
     /// As `Bf` without the trailing `sfence` after a BlueFlame copy (UCX `bf_post` on x86,
     /// single-threaded); an 8-byte doorbell keeps its fence (UCX skips the flush only after whole
     /// BlueFlame lines). For measurement: the store order across threads is the caller's.
-    #[cfg_attr(feature = "std", value(name = "bf-nofence"))]
     BfNoFence,
     /// Always the 8-byte doorbell store.
     Db,
