@@ -83,7 +83,8 @@ impl From<DbModeArg> for DbMode {
     }
 }
 
-/// The post paths of `--backend`: one, or `all`.
+/// The post paths of `--backend`: one, or `all`. (No docs on the variants: the help lists their
+/// names alone.)
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq)]
 pub enum BackendArg {
     Verbs,
@@ -140,5 +141,35 @@ pub fn positive_f64(s: &str) -> Result<f64, String> {
     match s.parse::<f64>() {
         Ok(v) if v.is_finite() && v >= 0.0 => Ok(v),
         _ => Err(format!("'{s}' is not a number >= 0")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::ValueEnum;
+
+    /// The name each choice has on the command line.
+    fn name<T: ValueEnum>(v: &T) -> String {
+        v.to_possible_value().expect("not skipped").get_name().to_string()
+    }
+
+    #[test]
+    fn choices_are_named_as_the_library_names_them() {
+        for v in OpArg::value_variants() {
+            assert_eq!(name(v), OpKind::from(*v).cli_name());
+        }
+        for v in TransportArg::value_variants() {
+            assert_eq!(name(v), Transport::from(*v).as_str());
+        }
+        for v in DbModeArg::value_variants() {
+            assert_eq!(name(v), DbMode::from(*v).as_str());
+        }
+        for v in BackendArg::value_variants() {
+            match v.backends() {
+                Backends::Only(k) => assert_eq!(name(v), k.as_str()),
+                Backends::All => assert_eq!(name(v), "all"),
+            }
+        }
     }
 }
