@@ -9,7 +9,7 @@ use super::direct::RegCheck;
 use super::layout::{
     bump32, bump64, hdr, qp_dbrec, rings, state, transport, try_lock, CqHdr, MrHdr, QpHdr, Rings, QP_REG_OFF,
 };
-use super::objects::ObjRef;
+use super::lookup::ObjRef;
 use super::recv::deliver_to_receiver;
 use super::shm::{ObjKind, Shm};
 use super::wire::response_wire;
