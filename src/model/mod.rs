@@ -19,10 +19,10 @@
 //!
 //! The parts: `layout` (the shared headers and their checks), `objects` (the handle, object
 //! creation, the handles), `lookup` (the per-thread lookup cache of any process's objects),
-//! `decode` (WQEs), `exec` (running a send queue, the register checks), `recv` (the receive
-//! side), `cqe` (completions, errors), `wire` (the added delay), `direct` (the direct path's
-//! doorbell route and QP), `user` (objects over libmlx5's memory), `config` (knobs and errors),
-//! `info` (`rdmaprobe devices`).
+//! `decode` (WQEs), `exec` (running a send queue), `register` (the checks of the register page
+//! against the WQEs rung), `recv` (the receive side), `cqe` (completions, errors), `wire` (the
+//! added delay), `direct` (the direct path's doorbell route and QP), `user` (objects over
+//! libmlx5's memory), `config` (knobs and errors), `info` (`rdmaprobe devices`).
 
 pub mod shm;
 
@@ -37,6 +37,7 @@ mod layout;
 mod lookup;
 mod objects;
 mod recv;
+mod register;
 mod user;
 mod wire;
 
