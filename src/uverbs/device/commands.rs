@@ -466,19 +466,40 @@ pub(super) fn destroy_qp_ent(ctx: &mut Ctx, h: u32) {
     }
 }
 
+/// MODIFY_QP: a transition of the IB specification with its required attributes, the
+/// attributes given recorded, and what the new state sets off in the model.
 pub(super) fn modify_qp(ctx: &mut Ctx, q: &k::ib_uverbs_modify_qp) -> Result<(), c_int> {
     let Some(e) = ctx.qps.get_mut(&q.qp_handle) else {
         return errno_of(format!("MODIFY_QP of unknown handle {}", q.qp_handle), libc::EINVAL);
     };
     let m = q.attr_mask;
-    let a = &mut e.attr;
-    let cur = a.qp_state;
+    let cur = e.attr.qp_state;
     let next = if m & IBV_QP_STATE != 0 { q.qp_state } else { cur };
-    // The transitions and required attributes of the IB specification (the kernel's
-    // ib_modify_qp_is_ok) for an RC or a UC QP (UC: no ACK timeout, retries, RNR or READs).
     let uc = e.qp.transport() == crate::model::transport::UC;
     let ud = e.qp.transport() == crate::model::transport::UD;
-    let need = match (cur, next) {
+    match required_attrs((uc, ud), cur, next) {
+        Some(n) if m & n == n => {}
+        Some(n) => {
+            return errno_of(
+                format!("MODIFY_QP {cur}->{next}: attributes {:#x} missing", n & !m),
+                libc::EINVAL,
+            )
+        }
+        None => return errno_of(format!("MODIFY_QP {cur}->{next}: not a valid transition"), libc::EINVAL),
+    }
+    check_modify_values(q, e.qp.qpn())?;
+    record_attrs(e, q);
+    e.attr.qp_state = next;
+    enter_state(e, cur, next);
+    Ok(())
+}
+
+/// The attributes a transition `cur` -> `next` requires of a QP (`(uc, ud)`: whether it is a UC
+/// or a UD QP; else RC), `None` when it is not a transition: those of the IB specification (the
+/// kernel's ib_modify_qp_is_ok) for an RC or a UC QP (UC: no ACK timeout, retries, RNR or
+/// READs), and UD's.
+fn required_attrs((uc, ud): (bool, bool), cur: u8, next: u8) -> Option<u32> {
+    match (cur, next) {
         // UD: the Q_Key at INIT; no path, no destination (each datagram names its own)
         (QPS_RESET, QPS_INIT) if ud => Some(IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_QKEY),
         (QPS_INIT, QPS_RTR) if ud => Some(0),
@@ -501,17 +522,13 @@ pub(super) fn modify_qp(ctx: &mut Ctx, q: &k::ib_uverbs_modify_qp) -> Result<(),
         }
         (QPS_RTS, QPS_RTS) => Some(0),
         _ => None,
-    };
-    match need {
-        Some(n) if m & n == n => {}
-        Some(n) => {
-            return errno_of(
-                format!("MODIFY_QP {cur}->{next}: attributes {:#x} missing", n & !m),
-                libc::EINVAL,
-            )
-        }
-        None => return errno_of(format!("MODIFY_QP {cur}->{next}: not a valid transition"), libc::EINVAL),
     }
+}
+
+/// Refuses attribute values model0 cannot take in a MODIFY_QP of QP `qpn`: a port other than
+/// 1, a path MTU code out of range, the QP itself as destination.
+fn check_modify_values(q: &k::ib_uverbs_modify_qp, qpn: u32) -> Result<(), c_int> {
+    let m = q.attr_mask;
     if m & IBV_QP_PORT != 0 && q.port_num != 1 {
         return errno_of(
             format!("MODIFY_QP to port {}: model0 has port 1", q.port_num),
@@ -521,12 +538,20 @@ pub(super) fn modify_qp(ctx: &mut Ctx, q: &k::ib_uverbs_modify_qp) -> Result<(),
     if m & IBV_QP_PATH_MTU != 0 && !(1..=5).contains(&q.path_mtu) {
         return errno_of(format!("MODIFY_QP with path MTU code {}", q.path_mtu), libc::EINVAL);
     }
-    if m & IBV_QP_DEST_QPN != 0 && q.dest_qp_num == e.qp.qpn() {
+    if m & IBV_QP_DEST_QPN != 0 && q.dest_qp_num == qpn {
         return errno_of(
             "MODIFY_QP to itself: model0 has no loopback of a QP to itself",
             libc::EINVAL,
         );
     }
+    Ok(())
+}
+
+/// Records the attributes a MODIFY_QP gives in the QP's attributes (as QUERY_QP answers them);
+/// a Q_Key goes to the model's QP too.
+fn record_attrs(e: &mut QpEnt, q: &k::ib_uverbs_modify_qp) {
+    let m = q.attr_mask;
+    let a = &mut e.attr;
     if m & IBV_QP_ACCESS_FLAGS != 0 {
         a.qp_access_flags = q.qp_access_flags;
     }
@@ -573,7 +598,12 @@ pub(super) fn modify_qp(ctx: &mut Ctx, q: &k::ib_uverbs_modify_qp) -> Result<(),
     if m & IBV_QP_MAX_QP_RD_ATOMIC != 0 {
         a.max_rd_atomic = q.max_rd_atomic;
     }
-    a.qp_state = next;
+}
+
+/// What entering state `next` from `cur` sets off in the model's QP: RESET empties it, ERR
+/// flushes it, RTS from RTR connects it to its destination with its RNR settings.
+fn enter_state(e: &QpEnt, cur: u8, next: u8) {
+    let a = &e.attr;
     match next {
         QPS_RESET => e.qp.reset(),
         QPS_ERR => e.qp.set_error(),
@@ -586,5 +616,4 @@ pub(super) fn modify_qp(ctx: &mut Ctx, q: &k::ib_uverbs_modify_qp) -> Result<(),
         ),
         _ => {}
     }
-    Ok(())
 }
