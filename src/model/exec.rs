@@ -1,21 +1,20 @@
 //! Execution: a send queue's rung WQEs run under its lock (any process may run any QP), each
 //! against registered memory (keys resolved and checked), READ and atomic results landing late
-//! unless fenced, RNR retries; and the checks of what the poster stored in the register page
-//! (doorbell, BlueFlame copy).
+//! unless fenced, RNR retries; the register page is checked after the poster's doorbell
+//! (`register`).
 
 use super::cqe::{push_cqe, set_err, syndrome, CqeOut};
 use super::decode::{decode, Decoded};
 use super::direct::RegCheck;
-use super::layout::{
-    bump32, bump64, hdr, qp_dbrec, rings, state, transport, try_lock, CqHdr, MrHdr, QpHdr, Rings, QP_REG_OFF,
-};
-use super::objects::ObjRef;
+use super::layout::{bump32, bump64, hdr, qp_dbrec, rings, state, transport, try_lock, CqHdr, MrHdr, QpHdr};
+use super::lookup::ObjRef;
 use super::recv::deliver_to_receiver;
+use super::register::{blueflame_matches, check_doorbell, clear_register};
 use super::shm::{ObjKind, Shm};
 use super::wire::response_wire;
-use super::{Model, BF_SIZE};
+use super::Model;
 use crate::mlx5::cq::cqe_op;
-use crate::mlx5::seg::{opcode, WQEBB};
+use crate::mlx5::seg::opcode;
 use crate::sys;
 use std::sync::atomic::{fence, AtomicU64, Ordering};
 
@@ -461,64 +460,139 @@ fn run_sq(m: &Model, q: &Shm, check: bool) -> Option<(u32, usize)> {
     };
     // the ring as checked (another process may be the QP's owner and change its header)
     let (sq, sq_cnt) = (r.sq as *const u8, r.sq_cnt);
-    // SAFETY: the send counter, dbrec[1] (checked by qp_dbrec).
-    let db = u32::from_be(unsafe { std::ptr::read_volatile(dbrec.add(1)) }) & 0xffff;
-    fence(Ordering::Acquire);
-    let mut ci = h.sq_ci.load(Ordering::Relaxed);
-    let target = ci.wrapping_add(db.wrapping_sub(ci) & 0xffff);
+    let (mut ci, target) = rung_range(h, dbrec);
     let mut rung = None;
     if check && target != ci {
-        match doorbell_matches(q, sq, sq_cnt, ci, target) {
-            Rung::Matches(last, half) => rung = Some((last, half)),
-            Rung::Unknown => {}
-            Rung::Mismatch => {
-                // The register does not hold the doorbell of the last WQE rung: a NIC would
-                // fetch another WQE, or none. The model executes none of them: the QP moves to
-                // error and the loop below flushes them (WR_FLUSH, one CQE each).
-                h.bad_doorbells.fetch_add(1, Ordering::Relaxed);
-                set_err(m, q);
-            }
-        }
+        rung = check_doorbell(m, q, h, (sq, sq_cnt), ci, target);
     }
     let mut buf = [0u8; 1024];
-    let mut rnr_deadline: Option<std::time::Instant> = None;
     let mut executed = 0u64;
     // READ data and atomic results still on their way back, and the completions behind them
     // (a send queue completes in order). Empty, and not allocated, unless a READ or an atomic
     // is followed by more WQEs of this doorbell.
     let mut lands: Vec<Landing> = Vec::new();
     let mut held: Vec<CqeOut> = Vec::new();
-    let emit = |lands: &Vec<Landing>, held: &mut Vec<CqeOut>, c: CqeOut| {
-        if lands.is_empty() {
-            push_cqe(m, &scq, c);
-        } else {
-            held.push(c);
-        }
+    let mut run = SqRun {
+        m,
+        q,
+        h,
+        scq,
+        rnr_deadline: None,
+        lands: &mut lands,
+        held: &mut held,
     };
     while ci != target {
-        // A CQ that overflowed is in error, as on a ConnectX (a CQ error event; its QPs move to
-        // error): nothing more executes, and the QP's later WQEs would be flushed into it.
-        if hdr::<CqHdr>(&scq).overruns.load(Ordering::Relaxed) > 0 && h.state.load(Ordering::Acquire) != state::ERR {
-            set_err(m, q);
-        }
+        run.stop_on_cq_error();
         let ud = h.transport.load(Ordering::Relaxed) == transport::UD;
         let d = match decode(sq, sq_cnt, ci, h.obj.id, &mut buf, ud) {
             Ok(d) => d,
             Err((op, idx)) => {
-                // Malformed: report at the slot, move the QP to error; the rest is flushed.
-                emit(&lands, &mut held, req_err(h, idx, syndrome::LOCAL_QP_OP, op));
-                set_err(m, q);
+                run.malformed(op, idx);
                 ci = ci.wrapping_add(1);
                 continue;
             }
         };
         let nbb = d.ds.div_ceil(4);
-        // Responses in flight land before this WQE runs, unless it reads their destination
-        // without a fence: then it runs first (and sends what was there before, as a ConnectX
-        // would), the responses copied first in case it writes their source, and land after it.
-        let hazard = !lands.is_empty() && !d.fence && reads_landing(m, h, &d, &lands);
+        let hazard = run.land_or_keep_responses(&d);
+        let more = ci.wrapping_add(nbb) != target || !run.lands.is_empty();
+        let outcome = run.outcome(&d, &buf, more);
+        match run.complete(&d, outcome) {
+            Flow::Next => {}
+            Flow::Retry => continue,
+            Flow::Stop => break,
+        }
+        run.rnr_deadline = None;
+        ci = ci.wrapping_add(nbb);
+        executed += 1;
         if hazard {
-            for l in lands.iter_mut() {
+            run.land();
+        }
+        h.sq_ci.store(ci, Ordering::Release);
+    }
+    run.land();
+    if executed > 0 {
+        bump64(&h.ctr_wqes, executed);
+    }
+    rung
+}
+
+/// The send queue's consumer index and the index its doorbell record's send counter rings up
+/// to (`dbrec`: the QP's doorbell record, checked).
+#[inline(always)]
+fn rung_range(h: &QpHdr, dbrec: *mut u32) -> (u32, u32) {
+    // SAFETY: the send counter, dbrec[1] (checked by qp_dbrec).
+    let db = u32::from_be(unsafe { std::ptr::read_volatile(dbrec.add(1)) }) & 0xffff;
+    fence(Ordering::Acquire);
+    let ci = h.sq_ci.load(Ordering::Relaxed);
+    let target = ci.wrapping_add(db.wrapping_sub(ci) & 0xffff);
+    (ci, target)
+}
+
+/// What [`run_sq`] does after a WQE's completion: go on with the next WQE, try the same one
+/// again (an RNR retry), or stop (infinite RNR retries: resumed later).
+enum Flow {
+    Next,
+    Retry,
+    Stop,
+}
+
+/// The state of one run of a send queue ([`run_sq`]): the QP, its send CQ, the RNR deadline of
+/// the WQE retried, and the responses in flight with the completions held behind them.
+struct SqRun<'a> {
+    m: &'a Model,
+    q: &'a Shm,
+    h: &'a QpHdr,
+    scq: ObjRef,
+    rnr_deadline: Option<std::time::Instant>,
+    lands: &'a mut Vec<Landing>,
+    held: &'a mut Vec<CqeOut>,
+}
+
+impl SqRun<'_> {
+    /// Writes completion `c`, or holds it behind the responses in flight.
+    #[inline(always)]
+    fn emit(&mut self, c: CqeOut) {
+        if self.lands.is_empty() {
+            push_cqe(self.m, &self.scq, c);
+        } else {
+            self.held.push(c);
+        }
+    }
+
+    /// The responses in flight land, then the completions held behind them.
+    #[inline(always)]
+    fn land(&mut self) {
+        land(self.m, &self.scq, self.lands, self.held);
+    }
+
+    /// A CQ that overflowed is in error, as on a ConnectX (a CQ error event; its QPs move to
+    /// error): nothing more executes, and the QP's later WQEs would be flushed into it.
+    #[inline(always)]
+    fn stop_on_cq_error(&self) {
+        let h = self.h;
+        if hdr::<CqHdr>(&self.scq).overruns.load(Ordering::Relaxed) > 0 && h.state.load(Ordering::Acquire) != state::ERR
+        {
+            set_err(self.m, self.q);
+        }
+    }
+
+    /// A malformed WQE (`op`, at slot `idx`): reported at the slot, the QP moved to error; the
+    /// rest is flushed.
+    #[inline(always)]
+    fn malformed(&mut self, op: u8, idx: u16) {
+        let c = req_err(self.h, idx, syndrome::LOCAL_QP_OP, op);
+        self.emit(c);
+        set_err(self.m, self.q);
+    }
+
+    /// Responses in flight land before WQE `d` runs, unless it reads their destination without
+    /// a fence: then it runs first (and sends what was there before, as a ConnectX would), the
+    /// responses copied first in case it writes their source, and land after it (returns true).
+    #[inline(always)]
+    fn land_or_keep_responses(&mut self, d: &Decoded) -> bool {
+        let hazard = !self.lands.is_empty() && !d.fence && reads_landing(self.m, self.h, d, self.lands);
+        if hazard {
+            for l in self.lands.iter_mut() {
                 if let Bytes::Source(src, n) = &l.bytes {
                     // SAFETY: the source was resolved in bounds of the responder's region for
                     // `n` bytes, and its mapping is held by the region.
@@ -526,79 +600,89 @@ fn run_sq(m: &Model, q: &Shm, check: bool) -> Option<(u32, usize)> {
                     l.bytes = Bytes::Owned(v);
                 }
             }
-        } else if !lands.is_empty() {
-            land(m, &scq, &mut lands, &mut held);
+        } else if !self.lands.is_empty() {
+            self.land();
         }
-        let more = ci.wrapping_add(nbb) != target || !lands.is_empty();
+        hazard
+    }
+
+    /// What WQE `d` (its bytes in `buf`) comes to: flushed when the QP is not in RTS, the
+    /// injected error when its countdown ends, else its execution (`more`: WQEs or responses
+    /// follow it, so its own responses land late).
+    #[inline(always)]
+    fn outcome(&mut self, d: &Decoded, buf: &[u8; 1024], more: bool) -> Outcome {
+        let h = self.h;
         let st = h.state.load(Ordering::Acquire);
-        let outcome = if st != state::RTS {
+        if st != state::RTS {
             Outcome::Fail(syndrome::WR_FLUSH)
         } else if h.inject_countdown.load(Ordering::Acquire) > 0
             && h.inject_countdown.fetch_sub(1, Ordering::AcqRel) == 1
         {
             Outcome::Fail(h.inject_syndrome.load(Ordering::Acquire) as u8)
         } else {
-            run_one(m, h, &d, &buf, more.then_some(&mut lands))
-        };
+            run_one(self.m, h, d, buf, more.then_some(&mut *self.lands))
+        }
+    }
+
+    /// Completes WQE `d` with `outcome`: its CQE when signaled, an error CQE (the QP to error
+    /// unless flushed), or an RNR stall.
+    #[inline(always)]
+    fn complete(&mut self, d: &Decoded, outcome: Outcome) -> Flow {
+        let h = self.h;
         match outcome {
             Outcome::Done { byte_cnt } => {
                 if d.signaled {
-                    emit(
-                        &lands,
-                        &mut held,
-                        CqeOut {
-                            op: cqe_op::REQ,
-                            qpn: h.obj.id,
-                            uidx: h.uidx,
-                            wqe_counter: d.idx,
-                            byte_cnt,
-                            wqe_opcode: d.opcode,
-                            ..Default::default()
-                        },
-                    );
+                    self.emit(CqeOut {
+                        op: cqe_op::REQ,
+                        qpn: h.obj.id,
+                        uidx: h.uidx,
+                        wqe_counter: d.idx,
+                        byte_cnt,
+                        wqe_opcode: d.opcode,
+                        ..Default::default()
+                    });
                 }
             }
             Outcome::Fail(s) => {
-                emit(&lands, &mut held, req_err(h, d.idx, s, d.opcode));
+                self.emit(req_err(h, d.idx, s, d.opcode));
                 if s != syndrome::WR_FLUSH {
-                    set_err(m, q);
+                    set_err(self.m, self.q);
                 }
             }
-            Outcome::Stall => {
-                if rnr_deadline.is_none() {
-                    bump32(&h.ctr_rnr, 1);
-                }
-                let retries = h.rnr_retry.load(Ordering::Relaxed);
-                if retries >= 7 {
-                    break; // infinite: resumed by the receiver's doorbell or the next ring
-                }
-                let peer_timer = m
-                    .lookup(ObjKind::Qp, h.peer.load(Ordering::Relaxed))
-                    .map(|p| hdr::<QpHdr>(&p).min_rnr_timer.load(Ordering::Relaxed))
-                    .unwrap_or(12);
-                let wait = std::time::Duration::from_micros(rnr_timer_us(peer_timer) * retries as u64);
-                let deadline = *rnr_deadline.get_or_insert_with(|| std::time::Instant::now() + wait);
-                if retries > 0 && std::time::Instant::now() < deadline {
-                    std::hint::spin_loop();
-                    continue; // retry the same WQE
-                }
-                emit(&lands, &mut held, req_err(h, d.idx, syndrome::RNR_RETRY_EXC, d.opcode));
-                set_err(m, q);
-            }
+            Outcome::Stall => return self.rnr_stall(d),
         }
-        rnr_deadline = None;
-        ci = ci.wrapping_add(nbb);
-        executed += 1;
-        if hazard {
-            land(m, &scq, &mut lands, &mut held);
+        Flow::Next
+    }
+
+    /// WQE `d` met a responder without a receive: counted once per WQE; stop when retries are
+    /// infinite (resumed by the receiver's doorbell or the next ring), retry until the peer's
+    /// RNR timer times the retries has passed, then the retry-exceeded error.
+    #[inline(always)]
+    fn rnr_stall(&mut self, d: &Decoded) -> Flow {
+        let (m, h) = (self.m, self.h);
+        if self.rnr_deadline.is_none() {
+            bump32(&h.ctr_rnr, 1);
         }
-        h.sq_ci.store(ci, Ordering::Release);
+        let retries = h.rnr_retry.load(Ordering::Relaxed);
+        if retries >= 7 {
+            return Flow::Stop; // infinite: resumed by the receiver's doorbell or the next ring
+        }
+        let peer_timer = m
+            .lookup(ObjKind::Qp, h.peer.load(Ordering::Relaxed))
+            .map(|p| hdr::<QpHdr>(&p).min_rnr_timer.load(Ordering::Relaxed))
+            .unwrap_or(12);
+        let wait = std::time::Duration::from_micros(rnr_timer_us(peer_timer) * retries as u64);
+        let deadline = *self
+            .rnr_deadline
+            .get_or_insert_with(|| std::time::Instant::now() + wait);
+        if retries > 0 && std::time::Instant::now() < deadline {
+            std::hint::spin_loop();
+            return Flow::Retry; // retry the same WQE
+        }
+        self.emit(req_err(h, d.idx, syndrome::RNR_RETRY_EXC, d.opcode));
+        set_err(m, self.q);
+        Flow::Next
     }
-    land(m, &scq, &mut lands, &mut held);
-    if executed > 0 {
-        bump64(&h.ctr_wqes, executed);
-    }
-    rung
 }
 
 /// The requester's error CQE of WQE `idx` (its opcode `op`) on QP `h`.
@@ -646,97 +730,5 @@ fn land(m: &Model, scq: &Shm, lands: &mut Vec<Landing>, held: &mut Vec<CqeOut>) 
     }
     for c in held.drain(..) {
         push_cqe(m, scq, c);
-    }
-}
-
-/// What the register says of the WQEs rung.
-enum Rung {
-    /// Register half `.1` starts with the first 8 bytes of the last WQE rung, at WQEBB `.0`.
-    Matches(u32, usize),
-    /// Neither half does.
-    Mismatch,
-    /// The WQEs do not add up (a malformed one): execution reports it at its slot.
-    Unknown,
-}
-
-/// The QP's register page: two BlueFlame halves of `BF_SIZE` bytes (the poster alternates).
-fn reg_half(q: &Shm, half: usize) -> *mut u64 {
-    // SAFETY: the register page is inside the QP object's mapping (QP_REG_OFF + 2 * BF_SIZE).
-    unsafe { q.ptr().add(QP_REG_OFF + half * BF_SIZE as usize) as *mut u64 }
-}
-
-/// Whether the register page of `q` (either BlueFlame half: the halves alternate) starts with
-/// the first 8 bytes of the last WQE rung between `ci` and `target` (WQEBB indices): the
-/// doorbell a ConnectX reads the WQE index, opcode, QP number and size from (a BlueFlame copy
-/// starts with them too). The last WQE is found by walking the control segments' DS.
-fn doorbell_matches(q: &Shm, sq: *const u8, cnt: u32, ci: u32, target: u32) -> Rung {
-    let (mut at, mut last) = (ci, ci);
-    while at != target {
-        // SAFETY: byte 7 (DS) of the control segment at WQEBB `at` inside the ring.
-        let ds = unsafe { std::ptr::read_volatile(sq.add((at & (cnt - 1)) as usize * WQEBB + 7)) } & 0x3f;
-        if ds == 0 {
-            return Rung::Unknown; // a malformed WQE: execution reports it (LOCAL_QP_OP)
-        }
-        last = at;
-        at = at.wrapping_add((ds as u32).div_ceil(4));
-        if target.wrapping_sub(at) > target.wrapping_sub(ci) {
-            return Rung::Unknown; // sizes that overrun the record: execution reports the WQE
-        }
-    }
-    // SAFETY: the last WQE's first 8 bytes in the ring.
-    let want = unsafe { std::ptr::read_unaligned(sq.add((last & (cnt - 1)) as usize * WQEBB) as *const u64) };
-    // SAFETY: the first 8 bytes of each register half.
-    match (0..2).find(|&half| unsafe { std::ptr::read_volatile(reg_half(q, half)) } == want) {
-        Some(half) => Rung::Matches(last, half),
-        None => Rung::Mismatch,
-    }
-}
-
-/// Whether register half `half`, which holds the doorbell of the WQE at WQEBB `last`, holds it
-/// whole when it was a BlueFlame write. A BlueFlame write is told from an 8-byte doorbell by
-/// what it leaves past the first 8 bytes (the model clears them after every check, see
-/// [`clear_register`]): a copy of the WQE's 64-byte units, up to `BF_SIZE`, which must equal the
-/// ring's. An all-zero first unit past byte 8 reads as a doorbell: lenient, never a false alarm.
-fn blueflame_matches(q: &Shm, last: u32, half: usize) -> bool {
-    let Some(Rings { sq, sq_cnt: cnt, .. }) = rings(q) else {
-        return true;
-    };
-    let reg = reg_half(q, half);
-    // SAFETY: words 1..8 of the half (inside the register page).
-    if (1..8).all(|w| unsafe { std::ptr::read_volatile(reg.add(w)) } == 0) {
-        return true; // an 8-byte doorbell
-    }
-    bump64(&hdr::<QpHdr>(q).ctr_bf_writes, 1);
-    let unit = |b: u32| -> *const u64 {
-        // SAFETY: WQEBB `last + b`, masked into the ring.
-        unsafe { sq.add((last.wrapping_add(b) & (cnt - 1)) as usize * WQEBB) as *const u64 }
-    };
-    // SAFETY: byte 7 (DS) of the WQE's control segment, in the ring.
-    let ds = unsafe { std::ptr::read_volatile((unit(0) as *const u8).add(7)) } & 0x3f;
-    let nbb = (ds as u32).div_ceil(4);
-    if nbb == 0 || nbb as usize * WQEBB > BF_SIZE as usize {
-        return false; // no BlueFlame write is that long
-    }
-    (0..nbb).all(|b| {
-        (0..8usize).all(|w| {
-            // SAFETY: word w of WQEBB b, in the ring and in the half (nbb * 64 <= BF_SIZE).
-            unsafe { std::ptr::read_volatile(reg.add(b as usize * 8 + w)) == std::ptr::read_volatile(unit(b).add(w)) }
-        })
-    })
-}
-
-/// Clears both register halves past their first 8 bytes, so the next check tells a BlueFlame
-/// write (which leaves bytes there) from an 8-byte doorbell (which does not). Only the poster's
-/// thread writes the register, and only it checks: nothing else races with this.
-fn clear_register(q: &Shm) {
-    for half in 0..2 {
-        let reg = reg_half(q, half);
-        // SAFETY: words 1..8 of the half.
-        if (1..8).any(|w| unsafe { std::ptr::read_volatile(reg.add(w)) } != 0) {
-            for w in 1..BF_SIZE as usize / 8 {
-                // SAFETY: word w of the half, inside the register page.
-                unsafe { std::ptr::write_volatile(reg.add(w), 0) };
-            }
-        }
     }
 }

@@ -18,10 +18,11 @@
 
 //!
 //! The parts: `layout` (the shared headers and their checks), `objects` (the handle, object
-//! creation and lookup), `decode` (WQEs), `exec` (running a send queue, the register checks),
-//! `recv` (the receive side), `cqe` (completions, errors), `wire` (the added delay), `direct`
-//! (the direct path's doorbell route and QP), `user` (objects over libmlx5's memory), `config`
-//! (knobs and errors), `info` (`rdmaprobe devices`).
+//! creation, the handles), `lookup` (the per-thread lookup cache of any process's objects),
+//! `decode` (WQEs), `exec` (running a send queue), `register` (the checks of the register page
+//! against the WQEs rung), `recv` (the receive side), `cqe` (completions, errors), `wire` (the
+//! added delay), `direct` (the direct path's doorbell route and QP), `user` (objects over
+//! libmlx5's memory), `config` (knobs and errors), `info` (`rdmaprobe devices`).
 
 pub mod shm;
 
@@ -33,8 +34,10 @@ pub mod events;
 mod exec;
 mod info;
 mod layout;
+mod lookup;
 mod objects;
 mod recv;
+mod register;
 mod user;
 mod wire;
 

@@ -1,6 +1,7 @@
 //! model0's objects and their API: the per-process [`Model`] handle (opening, ids, protection
-//! domains), creation of memory regions, CQs and QPs, the per-thread lookup of any process's
-//! objects, and the handles [`ModelMr`], [`ModelCq`], [`ModelQp`] that take them out of service.
+//! domains, counters), creation of memory regions, CQs and QPs, and the handles [`ModelMr`],
+//! [`ModelCq`], [`ModelQp`] that take them out of service. Their lookup, from any process, is
+//! `lookup`'s.
 
 use super::config::{
     io, ExecMode, ModelConfig, ModelConnect, ModelError, ModelQpCaps, BF_SIZE, MAX_INLINE, MAX_WIRE_DELAY_NS,
@@ -10,9 +11,10 @@ use super::cqe::set_err;
 use super::direct::{deliver_now, ModelDoorbell, Pending};
 use super::exec::execute;
 use super::layout::{
-    hdr, init_obj, owner_of, qp_dbrec, state, CqHdr, MrHdr, ObjHdr, QpHdr, CQ_DBREC_OFF, MAGIC, PAGE, QP_DBREC_OFF,
+    hdr, init_obj, owner_of, qp_dbrec, state, CqHdr, MrHdr, ObjHdr, QpHdr, CQ_DBREC_OFF, PAGE, QP_DBREC_OFF,
     QP_REG_OFF, QP_SQ_OFF,
 };
+use super::lookup::note_retired;
 use super::shm::{self, ObjKind, Shm};
 use super::user;
 use super::wire::{wire_clock, WIRE_TIMED};
@@ -359,138 +361,6 @@ impl Model {
             user: Mutex::new(user),
         }
     }
-
-    /// A stretch of model work on this thread (executing a QP, delivering to its receives,
-    /// flushing them) in which references from [`Model::lookup`] are used: they stay valid until
-    /// the outermost scope of the thread ends. Entering an outermost scope is the one point where
-    /// no reference is held, and where the cache gives back the mappings of destroyed objects:
-    /// an entry found destroyed there is marked, and removed at the next such point (a
-    /// destroyed object's entry is never handed out again), once the cache holds twice the live
-    /// objects of the last pass (the pass costs a walk of the cache: amortised, nothing per
-    /// doorbell). Without
-    /// it a pinned thread kept every object it ever reached mapped and its file open: 4 files per
-    /// QP pair of every bandwidth run, until `EMFILE`.
-    pub(super) fn scope() -> LookupScope {
-        DEPTH.with(|d| {
-            if d.get() == 0 {
-                CACHE.with(|c| {
-                    let mut c = c.borrow_mut();
-                    // a pass when this process has retired objects since this thread's last
-                    // pass, when the last pass marked some, or when the cache has doubled (the
-                    // objects of other processes: their retirement is not counted here)
-                    let retired = RETIRED.load(Ordering::Acquire);
-                    if retired != SEEN.with(|s| s.get())
-                        || MARKED.with(|m| m.get())
-                        || c.len() >= PRUNE_AT.with(|p| p.get())
-                    {
-                        SEEN.with(|s| s.set(retired));
-                        let mut live = 0;
-                        let mut marked = false;
-                        c.retain_mut(|e| {
-                            if hdr::<ObjHdr>(&e.2).valid.load(Ordering::Acquire) == 1 {
-                                live += 1;
-                                return true;
-                            }
-                            let keep = !e.3;
-                            e.3 = true;
-                            marked |= keep;
-                            keep
-                        });
-                        MARKED.with(|m| m.set(marked));
-                        PRUNE_AT.with(|p| p.set((2 * live).max(64)));
-                    }
-                });
-            }
-            d.set(d.get() + 1);
-        });
-        LookupScope(std::marker::PhantomData)
-    }
-
-    /// The object `id` of `kind`, from this thread's own cache (no lock, no reference count
-    /// touched, nothing written that another thread reads). This process's own objects are
-    /// reached through their owner's mapping (one virtual address per physical page: some CPUs
-    /// penalise a line reached through two), others' through a mapping of this thread's.
-    pub(super) fn lookup(&self, kind: ObjKind, id: u32) -> Option<ObjRef> {
-        CACHE.with(|c| {
-            let mut c = c.borrow_mut();
-            for e in c.iter().rev() {
-                if e.0 == kind && e.1 == id && hdr::<ObjHdr>(&e.2).valid.load(Ordering::Acquire) == 1 {
-                    return Some(ObjRef(Arc::as_ptr(&e.2)));
-                }
-            }
-            let map = match kind {
-                ObjKind::Mr => &self.inner.mrs,
-                ObjKind::Qp => &self.inner.qps,
-                ObjKind::Cq => &self.inner.cqs,
-                ObjKind::Db => &self.inner.dbs,
-            };
-            let own = map.lock().unwrap_or_else(|p| p.into_inner()).get(&id).cloned();
-            let s = match own {
-                Some(s) => s,
-                None => Arc::new(Shm::open(kind, id).ok()?),
-            };
-            let h: &ObjHdr = hdr(&s);
-            if h.magic != MAGIC || h.id != id || h.valid.load(Ordering::Acquire) != 1 {
-                return None;
-            }
-            let r = ObjRef(Arc::as_ptr(&s));
-            c.push((kind, id, s, false));
-            Some(r)
-        })
-    }
-}
-
-/// A lookup cache entry: kind, id, the mapping, found destroyed by a pass of `Model::scope`.
-type Cached = (ObjKind, u32, Arc<Shm>, bool);
-
-thread_local! {
-    // This thread's mappings of the objects it reached: (kind, id, mapping, found destroyed by
-    // a pass of `Model::scope`). Entries are removed only by `scope` at depth 0.
-    static CACHE: std::cell::RefCell<Vec<Cached>> = const { std::cell::RefCell::new(Vec::new()) };
-    // How deep in `LookupScope`s this thread is.
-    static DEPTH: std::cell::Cell<u32> = const { std::cell::Cell::new(0) };
-    // The cache's length at which the next pass runs.
-    static PRUNE_AT: std::cell::Cell<usize> = const { std::cell::Cell::new(64) };
-    // `RETIRED` at this thread's last pass.
-    static SEEN: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
-    // The last pass marked entries (the next removes them).
-    static MARKED: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
-}
-
-/// Counts an object taken out of service elsewhere than [`retire`].
-pub(super) fn note_retired() {
-    RETIRED.fetch_add(1, Ordering::Release);
-}
-
-/// Objects this process has retired (taken out of service), ever: a lookup cache whose thread
-/// saw another count has entries to give back.
-static RETIRED: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-
-/// See [`Model::scope`] (not `Send`: it counts this thread's depth).
-pub(super) struct LookupScope(std::marker::PhantomData<*const ()>);
-
-impl Drop for LookupScope {
-    fn drop(&mut self) {
-        DEPTH.with(|d| d.set(d.get().saturating_sub(1)));
-    }
-}
-
-/// A reference to a mapped object from this thread's lookup cache (not `Send`: it is only valid
-/// on the thread that looked it up, whose cache keeps the mapping until its outermost
-/// [`LookupScope`] ends, or the thread).
-#[derive(Clone, Copy)]
-pub(super) struct ObjRef(*const Shm);
-
-impl std::ops::Deref for ObjRef {
-    type Target = Shm;
-    fn deref(&self) -> &Shm {
-        // SAFETY: the pointer comes from an Arc held by this thread's cache, whose entries are
-        // removed only when this thread enters an outermost LookupScope (where no reference
-        // is held: they are used within the scope they were taken in), and only those of
-        // objects already found destroyed by an earlier pass (never handed out since); ObjRef
-        // cannot leave the thread.
-        unsafe { &*self.0 }
-    }
 }
 
 /// Where a new memory region's bytes are.
@@ -590,7 +460,7 @@ impl Drop for ModelMr {
 /// back, its file removed, out of this process's table.
 pub(super) fn retire(shm: &Shm, pin: Option<user::Pinned>, table: &Mutex<HashMap<u32, Arc<Shm>>>, id: u32) {
     hdr::<ObjHdr>(shm).valid.store(0, Ordering::Release);
-    RETIRED.fetch_add(1, Ordering::Release);
+    note_retired();
     if let Some(p) = pin {
         p.release(shm);
     }

@@ -82,8 +82,6 @@ pub(super) fn deliver_to_receiver(
     let stride = r.rq_stride as usize;
     // SAFETY: the receive WQE at slot ci inside the peer's RQ ring (checked by rings).
     let rwqe = unsafe { r.rq.add((ci & (r.rq_cnt - 1)) as usize * stride) };
-    let mut off = 0usize;
-    let mut fail = None;
     let write_len = if resp_op == cqe_op::RESP_WR_IMM {
         0
     } else {
@@ -93,60 +91,11 @@ pub(super) fn deliver_to_receiver(
     // most 32 bytes goes into the CQE, the receive buffer stays untouched (its entries are
     // still checked, as the NIC checks the receive WQE)
     let scatter = ph.scatter_cqe != 0 && write_len > 0 && write_len <= ph.scatter_cqe.min(32) as usize;
-    for i in 0..stride / 16 {
-        if off >= write_len {
-            break;
-        }
-        // SAFETY: scatter entry i of the receive WQE.
-        let s: sys::mlx5_wqe_data_seg = unsafe { std::ptr::read_unaligned(rwqe.add(i * 16) as *const _) };
-        let lkey = u32::from_be(s.lkey);
-        if lkey == INVALID_LKEY {
-            break;
-        }
-        let (addr, len) = (u64::from_be(s.addr), u32::from_be(s.byte_count) as usize);
-        let n = len.min(write_len - off);
-        match resolve(
-            m,
-            lkey,
-            addr,
-            n as u64,
-            ph.pd,
-            ph.obj.owner_pid,
-            sys::IBV_ACCESS_LOCAL_WRITE,
-        ) {
-            Ok(r) => {
-                if !scatter {
-                    // SAFETY: resolved in bounds of the receiver's region.
-                    unsafe { std::ptr::copy_nonoverlapping(payload.as_ptr().add(off), r.ptr, n) };
-                }
-                off += n;
-            }
-            Err(_) => {
-                fail = Some(syndrome::LOCAL_PROT);
-                break;
-            }
-        }
-    }
-    if fail.is_none() && off < write_len {
-        fail = Some(syndrome::LOCAL_LENGTH);
-    }
+    let fail = scatter_payload(m, ph, (rwqe, stride), payload, write_len, scatter);
     ph.rq_ci.store(ci.wrapping_add(1), Ordering::Relaxed);
     unlock(&ph.rq_lock);
     if let Some(s) = fail {
-        push_cqe(
-            m,
-            &rcq,
-            CqeOut {
-                op: cqe_op::RESP_ERR,
-                qpn: ph.obj.id,
-                uidx: ph.uidx,
-                wqe_counter: ci as u16,
-                syndrome: s,
-                ..Default::default()
-            },
-        );
-        set_err(m, peer);
-        return Outcome::Fail(syndrome::REMOTE_INVAL_REQ);
+        return receive_failed(m, (peer, ph), &rcq, ci, s);
     }
     push_cqe(
         m,
@@ -173,6 +122,82 @@ pub(super) fn deliver_to_receiver(
     Outcome::Done {
         byte_cnt: payload.len() as u32,
     }
+}
+
+/// Scatters the first `write_len` bytes of `payload` through the receive WQE `wqe` (its address
+/// and stride, in the ring of `ph`) into the receiver's regions, or only checks its entries
+/// when the payload goes into the CQE (`to_cqe`). The syndrome of a failure: an entry's key,
+/// access or bounds refused, or entries too short for the payload.
+#[inline(always)]
+fn scatter_payload(
+    m: &Model,
+    ph: &QpHdr,
+    wqe: (*mut u8, usize),
+    payload: &[u8],
+    write_len: usize,
+    to_cqe: bool,
+) -> Option<u8> {
+    let (rwqe, stride) = wqe;
+    let mut off = 0usize;
+    let mut fail = None;
+    for i in 0..stride / 16 {
+        if off >= write_len {
+            break;
+        }
+        // SAFETY: scatter entry i of the receive WQE.
+        let s: sys::mlx5_wqe_data_seg = unsafe { std::ptr::read_unaligned(rwqe.add(i * 16) as *const _) };
+        let lkey = u32::from_be(s.lkey);
+        if lkey == INVALID_LKEY {
+            break;
+        }
+        let (addr, len) = (u64::from_be(s.addr), u32::from_be(s.byte_count) as usize);
+        let n = len.min(write_len - off);
+        match resolve(
+            m,
+            lkey,
+            addr,
+            n as u64,
+            ph.pd,
+            ph.obj.owner_pid,
+            sys::IBV_ACCESS_LOCAL_WRITE,
+        ) {
+            Ok(r) => {
+                if !to_cqe {
+                    // SAFETY: resolved in bounds of the receiver's region.
+                    unsafe { std::ptr::copy_nonoverlapping(payload.as_ptr().add(off), r.ptr, n) };
+                }
+                off += n;
+            }
+            Err(_) => {
+                fail = Some(syndrome::LOCAL_PROT);
+                break;
+            }
+        }
+    }
+    if fail.is_none() && off < write_len {
+        fail = Some(syndrome::LOCAL_LENGTH);
+    }
+    fail
+}
+
+/// Receive `ci` of `peer` (and its header) failed with syndrome `s`: its error CQE into `rcq`,
+/// `peer` moved to error; the requester's WQE fails as a remote invalid request.
+#[inline(always)]
+fn receive_failed(m: &Model, (peer, ph): (&Shm, &QpHdr), rcq: &Shm, ci: u32, s: u8) -> Outcome {
+    push_cqe(
+        m,
+        rcq,
+        CqeOut {
+            op: cqe_op::RESP_ERR,
+            qpn: ph.obj.id,
+            uidx: ph.uidx,
+            wqe_counter: ci as u16,
+            syndrome: s,
+            ..Default::default()
+        },
+    );
+    set_err(m, peer);
+    Outcome::Fail(syndrome::REMOTE_INVAL_REQ)
 }
 
 /// What posting receives sets off: flushed at once on a QP in error; otherwise a sender of the

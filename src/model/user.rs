@@ -255,7 +255,7 @@ impl ModelQp {
     /// rings only through its own object file, never the program's addresses.
     pub fn release_user_memory(&self) {
         hdr::<ObjHdr>(&self.shm).valid.store(0, Ordering::Release);
-        super::objects::note_retired();
+        super::lookup::note_retired();
         let pin = self.user.lock().unwrap_or_else(|p| p.into_inner()).take();
         if let Some(p) = pin {
             p.release(&self.shm);

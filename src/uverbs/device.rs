@@ -4,22 +4,21 @@
 //! model0: objects are model0's, their memory is the program's (pinned into model0's shared
 //! files), the UAR pages are plain shared memory.
 //!
-//! Here: the descriptors and their contexts, the UAR mappings and the dispatch of each command;
-//! the framing of a command and its response is in `frame`, the commands' work in `commands`.
+//! Here: the descriptors and their contexts, the UAR mappings and GET_CONTEXT; the framing of a
+//! command and its response is in `frame`, the table of the other commands' handlers in
+//! `dispatch`, the larger commands' work in `commands`.
 
 mod commands;
+mod dispatch;
 mod frame;
 
 use super::interpose;
 use crate::model::{Model, ModelCq, ModelDbPage, ModelMr, ModelQp};
 use crate::sys::kabi as k;
-use commands::{
-    create_cq, create_qp, destroy_qp_ent, device_attr, get_context, modify_qp, port_attr, reg_mr, release_db,
-};
-use frame::{bytes, frame, legacy, rd};
+use commands::{destroy_qp_ent, get_context, release_db};
+use frame::{frame, legacy, Cmd};
 use std::collections::HashMap;
 use std::ffi::{c_int, c_void};
-use std::mem::size_of;
 use std::sync::{Arc, Mutex, Weak};
 
 /// The uverbs device's name in the fake sysfs and under `/dev/infiniband`.
@@ -217,6 +216,8 @@ pub(super) fn mmap_device(fd: c_int, len: usize, off: libc::off_t) -> Result<*mu
     Ok(p)
 }
 
+/// Answers the command `b` written on descriptor `fd`: GET_CONTEXT opens the descriptor's
+/// context, every other command runs in it through its handler ([`dispatch`]).
 pub(super) fn command(fd: c_int, b: &[u8]) -> Result<(), c_int> {
     let mut c = frame(b)?;
     let mut ctxs = CTXS.lock().unwrap_or_else(|p| p.into_inner());
@@ -224,211 +225,48 @@ pub(super) fn command(fd: c_int, b: &[u8]) -> Result<(), c_int> {
         return errno_of(format!("fd {fd} is not an open model0 device"), libc::EBADF);
     };
     if c.op == k::IB_USER_VERBS_CMD_GET_CONTEXT && !c.ex {
-        if slot.1.is_some() {
-            return errno_of("GET_CONTEXT twice on one descriptor", libc::EINVAL);
-        }
-        legacy::<k::ib_uverbs_get_context, k::ib_uverbs_get_context_resp>(&mut c, true);
-        let model = match MODEL.lock().unwrap_or_else(|p| p.into_inner()).clone() {
-            Some(m) => m,
-            None => Model::open(Default::default()).or_else(|e| errno_of(e, libc::ENODEV))?,
-        };
-        let low_latency = get_context(&c)?;
-        slot.1 = Some(Ctx {
-            bfreg_users: [0; TOT_BFREGS as usize],
-            low_latency,
-            model,
-            next: 1,
-            pds: HashMap::new(),
-            mrs: HashMap::new(),
-            cqs: HashMap::new(),
-            qps: HashMap::new(),
-            dbs: HashMap::new(),
-        });
-        return Ok(());
+        return open_context(&mut slot.1, &mut c);
     }
     let Some(ctx) = slot.1.as_mut() else {
         return errno_of(format!("command {} before GET_CONTEXT", c.op), libc::EINVAL);
     };
-    match (c.op, c.ex) {
-        (k::IB_USER_VERBS_CMD_QUERY_DEVICE, false) => {
-            legacy::<k::ib_uverbs_query_device, k::ib_uverbs_query_device_resp>(&mut c, true);
-            c.resp.put(bytes(&device_attr(&ctx.model)), &[])
-        }
-        (k::IB_USER_VERBS_EX_CMD_QUERY_DEVICE, true) => {
-            let mut r = k::ib_uverbs_ex_query_device_resp {
-                base: device_attr(&ctx.model),
-                ..Default::default()
-            };
-            r.response_length = (size_of::<k::ib_uverbs_ex_query_device_resp>().min(c.resp.core)) as u32;
-            c.resp.put(bytes(&r), &[])
-        }
-        (k::IB_USER_VERBS_CMD_QUERY_PORT, false) => {
-            legacy::<k::ib_uverbs_query_port, k::ib_uverbs_query_port_resp>(&mut c, true);
-            let q: k::ib_uverbs_query_port = rd(c.core, 0);
-            if q.port_num != 1 {
-                return errno_of(
-                    format!("QUERY_PORT of port {}: model0 has port 1", q.port_num),
-                    libc::EINVAL,
-                );
-            }
-            c.resp.put(bytes(&port_attr()), &[])
-        }
-        (k::IB_USER_VERBS_CMD_ALLOC_PD, false) => {
-            legacy::<k::ib_uverbs_alloc_pd, k::ib_uverbs_alloc_pd_resp>(&mut c, true);
-            let h = handle(ctx);
-            let pdn = ctx.model.alloc_pd();
-            ctx.pds.insert(h, pdn);
-            let r = k::ib_uverbs_alloc_pd_resp {
-                pd_handle: h,
-                ..Default::default()
-            };
-            let d = k::mlx5_ib_alloc_pd_resp { pdn: pdn & 0xff_ffff };
-            c.resp.put(bytes(&r), bytes(&d))
-        }
-        (k::IB_USER_VERBS_CMD_DEALLOC_PD, false) => {
-            legacy::<k::ib_uverbs_dealloc_pd, ()>(&mut c, false);
-            let q: k::ib_uverbs_dealloc_pd = rd(c.core, 0);
-            let Some(&pdn) = ctx.pds.get(&q.pd_handle) else {
-                return errno_of(format!("DEALLOC_PD of unknown handle {}", q.pd_handle), libc::EINVAL);
-            };
-            // as the kernel: a PD still used by a region or a QP is busy
-            if ctx.mrs.values().any(|m| m.pd() == pdn) || ctx.qps.values().any(|e| e.pdn == pdn) {
-                return errno_of(format!("DEALLOC_PD {}: still in use", q.pd_handle), libc::EBUSY);
-            }
-            ctx.pds.remove(&q.pd_handle);
-            Ok(())
-        }
-        (k::IB_USER_VERBS_CMD_REG_MR, false) => {
-            legacy::<k::ib_uverbs_reg_mr, k::ib_uverbs_reg_mr_resp>(&mut c, true);
-            reg_mr(ctx, &c)
-        }
-        (k::IB_USER_VERBS_CMD_DEREG_MR, false) => {
-            legacy::<k::ib_uverbs_dereg_mr, ()>(&mut c, false);
-            let q: k::ib_uverbs_dereg_mr = rd(c.core, 0);
-            match ctx.mrs.remove(&q.mr_handle) {
-                Some(mr) => {
-                    let at = mr.as_ptr() as usize;
-                    drop(mr);
-                    MR_PAGES.lock().unwrap_or_else(|p| p.into_inner()).retain(|r| r.0 != at);
-                    Ok(())
-                }
-                None => errno_of(format!("DEREG_MR of unknown handle {}", q.mr_handle), libc::EINVAL),
-            }
-        }
-        (k::IB_USER_VERBS_CMD_CREATE_COMP_CHANNEL, false) => {
-            legacy::<k::ib_uverbs_create_comp_channel, k::ib_uverbs_create_comp_channel_resp>(&mut c, true);
-            let (_, fd) = crate::model::events::create()
-                .or_else(|e| errno_of(format!("a completion channel: {e}"), libc::EMFILE))?;
-            c.resp
-                .put(bytes(&k::ib_uverbs_create_comp_channel_resp { fd: fd as u32 }), &[])
-        }
-        (k::IB_USER_VERBS_CMD_CREATE_CQ, false) => {
-            legacy::<k::ib_uverbs_create_cq, k::ib_uverbs_create_cq_resp>(&mut c, true);
-            let q: k::ib_uverbs_create_cq = rd(c.core, 0);
-            create_cq(ctx, &c, q.cqe, (q.comp_channel, q.user_handle), false)
-        }
-        (k::IB_USER_VERBS_EX_CMD_CREATE_CQ, true) => {
-            let q: k::ib_uverbs_ex_create_cq = rd(c.core, 0);
-            if q.flags != 0 {
-                return errno_of(
-                    format!("CREATE_CQ flags {:#x} not supported", q.flags),
-                    libc::EOPNOTSUPP,
-                );
-            }
-            create_cq(ctx, &c, q.cqe, (q.comp_channel, q.user_handle), true)
-        }
-        (k::IB_USER_VERBS_CMD_DESTROY_CQ, false) => {
-            legacy::<k::ib_uverbs_destroy_cq, k::ib_uverbs_destroy_cq_resp>(&mut c, true);
-            let q: k::ib_uverbs_destroy_cq = rd(c.core, 0);
-            if ctx
-                .qps
-                .values()
-                .any(|e| e.send_cq == q.cq_handle || e.recv_cq == q.cq_handle)
-            {
-                return errno_of(format!("DESTROY_CQ {}: a QP still uses it", q.cq_handle), libc::EBUSY);
-            }
-            let Some(e) = ctx.cqs.remove(&q.cq_handle) else {
-                return errno_of(format!("DESTROY_CQ of unknown handle {}", q.cq_handle), libc::EINVAL);
-            };
-            // libibverbs waits until the program has acknowledged every event reported
-            let r = k::ib_uverbs_destroy_cq_resp {
-                comp_events_reported: e.cq.events_read(),
-                async_events_reported: 0,
-            };
-            drop(e.cq);
-            release_db(ctx, e.db);
-            c.resp.put(bytes(&r), &[])
-        }
-        (k::IB_USER_VERBS_CMD_CREATE_QP, false) => {
-            legacy::<k::ib_uverbs_create_qp, k::ib_uverbs_create_qp_resp>(&mut c, true);
-            let q: k::ib_uverbs_create_qp = rd(c.core, 0);
-            let e = k::ib_uverbs_ex_create_qp {
-                user_handle: q.user_handle,
-                pd_handle: q.pd_handle,
-                send_cq_handle: q.send_cq_handle,
-                recv_cq_handle: q.recv_cq_handle,
-                srq_handle: q.srq_handle,
-                max_send_wr: q.max_send_wr,
-                max_recv_wr: q.max_recv_wr,
-                max_send_sge: q.max_send_sge,
-                max_recv_sge: q.max_recv_sge,
-                max_inline_data: q.max_inline_data,
-                sq_sig_all: q.sq_sig_all,
-                qp_type: q.qp_type,
-                is_srq: q.is_srq,
-                ..Default::default()
-            };
-            create_qp(ctx, &c, &e, false)
-        }
-        (k::IB_USER_VERBS_EX_CMD_CREATE_QP, true) => {
-            let e: k::ib_uverbs_ex_create_qp = rd(c.core, 0);
-            create_qp(ctx, &c, &e, true)
-        }
-        (k::IB_USER_VERBS_CMD_MODIFY_QP, false) => {
-            legacy::<k::ib_uverbs_modify_qp, ()>(&mut c, false);
-            let q: k::ib_uverbs_modify_qp = rd(c.core, 0);
-            modify_qp(ctx, &q)
-        }
-        (k::IB_USER_VERBS_EX_CMD_MODIFY_QP, true) => {
-            let q: k::ib_uverbs_ex_modify_qp = rd(c.core, 0);
-            modify_qp(ctx, &q.base)?;
-            let r = k::ib_uverbs_ex_modify_qp_resp {
-                comp_mask: 0,
-                response_length: size_of::<k::ib_uverbs_ex_modify_qp_resp>() as u32,
-            };
-            c.resp.put(bytes(&r), &[])
-        }
-        (k::IB_USER_VERBS_CMD_QUERY_QP, false) => {
-            legacy::<k::ib_uverbs_query_qp, k::ib_uverbs_query_qp_resp>(&mut c, true);
-            let q: k::ib_uverbs_query_qp = rd(c.core, 0);
-            let Some(e) = ctx.qps.get(&q.qp_handle) else {
-                return errno_of(format!("QUERY_QP of unknown handle {}", q.qp_handle), libc::EINVAL);
-            };
-            let mut a: k::ib_uverbs_query_qp_resp = rd(bytes(&e.attr), 0);
-            // the model moves a QP to error on a failed WQE, as a NIC does
-            if e.qp.state() == crate::model::state::ERR {
-                a.qp_state = QPS_ERR;
-            }
-            a.cur_qp_state = a.qp_state;
-            c.resp.put(bytes(&a), &[])
-        }
-        (k::IB_USER_VERBS_CMD_DESTROY_QP, false) => {
-            legacy::<k::ib_uverbs_destroy_qp, k::ib_uverbs_destroy_qp_resp>(&mut c, true);
-            let q: k::ib_uverbs_destroy_qp = rd(c.core, 0);
-            if !ctx.qps.contains_key(&q.qp_handle) {
-                return errno_of(format!("DESTROY_QP of unknown handle {}", q.qp_handle), libc::EINVAL);
-            }
-            destroy_qp_ent(ctx, q.qp_handle);
-            c.resp.put(bytes(&k::ib_uverbs_destroy_qp_resp::default()), &[])
-        }
-        (op, ex) => errno_of(
+    match dispatch::handler(c.op, c.ex) {
+        Some(handler) => handler(ctx, &mut c),
+        None => errno_of(
             format!(
-                "{} command {op} is not one model0's uverbs device knows (a newer rdma-core?)",
-                if ex { "extended" } else { "legacy" }
+                "{} command {} is not one model0's uverbs device knows (a newer rdma-core?)",
+                if c.ex { "extended" } else { "legacy" },
+                c.op
             ),
             libc::EOPNOTSUPP,
         ),
     }
+}
+
+/// GET_CONTEXT on a descriptor whose context is `slot` (once only): the context, on the run's
+/// model (or one opened now).
+fn open_context(slot: &mut Option<Ctx>, c: &mut Cmd<'_>) -> Result<(), c_int> {
+    if slot.is_some() {
+        return errno_of("GET_CONTEXT twice on one descriptor", libc::EINVAL);
+    }
+    legacy::<k::ib_uverbs_get_context, k::ib_uverbs_get_context_resp>(c, true);
+    let model = match MODEL.lock().unwrap_or_else(|p| p.into_inner()).clone() {
+        Some(m) => m,
+        None => Model::open(Default::default()).or_else(|e| errno_of(e, libc::ENODEV))?,
+    };
+    let low_latency = get_context(c)?;
+    *slot = Some(Ctx {
+        bfreg_users: [0; TOT_BFREGS as usize],
+        low_latency,
+        model,
+        next: 1,
+        pds: HashMap::new(),
+        mrs: HashMap::new(),
+        cqs: HashMap::new(),
+        qps: HashMap::new(),
+        dbs: HashMap::new(),
+    });
+    Ok(())
 }
 
 fn handle(ctx: &mut Ctx) -> u32 {

@@ -285,38 +285,12 @@ pub(super) fn create_cq(
     }
 }
 
+/// CREATE_QP (`q`, legacy requests read into the extended one; `ex`: answered as extended): a
+/// model0 QP over libmlx5's buffer and doorbell record, with a BlueFlame register.
 pub(super) fn create_qp(ctx: &mut Ctx, c: &Cmd<'_>, q: &k::ib_uverbs_ex_create_qp, ex: bool) -> Result<(), c_int> {
     let d: k::mlx5_ib_create_qp = rd(c.drv, 0);
-    let transport = match q.qp_type as u32 {
-        crate::sys::IBV_QPT_RC => crate::model::transport::RC,
-        crate::sys::IBV_QPT_UC => crate::model::transport::UC,
-        crate::sys::IBV_QPT_UD => crate::model::transport::UD,
-        t => {
-            return errno_of(
-                format!("CREATE_QP of type {t}: model0 has RC, UC and UD QPs"),
-                libc::EOPNOTSUPP,
-            )
-        }
-    };
-    if q.is_srq != 0 || q.create_flags & !k::IB_UVERBS_QP_CREATE_SQ_SIG_ALL != 0 || q.comp_mask != 0 {
-        return errno_of(
-            format!(
-                "CREATE_QP with an SRQ, create flags {:#x} or comp_mask {:#x}",
-                q.create_flags, q.comp_mask
-            ),
-            libc::EOPNOTSUPP,
-        );
-    }
-    let known = k::MLX5_QP_FLAG_SCATTER_CQE | k::MLX5_QP_FLAG_SIGNATURE | k::MLX5_QP_FLAG_BFREG_INDEX;
-    if d.flags & !known != 0 {
-        return errno_of(format!("CREATE_QP with mlx5 flags {:#x}", d.flags), libc::EOPNOTSUPP);
-    }
-    if d.flags & k::MLX5_QP_FLAG_SIGNATURE != 0 {
-        return errno_of(
-            "CREATE_QP with WQE signatures (MLX5_QP_SIGNATURE=1): model0 does not check them; unset it",
-            libc::EOPNOTSUPP,
-        );
-    }
+    let transport = qp_transport(q)?;
+    check_qp_request(q, &d)?;
     let (Some(&pdn), Some(scq), Some(rcq)) = (
         ctx.pds.get(&q.pd_handle),
         ctx.cqs.get(&q.send_cq_handle),
@@ -324,23 +298,7 @@ pub(super) fn create_qp(ctx: &mut Ctx, c: &Cmd<'_>, q: &k::ib_uverbs_ex_create_q
     ) else {
         return errno_of("CREATE_QP with an unknown PD or CQ handle", libc::EINVAL);
     };
-    let rq_stride = 1u32.checked_shl(d.rq_wqe_shift).unwrap_or(0);
-    let rq_len = d.rq_wqe_count as usize * rq_stride as usize;
-    let sq_len = d.sq_wqe_count as usize * 64;
-    let l = UserQpLayout {
-        buf: d.buf_addr as usize,
-        buf_len: (rq_len + sq_len).next_multiple_of(PAGE),
-        sq_wqe_cnt: d.sq_wqe_count,
-        rq_wqe_cnt: d.rq_wqe_count,
-        rq_stride: rq_stride.max(16),
-        max_inline: q.max_inline_data,
-        scatter_cqe: if d.flags & k::MLX5_QP_FLAG_SCATTER_CQE != 0 {
-            32
-        } else {
-            0
-        },
-        uidx: d.uidx,
-    };
+    let l = user_qp_layout(q, &d);
     let (send_cq, recv_cq) = (q.send_cq_handle, q.recv_cq_handle);
     let (scq, rcq) = (&scq.cq as *const ModelCq, &rcq.cq as *const ModelCq);
     let (page, off) = take_db(ctx, d.db_addr)?;
@@ -360,37 +318,12 @@ pub(super) fn create_qp(ctx: &mut Ctx, c: &Cmd<'_>, q: &k::ib_uverbs_ex_create_q
     QPS.lock()
         .unwrap_or_else(|p| p.into_inner())
         .push((qpn, Arc::downgrade(&qp), 0));
-    let r = k::ib_uverbs_create_qp_resp {
-        qp_handle: h,
-        qpn,
-        max_send_wr: q.max_send_wr,
-        max_recv_wr: q.max_recv_wr,
-        max_send_sge: q.max_send_sge,
-        max_recv_sge: q.max_recv_sge,
-        max_inline_data: q.max_inline_data,
-        ..Default::default()
-    };
     // a thread-domain QP names its dynamic register itself (MLX5_QP_FLAG_BFREG_INDEX): it takes
     // none of the static ones
     let (bfreg, bfreg_index) = if d.flags & k::MLX5_QP_FLAG_BFREG_INDEX != 0 {
         (NO_BFREG, d.bfreg_index)
     } else {
         alloc_bfreg(ctx)
-    };
-    let dr = k::mlx5_ib_create_qp_resp {
-        bfreg_index,
-        ..Default::default()
-    };
-    let attr = k::ib_uverbs_query_qp_resp {
-        max_send_wr: q.max_send_wr,
-        max_recv_wr: q.max_recv_wr,
-        max_send_sge: q.max_send_sge,
-        max_recv_sge: q.max_recv_sge,
-        max_inline_data: q.max_inline_data,
-        qp_state: QPS_RESET,
-        sq_sig_all: q.sq_sig_all,
-        port_num: 1,
-        ..Default::default()
     };
     ctx.qps.insert(
         h,
@@ -401,9 +334,109 @@ pub(super) fn create_qp(ctx: &mut Ctx, c: &Cmd<'_>, q: &k::ib_uverbs_ex_create_q
             bfreg,
             send_cq,
             recv_cq,
-            attr,
+            attr: initial_qp_attr(q),
         },
     );
+    answer_create_qp(c, q, (h, qpn), bfreg_index, ex)
+}
+
+/// The model's transport for a CREATE_QP of `q.qp_type` (RC, UC or UD; others unsupported).
+fn qp_transport(q: &k::ib_uverbs_ex_create_qp) -> Result<u32, c_int> {
+    match q.qp_type as u32 {
+        crate::sys::IBV_QPT_RC => Ok(crate::model::transport::RC),
+        crate::sys::IBV_QPT_UC => Ok(crate::model::transport::UC),
+        crate::sys::IBV_QPT_UD => Ok(crate::model::transport::UD),
+        t => errno_of(
+            format!("CREATE_QP of type {t}: model0 has RC, UC and UD QPs"),
+            libc::EOPNOTSUPP,
+        ),
+    }
+}
+
+/// Refuses what model0 does not do in a CREATE_QP (`q`, libmlx5's part `d`): an SRQ, create
+/// flags other than signalling all, a comp_mask, unknown mlx5 flags, WQE signatures.
+fn check_qp_request(q: &k::ib_uverbs_ex_create_qp, d: &k::mlx5_ib_create_qp) -> Result<(), c_int> {
+    if q.is_srq != 0 || q.create_flags & !k::IB_UVERBS_QP_CREATE_SQ_SIG_ALL != 0 || q.comp_mask != 0 {
+        return errno_of(
+            format!(
+                "CREATE_QP with an SRQ, create flags {:#x} or comp_mask {:#x}",
+                q.create_flags, q.comp_mask
+            ),
+            libc::EOPNOTSUPP,
+        );
+    }
+    let known = k::MLX5_QP_FLAG_SCATTER_CQE | k::MLX5_QP_FLAG_SIGNATURE | k::MLX5_QP_FLAG_BFREG_INDEX;
+    if d.flags & !known != 0 {
+        return errno_of(format!("CREATE_QP with mlx5 flags {:#x}", d.flags), libc::EOPNOTSUPP);
+    }
+    if d.flags & k::MLX5_QP_FLAG_SIGNATURE != 0 {
+        return errno_of(
+            "CREATE_QP with WQE signatures (MLX5_QP_SIGNATURE=1): model0 does not check them; unset it",
+            libc::EOPNOTSUPP,
+        );
+    }
+    Ok(())
+}
+
+/// Where libmlx5 laid out the QP's rings in its buffer (`d`), and its options.
+fn user_qp_layout(q: &k::ib_uverbs_ex_create_qp, d: &k::mlx5_ib_create_qp) -> UserQpLayout {
+    let rq_stride = 1u32.checked_shl(d.rq_wqe_shift).unwrap_or(0);
+    let rq_len = d.rq_wqe_count as usize * rq_stride as usize;
+    let sq_len = d.sq_wqe_count as usize * 64;
+    UserQpLayout {
+        buf: d.buf_addr as usize,
+        buf_len: (rq_len + sq_len).next_multiple_of(PAGE),
+        sq_wqe_cnt: d.sq_wqe_count,
+        rq_wqe_cnt: d.rq_wqe_count,
+        rq_stride: rq_stride.max(16),
+        max_inline: q.max_inline_data,
+        scatter_cqe: if d.flags & k::MLX5_QP_FLAG_SCATTER_CQE != 0 {
+            32
+        } else {
+            0
+        },
+        uidx: d.uidx,
+    }
+}
+
+/// A new QP's attributes as QUERY_QP answers them: its capabilities, state RESET, port 1.
+fn initial_qp_attr(q: &k::ib_uverbs_ex_create_qp) -> k::ib_uverbs_query_qp_resp {
+    k::ib_uverbs_query_qp_resp {
+        max_send_wr: q.max_send_wr,
+        max_recv_wr: q.max_recv_wr,
+        max_send_sge: q.max_send_sge,
+        max_recv_sge: q.max_recv_sge,
+        max_inline_data: q.max_inline_data,
+        qp_state: QPS_RESET,
+        sq_sig_all: q.sq_sig_all,
+        port_num: 1,
+        ..Default::default()
+    }
+}
+
+/// CREATE_QP's response: the handle and number `(h, qpn)`, the capabilities granted (those
+/// asked), libmlx5's BlueFlame register index; extended when `ex`.
+fn answer_create_qp(
+    c: &Cmd<'_>,
+    q: &k::ib_uverbs_ex_create_qp,
+    (h, qpn): (u32, u32),
+    bfreg_index: u32,
+    ex: bool,
+) -> Result<(), c_int> {
+    let r = k::ib_uverbs_create_qp_resp {
+        qp_handle: h,
+        qpn,
+        max_send_wr: q.max_send_wr,
+        max_recv_wr: q.max_recv_wr,
+        max_send_sge: q.max_send_sge,
+        max_recv_sge: q.max_recv_sge,
+        max_inline_data: q.max_inline_data,
+        ..Default::default()
+    };
+    let dr = k::mlx5_ib_create_qp_resp {
+        bfreg_index,
+        ..Default::default()
+    };
     if ex {
         let e = k::ib_uverbs_ex_create_qp_resp {
             base: r,
@@ -433,19 +466,40 @@ pub(super) fn destroy_qp_ent(ctx: &mut Ctx, h: u32) {
     }
 }
 
+/// MODIFY_QP: a transition of the IB specification with its required attributes, the
+/// attributes given recorded, and what the new state sets off in the model.
 pub(super) fn modify_qp(ctx: &mut Ctx, q: &k::ib_uverbs_modify_qp) -> Result<(), c_int> {
     let Some(e) = ctx.qps.get_mut(&q.qp_handle) else {
         return errno_of(format!("MODIFY_QP of unknown handle {}", q.qp_handle), libc::EINVAL);
     };
     let m = q.attr_mask;
-    let a = &mut e.attr;
-    let cur = a.qp_state;
+    let cur = e.attr.qp_state;
     let next = if m & IBV_QP_STATE != 0 { q.qp_state } else { cur };
-    // The transitions and required attributes of the IB specification (the kernel's
-    // ib_modify_qp_is_ok) for an RC or a UC QP (UC: no ACK timeout, retries, RNR or READs).
     let uc = e.qp.transport() == crate::model::transport::UC;
     let ud = e.qp.transport() == crate::model::transport::UD;
-    let need = match (cur, next) {
+    match required_attrs((uc, ud), cur, next) {
+        Some(n) if m & n == n => {}
+        Some(n) => {
+            return errno_of(
+                format!("MODIFY_QP {cur}->{next}: attributes {:#x} missing", n & !m),
+                libc::EINVAL,
+            )
+        }
+        None => return errno_of(format!("MODIFY_QP {cur}->{next}: not a valid transition"), libc::EINVAL),
+    }
+    check_modify_values(q, e.qp.qpn())?;
+    record_attrs(e, q);
+    e.attr.qp_state = next;
+    enter_state(e, cur, next);
+    Ok(())
+}
+
+/// The attributes a transition `cur` -> `next` requires of a QP (`(uc, ud)`: whether it is a UC
+/// or a UD QP; else RC), `None` when it is not a transition: those of the IB specification (the
+/// kernel's ib_modify_qp_is_ok) for an RC or a UC QP (UC: no ACK timeout, retries, RNR or
+/// READs), and UD's.
+fn required_attrs((uc, ud): (bool, bool), cur: u8, next: u8) -> Option<u32> {
+    match (cur, next) {
         // UD: the Q_Key at INIT; no path, no destination (each datagram names its own)
         (QPS_RESET, QPS_INIT) if ud => Some(IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_QKEY),
         (QPS_INIT, QPS_RTR) if ud => Some(0),
@@ -468,17 +522,13 @@ pub(super) fn modify_qp(ctx: &mut Ctx, q: &k::ib_uverbs_modify_qp) -> Result<(),
         }
         (QPS_RTS, QPS_RTS) => Some(0),
         _ => None,
-    };
-    match need {
-        Some(n) if m & n == n => {}
-        Some(n) => {
-            return errno_of(
-                format!("MODIFY_QP {cur}->{next}: attributes {:#x} missing", n & !m),
-                libc::EINVAL,
-            )
-        }
-        None => return errno_of(format!("MODIFY_QP {cur}->{next}: not a valid transition"), libc::EINVAL),
     }
+}
+
+/// Refuses attribute values model0 cannot take in a MODIFY_QP of QP `qpn`: a port other than
+/// 1, a path MTU code out of range, the QP itself as destination.
+fn check_modify_values(q: &k::ib_uverbs_modify_qp, qpn: u32) -> Result<(), c_int> {
+    let m = q.attr_mask;
     if m & IBV_QP_PORT != 0 && q.port_num != 1 {
         return errno_of(
             format!("MODIFY_QP to port {}: model0 has port 1", q.port_num),
@@ -488,12 +538,20 @@ pub(super) fn modify_qp(ctx: &mut Ctx, q: &k::ib_uverbs_modify_qp) -> Result<(),
     if m & IBV_QP_PATH_MTU != 0 && !(1..=5).contains(&q.path_mtu) {
         return errno_of(format!("MODIFY_QP with path MTU code {}", q.path_mtu), libc::EINVAL);
     }
-    if m & IBV_QP_DEST_QPN != 0 && q.dest_qp_num == e.qp.qpn() {
+    if m & IBV_QP_DEST_QPN != 0 && q.dest_qp_num == qpn {
         return errno_of(
             "MODIFY_QP to itself: model0 has no loopback of a QP to itself",
             libc::EINVAL,
         );
     }
+    Ok(())
+}
+
+/// Records the attributes a MODIFY_QP gives in the QP's attributes (as QUERY_QP answers them);
+/// a Q_Key goes to the model's QP too.
+fn record_attrs(e: &mut QpEnt, q: &k::ib_uverbs_modify_qp) {
+    let m = q.attr_mask;
+    let a = &mut e.attr;
     if m & IBV_QP_ACCESS_FLAGS != 0 {
         a.qp_access_flags = q.qp_access_flags;
     }
@@ -540,7 +598,12 @@ pub(super) fn modify_qp(ctx: &mut Ctx, q: &k::ib_uverbs_modify_qp) -> Result<(),
     if m & IBV_QP_MAX_QP_RD_ATOMIC != 0 {
         a.max_rd_atomic = q.max_rd_atomic;
     }
-    a.qp_state = next;
+}
+
+/// What entering state `next` from `cur` sets off in the model's QP: RESET empties it, ERR
+/// flushes it, RTS from RTR connects it to its destination with its RNR settings.
+fn enter_state(e: &QpEnt, cur: u8, next: u8) {
+    let a = &e.attr;
     match next {
         QPS_RESET => e.qp.reset(),
         QPS_ERR => e.qp.set_error(),
@@ -553,5 +616,4 @@ pub(super) fn modify_qp(ctx: &mut Ctx, q: &k::ib_uverbs_modify_qp) -> Result<(),
         ),
         _ => {}
     }
-    Ok(())
 }
