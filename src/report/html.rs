@@ -50,8 +50,28 @@ pub fn report(doc: &Value, figs: &[Figure]) -> String {
     let mut up = doc.clone();
     super::schema::upgrade(&mut up);
     let doc = &up;
-    let dev = device_label(doc);
     let mut h = String::new();
+    head(&mut h, doc);
+    warnings(&mut h, doc);
+    counters(&mut h, doc);
+    environment(&mut h, doc);
+    let runs: &[Value] = doc["runs"].as_array().map(|a| a.as_slice()).unwrap_or(&[]);
+    let of = |s: &str| -> Vec<&Value> { runs.iter().filter(|r| r["scenario"].as_str() == Some(s)).collect() };
+    latency(&mut h, &of("lat"));
+    bandwidth(&mut h, &of("bw"));
+    post_cost(&mut h, &of("post_cost"));
+    plots(&mut h, figs);
+    // After layout, the page records what rendered (tables with rows of non-zero size, plots
+    // with drawn lines) in <body data-rendered>: a headless browser's --dump-dom shows it, so a
+    // test can tell a page that renders from one that only parses. Inline, nothing fetched.
+    h.push_str(RENDER_CHECK);
+    h.push_str("</body></html>\n");
+    h
+}
+
+/// The page's head and title (the device), the tool's version and the command.
+fn head(h: &mut String, doc: &Value) {
+    let dev = device_label(doc);
     let _ = write!(
         h,
         "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>rdmaprobe report: {}</title>\
@@ -68,7 +88,10 @@ pub fn report(doc: &Value, figs: &[Figure]) -> String {
             .map(|a| a.iter().filter_map(|s| s.as_str()).collect::<Vec<_>>().join(" "))
             .unwrap_or_default())
     );
-    // warnings
+}
+
+/// The document's warnings, when it has some.
+fn warnings(h: &mut String, doc: &Value) {
     let warnings: Vec<&str> = doc["warnings"]
         .as_array()
         .map(|a| a.iter().filter_map(|w| w.as_str()).collect())
@@ -80,7 +103,10 @@ pub fn report(doc: &Value, figs: &[Figure]) -> String {
         }
         h.push_str("</ul></div>\n");
     }
-    // the device's counters over the run (sysfs or model0's own)
+}
+
+/// The device's counters over the run (sysfs or model0's own), when the document has them.
+fn counters(h: &mut String, doc: &Value) {
     if let Some(delta) = doc["counters"]["delta"].as_object() {
         let _ = write!(
             h,
@@ -97,7 +123,10 @@ pub fn report(doc: &Value, figs: &[Figure]) -> String {
         }
         h.push_str("</table>\n");
     }
-    // environment
+}
+
+/// The environment's table, with the timer overhead.
+fn environment(h: &mut String, doc: &Value) {
     h.push_str(
         "<h2>Environment</h2>\n<table id=\"environment\"><tr><th class=\"l\">item</th><th class=\"l\">value</th></tr>",
     );
@@ -118,140 +147,152 @@ pub fn report(doc: &Value, figs: &[Figure]) -> String {
         );
     }
     h.push_str("</table>\n");
-    let runs: &[Value] = doc["runs"].as_array().map(|a| a.as_slice()).unwrap_or(&[]);
-    let scen = |r: &Value, s: &str| r["scenario"].as_str() == Some(s);
-    // latency summary
-    let lat: Vec<&Value> = runs.iter().filter(|r| scen(r, "lat")).collect();
-    if !lat.is_empty() {
-        h.push_str(
-            "<h2>Latency</h2>\n<p>ns; the driver's overhead is the backend's p50 minus direct's p50 \
-             for the same operation and size.</p>\n<table id=\"latency\"><tr><th class=\"l\">op</th><th>size (B)</th>\
-             <th class=\"l\">figure</th><th class=\"l\">backend</th><th>p50</th><th>p99</th><th>p99.9</th><th>max</th>\
-             <th>samples</th><th>− direct (p50)</th></tr>",
-        );
-        for r in &lat {
-            // the same operation, verb, transport and size on the direct path (polling)
-            let direct = lat.iter().find(|d| {
-                d["backend"] == "direct"
-                    && d["op"] == r["op"]
-                    && d["verb"] == r["verb"]
-                    && d["transport"] == r["transport"]
-                    && d["size_bytes"] == r["size_bytes"]
-                    && d["figure"] == r["figure"]
-                    && d["completion"].is_null()
-            });
-            let mut what = r["verb"].as_str().or(r["op"].as_str()).unwrap_or("?").to_string();
-            if let Some(t) = r["transport"].as_str().filter(|t| *t != "RC") {
-                what = format!("{what} {t}");
-            }
-            let backend = match r["completion"].as_str() {
-                Some("events") => format!("{}-e", r["backend"].as_str().unwrap_or("?")),
-                _ => r["backend"].as_str().unwrap_or("?").to_string(),
-            };
-            let diff = match (direct, r["latency_ns"]["p50"].as_f64()) {
-                (Some(d), Some(p)) if r["backend"] != "direct" => d["latency_ns"]["p50"]
-                    .as_f64()
-                    .map(|dp| format!("{:+.0}", p - dp))
-                    .unwrap_or_default(),
-                _ => String::new(),
-            };
-            let l = &r["latency_ns"];
-            let _ = write!(
-                h,
-                "<tr><td class=\"l\">{}</td><td>{}</td><td class=\"l\">{}</td><td class=\"l\">{}</td><td>{}</td><td>{}</td>\
-                 <td>{}</td><td>{}</td><td>{}</td><td>{diff}</td></tr>",
-                esc(&what),
-                cell(&r["size_bytes"]),
-                cell(&r["figure"]),
-                esc(&backend),
-                ns(&l["p50"]),
-                ns(&l["p99"]),
-                ns(&l["p99_9"]),
-                ns(&l["max"]),
-                cell(&l["count"]),
-            );
-        }
-        h.push_str("</table>\n");
+}
+
+/// The latency runs' table, each backend's p50 against direct's, when there are some.
+fn latency(h: &mut String, lat: &[&Value]) {
+    if lat.is_empty() {
+        return;
     }
-    let bw: Vec<&Value> = runs.iter().filter(|r| scen(r, "bw")).collect();
-    if !bw.is_empty() {
-        h.push_str(
-            "<h2>Bandwidth</h2>\n<table id=\"bandwidth\"><tr><th class=\"l\">op</th><th>size (B)</th><th class=\"l\">backend</th>\
-             <th>Gbit/s</th><th>MiB/s</th><th>peak (perftest) MiB/s</th><th>slowest window MiB/s</th><th>window ms</th>\
-             <th>Mpps</th><th>threads × QPs</th></tr>",
-        );
-        for r in bw {
-            let s = &r["summary"];
-            let f = |v: &Value, d: usize| v.as_f64().map(|x| format!("{x:.d$}")).unwrap_or_else(|| "—".into());
-            let _ = write!(
-                h,
-                "<tr><td class=\"l\">{}{}</td><td>{}</td><td class=\"l\">{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td>\
-                 <td>{}</td><td>{}</td><td>{} × {}</td></tr>",
-                cell(&r["op"]),
-                if r["bidirectional"].as_bool() == Some(true) { " (bidir)" } else { "" },
-                cell(&r["size_bytes"]),
-                cell(&r["backend"]),
-                f(&s["bw_avg_gbit_s"], 3),
-                f(&s["bw_avg_mib_s"], 1),
-                f(&s["bw_peak_perftest_mib_s"], 1),
-                f(&s["bw_min_window_mib_s"], 1),
-                f(&s["window_ms"], 3),
-                f(&s["msg_rate_mpps"], 3),
-                cell(&r["threads"]),
-                cell(&r["qps_per_thread"]),
-            );
+    h.push_str(
+        "<h2>Latency</h2>\n<p>ns; the driver's overhead is the backend's p50 minus direct's p50 \
+         for the same operation and size.</p>\n<table id=\"latency\"><tr><th class=\"l\">op</th><th>size (B)</th>\
+         <th class=\"l\">figure</th><th class=\"l\">backend</th><th>p50</th><th>p99</th><th>p99.9</th><th>max</th>\
+         <th>samples</th><th>− direct (p50)</th></tr>",
+    );
+    for r in lat {
+        let mut what = r["verb"].as_str().or(r["op"].as_str()).unwrap_or("?").to_string();
+        if let Some(t) = r["transport"].as_str().filter(|t| *t != "RC") {
+            what = format!("{what} {t}");
         }
-        h.push_str("</table>\n");
-    }
-    let pc: Vec<&Value> = runs.iter().filter(|r| scen(r, "post_cost")).collect();
-    if !pc.is_empty() {
-        h.push_str(
-            "<h2>Post cost</h2>\n<table id=\"post_cost\"><tr><th>postlist</th><th class=\"l\">backend</th>\
-             <th>ns per WQE p50</th><th>p99</th><th>TSC ticks per WQE p50</th><th>below timer overhead</th></tr>",
+        let backend = match r["completion"].as_str() {
+            Some("events") => format!("{}-e", r["backend"].as_str().unwrap_or("?")),
+            _ => r["backend"].as_str().unwrap_or("?").to_string(),
+        };
+        let diff = match (direct_twin(r, lat), r["latency_ns"]["p50"].as_f64()) {
+            (Some(d), Some(p)) if r["backend"] != "direct" => d["latency_ns"]["p50"]
+                .as_f64()
+                .map(|dp| format!("{:+.0}", p - dp))
+                .unwrap_or_default(),
+            _ => String::new(),
+        };
+        let l = &r["latency_ns"];
+        let _ = write!(
+            h,
+            "<tr><td class=\"l\">{}</td><td>{}</td><td class=\"l\">{}</td><td class=\"l\">{}</td><td>{}</td><td>{}</td>\
+             <td>{}</td><td>{}</td><td>{}</td><td>{diff}</td></tr>",
+            esc(&what),
+            cell(&r["size_bytes"]),
+            cell(&r["figure"]),
+            esc(&backend),
+            ns(&l["p50"]),
+            ns(&l["p99"]),
+            ns(&l["p99_9"]),
+            ns(&l["max"]),
+            cell(&l["count"]),
         );
-        for r in pc {
-            let _ = write!(
-                h,
-                "<tr><td>{}</td><td class=\"l\">{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
-                cell(&r["postlist"]),
-                cell(&r["backend"]),
-                ns(&r["per_wqe_ns"]["p50"]),
-                ns(&r["per_wqe_ns"]["p99"]),
-                cell(if r["per_wqe_ticks_p50"].is_null() {
-                    &r["per_wqe_cycles_p50"]
-                } else {
-                    &r["per_wqe_ticks_p50"]
-                }),
-                cell(&r["below_overhead"]),
-            );
-        }
-        h.push_str("</table>\n");
     }
-    if !figs.is_empty() {
-        h.push_str("<h2>Plots</h2>\n");
-        for f in figs {
-            let svg = f.svg.trim_start_matches(|c| c != '<');
-            let svg = if svg.starts_with("<?xml") {
-                svg.split_once("?>").map(|x| x.1).unwrap_or(svg)
+    h.push_str("</table>\n");
+}
+
+/// The run of `lat` on the direct path (polling) with `r`'s operation, verb, transport, size
+/// and figure.
+fn direct_twin<'a>(r: &Value, lat: &[&'a Value]) -> Option<&'a Value> {
+    lat.iter().copied().find(|d| {
+        d["backend"] == "direct"
+            && d["op"] == r["op"]
+            && d["verb"] == r["verb"]
+            && d["transport"] == r["transport"]
+            && d["size_bytes"] == r["size_bytes"]
+            && d["figure"] == r["figure"]
+            && d["completion"].is_null()
+    })
+}
+
+/// The bandwidth runs' table, when there are some.
+fn bandwidth(h: &mut String, bw: &[&Value]) {
+    if bw.is_empty() {
+        return;
+    }
+    h.push_str(
+        "<h2>Bandwidth</h2>\n<table id=\"bandwidth\"><tr><th class=\"l\">op</th><th>size (B)</th><th class=\"l\">backend</th>\
+         <th>Gbit/s</th><th>MiB/s</th><th>peak (perftest) MiB/s</th><th>slowest window MiB/s</th><th>window ms</th>\
+         <th>Mpps</th><th>threads × QPs</th></tr>",
+    );
+    for r in bw {
+        let s = &r["summary"];
+        let f = |v: &Value, d: usize| v.as_f64().map(|x| format!("{x:.d$}")).unwrap_or_else(|| "—".into());
+        let _ = write!(
+            h,
+            "<tr><td class=\"l\">{}{}</td><td>{}</td><td class=\"l\">{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td>\
+             <td>{}</td><td>{}</td><td>{} × {}</td></tr>",
+            cell(&r["op"]),
+            if r["bidirectional"].as_bool() == Some(true) { " (bidir)" } else { "" },
+            cell(&r["size_bytes"]),
+            cell(&r["backend"]),
+            f(&s["bw_avg_gbit_s"], 3),
+            f(&s["bw_avg_mib_s"], 1),
+            f(&s["bw_peak_perftest_mib_s"], 1),
+            f(&s["bw_min_window_mib_s"], 1),
+            f(&s["window_ms"], 3),
+            f(&s["msg_rate_mpps"], 3),
+            cell(&r["threads"]),
+            cell(&r["qps_per_thread"]),
+        );
+    }
+    h.push_str("</table>\n");
+}
+
+/// The post-cost runs' table, when there are some.
+fn post_cost(h: &mut String, pc: &[&Value]) {
+    if pc.is_empty() {
+        return;
+    }
+    h.push_str(
+        "<h2>Post cost</h2>\n<table id=\"post_cost\"><tr><th>postlist</th><th class=\"l\">backend</th>\
+         <th>ns per WQE p50</th><th>p99</th><th>TSC ticks per WQE p50</th><th>below timer overhead</th></tr>",
+    );
+    for r in pc {
+        let _ = write!(
+            h,
+            "<tr><td>{}</td><td class=\"l\">{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+            cell(&r["postlist"]),
+            cell(&r["backend"]),
+            ns(&r["per_wqe_ns"]["p50"]),
+            ns(&r["per_wqe_ns"]["p99"]),
+            cell(if r["per_wqe_ticks_p50"].is_null() {
+                &r["per_wqe_cycles_p50"]
             } else {
-                svg
-            };
-            let _ = writeln!(
-                h,
-                "<figure class=\"plot\" id=\"{}\">{}<figcaption>{} ({})</figcaption></figure>",
-                esc(&f.file),
-                svg.trim(),
-                esc(&f.title),
-                esc(&f.file)
-            );
-        }
+                &r["per_wqe_ticks_p50"]
+            }),
+            cell(&r["below_overhead"]),
+        );
     }
-    // After layout, the page records what rendered (tables with rows of non-zero size, plots
-    // with drawn lines) in <body data-rendered>: a headless browser's --dump-dom shows it, so a
-    // test can tell a page that renders from one that only parses. Inline, nothing fetched.
-    h.push_str(RENDER_CHECK);
-    h.push_str("</body></html>\n");
-    h
+    h.push_str("</table>\n");
+}
+
+/// The plots, each SVG inline (its XML declaration left out) with its caption.
+fn plots(h: &mut String, figs: &[Figure]) {
+    if figs.is_empty() {
+        return;
+    }
+    h.push_str("<h2>Plots</h2>\n");
+    for f in figs {
+        let svg = f.svg.trim_start_matches(|c| c != '<');
+        let svg = if svg.starts_with("<?xml") {
+            svg.split_once("?>").map(|x| x.1).unwrap_or(svg)
+        } else {
+            svg
+        };
+        let _ = writeln!(
+            h,
+            "<figure class=\"plot\" id=\"{}\">{}<figcaption>{} ({})</figcaption></figure>",
+            esc(&f.file),
+            svg.trim(),
+            esc(&f.title),
+            esc(&f.file)
+        );
+    }
 }
 
 const RENDER_CHECK: &str = "<script>window.addEventListener('load',function(){\

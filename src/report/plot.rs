@@ -279,7 +279,27 @@ pub fn figures(doc: &Value) -> Result<Vec<Figure>, String> {
     super::schema::upgrade(&mut up);
     let doc = &up;
     let runs = doc["runs"].as_array().ok_or("the document has no \"runs\" array")?;
-    // the document's own fields of the wrong type are refused too, not shown as "?"
+    check_document(doc)?;
+    let dev = device_label(doc);
+    let plotted = Plotted::of(runs)?;
+    let mut out = Vec::new();
+    for (op, by_size) in &plotted.lat {
+        // spectrum and CDF at the smallest size (where the post path weighs most)
+        if let Some((size, rs)) = by_size.iter().next() {
+            spectrum_and_cdf(&mut out, &dev, op, *size, rs)?;
+        }
+        if by_size.len() >= 2 {
+            latency_vs_size(&mut out, &dev, op, by_size)?;
+        }
+    }
+    for (op, rs) in &plotted.bw {
+        bandwidth_vs_size(&mut out, &dev, op, rs)?;
+    }
+    Ok(out)
+}
+
+/// The document's own fields of the wrong type are refused too, not shown as "?".
+fn check_document(doc: &Value) -> Result<(), String> {
     if !doc["environment"].is_null() && !doc["environment"].is_object() {
         return Err("environment is not an object".into());
     }
@@ -296,156 +316,204 @@ pub fn figures(doc: &Value) -> Result<Vec<Figure>, String> {
     {
         return Err("warnings is not a list of strings".into());
     }
-    let dev = device_label(doc);
-    let mut out = Vec::new();
-    // latency runs: op -> size -> [(backend, run)]
-    let mut lat: BTreeMap<String, BTreeMap<u64, Vec<&Value>>> = BTreeMap::new();
-    let mut bw: BTreeMap<String, Vec<&Value>> = BTreeMap::new();
-    for (i, r) in runs.iter().enumerate() {
-        let scenario = r["scenario"]
-            .as_str()
-            .unwrap_or(if r.get("latency_ns").is_some() { "lat" } else { "" });
-        // a field of the wrong type is a damaged file: refused, naming the run, never skipped
-        let bad = |field: &str, want: &str| {
-            format!(
-                "run {} ({scenario} {} {} B {}): {field} is not {want}",
-                i + 1,
-                str_of(r, "op"),
-                r["size_bytes"],
-                str_of(r, "backend")
-            )
+    Ok(())
+}
+
+/// The runs the figures draw: latency by series and size, bandwidth (one direction) by series.
+struct Plotted<'a> {
+    /// Latency runs: series -> size -> runs (one per line).
+    lat: BTreeMap<String, BTreeMap<u64, Vec<&'a Value>>>,
+    /// Bandwidth runs of one direction: series -> runs.
+    bw: BTreeMap<String, Vec<&'a Value>>,
+}
+
+/// One run of the document, `no` its place (from 1) and `scenario` what it measured.
+struct Run<'a> {
+    no: usize,
+    scenario: &'a str,
+    r: &'a Value,
+}
+
+impl Run<'_> {
+    /// A field of the wrong type: a damaged file, refused naming the run.
+    fn bad(&self, field: &str, want: &str) -> String {
+        let r = self.r;
+        format!(
+            "run {} ({} {} {} B {}): {field} is not {want}",
+            self.no,
+            self.scenario,
+            str_of(r, "op"),
+            r["size_bytes"],
+            str_of(r, "backend")
+        )
+    }
+}
+
+impl<'a> Plotted<'a> {
+    /// Every run checked and sorted into its figures; a field of the wrong type is a damaged
+    /// file: refused, naming the run, never skipped.
+    fn of(runs: &'a [Value]) -> Result<Self, String> {
+        let mut p = Plotted {
+            lat: BTreeMap::new(),
+            bw: BTreeMap::new(),
         };
-        for f in ["backend", "op"] {
-            if matches!(scenario, "lat" | "bw") && !r[f].is_string() {
-                return Err(bad(f, "a string"));
-            }
-        }
-        if !r["iterations"].is_null() && !r["iterations"].is_u64() {
-            return Err(bad("iterations", "a whole number"));
-        }
-        match scenario {
-            "lat" => {
-                if !r["histogram_ns"].is_string() {
-                    return Err(bad("histogram_ns", "a string (an encoded histogram)"));
-                }
-                let size = r["size_bytes"]
-                    .as_u64()
-                    .ok_or_else(|| bad("size_bytes", "a whole number"))?;
-                for q in ["p50", "p99"] {
-                    let v = &r["latency_ns"][q];
-                    let given = r["latency_ns"].as_object().is_some_and(|o| o.contains_key(q));
-                    if given && !v.as_f64().is_some_and(|x| x.is_finite() && x > 0.0) {
-                        return Err(bad(&format!("latency_ns.{q}"), "a positive number"));
-                    }
-                }
-                lat.entry(series(r)).or_default().entry(size).or_default().push(r);
-            }
-            "bw" => {
-                if !r["summary"]["bw_avg_gbit_s"].is_number() {
-                    return Err(bad("summary.bw_avg_gbit_s", "a number"));
-                }
-                r["size_bytes"]
-                    .as_u64()
-                    .ok_or_else(|| bad("size_bytes", "a whole number"))?;
-                match &r["bidirectional"] {
-                    Value::Bool(true) => {}
-                    Value::Bool(false) | Value::Null => bw.entry(series(r)).or_default().push(r),
-                    _ => return Err(bad("bidirectional", "true or false")),
+        for (i, r) in runs.iter().enumerate() {
+            let scenario = r["scenario"]
+                .as_str()
+                .unwrap_or(if r.get("latency_ns").is_some() { "lat" } else { "" });
+            let run = Run { no: i + 1, scenario, r };
+            for f in ["backend", "op"] {
+                if matches!(scenario, "lat" | "bw") && !r[f].is_string() {
+                    return Err(run.bad(f, "a string"));
                 }
             }
-            _ => {}
+            if !r["iterations"].is_null() && !r["iterations"].is_u64() {
+                return Err(run.bad("iterations", "a whole number"));
+            }
+            match scenario {
+                "lat" => p.add_latency(&run)?,
+                "bw" => p.add_bandwidth(&run)?,
+                _ => {}
+            }
         }
+        Ok(p)
     }
-    for (op, by_size) in &lat {
-        // spectrum and CDF at the smallest size (where the post path weighs most)
-        if let Some((size, rs)) = by_size.iter().next() {
-            let mut sp = Vec::new();
-            let mut cd = Vec::new();
-            for r in rs {
-                let b = &line(r);
-                let h = Hist::decode(str_of(r, "histogram_ns"))
-                    .map_err(|e| format!("lat {op} {size} B {b}: the histogram does not decode: {e}"))?;
-                if h.is_empty() {
-                    continue;
-                }
-                sp.push((format!("{b} (n={})", h.len()), colour(b), spectrum(&h)));
-                cd.push((b.to_string(), colour(b), cdf(&h)));
-            }
-            let fig = str_of(rs[0], "figure");
-            let title = format!("{op} {size} B latency ({fig}) percentile spectrum, {dev}");
-            let axes = Axes {
-                x_desc: "percentile",
-                y_desc: "latency (ns)",
-                x_log: true,
-                y_log: true,
-                x_fmt: fmt_pct,
-            };
-            add(&mut out, format!("lat-{op}-spectrum.svg"), title, &axes, &sp)?;
-            let title = format!("{op} {size} B latency ({fig}) CDF, {dev}");
-            let axes = Axes {
-                x_desc: "latency (ns)",
-                y_desc: "fraction of samples",
-                x_log: true,
-                y_log: false,
-                x_fmt: |v| fmt_num(*v),
-            };
-            add(&mut out, format!("lat-{op}-cdf.svg"), title, &axes, &cd)?;
+
+    /// A latency run: an encoded histogram, a size, positive percentiles where given.
+    fn add_latency(&mut self, run: &Run<'a>) -> Result<(), String> {
+        let r = run.r;
+        if !r["histogram_ns"].is_string() {
+            return Err(run.bad("histogram_ns", "a string (an encoded histogram)"));
         }
-        if by_size.len() >= 2 {
-            let mut per: BTreeMap<String, (Pts, Pts)> = BTreeMap::new();
-            for (size, rs) in by_size {
-                for r in rs {
-                    let e = per.entry(line(r)).or_default();
-                    if let (Some(p50), Some(p99)) = (r["latency_ns"]["p50"].as_f64(), r["latency_ns"]["p99"].as_f64()) {
-                        e.0.push((*size as f64, p50));
-                        e.1.push((*size as f64, p99));
-                    }
-                }
+        let size = r["size_bytes"]
+            .as_u64()
+            .ok_or_else(|| run.bad("size_bytes", "a whole number"))?;
+        for q in ["p50", "p99"] {
+            let v = &r["latency_ns"][q];
+            let given = r["latency_ns"].as_object().is_some_and(|o| o.contains_key(q));
+            if given && !v.as_f64().is_some_and(|x| x.is_finite() && x > 0.0) {
+                return Err(run.bad(&format!("latency_ns.{q}"), "a positive number"));
             }
-            let mut lines = Vec::new();
-            for (b, (p50, p99)) in per {
-                lines.push((format!("{b} p50"), colour(&b), p50));
-                lines.push((format!("{b} p99"), colour(&b), p99));
-            }
-            let title = format!("{op} latency versus size, {dev}");
-            let axes = Axes {
-                x_desc: "message size (bytes)",
-                y_desc: "latency (ns)",
-                x_log: true,
-                y_log: true,
-                x_fmt: fmt_size,
-            };
-            add(&mut out, format!("lat-{op}-vs-size.svg"), title, &axes, &lines)?;
         }
+        self.lat.entry(series(r)).or_default().entry(size).or_default().push(r);
+        Ok(())
     }
-    for (op, rs) in &bw {
-        let mut per: BTreeMap<String, Vec<(f64, f64)>> = BTreeMap::new();
-        for r in rs {
-            if let (Some(size), Some(g)) = (r["size_bytes"].as_u64(), r["summary"]["bw_avg_gbit_s"].as_f64()) {
-                per.entry(line(r)).or_default().push((size as f64, g));
-            }
+
+    /// A bandwidth run: a number, a size; a bidirectional one is checked and not drawn.
+    fn add_bandwidth(&mut self, run: &Run<'a>) -> Result<(), String> {
+        let r = run.r;
+        if !r["summary"]["bw_avg_gbit_s"].is_number() {
+            return Err(run.bad("summary.bw_avg_gbit_s", "a number"));
         }
-        if per.values().all(|v| v.len() < 2) {
+        r["size_bytes"]
+            .as_u64()
+            .ok_or_else(|| run.bad("size_bytes", "a whole number"))?;
+        match &r["bidirectional"] {
+            Value::Bool(true) => {}
+            Value::Bool(false) | Value::Null => self.bw.entry(series(r)).or_default().push(r),
+            _ => return Err(run.bad("bidirectional", "true or false")),
+        }
+        Ok(())
+    }
+}
+
+/// The percentile spectrum and the CDF of series `op` at `size`, one line per run of `rs` with
+/// samples; a histogram that does not decode is an error.
+fn spectrum_and_cdf(out: &mut Vec<Figure>, dev: &str, op: &str, size: u64, rs: &[&Value]) -> Result<(), String> {
+    let mut sp = Vec::new();
+    let mut cd = Vec::new();
+    for r in rs {
+        let b = &line(r);
+        let h = Hist::decode(str_of(r, "histogram_ns"))
+            .map_err(|e| format!("lat {op} {size} B {b}: the histogram does not decode: {e}"))?;
+        if h.is_empty() {
             continue;
         }
-        let lines: Vec<Line> = per
-            .into_iter()
-            .map(|(b, mut v)| {
-                v.sort_by(|a, b| a.0.total_cmp(&b.0));
-                (b.clone(), colour(&b), v)
-            })
-            .collect();
-        let title = format!("{op} bandwidth versus size, {dev}");
-        let axes = Axes {
-            x_desc: "message size (bytes)",
-            y_desc: "bandwidth (Gbit/s)",
-            x_log: true,
-            y_log: true,
-            x_fmt: fmt_size,
-        };
-        add(&mut out, format!("bw-{op}-vs-size.svg"), title, &axes, &lines)?;
+        sp.push((format!("{b} (n={})", h.len()), colour(b), spectrum(&h)));
+        cd.push((b.to_string(), colour(b), cdf(&h)));
     }
-    Ok(out)
+    let fig = str_of(rs[0], "figure");
+    let title = format!("{op} {size} B latency ({fig}) percentile spectrum, {dev}");
+    let axes = Axes {
+        x_desc: "percentile",
+        y_desc: "latency (ns)",
+        x_log: true,
+        y_log: true,
+        x_fmt: fmt_pct,
+    };
+    add(out, format!("lat-{op}-spectrum.svg"), title, &axes, &sp)?;
+    let title = format!("{op} {size} B latency ({fig}) CDF, {dev}");
+    let axes = Axes {
+        x_desc: "latency (ns)",
+        y_desc: "fraction of samples",
+        x_log: true,
+        y_log: false,
+        x_fmt: |v| fmt_num(*v),
+    };
+    add(out, format!("lat-{op}-cdf.svg"), title, &axes, &cd)
+}
+
+/// Latency p50 and p99 versus size of series `op`, one pair of lines per backend.
+fn latency_vs_size(
+    out: &mut Vec<Figure>,
+    dev: &str,
+    op: &str,
+    by_size: &BTreeMap<u64, Vec<&Value>>,
+) -> Result<(), String> {
+    let mut per: BTreeMap<String, (Pts, Pts)> = BTreeMap::new();
+    for (size, rs) in by_size {
+        for r in rs {
+            let e = per.entry(line(r)).or_default();
+            if let (Some(p50), Some(p99)) = (r["latency_ns"]["p50"].as_f64(), r["latency_ns"]["p99"].as_f64()) {
+                e.0.push((*size as f64, p50));
+                e.1.push((*size as f64, p99));
+            }
+        }
+    }
+    let mut lines = Vec::new();
+    for (b, (p50, p99)) in per {
+        lines.push((format!("{b} p50"), colour(&b), p50));
+        lines.push((format!("{b} p99"), colour(&b), p99));
+    }
+    let title = format!("{op} latency versus size, {dev}");
+    let axes = Axes {
+        x_desc: "message size (bytes)",
+        y_desc: "latency (ns)",
+        x_log: true,
+        y_log: true,
+        x_fmt: fmt_size,
+    };
+    add(out, format!("lat-{op}-vs-size.svg"), title, &axes, &lines)
+}
+
+/// Bandwidth versus size of series `op`, one line per backend; none when no backend has two
+/// sizes.
+fn bandwidth_vs_size(out: &mut Vec<Figure>, dev: &str, op: &str, rs: &[&Value]) -> Result<(), String> {
+    let mut per: BTreeMap<String, Vec<(f64, f64)>> = BTreeMap::new();
+    for r in rs {
+        if let (Some(size), Some(g)) = (r["size_bytes"].as_u64(), r["summary"]["bw_avg_gbit_s"].as_f64()) {
+            per.entry(line(r)).or_default().push((size as f64, g));
+        }
+    }
+    if per.values().all(|v| v.len() < 2) {
+        return Ok(());
+    }
+    let lines: Vec<Line> = per
+        .into_iter()
+        .map(|(b, mut v)| {
+            v.sort_by(|a, b| a.0.total_cmp(&b.0));
+            (b.clone(), colour(&b), v)
+        })
+        .collect();
+    let title = format!("{op} bandwidth versus size, {dev}");
+    let axes = Axes {
+        x_desc: "message size (bytes)",
+        y_desc: "bandwidth (Gbit/s)",
+        x_log: true,
+        y_log: true,
+        x_fmt: fmt_size,
+    };
+    add(out, format!("bw-{op}-vs-size.svg"), title, &axes, &lines)
 }
 
 /// Writes the figures of a results document into `out` (created) as SVG and PNG, and

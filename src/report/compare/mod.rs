@@ -85,29 +85,9 @@ const ENV_FIELDS: [&str; 14] = [
 
 /// Compares BASE's files with NEW's: (path, loaded document) each, one process run per file.
 pub fn compare_sets(base: &[(String, Value)], new: &[(String, Value)], o: &Options) -> Result<Report, CompareError> {
-    // one process run per file: a document given twice on a side would count one run as two
-    for (side, files) in [("BASE", base), ("NEW", new)] {
-        for (i, (p, d)) in files.iter().enumerate() {
-            if let Some((q, _)) = files[..i].iter().find(|(_, e)| e == d) {
-                return Err(CompareError::SameRunTwice {
-                    side,
-                    first: q.clone(),
-                    second: p.clone(),
-                });
-            }
-        }
-    }
+    refuse_a_run_twice(base, new)?;
     // documents of an older schema read as the current one
-    let up = |s: &[(String, Value)]| -> Vec<(String, Value)> {
-        s.iter()
-            .map(|(p, d)| {
-                let mut d = d.clone();
-                super::schema::upgrade(&mut d);
-                (p.clone(), d)
-            })
-            .collect()
-    };
-    let (base, new) = (&up(base)[..], &up(new)[..]);
+    let (base, new) = (&upgraded(base)[..], &upgraded(new)[..]);
     let (Some(b0), Some(n0)) = (base.first(), new.first()) else {
         return Err(CompareError::Foreign {
             path: "(none)".into(),
@@ -121,16 +101,7 @@ pub fn compare_sets(base: &[(String, Value)], new: &[(String, Value)], o: &Optio
             (a != b).then(|| (f.to_string(), a.to_string(), b.to_string()))
         })
         .collect();
-    let mut side_diff = Vec::new();
-    for (name, files) in [("BASE", base), ("NEW", new)] {
-        for (path, doc) in &files[1..] {
-            for f in ENV_FIELDS {
-                if doc["environment"][f] != files[0].1["environment"][f] {
-                    side_diff.push((name.to_string(), f.to_string(), path.clone()));
-                }
-            }
-        }
-    }
+    let side_diff = side_diff(base, new);
     let (brows, bkeys) = side(base, &o.metrics)?;
     let (nrows, nkeys) = side(new, &o.metrics)?;
     let mut rows = Vec::new();
@@ -138,46 +109,9 @@ pub fn compare_sets(base: &[(String, Value)], new: &[(String, Value)], o: &Optio
         let Some((ns, _)) = nrows.get(&(k.clone(), m.clone())) else {
             continue;
         };
-        let (bv, nv) = (point(bs), point(ns));
-        let runs = bs.len().min(ns.len());
-        // several runs on both sides: the runs are the units (Welch's t on their logarithms,
-        // an honest p-value however few they are); one run on a side: its blocks, resampled
-        let (bv, nv, change, boot) = match welch_runs(bs, ns) {
-            // the figures the test compares: the runs' geometric means
-            Some((c, iv, p)) if runs >= MIN_RUNS_FOR_T => {
-                (geo_mean(bs), geo_mean(ns), c, Some(Boot { interval: iv, p }))
-            }
-            _ => (bv, nv, nv / bv - 1.0, hierarchical(bs, ns, o.rounds)),
-        };
-        let scenario = k.split(' ').next().unwrap_or("");
-        let threshold = o
-            .threshold_pct
-            .unwrap_or_else(|| default_threshold_pct(scenario, m, runs >= MIN_RUNS_FOR_T))
-            / 100.0;
-        rows.push(Row {
-            key: k.clone(),
-            metric: m.clone(),
-            runs_base: bs.len(),
-            runs_new: ns.len(),
-            base: bv,
-            new: nv,
-            change,
-            interval: boot.map(|b| b.interval),
-            p: boot.map(|b| b.p),
-            p_adjusted: None,
-            threshold,
-            larger_is_worse: *worse_up,
-            verdict: Verdict::NoInterval,
-        });
+        rows.push(row(k, m, bs, ns, *worse_up, o));
     }
-    let tested: Vec<usize> = (0..rows.len()).filter(|&i| rows[i].p.is_some()).collect();
-    let ps: Vec<f64> = tested.iter().filter_map(|&i| rows[i].p).collect();
-    for (&i, q) in tested.iter().zip(adjust(&ps, o.adjust)) {
-        rows[i].p_adjusted = Some(q);
-    }
-    for r in &mut rows {
-        r.verdict = verdict(r.change, r.p_adjusted, r.larger_is_worse, r.threshold);
-    }
+    give_verdicts(&mut rows, o.adjust);
     Ok(Report {
         env_diff,
         side_diff,
@@ -190,6 +124,95 @@ pub fn compare_sets(base: &[(String, Value)], new: &[(String, Value)], o: &Optio
         adjust: o.adjust,
         rounds: o.rounds,
     })
+}
+
+/// One process run per file: a document given twice on a side would count one run as two.
+fn refuse_a_run_twice(base: &[(String, Value)], new: &[(String, Value)]) -> Result<(), CompareError> {
+    for (side, files) in [("BASE", base), ("NEW", new)] {
+        for (i, (p, d)) in files.iter().enumerate() {
+            if let Some((q, _)) = files[..i].iter().find(|(_, e)| e == d) {
+                return Err(CompareError::SameRunTwice {
+                    side,
+                    first: q.clone(),
+                    second: p.clone(),
+                });
+            }
+        }
+    }
+    Ok(())
+}
+
+/// A side's documents, those of an older schema upgraded to the current one.
+fn upgraded(s: &[(String, Value)]) -> Vec<(String, Value)> {
+    s.iter()
+        .map(|(p, d)| {
+            let mut d = d.clone();
+            super::schema::upgrade(&mut d);
+            (p.clone(), d)
+        })
+        .collect()
+}
+
+/// The environment fields in which a side's later files differ from its first: (side, field,
+/// file).
+fn side_diff(base: &[(String, Value)], new: &[(String, Value)]) -> Vec<(String, String, String)> {
+    let mut side_diff = Vec::new();
+    for (name, files) in [("BASE", base), ("NEW", new)] {
+        for (path, doc) in &files[1..] {
+            for f in ENV_FIELDS {
+                if doc["environment"][f] != files[0].1["environment"][f] {
+                    side_diff.push((name.to_string(), f.to_string(), path.clone()));
+                }
+            }
+        }
+    }
+    side_diff
+}
+
+/// The row of run key `k` and metric `m` from BASE's runs `bs` and NEW's `ns`: the figures,
+/// the change, its interval and p-value, the threshold; not adjusted, no verdict yet.
+fn row(k: &str, m: &str, bs: &[RunSample], ns: &[RunSample], larger_is_worse: bool, o: &Options) -> Row {
+    let (bv, nv) = (point(bs), point(ns));
+    let runs = bs.len().min(ns.len());
+    // several runs on both sides: the runs are the units (Welch's t on their logarithms,
+    // an honest p-value however few they are); one run on a side: its blocks, resampled
+    let (bv, nv, change, boot) = match welch_runs(bs, ns) {
+        // the figures the test compares: the runs' geometric means
+        Some((c, iv, p)) if runs >= MIN_RUNS_FOR_T => (geo_mean(bs), geo_mean(ns), c, Some(Boot { interval: iv, p })),
+        _ => (bv, nv, nv / bv - 1.0, hierarchical(bs, ns, o.rounds)),
+    };
+    let scenario = k.split(' ').next().unwrap_or("");
+    let threshold = o
+        .threshold_pct
+        .unwrap_or_else(|| default_threshold_pct(scenario, m, runs >= MIN_RUNS_FOR_T))
+        / 100.0;
+    Row {
+        key: k.to_string(),
+        metric: m.to_string(),
+        runs_base: bs.len(),
+        runs_new: ns.len(),
+        base: bv,
+        new: nv,
+        change,
+        interval: boot.map(|b| b.interval),
+        p: boot.map(|b| b.p),
+        p_adjusted: None,
+        threshold,
+        larger_is_worse,
+        verdict: Verdict::NoInterval,
+    }
+}
+
+/// The p-values adjusted over every row that has one, then each row's verdict.
+fn give_verdicts(rows: &mut [Row], how: Adjust) {
+    let tested: Vec<usize> = (0..rows.len()).filter(|&i| rows[i].p.is_some()).collect();
+    let ps: Vec<f64> = tested.iter().filter_map(|&i| rows[i].p).collect();
+    for (&i, q) in tested.iter().zip(adjust(&ps, how)) {
+        rows[i].p_adjusted = Some(q);
+    }
+    for r in rows {
+        r.verdict = verdict(r.change, r.p_adjusted, r.larger_is_worse, r.threshold);
+    }
 }
 
 /// Compares two loaded result documents, one run per side (see [`compare_sets`]).

@@ -2,7 +2,7 @@
 
 use serde_json::Value;
 use std::collections::BTreeMap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 /// A fleet directory that cannot be read as one.
 #[derive(Debug, thiserror::Error)]
@@ -59,23 +59,16 @@ pub struct FleetIn {
 
 fn read_json(path: &Path) -> Result<Option<Value>, FleetError> {
     match std::fs::read_to_string(path) {
-        Ok(t) => serde_json::from_str(&t).map(Some).map_err(|e| FleetError::Bad {
-            path: path.display().to_string(),
-            why: format!("not JSON: {e}"),
-        }),
+        Ok(t) => serde_json::from_str(&t)
+            .map(Some)
+            .map_err(|e| FleetError::at(path, format!("not JSON: {e}"))),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-        Err(e) => Err(FleetError::Bad {
-            path: path.display().to_string(),
-            why: e.to_string(),
-        }),
+        Err(e) => Err(FleetError::at(path, e.to_string())),
     }
 }
 
 fn names(v: &Value, field: &str, path: &Path) -> Result<Vec<String>, FleetError> {
-    let bad = |why: String| FleetError::Bad {
-        path: path.display().to_string(),
-        why,
-    };
+    let bad = |why: String| FleetError::at(path, why);
     let a = v[field]
         .as_array()
         .ok_or_else(|| bad(format!("'{field}' must be a list of node names")))?;
@@ -99,22 +92,40 @@ fn names(v: &Value, field: &str, path: &Path) -> Result<Vec<String>, FleetError>
 /// Reads a fleet directory (see the module's documentation).
 pub fn load(dir: &Path) -> Result<FleetIn, FleetError> {
     let top = dir.join("fleet.json");
-    let plan = read_json(&top)?.ok_or_else(|| FleetError::Bad {
-        path: top.display().to_string(),
-        why: "missing: not a fleet run's directory (the playbook writes it first)".into(),
-    })?;
-    let nodes = names(&plan, "nodes", &top)?;
-    if nodes.is_empty() {
-        return Err(FleetError::Bad {
-            path: top.display().to_string(),
-            why: "no nodes".into(),
-        });
+    let (plan, mut f) = read_plan(&top)?;
+    read_doctors(dir, &plan, &mut f)?;
+    for p in pair_dirs(&dir.join("pairs"))? {
+        if let Some(pair) = read_pair(&p, &f)? {
+            f.pairs.push(pair);
+        }
     }
-    let reachable = names(&plan, "reachable", &top)?;
-    let bad = |why: String| FleetError::Bad {
-        path: top.display().to_string(),
-        why,
-    };
+    Ok(f)
+}
+
+impl FleetError {
+    fn at(path: &Path, why: String) -> Self {
+        FleetError::Bad {
+            path: path.display().to_string(),
+            why,
+        }
+    }
+}
+
+/// `fleet.json` (at `top`) read and checked: the document, and the run with its nodes, those
+/// that answered, the pairing and the reference (no doctor and no pair yet).
+fn read_plan(top: &Path) -> Result<(Value, FleetIn), FleetError> {
+    let plan = read_json(top)?.ok_or_else(|| {
+        FleetError::at(
+            top,
+            "missing: not a fleet run's directory (the playbook writes it first)".into(),
+        )
+    })?;
+    let nodes = names(&plan, "nodes", top)?;
+    if nodes.is_empty() {
+        return Err(FleetError::at(top, "no nodes".into()));
+    }
+    let reachable = names(&plan, "reachable", top)?;
+    let bad = |why: String| FleetError::at(top, why);
     if let Some(n) = reachable.iter().find(|n| !nodes.contains(n)) {
         return Err(bad(format!("'reachable' names '{n}', which is not in 'nodes'")));
     }
@@ -126,13 +137,20 @@ pub fn load(dir: &Path) -> Result<FleetIn, FleetError> {
     if pairing == "reference" && !reference.as_ref().is_some_and(|r| nodes.contains(r)) {
         return Err(bad("a reference plan needs 'reference', one of 'nodes'".into()));
     }
-    let mut f = FleetIn {
+    let f = FleetIn {
+        nodes,
         pairing,
         reference,
         reachable,
         ..Default::default()
     };
-    for n in &nodes {
+    Ok((plan, f))
+}
+
+/// Each node's doctor report (`nodes/NODE/doctor.json`), its exit status and what it said on
+/// standard error (from the plan).
+fn read_doctors(dir: &Path, plan: &Value, f: &mut FleetIn) -> Result<(), FleetError> {
+    for n in &f.nodes {
         let doc = read_json(&dir.join("nodes").join(n).join("doctor.json"))?;
         let rc = plan["doctor_rc"][n].as_i64();
         f.doctor.insert(n.clone(), (doc, rc));
@@ -140,73 +158,71 @@ pub fn load(dir: &Path) -> Result<FleetIn, FleetError> {
             f.doctor_error.insert(n.clone(), e.trim().to_string());
         }
     }
-    f.nodes = nodes;
-    let pairs = dir.join("pairs");
-    let mut entries: Vec<_> = match std::fs::read_dir(&pairs) {
+    Ok(())
+}
+
+/// What the `pairs` directory holds, in name order (none when it is not there).
+fn pair_dirs(pairs: &Path) -> Result<Vec<PathBuf>, FleetError> {
+    let mut entries: Vec<_> = match std::fs::read_dir(pairs) {
         Ok(rd) => rd.filter_map(Result::ok).map(|e| e.path()).collect(),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Vec::new(),
-        Err(e) => {
-            return Err(FleetError::Bad {
-                path: pairs.display().to_string(),
-                why: e.to_string(),
-            })
-        }
+        Err(e) => return Err(FleetError::at(pairs, e.to_string())),
     };
     entries.sort();
-    for p in entries {
-        // a pair is a directory; anything else there (a README, a stray file) is not one
-        if !p.is_dir() {
-            continue;
-        }
-        let sp = p.join("status.json");
-        let Some(st) = read_json(&sp)? else { continue };
-        let (Some(server), Some(client)) = (st["server"].as_str(), st["client"].as_str()) else {
-            return Err(FleetError::Bad {
-                path: sp.display().to_string(),
-                why: "needs 'server' and 'client'".into(),
-            });
-        };
-        for n in [server, client] {
-            if !f.nodes.iter().any(|m| m == n) {
-                return Err(FleetError::Bad {
-                    path: sp.display().to_string(),
-                    why: format!("node '{n}' is not in fleet.json's nodes"),
-                });
-            }
-        }
-        if server == client {
-            return Err(FleetError::Bad {
-                path: sp.display().to_string(),
-                why: format!("server and client are the same node '{server}'"),
-            });
-        }
-        if f.pairs
-            .iter()
-            .any(|q| (q.server == server && q.client == client) || (q.server == client && q.client == server))
-        {
-            return Err(FleetError::Bad {
-                path: sp.display().to_string(),
-                why: format!("the pair {server}--{client} appears twice (a copied directory?)"),
-            });
-        }
-        let skipped = st["skipped"].as_str().filter(|s| !s.is_empty()).map(str::to_string);
-        let rc = |k: &str| st[k].as_i64();
-        let src = |k: &str| st["server_rc"][k].as_i64();
-        f.pairs.push(PairIn {
-            server: server.into(),
-            client: client.into(),
-            skipped,
-            rc: [rc("ping_rc"), rc("lat_rc"), rc("bw_rc")],
-            server_rc: [src("ping"), src("lat"), src("bw")],
-            ping: [
-                read_json(&p.join("ping-server.json"))?,
-                read_json(&p.join("ping-client.json"))?,
-            ],
-            lat: read_json(&p.join("lat.json"))?,
-            bw: read_json(&p.join("bw.json"))?,
-        });
+    Ok(entries)
+}
+
+/// One pair's directory `p` read, its status checked against the run `f` so far (its nodes,
+/// the pairs already read); `None` when it is not a pair's (not a directory, no status.json).
+fn read_pair(p: &Path, f: &FleetIn) -> Result<Option<PairIn>, FleetError> {
+    // a pair is a directory; anything else there (a README, a stray file) is not one
+    if !p.is_dir() {
+        return Ok(None);
     }
-    Ok(f)
+    let sp = p.join("status.json");
+    let Some(st) = read_json(&sp)? else { return Ok(None) };
+    let (Some(server), Some(client)) = (st["server"].as_str(), st["client"].as_str()) else {
+        return Err(FleetError::at(&sp, "needs 'server' and 'client'".into()));
+    };
+    check_pair(server, client, f).map_err(|why| FleetError::at(&sp, why))?;
+    let skipped = st["skipped"].as_str().filter(|s| !s.is_empty()).map(str::to_string);
+    let rc = |k: &str| st[k].as_i64();
+    let src = |k: &str| st["server_rc"][k].as_i64();
+    Ok(Some(PairIn {
+        server: server.into(),
+        client: client.into(),
+        skipped,
+        rc: [rc("ping_rc"), rc("lat_rc"), rc("bw_rc")],
+        server_rc: [src("ping"), src("lat"), src("bw")],
+        ping: [
+            read_json(&p.join("ping-server.json"))?,
+            read_json(&p.join("ping-client.json"))?,
+        ],
+        lat: read_json(&p.join("lat.json"))?,
+        bw: read_json(&p.join("bw.json"))?,
+    }))
+}
+
+/// Why a pair's status cannot be one of the run `f`: a node not in it, one node at both ends,
+/// or a pair read already.
+fn check_pair(server: &str, client: &str, f: &FleetIn) -> Result<(), String> {
+    for n in [server, client] {
+        if !f.nodes.iter().any(|m| m == n) {
+            return Err(format!("node '{n}' is not in fleet.json's nodes"));
+        }
+    }
+    if server == client {
+        return Err(format!("server and client are the same node '{server}'"));
+    }
+    if f.pairs
+        .iter()
+        .any(|q| (q.server == server && q.client == client) || (q.server == client && q.client == server))
+    {
+        return Err(format!(
+            "the pair {server}--{client} appears twice (a copied directory?)"
+        ));
+    }
+    Ok(())
 }
 
 /// The pairs a plan runs (server, client), as the playbook makes them.

@@ -134,19 +134,20 @@ impl FleetReport {
 
     /// One self-contained HTML page (inline CSS, nothing fetched).
     pub fn html(&self) -> String {
-        const CSS: &str = "body{font-family:sans-serif;margin:2em;color:#222;max-width:1100px}\
-            table{border-collapse:collapse;margin:1em 0}td,th{border:1px solid #bbb;padding:3px 8px;text-align:right}\
-            th{background:#eee}td.l,th.l{text-align:left}td.fail{background:#f8d7da}td.pass{background:#d4edda}\
-            td{vertical-align:top}ul{margin:.2em 0;padding-left:1.2em}";
-        let mark = |m: Mark| {
-            let c = match m {
-                Mark::Pass => "pass",
-                Mark::Fail => "fail",
-                Mark::NotRun => "l",
-            };
-            format!("<td class=\"{c}\">{}</td>", m.as_str())
-        };
         let mut h = String::new();
+        self.html_verdict(&mut h);
+        self.html_nodes(&mut h);
+        self.html_spreads(&mut h);
+        self.html_pairs(&mut h);
+        for n in &self.notes {
+            let _ = writeln!(h, "<p>Note: {}</p>", esc(n));
+        }
+        h.push_str("</body></html>\n");
+        h
+    }
+
+    /// The page's head, the rules applied and the verdict: the missing pairs, the failed nodes.
+    fn html_verdict(&self, h: &mut String) {
         let _ = write!(
             h,
             "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>rdmaprobe fleet report</title>\
@@ -171,6 +172,10 @@ impl FleetReport {
         } else {
             let _ = writeln!(h, "<p><b>Failed nodes: {}</b></p>", esc(&self.failed.join(", ")));
         }
+    }
+
+    /// The nodes' table, then the evidence of each failed node.
+    fn html_nodes(&self, h: &mut String) {
         h.push_str(
             "<h2>Nodes</h2>\n<table><tr><th class=\"l\">node</th><th>reachable</th><th>doctor</th><th>L1 device</th>\
              <th>L2 connection</th><th>L3 performance</th><th>lat p50 (ns)</th><th>bw (MiB/s)</th><th>verdict</th>\
@@ -216,6 +221,10 @@ impl FleetReport {
             let ev: String = n.evidence.iter().map(|e| format!("<li>{}</li>", esc(e))).collect();
             let _ = writeln!(h, "<h3>Evidence: {}</h3>\n<ul>{ev}</ul>", esc(&n.node));
         }
+    }
+
+    /// The fleet's median and MAD of each figure.
+    fn html_spreads(&self, h: &mut String) {
         for (name, sp, unit) in [
             ("Latency p50", &self.lat_p50_ns, "ns"),
             ("Bandwidth", &self.bw_avg_mib_s, "MiB/s"),
@@ -228,6 +237,10 @@ impl FleetReport {
                 );
             }
         }
+    }
+
+    /// The pairs' table.
+    fn html_pairs(&self, h: &mut String) {
         h.push_str(
             "<h2>Pairs</h2>\n<table><tr><th class=\"l\">server</th><th class=\"l\">client</th><th>L1</th><th>L2</th>\
              <th>L3</th><th>lat p50 (ns)</th><th>bw (MiB/s)</th><th class=\"l\">findings</th></tr>\n",
@@ -247,10 +260,21 @@ impl FleetReport {
             );
         }
         h.push_str("</table>\n");
-        for n in &self.notes {
-            let _ = writeln!(h, "<p>Note: {}</p>", esc(n));
-        }
-        h.push_str("</body></html>\n");
-        h
     }
+}
+
+/// The page's style.
+const CSS: &str = "body{font-family:sans-serif;margin:2em;color:#222;max-width:1100px}\
+    table{border-collapse:collapse;margin:1em 0}td,th{border:1px solid #bbb;padding:3px 8px;text-align:right}\
+    th{background:#eee}td.l,th.l{text-align:left}td.fail{background:#f8d7da}td.pass{background:#d4edda}\
+    td{vertical-align:top}ul{margin:.2em 0;padding-left:1.2em}";
+
+/// A layer's cell, coloured by its outcome.
+fn mark(m: Mark) -> String {
+    let c = match m {
+        Mark::Pass => "pass",
+        Mark::Fail => "fail",
+        Mark::NotRun => "l",
+    };
+    format!("<td class=\"{c}\">{}</td>", m.as_str())
 }

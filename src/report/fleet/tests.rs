@@ -1,6 +1,7 @@
 //! The fleet report's unit tests.
 
 use super::*;
+use serde_json::json;
 use std::collections::BTreeMap;
 
 fn ladder(l1: &str, l2: &str, l3: &str) -> Option<Value> {
