@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """harness/sizes.py: the sizes issue 28 bounds, measured on src/.
 
-Files: lines before the file's first `#[cfg(test)]` (its tests are not counted). Functions:
+Files: lines before the file's inline test module (`#[cfg(test)] mod tests {`: its tests are not counted). Functions:
 lines from the `fn` line to its closing brace, found by matching braces outside strings, chars
 and comments. Prints what is over the bounds and exits 1 when anything is; `--all N` lists the N
 longest functions and files whatever their size; `--path-max N` also bounds the functions named
@@ -115,7 +115,9 @@ def file_lines(path):
     with open(path, encoding="utf-8") as f:
         lines = f.read().split("\n")
     for i, line in enumerate(lines):
-        if line.strip() == "#[cfg(test)]":
+        # the inline test module (`#[cfg(test)]` then `mod tests {`); a `mod tests;` line is
+        # a file of its own and the rest of this file still counts
+        if line.strip() == "#[cfg(test)]" and i + 1 < len(lines) and re.match(r"\s*(pub\s+)?mod\s+\w+\s*\{", lines[i + 1]):
             return i
     return len(lines)
 

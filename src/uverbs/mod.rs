@@ -16,7 +16,7 @@
 //!   scenarios already let it (after the timed post call, and when polling), through
 //!   [`device::model_qp`]; no thread polls for doorbells.
 //!
-//! Limits: RC QPs, 64-byte CQEs, no completion channels, no SRQ; a kernel whose RDMA netlink
+//! Limits: RC, UC and UD QPs, 64-byte CQEs, no SRQ; a kernel whose RDMA netlink
 //! lists devices makes libibverbs ignore `SYSFS_PATH`, so on such a machine model0 keeps the
 //! direct backend only.
 
