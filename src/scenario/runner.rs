@@ -103,12 +103,7 @@ impl LatPair {
     /// A pair of `kind` whose ends wait for completion events (`-e`): verbs and wr.
     pub fn with_events(dev: &Dev, kind: BackendKind, op: OpKind, buf_len: usize) -> Result<Self, SetupError> {
         if kind == BackendKind::Direct {
-            return Err(SetupError::from(crate::backend::BackendError::Unsupported {
-                backend: "direct",
-                why:
-                    "completion events (-e) are libibverbs' completion channel: the verbs and wr backends wait for them"
-                        .into(),
-            }));
+            return Err(setup::no_events_on_direct());
         }
         Ok(LatPair {
             kind,
@@ -513,12 +508,7 @@ pub fn run_bw_with(
 ) -> Result<BwResult, RunError> {
     use crate::scenario::bw;
     if events && kind == BackendKind::Direct {
-        return Err(SetupError::from(crate::backend::BackendError::Unsupported {
-            backend: "direct",
-            why: "completion events (-e) are libibverbs' completion channel: the verbs and wr backends wait for them"
-                .into(),
-        })
-        .into());
+        return Err(setup::no_events_on_direct().into());
     }
     dev.supports(kind).map_err(SetupError::from)?;
     let once = |p: &bw::BwParams| -> Result<Vec<bw::ThreadResult>, RunError> {
