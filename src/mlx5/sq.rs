@@ -245,40 +245,18 @@ impl<H: RingHook> Sq<H> {
         unsafe { self.cfg.buf.add(idx as usize * 16) }
     }
 
-    /// Writes `w` into the ring at the producer index (no doorbell). Returns its 16-bit index.
+    /// A WQE of `nbb` WQEBBs was written at `start`: the producer index moves past it, and the
+    /// next doorbell rings for it.
     #[inline(always)]
-    pub fn post(&mut self, w: &Wqe<'_>) -> Result<u16, SqError> {
-        let (ds, nbb) = self.check(w)?;
-        let start = self.pi();
-        let idx = (start & 0xffff) as u16;
-        let ctrl = CtrlSeg {
-            opmod_idx_opcode: Be32::new(((idx as u32) << 8) | w.opcode as u32),
-            qpn_ds: Be32::new((self.cfg.qpn << 8) | ds),
-            signature: 0,
-            dci_stream_channel_id: [0, 0],
-            fm_ce_se: w.fm_ce_se,
-            imm: w.imm,
-        };
-        let slot = start & (self.cfg.wqe_cnt - 1);
-        if slot + nbb <= self.cfg.wqe_cnt {
-            // The common case: the WQE does not wrap; write it at consecutive addresses.
-            // SAFETY: slot + nbb <= wqe_cnt, and the nbb WQEBBs from `start` are free (`check`).
-            unsafe { self.write_contiguous(slot, ctrl, w) };
-        } else {
-            // SAFETY: the nbb WQEBBs from `start` are free (`check`).
-            unsafe { self.write_wrapping(start, ctrl, w) };
-        }
+    fn posted(&mut self, start: u32, nbb: u32) {
         self.set_pi(start.wrapping_add(nbb));
         self.pending += nbb;
         self.last_start = start;
-        Ok(idx)
     }
 
-    /// Whether `w` can be posted: at most [`MAX_DS`] units, an inline payload within the QP's
-    /// `max_inline_data`, and as many free WQEBBs as it takes. Returns its size in 16-byte units
-    /// and in WQEBBs.
+    /// Writes `w` into the ring at the producer index (no doorbell). Returns its 16-bit index.
     #[inline(always)]
-    fn check(&self, w: &Wqe<'_>) -> Result<(u32, u32), SqError> {
+    pub fn post(&mut self, w: &Wqe<'_>) -> Result<u16, SqError> {
         let qpn = self.cfg.qpn;
         let ds = w.ds();
         if ds > MAX_DS {
@@ -298,92 +276,83 @@ impl<H: RingHook> Sq<H> {
         if nbb > free {
             return Err(SqError::Full { qpn, need: nbb, free });
         }
-        Ok((ds, nbb))
-    }
-
-    /// Writes `ctrl` and the segments of `w` at consecutive addresses from WQEBB `slot`.
-    ///
-    /// # Safety
-    /// The WQE's WQEBBs from `slot` are free and do not reach past the ring's end
-    /// (`slot + nbb <= wqe_cnt`).
-    #[inline(always)]
-    unsafe fn write_contiguous(&self, slot: u32, ctrl: CtrlSeg, w: &Wqe<'_>) {
-        // SAFETY: slot + nbb <= wqe_cnt (caller), so [base, base + nbb * 64) is inside the ring;
-        // those WQEBBs are free (caller); 16-byte segments at 16-byte aligned addresses.
-        unsafe {
-            let mut p = self.cfg.buf.add(slot as usize * WQEBB);
-            ptr::write(p as *mut CtrlSeg, ctrl);
-            p = p.add(16);
-            if let Some(av) = w.datagram {
-                ptr::write(p as *mut AvSeg, *av);
-                p = p.add(48);
-            }
-            if let Some(r) = w.raddr {
-                ptr::write(p as *mut _, r);
+        let start = self.pi();
+        let idx = (start & 0xffff) as u16;
+        let ctrl = w.ctrl_of_size(idx, qpn, ds);
+        let slot = start & (self.cfg.wqe_cnt - 1);
+        if slot + nbb <= self.cfg.wqe_cnt {
+            // The common case: the WQE does not wrap; write it at consecutive addresses.
+            // SAFETY: slot + nbb <= wqe_cnt, so [base, base + nbb * 64) is inside the ring; those
+            // WQEBBs are free (checked above); 16-byte segments at 16-byte aligned addresses.
+            unsafe {
+                let mut p = self.cfg.buf.add(slot as usize * WQEBB);
+                ptr::write(p as *mut CtrlSeg, ctrl);
                 p = p.add(16);
-            }
-            if let Some(a) = w.atomic {
-                ptr::write(p as *mut _, a);
-                p = p.add(16);
-            }
-            match w.payload {
-                Payload::None => {}
-                Payload::Gather(segs) => {
-                    let mut d = p as *mut DataSeg;
-                    for s in segs.iter().filter(|s| s.byte_count.get() != 0) {
-                        ptr::write(d, *s);
-                        d = d.add(1);
+                if let Some(av) = w.datagram {
+                    ptr::write(p as *mut AvSeg, *av);
+                    p = p.add(48);
+                }
+                if let Some(r) = w.raddr {
+                    ptr::write(p as *mut _, r);
+                    p = p.add(16);
+                }
+                if let Some(a) = w.atomic {
+                    ptr::write(p as *mut _, a);
+                    p = p.add(16);
+                }
+                match w.payload {
+                    Payload::None => {}
+                    Payload::Gather(segs) => {
+                        let mut d = p as *mut DataSeg;
+                        for s in segs.iter().filter(|s| s.byte_count.get() != 0) {
+                            ptr::write(d, *s);
+                            d = d.add(1);
+                        }
+                    }
+                    Payload::Inline([]) => {}
+                    Payload::Inline(bytes) => {
+                        let hdr = InlineHdr {
+                            byte_count: Be32::new(bytes.len() as u32 | INLINE_SEG),
+                        };
+                        ptr::write(p as *mut InlineHdr, hdr);
+                        copy_bytes(bytes, p.add(4));
                     }
                 }
-                Payload::Inline([]) => {}
-                Payload::Inline(bytes) => {
-                    let hdr = InlineHdr {
-                        byte_count: Be32::new(bytes.len() as u32 | INLINE_SEG),
-                    };
-                    ptr::write(p as *mut InlineHdr, hdr);
-                    copy_bytes(bytes, p.add(4));
+            }
+        } else {
+            // SAFETY: every unit address comes from `unit`, inside the ring; the WQEBBs written
+            // are free (checked above); segments are 16-byte values at 16-byte aligned addresses;
+            // the datagram segment's 3 units are the rest of the first WQEBB (contiguous).
+            unsafe {
+                ptr::write(self.unit(start, 0) as *mut CtrlSeg, ctrl);
+                let mut u = 1;
+                if let Some(av) = w.datagram {
+                    ptr::write(self.unit(start, u) as *mut AvSeg, *av);
+                    u += 3;
+                }
+                if let Some(r) = w.raddr {
+                    ptr::write(self.unit(start, u) as *mut _, r);
+                    u += 1;
+                }
+                if let Some(a) = w.atomic {
+                    ptr::write(self.unit(start, u) as *mut _, a);
+                    u += 1;
+                }
+                match w.payload {
+                    Payload::None => {}
+                    Payload::Gather(segs) => {
+                        for s in segs.iter().filter(|s| s.byte_count.get() != 0) {
+                            ptr::write(self.unit(start, u) as *mut _, *s);
+                            u += 1;
+                        }
+                    }
+                    Payload::Inline([]) => {}
+                    Payload::Inline(bytes) => self.write_inline(start, u, bytes),
                 }
             }
         }
-    }
-
-    /// Writes `ctrl` and the segments of `w` unit by unit from WQEBB index `start`, wrapping past
-    /// the ring's end to its start.
-    ///
-    /// # Safety
-    /// The WQE's WQEBBs from `start` are free.
-    #[inline(always)]
-    unsafe fn write_wrapping(&self, start: u32, ctrl: CtrlSeg, w: &Wqe<'_>) {
-        // SAFETY: every unit address comes from `unit`, inside the ring; the WQEBBs written
-        // are free (caller); segments are 16-byte values at 16-byte aligned addresses;
-        // the datagram segment's 3 units are the rest of the first WQEBB (contiguous).
-        unsafe {
-            ptr::write(self.unit(start, 0) as *mut CtrlSeg, ctrl);
-            let mut u = 1;
-            if let Some(av) = w.datagram {
-                ptr::write(self.unit(start, u) as *mut AvSeg, *av);
-                u += 3;
-            }
-            if let Some(r) = w.raddr {
-                ptr::write(self.unit(start, u) as *mut _, r);
-                u += 1;
-            }
-            if let Some(a) = w.atomic {
-                ptr::write(self.unit(start, u) as *mut _, a);
-                u += 1;
-            }
-            match w.payload {
-                Payload::None => {}
-                Payload::Gather(segs) => {
-                    for s in segs.iter().filter(|s| s.byte_count.get() != 0) {
-                        ptr::write(self.unit(start, u) as *mut _, *s);
-                        u += 1;
-                    }
-                }
-                Payload::Inline([]) => {}
-                Payload::Inline(bytes) => self.write_inline(start, u, bytes),
-            }
-        }
+        self.posted(start, nbb);
+        Ok(idx)
     }
 
     /// The inline header at unit `u`, then the bytes, wrapping past the ring's end to its start.
