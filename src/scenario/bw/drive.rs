@@ -68,6 +68,7 @@ struct Tracer {
 impl Tracer {
     /// Traces the first sending end of `ctl` when `trace_peak`, its room taken now: at most
     /// [`MAX_TRACE`] post calls (16 B each); a longer run gets no perftest peak.
+    #[inline(always)]
     fn new<B>(ctl: &[Ctl<'_, B>], p: &BwParams, trace_peak: bool) -> Self {
         let end = if trace_peak {
             ctl.iter().position(|c| c.role.sends)
@@ -100,6 +101,7 @@ impl Tracer {
     }
 
     /// The trace, unless there was none or it overflowed.
+    #[inline(always)]
     fn finish(self) -> Option<PeakTrace> {
         if self.overflowed {
             None
@@ -239,7 +241,9 @@ impl<B: Backend> Ctl<'_, B> {
 const EVENT_SLICE: Duration = Duration::from_millis(50);
 
 /// Blocks up to [`EVENT_SLICE`] until one of the ends' completion channels has an event, then
-/// takes (and counts for acknowledgement) the events of every channel that has one.
+/// takes (and counts for acknowledgement) the events of every channel that has one. Kept out of
+/// the loop's code (the compiler did not inline it there either): it runs only before a block.
+#[inline(never)]
 fn wait_events<B: Backend>(ctl: &mut [Ctl<'_, B>], done: u64) -> Result<bool, ScenarioError> {
     let fds: Vec<i32> = ctl.iter().filter_map(|c| c.end.event_fd()).collect();
     let ready = crate::verbs::cq::ready_channels(&fds, EVENT_SLICE);
