@@ -9,7 +9,7 @@
 //! spin barrier, so no job's first step waits for another thread to wake up.
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU8, AtomicUsize, Ordering};
 use std::sync::mpsc::{channel, Sender};
 use std::sync::{Arc, Condvar, Mutex, OnceLock};
 use std::time::{Duration, Instant};
@@ -311,6 +311,99 @@ const UNDECIDED: u8 = 0;
 const GO: u8 = 1;
 const ABORT: u8 = 2;
 
+/// The start of one call's jobs, shared by them: how many have reached their worker, whether
+/// they run, and the messages of those that panicked.
+struct Start {
+    /// The call's jobs.
+    jobs: usize,
+    /// How long a job waits for the others to arrive.
+    deadline: Duration,
+    arrived: AtomicUsize,
+    decision: AtomicU8,
+    panics: Mutex<Vec<String>>,
+}
+
+impl Start {
+    /// A job has reached its worker: spins until every job of the call has (they run) or the
+    /// start deadline passed (none runs). Returns whether the jobs run.
+    fn all_arrived(&self) -> bool {
+        self.arrived.fetch_add(1, Ordering::AcqRel);
+        let t0 = Instant::now();
+        let mut spins = 0u32;
+        while self.decision.load(Ordering::Acquire) == UNDECIDED {
+            if self.arrived.load(Ordering::Acquire) >= self.jobs {
+                let _ = self
+                    .decision
+                    .compare_exchange(UNDECIDED, GO, Ordering::AcqRel, Ordering::Acquire);
+                break;
+            }
+            spins = spins.wrapping_add(1);
+            if spins % 1024 == 0 {
+                if t0.elapsed() > self.deadline {
+                    let _ = self
+                        .decision
+                        .compare_exchange(UNDECIDED, ABORT, Ordering::AcqRel, Ordering::Acquire);
+                    break;
+                }
+                // another job may share this CPU (one CPU, or pinning off)
+                std::thread::yield_now();
+            }
+            std::hint::spin_loop();
+        }
+        self.decision.load(Ordering::Acquire) == GO
+    }
+
+    /// Runs `job`, a panic caught and its message (when it was a string) kept.
+    fn run_caught(&self, job: Box<dyn FnOnce() + Send + '_>) {
+        if let Err(e) = catch_unwind(AssertUnwindSafe(job)) {
+            let msg = e
+                .downcast_ref::<&str>()
+                .map(|s| s.to_string())
+                .or_else(|| e.downcast_ref::<String>().cloned())
+                .unwrap_or_else(|| "(no message)".into());
+            self.panics.lock().unwrap_or_else(|p| p.into_inner()).push(msg);
+        }
+    }
+
+    /// The call's result once every job is done: a worker lost (`lost`), the start deadline
+    /// passed, or the first panic.
+    fn outcome(&self, lost: bool) -> Result<(), WorkerError> {
+        if lost {
+            return Err(WorkerError::Spawn(std::io::Error::other("a worker thread had exited")));
+        }
+        if self.decision.load(Ordering::Acquire) != GO {
+            return Err(WorkerError::Start(self.deadline));
+        }
+        let p = self.panics.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(m) = p.first() {
+            return Err(WorkerError::Panicked(m.clone()));
+        }
+        Ok(())
+    }
+}
+
+/// The worker of each job, `(CPU index, k)`: the k-th job of the call placed on that CPU runs on
+/// `pool[c][k]`, spawned now if the pool has none there yet.
+fn place(pool: &mut Vec<Vec<Worker>>, jobs: &[Placed<'_>]) -> Result<Vec<(usize, usize)>, WorkerError> {
+    let ncpu = cpus().len().max(1);
+    if pool.len() < ncpu {
+        pool.resize_with(ncpu, Vec::new);
+    }
+    let mut slots = Vec::with_capacity(jobs.len());
+    let mut used = vec![0usize; ncpu];
+    for j in jobs {
+        let c = j.cpu % ncpu;
+        let k = used[c];
+        used[c] += 1;
+        while pool[c].len() <= k {
+            let w = spawn_worker(c, pool[c].len())?;
+            pool[c].push(w);
+        }
+        slots.push((c, k));
+    }
+    Ok(slots)
+}
+
 /// Runs every job on its own persistent worker pinned to the job's CPU, all started together
 /// (each job begins only when every job of the call has reached its worker; `start_deadline`
 /// bounds that wait: past it no job runs), and returns when all have finished. The calling
@@ -323,67 +416,30 @@ pub(crate) fn run(jobs: Vec<Placed<'_>>, start_deadline: Duration) -> Result<(),
     }
     // held for the whole call: the pool, and one call at a time
     let mut pool = pool().lock().unwrap_or_else(|p| p.into_inner());
-    let ncpu = cpus().len().max(1);
-    if pool.len() < ncpu {
-        pool.resize_with(ncpu, Vec::new);
-    }
-    let mut slots = Vec::with_capacity(n);
-    let mut used = vec![0usize; ncpu];
-    for j in &jobs {
-        let c = j.cpu % ncpu;
-        let k = used[c];
-        used[c] += 1;
-        while pool[c].len() <= k {
-            let w = spawn_worker(c, pool[c].len())?;
-            pool[c].push(w);
-        }
-        slots.push((c, k));
-    }
+    let slots = place(&mut pool, &jobs)?;
     let latch = Arc::new(Latch::default());
-    let arrived = Arc::new(AtomicUsize::new(0));
-    let decision = Arc::new(std::sync::atomic::AtomicU8::new(UNDECIDED));
-    let panics: Arc<Mutex<Vec<String>>> = Arc::default();
+    let start = Arc::new(Start {
+        jobs: n,
+        deadline: start_deadline,
+        arrived: AtomicUsize::new(0),
+        decision: AtomicU8::new(UNDECIDED),
+        panics: Mutex::default(),
+    });
     let guard = WaitAll(&latch);
     let mut lost = false;
     for (j, (c, k)) in jobs.into_iter().zip(slots) {
-        let (latch2, arrived, decision, panics) = (latch.clone(), arrived.clone(), decision.clone(), panics.clone());
+        let (latch2, start2) = (latch.clone(), start.clone());
         let job = j.job;
         let wrapped: Box<dyn FnOnce() + Send + '_> = Box::new(move || {
             // first the count-down, then the job: locals drop in reverse order, so the job (and
             // what it borrows) is gone before the call can see the count reach 0
             let _cd = CountDown(latch2);
             let job = job;
-            arrived.fetch_add(1, Ordering::AcqRel);
-            let t0 = Instant::now();
-            let mut spins = 0u32;
-            while decision.load(Ordering::Acquire) == UNDECIDED {
-                if arrived.load(Ordering::Acquire) >= n {
-                    let _ = decision.compare_exchange(UNDECIDED, GO, Ordering::AcqRel, Ordering::Acquire);
-                    break;
-                }
-                spins = spins.wrapping_add(1);
-                if spins % 1024 == 0 {
-                    if t0.elapsed() > start_deadline {
-                        let _ = decision.compare_exchange(UNDECIDED, ABORT, Ordering::AcqRel, Ordering::Acquire);
-                        break;
-                    }
-                    // another job may share this CPU (one CPU, or pinning off)
-                    std::thread::yield_now();
-                }
-                std::hint::spin_loop();
-            }
-            if decision.load(Ordering::Acquire) != GO {
+            if !start2.all_arrived() {
                 drop(job);
                 return;
             }
-            if let Err(e) = catch_unwind(AssertUnwindSafe(job)) {
-                let msg = e
-                    .downcast_ref::<&str>()
-                    .map(|s| s.to_string())
-                    .or_else(|| e.downcast_ref::<String>().cloned())
-                    .unwrap_or_else(|| "(no message)".into());
-                panics.lock().unwrap_or_else(|p| p.into_inner()).push(msg);
-            }
+            start2.run_caught(job);
         });
         // SAFETY: the job may borrow data that lives only as long as this call; the lifetime is
         // widened so the job can cross the channel to a thread that outlives the call. It is
@@ -408,17 +464,7 @@ pub(crate) fn run(jobs: Vec<Placed<'_>>, start_deadline: Duration) -> Result<(),
         }
     }
     drop(guard);
-    if lost {
-        return Err(WorkerError::Spawn(std::io::Error::other("a worker thread had exited")));
-    }
-    if decision.load(Ordering::Acquire) != GO {
-        return Err(WorkerError::Start(start_deadline));
-    }
-    let p = panics.lock().unwrap_or_else(|p| p.into_inner());
-    if let Some(m) = p.first() {
-        return Err(WorkerError::Panicked(m.clone()));
-    }
-    Ok(())
+    start.outcome(lost)
 }
 
 #[cfg(test)]

@@ -243,6 +243,15 @@ impl<H: RingHook> Sq<H> {
         unsafe { self.cfg.buf.add(idx as usize * 16) }
     }
 
+    /// A WQE of `nbb` WQEBBs was written at `start`: the producer index moves past it, and the
+    /// next doorbell rings for it.
+    #[inline(always)]
+    fn posted(&mut self, start: u32, nbb: u32) {
+        self.set_pi(start.wrapping_add(nbb));
+        self.pending += nbb;
+        self.last_start = start;
+    }
+
     /// Writes `w` into the ring at the producer index (no doorbell). Returns its 16-bit index.
     #[inline(always)]
     pub fn post(&mut self, w: &Wqe<'_>) -> Result<u16, SqError> {
@@ -267,14 +276,7 @@ impl<H: RingHook> Sq<H> {
         }
         let start = self.pi();
         let idx = (start & 0xffff) as u16;
-        let ctrl = CtrlSeg {
-            opmod_idx_opcode: Be32::new(((idx as u32) << 8) | w.opcode as u32),
-            qpn_ds: Be32::new((qpn << 8) | ds),
-            signature: 0,
-            dci_stream_channel_id: [0, 0],
-            fm_ce_se: w.fm_ce_se,
-            imm: w.imm,
-        };
+        let ctrl = w.ctrl_of_size(idx, qpn, ds);
         let slot = start & (self.cfg.wqe_cnt - 1);
         if slot + nbb <= self.cfg.wqe_cnt {
             // The common case: the WQE does not wrap; write it at consecutive addresses.
@@ -347,9 +349,7 @@ impl<H: RingHook> Sq<H> {
                 }
             }
         }
-        self.set_pi(start.wrapping_add(nbb));
-        self.pending += nbb;
-        self.last_start = start;
+        self.posted(start, nbb);
         Ok(idx)
     }
 

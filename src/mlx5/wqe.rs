@@ -200,9 +200,16 @@ impl<'a> Wqe<'a> {
     /// The control segment for a WQE starting at `wqe_index` on QP `qpn`.
     #[inline(always)]
     pub const fn ctrl(&self, wqe_index: u16, qpn: u32) -> CtrlSeg {
+        self.ctrl_of_size(wqe_index, qpn, self.ds() & 0x3f)
+    }
+
+    /// As [`Wqe::ctrl`], its size known: `ds` 16-byte units (at most 63, which the caller has
+    /// checked).
+    #[inline(always)]
+    pub const fn ctrl_of_size(&self, wqe_index: u16, qpn: u32, ds: u32) -> CtrlSeg {
         CtrlSeg {
             opmod_idx_opcode: Be32::new(((wqe_index as u32) << 8) | self.opcode as u32),
-            qpn_ds: Be32::new((qpn << 8) | (self.ds() & 0x3f)),
+            qpn_ds: Be32::new((qpn << 8) | ds),
             signature: 0,
             dci_stream_channel_id: [0, 0],
             fm_ce_se: self.fm_ce_se,

@@ -11,10 +11,12 @@
 
 use super::ScenarioError;
 use crate::backend::{Backend, OpKind};
-use crate::clock;
-use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+mod drive;
+
+pub use drive::drive_ends;
 
 /// What to run.
 #[derive(Debug, Clone, Copy)]
@@ -48,10 +50,6 @@ pub struct BwParams {
     /// receivers take what arrives until the senders are done and nothing more comes.
     pub unreliable: bool,
 }
-
-/// Unreliable transports: after the last send completion, how long the receivers wait for what
-/// is still on its way.
-const UNRELIABLE_DRAIN: Duration = Duration::from_millis(5);
 
 /// The time grid of a run's windows: its origin (the first thread's first post) and the window
 /// length, in ticks. Shared by the run's threads.
@@ -122,13 +120,6 @@ pub struct ThreadResult {
     pub event_waits: Option<u64>,
 }
 
-struct Dir {
-    posted: u64,
-    completed: u64,
-    /// Operation counts at which a signalled operation was posted, oldest first.
-    signals: VecDeque<u64>,
-}
-
 /// What one end does in a run: send `iters` operations (`sends`), take `iters` SENDs
 /// (`receives`: post and replenish receives), or both (bidirectional), or neither (the passive
 /// side of a one-sided operation).
@@ -153,237 +144,6 @@ pub fn roles(p: &BwParams) -> (Role, Role) {
             receives: recv,
         },
     )
-}
-
-struct Ctl<'a, B> {
-    end: &'a mut B,
-    role: Role,
-    dir: Dir,
-    received: u64,
-    pending_recvs: u32,
-    /// Receives posted in this run: never more than its messages, so a run leaves none behind
-    /// on a QP the next run uses again (between two processes the QPs stay).
-    recvs_posted: u64,
-}
-
-/// How long a wait for completion events blocks before the run's deadlines are checked.
-const EVENT_SLICE: Duration = Duration::from_millis(50);
-
-/// Blocks up to [`EVENT_SLICE`] until one of the ends' completion channels has an event, then
-/// takes (and counts for acknowledgement) the events of every channel that has one.
-fn wait_events<B: Backend>(ctl: &mut [Ctl<'_, B>], done: u64) -> Result<bool, ScenarioError> {
-    let fds: Vec<i32> = ctl.iter().filter_map(|c| c.end.event_fd()).collect();
-    let ready = crate::verbs::cq::ready_channels(&fds, EVENT_SLICE);
-    for c in ctl.iter_mut() {
-        if c.end.event_fd().is_some_and(|fd| ready.contains(&fd)) {
-            c.end.wait_event(Duration::ZERO).map_err(|x| be("bw", done, x))?;
-        }
-    }
-    Ok(!ready.is_empty())
-}
-
-/// Drives the ends of one thread until every sending end completed `p.iters` operations and
-/// every receiving end took `p.iters` messages. Each end's CQ (sends and receives) is polled once
-/// per turn and each completion given to what it belongs to.
-pub fn drive_ends<B: Backend>(
-    ends: &mut [(&mut B, Role)],
-    p: &BwParams,
-    grid: &Grid,
-    trace_peak: bool,
-    intr: &AtomicBool,
-) -> Result<ThreadResult, ScenarioError> {
-    let recv_batch = 16u32;
-    let mut ctl: Vec<Ctl<'_, B>> = ends
-        .iter_mut()
-        .map(|(e, r)| Ctl {
-            end: &mut **e,
-            role: *r,
-            dir: Dir {
-                posted: 0,
-                completed: 0,
-                signals: VecDeque::new(),
-            },
-            received: 0,
-            pending_recvs: 0,
-            recvs_posted: 0,
-        })
-        .collect();
-    for c in ctl.iter_mut().filter(|c| c.role.receives) {
-        let depth = (p.tx_depth + 2 * recv_batch).min(crate::backend::setup::DEPTH);
-        let n = u64::from(depth).min(p.iters) as u32;
-        let l = recv_len(&*c.end);
-        c.end.post_recv(l, n).map_err(|e| be("receiver", 0, e))?;
-        c.recvs_posted = u64::from(n);
-    }
-    let total: u64 = ctl.iter().map(|c| u64::from(c.role.sends) * p.iters).sum();
-    let tracer = if trace_peak {
-        ctl.iter().position(|c| c.role.sends)
-    } else {
-        None
-    };
-    // at most MAX_TRACE post calls are traced (16 B each); a longer run gets no perftest peak
-    let mut trace = PeakTrace::default();
-    if tracer.is_some() {
-        let calls = (p.iters / u64::from(p.postlist) + 1).min(MAX_TRACE as u64) as usize;
-        trace.posts.reserve(calls);
-        trace
-            .completions
-            .reserve(calls / (p.cq_mod / p.postlist).max(1) as usize + 2);
-    }
-    let mut traced_out = false;
-    let start = clock::start();
-    let origin = grid.origin(start);
-    let mut out = ThreadResult {
-        start,
-        grid: (origin, grid.window_ticks),
-        streams: ctl.iter().filter(|c| c.role.sends).count() as u64,
-        ..Default::default()
-    };
-    let mut done = 0u64;
-    let mut last_progress = Instant::now();
-    // the tick of the last completion (an unreliable run ends there, not after its drain)
-    let mut last_tick = start;
-    let mut next_boundary = origin.wrapping_add(grid.window_ticks);
-    // -e: the thread waits for completion events when a turn moves nothing (its ends all have
-    // a completion channel)
-    let events = ctl.iter().all(|c| c.end.has_events());
-    if events {
-        out.event_waits = Some(0);
-    }
-    let mut armed = false;
-    loop {
-        let mut moved = false;
-        let sent = ctl.iter().all(|c| !c.role.sends || c.dir.completed >= p.iters);
-        if sent && ctl.iter().all(|c| !c.role.receives || c.received >= p.iters) {
-            break;
-        }
-        // nothing acknowledged: what the receivers dropped never comes
-        if p.unreliable && sent && last_progress.elapsed() >= UNRELIABLE_DRAIN {
-            break;
-        }
-        for (ci, c) in ctl.iter_mut().enumerate() {
-            let traced = tracer == Some(ci);
-            if c.role.sends {
-                let d = &mut c.dir;
-                while d.posted < p.iters
-                    && d.posted - d.completed + u64::from(p.postlist.min((p.iters - d.posted) as u32))
-                        <= u64::from(p.tx_depth)
-                {
-                    let n = p.postlist.min((p.iters - d.posted) as u32);
-                    let e = d.posted + u64::from(n);
-                    let signal = e / u64::from(p.cq_mod) > d.posted / u64::from(p.cq_mod) || e == p.iters;
-                    if traced {
-                        if trace.posts.len() < MAX_TRACE {
-                            trace.posts.push((clock::start(), d.posted));
-                        } else {
-                            traced_out = true;
-                        }
-                    }
-                    c.end
-                        .post(p.op, p.size, n, p.inline, signal)
-                        .map_err(|x| be("sender", d.posted, x))?;
-                    moved = true;
-                    if signal {
-                        d.signals.push_back(e);
-                    }
-                    d.posted = e;
-                }
-            }
-            // an unreliable receiver empties its CQ every turn (a full poll is polled again):
-            // receives it left unreposted would drop messages the run itself caused to be lost
-            loop {
-                let q = c
-                    .end
-                    .poll()
-                    .map_err(|x| be(if c.role.sends { "sender" } else { "receiver" }, done, x))?;
-                moved |= q.sends + q.recvs > 0;
-                if c.role.sends {
-                    let seen = if traced && q.sends > 0 { clock::stop() } else { 0 };
-                    for _ in 0..q.sends {
-                        if let Some(upto) = c.dir.signals.pop_front() {
-                            done += upto - c.dir.completed;
-                            c.dir.completed = upto;
-                            last_progress = Instant::now();
-                            last_tick = clock::stop();
-                            if traced {
-                                trace.completions.push((seen, upto));
-                            }
-                        }
-                    }
-                }
-                if c.role.receives && q.recvs > 0 {
-                    c.received += u64::from(q.recvs);
-                    last_progress = Instant::now();
-                    last_tick = clock::stop();
-                    c.pending_recvs += q.recvs;
-                    // the receives still to post: the run's messages not yet covered by one
-                    let still = p.iters.saturating_sub(c.recvs_posted);
-                    if c.pending_recvs >= recv_batch && still > 0 {
-                        let n = u64::from(c.pending_recvs).min(still) as u32;
-                        let l = recv_len(&*c.end);
-                        c.end.post_recv(l, n).map_err(|x| be("receiver", done, x))?;
-                        c.recvs_posted += u64::from(n);
-                        c.pending_recvs = 0;
-                    }
-                }
-                if !(p.unreliable && c.role.receives && q.sends + q.recvs >= 16) {
-                    break;
-                }
-            }
-        }
-        let now = clock::stop();
-        while now >= next_boundary {
-            let progress = if total > 0 {
-                done
-            } else {
-                ctl.iter().map(|c| c.received).sum()
-            };
-            out.windows.push(progress);
-            next_boundary = next_boundary.wrapping_add(grid.window_ticks);
-        }
-        if last_progress.elapsed() > p.stall {
-            return Err(ScenarioError::Stalled {
-                side: "bw",
-                index: done,
-                what: "completions",
-                waited: p.stall,
-            });
-        }
-        if intr.load(Ordering::Relaxed) {
-            return Err(ScenarioError::Interrupted);
-        }
-        if events && !moved {
-            if armed {
-                // armed and polled once more since: block until one of the CQs raises its event
-                if wait_events(&mut ctl, done)? {
-                    *out.event_waits.get_or_insert(0) += 1;
-                }
-                armed = false;
-            } else {
-                // the next turn polls again before any wait: a completion that came before
-                // the arm raises no event
-                for c in ctl.iter_mut() {
-                    c.end.arm().map_err(|x| be("bw", done, x))?;
-                }
-                armed = true;
-            }
-        }
-    }
-    out.end = clock::stop();
-    if p.unreliable {
-        // the drain after the last completion is no part of the run: nor are its windows
-        out.end = last_tick;
-        let whole = last_tick.saturating_sub(origin) / grid.window_ticks.max(1);
-        out.windows.truncate(whole as usize);
-    }
-    out.messages = if total > 0 {
-        done
-    } else {
-        ctl.iter().map(|c| c.received).sum()
-    };
-    out.received = ctl.iter().map(|c| c.received).sum();
-    out.peak_trace = if traced_out { None } else { tracer.map(|_| trace) };
-    Ok(out)
 }
 
 /// Drives one thread's in-process pairs.
@@ -422,16 +182,6 @@ pub fn check(p: &BwParams) -> Result<(), ScenarioError> {
         ));
     }
     Ok(())
-}
-
-/// Receives cover the whole incoming half of the buffer, so they fit every message size (the
-/// sizes of a run change while receives posted for earlier ones are still outstanding).
-fn recv_len<B: Backend>(b: &B) -> u32 {
-    (b.mem().len() - b.rx_offset()).min(u32::MAX as usize) as u32
-}
-
-fn be(side: &'static str, index: u64, source: crate::backend::BackendError) -> ScenarioError {
-    ScenarioError::Backend { side, index, source }
 }
 
 /// Runs every thread's pairs on its own pinned thread, started together.

@@ -446,12 +446,31 @@ impl Qp {
             });
         }
         let mtu_req = opts.mtu.unwrap_or(port.active_mtu);
-        let mtu = super::device::mtu_from_bytes(mtu_req).ok_or_else(|| VerbsError::Invalid {
-            ctx: self.ctx(),
-            why: format!("path MTU {mtu_req} is not one of 256, 512, 1024, 2048, 4096"),
-        })?;
+        let mtu = self.path_mtu(mtu_req)?;
         let p = port.port;
+        self.to_init(opts, p)?;
+        self.to_rtr(opts, remote, mtu, p)?;
+        self.to_rts(opts, p)?;
+        let got = self.require_rts(p)?;
+        Ok(self.granted(opts, mtu_req, &got))
+    }
 
+    /// The `IBV_MTU_*` of a path MTU of `bytes`, which must be one of the five.
+    fn path_mtu(&self, bytes: u32) -> Result<u32> {
+        super::device::mtu_from_bytes(bytes).ok_or_else(|| VerbsError::Invalid {
+            ctx: self.ctx(),
+            why: format!("path MTU {bytes} is not one of 256, 512, 1024, 2048, 4096"),
+        })
+    }
+
+    /// Whether the QP is RC: UC has no READs or atomics and no acknowledgements (so no timeout,
+    /// retries or RNR).
+    fn acknowledged(&self) -> bool {
+        self.qp_type == sys::IBV_QPT_RC
+    }
+
+    /// RESET→INIT on port `p` with the P_Key index and access flags of `opts`.
+    fn to_init(&self, opts: &ConnectOpts, p: u8) -> Result<()> {
         let mut a = sys::ibv_qp_attr {
             qp_state: sys::IBV_QPS_INIT,
             pkey_index: opts.pkey_index,
@@ -464,8 +483,12 @@ impl Qp {
             sys::IBV_QP_STATE | sys::IBV_QP_PKEY_INDEX | sys::IBV_QP_PORT | sys::IBV_QP_ACCESS_FLAGS,
             "ibv_modify_qp(INIT)",
             p,
-        )?;
+        )
+    }
 
+    /// INIT→RTR towards `remote` (its LID, and with a GID index of `opts` a GRH to its GID) with
+    /// path MTU `mtu` (an `IBV_MTU_*`); RC also sets the responder's READs and the RNR timer.
+    fn to_rtr(&self, opts: &ConnectOpts, remote: &Endpoint, mtu: u32, p: u8) -> Result<()> {
         let mut ah = sys::ibv_ah_attr {
             dlid: remote.lid,
             sl: opts.sl,
@@ -482,8 +505,6 @@ impl Qp {
                 traffic_class: opts.traffic_class,
             };
         }
-        // UC: no READs or atomics, no acknowledgements (so no timeout, retries or RNR)
-        let rc = self.qp_type == sys::IBV_QPT_RC;
         let mut a = sys::ibv_qp_attr {
             qp_state: sys::IBV_QPS_RTR,
             path_mtu: mtu,
@@ -497,15 +518,18 @@ impl Qp {
         let rtr = sys::IBV_QP_STATE | sys::IBV_QP_AV | sys::IBV_QP_PATH_MTU | sys::IBV_QP_DEST_QPN | sys::IBV_QP_RQ_PSN;
         self.modify(
             &mut a,
-            if rc {
+            if self.acknowledged() {
                 rtr | sys::IBV_QP_MAX_DEST_RD_ATOMIC | sys::IBV_QP_MIN_RNR_TIMER
             } else {
                 rtr
             },
             "ibv_modify_qp(RTR)",
             p,
-        )?;
+        )
+    }
 
+    /// RTR→RTS with the send PSN; RC also sets the timeout, the retries and the initiator's READs.
+    fn to_rts(&self, opts: &ConnectOpts, p: u8) -> Result<()> {
         let mut a = sys::ibv_qp_attr {
             qp_state: sys::IBV_QPS_RTS,
             timeout: opts.timeout,
@@ -517,7 +541,7 @@ impl Qp {
         };
         self.modify(
             &mut a,
-            if rc {
+            if self.acknowledged() {
                 sys::IBV_QP_STATE
                     | sys::IBV_QP_TIMEOUT
                     | sys::IBV_QP_RETRY_CNT
@@ -529,9 +553,12 @@ impl Qp {
             },
             "ibv_modify_qp(RTS)",
             p,
-        )?;
+        )
+    }
 
-        let got = self.require_rts(p)?;
+    /// Every attribute of `got` (the QP read back in RTS) that differs from what was asked: the
+    /// capabilities, the path MTU (`mtu_req` bytes) and, on RC, the READs, timeout and retries.
+    fn granted(&self, opts: &ConnectOpts, mtu_req: u32, got: &sys::ibv_qp_attr) -> Vec<Granted> {
         let r = self.requested;
         let mut diffs = Vec::new();
         let mut cmp = |what: &'static str, requested: u64, granted: u64| {
@@ -553,9 +580,9 @@ impl Qp {
             got.cap.max_inline_data as u64,
         );
         cmp("path_mtu", mtu_req as u64, mtu_bytes(got.path_mtu) as u64);
-        if !rc {
+        if !self.acknowledged() {
             // what UC does not have was not set: nothing more to compare
-            return Ok(diffs);
+            return diffs;
         }
         cmp("max_rd_atomic", opts.max_rd_atomic as u64, got.max_rd_atomic as u64);
         cmp(
@@ -566,8 +593,9 @@ impl Qp {
         cmp("timeout", opts.timeout as u64, got.timeout as u64);
         cmp("retry_cnt", opts.retry_cnt as u64, got.retry_cnt as u64);
         cmp("rnr_retry", opts.rnr_retry as u64, got.rnr_retry as u64);
-        Ok(diffs)
+        diffs
     }
+
     /// RESET→INIT→RTR→RTS with the attributes the connection manager gave (`-R`): its port,
     /// P_Key index, address vector (with the source GID it chose), path MTU (at most `mtu_cap`
     /// when given), the peer's QP number, the PSNs, timeouts and retries; the access flags are
@@ -596,10 +624,7 @@ impl Qp {
         self.modify(&mut init.attr, init.mask as u32, "ibv_modify_qp(INIT)", p)?;
         let mut rtr = cm.rtr;
         if let Some(cap) = mtu_cap {
-            let m = super::device::mtu_from_bytes(cap).ok_or_else(|| VerbsError::Invalid {
-                ctx: self.ctx(),
-                why: format!("path MTU {cap} is not one of 256, 512, 1024, 2048, 4096"),
-            })?;
+            let m = self.path_mtu(cap)?;
             rtr.attr.path_mtu = rtr.attr.path_mtu.min(m);
         }
         self.modify(&mut rtr.attr, rtr.mask as u32, "ibv_modify_qp(RTR)", p)?;
