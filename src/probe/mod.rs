@@ -13,25 +13,17 @@
 //! # Ok::<(), rdmaprobe::probe::ProbeError>(())
 //! ```
 //!
-//! One measurement flows: [`run`] opens the device through [`session`] (device, backends, doorbell
+//! One measurement flows: [`run`] opens the device through [`measure::session`] (device, backends, doorbell
 //! mode, TSC calibration, environment fingerprint and its warnings), connects the peer through
 //! a [`crate::oob::Rendezvous`] when there is one (the parameter handshake, QP exchange,
 //! barrier), runs the scenario's module (`lat`, `bw`, `post_cost`) over the sizes, calling the
 //! [`Observer`] as each run ends, ends the exchange with the peer, and returns the report.
 
-mod bw;
-mod cm;
+pub mod check;
 pub mod console;
-pub mod counters;
-pub mod diag;
-pub mod doctor;
-pub mod info;
-mod lat;
-pub mod ping;
+pub mod measure;
 mod plan;
-mod post_cost;
 pub mod report;
-pub mod session;
 pub mod suite;
 
 pub use suite::{SuitePlan, SuiteReport};
@@ -145,9 +137,9 @@ impl Observer for Quiet {}
 /// Measures what `plan` says; the peer, if any, is reached as `plan.peer` says (TCP).
 pub fn run(plan: &Plan, obs: &mut dyn Observer) -> Result<Report, ProbeError> {
     match &plan.scenario {
-        Scenario::Lat(l) => lat::run(plan, l, None, obs),
-        Scenario::Bw(b) => bw::run(plan, b, None, obs),
-        Scenario::PostCost(p) => post_cost::run(plan, p, obs),
+        Scenario::Lat(l) => measure::lat::run(plan, l, None, obs),
+        Scenario::Bw(b) => measure::bw::run(plan, b, None, obs),
+        Scenario::PostCost(p) => measure::post_cost::run(plan, p, obs),
     }
 }
 
@@ -156,8 +148,8 @@ pub fn run(plan: &Plan, obs: &mut dyn Observer) -> Result<Report, ProbeError> {
 /// client, `Listen`: the server).
 pub fn run_with_peer(plan: &Plan, peer: &mut dyn Rendezvous, obs: &mut dyn Observer) -> Result<Report, ProbeError> {
     match &plan.scenario {
-        Scenario::Lat(l) => lat::run(plan, l, Some(peer), obs),
-        Scenario::Bw(b) => bw::run(plan, b, Some(peer), obs),
+        Scenario::Lat(l) => measure::lat::run(plan, l, Some(peer), obs),
+        Scenario::Bw(b) => measure::bw::run(plan, b, Some(peer), obs),
         Scenario::PostCost(_) => Err(ProbeError::Invalid("post-cost runs in one process: no peer".into())),
     }
 }

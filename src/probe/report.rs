@@ -78,7 +78,7 @@ pub struct Report {
     /// nonsense after the measurement); the figures stand, the run is not clean.
     pub end_error: Option<String>,
     /// The device's counters' change over the run (sysfs or model0's own).
-    pub counters: Option<super::counters::CounterDelta>,
+    pub counters: Option<super::check::counters::CounterDelta>,
 }
 
 /// The operation's name in perftest's banner style.
@@ -111,7 +111,7 @@ impl Report {
 
     /// -R: how the connection manager connected the QPs.
     fn cm_line(&self, s: &mut String) {
-        if let Some(l) = super::cm::describe(&self.params["rdma_cm"]) {
+        if let Some(l) = super::measure::cm::describe(&self.params["rdma_cm"]) {
             let _ = writeln!(s, "{l}");
         }
     }

@@ -2,9 +2,9 @@
 //! and post cost, on every backend the device runs, as plans; the results document, the
 //! interval log, the plots and the driver-overhead summary.
 
-use super::bw;
+use super::measure::bw;
+use super::measure::session;
 use super::report::result_doc;
-use super::session;
 use super::{Backends, DeviceSpec, Observer, Plan, ProbeError, INTERRUPTED};
 use crate::backend::setup::{Dev, INLINE};
 pub use matrix::{MatrixSpec, Part};
@@ -303,7 +303,7 @@ pub fn run(sp: &SuitePlan, obs: &mut dyn Observer) -> Result<SuiteReport, ProbeE
             }
         }
     }
-    let before = super::counters::sample(&dev);
+    let before = super::check::counters::sample(&dev);
     let (cal, env) = session::calibrate(&dev, true)?;
     let mut warnings = env.warnings();
     warnings.splice(0..0, notes);
@@ -450,7 +450,7 @@ pub fn run(sp: &SuitePlan, obs: &mut dyn Observer) -> Result<SuiteReport, ProbeE
         } else {
             session::open_device(&plan, model, &mut super::Quiet)?
         };
-        let pc_before = super::counters::sample(&d).filter(|_| dev.is_model());
+        let pc_before = super::check::counters::sample(&d).filter(|_| dev.is_model());
         for postlist in POSTLISTS {
             next(obs, format!("post-cost postlist {postlist}"));
             for k in &kinds {
@@ -474,10 +474,10 @@ pub fn run(sp: &SuitePlan, obs: &mut dyn Observer) -> Result<SuiteReport, ProbeE
     params["matrix"] = m.to_json(&kinds);
     r.doc = result_doc(&env, &cal, &warnings, params, serde_json::Value::from(runs))?;
     // the device's counters over the suite (model0: both handles', the post cost's own)
-    let mut counters = super::counters::CounterDelta::since(before, &dev);
+    let mut counters = super::check::counters::CounterDelta::since(before, &dev);
     if let (Some(c), Some(pc)) = (
         counters.as_mut(),
-        pc_dev.and_then(|(d, b)| super::counters::CounterDelta::since(b, &d)),
+        pc_dev.and_then(|(d, b)| super::check::counters::CounterDelta::since(b, &d)),
     ) {
         for (k, v) in pc.delta {
             *c.delta.entry(k).or_default() += v;

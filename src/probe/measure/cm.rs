@@ -6,11 +6,11 @@
 //! server matches it with the QP the out-of-band exchange announced, moves its QP to RTS with the
 //! CM's attributes and accepts; the client moves its QP to RTS and establishes.
 
-use super::plan::{PeerSpec, Plan};
-use super::ProbeError;
 use crate::backend::setup::{rd_atomic, AnyEnd, Dev, HalfEnd};
 use crate::backend::OpKind;
 use crate::oob::{QpInfo, Rendezvous};
+use crate::probe::plan::{PeerSpec, Plan};
+use crate::probe::ProbeError;
 use crate::verbs::cm::{CmAttrs, CmClient, CmId, CmParams, CmPath, CmServer};
 use serde_json::{json, Value};
 use std::net::{IpAddr, SocketAddr, ToSocketAddrs};

@@ -5,9 +5,9 @@
 //! error message names the directory.
 
 use super::counters;
-use super::{Plan, ProbeError};
 use crate::backend::setup::Dev;
 use crate::model::Counters;
+use crate::probe::{Plan, ProbeError};
 use std::path::{Path, PathBuf};
 
 /// What a bundle holds beside what it gathers itself.

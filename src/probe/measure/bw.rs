@@ -1,13 +1,13 @@
 //! A bandwidth measurement from plan to report: set-up, the peer, every thread's QPs, the sizes.
 
-use super::report::{Report, Role, Runs};
 use super::session;
-use super::{BwPlan, Observer, PeerSpec, Plan, ProbeError, INTERRUPTED};
 use crate::backend::setup::{AnyEnd, Dev, HalfEnd, INLINE};
 use crate::backend::BackendKind;
 use crate::mlx5::sq::DbMode;
 use crate::model::{ExecMode, ModelConfig};
 use crate::oob::{Hello, Rendezvous};
+use crate::probe::report::{Report, Role, Runs};
+use crate::probe::{BwPlan, Observer, PeerSpec, Plan, ProbeError, INTERRUPTED};
 use crate::scenario::bw::{summarize, BwParams};
 use crate::scenario::runner::{bw_resized, bw_side, run_bw_with, BwResult, BW_RESIZES, MAX_BW_ITERS};
 use serde_json::json;
@@ -21,8 +21,8 @@ type Ends = Vec<Vec<Vec<AnyEnd>>>;
 /// bytes: a bound above what model0 measured (about 220 KiB per verbs QP).
 pub const QP_OVERHEAD_BYTES: u64 = 256 * 1024;
 
-/// Runs a bandwidth plan (see [`super::run`]).
-pub(super) fn run(
+/// Runs a bandwidth plan (see [`crate::probe::run`]).
+pub(in crate::probe) fn run(
     plan: &Plan,
     b: &BwPlan,
     peer: Option<&mut (dyn Rendezvous + '_)>,
@@ -54,7 +54,7 @@ pub(super) fn run(
     let dev = session::open_device(plan, model, obs)?;
     let kinds = session::backends(&dev, plan.backends)?;
     // -e: after the polling backends, each verbs backend again, waiting for completion events
-    if b.events && plan.backends == super::Backends::Only(BackendKind::Direct) {
+    if b.events && plan.backends == crate::probe::Backends::Only(BackendKind::Direct) {
         return Err(ProbeError::Usage(
             "-e/--events: completion events are libibverbs' completion channel: --backend verbs, wr or all".into(),
         ));
@@ -76,10 +76,10 @@ pub(super) fn run(
             "-I {inline_limit} exceeds the QPs' max_inline_data {INLINE} (what bandwidth QPs are made with)"
         )));
     }
-    let before = super::counters::sample(&dev);
+    let before = crate::probe::check::counters::sample(&dev);
     let (cal, env) = session::calibrate(&dev, true)?;
     let mut warnings = env.warnings();
-    if let Some(n) = session::ud_checks(&dev, plan, &mut sizes, matches!(b.sizes, super::Sizes::All))? {
+    if let Some(n) = session::ud_checks(&dev, plan, &mut sizes, matches!(b.sizes, crate::probe::Sizes::All))? {
         warnings.push(n);
     }
     if b.events && dev.is_model() {
@@ -129,7 +129,7 @@ pub(super) fn run(
         "inline_limit": inline_limit, "model_exec": dev.is_model().then_some("after_post"), "op": op.as_str(), "iters": b.iters,
         "tx_depth": b.tx_depth, "postlist": b.postlist, "cq_mod": b.cq_mod, "qps_per_thread": b.qps, "threads": b.threads,
         "bidirectional": b.bidirectional, "backends": kinds.iter().map(|k| k.as_str()).collect::<Vec<_>>(),
-        "db_mode": mode.as_str(), "loopback": !network, "path": super::report::path_json(&plan.path),
+        "db_mode": mode.as_str(), "loopback": !network, "path": crate::probe::report::path_json(&plan.path),
         "huge_pages": plan.huge_pages, "mr_per_qp": true, "run_infinitely": b.run_infinitely,
         "duration_s": b.duration.map(|d| d.as_secs_f64()), "events": b.events,
         "transport": plan.transport.as_str(),
@@ -210,7 +210,12 @@ pub(super) fn run(
                         // stopping is how an endless run ends: the rounds measured stand (none,
                         // when it is stopped during its first run)
                         Err(_) if b.run_infinitely && INTERRUPTED.load(Ordering::Relaxed) => break 'rounds,
-                        Err(e) => return Err(super::diag::failed(bundle(plan, &dev, &before, Vec::new()), e.into())),
+                        Err(e) => {
+                            return Err(crate::probe::check::diag::failed(
+                                bundle(plan, &dev, &before, Vec::new()),
+                                e.into(),
+                            ))
+                        }
                     },
                     Some((rdv, all)) => {
                         let mut p = p;
@@ -221,7 +226,10 @@ pub(super) fn run(
                                 Err(e) => {
                                     let e = session::fail(&mut **rdv, e.into());
                                     let states = all.iter().flatten().flatten().map(|e| e.describe()).collect();
-                                    return Err(super::diag::failed(bundle(plan, &dev, &before, states), e));
+                                    return Err(crate::probe::check::diag::failed(
+                                        bundle(plan, &dev, &before, states),
+                                        e,
+                                    ));
                                 }
                             };
                             // -D, --run-infinitely: the client sizes the runs to last at least D (a
@@ -291,12 +299,12 @@ pub(super) fn run(
             .iter()
             .flat_map(|(_, all)| all.iter().flatten().flatten().map(|e| e.describe()))
             .collect();
-        match super::diag::write(dir, &bundle(plan, &dev, &before, states)) {
+        match crate::probe::check::diag::write(dir, &bundle(plan, &dev, &before, states)) {
             Ok(()) => obs.note(&format!("diagnostics written to {}", dir.display())),
             Err(why) => obs.note(&format!("diagnostics not written to {}: {why}", dir.display())),
         }
     }
-    report.counters = super::counters::CounterDelta::since(before, &dev);
+    report.counters = crate::probe::check::counters::CounterDelta::since(before, &dev);
     if let (Some((rdv, _)), false) = (net, unclean) {
         // the figures were measured: a peer that fails or vanishes at the end is recorded, and
         // the caller still gets them
@@ -308,7 +316,7 @@ pub(super) fn run(
 /// Refuses (exit 2, naming -n and -q) a bandwidth run whose samples, and per QP pair its two
 /// buffers and its queues (measured on model0: about 220 KiB per verbs QP, 70 KiB per direct QP,
 /// with 4 KiB messages), would not fit in memory.
-pub(super) fn check_memory(
+pub(in crate::probe) fn check_memory(
     iters: u64,
     threads: u64,
     qps: u64,
@@ -339,8 +347,8 @@ fn bundle<'a>(
     dev: &'a Dev,
     before: &Option<(&'static str, crate::model::Counters)>,
     qp_states: Vec<String>,
-) -> super::diag::Bundle<'a> {
-    super::diag::Bundle {
+) -> crate::probe::check::diag::Bundle<'a> {
+    crate::probe::check::diag::Bundle {
         plan,
         dev,
         qp_states,

@@ -5,10 +5,11 @@
 //! (given, or a baseline result file's figures with a tolerance). The report names the first
 //! layer that fails and the likely cause; the exit status says which layer (10 + layer).
 
-use super::{lat, BwPlan, LatPlan, Observer, PeerSpec, Plan, ProbeError, Quiet, Runs, Scenario};
 use crate::backend::OpKind;
 use crate::model::{ExecMode, ModelConfig};
 use crate::oob::{OobError, Rendezvous};
+use crate::probe::measure::lat;
+use crate::probe::{BwPlan, LatPlan, Observer, PeerSpec, Plan, ProbeError, Quiet, Runs, Scenario};
 use crate::scenario::ScenarioError;
 use std::fmt::Write;
 use std::time::Duration;
@@ -152,7 +153,7 @@ fn ladder(
         ..Default::default()
     };
     let mut roce = false;
-    match super::session::open_device(&p.plan, model, obs) {
+    match crate::probe::measure::session::open_device(&p.plan, model, obs) {
         Ok(dev) => {
             let l = &mut rep.layers[0];
             l.status = LayerStatus::Pass;
@@ -185,7 +186,7 @@ fn ladder(
     let mut tcp: Option<crate::oob::Peer>;
     let mut peer: Option<&mut (dyn Rendezvous + '_)> = match given {
         Some(g) => Some(g),
-        None => match super::session::tcp_peer(&p.plan, obs) {
+        None => match crate::probe::measure::session::tcp_peer(&p.plan, obs) {
             Ok(t) => {
                 tcp = t;
                 tcp.as_mut().map(|t| t as &mut dyn Rendezvous)
@@ -332,7 +333,7 @@ fn step(
     p: &PingPlan,
     scenario: Scenario,
     rdv: Option<&mut (dyn Rendezvous + '_)>,
-) -> Result<super::Report, ProbeError> {
+) -> Result<crate::probe::Report, ProbeError> {
     let plan = Plan {
         scenario,
         diag: None,
@@ -341,7 +342,7 @@ fn step(
     let mut quiet = Quiet;
     match (&plan.scenario, rdv) {
         (Scenario::Lat(l), r) => lat::run(&plan, l, r, &mut quiet),
-        (Scenario::Bw(b), r) => super::bw::run(&plan, b, r, &mut quiet),
+        (Scenario::Bw(b), r) => crate::probe::measure::bw::run(&plan, b, r, &mut quiet),
         (Scenario::PostCost(_), _) => Err(ProbeError::Invalid("post-cost is not a ping step".into())),
     }
 }

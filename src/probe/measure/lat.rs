@@ -1,14 +1,14 @@
 //! A latency measurement from plan to report: set-up, the peer, the sizes, the blocks.
 
-use super::report::{Report, Role, Runs};
 use super::session;
-use super::{LatPlan, Observer, PeerSpec, Plan, ProbeError, Scenario, Sizes, INTERRUPTED};
 use crate::backend::setup::{AnyEnd, Dev, HalfEnd, INLINE};
 use crate::backend::{BackendKind, OpKind};
 use crate::clock::Calibration;
 use crate::mlx5::sq::DbMode;
 use crate::model::{ExecMode, ModelConfig};
 use crate::oob::{Hello, Rendezvous};
+use crate::probe::report::{Report, Role, Runs};
+use crate::probe::{LatPlan, Observer, PeerSpec, Plan, ProbeError, Scenario, Sizes, INTERRUPTED};
 use crate::report::{Hist, Interval};
 use crate::scenario::lat::{LatParams, LatSamples, PingState};
 use crate::scenario::runner::{figures_ns, finish, lat_side, run_blocks, AnyPair, Blocks, LatPair, LatResult, Length};
@@ -23,8 +23,8 @@ pub const MIN_BLOCK: u64 = 100;
 /// Fewer iterations per latency block than this: the blocks are lowered until each has this many.
 pub const MIN_BLOCK_FLOOR: u64 = 10;
 
-/// Runs a latency plan (see [`super::run`]).
-pub(super) fn run(
+/// Runs a latency plan (see [`crate::probe::run`]).
+pub(in crate::probe) fn run(
     plan: &Plan,
     l: &LatPlan,
     peer: Option<&mut (dyn Rendezvous + '_)>,
@@ -34,10 +34,10 @@ pub(super) fn run(
     let mut sizes = check(plan, &l, obs)?;
     let (dev, kinds) = open(plan, &l, &sizes, obs)?;
     let mode = session::direct_mode(plan.db_mode);
-    let before = super::counters::sample(&dev);
+    let before = crate::probe::check::counters::sample(&dev);
     let (cal, env) = session::calibrate(&dev, true)?;
     let mut warnings = env.warnings();
-    if let Some(n) = session::ud_checks(&dev, plan, &mut sizes, matches!(l.sizes, super::Sizes::All))? {
+    if let Some(n) = session::ud_checks(&dev, plan, &mut sizes, matches!(l.sizes, crate::probe::Sizes::All))? {
         warnings.push(n);
     }
     session::event_rows(&dev, &kinds, l.events, plan.peer != PeerSpec::Loopback)?;
@@ -61,7 +61,7 @@ pub(super) fn run(
     };
     run.sizes(&sizes, &mut sides, &mut report, obs)?;
     run.diag(&sides, obs);
-    report.counters = super::counters::CounterDelta::since(before.clone(), &dev);
+    report.counters = crate::probe::check::counters::CounterDelta::since(before.clone(), &dev);
     if let Some((rdv, _)) = sides.net {
         // the figures were measured: a peer that fails or vanishes at the end is recorded, and
         // the caller still gets them
@@ -86,7 +86,7 @@ fn check(plan: &Plan, l: &LatPlan, obs: &mut dyn Observer) -> Result<Vec<u32>, P
                     .into(),
             ));
         }
-        if plan.backends == super::Backends::Only(BackendKind::Direct) {
+        if plan.backends == crate::probe::Backends::Only(BackendKind::Direct) {
             return Err(ProbeError::Usage(
                 "-e/--events: completion events are libibverbs' completion channel: --backend verbs, wr or all".into(),
             ));
@@ -277,7 +277,7 @@ fn new_report(
         "qp_max_inline_data": sides.max_inline, "qp_max_inline_data_source": if network { "requested" } else { "granted" },
         "model_exec": dev.is_model().then_some("after_post"),
         "duration_s": l.duration.map(|d| d.as_secs_f64()),
-        "path": super::report::path_json(&plan.path), "huge_pages": plan.huge_pages, "mr_per_qp": true,
+        "path": crate::probe::report::path_json(&plan.path), "huge_pages": plan.huge_pages, "mr_per_qp": true,
         "transport": plan.transport.as_str(),
         "rdma_cm": sides.cm.as_ref().map(|c| c.json()),
         "peer": match &role { Role::Loopback => None, Role::Client(p) | Role::Server(p) => Some(p.clone()) },
@@ -409,27 +409,27 @@ impl Run<'_> {
 
     /// The diagnostics bundle of a failure, written; the error that names it.
     fn failed(&self, qp_states: Vec<String>, e: ProbeError) -> ProbeError {
-        let b = super::diag::Bundle {
+        let b = crate::probe::check::diag::Bundle {
             plan: self.plan,
             dev: self.dev,
             qp_states,
             before: self.before.clone(),
             error: None,
         };
-        super::diag::failed(b, e)
+        crate::probe::check::diag::failed(b, e)
     }
 
     /// The bundle of a good run, when asked for.
     fn diag(&self, sides: &Sides<'_>, obs: &mut dyn Observer) {
         let Some(dir) = &self.plan.diag else { return };
-        let b = super::diag::Bundle {
+        let b = crate::probe::check::diag::Bundle {
             plan: self.plan,
             dev: self.dev,
             qp_states: sides.describe(),
             before: self.before.clone(),
             error: None,
         };
-        match super::diag::write(dir, &b) {
+        match crate::probe::check::diag::write(dir, &b) {
             Ok(()) => obs.note(&format!("diagnostics written to {}", dir.display())),
             Err(why) => obs.note(&format!("diagnostics not written to {}: {why}", dir.display())),
         }

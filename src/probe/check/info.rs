@@ -2,9 +2,9 @@
 //! devices and their ports (like `ibv_devinfo`) with model0, and the calibrated TSC with the
 //! timer's overhead.
 
-use super::ProbeError;
 use crate::clock::{Calibration, TscSource};
 use crate::model;
+use crate::probe::ProbeError;
 use crate::verbs::device::{self, libibverbs_loaded};
 use crate::verbs::{DeviceList, VerbsError};
 use serde_json::json;

@@ -1,20 +1,20 @@
 //! A post-cost measurement from plan to report: every operation, backend, doorbell mode,
 //! postlist, inline or not, and completion period.
 
-use super::report::{Report, Role, Runs};
 use super::session;
-use super::{Observer, Plan, PostCostPlan, ProbeError};
 use crate::backend::setup::INLINE;
 use crate::backend::{BackendKind, OpKind};
 use crate::mlx5::sq::DbMode;
 use crate::model::{ExecMode, ModelConfig};
+use crate::probe::report::{Report, Role, Runs};
+use crate::probe::{Observer, Plan, PostCostPlan, ProbeError};
 use crate::scenario::post_cost::{PostCostParams, BLOCK_WQES};
 use crate::scenario::runner::{run_post_cost, tsc_step};
 use serde_json::json;
 use std::time::Duration;
 
-/// Runs a post-cost plan (see [`super::run`]).
-pub(super) fn run(plan: &Plan, pc: &PostCostPlan, obs: &mut dyn Observer) -> Result<Report, ProbeError> {
+/// Runs a post-cost plan (see [`crate::probe::run`]).
+pub(in crate::probe) fn run(plan: &Plan, pc: &PostCostPlan, obs: &mut dyn Observer) -> Result<Report, ProbeError> {
     if let Some(bad) = pc.postlists.iter().find(|&&l| l == 0 || l > 48) {
         return Err(ProbeError::Usage(format!(
             "--post-list {bad}: postlists must be within 1..=48"
@@ -41,7 +41,7 @@ pub(super) fn run(plan: &Plan, pc: &PostCostPlan, obs: &mut dyn Observer) -> Res
     session::check_memory(pc.blocks.saturating_mul(configs).saturating_mul(24), || {
         format!("-n {} blocks x {configs} configurations (24 B per block)", pc.blocks)
     })?;
-    let before = super::counters::sample(&dev);
+    let before = crate::probe::check::counters::sample(&dev);
     let (cal, env) = session::calibrate(&dev, false)?;
     let step_ns = cal.to_ns(tsc_step());
     let mut report = Report {
@@ -83,14 +83,14 @@ pub(super) fn run(plan: &Plan, pc: &PostCostPlan, obs: &mut dyn Observer) -> Res
                                 stall: Duration::from_secs(10),
                             };
                             let r = run_post_cost(&dev, *k, &p, mode, &report.clock).map_err(|e| {
-                                let b = super::diag::Bundle {
+                                let b = crate::probe::check::diag::Bundle {
                                     plan,
                                     dev: &dev,
                                     qp_states: Vec::new(),
                                     before: before.clone(),
                                     error: None,
                                 };
-                                super::diag::failed(b, e.into())
+                                crate::probe::check::diag::failed(b, e.into())
                             })?;
                             if let Runs::PostCost(v) = &mut report.runs {
                                 v.push(r);
@@ -102,7 +102,7 @@ pub(super) fn run(plan: &Plan, pc: &PostCostPlan, obs: &mut dyn Observer) -> Res
             }
         }
     }
-    report.counters = super::counters::CounterDelta::since(before, &dev);
+    report.counters = crate::probe::check::counters::CounterDelta::since(before, &dev);
     Ok(report)
 }
 
