@@ -8,7 +8,6 @@
 use crate::backend::OpKind;
 use crate::model::{ExecMode, ModelConfig};
 use crate::oob::{OobError, Rendezvous};
-use crate::probe::measure::lat;
 use crate::probe::{BwPlan, LatPlan, Observer, PeerSpec, Plan, ProbeError, Quiet, Runs, Scenario};
 use crate::scenario::ScenarioError;
 use std::fmt::Write;
@@ -340,10 +339,9 @@ fn step(
         ..p.plan.clone()
     };
     let mut quiet = Quiet;
-    match (&plan.scenario, rdv) {
-        (Scenario::Lat(l), r) => lat::run(&plan, l, r, &mut quiet),
-        (Scenario::Bw(b), r) => crate::probe::measure::bw::run(&plan, b, r, &mut quiet),
-        (Scenario::PostCost(_), _) => Err(ProbeError::Invalid("post-cost is not a ping step".into())),
+    match &plan.scenario {
+        Scenario::PostCost(_) => Err(ProbeError::Invalid("post-cost is not a ping step".into())),
+        _ => crate::probe::measure::run(&plan, rdv, &mut quiet),
     }
 }
 
