@@ -7,7 +7,7 @@
 use super::counters;
 use crate::backend::setup::Dev;
 use crate::model::Counters;
-use crate::probe::{Plan, ProbeError};
+use crate::probe::{Observer, Plan, ProbeError};
 use std::path::{Path, PathBuf};
 
 /// What a bundle holds beside what it gathers itself.
@@ -22,6 +22,20 @@ pub struct Bundle<'a> {
     pub before: Option<(&'static str, Counters)>,
     /// The error, when the run failed.
     pub error: Option<&'a ProbeError>,
+}
+
+impl<'a> Bundle<'a> {
+    /// A run's bundle: its plan and device, the counters before it and the QPs' states read back
+    /// (no error yet: [`failed`] adds it).
+    pub fn of(plan: &'a Plan, dev: &'a Dev, before: &Option<(&'static str, Counters)>, qp_states: Vec<String>) -> Self {
+        Bundle {
+            plan,
+            dev,
+            qp_states,
+            before: before.clone(),
+            error: None,
+        }
+    }
 }
 
 /// Where a failed run's bundle goes without `--diag`: a new directory under the system's
@@ -120,6 +134,15 @@ pub fn write(dir: &Path, b: &Bundle<'_>) -> Result<(), String> {
     )?;
     put("kernel_log.txt", &kernel_log())?;
     Ok(())
+}
+
+/// The bundle of a good run, written into `dir` (`--diag`); the observer hears where, or why it
+/// was not.
+pub fn write_noted(dir: &Path, b: &Bundle<'_>, obs: &mut dyn Observer) {
+    match write(dir, b) {
+        Ok(()) => obs.note(&format!("diagnostics written to {}", dir.display())),
+        Err(why) => obs.note(&format!("diagnostics not written to {}: {why}", dir.display())),
+    }
 }
 
 /// The kernel log's last 100 lines, or why they could not be read.

@@ -1,16 +1,19 @@
 //! A bandwidth measurement from plan to report: set-up, the peer, every thread's QPs, the sizes.
 
+use super::cm::CmLink;
 use super::session;
 use crate::backend::setup::{AnyEnd, Dev, HalfEnd, INLINE};
 use crate::backend::BackendKind;
 use crate::mlx5::sq::DbMode;
 use crate::model::{ExecMode, ModelConfig};
 use crate::oob::{Hello, Rendezvous};
+use crate::probe::check::{counters, diag};
 use crate::probe::report::{Report, Role, Runs};
-use crate::probe::{BwPlan, Observer, PeerSpec, Plan, ProbeError, INTERRUPTED};
-use crate::scenario::bw::{summarize, BwParams};
+use crate::probe::{BwPlan, Observer, PeerSpec, Plan, ProbeError, Sizes, INTERRUPTED};
+use crate::scenario::bw::{summarize, BwParams, ThreadResult};
 use crate::scenario::runner::{bw_resized, bw_side, run_bw_with, BwResult, BW_RESIZES, MAX_BW_ITERS};
 use serde_json::json;
+use std::ops::ControlFlow;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
@@ -21,131 +24,225 @@ type Ends = Vec<Vec<Vec<AnyEnd>>>;
 /// bytes: a bound above what model0 measured (about 220 KiB per verbs QP).
 pub const QP_OVERHEAD_BYTES: u64 = 256 * 1024;
 
-/// Runs a bandwidth plan (see [`crate::probe::run`]).
+/// Runs a bandwidth plan (see [`crate::probe::run`]): the checks, the device and its limits, the
+/// clock and the warnings, the peer's ends, the report's head, the rounds of sizes, the end.
 pub(in crate::probe) fn run(
     plan: &Plan,
     b: &BwPlan,
     peer: Option<&mut (dyn Rendezvous + '_)>,
     obs: &mut dyn Observer,
 ) -> Result<Report, ProbeError> {
-    let network = plan.peer != PeerSpec::Loopback;
-    let op = b.op;
+    check(plan, b)?;
+    let mut set = Setup::open(plan, b, obs)?;
+    let before = counters::sample(&set.dev);
+    let (cal, env) = session::calibrate(&set.dev, true)?;
+    let warnings = set.warnings(plan, b, env.warnings())?;
+    let mut tcp = None;
+    let mut sides = Sides::connect(plan, b, &set, peer, &mut tcp, obs)?;
+    let mut report = new_report(plan, b, &set, &sides, env, cal, warnings);
+    obs.started(&report);
+    let mut run = Run::new(plan, b, &set, &before, &report);
+    run.rounds(&mut sides, &mut report, obs)?;
+    run.diag(&sides, obs);
+    let unclean = run.unclean;
+    report.counters = counters::CounterDelta::since(before, &set.dev);
+    if let (Some((rdv, _)), false) = (sides.net, unclean) {
+        // the figures were measured: a peer that fails or vanishes at the end is recorded, and
+        // the caller still gets them
+        report.end_error = session::end(rdv, plan, b.run_infinitely).err().map(|e| e.to_string());
+    }
+    Ok(report)
+}
+
+/// What the plan asks that cannot work, refused before anything is opened.
+fn check(plan: &Plan, b: &BwPlan) -> Result<(), ProbeError> {
     if b.postlist > b.tx_depth || b.cq_mod > b.tx_depth {
         return Err(ProbeError::Usage(format!(
             "--post-list ({}) and --cq-mod ({}) must not exceed --tx-depth ({})",
             b.postlist, b.cq_mod, b.tx_depth
         )));
     }
-    if network && plan.transport == crate::backend::Transport::Uc && op.needs_recv() {
+    if plan.peer != PeerSpec::Loopback && plan.transport == crate::backend::Transport::Uc && b.op.needs_recv() {
         return Err(ProbeError::Usage(
             "bw -c UC with a receiving operation runs with --loopback only in this version (the receiver cannot know \
              how many of the messages it did not drop will come)"
                 .into(),
         ));
     }
-    let mut sizes = b.sizes.list(op);
-    let buf_len = session::buffer_len(&sizes);
-    // as suite runs it: the model executes after the post call (the same figures in both)
-    let model = ModelConfig {
-        wire_delay_ns: None,
-        exec: ExecMode::AfterPost,
-        ..Default::default()
-    };
-    let dev = session::open_device(plan, model, obs)?;
-    let kinds = session::backends(&dev, plan.backends)?;
-    // -e: after the polling backends, each verbs backend again, waiting for completion events
-    if b.events && plan.backends == crate::probe::Backends::Only(BackendKind::Direct) {
-        return Err(ProbeError::Usage(
-            "-e/--events: completion events are libibverbs' completion channel: --backend verbs, wr or all".into(),
-        ));
+    Ok(())
+}
+
+/// What the run is made of: the device, the backends and their rows (-e: each verbs backend
+/// again, waiting for completion events), the doorbell mode, the sizes, the buffer, the inline
+/// limit.
+struct Setup {
+    dev: Dev,
+    kinds: Vec<BackendKind>,
+    rows: Vec<(BackendKind, bool)>,
+    mode: DbMode,
+    sizes: Vec<u32>,
+    buf_len: usize,
+    inline_limit: u32,
+}
+
+impl Setup {
+    /// The device (model0 executing after the post call, as suite runs it: the same figures in
+    /// both), its backends and rows, then the sizes and the run's limits checked against it.
+    fn open(plan: &Plan, b: &BwPlan, obs: &mut dyn Observer) -> Result<Self, ProbeError> {
+        let sizes = b.sizes.list(b.op);
+        let buf_len = session::buffer_len(&sizes);
+        let model = ModelConfig {
+            wire_delay_ns: None,
+            exec: ExecMode::AfterPost,
+            ..Default::default()
+        };
+        let dev = session::open_device(plan, model, obs)?;
+        let kinds = session::backends(&dev, plan.backends)?;
+        if b.events && plan.backends == crate::probe::Backends::Only(BackendKind::Direct) {
+            return Err(ProbeError::Usage(
+                "-e/--events: completion events are libibverbs' completion channel: --backend verbs, wr or all".into(),
+            ));
+        }
+        let rows = session::event_rows(&dev, &kinds, b.events, plan.peer != PeerSpec::Loopback)?;
+        let mode = session::direct_mode(plan.db_mode);
+        let mut set = Setup {
+            dev,
+            kinds,
+            rows,
+            mode,
+            sizes,
+            buf_len,
+            inline_limit: INLINE,
+        };
+        set.inline_limit = set.check_limits(b, obs)?;
+        Ok(set)
     }
-    let rows = session::event_rows(&dev, &kinds, b.events, network)?;
-    let mode = session::direct_mode(plan.db_mode);
-    for s in &sizes {
-        dev.check_size(*s)?;
+
+    /// The sizes, the memory and (model0) the open files the run needs, checked against the
+    /// device and the process's limits; the inline limit, checked against the QPs'.
+    fn check_limits(&self, b: &BwPlan, obs: &mut dyn Observer) -> Result<u32, ProbeError> {
+        for s in &self.sizes {
+            self.dev.check_size(*s)?;
+        }
+        check_memory(b.iters, b.threads, b.qps, b.bidirectional, self.buf_len)?;
+        if let Some(n) = session::check_open_files(&self.dev, b.threads.saturating_mul(b.qps), || {
+            format!("-q {} x --threads {}", b.qps, b.threads)
+        })? {
+            obs.note(&n);
+        }
+        let inline_limit = b.inline_size.unwrap_or(INLINE);
+        if inline_limit > INLINE && b.op.carries_payload() {
+            return Err(ProbeError::Usage(format!(
+                "-I {inline_limit} exceeds the QPs' max_inline_data {INLINE} (what bandwidth QPs are made with)"
+            )));
+        }
+        Ok(inline_limit)
     }
-    check_memory(b.iters, b.threads, b.qps, b.bidirectional, buf_len)?;
-    if let Some(n) = session::check_open_files(&dev, b.threads.saturating_mul(b.qps), || {
-        format!("-q {} x --threads {}", b.qps, b.threads)
-    })? {
-        obs.note(&n);
+
+    /// The environment's warnings, then UD's limits (sizes over the MTU refused, or with -a
+    /// left out, said so) and -e on model0.
+    fn warnings(&mut self, plan: &Plan, b: &BwPlan, mut warnings: Vec<String>) -> Result<Vec<String>, ProbeError> {
+        if let Some(n) = session::ud_checks(&self.dev, plan, &mut self.sizes, matches!(b.sizes, Sizes::All))? {
+            warnings.push(n);
+        }
+        if b.events && self.dev.is_model() {
+            warnings.push(
+                "-e on model0: the model executes each WQE in the poster's thread right after the post, so completions \
+                 are mostly there before any wait (the JSON's summary.event_waits counts the waits); on a NIC or rxe \
+                 the threads block for the events"
+                    .into(),
+            );
+        }
+        Ok(warnings)
     }
-    let inline_limit = b.inline_size.unwrap_or(INLINE);
-    if inline_limit > INLINE && op.carries_payload() {
-        return Err(ProbeError::Usage(format!(
-            "-I {inline_limit} exceeds the QPs' max_inline_data {INLINE} (what bandwidth QPs are made with)"
-        )));
-    }
-    let before = crate::probe::check::counters::sample(&dev);
-    let (cal, env) = session::calibrate(&dev, true)?;
-    let mut warnings = env.warnings();
-    if let Some(n) = session::ud_checks(&dev, plan, &mut sizes, matches!(b.sizes, crate::probe::Sizes::All))? {
-        warnings.push(n);
-    }
-    if b.events && dev.is_model() {
-        warnings.push(
-            "-e on model0: the model executes each WQE in the poster's thread right after the post, so completions \
-             are mostly there before any wait (the JSON's summary.event_waits counts the waits); on a NIC or rxe \
-             the threads block for the events"
-                .into(),
-        );
-    }
-    // client and server: the handshake, then every thread's QPs of every backend connected
-    let mut tcp = None;
-    let mut net: Option<(&mut dyn Rendezvous, Ends)> = None;
-    // -R: the connections through the CM, kept until the run ends
-    let mut cm = None;
-    if network {
-        let rdv: &mut dyn Rendezvous = match peer {
+}
+
+/// The peer's side of the run: none in one process; else the peer and every backend's threads'
+/// QPs connected to its.
+struct Sides<'a> {
+    net: Option<(&'a mut dyn Rendezvous, Ends)>,
+    /// -R: the connections through the CM, kept until the run ends.
+    cm: Option<CmLink>,
+}
+
+impl<'a> Sides<'a> {
+    /// Client and server: the peer reached (`peer`, else TCP as the plan says, kept in `tcp`),
+    /// the handshake, then every thread's QPs of every backend connected.
+    fn connect(
+        plan: &Plan,
+        b: &BwPlan,
+        set: &Setup,
+        peer: Option<&'a mut (dyn Rendezvous + '_)>,
+        tcp: &'a mut Option<crate::oob::Peer>,
+        obs: &mut dyn Observer,
+    ) -> Result<Self, ProbeError> {
+        if plan.peer == PeerSpec::Loopback {
+            return Ok(Sides { net: None, cm: None });
+        }
+        let rdv: &'a mut dyn Rendezvous = match peer {
             Some(p) => p,
             None => tcp.insert(session::tcp_peer(plan, obs)?.ok_or_else(|| ProbeError::Invalid("no peer".into()))?),
         };
-        let mut hello = hello(b, &sizes, &kinds, mode, inline_limit, buf_len);
-        hello.params.insert("transport".into(), plan.transport.as_str().into());
-        hello.params.insert("rdma_cm".into(), plan.rdma_cm.to_string());
-        hello.params.insert(
-            "path_mtu".into(),
-            plan.path.mtu.map_or("active".into(), |m| m.to_string()),
-        );
-        let (ends, link) = connect(
-            &mut session::Phase::new(rdv, plan.oob_timeout),
-            &hello,
-            (plan, b),
-            &dev,
-            &rows,
-            buf_len,
-            mode,
-        )?;
-        net = Some((rdv, ends));
-        cm = link;
+        let mut hello = hello(b, set);
+        session::connection_params(&mut hello, plan);
+        let mut phase = session::Phase::new(rdv, plan.oob_timeout);
+        let (ends, cm) = connect(&mut phase, &hello, (plan, b), set)?;
+        Ok(Sides {
+            net: Some((rdv, ends)),
+            cm,
+        })
     }
-    let role = match (&net, &plan.peer) {
-        (None, _) => Role::Loopback,
-        (Some((p, _)), PeerSpec::Listen { .. }) => Role::Server(p.peer_name()),
-        (Some((p, _)), _) => Role::Client(p.peer_name()),
-    };
+
+    /// This side's role: in one process, or the peer's client or server.
+    fn role(&self, plan: &Plan) -> Role {
+        match (&self.net, &plan.peer) {
+            (None, _) => Role::Loopback,
+            (Some((p, _)), PeerSpec::Listen { .. }) => Role::Server(p.peer_name()),
+            (Some((p, _)), _) => Role::Client(p.peer_name()),
+        }
+    }
+
+    /// The connected QPs' states as the device reads them back (none in one process).
+    fn describe(&self) -> Vec<String> {
+        self.net
+            .iter()
+            .flat_map(|(_, all)| all.iter().flatten().flatten().map(|e| e.describe()))
+            .collect()
+    }
+}
+
+/// The report before the runs: what runs, on what, against whom.
+fn new_report(
+    plan: &Plan,
+    b: &BwPlan,
+    set: &Setup,
+    sides: &Sides<'_>,
+    env: crate::report::env::Fingerprint,
+    clock: crate::clock::Calibration,
+    warnings: Vec<String>,
+) -> Report {
+    let role = sides.role(plan);
     let params = json!({
         "scenario": "bw", "window_ms": b.window.as_micros() as f64 / 1e3, "min_duration_ms": b.min_duration.as_millis() as u64,
-        "inline_limit": inline_limit, "model_exec": dev.is_model().then_some("after_post"), "op": op.as_str(), "iters": b.iters,
+        "inline_limit": set.inline_limit, "model_exec": set.dev.is_model().then_some("after_post"), "op": b.op.as_str(), "iters": b.iters,
         "tx_depth": b.tx_depth, "postlist": b.postlist, "cq_mod": b.cq_mod, "qps_per_thread": b.qps, "threads": b.threads,
-        "bidirectional": b.bidirectional, "backends": kinds.iter().map(|k| k.as_str()).collect::<Vec<_>>(),
-        "db_mode": mode.as_str(), "loopback": !network, "path": crate::probe::report::path_json(&plan.path),
+        "bidirectional": b.bidirectional, "backends": set.kinds.iter().map(|k| k.as_str()).collect::<Vec<_>>(),
+        "db_mode": set.mode.as_str(), "loopback": sides.net.is_none(), "path": crate::probe::report::path_json(&plan.path),
         "huge_pages": plan.huge_pages, "mr_per_qp": true, "run_infinitely": b.run_infinitely,
         "duration_s": b.duration.map(|d| d.as_secs_f64()), "events": b.events,
         "transport": plan.transport.as_str(),
-        "rdma_cm": cm.as_ref().map(|c| c.json()),
+        "rdma_cm": sides.cm.as_ref().map(|c| c.json()),
         "peer": match &role { Role::Loopback => None, Role::Client(p) | Role::Server(p) => Some(p.clone()) },
     });
-    let client = !matches!(role, Role::Server(_));
-    let mut report = Report {
+    Report {
         plan: plan.clone(),
         role,
-        device: dev.name(),
-        provider: dev.provider(),
-        is_model: dev.is_model(),
-        backends: kinds.clone(),
+        device: set.dev.name(),
+        provider: set.dev.provider(),
+        is_model: set.dev.is_model(),
+        backends: set.kinds.clone(),
         env,
-        clock: cal,
+        clock,
         warnings,
         params,
         runs: Runs::Bw(Vec::new()),
@@ -153,164 +250,281 @@ pub(in crate::probe) fn run(
         short_runs: Vec::new(),
         end_error: None,
         counters: None,
-    };
-    obs.started(&report);
-    // --run-infinitely: rounds until stopped, each backend's messages carried from its last
-    // round
-    let mut iters = vec![b.iters; rows.len()];
-    // --run-infinitely between two processes: a stop agreed after a run; a second stop that cut
-    // the exchange short (the end is then not clean)
-    let (mut stopping, mut unclean) = (false, false);
-    // client/server with -D or --run-infinitely: the runs are sized by the client
-    let sized = network && (b.duration.is_some() || b.run_infinitely);
-    // client/server --run-infinitely: a stop ends the run under way first (the peer would
-    // wait for messages that do not come), then both ends
-    let never = AtomicBool::new(false);
-    let intr = if network && b.run_infinitely {
-        &never
-    } else {
-        &INTERRUPTED
-    };
-    'rounds: loop {
-        for &size in &sizes {
-            // a count sized for one size is not another's: each size starts from -n (only
-            // --run-infinitely's rounds, of one size, carry theirs)
-            if !b.run_infinitely {
-                iters = vec![b.iters; rows.len()];
-            }
-            for (ki, (k, ev)) in rows.iter().enumerate() {
-                let p = BwParams {
-                    op,
-                    size,
-                    iters: iters[ki],
-                    tx_depth: b.tx_depth,
-                    postlist: b.postlist,
-                    cq_mod: b.cq_mod,
-                    inline: op.carries_payload() && size <= inline_limit,
-                    bidirectional: b.bidirectional,
-                    stall: plan.stall,
-                    window: b.window,
-                    // both ends of a client/server run must agree on the iterations: no resizing
-                    min_duration: if network { Duration::ZERO } else { b.min_duration },
-                    no_peak: b.no_peak,
-                    unreliable: plan.transport != crate::backend::Transport::Rc,
-                };
-                let r = match net.as_mut() {
-                    None => match run_bw_with(
-                        &dev,
-                        (*k, *ev),
-                        &p,
-                        (b.threads as usize, b.qps as usize),
-                        buf_len,
-                        mode,
-                        &report.clock,
-                        &INTERRUPTED,
-                    ) {
-                        Ok(r) => r,
-                        // stopping is how an endless run ends: the rounds measured stand (none,
-                        // when it is stopped during its first run)
-                        Err(_) if b.run_infinitely && INTERRUPTED.load(Ordering::Relaxed) => break 'rounds,
-                        Err(e) => {
-                            return Err(crate::probe::check::diag::failed(
-                                bundle(plan, &dev, &before, Vec::new()),
-                                e.into(),
-                            ))
-                        }
-                    },
-                    Some((rdv, all)) => {
-                        let mut p = p;
-                        let mut resizes = 0;
-                        let out = loop {
-                            let out = match bw_side(&mut all[ki], &p, client, &report.clock, intr) {
-                                Ok(o) => o,
-                                Err(e) => {
-                                    let e = session::fail(&mut **rdv, e.into());
-                                    let states = all.iter().flatten().flatten().map(|e| e.describe()).collect();
-                                    return Err(crate::probe::check::diag::failed(
-                                        bundle(plan, &dev, &before, states),
-                                        e,
-                                    ));
-                                }
-                            };
-                            // -D, --run-infinitely: the client sizes the runs to last at least D (a
-                            // run too short is run again with more messages, as in one process) and
-                            // tells the server (both ends run the same messages)
-                            if !sized {
-                                break out;
-                            }
-                            let took = summarize(&out, size, b.cq_mod, report.clock.hz).seconds;
-                            let word = (client, p.iters, took, resizes);
-                            match resize(&mut **rdv, word, (plan, b), buf_len) {
-                                Ok(Next::Again(n)) => {
-                                    p.iters = n;
-                                    resizes += 1;
-                                }
-                                Ok(Next::Stands) => break out,
-                                Ok(Next::Stop) => {
-                                    stopping = true;
-                                    break out;
-                                }
-                                // a second stop while the peer's word was awaited: what was
-                                // measured stands, the run ends (said as its unclean end)
-                                Err(e) if b.run_infinitely && INTERRUPTED.load(Ordering::Relaxed) => {
-                                    report.end_error = Some(e.to_string());
-                                    unclean = true;
-                                    break 'rounds;
-                                }
-                                Err(e) => return Err(session::fail(&mut **rdv, e)),
-                            }
-                        };
-                        iters[ki] = p.iters;
-                        if !client {
-                            if stopping {
-                                break 'rounds;
-                            }
-                            continue;
-                        }
-                        let mut r = client_result(b, *k, &p, summarize(&out, size, b.cq_mod, report.clock.hz));
-                        r.completion = ev.then(|| "events".into());
-                        r
+    }
+}
+
+/// What one size on one backend row came to.
+// one per run, moved once into the report: not worth a box
+#[allow(clippy::large_enum_variant)]
+enum Outcome {
+    /// A result, for the report.
+    Measured(BwResult),
+    /// Run, with nothing to report on this side (the server).
+    Served,
+    /// The measurement ends here: stopped (the runs measured stand).
+    Ended,
+}
+
+/// One bandwidth measurement under way: the rounds of sizes and backend rows, each row's count
+/// of messages, and how the rounds end.
+struct Run<'r> {
+    plan: &'r Plan,
+    b: &'r BwPlan,
+    set: &'r Setup,
+    before: &'r Option<(&'static str, crate::model::Counters)>,
+    /// Client/server (else both ends in this process).
+    network: bool,
+    /// This side reports the results (in one process, or the client).
+    client: bool,
+    /// Client/server with -D or --run-infinitely: the runs are sized by the client.
+    sized: bool,
+    /// Each row's messages per QP: -n, or with --run-infinitely carried from its last round.
+    iters: Vec<u64>,
+    /// --run-infinitely between two processes: a stop agreed after a run.
+    stopping: bool,
+    /// A second stop cut the exchange short: the end is then not clean.
+    unclean: bool,
+    /// What a client/server --run-infinitely's runs watch instead of [`INTERRUPTED`]: a stop
+    /// ends the run under way first (the peer would wait for messages that do not come), then
+    /// both ends.
+    never: AtomicBool,
+}
+
+impl<'r> Run<'r> {
+    fn new(
+        plan: &'r Plan,
+        b: &'r BwPlan,
+        set: &'r Setup,
+        before: &'r Option<(&'static str, crate::model::Counters)>,
+        report: &Report,
+    ) -> Self {
+        let network = plan.peer != PeerSpec::Loopback;
+        Run {
+            plan,
+            b,
+            set,
+            before,
+            network,
+            client: !matches!(report.role, Role::Server(_)),
+            sized: network && (b.duration.is_some() || b.run_infinitely),
+            iters: vec![b.iters; set.rows.len()],
+            stopping: false,
+            unclean: false,
+            never: AtomicBool::new(false),
+        }
+    }
+
+    /// Every size on every row, in rounds until stopped with --run-infinitely, each result into
+    /// the report as it comes.
+    fn rounds(&mut self, sides: &mut Sides<'_>, report: &mut Report, obs: &mut dyn Observer) -> Result<(), ProbeError> {
+        let set = self.set;
+        loop {
+            for &size in &set.sizes {
+                // a count sized for one size is not another's: each size starts from -n (only
+                // --run-infinitely's rounds, of one size, carry theirs)
+                if !self.b.run_infinitely {
+                    self.iters = vec![self.b.iters; set.rows.len()];
+                }
+                for ki in 0..set.rows.len() {
+                    if self.row(size, ki, sides, report, obs)?.is_break() {
+                        return Ok(());
                     }
-                };
-                let s = &r.summary;
-                if s.seconds * 1e3 < b.min_duration.as_millis() as f64 {
-                    report
-                        .short_runs
-                        .push(format!("{size} B {} ({:.1} ms)", k.as_str(), s.seconds * 1e3));
-                }
-                iters[ki] = r.iters;
-                if let Runs::Bw(v) = &mut report.runs {
-                    v.push(r);
-                }
-                obs.finished(&report, report.runs.len() - 1);
-                if stopping {
-                    break 'rounds;
                 }
             }
-        }
-        // between two processes a stop is agreed after a run (above): a side that ended the round
-        // on its own stop would leave the other in the next
-        if !b.run_infinitely || (!network && INTERRUPTED.load(Ordering::Relaxed)) {
-            break;
-        }
-    }
-    if let Some(dir) = &plan.diag {
-        let states = net
-            .iter()
-            .flat_map(|(_, all)| all.iter().flatten().flatten().map(|e| e.describe()))
-            .collect();
-        match crate::probe::check::diag::write(dir, &bundle(plan, &dev, &before, states)) {
-            Ok(()) => obs.note(&format!("diagnostics written to {}", dir.display())),
-            Err(why) => obs.note(&format!("diagnostics not written to {}: {why}", dir.display())),
+            // between two processes a stop is agreed after a run (in `sized`): a side that ended
+            // the round on its own stop would leave the other in the next
+            if !self.b.run_infinitely || (!self.network && INTERRUPTED.load(Ordering::Relaxed)) {
+                return Ok(());
+            }
         }
     }
-    report.counters = crate::probe::check::counters::CounterDelta::since(before, &dev);
-    if let (Some((rdv, _)), false) = (net, unclean) {
-        // the figures were measured: a peer that fails or vanishes at the end is recorded, and
-        // the caller still gets them
-        report.end_error = session::end(rdv, plan, b.run_infinitely).err().map(|e| e.to_string());
+
+    /// One size on row `ki`: measured, its result recorded; whether the rounds go on.
+    fn row(
+        &mut self,
+        size: u32,
+        ki: usize,
+        sides: &mut Sides<'_>,
+        report: &mut Report,
+        obs: &mut dyn Observer,
+    ) -> Result<ControlFlow<()>, ProbeError> {
+        let p = self.params(size, self.iters[ki]);
+        let outcome = match sides.net.as_mut() {
+            None => self.in_process(ki, &p, report)?,
+            Some((rdv, all)) => self.against_peer(&mut **rdv, all, ki, p, report)?,
+        };
+        match outcome {
+            Outcome::Measured(r) => self.record(size, ki, r, report, obs),
+            Outcome::Served => {}
+            Outcome::Ended => return Ok(ControlFlow::Break(())),
+        }
+        Ok(if self.stopping {
+            ControlFlow::Break(())
+        } else {
+            ControlFlow::Continue(())
+        })
     }
-    Ok(report)
+
+    /// The parameters of one run of `size` with `iters` messages per QP.
+    fn params(&self, size: u32, iters: u64) -> BwParams {
+        let b = self.b;
+        BwParams {
+            op: b.op,
+            size,
+            iters,
+            tx_depth: b.tx_depth,
+            postlist: b.postlist,
+            cq_mod: b.cq_mod,
+            inline: b.op.carries_payload() && size <= self.set.inline_limit,
+            bidirectional: b.bidirectional,
+            stall: self.plan.stall,
+            window: b.window,
+            // both ends of a client/server run must agree on the iterations: no resizing
+            min_duration: if self.network { Duration::ZERO } else { b.min_duration },
+            no_peak: b.no_peak,
+            unreliable: self.plan.transport != crate::backend::Transport::Rc,
+        }
+    }
+
+    /// Both ends in this process: the run (repeated with more messages while shorter than the
+    /// minimum). A failure writes the diagnostics bundle; a stop ends an endless run (the
+    /// rounds measured stand, none when it is stopped during its first run).
+    fn in_process(&self, ki: usize, p: &BwParams, report: &Report) -> Result<Outcome, ProbeError> {
+        let (b, set) = (self.b, self.set);
+        let shape = (b.threads as usize, b.qps as usize);
+        match run_bw_with(
+            &set.dev,
+            set.rows[ki],
+            p,
+            shape,
+            set.buf_len,
+            set.mode,
+            &report.clock,
+            &INTERRUPTED,
+        ) {
+            Ok(r) => Ok(Outcome::Measured(r)),
+            Err(_) if b.run_infinitely && INTERRUPTED.load(Ordering::Relaxed) => Ok(Outcome::Ended),
+            Err(e) => Err(diag::failed(self.bundle(Vec::new()), e.into())),
+        }
+    }
+
+    /// Against the peer: the run, sized by the client when it must be; the row's count kept for
+    /// its next round; the client's result from its threads' summaries.
+    fn against_peer(
+        &mut self,
+        rdv: &mut dyn Rendezvous,
+        all: &mut Ends,
+        ki: usize,
+        mut p: BwParams,
+        report: &mut Report,
+    ) -> Result<Outcome, ProbeError> {
+        let Some(out) = self.sized(rdv, all, ki, &mut p, report)? else {
+            return Ok(Outcome::Ended);
+        };
+        self.iters[ki] = p.iters;
+        if !self.client {
+            return Ok(Outcome::Served);
+        }
+        let (k, ev) = self.set.rows[ki];
+        let mut r = client_result(self.b, k, &p, summarize(&out, p.size, self.b.cq_mod, report.clock.hz));
+        r.completion = ev.then(|| "events".into());
+        Ok(Outcome::Measured(r))
+    }
+
+    /// Row `ki`'s run against the peer, until it stands. -D, --run-infinitely: the client sizes
+    /// the runs to last at least D (a run too short is run again with more messages, as in one
+    /// process) and tells the server (both ends run the same messages); with --run-infinitely a
+    /// stop on either side is agreed after the run. `None`: a second stop while the peer's word
+    /// was awaited: what was measured stands, the run ends (said as its unclean end).
+    fn sized(
+        &mut self,
+        rdv: &mut dyn Rendezvous,
+        all: &mut Ends,
+        ki: usize,
+        p: &mut BwParams,
+        report: &mut Report,
+    ) -> Result<Option<Vec<ThreadResult>>, ProbeError> {
+        let mut resizes = 0;
+        loop {
+            let out = self.one_side(rdv, all, ki, p, report)?;
+            if !self.sized {
+                return Ok(Some(out));
+            }
+            let took = summarize(&out, p.size, self.b.cq_mod, report.clock.hz).seconds;
+            let word = (self.client, p.iters, took, resizes);
+            match resize(rdv, word, (self.plan, self.b), self.set.buf_len) {
+                Ok(Next::Again(n)) => {
+                    p.iters = n;
+                    resizes += 1;
+                }
+                Ok(Next::Stands) => return Ok(Some(out)),
+                Ok(Next::Stop) => {
+                    self.stopping = true;
+                    return Ok(Some(out));
+                }
+                Err(e) if self.b.run_infinitely && INTERRUPTED.load(Ordering::Relaxed) => {
+                    report.end_error = Some(e.to_string());
+                    self.unclean = true;
+                    return Ok(None);
+                }
+                Err(e) => return Err(session::fail(rdv, e)),
+            }
+        }
+    }
+
+    /// This side's threads of row `ki` run once against the peer's. A failure is told to the
+    /// peer and writes the diagnostics bundle with every connected QP's state.
+    fn one_side(
+        &self,
+        rdv: &mut dyn Rendezvous,
+        all: &mut Ends,
+        ki: usize,
+        p: &BwParams,
+        report: &Report,
+    ) -> Result<Vec<ThreadResult>, ProbeError> {
+        let intr = if self.network && self.b.run_infinitely {
+            &self.never
+        } else {
+            &INTERRUPTED
+        };
+        match bw_side(&mut all[ki], p, self.client, &report.clock, intr) {
+            Ok(out) => Ok(out),
+            Err(e) => {
+                let e = session::fail(rdv, e.into());
+                let states = all.iter().flatten().flatten().map(|e| e.describe()).collect();
+                Err(diag::failed(self.bundle(states), e))
+            }
+        }
+    }
+
+    /// A result into the report (a run shorter than the minimum named among the short runs),
+    /// its count kept for the row's next round; the observer hears it.
+    fn record(&mut self, size: u32, ki: usize, r: BwResult, report: &mut Report, obs: &mut dyn Observer) {
+        let s = &r.summary;
+        if s.seconds * 1e3 < self.b.min_duration.as_millis() as f64 {
+            let k = self.set.rows[ki].0;
+            report
+                .short_runs
+                .push(format!("{size} B {} ({:.1} ms)", k.as_str(), s.seconds * 1e3));
+        }
+        self.iters[ki] = r.iters;
+        if let Runs::Bw(v) = &mut report.runs {
+            v.push(r);
+        }
+        obs.finished(report, report.runs.len() - 1);
+    }
+
+    /// The diagnostics bundle of this run, with the QPs' states given.
+    fn bundle(&self, qp_states: Vec<String>) -> diag::Bundle<'r> {
+        diag::Bundle::of(self.plan, &self.set.dev, self.before, qp_states)
+    }
+
+    /// The bundle of a good run, when asked for.
+    fn diag(&self, sides: &Sides<'_>, obs: &mut dyn Observer) {
+        if let Some(dir) = &self.plan.diag {
+            diag::write_noted(dir, &self.bundle(sides.describe()), obs);
+        }
+    }
 }
 
 /// Refuses (exit 2, naming -n and -q) a bandwidth run whose samples, and per QP pair its two
@@ -339,22 +553,6 @@ pub(in crate::probe) fn check_memory(
             )
         },
     )
-}
-
-/// The diagnostics bundle of this run.
-fn bundle<'a>(
-    plan: &'a Plan,
-    dev: &'a Dev,
-    before: &Option<(&'static str, crate::model::Counters)>,
-    qp_states: Vec<String>,
-) -> crate::probe::check::diag::Bundle<'a> {
-    crate::probe::check::diag::Bundle {
-        plan,
-        dev,
-        qp_states,
-        before: before.clone(),
-        error: None,
-    }
 }
 
 /// A client's result of one size and backend, from its threads' summaries.
@@ -447,7 +645,7 @@ fn resize(
 }
 
 /// The parameters both ends of a bandwidth run must share.
-fn hello(b: &BwPlan, sizes: &[u32], kinds: &[BackendKind], mode: DbMode, inline_limit: u32, buf_len: usize) -> Hello {
+fn hello(b: &BwPlan, set: &Setup) -> Hello {
     let own = [
         ("iters", b.iters.to_string()),
         ("tx_depth", b.tx_depth.to_string()),
@@ -463,7 +661,8 @@ fn hello(b: &BwPlan, sizes: &[u32], kinds: &[BackendKind], mode: DbMode, inline_
         ("run_infinitely", b.run_infinitely.to_string()),
         ("events", b.events.to_string()),
     ];
-    session::hello("bw", b.op, sizes, own, kinds, mode, inline_limit, buf_len)
+    let (kinds, mode) = (&set.kinds, set.mode);
+    session::hello("bw", b.op, &set.sizes, own, kinds, mode, set.inline_limit, set.buf_len)
 }
 
 /// The handshake, then every thread's QPs of every backend exchanged and connected (-R: through
@@ -472,19 +671,17 @@ fn connect(
     rdv: &mut dyn Rendezvous,
     hello: &Hello,
     (plan, b): (&Plan, &BwPlan),
-    dev: &Dev,
-    rows: &[(BackendKind, bool)],
-    buf_len: usize,
-    mode: DbMode,
-) -> Result<(Ends, Option<super::cm::CmLink>), ProbeError> {
+    set: &Setup,
+) -> Result<(Ends, Option<CmLink>), ProbeError> {
+    let (dev, buf_len, mode) = (&set.dev, set.buf_len, set.mode);
     rdv.agree(hello)?;
     let mut cm = if plan.rdma_cm {
-        Some(super::cm::CmLink::open(rdv, plan, dev)?)
+        Some(CmLink::open(rdv, plan, dev)?)
     } else {
         None
     };
     let mut all = Vec::new();
-    for &(k, ev) in rows {
+    for &(k, ev) in &set.rows {
         let mut threads = Vec::new();
         for _ in 0..b.threads {
             let mut ends = Vec::new();

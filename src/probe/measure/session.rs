@@ -227,6 +227,17 @@ pub fn hello<const N: usize>(
     )
 }
 
+/// The connection's parameters both ends must share, into `hello`: the transport, -R and the
+/// path MTU.
+pub fn connection_params(hello: &mut crate::oob::Hello, plan: &Plan) {
+    hello.params.insert("transport".into(), plan.transport.as_str().into());
+    hello.params.insert("rdma_cm".into(), plan.rdma_cm.to_string());
+    hello.params.insert(
+        "path_mtu".into(),
+        plan.path.mtu.map_or("active".into(), |m| m.to_string()),
+    );
+}
+
 /// The hello parameters every client/server scenario shares: the backends and what each end's
 /// QPs and buffers are made with.
 pub fn end_params(kinds: &[BackendKind], mode: DbMode, inline_limit: u32, buf_len: usize) -> [(String, String); 4] {
