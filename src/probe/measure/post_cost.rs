@@ -2,10 +2,11 @@
 //! postlist, inline or not, and completion period.
 
 use super::session;
-use crate::backend::setup::INLINE;
+use crate::backend::setup::{Dev, INLINE};
 use crate::backend::{BackendKind, OpKind};
 use crate::mlx5::sq::DbMode;
 use crate::model::{ExecMode, ModelConfig};
+use crate::probe::check::{counters, diag};
 use crate::probe::report::{Report, Role, Runs};
 use crate::probe::{Observer, Plan, PostCostPlan, ProbeError};
 use crate::scenario::post_cost::{PostCostParams, BLOCK_WQES};
@@ -13,7 +14,8 @@ use crate::scenario::runner::{run_post_cost, tsc_step};
 use serde_json::json;
 use std::time::Duration;
 
-/// Runs a post-cost plan (see [`crate::probe::run`]).
+/// Runs a post-cost plan (see [`crate::probe::run`]): the checks, the device and its backends,
+/// the configurations, the clock, the report's head, every configuration's blocks.
 pub(in crate::probe) fn run(plan: &Plan, pc: &PostCostPlan, obs: &mut dyn Observer) -> Result<Report, ProbeError> {
     if let Some(bad) = pc.postlists.iter().find(|&&l| l == 0 || l > 48) {
         return Err(ProbeError::Usage(format!(
@@ -28,44 +30,31 @@ pub(in crate::probe) fn run(plan: &Plan, pc: &PostCostPlan, obs: &mut dyn Observ
     };
     let dev = session::open_device(plan, model, obs)?;
     let kinds = session::backends(&dev, plan.backends)?;
-    // every configuration's blocks are kept (their per-WQE figures are in the report): checked
-    // before the run
-    let configs: u64 = pc
-        .ops
-        .iter()
-        .map(|&op| {
-            let inlines = if pc.size > INLINE || op == OpKind::Read { 1 } else { 2 };
-            kinds.iter().map(|k| modes(*k).len() as u64).sum::<u64>() * pc.postlists.len() as u64 * inlines * 2
-        })
-        .sum();
-    session::check_memory(pc.blocks.saturating_mul(configs).saturating_mul(24), || {
-        format!("-n {} blocks x {configs} configurations (24 B per block)", pc.blocks)
-    })?;
-    let before = crate::probe::check::counters::sample(&dev);
+    let configs = configs(pc, &kinds);
+    check_memory(pc, configs.len() as u64)?;
+    let before = counters::sample(&dev);
     let (cal, env) = session::calibrate(&dev, false)?;
-    let step_ns = cal.to_ns(tsc_step());
-    let mut report = Report {
-        plan: plan.clone(),
-        role: Role::Loopback,
-        device: dev.name(),
-        provider: dev.provider(),
-        is_model: dev.is_model(),
-        backends: kinds.clone(),
-        warnings: env.warnings(),
-        env,
-        clock: cal,
-        params: json!({ "scenario": "post_cost", "ops": pc.ops.iter().map(|o| o.as_str()).collect::<Vec<_>>(),
-                "size_bytes": pc.size, "blocks": pc.blocks, "postlists": pc.postlists, "cq_mod": pc.cq_mod,
-                "max_wqes_per_block": BLOCK_WQES, "tsc_step_ns": step_ns }),
-        runs: Runs::PostCost(Vec::new()),
-        intervals: Vec::new(),
-        short_runs: Vec::new(),
-        end_error: None,
-        counters: None,
-    };
+    let mut report = new_report(plan, pc, &dev, &kinds, env, cal);
     obs.started(&report);
+    for (k, mode, p) in &configs {
+        let r = run_post_cost(&dev, *k, p, *mode, &report.clock)
+            .map_err(|e| diag::failed(diag::Bundle::of(plan, &dev, &before, Vec::new()), e.into()))?;
+        if let Runs::PostCost(v) = &mut report.runs {
+            v.push(r);
+        }
+        obs.finished(&report, report.runs.len() - 1);
+    }
+    report.counters = counters::CounterDelta::since(before, &dev);
+    Ok(report)
+}
+
+/// Every configuration measured, in order: each operation, backend, doorbell mode, postlist,
+/// without and with inline (inline where the size and operation allow it), a completion for
+/// every WQE and every `cq_mod`.
+fn configs(pc: &PostCostPlan, kinds: &[BackendKind]) -> Vec<(BackendKind, DbMode, PostCostParams)> {
+    let mut v = Vec::new();
     for &op in &pc.ops {
-        for k in &kinds {
+        for k in kinds {
             for &mode in modes(*k) {
                 for &postlist in &pc.postlists {
                     for inline in [false, true] {
@@ -82,28 +71,53 @@ pub(in crate::probe) fn run(plan: &Plan, pc: &PostCostPlan, obs: &mut dyn Observ
                                 blocks: pc.blocks,
                                 stall: Duration::from_secs(10),
                             };
-                            let r = run_post_cost(&dev, *k, &p, mode, &report.clock).map_err(|e| {
-                                let b = crate::probe::check::diag::Bundle {
-                                    plan,
-                                    dev: &dev,
-                                    qp_states: Vec::new(),
-                                    before: before.clone(),
-                                    error: None,
-                                };
-                                crate::probe::check::diag::failed(b, e.into())
-                            })?;
-                            if let Runs::PostCost(v) = &mut report.runs {
-                                v.push(r);
-                            }
-                            obs.finished(&report, report.runs.len() - 1);
+                            v.push((*k, mode, p));
                         }
                     }
                 }
             }
         }
     }
-    report.counters = crate::probe::check::counters::CounterDelta::since(before, &dev);
-    Ok(report)
+    v
+}
+
+/// Every configuration's blocks are kept (their per-WQE figures are in the report): the memory
+/// they take is checked before the run.
+fn check_memory(pc: &PostCostPlan, configs: u64) -> Result<(), ProbeError> {
+    session::check_memory(pc.blocks.saturating_mul(configs).saturating_mul(24), || {
+        format!("-n {} blocks x {configs} configurations (24 B per block)", pc.blocks)
+    })
+}
+
+/// The report before the runs: what runs, on what (always in one process).
+fn new_report(
+    plan: &Plan,
+    pc: &PostCostPlan,
+    dev: &Dev,
+    kinds: &[BackendKind],
+    env: crate::report::env::Fingerprint,
+    cal: crate::clock::Calibration,
+) -> Report {
+    let step_ns = cal.to_ns(tsc_step());
+    Report {
+        plan: plan.clone(),
+        role: Role::Loopback,
+        device: dev.name(),
+        provider: dev.provider(),
+        is_model: dev.is_model(),
+        backends: kinds.to_vec(),
+        warnings: env.warnings(),
+        env,
+        clock: cal,
+        params: json!({ "scenario": "post_cost", "ops": pc.ops.iter().map(|o| o.as_str()).collect::<Vec<_>>(),
+                "size_bytes": pc.size, "blocks": pc.blocks, "postlists": pc.postlists, "cq_mod": pc.cq_mod,
+                "max_wqes_per_block": BLOCK_WQES, "tsc_step_ns": step_ns }),
+        runs: Runs::PostCost(Vec::new()),
+        intervals: Vec::new(),
+        short_runs: Vec::new(),
+        end_error: None,
+        counters: None,
+    }
 }
 
 /// The doorbell modes measured for a backend: every one on the direct path (the doorbell only
