@@ -6,7 +6,7 @@ use crate::clock::{Calibration, TscSource};
 use crate::model;
 use crate::probe::ProbeError;
 use crate::verbs::device::{self, libibverbs_loaded};
-use crate::verbs::{DeviceList, VerbsError};
+use crate::verbs::{DeviceInfo, DeviceList, GidEntry, NoDevice, PortInfo, VerbsError};
 use serde_json::json;
 use std::fmt::Write;
 
@@ -24,14 +24,47 @@ fn build_info() -> serde_json::Value {
     })
 }
 
+/// A device and its ports, each with the first entries of its GID table.
+type DeviceDoc = (DeviceInfo, Vec<(PortInfo, Vec<GidEntry>)>);
+
 /// `rdmaprobe devices`: the RDMA devices and their ports, like ibv_devinfo, then model0 (text,
 /// or JSON with `as_json`), and the exit status: 0 when a hardware device exists, 3 when none
 /// does (with the reason and what to do).
 pub fn devices(as_json: bool, max_gids: u32) -> Result<(String, u8), ProbeError> {
+    let model = model_info();
+    let list = match DeviceList::get() {
+        Ok(l) => l,
+        Err(VerbsError::NoDevice(why)) => return Ok((no_device(as_json, why, &model)?, EXIT_NO_DEVICE)),
+        Err(e) => return Err(e.into()),
+    };
+    let docs = read_devices(&list, max_gids)?;
+    if as_json {
+        return Ok((devices_json(&docs, &model)?, 0));
+    }
     let mut o = String::new();
-    let o = &mut o;
-    let model = model::info().map_err(|e| e.to_string()).map(|mut i| {
-        // model0 through the machine's libibverbs and libmlx5 (its user-space uverbs device)
+    let (lib, lib_version) = libibverbs_loaded();
+    let _ = writeln!(
+        o,
+        "rdma-core: built against {} (libibverbs {}), loaded {} ({})",
+        env!("RDMAPROBE_BUILD_RDMA_CORE"),
+        env!("RDMAPROBE_BUILD_LIBIBVERBS"),
+        lib_version,
+        lib
+    );
+    for (info, ports) in &docs {
+        print_device(&mut o, info);
+        for (p, gids) in ports {
+            print_port(&mut o, p, gids);
+        }
+    }
+    print_model(&mut o, &model);
+    Ok((o, 0))
+}
+
+/// model0, and whether its verbs and wr backends run (through the machine's libibverbs and
+/// libmlx5, as its user-space uverbs device).
+fn model_info() -> Result<model::ModelInfo, String> {
+    model::info().map_err(|e| e.to_string()).map(|mut i| {
         match crate::verbs::Context::open_model0() {
             Ok(ctx) => {
                 i.backends = vec!["verbs", "wr", "direct"];
@@ -40,36 +73,39 @@ pub fn devices(as_json: bool, max_gids: u32) -> Result<(String, u8), ProbeError>
             Err(e) => i.verbs_unavailable = Some(e.to_string()),
         }
         i
-    });
-    let list = match DeviceList::get() {
-        Ok(l) => l,
-        Err(VerbsError::NoDevice(why)) => {
-            if as_json {
-                let doc = json!({
-                    "build": build_info(),
-                    "devices": [],
-                    "hardware_device": false,
-                    "no_device_reason": format!("{why:?}"),
-                    "explanation": why.explain(),
-                    "model": model_json(&model),
-                    "default_device": model.as_ref().ok().map(|m| m.name),
-                });
-                let _ = writeln!(o, "{}", serde_json::to_string_pretty(&doc)?);
-            } else {
-                let _ = writeln!(o, "No RDMA device.\n\n{}\n", why.explain());
-                print_model(o, &model);
-                if model.is_ok() {
-                    let _ = writeln!(
-                        o,
-                        "\nWithout an RDMA device, {} is the default device.",
-                        model::DEVICE_NAME
-                    );
-                }
-            }
-            return Ok((std::mem::take(o), EXIT_NO_DEVICE));
+    })
+}
+
+/// No RDMA device: why, and what to do, then model0 (the default device then).
+fn no_device(as_json: bool, why: NoDevice, model: &Result<model::ModelInfo, String>) -> Result<String, ProbeError> {
+    let mut o = String::new();
+    if as_json {
+        let doc = json!({
+            "build": build_info(),
+            "devices": [],
+            "hardware_device": false,
+            "no_device_reason": format!("{why:?}"),
+            "explanation": why.explain(),
+            "model": model_json(model),
+            "default_device": model.as_ref().ok().map(|m| m.name),
+        });
+        let _ = writeln!(o, "{}", serde_json::to_string_pretty(&doc)?);
+    } else {
+        let _ = writeln!(o, "No RDMA device.\n\n{}\n", why.explain());
+        print_model(&mut o, model);
+        if model.is_ok() {
+            let _ = writeln!(
+                o,
+                "\nWithout an RDMA device, {} is the default device.",
+                model::DEVICE_NAME
+            );
         }
-        Err(e) => return Err(e.into()),
-    };
+    }
+    Ok(o)
+}
+
+/// Every device of `list` queried: its attributes, each port's, the first `max_gids` GIDs.
+fn read_devices(list: &DeviceList, max_gids: u32) -> Result<Vec<DeviceDoc>, ProbeError> {
     let mut docs = Vec::new();
     for name in list.names() {
         let ctx = list.open(&name)?;
@@ -82,95 +118,89 @@ pub fn devices(as_json: bool, max_gids: u32) -> Result<(String, u8), ProbeError>
         }
         docs.push((info, ports));
     }
-    if as_json {
-        let devs: Vec<_> = docs
-            .iter()
-            .map(|(info, ports)| {
-                let ports: Vec<_> = ports
-                    .iter()
-                    .map(|(p, g)| {
-                        let mut v = serde_json::to_value(p).unwrap_or_default();
-                        v["gids"] = serde_json::to_value(g).unwrap_or_default();
-                        v["roce_gid_index"] = json!(if p.is_ethernet() {
-                            device::pick_gid_index(g)
-                        } else {
-                            None
-                        });
-                        v
-                    })
-                    .collect();
-                let mut v = serde_json::to_value(info).unwrap_or_default();
-                v["ports"] = json!(ports);
-                v
-            })
-            .collect();
-        let doc =
-            json!({ "build": build_info(), "devices": devs, "hardware_device": true, "model": model_json(&model) });
-        let _ = writeln!(o, "{}", serde_json::to_string_pretty(&doc)?);
-        return Ok((std::mem::take(o), 0));
-    }
-    let (lib, lib_version) = libibverbs_loaded();
+    Ok(docs)
+}
+
+/// The devices as JSON: each port with its GIDs and (Ethernet) the RoCE v2 GID index to use.
+fn devices_json(docs: &[DeviceDoc], model: &Result<model::ModelInfo, String>) -> Result<String, ProbeError> {
+    let devs: Vec<_> = docs
+        .iter()
+        .map(|(info, ports)| {
+            let ports: Vec<_> = ports
+                .iter()
+                .map(|(p, g)| {
+                    let mut v = serde_json::to_value(p).unwrap_or_default();
+                    v["gids"] = serde_json::to_value(g).unwrap_or_default();
+                    v["roce_gid_index"] = json!(if p.is_ethernet() {
+                        device::pick_gid_index(g)
+                    } else {
+                        None
+                    });
+                    v
+                })
+                .collect();
+            let mut v = serde_json::to_value(info).unwrap_or_default();
+            v["ports"] = json!(ports);
+            v
+        })
+        .collect();
+    let doc = json!({ "build": build_info(), "devices": devs, "hardware_device": true, "model": model_json(model) });
+    Ok(format!("{}\n", serde_json::to_string_pretty(&doc)?))
+}
+
+/// A device's attributes, as ibv_devinfo prints them, and whether the direct backend runs.
+fn print_device(o: &mut String, info: &DeviceInfo) {
+    let _ = writeln!(o, "hca_id:\t{}", info.name);
+    let _ = writeln!(o, "\tprovider:\t\t{}", info.provider);
     let _ = writeln!(
         o,
-        "rdma-core: built against {} (libibverbs {}), loaded {} ({})",
-        env!("RDMAPROBE_BUILD_RDMA_CORE"),
-        env!("RDMAPROBE_BUILD_LIBIBVERBS"),
-        lib_version,
-        lib
+        "\tfw_ver:\t\t\t{}",
+        if info.fw_ver.is_empty() { "-" } else { &info.fw_ver }
     );
-    for (info, ports) in &docs {
-        let _ = writeln!(o, "hca_id:\t{}", info.name);
-        let _ = writeln!(o, "\tprovider:\t\t{}", info.provider);
-        let _ = writeln!(
-            o,
-            "\tfw_ver:\t\t\t{}",
-            if info.fw_ver.is_empty() { "-" } else { &info.fw_ver }
-        );
-        let _ = writeln!(o, "\tnode_guid:\t\t{}", info.node_guid);
-        let _ = writeln!(o, "\tvendor_id:\t\t{:#06x}", info.vendor_id);
-        let _ = writeln!(o, "\tvendor_part_id:\t\t{}", info.vendor_part_id);
-        let _ = writeln!(o, "\thw_ver:\t\t\t{:#x}", info.hw_ver);
-        let _ = writeln!(o, "\tphys_port_cnt:\t\t{}", info.phys_port_cnt);
-        let _ = writeln!(o, "\tatomic_cap:\t\t{}", info.atomic_cap);
-        let _ = writeln!(
-            o,
-            "\tdirect backend:\t\t{}",
-            if info.mlx5dv {
-                "yes (mlx5dv)"
-            } else {
-                "no (not an mlx5 device)"
+    let _ = writeln!(o, "\tnode_guid:\t\t{}", info.node_guid);
+    let _ = writeln!(o, "\tvendor_id:\t\t{:#06x}", info.vendor_id);
+    let _ = writeln!(o, "\tvendor_part_id:\t\t{}", info.vendor_part_id);
+    let _ = writeln!(o, "\thw_ver:\t\t\t{:#x}", info.hw_ver);
+    let _ = writeln!(o, "\tphys_port_cnt:\t\t{}", info.phys_port_cnt);
+    let _ = writeln!(o, "\tatomic_cap:\t\t{}", info.atomic_cap);
+    let _ = writeln!(
+        o,
+        "\tdirect backend:\t\t{}",
+        if info.mlx5dv {
+            "yes (mlx5dv)"
+        } else {
+            "no (not an mlx5 device)"
+        }
+    );
+}
+
+/// A port's attributes and GIDs, as ibv_devinfo prints them; on Ethernet, the GID index to use.
+fn print_port(o: &mut String, p: &PortInfo, gids: &[GidEntry]) {
+    let _ = writeln!(o, "\t\tport:\t{}", p.port);
+    let _ = writeln!(o, "\t\t\tstate:\t\t\t{} ({})", p.state, p.state_raw);
+    let _ = writeln!(o, "\t\t\tphys_state:\t\t{}", p.phys_state);
+    let _ = writeln!(o, "\t\t\tlink_layer:\t\t{}", p.link_layer);
+    let _ = writeln!(o, "\t\t\tmax_mtu:\t\t{}", p.max_mtu);
+    let _ = writeln!(o, "\t\t\tactive_mtu:\t\t{}", p.active_mtu);
+    let _ = writeln!(o, "\t\t\tactive_speed:\t\t{}", p.speed);
+    let _ = writeln!(o, "\t\t\tactive_width:\t\t{}", p.width);
+    let _ = writeln!(o, "\t\t\tport_lid:\t\t{}", p.lid);
+    let _ = writeln!(o, "\t\t\tmax_msg_sz:\t\t{:#x}", p.max_msg_sz);
+    let _ = writeln!(o, "\t\t\tgid_tbl_len:\t\t{}", p.gid_tbl_len);
+    for g in gids {
+        let v4 = g.ipv4().map(|a| format!(", {a}")).unwrap_or_default();
+        let _ = writeln!(o, "\t\t\tGID[{:>4}]:\t\t{}, {}{}", g.index, g.gid, g.gid_type, v4);
+    }
+    if p.is_ethernet() {
+        match device::pick_gid_index(gids) {
+            Some(i) => {
+                let _ = writeln!(o, "\t\t\tuse GID index:\t\t{i} (-x {i})");
             }
-        );
-        for (p, gids) in ports {
-            let _ = writeln!(o, "\t\tport:\t{}", p.port);
-            let _ = writeln!(o, "\t\t\tstate:\t\t\t{} ({})", p.state, p.state_raw);
-            let _ = writeln!(o, "\t\t\tphys_state:\t\t{}", p.phys_state);
-            let _ = writeln!(o, "\t\t\tlink_layer:\t\t{}", p.link_layer);
-            let _ = writeln!(o, "\t\t\tmax_mtu:\t\t{}", p.max_mtu);
-            let _ = writeln!(o, "\t\t\tactive_mtu:\t\t{}", p.active_mtu);
-            let _ = writeln!(o, "\t\t\tactive_speed:\t\t{}", p.speed);
-            let _ = writeln!(o, "\t\t\tactive_width:\t\t{}", p.width);
-            let _ = writeln!(o, "\t\t\tport_lid:\t\t{}", p.lid);
-            let _ = writeln!(o, "\t\t\tmax_msg_sz:\t\t{:#x}", p.max_msg_sz);
-            let _ = writeln!(o, "\t\t\tgid_tbl_len:\t\t{}", p.gid_tbl_len);
-            for g in gids {
-                let v4 = g.ipv4().map(|a| format!(", {a}")).unwrap_or_default();
-                let _ = writeln!(o, "\t\t\tGID[{:>4}]:\t\t{}, {}{}", g.index, g.gid, g.gid_type, v4);
-            }
-            if p.is_ethernet() {
-                match device::pick_gid_index(gids) {
-                    Some(i) => {
-                        let _ = writeln!(o, "\t\t\tuse GID index:\t\t{i} (-x {i})");
-                    }
-                    None => {
-                        let _ = writeln!(o, "\t\t\tuse GID index:\t\tnone found among the first {}", gids.len());
-                    }
-                }
+            None => {
+                let _ = writeln!(o, "\t\t\tuse GID index:\t\tnone found among the first {}", gids.len());
             }
         }
     }
-    print_model(o, &model);
-    Ok((std::mem::take(o), 0))
 }
 
 fn model_json(m: &Result<model::ModelInfo, String>) -> serde_json::Value {
