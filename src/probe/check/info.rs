@@ -245,9 +245,19 @@ fn current_clocksource() -> Option<String> {
 /// `rdmaprobe clock`: the TSC calibrated over `window_ms`, the timer's overhead, and what
 /// speaks against the clock (text, or JSON with `as_json`).
 pub fn clock(as_json: bool, window_ms: u64) -> Result<String, ProbeError> {
-    let mut o = String::new();
-    let o = &mut o;
     let c = Calibration::run(window_ms * 1_000_000)?;
+    let cs = current_clocksource();
+    let warnings = clock_warnings(&c, cs.as_deref());
+    if as_json {
+        clock_json(&c, cs.as_deref(), &warnings)
+    } else {
+        Ok(clock_text(&c, cs.as_deref(), &warnings))
+    }
+}
+
+/// What speaks against the clock: no TSC, a TSC that is not invariant, a calibration far from
+/// CPUID's rate, a kernel that does not use the TSC (`cs`, its clocksource).
+fn clock_warnings(c: &Calibration, cs: Option<&str>) -> Vec<String> {
     let mut warnings = Vec::new();
     if c.source == TscSource::ClockGettime {
         warnings.push("no TSC on this architecture: timestamps are clock_gettime(CLOCK_MONOTONIC_RAW)".to_string());
@@ -266,61 +276,67 @@ pub fn clock(as_json: bool, window_ms: u64) -> Result<String, ProbeError> {
             ));
         }
     }
-    let cs = current_clocksource();
-    if c.source != TscSource::ClockGettime && cs.as_deref().is_some_and(|s| s != "tsc") {
+    if c.source != TscSource::ClockGettime && cs.is_some_and(|s| s != "tsc") {
         warnings.push(format!(
             "the kernel's clocksource is {} (not tsc): the kernel does not trust the TSC here",
-            cs.as_deref().unwrap_or("?")
+            cs.unwrap_or("?")
         ));
     }
-    if as_json {
-        let doc = json!({
-            "tsc_hz": c.hz,
-            "source": c.source.as_str(),
-            "invariant_tsc": c.invariant_tsc,
-            "cpuid_hz": c.cpuid_hz,
-            "calibrated_hz": c.calibrated_hz,
-            "calibration_window_ns": c.calibration_window_ns,
-            "calibration_residual_max_ns": c.calibration_residual_ns,
-            "timed_region_overhead": {
-                "min_ticks": c.overhead.min_cycles,
-                "median_ticks": c.overhead.median_cycles,
-                "p99_ticks": c.overhead.p99_cycles,
-                "samples": c.overhead.samples,
-                "min_ns": c.to_ns(c.overhead.min_cycles),
-                "median_ns": c.to_ns(c.overhead.median_cycles),
-            },
-            "kernel_clocksource": cs,
-            "warnings": warnings,
-        });
-        let _ = writeln!(o, "{}", serde_json::to_string_pretty(&doc)?);
-    } else {
-        let _ = writeln!(o, "TSC rate:          {:.6} MHz ({})", c.hz / 1e6, c.source.as_str());
-        if let Some(h) = c.cpuid_hz {
-            let _ = writeln!(o, "CPUID 0x15 rate:   {:.6} MHz", h as f64 / 1e6);
-        }
-        let _ = writeln!(
-            o,
-            "calibration:       {:.6} MHz against CLOCK_MONOTONIC_RAW over {} ms, max residual {:.0} ns",
-            c.calibrated_hz / 1e6,
-            c.calibration_window_ns / 1_000_000,
-            c.calibration_residual_ns
-        );
-        let _ = writeln!(o, "invariant TSC:     {}", if c.invariant_tsc { "yes" } else { "no" });
-        let _ = writeln!(o, "kernel clocksource: {}", cs.as_deref().unwrap_or("unknown"));
-        let _ =
-            writeln!(o,
-            "timed-region overhead: min {} TSC ticks ({:.1} ns), median {} ticks ({:.1} ns), p99 {} ticks, {} samples",
-            c.overhead.min_cycles,
-            c.to_ns(c.overhead.min_cycles),
-            c.overhead.median_cycles,
-            c.to_ns(c.overhead.median_cycles),
-            c.overhead.p99_cycles,
-            c.overhead.samples
-        );
-        for w in &warnings {
-            let _ = writeln!(o, "warning: {w}");
-        }
+    warnings
+}
+
+/// The clock as JSON.
+fn clock_json(c: &Calibration, cs: Option<&str>, warnings: &[String]) -> Result<String, ProbeError> {
+    let doc = json!({
+        "tsc_hz": c.hz,
+        "source": c.source.as_str(),
+        "invariant_tsc": c.invariant_tsc,
+        "cpuid_hz": c.cpuid_hz,
+        "calibrated_hz": c.calibrated_hz,
+        "calibration_window_ns": c.calibration_window_ns,
+        "calibration_residual_max_ns": c.calibration_residual_ns,
+        "timed_region_overhead": {
+            "min_ticks": c.overhead.min_cycles,
+            "median_ticks": c.overhead.median_cycles,
+            "p99_ticks": c.overhead.p99_cycles,
+            "samples": c.overhead.samples,
+            "min_ns": c.to_ns(c.overhead.min_cycles),
+            "median_ns": c.to_ns(c.overhead.median_cycles),
+        },
+        "kernel_clocksource": cs,
+        "warnings": warnings,
+    });
+    Ok(format!("{}\n", serde_json::to_string_pretty(&doc)?))
+}
+
+/// The clock as text.
+fn clock_text(c: &Calibration, cs: Option<&str>, warnings: &[String]) -> String {
+    let mut o = String::new();
+    let _ = writeln!(o, "TSC rate:          {:.6} MHz ({})", c.hz / 1e6, c.source.as_str());
+    if let Some(h) = c.cpuid_hz {
+        let _ = writeln!(o, "CPUID 0x15 rate:   {:.6} MHz", h as f64 / 1e6);
     }
-    Ok(std::mem::take(o))
+    let _ = writeln!(
+        o,
+        "calibration:       {:.6} MHz against CLOCK_MONOTONIC_RAW over {} ms, max residual {:.0} ns",
+        c.calibrated_hz / 1e6,
+        c.calibration_window_ns / 1_000_000,
+        c.calibration_residual_ns
+    );
+    let _ = writeln!(o, "invariant TSC:     {}", if c.invariant_tsc { "yes" } else { "no" });
+    let _ = writeln!(o, "kernel clocksource: {}", cs.unwrap_or("unknown"));
+    let _ = writeln!(
+        o,
+        "timed-region overhead: min {} TSC ticks ({:.1} ns), median {} ticks ({:.1} ns), p99 {} ticks, {} samples",
+        c.overhead.min_cycles,
+        c.to_ns(c.overhead.min_cycles),
+        c.overhead.median_cycles,
+        c.to_ns(c.overhead.median_cycles),
+        c.overhead.p99_cycles,
+        c.overhead.samples
+    );
+    for w in warnings {
+        let _ = writeln!(o, "warning: {w}");
+    }
+    o
 }
