@@ -19,13 +19,16 @@ FN_MAX = 100
 # The files whose functions are the steps of one measurement (plan to report) for lat, bw,
 # post-cost and suite: at most PATH_MAX lines each.
 PATH_FILES = [
+    "src/probe/mod.rs",
+    "src/probe/measure/mod.rs",
+    "src/probe/measure/session.rs",
     "src/probe/measure/lat.rs",
     "src/probe/measure/bw.rs",
     "src/probe/measure/post_cost.rs",
-    "src/probe/measure/session.rs",
-    "src/probe/measure/mod.rs",
+    "src/probe/measure/cm.rs",
     "src/probe/suite/mod.rs",
     "src/probe/suite/run.rs",
+    "src/probe/suite/matrix.rs",
 ]
 PATH_MAX = 60
 
