@@ -76,7 +76,14 @@ impl CmLink {
         theirs: &QpInfo,
         gid_asked: Option<u8>,
     ) -> Result<AnyEnd, ProbeError> {
-        match self.connect_one(rdv, half, (dev, op), theirs, gid_asked) {
+        let to = Target {
+            dev,
+            op,
+            theirs,
+            gid_asked,
+            index: self.ids.len() as u32,
+        };
+        match self.connect_one(rdv, half, &to) {
             Ok(e) => Ok(e),
             Err(e) => {
                 // a wait cut short because the peer spoke, or a reject that may be the peer's
@@ -103,21 +110,7 @@ impl CmLink {
 
     /// One QP through the CM, as the client or the server; the connection kept, the first one's
     /// route recorded.
-    fn connect_one(
-        &mut self,
-        rdv: &mut dyn Rendezvous,
-        half: HalfEnd,
-        (dev, op): (&Dev, OpKind),
-        theirs: &QpInfo,
-        gid_asked: Option<u8>,
-    ) -> Result<AnyEnd, ProbeError> {
-        let to = Target {
-            dev,
-            op,
-            theirs,
-            gid_asked,
-            index: self.ids.len() as u32,
-        };
+    fn connect_one(&mut self, rdv: &mut dyn Rendezvous, half: HalfEnd, to: &Target<'_>) -> Result<AnyEnd, ProbeError> {
         let (id, (end, rec)) = match &self.side {
             Side::Client(c) => to.as_client(c, rdv, half, &self.params)?,
             Side::Server(s) => to.as_server(s, rdv, half, &self.params, self.timeout)?,
