@@ -19,8 +19,8 @@
 //! fingerprint and its warnings), connects the peer through a [`crate::oob::Rendezvous`] when
 //! there is one (the parameter handshake, QP exchange, barrier), runs over the sizes, calling the
 //! [`Observer`] as each run ends, ends the exchange with the peer, and returns the report.
-//! [`check`] holds the acceptance tools beside the
-//! measurements (doctor, ping, the device's counters, the diagnostics bundle, devices and clock).
+//! [`check`] holds the acceptance tools beside the measurements (doctor, ping, the device's
+//! counters, the diagnostics bundle, devices and clock).
 
 pub mod check;
 pub mod console;

@@ -5,7 +5,7 @@ use super::{check, Check, DevView, DeviceKind, Status, Sys};
 
 /// The checks of the device and its port: NUMA placement, PCIe link, port state, MTU, RoCE GID,
 /// PFC/ECN, the firewall, the kernel driver. A new device check is a function here, called in
-/// its place below (and said not to apply on model0, in [`model0_checks`]).
+/// its place below (and said not to apply on model0, in `model0_checks`).
 pub fn device_checks(sys: &Sys, d: &DevView, kind: DeviceKind) -> Vec<Check> {
     if kind == DeviceKind::Model0 {
         return model0_checks();
