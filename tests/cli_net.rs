@@ -475,7 +475,8 @@ fn a_server_on_port_0_prints_its_real_port() {
 fn ping_names_the_first_failing_layer() {
     let _g = serial();
     use rdmaprobe::oob::{OobError, Peer, Rendezvous};
-    use rdmaprobe::probe::{ping, Backends, LatPlan, PeerSpec, Plan, Quiet, Scenario};
+    use rdmaprobe::probe::check::ping;
+    use rdmaprobe::probe::{Backends, LatPlan, PeerSpec, Plan, Quiet, Scenario};
     /// Rewrites this side's QP addresses on their way out.
     struct Rewrite<F: FnMut(&mut serde_json::Value)>(Peer, F);
     impl<F: FnMut(&mut serde_json::Value)> Rendezvous for Rewrite<F> {

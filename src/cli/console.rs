@@ -341,7 +341,7 @@ pub fn compare(
 
 /// Runs `doctor` and prints it (text or JSON); returns the exit status (1: a check failed).
 pub fn doctor(device: Option<&str>, port: u8, json: bool) -> Result<u8, ProbeError> {
-    let d = probe::doctor::run(device, port)?;
+    let d = probe::check::doctor::run(device, port)?;
     match json {
         true => out!("{}", serde_json::to_string_pretty(&d)?),
         false => outp!("{}", d.text()),
@@ -352,7 +352,11 @@ pub fn doctor(device: Option<&str>, port: u8, json: bool) -> Result<u8, ProbeErr
 /// Runs the ping ladder (limits from `baseline`, a result file, when given), prints it, writes
 /// `json`; returns the exit status (0, or 10 + the first failing layer; 2: a baseline that
 /// cannot be read).
-pub fn ping(mut p: probe::ping::PingPlan, baseline: Option<&str>, json: Option<&PathBuf>) -> Result<u8, ProbeError> {
+pub fn ping(
+    mut p: probe::check::ping::PingPlan,
+    baseline: Option<&str>,
+    json: Option<&PathBuf>,
+) -> Result<u8, ProbeError> {
     if let Some(b) = baseline {
         match rdmaprobe::report::compare::load(b) {
             Ok(doc) => p.baseline = Some(doc),
@@ -363,7 +367,7 @@ pub fn ping(mut p: probe::ping::PingPlan, baseline: Option<&str>, json: Option<&
         }
     }
     probe::stop_on_sigint();
-    let r = probe::ping::run(&p, &mut Printer)?;
+    let r = probe::check::ping::run(&p, &mut Printer)?;
     outp!("{}", r.text());
     if let Some(path) = json {
         output::write(path, &serde_json::to_vec_pretty(&r)?).map_err(|e| ProbeError::Render(e.to_string()))?;
@@ -388,14 +392,14 @@ pub fn chain(e: &(dyn std::error::Error + 'static)) -> String {
 
 /// Prints `devices` (text or JSON); returns the exit status (0: a hardware device, 3: none).
 pub fn devices(json: bool, gids: u32) -> Result<u8, ProbeError> {
-    let (text, code) = probe::info::devices(json, gids)?;
+    let (text, code) = probe::check::info::devices(json, gids)?;
     outp!("{text}");
     Ok(code)
 }
 
 /// Prints `clock` (text or JSON).
 pub fn clock(json: bool, window_ms: u64) -> Result<u8, ProbeError> {
-    outp!("{}", probe::info::clock(json, window_ms)?);
+    outp!("{}", probe::check::info::clock(json, window_ms)?);
     Ok(0)
 }
 

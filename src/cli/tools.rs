@@ -183,7 +183,7 @@ pub fn ping(a: PingArgs) -> Result<ExitCode> {
         ))
         .into());
     }
-    let p = probe::ping::PingPlan {
+    let p = probe::check::ping::PingPlan {
         plan: plan(Scenario::Lat(LatPlan::new(OpKind::Write, 1)), &a.run, &a.peer)?,
         max_lat_ns: a.max_lat_ns,
         min_bw_mib_s: a.min_bw,

@@ -1,8 +1,8 @@
 //! The library's entry point: a [`Plan`] says what to measure, where and against whom; [`run`]
 //! measures it and returns a [`Report`], which renders itself as the table the command line
 //! prints, the JSON result document and the HdrHistogram interval log. [`suite`] runs the
-//! standard matrix over plans. The command line (`src/main.rs`) only maps its arguments to a
-//! plan and prints the report; a program can do the same:
+//! standard matrix over plans. The command line (`src/cli`, binary-only) only maps its
+//! arguments to a plan and prints the report; a program can do the same:
 //!
 //! ```no_run
 //! use rdmaprobe::probe::{self, Plan, Scenario, LatPlan, Quiet};
@@ -13,24 +13,19 @@
 //! # Ok::<(), rdmaprobe::probe::ProbeError>(())
 //! ```
 //!
-//! One measurement flows: [`run`] opens the device through [`session`] (device, backends, doorbell
-//! mode, TSC calibration, environment fingerprint and its warnings), connects the peer through
-//! a [`crate::oob::Rendezvous`] when there is one (the parameter handshake, QP exchange,
-//! barrier), runs the scenario's module (`lat`, `bw`, `post_cost`) over the sizes, calling the
+//! One measurement flows: [`run`] hands the plan to its scenario's module in [`measure`] (`lat`,
+//! `bw`, `post_cost`; a new scenario is a new module there), which opens the device through
+//! [`measure::session`] (device, backends, doorbell mode, TSC calibration, environment
+//! fingerprint and its warnings), connects the peer through a [`crate::oob::Rendezvous`] when
+//! there is one (the parameter handshake, QP exchange, barrier), runs over the sizes, calling the
 //! [`Observer`] as each run ends, ends the exchange with the peer, and returns the report.
+//! [`check`] holds the acceptance tools beside the measurements (doctor, ping, the device's
+//! counters, the diagnostics bundle, devices and clock).
 
-mod bw;
-mod cm;
-pub mod counters;
-pub mod diag;
-pub mod doctor;
-pub mod info;
-mod lat;
-pub mod ping;
+pub mod check;
+pub mod measure;
 mod plan;
-mod post_cost;
 pub mod report;
-pub mod session;
 pub mod suite;
 
 pub use suite::{SuitePlan, SuiteReport};
@@ -143,20 +138,12 @@ impl Observer for Quiet {}
 
 /// Measures what `plan` says; the peer, if any, is reached as `plan.peer` says (TCP).
 pub fn run(plan: &Plan, obs: &mut dyn Observer) -> Result<Report, ProbeError> {
-    match &plan.scenario {
-        Scenario::Lat(l) => lat::run(plan, l, None, obs),
-        Scenario::Bw(b) => bw::run(plan, b, None, obs),
-        Scenario::PostCost(p) => post_cost::run(plan, p, obs),
-    }
+    measure::run(plan, None, obs)
 }
 
 /// As [`run`], with the peer reached through `peer` (another launcher's exchange: MPI, a batch
 /// system's key-value store); `plan.peer` then only says which side this is (`Connect`: the
 /// client, `Listen`: the server).
 pub fn run_with_peer(plan: &Plan, peer: &mut dyn Rendezvous, obs: &mut dyn Observer) -> Result<Report, ProbeError> {
-    match &plan.scenario {
-        Scenario::Lat(l) => lat::run(plan, l, Some(peer), obs),
-        Scenario::Bw(b) => bw::run(plan, b, Some(peer), obs),
-        Scenario::PostCost(_) => Err(ProbeError::Invalid("post-cost runs in one process: no peer".into())),
-    }
+    measure::run(plan, Some(peer), obs)
 }

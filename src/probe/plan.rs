@@ -22,7 +22,7 @@ pub struct Plan {
     /// How long a run may go without progress before it is declared stalled.
     pub stall: Duration,
     /// Where the diagnostics bundle goes: written here always when given; on a failure without
-    /// it, into a new directory under the temporary directory ([`super::diag`]).
+    /// it, into a new directory under the temporary directory ([`super::check::diag`]).
     pub diag: Option<std::path::PathBuf>,
     /// The path and QP options of the verbs QPs (-m, -S, -T, -u, --retry_count, --pkey_index).
     pub path: crate::backend::setup::PathOpts,

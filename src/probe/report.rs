@@ -78,7 +78,7 @@ pub struct Report {
     /// nonsense after the measurement); the figures stand, the run is not clean.
     pub end_error: Option<String>,
     /// The device's counters' change over the run (sysfs or model0's own).
-    pub counters: Option<super::counters::CounterDelta>,
+    pub counters: Option<super::check::counters::CounterDelta>,
 }
 
 /// The operation's name in perftest's banner style.
@@ -111,7 +111,7 @@ impl Report {
 
     /// -R: how the connection manager connected the QPs.
     fn cm_line(&self, s: &mut String) {
-        if let Some(l) = super::cm::describe(&self.params["rdma_cm"]) {
+        if let Some(l) = super::measure::cm::describe(&self.params["rdma_cm"]) {
             let _ = writeln!(s, "{l}");
         }
     }
@@ -174,24 +174,7 @@ impl Report {
         self.cm_line(&mut s);
         self.warnings_lines(&mut s);
         s += &rule(118);
-        let _ = writeln!(
-            s,
-            " {:>8} {:>7} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9}",
-            "#bytes",
-            "backend",
-            "#iter",
-            "min[ns]",
-            "p50[ns]",
-            "p90[ns]",
-            "p99[ns]",
-            "p99.9",
-            "p99.99",
-            "max[ns]",
-            "avg[ns]",
-            "stdev",
-            "post p50"
-        );
-
+        s += &lat_columns();
         s
     }
 
@@ -224,28 +207,11 @@ impl Report {
         }
         self.warnings_lines(&mut s);
         s += &rule(118);
-        let min_ms = b.min_duration.as_millis();
         let _ = writeln!(
             s,
             " windows of {:.3} ms, or the multiple that holds at least 16 completions of every sending QP (win[ms]: the length used; a window moves in steps of one completion), partition each run (the last up to 1.5 windows); peak: perftest's (shortest time per message from a post to a later completion; one QP, one direction only); {}",
             b.window.as_micros() as f64 / 1e3,
-            if self.role != Role::Loopback && b.run_infinitely {
-                format!(
-                    "--run-infinitely: a row per backend every {min_ms} ms or a little more (the client sizes the runs \
-                     and gives the server the count), until stopped on either side (after the run under way)"
-                )
-            } else if self.role != Role::Loopback && b.duration.is_some() {
-                format!(
-                    "-D: every run lasts at least {min_ms} ms (the client sizes it from a short first run and gives the \
-                     server the count)"
-                )
-            } else if self.role != Role::Loopback {
-                format!("runs are -n messages per QP (client and server agree on them); runs under {min_ms} ms are flagged")
-            } else if b.run_infinitely {
-                format!("--run-infinitely: a row per backend every {min_ms} ms or a little more, until stopped (Ctrl-C)")
-            } else {
-                format!("runs shorter than {min_ms} ms are repeated with more messages (--min-ms)")
-            }
+            self.bw_lengths(b)
         );
         let unit = if b.gbits { "Gb/sec" } else { "MB/sec" };
         let _ = writeln!(
@@ -264,6 +230,29 @@ impl Report {
         );
 
         s
+    }
+
+    /// How long a bandwidth run is, as the header says it: by -n, -D, --run-infinitely or the
+    /// minimum duration, in one process or between two.
+    fn bw_lengths(&self, b: &super::BwPlan) -> String {
+        let min_ms = b.min_duration.as_millis();
+        if self.role != Role::Loopback && b.run_infinitely {
+            format!(
+                "--run-infinitely: a row per backend every {min_ms} ms or a little more (the client sizes the runs \
+                 and gives the server the count), until stopped on either side (after the run under way)"
+            )
+        } else if self.role != Role::Loopback && b.duration.is_some() {
+            format!(
+                "-D: every run lasts at least {min_ms} ms (the client sizes it from a short first run and gives the \
+                 server the count)"
+            )
+        } else if self.role != Role::Loopback {
+            format!("runs are -n messages per QP (client and server agree on them); runs under {min_ms} ms are flagged")
+        } else if b.run_infinitely {
+            format!("--run-infinitely: a row per backend every {min_ms} ms or a little more, until stopped (Ctrl-C)")
+        } else {
+            format!("runs shorter than {min_ms} ms are repeated with more messages (--min-ms)")
+        }
     }
 
     fn post_cost_header(&self, p: &super::PostCostPlan) -> String {
@@ -415,6 +404,26 @@ impl Report {
         .map_err(|e| ProbeError::Render(format!("writing the interval log: {e}")))?;
         Ok(buf)
     }
+}
+
+/// The latency table's column heads.
+fn lat_columns() -> String {
+    format!(
+        " {:>8} {:>7} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9}\n",
+        "#bytes",
+        "backend",
+        "#iter",
+        "min[ns]",
+        "p50[ns]",
+        "p90[ns]",
+        "p99[ns]",
+        "p99.9",
+        "p99.99",
+        "max[ns]",
+        "avg[ns]",
+        "stdev",
+        "post p50"
+    )
 }
 
 fn lat_row(r: &LatResult) -> String {

@@ -136,19 +136,7 @@ impl MatrixSpec {
                     }
                 }
                 "sizes" | "lat_sizes" | "bw_sizes" => {
-                    let items = match v {
-                        toml::Value::Array(a) => a.clone(),
-                        x => vec![x.clone()],
-                    };
-                    let mut text = Vec::new();
-                    for x in items {
-                        match x {
-                            toml::Value::Integer(n) => text.push(n.to_string()),
-                            toml::Value::String(s) => text.push(s),
-                            _ => return Err(bad("sizes are numbers or strings such as \"64K\" or \"8-4M\"")),
-                        }
-                    }
-                    let sizes = parse_sizes(&text.join(",")).map_err(|e| bad(&e))?;
+                    let sizes = toml_sizes(v).map_err(|e| bad(&e))?;
                     match k.as_str() {
                         "sizes" => both_sizes = Some(sizes),
                         "lat_sizes" => m.lat_sizes = Some(sizes),
@@ -159,17 +147,7 @@ impl MatrixSpec {
                     m.transports = Some(parse_transports(&strings(v).map_err(|e| bad(&e))?.join(",")).map_err(|e| bad(&e))?)
                 }
                 "backends" => m.backends = Some(parse_backends(&strings(v).map_err(|e| bad(&e))?.join(",")).map_err(|e| bad(&e))?),
-                "duration_s" => {
-                    let s = match v {
-                        toml::Value::Integer(n) => *n as f64,
-                        toml::Value::Float(f) => *f,
-                        _ => return Err(bad("a number of seconds")),
-                    };
-                    if !(s.is_finite() && (MIN_DURATION_S..=86_400.0).contains(&s)) {
-                        return Err(bad("seconds from 0.01 to 86400"));
-                    }
-                    m.duration = Some(Duration::from_secs_f64(s));
-                }
+                "duration_s" => m.duration = Some(toml_seconds(v).map_err(|e| bad(&e))?),
                 "iters" => m.iters = Some(int(v, 10, 100_000_000).map_err(|e| bad(&e))?),
                 "qps" => m.qps = Some(int(v, 1, 16384).map_err(|e| bad(&e))?),
                 "threads" => m.threads = Some(int(v, 1, 64).map_err(|e| bad(&e))?),
@@ -190,6 +168,37 @@ impl MatrixSpec {
         m.check()?;
         Ok(m)
     }
+}
+
+/// A file's sizes: a number, a string as on the command line (`"64K"`, `"8-4M"`), or a list of
+/// them.
+fn toml_sizes(v: &toml::Value) -> Result<Vec<u32>, String> {
+    let items = match v {
+        toml::Value::Array(a) => a.clone(),
+        x => vec![x.clone()],
+    };
+    let mut text = Vec::new();
+    for x in items {
+        match x {
+            toml::Value::Integer(n) => text.push(n.to_string()),
+            toml::Value::String(s) => text.push(s),
+            _ => return Err("sizes are numbers or strings such as \"64K\" or \"8-4M\"".into()),
+        }
+    }
+    parse_sizes(&text.join(","))
+}
+
+/// A file's duration: seconds, a whole or a decimal number from [`MIN_DURATION_S`] to a day.
+fn toml_seconds(v: &toml::Value) -> Result<Duration, String> {
+    let s = match v {
+        toml::Value::Integer(n) => *n as f64,
+        toml::Value::Float(f) => *f,
+        _ => return Err("a number of seconds".into()),
+    };
+    if !(s.is_finite() && (MIN_DURATION_S..=86_400.0).contains(&s)) {
+        return Err("seconds from 0.01 to 86400".into());
+    }
+    Ok(Duration::from_secs_f64(s))
 }
 
 fn strings(v: &toml::Value) -> Result<Vec<String>, String> {

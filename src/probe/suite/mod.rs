@@ -1,23 +1,19 @@
 //! The standard matrix in one run: latency (send, write, read, atomic), bandwidth (write, send)
 //! and post cost, on every backend the device runs, as plans; the results document, the
 //! interval log, the plots and the driver-overhead summary.
+//!
+//! Here: the suite's plan and report, the matrix that runs (the user's with the defaults for the
+//! rest); `run.rs`: the steps of a run; `matrix.rs`: the matrix as the user names it.
 
-use super::bw;
-use super::report::result_doc;
-use super::session;
-use super::{Backends, DeviceSpec, Observer, Plan, ProbeError, INTERRUPTED};
-use crate::backend::setup::{Dev, INLINE};
+use super::{DeviceSpec, Observer, ProbeError};
 pub use matrix::{MatrixSpec, Part};
 
 pub mod matrix;
+mod run;
+
 use crate::backend::{BackendKind, OpKind, Transport};
-use crate::mlx5::sq::DbMode;
-use crate::model::{ExecMode, ModelConfig};
-use crate::report::{Hist, Interval};
-use crate::scenario::bw::BwParams;
-use crate::scenario::lat::LatParams;
-use crate::scenario::post_cost::PostCostParams;
-use crate::scenario::runner::{run_blocks, run_bw, run_post_cost, AnyPair, LatPair, LatResult, Length};
+use crate::report::Interval;
+use crate::scenario::runner::LatResult;
 use serde_json::json;
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -247,267 +243,12 @@ fn op_name(op: OpKind) -> &'static str {
     }
 }
 
-/// The backends the suite runs: every one the device runs, or those asked for (each must run).
-fn suite_backends(dev: &Dev, asked: Option<&[BackendKind]>) -> Result<Vec<BackendKind>, ProbeError> {
-    match asked {
-        None => Ok(dev.backends()),
-        Some(v) => {
-            for k in v {
-                dev.supports(*k)
-                    .map_err(|e| ProbeError::Usage(format!("--backends {}: {e}", k.as_str())))?;
-            }
-            Ok(v.to_vec())
-        }
-    }
-}
-
 /// Runs the suite; `obs` hears the heading and every step.
 pub fn run(sp: &SuitePlan, obs: &mut dyn Observer) -> Result<SuiteReport, ProbeError> {
-    sp.matrix.check().map_err(ProbeError::Usage)?;
-    let mut m = Matrix::of(sp);
-    let model = ModelConfig {
-        wire_delay_ns: None,
-        exec: ExecMode::AfterPost,
-        ..Default::default()
-    };
-    let plan = Plan {
-        device: sp.device.clone(),
-        backends: Backends::All,
-        ..Plan::loopback(super::Scenario::Lat(super::LatPlan::new(OpKind::Write, 8)))
-    };
-    let mut notes = Vec::new();
-    let mut dev = session::open_device(&plan, model, &mut Notes(&mut notes))?;
-    let kinds = suite_backends(&dev, sp.matrix.backends.as_deref())?;
-    m.ud_mtu = session::ud_mtu(&dev);
-    let pc_steps = if m.parts.contains(&Part::PostCost) {
-        POSTLISTS.len()
-    } else {
-        0
-    };
-    if (m.parts.contains(&Part::Lat) || m.parts.contains(&Part::Bw)) && m.steps() == pc_steps {
-        return Err(ProbeError::Usage(format!(
-            "--transports/--ops/--sizes: no latency or bandwidth point to run (UC carries send and write, UD send up to \
-             the MTU, {} bytes on {})",
-            m.ud_mtu,
-            dev.name()
-        )));
-    }
-    for s in m.lat_sizes.iter().chain(&m.bw_sizes) {
-        dev.check_size(*s)?;
-    }
-    if m.parts.contains(&Part::Bw) {
-        for op in &m.bw_ops {
-            for size in m.sizes(*op, false) {
-                let buf = session::buffer_len(&[size]);
-                bw::check_memory(m.bw_messages_at(size), m.threads, m.qps, false, buf)?;
-            }
-        }
-    }
-    let before = super::counters::sample(&dev);
-    let (cal, env) = session::calibrate(&dev, true)?;
-    let mut warnings = env.warnings();
-    warnings.splice(0..0, notes);
-    let mut heading = format!(
-        "rdmaprobe suite{} on {} ({}), backends {}\n",
-        if sp.quick { " --quick" } else { "" },
-        dev.name(),
-        dev.provider(),
-        kinds.iter().map(|k| k.as_str()).collect::<Vec<_>>().join(", ")
-    );
-    if sp.matrix != MatrixSpec::default() {
-        heading += &format!("matrix: {}\n", m.describe());
-    }
-    for w in &warnings {
-        heading += &format!("WARNING: {w}\n");
-    }
-    obs.heading(&heading);
-    let mut r = SuiteReport {
-        doc: json!(null),
-        intervals: Vec::new(),
-        summary: Vec::new(),
-        backends: kinds.clone(),
-        device: (dev.name(), dev.provider()),
-        started: Instant::now(),
-    };
-    let total = m.steps();
-    let mut step = 0;
-    let mut runs = Vec::new();
-    let mut next = |obs: &mut dyn Observer, what: String| {
-        step += 1;
-        obs.step(step, total, &what);
-    };
-    for &t in &m.transports {
-        dev.opts_mut().transport = t;
-        // a transport's name follows the step's, except RC's (the default)
-        let tn = if t == Transport::Rc {
-            String::new()
-        } else {
-            format!(" {}", t.as_str())
-        };
-        let lat_ops = if m.parts.contains(&Part::Lat) {
-            m.lat_ops.iter().copied().filter(|o| t.allows(*o)).collect()
-        } else {
-            Vec::new()
-        };
-        for op in lat_ops {
-            let name = op_name(op);
-            let sizes = m.sizes_on(op, true, t);
-            let buf = session::buffer_len(&sizes);
-            let mut pairs = Vec::new();
-            for k in &kinds {
-                pairs.push(LatPair::new(*k, AnyPair::new(&dev, *k, op, buf, DbMode::Bf)?));
-            }
-            let max_inline = pairs.iter().map(|p| p.pair.max_inline()).min().unwrap_or(0);
-            for size in sizes {
-                next(obs, format!("lat {name} {size} B{tn}"));
-                let p = LatParams {
-                    op,
-                    size,
-                    iters: m.iters,
-                    warmup: 100.min(m.iters),
-                    inline: op.carries_payload() && size <= max_inline,
-                    stall: Duration::from_secs(10),
-                };
-                let t_base = r.started.elapsed().as_secs_f64();
-                let intervals = &mut r.intervals;
-                let mut on_block = |k: &str, v: &[f64], t0: f64, t1: f64| {
-                    let mut h = Hist::new();
-                    v.iter().for_each(|&x| h.record(x));
-                    intervals.push(Interval {
-                        tag: format!("lat-{name}-{size}-{k}{}", tn.replace(' ', "-")),
-                        start_s: t_base + t0,
-                        duration_s: t1 - t0,
-                        hist: h,
-                    });
-                };
-                let len = match m.duration {
-                    Some(time) => Length::Duration { time, block: 1000 },
-                    None => Length::Iterations {
-                        iters: m.iters,
-                        blocks: 10,
-                    },
-                };
-                let rs = run_blocks(&mut pairs, &p, len, &cal, &INTERRUPTED, &mut on_block)?;
-                r.summary.push(overhead_line(&format!("lat {name} {size} B{tn}"), &rs));
-                for x in rs {
-                    runs.push(on(tagged(&x, "lat")?, t));
-                }
-            }
-        }
-        let bw_ops = if m.parts.contains(&Part::Bw) {
-            m.bw_ops.iter().copied().filter(|o| t.allows(*o)).collect()
-        } else {
-            Vec::new()
-        };
-        for op in bw_ops {
-            let name = op_name(op);
-            for size in m.sizes_on(op, false, t) {
-                next(obs, format!("bw {name} {size} B{tn}"));
-                let buf = session::buffer_len(&[size]);
-                for k in &kinds {
-                    let p = BwParams {
-                        op,
-                        size,
-                        iters: m.bw_messages_at(size),
-                        tx_depth: 128,
-                        postlist: 1,
-                        cq_mod: 64,
-                        inline: op.carries_payload() && size <= INLINE,
-                        bidirectional: false,
-                        stall: Duration::from_secs(10),
-                        window: Duration::from_millis(1),
-                        // long enough for 50 (quick) or 200 one-millisecond windows, or -D
-                        min_duration: Duration::from_millis(m.bw_min_ms),
-                        no_peak: false,
-                        unreliable: t != Transport::Rc,
-                    };
-                    let x = run_bw(
-                        &dev,
-                        *k,
-                        &p,
-                        m.threads as usize,
-                        m.qps as usize,
-                        buf,
-                        DbMode::Bf,
-                        &cal,
-                        &INTERRUPTED,
-                    )?;
-                    runs.push(on(tagged(&x, "bw")?, t));
-                }
-            }
-        }
-    }
-    dev.opts_mut().transport = Transport::Rc;
-    let mut pc_dev = None;
-    if m.parts.contains(&Part::PostCost) {
-        // model0: its own handle in deferred mode, so only the post is timed
-        let pc_model = ModelConfig {
-            exec: ExecMode::Deferred,
-            ..model
-        };
-        let d = if dev.is_model() {
-            Dev::open(Some("model0"), 1, None, pc_model)?.0
-        } else {
-            session::open_device(&plan, model, &mut super::Quiet)?
-        };
-        let pc_before = super::counters::sample(&d).filter(|_| dev.is_model());
-        for postlist in POSTLISTS {
-            next(obs, format!("post-cost postlist {postlist}"));
-            for k in &kinds {
-                let p = PostCostParams {
-                    op: OpKind::Write,
-                    size: 8,
-                    postlist,
-                    inline: true,
-                    cq_mod: 32,
-                    blocks: m.pc_blocks,
-                    stall: Duration::from_secs(10),
-                };
-                let x = run_post_cost(&d, *k, &p, DbMode::Bf, &cal)?;
-                runs.push(tagged(&x, "post_cost")?);
-            }
-        }
-        pc_dev = Some((d, pc_before));
-    }
-    let mut params = json!({ "scenario": "suite", "quick": sp.quick, "backends": kinds.iter().map(|k| k.as_str()).collect::<Vec<_>>(),
-                "lat_iters": m.duration.is_none().then_some(m.iters), "bw_min_duration_ms": m.bw_min_ms, "bw_window_ms": 1.0, "post_cost_blocks": m.pc_blocks });
-    params["matrix"] = m.to_json(&kinds);
-    r.doc = result_doc(&env, &cal, &warnings, params, serde_json::Value::from(runs))?;
-    // the device's counters over the suite (model0: both handles', the post cost's own)
-    let mut counters = super::counters::CounterDelta::since(before, &dev);
-    if let (Some(c), Some(pc)) = (
-        counters.as_mut(),
-        pc_dev.and_then(|(d, b)| super::counters::CounterDelta::since(b, &d)),
-    ) {
-        for (k, v) in pc.delta {
-            *c.delta.entry(k).or_default() += v;
-        }
-    }
-    if let Some(c) = counters {
-        r.doc["counters"] = serde_json::to_value(c)?;
-    }
-    Ok(r)
-}
-
-/// An observer that keeps the notes (the suite puts them first among its warnings).
-struct Notes<'a>(&'a mut Vec<String>);
-
-impl Observer for Notes<'_> {
-    fn note(&mut self, msg: &str) {
-        self.0.push(msg.to_string());
-    }
-}
-
-/// A run's record with its transport.
-fn on(mut v: serde_json::Value, t: Transport) -> serde_json::Value {
-    v["transport"] = json!(t.as_str());
-    v
-}
-
-fn tagged(run: &impl serde::Serialize, scenario: &str) -> Result<serde_json::Value, ProbeError> {
-    let mut v = serde_json::to_value(run).map_err(|e| ProbeError::Render(e.to_string()))?;
-    v["scenario"] = json!(scenario);
-    Ok(v)
+    let mut suite = run::Suite::open(sp, obs)?;
+    suite.points(obs)?;
+    let pc = suite.post_cost(obs)?;
+    suite.document(sp, pc)
 }
 
 /// One summary line: each backend's p50/p99, and verbs - direct, wr - direct with a bootstrap

@@ -5,9 +5,9 @@
 //! error message names the directory.
 
 use super::counters;
-use super::{Plan, ProbeError};
 use crate::backend::setup::Dev;
 use crate::model::Counters;
+use crate::probe::{Observer, Plan, ProbeError};
 use std::path::{Path, PathBuf};
 
 /// What a bundle holds beside what it gathers itself.
@@ -22,6 +22,20 @@ pub struct Bundle<'a> {
     pub before: Option<(&'static str, Counters)>,
     /// The error, when the run failed.
     pub error: Option<&'a ProbeError>,
+}
+
+impl<'a> Bundle<'a> {
+    /// A run's bundle: its plan and device, the counters before it and the QPs' states read back
+    /// (no error yet: [`failed`] adds it).
+    pub fn of(plan: &'a Plan, dev: &'a Dev, before: &Option<(&'static str, Counters)>, qp_states: Vec<String>) -> Self {
+        Bundle {
+            plan,
+            dev,
+            qp_states,
+            before: before.clone(),
+            error: None,
+        }
+    }
 }
 
 /// Where a failed run's bundle goes without `--diag`: a new directory under the system's
@@ -43,26 +57,7 @@ pub fn write(dir: &Path, b: &Bundle<'_>) -> Result<(), String> {
     };
     put("command.txt", &(std::env::args().collect::<Vec<_>>().join(" ") + "\n"))?;
     put("plan.txt", &format!("{:#?}\n", b.plan))?;
-    let env = crate::clock::Calibration::run(100_000_000)
-        .map_err(|e| e.to_string())
-        .map(|cal| {
-            let mut fp = crate::report::env::Fingerprint::collect(
-                &cal,
-                &b.dev.name(),
-                &b.dev.provider(),
-                b.dev.firmware(),
-                b.dev.is_model(),
-            );
-            fp.provider_library = b.dev.provider_library();
-            fp
-        });
-    put(
-        "environment.json",
-        &match env {
-            Ok(fp) => serde_json::to_string_pretty(&fp).unwrap_or_default(),
-            Err(e) => format!("{{\"error\": {:?}}}", e),
-        },
-    )?;
+    put("environment.json", &environment(b.dev))?;
     put(
         "devices.txt",
         &match super::info::devices(false, 16) {
@@ -90,36 +85,71 @@ pub fn write(dir: &Path, b: &Bundle<'_>) -> Result<(), String> {
             b.qp_states.join("\n") + "\n"
         },
     )?;
-    let after = counters::sample(b.dev);
-    put(
-        "counters.json",
-        &serde_json::to_string_pretty(&serde_json::json!({
-            "before": b.before.as_ref().map(|(s, c)| serde_json::json!({"source": s, "counters": c})),
-            "after": after.as_ref().map(|(s, c)| serde_json::json!({"source": s, "counters": c})),
-            "delta": match (&b.before, &after) {
-                (Some((_, x)), Some((_, y))) => Some(counters::delta(x, y)),
-                _ => None,
-            },
-        }))
-        .unwrap_or_default(),
-    )?;
-    put(
-        "error.txt",
-        &match b.error {
-            Some(e) => {
-                let mut s = e.to_string();
-                let mut src = std::error::Error::source(e);
-                while let Some(c) = src {
-                    s += &format!("\ncaused by: {c}");
-                    src = c.source();
-                }
-                s + "\n"
-            }
-            None => "no error: the run succeeded (bundle written on request)\n".into(),
-        },
-    )?;
+    put("counters.json", &counters_json(b))?;
+    put("error.txt", &error_text(b.error))?;
     put("kernel_log.txt", &kernel_log())?;
     Ok(())
+}
+
+/// The environment's fingerprint (the TSC calibrated again, over 100 ms), as JSON; or why it
+/// could not be taken.
+fn environment(dev: &Dev) -> String {
+    let env = crate::clock::Calibration::run(100_000_000)
+        .map_err(|e| e.to_string())
+        .map(|cal| {
+            let mut fp = crate::report::env::Fingerprint::collect(
+                &cal,
+                &dev.name(),
+                &dev.provider(),
+                dev.firmware(),
+                dev.is_model(),
+            );
+            fp.provider_library = dev.provider_library();
+            fp
+        });
+    match env {
+        Ok(fp) => serde_json::to_string_pretty(&fp).unwrap_or_default(),
+        Err(e) => format!("{{\"error\": {:?}}}", e),
+    }
+}
+
+/// The device's counters before the run and now, and what changed, as JSON.
+fn counters_json(b: &Bundle<'_>) -> String {
+    let after = counters::sample(b.dev);
+    serde_json::to_string_pretty(&serde_json::json!({
+        "before": b.before.as_ref().map(|(s, c)| serde_json::json!({"source": s, "counters": c})),
+        "after": after.as_ref().map(|(s, c)| serde_json::json!({"source": s, "counters": c})),
+        "delta": match (&b.before, &after) {
+            (Some((_, x)), Some((_, y))) => Some(counters::delta(x, y)),
+            _ => None,
+        },
+    }))
+    .unwrap_or_default()
+}
+
+/// The error with its causes, a line each; or that the run succeeded.
+fn error_text(error: Option<&ProbeError>) -> String {
+    match error {
+        Some(e) => {
+            let mut s = e.to_string();
+            let mut src = std::error::Error::source(e);
+            while let Some(c) = src {
+                s += &format!("\ncaused by: {c}");
+                src = c.source();
+            }
+            s + "\n"
+        }
+        None => "no error: the run succeeded (bundle written on request)\n".into(),
+    }
+}
+
+/// The bundle of a good run, written into `dir` (`--diag`); the observer hears where, or why it
+/// was not.
+pub fn write_noted(dir: &Path, b: &Bundle<'_>, obs: &mut dyn Observer) {
+    match write(dir, b) {
+        Ok(()) => obs.note(&format!("diagnostics written to {}", dir.display())),
+        Err(why) => obs.note(&format!("diagnostics not written to {}: {why}", dir.display())),
+    }
 }
 
 /// The kernel log's last 100 lines, or why they could not be read.

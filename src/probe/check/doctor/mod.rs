@@ -7,7 +7,7 @@
 //! Everything is read from `/sys` and `/proc` through [`Sys`] (a root directory, so tests give a
 //! fake tree), and from the device through libibverbs.
 
-use super::ProbeError;
+use crate::probe::ProbeError;
 use crate::verbs::{DeviceList, VerbsError};
 use std::fmt::Write;
 use std::path::PathBuf;

@@ -1,14 +1,15 @@
 //! A latency measurement from plan to report: set-up, the peer, the sizes, the blocks.
 
-use super::report::{Report, Role, Runs};
 use super::session;
-use super::{LatPlan, Observer, PeerSpec, Plan, ProbeError, Scenario, Sizes, INTERRUPTED};
 use crate::backend::setup::{AnyEnd, Dev, HalfEnd, INLINE};
 use crate::backend::{BackendKind, OpKind};
 use crate::clock::Calibration;
 use crate::mlx5::sq::DbMode;
 use crate::model::{ExecMode, ModelConfig};
 use crate::oob::{Hello, Rendezvous};
+use crate::probe::check::{counters, diag};
+use crate::probe::report::{Report, Role, Runs};
+use crate::probe::{LatPlan, Observer, PeerSpec, Plan, ProbeError, Scenario, Sizes, INTERRUPTED};
 use crate::report::{Hist, Interval};
 use crate::scenario::lat::{LatParams, LatSamples, PingState};
 use crate::scenario::runner::{figures_ns, finish, lat_side, run_blocks, AnyPair, Blocks, LatPair, LatResult, Length};
@@ -23,8 +24,8 @@ pub const MIN_BLOCK: u64 = 100;
 /// Fewer iterations per latency block than this: the blocks are lowered until each has this many.
 pub const MIN_BLOCK_FLOOR: u64 = 10;
 
-/// Runs a latency plan (see [`super::run`]).
-pub(super) fn run(
+/// Runs a latency plan (see [`crate::probe::run`]).
+pub(in crate::probe) fn run(
     plan: &Plan,
     l: &LatPlan,
     peer: Option<&mut (dyn Rendezvous + '_)>,
@@ -34,10 +35,10 @@ pub(super) fn run(
     let mut sizes = check(plan, &l, obs)?;
     let (dev, kinds) = open(plan, &l, &sizes, obs)?;
     let mode = session::direct_mode(plan.db_mode);
-    let before = super::counters::sample(&dev);
+    let before = counters::sample(&dev);
     let (cal, env) = session::calibrate(&dev, true)?;
     let mut warnings = env.warnings();
-    if let Some(n) = session::ud_checks(&dev, plan, &mut sizes, matches!(l.sizes, super::Sizes::All))? {
+    if let Some(n) = session::ud_checks(&dev, plan, &mut sizes, matches!(l.sizes, crate::probe::Sizes::All))? {
         warnings.push(n);
     }
     session::event_rows(&dev, &kinds, l.events, plan.peer != PeerSpec::Loopback)?;
@@ -61,7 +62,7 @@ pub(super) fn run(
     };
     run.sizes(&sizes, &mut sides, &mut report, obs)?;
     run.diag(&sides, obs);
-    report.counters = super::counters::CounterDelta::since(before.clone(), &dev);
+    report.counters = counters::CounterDelta::since(before.clone(), &dev);
     if let Some((rdv, _)) = sides.net {
         // the figures were measured: a peer that fails or vanishes at the end is recorded, and
         // the caller still gets them
@@ -86,7 +87,7 @@ fn check(plan: &Plan, l: &LatPlan, obs: &mut dyn Observer) -> Result<Vec<u32>, P
                     .into(),
             ));
         }
-        if plan.backends == super::Backends::Only(BackendKind::Direct) {
+        if plan.backends == crate::probe::Backends::Only(BackendKind::Direct) {
             return Err(ProbeError::Usage(
                 "-e/--events: completion events are libibverbs' completion channel: --backend verbs, wr or all".into(),
             ));
@@ -179,18 +180,9 @@ impl<'a> Sides<'a> {
     ) -> Result<Self, ProbeError> {
         let network = plan.peer != PeerSpec::Loopback;
         let buf_len = session::buffer_len(sizes);
-        let mut pairs = Vec::new();
-        let max_inline = if network {
-            INLINE
-        } else {
-            for k in kinds {
-                pairs.push(LatPair::new(*k, AnyPair::new(dev, *k, l.op, buf_len, mode)?));
-            }
-            // -e: beside each verbs backend polling, the same waiting for completion events
-            for (k, _) in session::event_rows(dev, kinds, l.events, false)?.iter().filter(|r| r.1) {
-                pairs.push(LatPair::with_events(dev, *k, l.op, buf_len)?);
-            }
-            pairs.iter().map(|p| p.pair.max_inline()).min().unwrap_or(0)
+        let (pairs, max_inline) = match network {
+            true => (Vec::new(), INLINE),
+            false => in_process_pairs(l, dev, kinds, buf_len, mode)?,
         };
         let inline_limit = match l.inline_size {
             Some(i) if i > max_inline && l.op.carries_payload() => {
@@ -201,39 +193,30 @@ impl<'a> Sides<'a> {
             Some(i) => i,
             None => max_inline,
         };
-        let mut net = None;
-        let mut net_states = Vec::new();
-        let mut cm = None;
-        let mut net_events = Vec::new();
+        let mut sides = Sides {
+            pairs,
+            net: None,
+            net_states: Vec::new(),
+            net_events: Vec::new(),
+            cm: None,
+            max_inline,
+            inline_limit,
+        };
         if network {
             let rdv: &'a mut dyn Rendezvous = match peer {
                 Some(p) => p,
                 None => tcp.insert(session::tcp_peer(plan, obs)?.ok_or_else(|| ProbeError::Invalid("no peer".into()))?),
             };
             let mut hello = hello(l, sizes, kinds, mode, inline_limit, buf_len);
-            hello.params.insert("transport".into(), plan.transport.as_str().into());
-            hello.params.insert("rdma_cm".into(), plan.rdma_cm.to_string());
-            hello.params.insert(
-                "path_mtu".into(),
-                plan.path.mtu.map_or("active".into(), |m| m.to_string()),
-            );
+            session::connection_params(&mut hello, plan);
             let mut phase = session::Phase::new(rdv, plan.oob_timeout);
-            let (ends, states, link) =
-                connect(&mut phase, &hello, (plan, dev), kinds, (l.op, l.events), buf_len, mode)?;
-            net_events = (0..ends.len()).map(|i| i >= kinds.len()).collect();
-            net = Some((rdv, ends));
-            net_states = states;
-            cm = link;
+            let (ends, states, cm) = connect(&mut phase, &hello, (plan, dev), kinds, (l.op, l.events), buf_len, mode)?;
+            sides.net_events = (0..ends.len()).map(|i| i >= kinds.len()).collect();
+            sides.net = Some((rdv, ends));
+            sides.net_states = states;
+            sides.cm = cm;
         }
-        Ok(Sides {
-            pairs,
-            net,
-            net_states,
-            net_events,
-            cm,
-            max_inline,
-            inline_limit,
-        })
+        Ok(sides)
     }
 
     /// The QPs' states as the device reads them back.
@@ -248,6 +231,26 @@ impl<'a> Sides<'a> {
             )
             .collect()
     }
+}
+
+/// Both ends in this process: a pair per backend, and with -e beside each verbs backend polling
+/// the same waiting for completion events; the least max_inline_data their QPs were granted.
+fn in_process_pairs(
+    l: &LatPlan,
+    dev: &Dev,
+    kinds: &[BackendKind],
+    buf_len: usize,
+    mode: DbMode,
+) -> Result<(Vec<LatPair>, u32), ProbeError> {
+    let mut pairs = Vec::new();
+    for k in kinds {
+        pairs.push(LatPair::new(*k, AnyPair::new(dev, *k, l.op, buf_len, mode)?));
+    }
+    for (k, _) in session::event_rows(dev, kinds, l.events, false)?.iter().filter(|r| r.1) {
+        pairs.push(LatPair::with_events(dev, *k, l.op, buf_len)?);
+    }
+    let max_inline = pairs.iter().map(|p| p.pair.max_inline()).min().unwrap_or(0);
+    Ok((pairs, max_inline))
 }
 
 /// The report before the runs: what runs, on what, against whom.
@@ -277,7 +280,7 @@ fn new_report(
         "qp_max_inline_data": sides.max_inline, "qp_max_inline_data_source": if network { "requested" } else { "granted" },
         "model_exec": dev.is_model().then_some("after_post"),
         "duration_s": l.duration.map(|d| d.as_secs_f64()),
-        "path": super::report::path_json(&plan.path), "huge_pages": plan.huge_pages, "mr_per_qp": true,
+        "path": crate::probe::report::path_json(&plan.path), "huge_pages": plan.huge_pages, "mr_per_qp": true,
         "transport": plan.transport.as_str(),
         "rdma_cm": sides.cm.as_ref().map(|c| c.json()),
         "peer": match &role { Role::Loopback => None, Role::Client(p) | Role::Server(p) => Some(p.clone()) },
@@ -409,29 +412,17 @@ impl Run<'_> {
 
     /// The diagnostics bundle of a failure, written; the error that names it.
     fn failed(&self, qp_states: Vec<String>, e: ProbeError) -> ProbeError {
-        let b = super::diag::Bundle {
-            plan: self.plan,
-            dev: self.dev,
-            qp_states,
-            before: self.before.clone(),
-            error: None,
-        };
-        super::diag::failed(b, e)
+        diag::failed(diag::Bundle::of(self.plan, self.dev, self.before, qp_states), e)
     }
 
     /// The bundle of a good run, when asked for.
     fn diag(&self, sides: &Sides<'_>, obs: &mut dyn Observer) {
-        let Some(dir) = &self.plan.diag else { return };
-        let b = super::diag::Bundle {
-            plan: self.plan,
-            dev: self.dev,
-            qp_states: sides.describe(),
-            before: self.before.clone(),
-            error: None,
-        };
-        match super::diag::write(dir, &b) {
-            Ok(()) => obs.note(&format!("diagnostics written to {}", dir.display())),
-            Err(why) => obs.note(&format!("diagnostics not written to {}: {why}", dir.display())),
+        if let Some(dir) = &self.plan.diag {
+            diag::write_noted(
+                dir,
+                &diag::Bundle::of(self.plan, self.dev, self.before, sides.describe()),
+                obs,
+            );
         }
     }
 }

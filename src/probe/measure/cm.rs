@@ -6,11 +6,11 @@
 //! server matches it with the QP the out-of-band exchange announced, moves its QP to RTS with the
 //! CM's attributes and accepts; the client moves its QP to RTS and establishes.
 
-use super::plan::{PeerSpec, Plan};
-use super::ProbeError;
 use crate::backend::setup::{rd_atomic, AnyEnd, Dev, HalfEnd};
 use crate::backend::OpKind;
 use crate::oob::{QpInfo, Rendezvous};
+use crate::probe::plan::{PeerSpec, Plan};
+use crate::probe::ProbeError;
 use crate::verbs::cm::{CmAttrs, CmClient, CmId, CmParams, CmPath, CmServer};
 use serde_json::{json, Value};
 use std::net::{IpAddr, SocketAddr, ToSocketAddrs};
@@ -40,60 +40,16 @@ pub struct CmLink {
 impl CmLink {
     /// After the hello: the server listens and says on which port; the client hears it.
     pub fn open(rdv: &mut dyn Rendezvous, plan: &Plan, dev: &Dev) -> Result<Self, ProbeError> {
-        let Some((ctx, _, _)) = dev.verbs_parts().filter(|_| !dev.is_model()) else {
-            return Err(ProbeError::Usage(format!(
-                "-R/--rdma-cm: {} has no IP address for the connection manager to resolve (give an RDMA device with -d)",
-                dev.name()
-            )));
-        };
-        // SAFETY: a live context's device.
-        if unsafe { (*(*ctx.as_ptr()).device).transport_type } == crate::sys::IBV_TRANSPORT_IWARP {
-            return Err(ProbeError::Usage(format!(
-                "-R/--rdma-cm: {} is an iWARP device, whose connection manager moves the QPs itself; \
-                 rdmaprobe connects InfiniBand and RoCE QPs through it",
-                dev.name()
-            )));
-        }
-        let rd = rd_atomic(ctx)?;
+        let ctx = cm_context(dev)?;
         let params = CmParams {
-            rd_atomic: rd,
+            rd_atomic: rd_atomic(ctx)?,
             retry_count: plan.path.retry_count,
             tos: plan.path.traffic_class,
         };
         let timeout = plan.oob_timeout;
         let side = match &plan.peer {
-            PeerSpec::Listen { bind, .. } => {
-                let ip: IpAddr = bind
-                    .parse()
-                    .map_err(|_| ProbeError::Usage(format!("--bind {bind}: not an IP address")))?;
-                let s = CmServer::listen(ip, timeout, &dev.name())?;
-                rdv.exchange(&CmHello { rdma_cm_port: s.port() })?;
-                Side::Server(s)
-            }
-            PeerSpec::Connect { host, .. } => {
-                let theirs: CmHello = rdv.exchange(&CmHello { rdma_cm_port: 0 })?;
-                // the address the out-of-band connection reached, else the host's first
-                let ip = match rdv.peer_addr() {
-                    Some(a) => a.ip(),
-                    None => (host.as_str(), 0)
-                        .to_socket_addrs()
-                        .ok()
-                        .and_then(|mut a| a.next())
-                        .map(|a| a.ip())
-                        .ok_or_else(|| ProbeError::Invalid(format!("-R: cannot resolve {host} to an IP address")))?,
-                };
-                if theirs.rdma_cm_port == 0 {
-                    return Err(ProbeError::Invalid(format!(
-                        "-R: the server {} sent no connection manager port",
-                        rdv.peer_name()
-                    )));
-                }
-                Side::Client(CmClient::new(
-                    SocketAddr::new(ip, theirs.rdma_cm_port),
-                    timeout,
-                    &dev.name(),
-                )?)
-            }
+            PeerSpec::Listen { bind, .. } => Side::Server(listen(rdv, bind, timeout, dev)?),
+            PeerSpec::Connect { host, .. } => Side::Client(client(rdv, host, timeout, dev)?),
             PeerSpec::Loopback => {
                 return Err(ProbeError::Usage(
                     "-R/--rdma-cm connects a client and a server: not with --loopback".into(),
@@ -120,7 +76,14 @@ impl CmLink {
         theirs: &QpInfo,
         gid_asked: Option<u8>,
     ) -> Result<AnyEnd, ProbeError> {
-        match self.connect_one(rdv, half, (dev, op), theirs, gid_asked) {
+        let to = Target {
+            dev,
+            op,
+            theirs,
+            gid_asked,
+            index: self.ids.len() as u32,
+        };
+        match self.connect_one(rdv, half, &to) {
             Ok(e) => Ok(e),
             Err(e) => {
                 // a wait cut short because the peer spoke, or a reject that may be the peer's
@@ -145,62 +108,14 @@ impl CmLink {
         }
     }
 
-    fn connect_one(
-        &mut self,
-        rdv: &mut dyn Rendezvous,
-        half: HalfEnd,
-        (dev, op): (&Dev, OpKind),
-        theirs: &QpInfo,
-        gid_asked: Option<u8>,
-    ) -> Result<AnyEnd, ProbeError> {
-        let index = self.ids.len() as u32;
-        let qpn = half.qpn();
-        let prepare =
-            |id: &CmId, attrs: crate::verbs::Result<CmAttrs>, half: HalfEnd| -> Result<(AnyEnd, Value), ProbeError> {
-                let path = check_device(id, dev)?;
-                let attrs = attrs?;
-                check_gid(&attrs, gid_asked, &path)?;
-                let (end, got) = half.connect_cm(dev, op, theirs, &attrs)?;
-                Ok((end, record(&path, &attrs, &got)))
-            };
-        let (id, rec) = match &self.side {
-            Side::Client(c) => {
-                let route = c.resolve(qpn, &self.params)?;
-                check_device(route.id(), dev)?;
-                // the server says nothing out of band before the connection is established, unless
-                // it failed
-                let pending = route.request(index, &self.params, &mut || rdv.pending())?;
-                if pending.peer_qpn != theirs.qpn {
-                    return Err(ProbeError::Invalid(format!(
-                        "rdma_cm: the server's reply names its QP {:#x}, its out-of-band message QP {:#x}",
-                        pending.peer_qpn, theirs.qpn
-                    )));
-                }
-                // on an error the pending id is dropped: the server hears a reject
-                let (end, rec) = prepare(pending.id(), pending.attrs(), half)?;
-                let id = pending.establish()?;
-                (id, (end, rec))
-            }
-            Side::Server(s) => {
-                // the client says nothing out of band before its request is answered, unless it
-                // failed
-                let pending = s.request(theirs.qpn, index, self.params.rd_atomic, &mut || rdv.pending())?;
-                let (end, rec) = match prepare(pending.id(), pending.attrs(), half) {
-                    Ok(v) => v,
-                    Err(e) => {
-                        pending.reject();
-                        return Err(e);
-                    }
-                };
-                // not cut short by the peer's next message: once it has our REP and sent its RTU,
-                // it goes on (its next QP, or the barrier) before this side sees ESTABLISHED; a
-                // client that fails before its RTU destroys its id, which rejects the connection
-                let id = pending.accept(qpn, &self.params, self.timeout, &mut || false)?;
-                (id, (end, rec))
-            }
+    /// One QP through the CM, as the client or the server; the connection kept, the first one's
+    /// route recorded.
+    fn connect_one(&mut self, rdv: &mut dyn Rendezvous, half: HalfEnd, to: &Target<'_>) -> Result<AnyEnd, ProbeError> {
+        let (id, (end, rec)) = match &self.side {
+            Side::Client(c) => to.as_client(c, rdv, half, &self.params)?,
+            Side::Server(s) => to.as_server(s, rdv, half, &self.params, self.timeout)?,
         };
         self.ids.push(id);
-        let (end, rec) = rec;
         if self.first.is_none() {
             self.first = Some(rec);
         }
@@ -214,6 +129,138 @@ impl CmLink {
             o.insert("connections".into(), json!(self.ids.len()));
         }
         v
+    }
+}
+
+/// The device's verbs context, when its QPs can be connected through the CM: an InfiniBand or
+/// RoCE device (not model0, which has no IP address, nor iWARP, whose CM moves the QPs itself).
+fn cm_context(dev: &Dev) -> Result<&crate::verbs::Context, ProbeError> {
+    let Some((ctx, _, _)) = dev.verbs_parts().filter(|_| !dev.is_model()) else {
+        return Err(ProbeError::Usage(format!(
+            "-R/--rdma-cm: {} has no IP address for the connection manager to resolve (give an RDMA device with -d)",
+            dev.name()
+        )));
+    };
+    // SAFETY: a live context's device.
+    if unsafe { (*(*ctx.as_ptr()).device).transport_type } == crate::sys::IBV_TRANSPORT_IWARP {
+        return Err(ProbeError::Usage(format!(
+            "-R/--rdma-cm: {} is an iWARP device, whose connection manager moves the QPs itself; \
+             rdmaprobe connects InfiniBand and RoCE QPs through it",
+            dev.name()
+        )));
+    }
+    Ok(ctx)
+}
+
+/// The server's side: it listens on `bind` (a port the system picks) and tells the client which.
+fn listen(rdv: &mut dyn Rendezvous, bind: &str, timeout: Duration, dev: &Dev) -> Result<CmServer, ProbeError> {
+    let ip: IpAddr = bind
+        .parse()
+        .map_err(|_| ProbeError::Usage(format!("--bind {bind}: not an IP address")))?;
+    let s = CmServer::listen(ip, timeout, &dev.name())?;
+    rdv.exchange(&CmHello { rdma_cm_port: s.port() })?;
+    Ok(s)
+}
+
+/// The client's side: it hears the server's port and resolves the server at the address the
+/// out-of-band connection reached, else `host`'s first.
+fn client(rdv: &mut dyn Rendezvous, host: &str, timeout: Duration, dev: &Dev) -> Result<CmClient, ProbeError> {
+    let theirs: CmHello = rdv.exchange(&CmHello { rdma_cm_port: 0 })?;
+    let ip = match rdv.peer_addr() {
+        Some(a) => a.ip(),
+        None => (host, 0)
+            .to_socket_addrs()
+            .ok()
+            .and_then(|mut a| a.next())
+            .map(|a| a.ip())
+            .ok_or_else(|| ProbeError::Invalid(format!("-R: cannot resolve {host} to an IP address")))?,
+    };
+    if theirs.rdma_cm_port == 0 {
+        return Err(ProbeError::Invalid(format!(
+            "-R: the server {} sent no connection manager port",
+            rdv.peer_name()
+        )));
+    }
+    Ok(CmClient::new(
+        SocketAddr::new(ip, theirs.rdma_cm_port),
+        timeout,
+        &dev.name(),
+    )?)
+}
+
+/// One QP's connection through the CM: to the peer's QP `theirs` (from the out-of-band
+/// exchange), the `index`-th of the run, on this run's device.
+struct Target<'t> {
+    dev: &'t Dev,
+    op: OpKind,
+    theirs: &'t QpInfo,
+    gid_asked: Option<u8>,
+    index: u32,
+}
+
+/// A connected end, and the record of its route and attributes.
+type Connected = (AnyEnd, Value);
+
+impl Target<'_> {
+    /// The client's connection: the route resolved, the request sent, the reply checked against
+    /// the out-of-band QP, this side's QP to RTS, then established.
+    fn as_client(
+        &self,
+        c: &CmClient,
+        rdv: &mut dyn Rendezvous,
+        half: HalfEnd,
+        params: &CmParams,
+    ) -> Result<(CmId, Connected), ProbeError> {
+        let route = c.resolve(half.qpn(), params)?;
+        check_device(route.id(), self.dev)?;
+        // the server says nothing out of band before the connection is established, unless it
+        // failed
+        let pending = route.request(self.index, params, &mut || rdv.pending())?;
+        if pending.peer_qpn != self.theirs.qpn {
+            return Err(ProbeError::Invalid(format!(
+                "rdma_cm: the server's reply names its QP {:#x}, its out-of-band message QP {:#x}",
+                pending.peer_qpn, self.theirs.qpn
+            )));
+        }
+        // on an error the pending id is dropped: the server hears a reject
+        let connected = self.prepare(pending.id(), pending.attrs(), half)?;
+        Ok((pending.establish()?, connected))
+    }
+
+    /// The server's connection: the client's request for this QP awaited, this side's QP to RTS
+    /// (a failure rejects the request), then accepted.
+    fn as_server(
+        &self,
+        s: &CmServer,
+        rdv: &mut dyn Rendezvous,
+        half: HalfEnd,
+        params: &CmParams,
+        timeout: Duration,
+    ) -> Result<(CmId, Connected), ProbeError> {
+        let qpn = half.qpn();
+        // the client says nothing out of band before its request is answered, unless it failed
+        let pending = s.request(self.theirs.qpn, self.index, params.rd_atomic, &mut || rdv.pending())?;
+        let connected = match self.prepare(pending.id(), pending.attrs(), half) {
+            Ok(v) => v,
+            Err(e) => {
+                pending.reject();
+                return Err(e);
+            }
+        };
+        // not cut short by the peer's next message: once it has our REP and sent its RTU, it goes
+        // on (its next QP, or the barrier) before this side sees ESTABLISHED; a client that fails
+        // before its RTU destroys its id, which rejects the connection
+        let id = pending.accept(qpn, params, timeout, &mut || false)?;
+        Ok((id, connected))
+    }
+
+    /// `half` to RTS with the attributes the CM gave, once its device and GID are checked.
+    fn prepare(&self, id: &CmId, attrs: crate::verbs::Result<CmAttrs>, half: HalfEnd) -> Result<Connected, ProbeError> {
+        let path = check_device(id, self.dev)?;
+        let attrs = attrs?;
+        check_gid(&attrs, self.gid_asked, &path)?;
+        let (end, got) = half.connect_cm(self.dev, self.op, self.theirs, &attrs)?;
+        Ok((end, record(&path, &attrs, &got)))
     }
 }
 

@@ -2,13 +2,13 @@
 //! the clock and the environment fingerprint; and the connection to the peer, with the steps of
 //! the exchange every client/server scenario shares.
 
-use super::{Backends, Observer, PeerSpec, Plan, ProbeError};
 use crate::backend::setup::{Dev, Mlx5Env};
 use crate::backend::BackendKind;
 use crate::clock::Calibration;
 use crate::mlx5::sq::DbMode;
 use crate::model::ModelConfig;
 use crate::oob::{Done, Peer, QpInfo, Rendezvous};
+use crate::probe::{Backends, Observer, PeerSpec, Plan, ProbeError};
 use crate::report::env::Fingerprint;
 
 /// The TSC calibration window every measurement uses, ns.
@@ -45,9 +45,9 @@ pub fn open_device(plan: &Plan, model: ModelConfig, obs: &mut dyn Observer) -> R
         )));
     }
     let op = match &plan.scenario {
-        super::Scenario::Lat(l) => Some(l.op),
-        super::Scenario::Bw(b) => Some(b.op),
-        super::Scenario::PostCost(_) => None,
+        crate::probe::Scenario::Lat(l) => Some(l.op),
+        crate::probe::Scenario::Bw(b) => Some(b.op),
+        crate::probe::Scenario::PostCost(_) => None,
     };
     if let Some(op) = op.filter(|op| !plan.transport.allows(*op)) {
         return Err(ProbeError::Usage(format!(
@@ -127,7 +127,7 @@ pub fn ud_checks(dev: &Dev, plan: &Plan, sizes: &mut Vec<u32>, all: bool) -> Res
     if dev.transport() != crate::backend::Transport::Ud {
         return Ok(None);
     }
-    if plan.peer != PeerSpec::Loopback && matches!(plan.scenario, super::Scenario::Bw(_)) {
+    if plan.peer != PeerSpec::Loopback && matches!(plan.scenario, crate::probe::Scenario::Bw(_)) {
         return Err(ProbeError::Usage(
             "bw -c UD runs with --loopback only in this version (the receiver cannot know how many of the datagrams \
              it did not drop will come)"
@@ -225,6 +225,17 @@ pub fn hello<const N: usize>(
         .chain(end_params(kinds, mode, inline_limit, buf_len))
         .collect(),
     )
+}
+
+/// The connection's parameters both ends must share, into `hello`: the transport, -R and the
+/// path MTU.
+pub fn connection_params(hello: &mut crate::oob::Hello, plan: &Plan) {
+    hello.params.insert("transport".into(), plan.transport.as_str().into());
+    hello.params.insert("rdma_cm".into(), plan.rdma_cm.to_string());
+    hello.params.insert(
+        "path_mtu".into(),
+        plan.path.mtu.map_or("active".into(), |m| m.to_string()),
+    );
 }
 
 /// The hello parameters every client/server scenario shares: the backends and what each end's

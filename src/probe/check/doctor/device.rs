@@ -4,47 +4,15 @@
 use super::{check, Check, DevView, DeviceKind, Status, Sys};
 
 /// The checks of the device and its port: NUMA placement, PCIe link, port state, MTU, RoCE GID,
-/// PFC/ECN, the firewall, the kernel driver.
+/// PFC/ECN, the firewall, the kernel driver. A new device check is a function here, called in
+/// its place below (and said not to apply on model0, in `model0_checks`).
 pub fn device_checks(sys: &Sys, d: &DevView, kind: DeviceKind) -> Vec<Check> {
-    let na = |id: &'static str, why: &str| check(id, Status::NotApplicable, why.to_string(), "");
     if kind == DeviceKind::Model0 {
-        let why = "model0 is a software model: no PCIe device, netdev or NUMA node";
-        return vec![
-            check("port.state", Status::Pass, "model0's port 1 is always ACTIVE", ""),
-            na("numa.device", why),
-            na("pcie.link", why),
-            na("mtu", why),
-            na("roce.gid", why),
-            na("roce.qos", why),
-            na("firewall", why),
-            check(
-                "driver",
-                Status::Pass,
-                "model0 (built in); verbs and wr through the machine's libmlx5 on its user-space uverbs device",
-                "",
-            ),
-        ];
+        return model0_checks();
     }
+    let na = |id: &'static str, why: &str| check(id, Status::NotApplicable, why.to_string(), "");
     let dev = format!("/sys/class/infiniband/{}", d.name);
-    let mut v = Vec::new();
-    // libibverbs' names: ACTIVE (or ACTIVE_DEFER), LINK_UP
-    let active = matches!(d.state.as_str(), "ACTIVE" | "ACTIVE_DEFER" | "PORT_ACTIVE");
-    v.push(if active && d.phys_state.contains("LINK_UP") {
-        check(
-            "port.state",
-            Status::Pass,
-            format!("port {}: {} ({})", d.port, d.state, d.phys_state),
-            "",
-        )
-    } else {
-        check(
-            "port.state",
-            Status::Fail,
-            format!("port {}: {} ({})", d.port, d.state, d.phys_state),
-            "check the cable and the switch port; for RoCE: ip link set NETDEV up; for IB: a subnet manager (opensm)",
-        )
-    });
-    v.push(numa_device(sys, &dev, kind));
+    let mut v = vec![port_state(d), numa_device(sys, &dev, kind)];
     v.push(if kind == DeviceKind::SoftRoce {
         na("pcie.link", "Soft-RoCE runs over a netdev: no PCIe device of its own")
     } else {
@@ -74,7 +42,56 @@ pub fn device_checks(sys: &Sys, d: &DevView, kind: DeviceKind) -> Vec<Check> {
     } else {
         firewall(&nft_ruleset())
     });
-    v.push(match sys.link_name(&format!("{dev}/device/driver")) {
+    v.push(driver(sys, &dev, d, kind));
+    v
+}
+
+/// model0's device checks: its port always active, its driver built in, the others not
+/// applicable (no PCIe device, netdev or NUMA node).
+fn model0_checks() -> Vec<Check> {
+    let na = |id: &'static str, why: &str| check(id, Status::NotApplicable, why.to_string(), "");
+    let why = "model0 is a software model: no PCIe device, netdev or NUMA node";
+    vec![
+        check("port.state", Status::Pass, "model0's port 1 is always ACTIVE", ""),
+        na("numa.device", why),
+        na("pcie.link", why),
+        na("mtu", why),
+        na("roce.gid", why),
+        na("roce.qos", why),
+        na("firewall", why),
+        check(
+            "driver",
+            Status::Pass,
+            "model0 (built in); verbs and wr through the machine's libmlx5 on its user-space uverbs device",
+            "",
+        ),
+    ]
+}
+
+/// The port is active and its link up.
+fn port_state(d: &DevView) -> Check {
+    // libibverbs' names: ACTIVE (or ACTIVE_DEFER), LINK_UP
+    let active = matches!(d.state.as_str(), "ACTIVE" | "ACTIVE_DEFER" | "PORT_ACTIVE");
+    if active && d.phys_state.contains("LINK_UP") {
+        check(
+            "port.state",
+            Status::Pass,
+            format!("port {}: {} ({})", d.port, d.state, d.phys_state),
+            "",
+        )
+    } else {
+        check(
+            "port.state",
+            Status::Fail,
+            format!("port {}: {} ({})", d.port, d.state, d.phys_state),
+            "check the cable and the switch port; for RoCE: ip link set NETDEV up; for IB: a subnet manager (opensm)",
+        )
+    }
+}
+
+/// The kernel driver bound to the device (Soft-RoCE: rdma_rxe, which has no device link).
+fn driver(sys: &Sys, dev: &str, d: &DevView, kind: DeviceKind) -> Check {
+    match sys.link_name(&format!("{dev}/device/driver")) {
         Some(drv) => check(
             "driver",
             Status::Pass,
@@ -85,8 +102,7 @@ pub fn device_checks(sys: &Sys, d: &DevView, kind: DeviceKind) -> Vec<Check> {
             check("driver", Status::Pass, format!("rdma_rxe, provider {}", d.provider), "")
         }
         None => check("driver", Status::Unknown, format!("no {dev}/device/driver link"), ""),
-    });
-    v
+    }
 }
 
 fn numa_device(sys: &Sys, dev: &str, kind: DeviceKind) -> Check {

@@ -5,10 +5,10 @@
 //! (given, or a baseline result file's figures with a tolerance). The report names the first
 //! layer that fails and the likely cause; the exit status says which layer (10 + layer).
 
-use super::{lat, BwPlan, LatPlan, Observer, PeerSpec, Plan, ProbeError, Quiet, Runs, Scenario};
 use crate::backend::OpKind;
 use crate::model::{ExecMode, ModelConfig};
 use crate::oob::{OobError, Rendezvous};
+use crate::probe::{BwPlan, LatPlan, Observer, PeerSpec, Plan, ProbeError, Quiet, Runs, Scenario};
 use crate::scenario::ScenarioError;
 use std::fmt::Write;
 use std::time::Duration;
@@ -132,199 +132,246 @@ pub fn run_with_peer(
     ladder(p, Some(peer), obs)
 }
 
+/// The ladder, layer by layer; the first layer that fails ends it (the later ones not run).
 fn ladder(
     p: &PingPlan,
     given: Option<&mut (dyn Rendezvous + '_)>,
     obs: &mut dyn Observer,
 ) -> Result<PingReport, ProbeError> {
-    let role = match p.plan.peer {
-        PeerSpec::Loopback => "loopback",
-        PeerSpec::Connect { .. } => "client",
-        PeerSpec::Listen { .. } => "server",
-    };
-    let mut rep = PingReport {
-        role,
-        layers: vec![layer(1, "device"), layer(2, "connection"), layer(3, "performance")],
-    };
-    // layer 1: the device
-    let model = ModelConfig {
-        exec: ExecMode::AfterPost,
-        ..Default::default()
-    };
-    let mut roce = false;
-    match super::session::open_device(&p.plan, model, obs) {
-        Ok(dev) => {
-            let l = &mut rep.layers[0];
-            l.status = LayerStatus::Pass;
-            l.findings.push(format!("{} ({}) opened", dev.name(), dev.provider()));
-            if let crate::backend::setup::Dev::Verbs { port, gid, .. } = &dev {
-                roce = port.link_layer.contains("Ethernet");
-                l.findings.push(format!(
-                    "port {}: {} ({}), {} link, MTU {}{}",
-                    port.port,
-                    port.state,
-                    port.phys_state,
-                    port.link_layer,
-                    port.active_mtu,
-                    gid.map(|g| format!(", GID index {g}")).unwrap_or_default()
-                ));
-            } else {
-                l.findings
-                    .push("model0: the built-in software model, its port always ACTIVE".into());
-            }
-        }
-        Err(e) => {
-            let l = &mut rep.layers[0];
-            l.status = LayerStatus::Fail;
-            l.findings.push(e.to_string());
-            l.cause = Some(device_cause(&e.to_string()));
-            return Ok(rep);
-        }
+    let mut l = Ladder::new(p);
+    if !l.device(obs) {
+        return Ok(l.rep);
     }
-    // layer 2: the connection
     let mut tcp: Option<crate::oob::Peer>;
     let mut peer: Option<&mut (dyn Rendezvous + '_)> = match given {
         Some(g) => Some(g),
-        None => match super::session::tcp_peer(&p.plan, obs) {
+        None => match crate::probe::measure::session::tcp_peer(&p.plan, obs) {
             Ok(t) => {
                 tcp = t;
                 tcp.as_mut().map(|t| t as &mut dyn Rendezvous)
             }
             Err(e) => {
-                let l = &mut rep.layers[1];
-                l.status = LayerStatus::Fail;
-                l.findings.push(e.to_string());
-                l.cause = Some(cause(&e));
-                return Ok(rep);
+                l.fail(1, e.to_string(), cause(&e));
+                return Ok(l.rep);
             }
         },
     };
-    for op in [OpKind::Send, OpKind::Write] {
-        let mut lp = LatPlan::new(op, 1);
-        (lp.iters, lp.warmup, lp.blocks) = (1, 0, 1);
-        lp.model_delay_ns = p.model_delay_ns;
-        match step(p, Scenario::Lat(lp), peer.as_deref_mut()) {
-            Ok(r) => {
-                if let Runs::Lat(rs) = &r.runs {
-                    for x in rs {
-                        rep.layers[1].findings.push(format!(
-                            "1-byte {} on {}: completed, {:.0} ns one-way (half the round trip of the first, cold, operation)",
-                            op.as_str().to_uppercase(),
-                            x.backend,
-                            x.latency.p50
-                        ));
-                    }
-                }
-                if r.end_error.is_some() {
-                    let l = &mut rep.layers[1];
-                    l.status = LayerStatus::Fail;
-                    l.findings
-                        .push(format!("the peer ended badly: {}", r.end_error.unwrap_or_default()));
-                    l.cause = Some("the peer failed after the exchange: see its output".into());
-                    return Ok(rep);
-                }
-            }
-            Err(e) => {
-                let l = &mut rep.layers[1];
-                l.status = LayerStatus::Fail;
-                l.findings.push(format!("1-byte {}: {e}", op.as_str().to_uppercase()));
-                l.cause = Some(cause(&e) + &firewall_hint(roce));
-                return Ok(rep);
-            }
-        }
+    if l.connection(&mut peer) {
+        l.performance(&mut peer);
     }
-    rep.layers[1].status = LayerStatus::Pass;
-    rep.layers[1].findings.insert(
-        0,
-        match role {
-            "loopback" => "both ends in this process; both QPs in RTS (read back)".into(),
-            _ => "the peer reachable out of band; both ends' QPs in RTS (read back)".into(),
-        },
-    );
-    // layer 3: performance
-    let (max_lat, min_bw) = limits(p);
-    let mut lp = LatPlan::new(OpKind::Write, 8);
-    (lp.iters, lp.warmup, lp.blocks) = (2000, 100, 10);
-    lp.model_delay_ns = p.model_delay_ns;
-    let mut bp = BwPlan::new(OpKind::Write, 65536);
-    (bp.iters, bp.min_duration) = (
-        2000,
-        Duration::from_millis(if p.plan.peer == PeerSpec::Loopback { 50 } else { 0 }),
-    );
-    let l3 = &mut rep.layers[2];
-    let mut fail = Vec::new();
-    // both steps run whatever the first's verdict, so a peer running the same ladder stays in step
-    let mut in_step = true;
-    match step(p, Scenario::Lat(lp), peer.as_deref_mut()) {
-        Ok(r) => {
+    Ok(l.rep)
+}
+
+/// The ladder under way: the plan, the report as the layers fill it in, and what layer 1 found
+/// that a later failure's cause names (a RoCE link: the firewall's rules are looked at).
+struct Ladder<'p> {
+    p: &'p PingPlan,
+    rep: PingReport,
+    roce: bool,
+}
+
+impl<'p> Ladder<'p> {
+    /// Every layer not run yet; the role the plan's peer gives this side.
+    fn new(p: &'p PingPlan) -> Self {
+        let role = match p.plan.peer {
+            PeerSpec::Loopback => "loopback",
+            PeerSpec::Connect { .. } => "client",
+            PeerSpec::Listen { .. } => "server",
+        };
+        let rep = PingReport {
+            role,
+            layers: vec![layer(1, "device"), layer(2, "connection"), layer(3, "performance")],
+        };
+        Ladder { p, rep, roce: false }
+    }
+
+    /// Layer `i` (0-based) failed with `finding`; `cause` is the likely one.
+    fn fail(&mut self, i: usize, finding: String, cause: String) {
+        let l = &mut self.rep.layers[i];
+        l.status = LayerStatus::Fail;
+        l.findings.push(finding);
+        l.cause = Some(cause);
+    }
+
+    /// Layer 1: the device opens; its port (state, link, MTU, GID index) said. Whether it passed.
+    fn device(&mut self, obs: &mut dyn Observer) -> bool {
+        let model = ModelConfig {
+            exec: ExecMode::AfterPost,
+            ..Default::default()
+        };
+        let dev = match crate::probe::measure::session::open_device(&self.p.plan, model, obs) {
+            Ok(dev) => dev,
+            Err(e) => {
+                self.fail(0, e.to_string(), device_cause(&e.to_string()));
+                return false;
+            }
+        };
+        let l = &mut self.rep.layers[0];
+        l.status = LayerStatus::Pass;
+        l.findings.push(format!("{} ({}) opened", dev.name(), dev.provider()));
+        if let crate::backend::setup::Dev::Verbs { port, gid, .. } = &dev {
+            self.roce = port.link_layer.contains("Ethernet");
+            l.findings.push(format!(
+                "port {}: {} ({}), {} link, MTU {}{}",
+                port.port,
+                port.state,
+                port.phys_state,
+                port.link_layer,
+                port.active_mtu,
+                gid.map(|g| format!(", GID index {g}")).unwrap_or_default()
+            ));
+        } else {
+            l.findings
+                .push("model0: the built-in software model, its port always ACTIVE".into());
+        }
+        true
+    }
+
+    /// Layer 2: a 1-byte SEND, then a 1-byte WRITE, completing against the peer (each backend's
+    /// time said); a failure, or a peer that ends badly, names the likely cause. Whether it passed.
+    fn connection(&mut self, peer: &mut Option<&mut (dyn Rendezvous + '_)>) -> bool {
+        for op in [OpKind::Send, OpKind::Write] {
+            let mut lp = LatPlan::new(op, 1);
+            (lp.iters, lp.warmup, lp.blocks) = (1, 0, 1);
+            lp.model_delay_ns = self.p.model_delay_ns;
+            let r = match step(self.p, Scenario::Lat(lp), peer.as_deref_mut()) {
+                Ok(r) => r,
+                Err(e) => {
+                    let why = cause(&e) + &firewall_hint(self.roce);
+                    self.fail(1, format!("1-byte {}: {e}", op.as_str().to_uppercase()), why);
+                    return false;
+                }
+            };
             if let Runs::Lat(rs) = &r.runs {
                 for x in rs {
-                    let verdict = match max_lat {
-                        Some(m) if x.latency.p50 > m => {
-                            fail.push(format!(
-                                "{} latency p50 {:.0} ns over the limit {m:.0} ns",
-                                x.backend, x.latency.p50
-                            ));
-                            " (over the limit)"
-                        }
-                        Some(_) => " (within the limit)",
-                        None => "",
-                    };
-                    l3.findings.push(format!(
-                        "8-byte WRITE on {}: p50 {:.0} ns, p99 {:.0} ns{verdict}",
-                        x.backend, x.latency.p50, x.latency.p99
+                    self.rep.layers[1].findings.push(format!(
+                        "1-byte {} on {}: completed, {:.0} ns one-way (half the round trip of the first, cold, operation)",
+                        op.as_str().to_uppercase(),
+                        x.backend,
+                        x.latency.p50
                     ));
                 }
             }
+            if r.end_error.is_some() {
+                let finding = format!("the peer ended badly: {}", r.end_error.unwrap_or_default());
+                self.fail(1, finding, "the peer failed after the exchange: see its output".into());
+                return false;
+            }
         }
-        Err(e) => {
-            fail.push(format!("latency run: {e}"));
-            in_step = false;
+        self.rep.layers[1].status = LayerStatus::Pass;
+        self.rep.layers[1].findings.insert(
+            0,
+            match self.rep.role {
+                "loopback" => "both ends in this process; both QPs in RTS (read back)".into(),
+                _ => "the peer reachable out of band; both ends' QPs in RTS (read back)".into(),
+            },
+        );
+        true
+    }
+
+    /// Layer 3: a short latency run, then a bandwidth run, against the limits (given, or from
+    /// the baseline). Both steps run whatever the first's verdict, so a peer running the same
+    /// ladder stays in step; a latency run that failed leaves the peer out of step, and ends it.
+    fn performance(&mut self, peer: &mut Option<&mut (dyn Rendezvous + '_)>) {
+        let (max_lat, min_bw) = limits(self.p);
+        let mut fail = Vec::new();
+        if self.latency(max_lat, peer.as_deref_mut(), &mut fail) {
+            self.bandwidth(min_bw, peer.as_deref_mut(), &mut fail);
+        }
+        let l3 = &mut self.rep.layers[2];
+        if max_lat.is_none() && min_bw.is_none() && self.rep.role != "server" {
+            l3.findings
+                .push("no limits given (--max-lat-ns, --min-bw, --baseline): figures only".into());
+        }
+        if fail.is_empty() {
+            l3.status = LayerStatus::Pass;
+        } else {
+            l3.status = LayerStatus::Fail;
+            l3.findings.extend(fail);
+            l3.cause = Some(
+                "the path or the peer is slow: run `rdmaprobe doctor` on both hosts (CPU frequency, NUMA, PCIe width, MTU, \
+                 PFC/ECN), and compare with a known-good host"
+                    .into(),
+            );
         }
     }
-    if in_step {
-        match step(p, Scenario::Bw(bp), peer) {
-            Ok(r) => {
-                if let Runs::Bw(rs) = &r.runs {
-                    for x in rs {
-                        let avg = x.summary.bw_avg_mib_s;
-                        let verdict = match min_bw {
-                            Some(m) if avg < m => {
-                                fail.push(format!(
-                                    "{} bandwidth {avg:.0} MB/s under the limit {m:.0} MB/s",
-                                    x.backend
-                                ));
-                                " (under the limit)"
-                            }
-                            Some(_) => " (within the limit)",
-                            None => "",
-                        };
-                        l3.findings.push(format!(
-                            "64 KiB WRITE bandwidth on {}: {avg:.0} MB/s{verdict}",
+
+    /// Layer 3's latency step: 8-byte WRITEs, each backend's p50 against `max_lat` (what is over
+    /// it into `fail`). Whether the run itself went through (the peer still in step).
+    fn latency(
+        &mut self,
+        max_lat: Option<f64>,
+        peer: Option<&mut (dyn Rendezvous + '_)>,
+        fail: &mut Vec<String>,
+    ) -> bool {
+        let mut lp = LatPlan::new(OpKind::Write, 8);
+        (lp.iters, lp.warmup, lp.blocks) = (2000, 100, 10);
+        lp.model_delay_ns = self.p.model_delay_ns;
+        let r = match step(self.p, Scenario::Lat(lp), peer) {
+            Ok(r) => r,
+            Err(e) => {
+                fail.push(format!("latency run: {e}"));
+                return false;
+            }
+        };
+        if let Runs::Lat(rs) = &r.runs {
+            for x in rs {
+                let verdict = match max_lat {
+                    Some(m) if x.latency.p50 > m => {
+                        fail.push(format!(
+                            "{} latency p50 {:.0} ns over the limit {m:.0} ns",
+                            x.backend, x.latency.p50
+                        ));
+                        " (over the limit)"
+                    }
+                    Some(_) => " (within the limit)",
+                    None => "",
+                };
+                self.rep.layers[2].findings.push(format!(
+                    "8-byte WRITE on {}: p50 {:.0} ns, p99 {:.0} ns{verdict}",
+                    x.backend, x.latency.p50, x.latency.p99
+                ));
+            }
+        }
+        true
+    }
+
+    /// Layer 3's bandwidth step: 64 KiB WRITEs, each backend's average against `min_bw` (what is
+    /// under it into `fail`).
+    fn bandwidth(&mut self, min_bw: Option<f64>, peer: Option<&mut (dyn Rendezvous + '_)>, fail: &mut Vec<String>) {
+        let mut bp = BwPlan::new(OpKind::Write, 65536);
+        (bp.iters, bp.min_duration) = (
+            2000,
+            Duration::from_millis(if self.p.plan.peer == PeerSpec::Loopback { 50 } else { 0 }),
+        );
+        let r = match step(self.p, Scenario::Bw(bp), peer) {
+            Ok(r) => r,
+            Err(e) => {
+                fail.push(format!("bandwidth run: {e}"));
+                return;
+            }
+        };
+        if let Runs::Bw(rs) = &r.runs {
+            for x in rs {
+                let avg = x.summary.bw_avg_mib_s;
+                let verdict = match min_bw {
+                    Some(m) if avg < m => {
+                        fail.push(format!(
+                            "{} bandwidth {avg:.0} MB/s under the limit {m:.0} MB/s",
                             x.backend
                         ));
+                        " (under the limit)"
                     }
-                }
+                    Some(_) => " (within the limit)",
+                    None => "",
+                };
+                self.rep.layers[2].findings.push(format!(
+                    "64 KiB WRITE bandwidth on {}: {avg:.0} MB/s{verdict}",
+                    x.backend
+                ));
             }
-            Err(e) => fail.push(format!("bandwidth run: {e}")),
         }
     }
-    if max_lat.is_none() && min_bw.is_none() && role != "server" {
-        l3.findings
-            .push("no limits given (--max-lat-ns, --min-bw, --baseline): figures only".into());
-    }
-    if fail.is_empty() {
-        l3.status = LayerStatus::Pass;
-    } else {
-        l3.status = LayerStatus::Fail;
-        l3.findings.extend(fail);
-        l3.cause = Some(
-            "the path or the peer is slow: run `rdmaprobe doctor` on both hosts (CPU frequency, NUMA, PCIe width, MTU, \
-             PFC/ECN), and compare with a known-good host"
-                .into(),
-        );
-    }
-    Ok(rep)
 }
 
 /// One scenario of the ladder against the same peer.
@@ -332,17 +379,16 @@ fn step(
     p: &PingPlan,
     scenario: Scenario,
     rdv: Option<&mut (dyn Rendezvous + '_)>,
-) -> Result<super::Report, ProbeError> {
+) -> Result<crate::probe::Report, ProbeError> {
     let plan = Plan {
         scenario,
         diag: None,
         ..p.plan.clone()
     };
     let mut quiet = Quiet;
-    match (&plan.scenario, rdv) {
-        (Scenario::Lat(l), r) => lat::run(&plan, l, r, &mut quiet),
-        (Scenario::Bw(b), r) => super::bw::run(&plan, b, r, &mut quiet),
-        (Scenario::PostCost(_), _) => Err(ProbeError::Invalid("post-cost is not a ping step".into())),
+    match &plan.scenario {
+        Scenario::PostCost(_) => Err(ProbeError::Invalid("post-cost is not a ping step".into())),
+        _ => crate::probe::measure::run(&plan, rdv, &mut quiet),
     }
 }
 

@@ -1,0 +1,28 @@
+//! The measurements, one module per scenario, each from plan to report: [`session`] is what
+//! every one of them sets up (device, backends, clock, the peer's exchange); `lat`, `bw` and
+//! `post_cost` are the scenarios; `cm` connects a client/server run's QPs through the RDMA
+//! connection manager (-R). A new scenario is a new module here.
+
+pub(in crate::probe) mod bw;
+pub(in crate::probe) mod cm;
+pub(in crate::probe) mod lat;
+pub(in crate::probe) mod post_cost;
+pub mod session;
+
+use crate::oob::Rendezvous;
+use crate::probe::{Observer, Plan, ProbeError, Report, Scenario};
+
+/// Measures what `plan` says, with its scenario's module; the peer, when `peer` is `None`, is
+/// reached as `plan.peer` says (TCP). Post-cost runs in one process: with a peer it is refused.
+pub(super) fn run(
+    plan: &Plan,
+    peer: Option<&mut (dyn Rendezvous + '_)>,
+    obs: &mut dyn Observer,
+) -> Result<Report, ProbeError> {
+    match (&plan.scenario, peer) {
+        (Scenario::Lat(l), peer) => lat::run(plan, l, peer, obs),
+        (Scenario::Bw(b), peer) => bw::run(plan, b, peer, obs),
+        (Scenario::PostCost(p), None) => post_cost::run(plan, p, obs),
+        (Scenario::PostCost(_), Some(_)) => Err(ProbeError::Invalid("post-cost runs in one process: no peer".into())),
+    }
+}
