@@ -15,6 +15,8 @@ say "cargo fmt --check"
 cargo fmt --all -- --check || die "cargo fmt: run 'cargo fmt'"
 say "cargo clippy --all-targets -- -D warnings"
 cargo clippy --all-targets -- -D warnings
+say "sizes: no file in src/ over 800 lines before its tests, no function over 100, the measurement path's over 60 (harness/sizes.py)"
+python3 harness/sizes.py || die "harness/sizes.py: split what it names by job (docs/architecture.md says where things go)"
 say "no_std core: cargo build --lib --no-default-features"
 cargo build --lib --no-default-features
 cargo clippy --lib --no-default-features -- -D warnings
