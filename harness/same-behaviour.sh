@@ -19,7 +19,7 @@ if [[ -n ${KEEP:-} ]]; then trap 'echo "same-behaviour: outputs kept in $work"' 
 
 # What one binary prints for every case, masked: "== case", the exit status, stdout, stderr.
 mask() {
-  sed -E -e "s#$work/[a-z]+#WORK#g" -e 's#/tmp/rdmaprobe-diag-[0-9]+-[0-9]+#DIAG#g' \
+  sed -E -e "s#$work/[a-z]+#WORK#g" -e 's#/tmp/rdmaprobe-diag-([0-9]+-[0-9]+|[0-9a-f]{16})#DIAG#g' \
     -e 's/[-+]?[0-9]+(\.[0-9]+)?(e[-+]?[0-9]+)?/N/g' -e 's/ +/ /g' -e 's/N( N)+/N/g'
 }
 # The shape of a JSON document: every path with the type of its value (numbers, strings and

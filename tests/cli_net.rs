@@ -1,6 +1,7 @@
 //! Client and server as two processes over the out-of-band TCP exchange, on model0: a normal
 //! run, parameters that disagree, a server that is not there, a server that dies mid-run, a
 //! client that never comes. Each case ends with a message and a non-zero exit, never a hang.
+//! And the failure bundle a failed run writes, against another local user (issue 30).
 
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -802,4 +803,239 @@ fn cmd_backends(out: &str) -> usize {
     b.sort();
     b.dedup();
     b.len()
+}
+
+fn is_root() -> bool {
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    unsafe { libc::geteuid() == 0 }
+}
+
+/// Runs `sh -c script` as another local user (uid and gid 65534, `nobody`), as an attacker
+/// would; needs root.
+fn as_nobody(script: &str) {
+    use std::os::unix::process::CommandExt;
+    let s = Command::new("sh")
+        .args(["-c", script])
+        .uid(65534)
+        .gid(65534)
+        .status()
+        .expect("sh as uid 65534");
+    assert!(s.success(), "as uid 65534: {script}");
+}
+
+/// The mode (permission bits) and owner of `p`, not following a link.
+fn mode_owner(p: &std::path::Path) -> (u32, u32) {
+    use std::os::unix::fs::MetadataExt;
+    let m = std::fs::symlink_metadata(p).unwrap();
+    (m.mode() & 0o7777, m.uid())
+}
+
+/// A short loopback `lat write` on model0 given `--diag dir` (a good run writes the bundle
+/// too); its exit status and standard error.
+fn run_with_diag(dir: &std::path::Path) -> (Option<i32>, String) {
+    let o = bin()
+        .args([
+            "lat",
+            "write",
+            "--loopback",
+            "-d",
+            "model0",
+            "--backend",
+            "direct",
+            "-n",
+            "1000",
+        ])
+        .arg("--diag")
+        .arg(dir)
+        .output()
+        .unwrap();
+    (o.status.code(), String::from_utf8_lossy(&o.stderr).into_owned())
+}
+
+/// Checks a bundle directory: this user's, mode 0700, every file in it regular and 0600, a
+/// README among them.
+fn assert_private_bundle(dir: &std::path::Path) {
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    let me = unsafe { libc::geteuid() };
+    assert_eq!(mode_owner(dir), (0o700, me), "{}", dir.display());
+    let mut names = Vec::new();
+    for e in std::fs::read_dir(dir).unwrap() {
+        let e = e.unwrap();
+        assert!(
+            e.file_type().unwrap().is_file(),
+            "{} is not a regular file",
+            e.path().display()
+        );
+        assert_eq!(mode_owner(&e.path()), (0o600, me), "{}", e.path().display());
+        names.push(e.file_name().to_string_lossy().into_owned());
+    }
+    for f in ["README.txt", "command.txt", "error.txt", "kernel_log.txt"] {
+        assert!(names.iter().any(|n| n == f), "no {f} in {}: {names:?}", dir.display());
+    }
+    let readme = std::fs::read_to_string(dir.join("README.txt")).unwrap();
+    assert!(
+        readme.contains("kernel_log.txt") && readme.contains("owner"),
+        "{readme}"
+    );
+}
+
+/// The failure bundle against another local user (issue 30 points 1 and 2). Before: a failed
+/// run's bundle went to `$TMPDIR/rdmaprobe-diag-<secs>-<pid>`, used when it already existed
+/// (anyone's, any mode), its files written through the symlinks planted in it (root's files
+/// replaced by the command line and the kernel log), 0755/0644; `--diag` took another user's
+/// world-writable directory the same way. Now: the default bundle is a fresh directory of an
+/// unpredictable name, 0700, files 0600 with a README; another user's `--diag` directory is
+/// refused before the run (exit 2), nothing written. The other user's steps need root (CI).
+#[test]
+fn a_failed_runs_bundle_is_private_and_not_where_another_user_points() {
+    use std::os::unix::fs::PermissionsExt;
+    let _g = serial();
+    let root = is_root();
+    let t = std::env::temp_dir().join(format!("rdmaprobe-bundle-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&t);
+    std::fs::create_dir(&t).unwrap();
+    // a shared temporary directory, as /tmp
+    std::fs::set_permissions(&t, std::fs::Permissions::from_mode(0o1777)).unwrap();
+    let secret = |n: &str| t.join(format!("secret-{n}"));
+    for n in ["a", "b"] {
+        std::fs::write(secret(n), b"root only\n").unwrap();
+        std::fs::set_permissions(secret(n), std::fs::Permissions::from_mode(0o600)).unwrap();
+    }
+    let plant = |d: &std::path::Path| {
+        format!(
+            "mkdir -m 0777 {d} && ln -s {a} {d}/command.txt && ln -s {b} {d}/kernel_log.txt",
+            d = d.display(),
+            a = secret("a").display(),
+            b = secret("b").display()
+        )
+    };
+    let intact = || {
+        for n in ["a", "b"] {
+            assert_eq!(
+                std::fs::read(secret(n)).unwrap(),
+                b"root only\n",
+                "secret-{n} was written"
+            );
+            assert_eq!(mode_owner(&secret(n)).0, 0o600);
+        }
+    };
+    if root {
+        // another user's world-writable directory given to --diag: refused before the run
+        let trap = t.join("trap");
+        as_nobody(&plant(&trap));
+        let (code, e) = run_with_diag(&trap);
+        assert_eq!(code, Some(2), "{e}");
+        assert!(e.contains("--diag") && e.contains(&trap.display().to_string()), "{e}");
+        assert!(e.contains("uid 65534"), "{e}");
+        intact();
+    } else {
+        eprintln!(
+            "a_failed_runs_bundle_is_private_and_not_where_another_user_points: another user's directories \
+             NOT tried (not root: cannot act as uid 65534); the default bundle's privacy still checked"
+        );
+    }
+    // a failed run (its server killed) without --diag, TMPDIR the shared directory; another
+    // user has made the names it would have used, for the next 40 seconds
+    let p = port(13);
+    let common = [
+        "-d",
+        "model0",
+        "--backend",
+        "direct",
+        "-n",
+        "100000000",
+        "-p",
+        &p,
+        "--oob-timeout",
+        "20",
+    ];
+    let mut srv = spawn(&[&["lat", "write"][..], &common[..]].concat());
+    let cli = bin()
+        .args(
+            [
+                &["lat", "write", "127.0.0.1"][..],
+                &common[..],
+                &["--stall-secs", "2"][..],
+            ]
+            .concat(),
+        )
+        .env("TMPDIR", &t)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
+    let predicted: Vec<_> = (now - 1..now + 40)
+        .map(|s| t.join(format!("rdmaprobe-diag-{s}-{}", cli.id())))
+        .collect();
+    if root {
+        let script: Vec<String> = predicted.iter().map(|d| plant(d)).collect();
+        as_nobody(&script.join(" && "));
+    }
+    std::thread::sleep(Duration::from_millis(1500));
+    srv.kill().expect("kill the server");
+    let _ = srv.wait();
+    let (c, _, e) = finish(cli);
+    assert_eq!(c, 1, "{e}");
+    let dir = e
+        .split("(diagnostics: ")
+        .nth(1)
+        .and_then(|s| s.split(')').next())
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| panic!("no bundle named: {e}"));
+    assert_eq!(dir.parent(), Some(t.as_path()), "not under TMPDIR: {e}");
+    assert!(!predicted.contains(&dir), "a predictable name: {}", dir.display());
+    let name = dir.file_name().unwrap().to_string_lossy().into_owned();
+    let suffix = name.strip_prefix("rdmaprobe-diag-").expect("rdmaprobe-diag-...");
+    let digits = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
+    assert!(
+        !suffix.split_once('-').is_some_and(|(a, b)| digits(a) && digits(b)),
+        "named by time and pid: {name}"
+    );
+    assert_private_bundle(&dir);
+    intact();
+    if root {
+        // the attacker's directories hold their links alone
+        for d in &predicted {
+            let mut n: Vec<_> = std::fs::read_dir(d).unwrap().map(|e| e.unwrap().file_name()).collect();
+            n.sort();
+            assert_eq!(n, ["command.txt", "kernel_log.txt"], "{}", d.display());
+        }
+    }
+    std::fs::remove_dir_all(&t).ok();
+}
+
+/// A symlink planted in the user's own `--diag` directory is not followed (issue 30 point 1):
+/// the link is replaced by the bundle's file, its target untouched (before: the target was
+/// replaced by the command line); a second run into the same directory replaces its files; a
+/// `--diag` directory that does not exist is made 0700 (before: 0755, files 0644).
+#[test]
+fn a_link_in_the_users_own_diag_directory_is_not_followed() {
+    use std::os::unix::fs::PermissionsExt;
+    let _g = serial();
+    let t = std::env::temp_dir().join(format!("rdmaprobe-owndiag-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&t);
+    std::fs::create_dir(&t).unwrap();
+    let own = t.join("own");
+    std::fs::create_dir(&own).unwrap();
+    std::fs::set_permissions(&own, std::fs::Permissions::from_mode(0o700)).unwrap();
+    let victim = t.join("victim");
+    std::fs::write(&victim, b"precious\n").unwrap();
+    std::os::unix::fs::symlink(&victim, own.join("command.txt")).unwrap();
+    std::os::unix::fs::symlink(t.join("nowhere"), own.join("error.txt")).unwrap();
+    let fresh = t.join("new/deeper");
+    for d in [&own, &own, &fresh] {
+        let (code, e) = run_with_diag(d);
+        assert_eq!(code, Some(0), "{e}");
+        assert!(e.contains(&format!("diagnostics written to {}", d.display())), "{e}");
+        assert_eq!(std::fs::read(&victim).unwrap(), b"precious\n", "the link was followed");
+        assert!(!t.join("nowhere").exists(), "the dangling link was followed");
+        let error = std::fs::read_to_string(d.join("error.txt")).unwrap();
+        assert!(error.contains("no error"), "{error}");
+        assert_private_bundle(d);
+    }
+    std::fs::remove_dir_all(&t).ok();
 }

@@ -84,7 +84,9 @@ pub struct RunArgs {
     #[arg(long)]
     pub json: Option<std::path::PathBuf>,
     /// Write a diagnostics bundle into this directory (command, environment, devices, doctor,
-    /// QP states, counters, error, kernel log); a failed run writes one anyway, under /tmp.
+    /// QP states, counters, error, kernel log): one of yours nobody else may write in, or a new
+    /// one (made 0700); a failed run writes one anyway, into a new private directory under
+    /// $TMPDIR or /tmp.
     #[arg(long)]
     pub diag: Option<std::path::PathBuf>,
 }

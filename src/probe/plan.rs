@@ -21,8 +21,10 @@ pub struct Plan {
     pub oob_timeout: Duration,
     /// How long a run may go without progress before it is declared stalled.
     pub stall: Duration,
-    /// Where the diagnostics bundle goes: written here always when given; on a failure without
-    /// it, into a new directory under the temporary directory ([`super::check::diag`]).
+    /// Where the diagnostics bundle goes: written here always when given (a directory of this
+    /// user's that nobody else may write in, or one that does not exist yet: checked before the
+    /// run); on a failure without it, into a new private directory under the temporary
+    /// directory ([`super::check::diag`]).
     pub diag: Option<std::path::PathBuf>,
     /// The path and QP options of the verbs QPs (-m, -S, -T, -u, --retry_count, --pkey_index).
     pub path: crate::backend::setup::PathOpts,

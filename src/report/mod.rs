@@ -8,6 +8,7 @@ pub mod html;
 pub mod output;
 pub mod plot;
 pub mod png;
+pub mod private;
 pub mod schema;
 pub mod tdist;
 

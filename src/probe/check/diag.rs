@@ -1,13 +1,19 @@
 //! The failure bundle (issue 13 point 4): when a run fails, and on request (`--diag DIR`), one
 //! directory with what a vendor's CI captures: the command and the plan, the environment's
 //! fingerprint, `devices` and `doctor`, the QPs' states read back, the device's counters before
-//! and after, the error (with its syndrome), and the kernel log's tail where readable. The
-//! error message names the directory.
+//! and after, the error (with its syndrome), and the kernel log's tail where readable, with a
+//! README saying what each file holds. The error message names the directory.
+//!
+//! The bundle is private (issue 30 points 1 and 2): written by [`crate::report::private`]
+//! into a new directory of an unpredictable name (0700) under the temporary directory, or into
+//! the `--diag` directory when it is this user's and nobody else may write in it (checked
+//! before the run: [`check`]), files 0600 created exclusively, never through a link.
 
 use super::counters;
 use crate::backend::setup::Dev;
 use crate::model::Counters;
 use crate::probe::{Observer, Plan, ProbeError};
+use crate::report::private::{self, PrivateDir};
 use std::path::{Path, PathBuf};
 
 /// What a bundle holds beside what it gathers itself.
@@ -38,23 +44,68 @@ impl<'a> Bundle<'a> {
     }
 }
 
-/// Where a failed run's bundle goes without `--diag`: a new directory under the system's
-/// temporary directory, named by time and process.
-pub fn default_dir() -> PathBuf {
-    let t = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_secs())
-        .unwrap_or(0);
-    std::env::temp_dir().join(format!("rdmaprobe-diag-{t}-{}", std::process::id()))
+/// This process's effective uid: the owner a bundle's directory must have.
+fn euid() -> u32 {
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    unsafe { libc::geteuid() }
 }
 
-/// Writes the bundle into `dir` (created; files in it replaced); returns what could not be
-/// gathered, as notes in `notes.txt` too.
-pub fn write(dir: &Path, b: &Bundle<'_>) -> Result<(), String> {
-    crate::report::output::make_dir(dir)?;
-    let put = |name: &str, text: &str| -> Result<(), String> {
-        crate::report::output::write(&dir.join(name), text.as_bytes()).map_err(|e| e.to_string())
-    };
+/// Checks, before a run, the directory `--diag` names ([`PrivateDir::named`]'s rules: a
+/// directory of this user's that nobody else may write in, or one that does not exist yet);
+/// a refusal is a usage error naming `--diag`, the directory and why.
+pub fn check(dir: &Path) -> Result<(), ProbeError> {
+    private::check_named(dir, euid()).map_err(|why| refused(dir, &why))
+}
+
+fn refused(dir: &Path, why: &str) -> ProbeError {
+    ProbeError::Usage(format!("--diag {}: {why}", dir.display()))
+}
+
+/// The directory a bundle goes into: the one `--diag` names (checked again, held open), else
+/// a new one of an unpredictable name under the temporary directory ([`fresh_dir`]).
+pub fn bundle_dir(diag: Option<&Path>) -> Result<PrivateDir, String> {
+    match diag {
+        Some(dir) => PrivateDir::named(dir, euid()).map_err(|why| refused(dir, &why).to_string()),
+        None => fresh_dir(),
+    }
+}
+
+/// Where a failed run's bundle goes without `--diag`: a new directory under the temporary
+/// directory (`$TMPDIR`, else `/tmp`), `rdmaprobe-diag-` and 16 random hex digits, created
+/// exclusively with mode 0700.
+pub fn fresh_dir() -> Result<PrivateDir, String> {
+    PrivateDir::fresh(&std::env::temp_dir(), "rdmaprobe-diag-", euid())
+}
+
+/// What the bundle's `README.txt` says.
+const README: &str = "\
+rdmaprobe diagnostics bundle: what a failed run (or one given --diag) left for whoever
+looks into it.
+
+Its files are readable by their owner only (mode 0600; a directory rdmaprobe creates is
+0700): they hold the command line, the host's configuration and a copy of the kernel log,
+which the kernel may keep from other users (kernel.dmesg_restrict=1). Share them knowingly.
+
+README.txt        this file
+command.txt       the command line
+plan.txt          the plan that ran, every parameter
+environment.json  the environment's fingerprint: kernel, CPU, TSC, clocksource, governor,
+                  rdma-core, device, provider, firmware, MLX5_*/IBV_* variables
+devices.txt       `rdmaprobe devices`: the RDMA devices and their ports
+doctor.txt        `rdmaprobe doctor`: the host's and the device's checks
+doctor.json       the same as JSON (when doctor ran)
+qp_states.txt     the QPs' states as the device read them back
+counters.json     the device's counters before the run, after it, and what changed
+error.txt         the error with its causes (or that the run succeeded)
+kernel_log.txt    the last 100 lines of the kernel log (dmesg), where this user may read it:
+                  a copy of what may be restricted to privileged users
+";
+
+/// Writes the bundle into `dir` (a file already there is replaced, never followed: see
+/// [`crate::report::private`]); the error names the file that could not be written.
+pub fn write(dir: &PrivateDir, b: &Bundle<'_>) -> Result<(), String> {
+    let put = |name: &str, text: &str| dir.write(name, text.as_bytes());
+    put("README.txt", README)?;
     put("command.txt", &(std::env::args().collect::<Vec<_>>().join(" ") + "\n"))?;
     put("plan.txt", &format!("{:#?}\n", b.plan))?;
     put("environment.json", &environment(b.dev))?;
@@ -146,7 +197,7 @@ fn error_text(error: Option<&ProbeError>) -> String {
 /// The bundle of a good run, written into `dir` (`--diag`); the observer hears where, or why it
 /// was not.
 pub fn write_noted(dir: &Path, b: &Bundle<'_>, obs: &mut dyn Observer) {
-    match write(dir, b) {
+    match PrivateDir::named(dir, euid()).and_then(|d| write(&d, b)) {
         Ok(()) => obs.note(&format!("diagnostics written to {}", dir.display())),
         Err(why) => obs.note(&format!("diagnostics not written to {}: {why}", dir.display())),
     }
@@ -165,22 +216,22 @@ fn kernel_log() -> String {
     }
 }
 
-/// A run failed with `error` (not one the user stopped): the bundle is written (into the plan's `--diag` directory, else
-/// [`default_dir`]) and the error returned names it.
+/// A run failed with `error` (not one the user stopped): the bundle is written (into the
+/// plan's `--diag` directory, else a [`fresh_dir`]) and the error returned names it.
 pub fn failed(b: Bundle<'_>, error: ProbeError) -> ProbeError {
     // a run the user stopped did not fail
     if matches!(error, ProbeError::Scenario(crate::scenario::ScenarioError::Interrupted)) {
         return error;
     }
-    let dir = b.plan.diag.clone().unwrap_or_else(default_dir);
     let b = Bundle {
         error: Some(&error),
         ..b
     };
-    match write(&dir, &b) {
-        Ok(()) => ProbeError::Bundled {
+    let written = bundle_dir(b.plan.diag.as_deref()).and_then(|dir| write(&dir, &b).map(|()| dir));
+    match written {
+        Ok(dir) => ProbeError::Bundled {
             source: Box::new(error),
-            dir,
+            dir: dir.path().to_path_buf(),
         },
         Err(why) => ProbeError::Bundled {
             source: Box::new(error),

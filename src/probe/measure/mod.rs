@@ -14,11 +14,15 @@ use crate::probe::{Observer, Plan, ProbeError, Report, Scenario};
 
 /// Measures what `plan` says, with its scenario's module; the peer, when `peer` is `None`, is
 /// reached as `plan.peer` says (TCP). Post-cost runs in one process: with a peer it is refused.
+/// A `--diag` directory that could not hold the bundle safely is refused first.
 pub(super) fn run(
     plan: &Plan,
     peer: Option<&mut (dyn Rendezvous + '_)>,
     obs: &mut dyn Observer,
 ) -> Result<Report, ProbeError> {
+    if let Some(dir) = &plan.diag {
+        crate::probe::check::diag::check(dir)?;
+    }
     match (&plan.scenario, peer) {
         (Scenario::Lat(l), peer) => lat::run(plan, l, peer, obs),
         (Scenario::Bw(b), peer) => bw::run(plan, b, peer, obs),
