@@ -2448,3 +2448,37 @@ fn a_killed_runs_objects_are_swept_by_the_next_start() {
     assert_eq!(model_objects(&dir), Vec::<String>::new());
     std::fs::remove_dir_all(&dir).ok();
 }
+
+/// A run out of open files says so, whichever object met the limit (issue 30 point 8a; before:
+/// under `ulimit -n 16` `ibv_create_cq … Invalid argument`, under 12 `ibv_reg_mr … Cannot
+/// allocate memory … check ulimit -l`: model0's uverbs device answered every model error with
+/// EINVAL or ENOMEM).
+#[test]
+fn a_run_out_of_open_files_names_the_cause() {
+    let _g = serial();
+    let dir = model_dir("nofile");
+    let mut failed = 0;
+    for n in 10..=26 {
+        let (c, text, _) = limited(
+            &format!("ulimit -n {n}"),
+            &["lat", "write", "--loopback", "-d", "model0", "-n", "100"],
+            &dir,
+            60,
+        );
+        if c == 0 {
+            continue;
+        }
+        failed += 1;
+        assert_eq!(c, 1, "ulimit -n {n}: {text}");
+        assert!(text.contains("Too many open files"), "ulimit -n {n}: {text}");
+        assert!(
+            !text.contains("Invalid argument")
+                && !text.contains("Cannot allocate memory")
+                && !text.contains("ulimit -l"),
+            "ulimit -n {n}: {text}"
+        );
+        assert_eq!(model_objects(&dir), Vec::<String>::new(), "ulimit -n {n}: left behind");
+    }
+    assert!(failed >= 3, "too few limits met: {failed}");
+    std::fs::remove_dir_all(&dir).ok();
+}

@@ -129,7 +129,14 @@ fn errno_of<T>(e: impl std::fmt::Display, errno: c_int) -> Result<T, c_int> {
     // what model0 does not do (a command, a flag, a feature) or cannot (no room in its
     // directory, memory not mapped) is said at once: libibverbs passes on only the errno; other
     // refusals (bad handles, bad transitions) are the caller's to report
-    let said = [libc::EOPNOTSUPP, libc::ENOMEM, libc::ENOSPC, libc::EFAULT];
+    let said = [
+        libc::EOPNOTSUPP,
+        libc::ENOMEM,
+        libc::ENOSPC,
+        libc::EFAULT,
+        libc::EMFILE,
+        libc::ENFILE,
+    ];
     if said.contains(&errno) || std::env::var_os("RDMAPROBE_UVERBS_DEBUG").is_some() {
         // never eprintln! here: it panics when stderr is a closed pipe, and this runs inside
         // an extern "C" write(), where a panic aborts
@@ -252,7 +259,12 @@ fn open_context(slot: &mut Option<Ctx>, c: &mut Cmd<'_>) -> Result<(), c_int> {
     legacy::<k::ib_uverbs_get_context, k::ib_uverbs_get_context_resp>(c, true);
     let model = match MODEL.lock().unwrap_or_else(|p| p.into_inner()).clone() {
         Some(m) => m,
-        None => Model::open(Default::default()).or_else(|e| errno_of(e, libc::ENODEV))?,
+        None => Model::open(Default::default()).or_else(|e| {
+            let n = e
+                .errno()
+                .filter(|n| [libc::EMFILE, libc::ENFILE, libc::ENOMEM, libc::ENOSPC].contains(n));
+            errno_of(e, n.unwrap_or(libc::ENODEV))
+        })?,
     };
     let low_latency = get_context(c)?;
     *slot = Some(Ctx {

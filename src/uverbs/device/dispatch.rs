@@ -113,8 +113,10 @@ fn dereg_mr(ctx: &mut Ctx, c: &mut Cmd<'_>) -> Result<(), c_int> {
 
 fn create_comp_channel(_: &mut Ctx, c: &mut Cmd<'_>) -> Result<(), c_int> {
     legacy::<k::ib_uverbs_create_comp_channel, k::ib_uverbs_create_comp_channel_resp>(c, true);
-    let (_, fd) =
-        crate::model::events::create().or_else(|e| errno_of(format!("a completion channel: {e}"), libc::EMFILE))?;
+    let (_, fd) = crate::model::events::create().or_else(|e| {
+        let n = e.raw_os_error().unwrap_or(libc::EMFILE);
+        errno_of(format!("a completion channel: {e}"), n)
+    })?;
     c.resp
         .put(bytes(&k::ib_uverbs_create_comp_channel_resp { fd: fd as u32 }), &[])
 }
