@@ -2482,3 +2482,74 @@ fn a_run_out_of_open_files_names_the_cause() {
     assert!(failed >= 3, "too few limits met: {failed}");
     std::fs::remove_dir_all(&dir).ok();
 }
+
+/// A matrix file's bad values are quoted cut, as a peer's text is (issue 30 point 8b; before: a
+/// 200 MB bad `backends` value was echoed whole to stderr, 1.2 GB of memory): exit 2 with a short
+/// message naming the file and the key; a file larger than a matrix can be, or not a regular file
+/// (a FIFO blocked the read for ever), is refused before it is read.
+#[test]
+fn a_matrix_files_bad_values_are_cut() {
+    let _g = serial();
+    use std::io::Write;
+    let dir = model_dir("matrix-values");
+    let m = dir.join("m.toml");
+    let fifo = dir.join("fifo.toml");
+    assert!(std::process::Command::new("mkfifo")
+        .arg(&fifo)
+        .status()
+        .unwrap()
+        .success());
+    let mut huge = std::fs::File::create(dir.join("huge.toml")).unwrap();
+    huge.write_all(b"backends = \"").unwrap();
+    let chunk = vec![b'x'; 1 << 20];
+    for _ in 0..200 {
+        huge.write_all(&chunk).unwrap();
+    }
+    huge.write_all(b"\"\n").unwrap();
+    drop(huge);
+    for (file, says) in [
+        (
+            Some(format!("backends = \"{}\"\n", "x".repeat(900_000))),
+            "key `backends`: 'xxx",
+        ),
+        (
+            Some(format!("sizes = [\"{}\"]\n", "9".repeat(900_000))),
+            "key `sizes`: '999",
+        ),
+        (Some(format!("{} = 1\n", "k".repeat(900_000))), "unknown key `kkk"),
+        (
+            Some(format!("x = \"{}\"\nparts = [1,\n", "y".repeat(900_000))),
+            "TOML parse error",
+        ),
+        (None, "a matrix file is at most 1024 KiB"),
+        (None, "not a regular file"),
+    ] {
+        let path = match (&file, says) {
+            (Some(text), _) => {
+                std::fs::write(&m, text).unwrap();
+                &m
+            }
+            (None, "not a regular file") => &fifo,
+            (None, _) => &dir.join("huge.toml"),
+        };
+        let (c, text, took) = limited(
+            "ulimit -v 1000000",
+            &[
+                "suite",
+                "-d",
+                "model0",
+                "--matrix",
+                path.to_str().unwrap(),
+                "--out",
+                dir.join("out").to_str().unwrap(),
+            ],
+            &dir,
+            30,
+        );
+        let head: String = text.chars().take(400).collect();
+        assert_eq!(c, 2, "{says}: after {took:?}: {head}");
+        assert!(text.contains("--matrix") && text.contains(says), "{says}: {head}");
+        assert!(text.len() < 2000, "{says}: {} bytes: {head}", text.len());
+    }
+    std::fs::remove_dir_all(&dir).ok();
+}
