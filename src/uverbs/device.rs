@@ -11,6 +11,8 @@
 mod commands;
 mod dispatch;
 mod frame;
+#[cfg(test)]
+mod tests;
 
 use super::interpose;
 use crate::model::{Model, ModelCq, ModelDbPage, ModelMr, ModelQp};
@@ -227,6 +229,10 @@ pub(super) fn mmap_device(fd: c_int, len: usize, off: libc::off_t) -> Result<*mu
 /// context, every other command runs in it through its handler ([`dispatch`]).
 pub(super) fn command(fd: c_int, b: &[u8]) -> Result<(), c_int> {
     let mut c = frame(b)?;
+    // an extended command's response range is known now (a legacy one's when it is split)
+    if c.ex {
+        c.resp.check()?;
+    }
     let mut ctxs = CTXS.lock().unwrap_or_else(|p| p.into_inner());
     let Some(slot) = ctxs.iter_mut().find(|(f, _)| *f == fd) else {
         return errno_of(format!("fd {fd} is not an open model0 device"), libc::EBADF);
@@ -256,7 +262,7 @@ fn open_context(slot: &mut Option<Ctx>, c: &mut Cmd<'_>) -> Result<(), c_int> {
     if slot.is_some() {
         return errno_of("GET_CONTEXT twice on one descriptor", libc::EINVAL);
     }
-    legacy::<k::ib_uverbs_get_context, k::ib_uverbs_get_context_resp>(c, true);
+    legacy::<k::ib_uverbs_get_context, k::ib_uverbs_get_context_resp>(c, true)?;
     let model = match MODEL.lock().unwrap_or_else(|p| p.into_inner()).clone() {
         Some(m) => m,
         None => Model::open(Default::default()).or_else(|e| {

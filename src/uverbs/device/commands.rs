@@ -58,7 +58,11 @@ pub(super) fn get_context(c: &Cmd<'_>) -> Result<u32, c_int> {
         num_dyn_bfregs: DYN_BFREGS,
         ..Default::default()
     };
-    c.resp.put(bytes(&r), bytes(&d))?;
+    if let Err(e) = c.resp.put(bytes(&r), bytes(&d)) {
+        // SAFETY: the eventfd made above, not handed out.
+        unsafe { libc::close(async_fd) };
+        return Err(e);
+    }
     Ok(req.num_low_latency_bfregs)
 }
 
