@@ -8,16 +8,20 @@ use crate::sys::kabi as k;
 use std::ffi::{c_int, c_void};
 use std::mem::size_of;
 
-/// A page of this process: `prot` after it is mapped; unmapped when dropped.
-struct Page(*mut u8);
+/// Pages of this process (`len` bytes), `prot` after they are mapped; unmapped when dropped.
+struct Page(*mut u8, usize);
 
 impl Page {
     fn new(prot: c_int) -> Page {
-        // SAFETY: a fresh anonymous private page, ours until dropped.
+        Page::of(4096, prot)
+    }
+
+    fn of(len: usize, prot: c_int) -> Page {
+        // SAFETY: fresh anonymous private pages, ours until dropped.
         let p = unsafe {
             libc::mmap(
                 std::ptr::null_mut(),
-                4096,
+                len,
                 libc::PROT_READ | libc::PROT_WRITE,
                 libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
                 -1,
@@ -25,9 +29,9 @@ impl Page {
             )
         };
         assert_ne!(p, libc::MAP_FAILED);
-        // SAFETY: the page just mapped.
-        assert_eq!(unsafe { libc::mprotect(p, 4096, prot) }, 0);
-        Page(p as *mut u8)
+        // SAFETY: the pages just mapped.
+        assert_eq!(unsafe { libc::mprotect(p, len, prot) }, 0);
+        Page(p as *mut u8, len)
     }
 
     fn at(&self) -> u64 {
@@ -37,8 +41,8 @@ impl Page {
 
 impl Drop for Page {
     fn drop(&mut self) {
-        // SAFETY: the page `new` mapped, unmapped once.
-        unsafe { libc::munmap(self.0 as *mut c_void, 4096) };
+        // SAFETY: the pages `of` mapped, unmapped once.
+        unsafe { libc::munmap(self.0 as *mut c_void, self.1) };
     }
 }
 
@@ -57,30 +61,19 @@ fn bad_places(none: &Page, ro: &Page, rw_then_none: u64) -> [(&'static str, u64)
 
 /// Two adjacent pages, the first writable and the second without access; and the address 16
 /// bytes before their border.
-fn straddle() -> (*mut u8, u64) {
-    // SAFETY: two fresh anonymous pages, the second made inaccessible; never unmapped (a test's
-    // two pages).
-    let p = unsafe {
-        libc::mmap(
-            std::ptr::null_mut(),
-            8192,
-            libc::PROT_READ | libc::PROT_WRITE,
-            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-            -1,
-            0,
-        )
-    };
-    assert_ne!(p, libc::MAP_FAILED);
+fn straddle() -> (Page, u64) {
+    let p = Page::of(8192, libc::PROT_READ | libc::PROT_WRITE);
     // SAFETY: the second of the pages just mapped.
-    let rc = unsafe { libc::mprotect((p as *mut u8).add(4096) as *mut c_void, 4096, libc::PROT_NONE) };
+    let rc = unsafe { libc::mprotect(p.0.add(4096) as *mut c_void, 4096, libc::PROT_NONE) };
     assert_eq!(rc, 0);
-    (p as *mut u8, p as u64 + 4096 - 16)
+    let border = p.at() + 4096 - 16;
+    (p, border)
 }
 
 #[test]
 fn copies_out_or_answers_efault() {
     let (none, ro) = (Page::new(libc::PROT_NONE), Page::new(libc::PROT_READ));
-    let (_, border) = straddle();
+    let (_two, border) = straddle();
     for (what, at) in bad_places(&none, &ro, border) {
         assert_eq!(copy_out(at, &[7u8; 64]), Err(libc::EFAULT), "{what}");
         assert_eq!(
@@ -159,7 +152,7 @@ fn responses_where_the_program_may_not_write_are_efault() {
     let fd = unsafe { libc::open(path.as_ptr(), libc::O_RDWR | libc::O_CLOEXEC) };
     assert!(fd >= 0, "{}", std::io::Error::last_os_error());
     let (none, ro) = (Page::new(libc::PROT_NONE), Page::new(libc::PROT_READ));
-    let (_, border) = straddle();
+    let (_two, border) = straddle();
     for (what, at) in bad_places(&none, &ro, border) {
         assert_eq!(
             send(fd, &get_context(at)),
