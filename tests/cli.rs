@@ -2288,6 +2288,9 @@ fn limited(
         .arg(env!("CARGO_BIN_EXE_rdmaprobe"))
         .args(args)
         .env("RDMAPROBE_MODEL_DIR", model_dir)
+        // this process's libibverbs may point at the default model directory's sysfs (then the
+        // run's own directory would not be used for the verbs backends): the run makes its own
+        .env_remove("SYSFS_PATH")
         .stdin(std::process::Stdio::null())
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
@@ -2415,6 +2418,7 @@ fn a_killed_runs_objects_are_swept_by_the_next_start() {
     let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_rdmaprobe"))
         .args(["lat", "write", "--loopback", "-d", "model0", "-n", "5000000"])
         .env("RDMAPROBE_MODEL_DIR", &dir)
+        .env_remove("SYSFS_PATH")
         .stdout(std::process::Stdio::null())
         .stderr(std::fs::File::create(&log).unwrap())
         .spawn()
@@ -2438,11 +2442,14 @@ fn a_killed_runs_objects_are_swept_by_the_next_start() {
         "the run's objects should be there: {left:?} ({status}; {})",
         std::fs::read_to_string(&log).unwrap_or_default()
     );
-    let (c, out, err) = cmd::run_env(
-        &["devices", "--json"],
-        &[("RDMAPROBE_MODEL_DIR", dir.to_str().unwrap())],
-    );
-    assert!(c == 0 || c == 3, "{out}{err}");
+    let o = std::process::Command::new(env!("CARGO_BIN_EXE_rdmaprobe"))
+        .args(["devices", "--json"])
+        .env("RDMAPROBE_MODEL_DIR", &dir)
+        .env_remove("SYSFS_PATH")
+        .output()
+        .unwrap();
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(matches!(o.status.code(), Some(0 | 3)), "{out}");
     let v: serde_json::Value = serde_json::from_str(&out).expect("valid JSON");
     assert_eq!(v["model"]["swept"].as_u64(), Some(left.len() as u64), "{left:?}: {out}");
     assert_eq!(model_objects(&dir), Vec::<String>::new());
@@ -2479,6 +2486,7 @@ fn a_run_out_of_open_files_names_the_cause() {
         );
         assert_eq!(model_objects(&dir), Vec::<String>::new(), "ulimit -n {n}: left behind");
     }
+    // (the lowest is met whichever backends run)
     assert!(failed >= 3, "too few limits met: {failed}");
     std::fs::remove_dir_all(&dir).ok();
 }
