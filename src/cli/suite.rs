@@ -105,12 +105,8 @@ pub fn suite(a: SuiteArgs) -> Result<ExitCode> {
     };
     let file = match &a.matrix {
         None => matrix::MatrixSpec::default(),
-        Some(path) => {
-            let text = std::fs::read_to_string(path)
-                .map_err(|e| ProbeError::Usage(format!("--matrix {}: {e}", path.display())))?;
-            matrix::MatrixSpec::from_toml(&text)
-                .map_err(|e| ProbeError::Usage(format!("--matrix {}: {e}", path.display())))?
-        }
+        Some(path) => matrix::MatrixSpec::read(path)
+            .map_err(|e| ProbeError::Usage(format!("--matrix {}: {e}", path.display())))?,
     };
     let sp = SuitePlan {
         device: a.dev.spec(),

@@ -30,6 +30,27 @@ pub enum ModelError {
     Invalid(String),
 }
 
+impl ModelError {
+    /// The errno of the operating-system error behind this one (a full directory: `ENOSPC`; too
+    /// many open files: `EMFILE`, `ENFILE`; no memory: `ENOMEM`), for a device interface that
+    /// answers with an errno; `None` for bad arguments.
+    pub fn errno(&self) -> Option<i32> {
+        let ModelError::Io { source, .. } = self else {
+            return None;
+        };
+        // the object files' errors keep the kind and add the file's name (no raw errno then)
+        source.raw_os_error().or(match source.kind() {
+            std::io::ErrorKind::StorageFull => Some(libc::ENOSPC),
+            std::io::ErrorKind::OutOfMemory => Some(libc::ENOMEM),
+            std::io::ErrorKind::PermissionDenied => Some(libc::EACCES),
+            std::io::ErrorKind::NotFound => Some(libc::ENOENT),
+            std::io::ErrorKind::AlreadyExists => Some(libc::EEXIST),
+            std::io::ErrorKind::InvalidData | std::io::ErrorKind::InvalidInput => Some(libc::EINVAL),
+            _ => None,
+        })
+    }
+}
+
 pub(super) fn io(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> ModelError {
     let what = what.into();
     move |source| ModelError::Io { what, source }

@@ -133,7 +133,15 @@ impl Shm {
                     }
                     // SAFETY: a file we just created and sized; nobody else truncates it (other
                     // processes only map it, and it is removed only by its owner).
-                    let map = unsafe { memmap2::MmapOptions::new().len(len).map_mut(&f) }?;
+                    let map = match unsafe { memmap2::MmapOptions::new().len(len).map_mut(&f) } {
+                        Ok(m) => m,
+                        Err(e) => {
+                            // not left behind: a file without its header names no owner, and
+                            // no sweep would ever take it
+                            let _ = fs::remove_file(&p);
+                            return Err(e);
+                        }
+                    };
                     return Ok((
                         id,
                         Shm {

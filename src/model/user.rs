@@ -30,8 +30,7 @@ impl Pinned {
     /// As [`Shm::map_over`].
     unsafe fn new(shm: &Shm, off: usize, addr: usize, len: usize, what: &str) -> Result<Pinned, ModelError> {
         // SAFETY: forwarded from the caller.
-        unsafe { shm.map_over(off, addr, len) }
-            .map_err(|e| ModelError::Invalid(format!("pinning {what} at {addr:#x} ({len} bytes): {e}")))?;
+        unsafe { shm.map_over(off, addr, len) }.map_err(io(format!("pinning {what} at {addr:#x} ({len} bytes)")))?;
         Ok(Pinned { addr, len, off })
     }
 

@@ -11,6 +11,8 @@
 mod commands;
 mod dispatch;
 mod frame;
+#[cfg(test)]
+mod tests;
 
 use super::interpose;
 use crate::model::{Model, ModelCq, ModelDbPage, ModelMr, ModelQp};
@@ -129,7 +131,14 @@ fn errno_of<T>(e: impl std::fmt::Display, errno: c_int) -> Result<T, c_int> {
     // what model0 does not do (a command, a flag, a feature) or cannot (no room in its
     // directory, memory not mapped) is said at once: libibverbs passes on only the errno; other
     // refusals (bad handles, bad transitions) are the caller's to report
-    let said = [libc::EOPNOTSUPP, libc::ENOMEM, libc::ENOSPC, libc::EFAULT];
+    let said = [
+        libc::EOPNOTSUPP,
+        libc::ENOMEM,
+        libc::ENOSPC,
+        libc::EFAULT,
+        libc::EMFILE,
+        libc::ENFILE,
+    ];
     if said.contains(&errno) || std::env::var_os("RDMAPROBE_UVERBS_DEBUG").is_some() {
         // never eprintln! here: it panics when stderr is a closed pipe, and this runs inside
         // an extern "C" write(), where a panic aborts
@@ -220,6 +229,10 @@ pub(super) fn mmap_device(fd: c_int, len: usize, off: libc::off_t) -> Result<*mu
 /// context, every other command runs in it through its handler ([`dispatch`]).
 pub(super) fn command(fd: c_int, b: &[u8]) -> Result<(), c_int> {
     let mut c = frame(b)?;
+    // an extended command's response range is known now (a legacy one's when it is split)
+    if c.ex {
+        c.resp.check()?;
+    }
     let mut ctxs = CTXS.lock().unwrap_or_else(|p| p.into_inner());
     let Some(slot) = ctxs.iter_mut().find(|(f, _)| *f == fd) else {
         return errno_of(format!("fd {fd} is not an open model0 device"), libc::EBADF);
@@ -249,10 +262,15 @@ fn open_context(slot: &mut Option<Ctx>, c: &mut Cmd<'_>) -> Result<(), c_int> {
     if slot.is_some() {
         return errno_of("GET_CONTEXT twice on one descriptor", libc::EINVAL);
     }
-    legacy::<k::ib_uverbs_get_context, k::ib_uverbs_get_context_resp>(c, true);
+    legacy::<k::ib_uverbs_get_context, k::ib_uverbs_get_context_resp>(c, true)?;
     let model = match MODEL.lock().unwrap_or_else(|p| p.into_inner()).clone() {
         Some(m) => m,
-        None => Model::open(Default::default()).or_else(|e| errno_of(e, libc::ENODEV))?,
+        None => Model::open(Default::default()).or_else(|e| {
+            let n = e
+                .errno()
+                .filter(|n| [libc::EMFILE, libc::ENFILE, libc::ENOMEM, libc::ENOSPC].contains(n));
+            errno_of(e, n.unwrap_or(libc::ENODEV))
+        })?,
     };
     let low_latency = get_context(c)?;
     *slot = Some(Ctx {

@@ -106,7 +106,7 @@ impl NoDevice {
 #[non_exhaustive]
 pub enum VerbsError {
     /// A verb returned an error.
-    #[error("{verb} failed on {ctx}: {source}{hint}", hint = hint(verb, source))]
+    #[error("{verb} failed on {ctx}: {source}{hint}", hint = hint(verb, ctx, source))]
     Verb {
         /// The verb, e.g. `ibv_modify_qp(RTR)`.
         verb: &'static str,
@@ -196,9 +196,19 @@ pub enum VerbsError {
     },
 }
 
-fn hint(verb: &str, e: &io::Error) -> &'static str {
+/// What the errno of a failed verb usually means, by its cause alone: the locked-memory limit
+/// only for a registration's ENOMEM on a device that pins memory (not model0, which maps a file
+/// over the pages: its ENOMEM is memory), the open-files limit for EMFILE (model0 keeps a file
+/// per object).
+fn hint(verb: &str, ctx: &Ctx, e: &io::Error) -> &'static str {
+    let model = ctx.device == crate::model::DEVICE_NAME;
     match (verb, e.raw_os_error()) {
-        ("ibv_reg_mr", Some(libc::ENOMEM)) | ("ibv_reg_mr", Some(libc::EPERM)) => {
+        (_, Some(libc::EMFILE)) if model => {
+            " (the open-files limit: model0 keeps a shared-memory file open per object; raise `ulimit -n`)"
+        }
+        (_, Some(libc::EMFILE)) => " (the open-files limit: raise `ulimit -n`)",
+        (_, Some(libc::ENFILE)) => " (the system's open-files limit: fs.file-max)",
+        ("ibv_reg_mr", Some(libc::ENOMEM)) | ("ibv_reg_mr", Some(libc::EPERM)) if !model => {
             " (locked-memory limit too low? check `ulimit -l`, or run as root)"
         }
         ("ibv_open_device", Some(libc::EACCES)) | ("ibv_open_device", Some(libc::EPERM)) => {
@@ -311,6 +321,29 @@ mod tests {
         assert!(s.contains("(4096 bytes)"), "{s}");
         let mut x = 5u8;
         assert!(check_ptr(&mut x as *mut u8, "v", || Ctx::dev("d")).is_ok());
+    }
+
+    #[test]
+    fn hints_follow_the_cause() {
+        let e = |verb, dev, errno| {
+            VerbsError::Verb {
+                verb,
+                ctx: Ctx::dev(dev),
+                source: io::Error::from_raw_os_error(errno),
+            }
+            .to_string()
+        };
+        // model0 pins nothing: its ENOMEM is no locked-memory limit
+        assert!(!e("ibv_reg_mr", "model0", libc::ENOMEM).contains("ulimit -l"));
+        assert!(e("ibv_reg_mr", "mlx5_0", libc::ENOMEM).contains("ulimit -l"));
+        for dev in ["model0", "mlx5_0"] {
+            let s = e("ibv_reg_mr", dev, libc::EMFILE);
+            assert!(
+                s.contains("Too many open files") && s.contains("ulimit -n") && !s.contains("ulimit -l"),
+                "{s}"
+            );
+        }
+        assert!(e("ibv_create_cq", "model0", libc::EMFILE).contains("model0 keeps a shared-memory file"));
     }
 
     #[test]

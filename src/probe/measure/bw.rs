@@ -537,22 +537,33 @@ pub(in crate::probe) fn check_memory(
     bidirectional: bool,
     buf_len: usize,
 ) -> Result<(), ProbeError> {
+    let (need, per_pair) = memory_need(iters, threads, qps, bidirectional, buf_len);
+    session::check_memory(need, || {
+        format!(
+            "-n {iters} x {threads} thread(s) x {qps} QP(s) ({} B per message; {} KiB of buffers and queues per QP pair)",
+            session::BW_SAMPLE_BYTES,
+            per_pair / 1024
+        )
+    })
+}
+
+/// The bytes a bandwidth run takes: its samples (`iters` messages per QP, both ways when
+/// `bidirectional`) and its QP pairs' buffers and queues; and the latter per pair.
+pub(in crate::probe) fn memory_need(
+    iters: u64,
+    threads: u64,
+    qps: u64,
+    bidirectional: bool,
+    buf_len: usize,
+) -> (u64, u64) {
     let pairs = threads.saturating_mul(qps);
     let per_pair = (2 * buf_len as u64).saturating_add(2 * QP_OVERHEAD_BYTES);
-    session::check_memory(
-        iters
-            .saturating_mul(pairs)
-            .saturating_mul(if bidirectional { 2 } else { 1 })
-            .saturating_mul(session::BW_SAMPLE_BYTES)
-            .saturating_add(pairs.saturating_mul(per_pair)),
-        || {
-            format!(
-                "-n {iters} x {threads} thread(s) x {qps} QP(s) ({} B per message; {} KiB of buffers and queues per QP pair)",
-                session::BW_SAMPLE_BYTES,
-                per_pair / 1024
-            )
-        },
-    )
+    let need = iters
+        .saturating_mul(pairs)
+        .saturating_mul(if bidirectional { 2 } else { 1 })
+        .saturating_mul(session::BW_SAMPLE_BYTES)
+        .saturating_add(pairs.saturating_mul(per_pair));
+    (need, per_pair)
 }
 
 /// A client's result of one size and backend, from its threads' summaries.

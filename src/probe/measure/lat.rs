@@ -133,20 +133,31 @@ fn open(
 /// Every sample is kept: the memory they take is checked before the run, not met after it.
 fn check_memory(l: &LatPlan, backends: u64) -> Result<(), ProbeError> {
     let b = session::LAT_SAMPLE_BYTES;
+    let need = samples_bytes(l.iters, l.duration, backends);
     match l.duration {
-        None => session::check_memory(l.iters.saturating_mul(backends).saturating_mul(b), || {
+        None => session::check_memory(need, || {
             format!("-n {} ({backends} backend(s), {b} B per iteration)", l.iters)
         }),
-        Some(d) => session::check_memory(
-            (d.as_nanos() / u128::from(session::FASTEST_ITERATION_NS)).min(u128::from(u64::MAX)) as u64 * b,
-            || {
-                format!(
-                    "-D {} (up to one iteration per {} ns, {b} B each)",
-                    d.as_secs(),
-                    session::FASTEST_ITERATION_NS
-                )
-            },
-        ),
+        Some(d) => session::check_memory(need, || {
+            format!(
+                "-D {} (up to one iteration per {} ns, {b} B each)",
+                d.as_secs(),
+                session::FASTEST_ITERATION_NS
+            )
+        }),
+    }
+}
+
+/// The bytes a latency run's samples take: `iters` iterations of each of `backends`, or with a
+/// `duration` as many iterations as it holds at the fastest (the backends share the time).
+pub(in crate::probe) fn samples_bytes(iters: u64, duration: Option<std::time::Duration>, backends: u64) -> u64 {
+    let b = session::LAT_SAMPLE_BYTES;
+    match duration {
+        None => iters.saturating_mul(backends).saturating_mul(b),
+        Some(d) => {
+            let n = d.as_nanos() / u128::from(session::FASTEST_ITERATION_NS);
+            u64::try_from(n).unwrap_or(u64::MAX).saturating_mul(b)
+        }
     }
 }
 

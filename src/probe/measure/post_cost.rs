@@ -84,10 +84,16 @@ fn configs(pc: &PostCostPlan, kinds: &[BackendKind]) -> Vec<(BackendKind, DbMode
 /// Every configuration's blocks are kept (their per-WQE figures are in the report): the memory
 /// they take is checked before the run.
 fn check_memory(pc: &PostCostPlan, configs: u64) -> Result<(), ProbeError> {
-    session::check_memory(pc.blocks.saturating_mul(configs).saturating_mul(24), || {
-        format!("-n {} blocks x {configs} configurations (24 B per block)", pc.blocks)
+    session::check_memory(pc.blocks.saturating_mul(configs).saturating_mul(BLOCK_BYTES), || {
+        format!(
+            "-n {} blocks x {configs} configurations ({BLOCK_BYTES} B per block)",
+            pc.blocks
+        )
     })
 }
+
+/// Bytes a post-cost run keeps per block and configuration.
+pub(in crate::probe) const BLOCK_BYTES: u64 = 24;
 
 /// The report before the runs: what runs, on what (always in one process).
 fn new_report(

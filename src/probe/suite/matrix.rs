@@ -61,6 +61,9 @@ pub struct MatrixSpec {
     pub transports: Option<Vec<Transport>>,
 }
 
+/// The largest matrix file read, bytes (a matrix is a few keys).
+pub const MAX_FILE: u64 = 1 << 20;
+
 /// The shortest `-D` (a point shorter than a block of 1000 iterations measures nothing).
 pub const MIN_DURATION_S: f64 = 0.01;
 
@@ -114,12 +117,45 @@ impl MatrixSpec {
         Ok(())
     }
 
+    /// Reads the matrix file `path` ([`MatrixSpec::from_toml`]): a regular file (not a FIFO, a
+    /// device, a directory: refused before any read) of at most [`MAX_FILE`] bytes, UTF-8.
+    pub fn read(path: &std::path::Path) -> Result<MatrixSpec, String> {
+        use std::io::Read;
+        use std::os::unix::fs::OpenOptionsExt;
+        // never blocked on a FIFO's open: its type is checked first
+        let f = std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_NONBLOCK | libc::O_CLOEXEC)
+            .open(path)
+            .map_err(|e| e.to_string())?;
+        let meta = f.metadata().map_err(|e| e.to_string())?;
+        if !meta.file_type().is_file() {
+            return Err("not a regular file".into());
+        }
+        if meta.len() > MAX_FILE {
+            return Err(format!(
+                "{} bytes: a matrix file is at most {} KiB",
+                meta.len(),
+                MAX_FILE >> 10
+            ));
+        }
+        let mut text = Vec::new();
+        // the file may grow meanwhile: never more than the bound is read
+        f.take(MAX_FILE + 1).read_to_end(&mut text).map_err(|e| e.to_string())?;
+        if text.len() as u64 > MAX_FILE {
+            return Err(format!("a matrix file is at most {} KiB", MAX_FILE >> 10));
+        }
+        let text = String::from_utf8(text).map_err(|e| format!("not UTF-8 text ({e})"))?;
+        MatrixSpec::from_toml(&text)
+    }
+
     /// Reads a matrix file (TOML): keys `parts`, `ops` (both), `lat_ops`, `bw_ops`, `sizes`
     /// (both), `lat_sizes`, `bw_sizes`, `iters`, `duration_s`, `backends`, `transports`, `qps`, `threads`,
     /// `bw_messages`, `bw_min_ms`, `post_cost_blocks`. Sizes are numbers or strings as on the
     /// command line (`"64K"`, `"8-4M"`); an unknown key or a bad value is an error naming it.
     pub fn from_toml(text: &str) -> Result<MatrixSpec, String> {
-        let t: toml::Table = text.parse().map_err(|e: toml::de::Error| e.to_string())?;
+        // the parser's message shows the line it stopped at: cut, as every quoted value
+        let t: toml::Table = text.parse().map_err(|e: toml::de::Error| cut_lines(&e.to_string()))?;
         let mut m = MatrixSpec::default();
         let mut both_ops = None;
         let mut both_sizes = None;
@@ -156,7 +192,8 @@ impl MatrixSpec {
                 "post_cost_blocks" => m.post_cost_blocks = Some(int(v, 1, 10_000_000).map_err(|e| bad(&e))?),
                 _ => {
                     return Err(format!(
-                        "unknown key `{k}` (the keys: parts, ops, lat_ops, bw_ops, sizes, lat_sizes, bw_sizes, iters, duration_s, backends, transports, qps, threads, bw_messages, bw_min_ms, post_cost_blocks)"
+                        "unknown key `{}` (the keys: parts, ops, lat_ops, bw_ops, sizes, lat_sizes, bw_sizes, iters, duration_s, backends, transports, qps, threads, bw_messages, bw_min_ms, post_cost_blocks)",
+                        quote(k)
                     ))
                 }
             }
@@ -168,6 +205,18 @@ impl MatrixSpec {
         m.check()?;
         Ok(m)
     }
+}
+
+/// A value from the file or the command line as an error quotes it: its first 200 characters,
+/// control characters escaped (as a peer's text is shown: a value of megabytes is not echoed).
+fn quote(x: &str) -> String {
+    crate::oob::escape(x)
+}
+
+/// A multi-line message (the TOML parser's, which shows the line it stopped at) with each line
+/// cut as [`quote`] cuts, and at most 12 lines.
+fn cut_lines(s: &str) -> String {
+    s.lines().take(12).map(quote).collect::<Vec<_>>().join("\n")
 }
 
 /// A file's sizes: a number, a string as on the command line (`"64K"`, `"8-4M"`), or a list of
@@ -233,10 +282,10 @@ fn parse_named<T: Copy + PartialEq>(s: &str, table: &[(&str, T)], what: &str, sh
     let mut v = Vec::new();
     for x in list(s) {
         let Some(&(_, t)) = table.iter().find(|(n, _)| *n == x) else {
-            return Err(format!("'{x}' is not {what} ({shown})"));
+            return Err(format!("'{}' is not {what} ({shown})", quote(x)));
         };
         if v.contains(&t) {
-            return Err(format!("'{x}' is named twice"));
+            return Err(format!("'{}' is named twice", quote(x)));
         }
         v.push(t);
     }
@@ -307,7 +356,8 @@ pub fn parse_sizes(s: &str) -> Result<Vec<u32>, String> {
             let (a, b) = (one_size(a)?, one_size(b)?);
             if !a.is_power_of_two() || !b.is_power_of_two() || a > b {
                 return Err(format!(
-                    "'{x}': a range is two powers of two, the smaller first (as 8-4M)"
+                    "'{}': a range is two powers of two, the smaller first (as 8-4M)",
+                    quote(x)
                 ));
             }
             let mut s = a;
@@ -333,10 +383,10 @@ fn one_size(x: &str) -> Result<u32, String> {
     };
     let n: u64 = num
         .parse()
-        .map_err(|_| format!("'{x}' is not a size (bytes, or with K or M: 64K, 1M)"))?;
+        .map_err(|_| format!("'{}' is not a size (bytes, or with K or M: 64K, 1M)", quote(x)))?;
     match n.checked_mul(mul) {
         Some(b) if (1..=u64::from(MAX_SIZE)).contains(&b) => Ok(b as u32),
-        _ => Err(format!("'{x}': sizes are 1 B to 8M")),
+        _ => Err(format!("'{}': sizes are 1 B to 8M", quote(x))),
     }
 }
 
@@ -415,6 +465,22 @@ mod tests {
         assert_eq!(m.backends, Some(vec![BackendKind::Wr]));
         assert_eq!(m.qps, Some(4));
         assert_eq!(m.lat_ops, f.lat_ops);
+    }
+
+    #[test]
+    fn quoted_values_are_cut() {
+        let big = "y".repeat(1 << 20);
+        for text in [
+            format!("backends = \"{big}\""),
+            format!("sizes = \"{big}\""),
+            format!("{big} = 1"),
+            format!("x = \"{big}\"\nparts = [1,"),
+            format!("parts = \"lat,\u{1b}[31m{big}\""),
+        ] {
+            let e = MatrixSpec::from_toml(&text).unwrap_err();
+            assert!(e.len() < 1000, "{} bytes: {}", e.len(), &e[..300]);
+            assert!(!e.contains('\u{1b}'), "{e}");
+        }
     }
 
     #[test]

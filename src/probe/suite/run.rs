@@ -9,7 +9,7 @@ use crate::clock::Calibration;
 use crate::mlx5::sq::DbMode;
 use crate::model::{Counters, ExecMode, ModelConfig};
 use crate::probe::check::counters::{self, CounterDelta};
-use crate::probe::measure::{bw, session};
+use crate::probe::measure::{bw, lat, post_cost, session};
 use crate::probe::report::result_doc;
 use crate::probe::{Backends, LatPlan, Observer, Plan, ProbeError, Quiet, Scenario, INTERRUPTED};
 use crate::report::env::Fingerprint;
@@ -71,6 +71,7 @@ impl Suite {
         let kinds = suite_backends(&dev, sp.matrix.backends.as_deref())?;
         m.ud_mtu = session::ud_mtu(&dev);
         check_points(&m, &dev)?;
+        check_memory(&m, kinds.len() as u64)?;
         let before = counters::sample(&dev);
         let (cal, env) = session::calibrate(&dev, true)?;
         let mut warnings = env.warnings();
@@ -287,7 +288,7 @@ impl Suite {
 }
 
 /// Refused before anything runs: a matrix with no latency or bandwidth point left on its
-/// transports, a size the device cannot carry, bandwidth points whose memory is not there.
+/// transports, a size the device cannot carry.
 fn check_points(m: &Matrix, dev: &Dev) -> Result<(), ProbeError> {
     let pc_steps = if m.parts.contains(&Part::PostCost) {
         POSTLISTS.len()
@@ -305,13 +306,56 @@ fn check_points(m: &Matrix, dev: &Dev) -> Result<(), ProbeError> {
     for s in m.lat_sizes.iter().chain(&m.bw_sizes) {
         dev.check_size(*s)?;
     }
+    Ok(())
+}
+
+/// Refused before the first point, each naming what to lower: a part whose memory is not there
+/// (every latency sample of a point, on every backend; a bandwidth point's samples, QPs and
+/// buffers; the post cost's blocks), as `lat`, `bw` and `post-cost` refuse theirs alone. The
+/// points run one after the other and give their memory back, so the largest of each part counts.
+fn check_memory(m: &Matrix, backends: u64) -> Result<(), ProbeError> {
+    if m.parts.contains(&Part::Lat) {
+        let b = session::LAT_SAMPLE_BYTES;
+        session::check_memory(lat::samples_bytes(m.iters, m.duration, backends), || match m.duration {
+            None => format!(
+                "suite lat: -n/iters {} ({backends} backend(s), {b} B per iteration and backend)",
+                m.iters
+            ),
+            Some(d) => format!(
+                "suite lat: -D/duration_s {} (up to one iteration per {} ns, {b} B each)",
+                d.as_secs_f64(),
+                session::FASTEST_ITERATION_NS
+            ),
+        })?;
+    }
     if m.parts.contains(&Part::Bw) {
         for op in &m.bw_ops {
             for size in m.sizes(*op, false) {
                 let buf = session::buffer_len(&[size]);
-                bw::check_memory(m.bw_messages_at(size), m.threads, m.qps, false, buf)?;
+                let n = m.bw_messages_at(size);
+                let (need, per_pair) = bw::memory_need(n, m.threads, m.qps, false, buf);
+                session::check_memory(need, || {
+                    format!(
+                        "suite bw at {size} B: --bw-messages/bw_messages {n} x --threads {} x -q/qps {} ({} B per \
+                         message; {} KiB of buffers and queues per QP pair)",
+                        m.threads,
+                        m.qps,
+                        session::BW_SAMPLE_BYTES,
+                        per_pair / 1024
+                    )
+                })?;
             }
         }
+    }
+    if m.parts.contains(&Part::PostCost) {
+        let configs = (POSTLISTS.len() as u64).saturating_mul(backends);
+        let b = post_cost::BLOCK_BYTES;
+        session::check_memory(m.pc_blocks.saturating_mul(configs).saturating_mul(b), || {
+            format!(
+                "suite post-cost: --post-cost-blocks/post_cost_blocks {} x {configs} configurations ({b} B per block)",
+                m.pc_blocks
+            )
+        })?;
     }
     Ok(())
 }

@@ -58,7 +58,11 @@ pub(super) fn get_context(c: &Cmd<'_>) -> Result<u32, c_int> {
         num_dyn_bfregs: DYN_BFREGS,
         ..Default::default()
     };
-    c.resp.put(bytes(&r), bytes(&d))?;
+    if let Err(e) = c.resp.put(bytes(&r), bytes(&d)) {
+        // SAFETY: the eventfd made above, not handed out.
+        unsafe { libc::close(async_fd) };
+        return Err(e);
+    }
     Ok(req.num_low_latency_bfregs)
 }
 
@@ -177,7 +181,7 @@ pub(super) fn reg_mr(ctx: &mut Ctx, c: &Cmd<'_>) -> Result<(), c_int> {
     }
     // SAFETY: libibverbs registers memory the program owns and keeps until DEREG_MR.
     let mr = unsafe { ctx.model.reg_user_mr(pdn, start, len, q.hca_va, q.access_flags) }
-        .or_else(|e| errno_of(e, libc::ENOMEM))?;
+        .or_else(|e| model_errno(e, libc::ENOMEM))?;
     let h = handle(ctx);
     let r = k::ib_uverbs_reg_mr_resp {
         mr_handle: h,
@@ -188,6 +192,13 @@ pub(super) fn reg_mr(ctx: &mut Ctx, c: &Cmd<'_>) -> Result<(), c_int> {
     pages.push((mr.as_ptr() as usize, s0, e0));
     ctx.mrs.insert(h, mr);
     c.resp.put(bytes(&r), &[])
+}
+
+/// A model error answered with the errno that caused it (too many open files, a full
+/// directory, no memory: what the model met creating the object), else with `otherwise`.
+fn model_errno<T>(e: crate::model::ModelError, otherwise: c_int) -> Result<T, c_int> {
+    let n = e.errno().unwrap_or(otherwise);
+    errno_of(e, n)
 }
 
 /// Whether every page of `[addr, addr + len)` is mapped (`mincore` answers ENOMEM otherwise).
@@ -204,7 +215,7 @@ fn take_db(ctx: &mut Ctx, addr: u64) -> Result<(usize, u32), c_int> {
         d.refs += 1;
     } else {
         // SAFETY: libmlx5's record page, allocated until the last object using it is destroyed.
-        let p = unsafe { ctx.model.map_db_page(page) }.or_else(|e| errno_of(e, libc::ENOMEM))?;
+        let p = unsafe { ctx.model.map_db_page(page) }.or_else(|e| model_errno(e, libc::ENOMEM))?;
         ctx.dbs.insert(page, DbRef { page: p, refs: 1 });
     }
     Ok((page, (addr as usize - page) as u32))
@@ -256,7 +267,7 @@ pub(super) fn create_cq(
         Ok(cq) => cq,
         Err(e) => {
             release_db(ctx, page);
-            return errno_of(e, libc::EINVAL);
+            return model_errno(e, libc::EINVAL);
         }
     };
     if let Some(id) = chan {
@@ -309,7 +320,7 @@ pub(super) fn create_qp(ctx: &mut Ctx, c: &Cmd<'_>, q: &k::ib_uverbs_ex_create_q
         Ok(qp) => Arc::new(qp),
         Err(e) => {
             release_db(ctx, page);
-            return errno_of(e, libc::EINVAL);
+            return model_errno(e, libc::EINVAL);
         }
     };
     qp.set_transport(transport);

@@ -40,7 +40,7 @@ pub(super) fn handler(op: u32, ex: bool) -> Option<Handler> {
 }
 
 fn query_device(ctx: &mut Ctx, c: &mut Cmd<'_>) -> Result<(), c_int> {
-    legacy::<k::ib_uverbs_query_device, k::ib_uverbs_query_device_resp>(c, true);
+    legacy::<k::ib_uverbs_query_device, k::ib_uverbs_query_device_resp>(c, true)?;
     c.resp.put(bytes(&device_attr(&ctx.model)), &[])
 }
 
@@ -54,7 +54,7 @@ fn ex_query_device(ctx: &mut Ctx, c: &mut Cmd<'_>) -> Result<(), c_int> {
 }
 
 fn query_port(_: &mut Ctx, c: &mut Cmd<'_>) -> Result<(), c_int> {
-    legacy::<k::ib_uverbs_query_port, k::ib_uverbs_query_port_resp>(c, true);
+    legacy::<k::ib_uverbs_query_port, k::ib_uverbs_query_port_resp>(c, true)?;
     let q: k::ib_uverbs_query_port = rd(c.core, 0);
     if q.port_num != 1 {
         return errno_of(
@@ -66,7 +66,7 @@ fn query_port(_: &mut Ctx, c: &mut Cmd<'_>) -> Result<(), c_int> {
 }
 
 fn alloc_pd(ctx: &mut Ctx, c: &mut Cmd<'_>) -> Result<(), c_int> {
-    legacy::<k::ib_uverbs_alloc_pd, k::ib_uverbs_alloc_pd_resp>(c, true);
+    legacy::<k::ib_uverbs_alloc_pd, k::ib_uverbs_alloc_pd_resp>(c, true)?;
     let h = handle(ctx);
     let pdn = ctx.model.alloc_pd();
     ctx.pds.insert(h, pdn);
@@ -79,7 +79,7 @@ fn alloc_pd(ctx: &mut Ctx, c: &mut Cmd<'_>) -> Result<(), c_int> {
 }
 
 fn dealloc_pd(ctx: &mut Ctx, c: &mut Cmd<'_>) -> Result<(), c_int> {
-    legacy::<k::ib_uverbs_dealloc_pd, ()>(c, false);
+    legacy::<k::ib_uverbs_dealloc_pd, ()>(c, false)?;
     let q: k::ib_uverbs_dealloc_pd = rd(c.core, 0);
     let Some(&pdn) = ctx.pds.get(&q.pd_handle) else {
         return errno_of(format!("DEALLOC_PD of unknown handle {}", q.pd_handle), libc::EINVAL);
@@ -93,12 +93,12 @@ fn dealloc_pd(ctx: &mut Ctx, c: &mut Cmd<'_>) -> Result<(), c_int> {
 }
 
 fn reg_mr(ctx: &mut Ctx, c: &mut Cmd<'_>) -> Result<(), c_int> {
-    legacy::<k::ib_uverbs_reg_mr, k::ib_uverbs_reg_mr_resp>(c, true);
+    legacy::<k::ib_uverbs_reg_mr, k::ib_uverbs_reg_mr_resp>(c, true)?;
     commands::reg_mr(ctx, c)
 }
 
 fn dereg_mr(ctx: &mut Ctx, c: &mut Cmd<'_>) -> Result<(), c_int> {
-    legacy::<k::ib_uverbs_dereg_mr, ()>(c, false);
+    legacy::<k::ib_uverbs_dereg_mr, ()>(c, false)?;
     let q: k::ib_uverbs_dereg_mr = rd(c.core, 0);
     match ctx.mrs.remove(&q.mr_handle) {
         Some(mr) => {
@@ -112,15 +112,17 @@ fn dereg_mr(ctx: &mut Ctx, c: &mut Cmd<'_>) -> Result<(), c_int> {
 }
 
 fn create_comp_channel(_: &mut Ctx, c: &mut Cmd<'_>) -> Result<(), c_int> {
-    legacy::<k::ib_uverbs_create_comp_channel, k::ib_uverbs_create_comp_channel_resp>(c, true);
-    let (_, fd) =
-        crate::model::events::create().or_else(|e| errno_of(format!("a completion channel: {e}"), libc::EMFILE))?;
+    legacy::<k::ib_uverbs_create_comp_channel, k::ib_uverbs_create_comp_channel_resp>(c, true)?;
+    let (_, fd) = crate::model::events::create().or_else(|e| {
+        let n = e.raw_os_error().unwrap_or(libc::EMFILE);
+        errno_of(format!("a completion channel: {e}"), n)
+    })?;
     c.resp
         .put(bytes(&k::ib_uverbs_create_comp_channel_resp { fd: fd as u32 }), &[])
 }
 
 fn create_cq(ctx: &mut Ctx, c: &mut Cmd<'_>) -> Result<(), c_int> {
-    legacy::<k::ib_uverbs_create_cq, k::ib_uverbs_create_cq_resp>(c, true);
+    legacy::<k::ib_uverbs_create_cq, k::ib_uverbs_create_cq_resp>(c, true)?;
     let q: k::ib_uverbs_create_cq = rd(c.core, 0);
     commands::create_cq(ctx, c, q.cqe, (q.comp_channel, q.user_handle), false)
 }
@@ -137,7 +139,7 @@ fn ex_create_cq(ctx: &mut Ctx, c: &mut Cmd<'_>) -> Result<(), c_int> {
 }
 
 fn destroy_cq(ctx: &mut Ctx, c: &mut Cmd<'_>) -> Result<(), c_int> {
-    legacy::<k::ib_uverbs_destroy_cq, k::ib_uverbs_destroy_cq_resp>(c, true);
+    legacy::<k::ib_uverbs_destroy_cq, k::ib_uverbs_destroy_cq_resp>(c, true)?;
     let q: k::ib_uverbs_destroy_cq = rd(c.core, 0);
     if ctx
         .qps
@@ -161,7 +163,7 @@ fn destroy_cq(ctx: &mut Ctx, c: &mut Cmd<'_>) -> Result<(), c_int> {
 
 /// The legacy CREATE_QP, read into the extended command's request.
 fn create_qp(ctx: &mut Ctx, c: &mut Cmd<'_>) -> Result<(), c_int> {
-    legacy::<k::ib_uverbs_create_qp, k::ib_uverbs_create_qp_resp>(c, true);
+    legacy::<k::ib_uverbs_create_qp, k::ib_uverbs_create_qp_resp>(c, true)?;
     let q: k::ib_uverbs_create_qp = rd(c.core, 0);
     let e = k::ib_uverbs_ex_create_qp {
         user_handle: q.user_handle,
@@ -188,7 +190,7 @@ fn ex_create_qp(ctx: &mut Ctx, c: &mut Cmd<'_>) -> Result<(), c_int> {
 }
 
 fn modify_qp(ctx: &mut Ctx, c: &mut Cmd<'_>) -> Result<(), c_int> {
-    legacy::<k::ib_uverbs_modify_qp, ()>(c, false);
+    legacy::<k::ib_uverbs_modify_qp, ()>(c, false)?;
     let q: k::ib_uverbs_modify_qp = rd(c.core, 0);
     commands::modify_qp(ctx, &q)
 }
@@ -204,7 +206,7 @@ fn ex_modify_qp(ctx: &mut Ctx, c: &mut Cmd<'_>) -> Result<(), c_int> {
 }
 
 fn query_qp(ctx: &mut Ctx, c: &mut Cmd<'_>) -> Result<(), c_int> {
-    legacy::<k::ib_uverbs_query_qp, k::ib_uverbs_query_qp_resp>(c, true);
+    legacy::<k::ib_uverbs_query_qp, k::ib_uverbs_query_qp_resp>(c, true)?;
     let q: k::ib_uverbs_query_qp = rd(c.core, 0);
     let Some(e) = ctx.qps.get(&q.qp_handle) else {
         return errno_of(format!("QUERY_QP of unknown handle {}", q.qp_handle), libc::EINVAL);
@@ -219,7 +221,7 @@ fn query_qp(ctx: &mut Ctx, c: &mut Cmd<'_>) -> Result<(), c_int> {
 }
 
 fn destroy_qp(ctx: &mut Ctx, c: &mut Cmd<'_>) -> Result<(), c_int> {
-    legacy::<k::ib_uverbs_destroy_qp, k::ib_uverbs_destroy_qp_resp>(c, true);
+    legacy::<k::ib_uverbs_destroy_qp, k::ib_uverbs_destroy_qp_resp>(c, true)?;
     let q: k::ib_uverbs_destroy_qp = rd(c.core, 0);
     if !ctx.qps.contains_key(&q.qp_handle) {
         return errno_of(format!("DESTROY_QP of unknown handle {}", q.qp_handle), libc::EINVAL);

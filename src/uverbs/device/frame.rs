@@ -29,20 +29,100 @@ pub(super) struct Resp {
 }
 
 impl Resp {
-    /// Writes the core response and the driver response after it (each cut to its room).
+    /// Refuses (EFAULT) a response range the program may not write, before the command acts
+    /// (as the kernel does not make an object it cannot answer for): the range, zeroed, is
+    /// written as the response will be ([`copy_out`]). The whole range is the program's room for
+    /// the response, which the kernel too may fill.
+    pub(super) fn check(&self) -> Result<(), c_int> {
+        if self.ptr == 0 || self.cap == 0 {
+            return Ok(());
+        }
+        copy_out(self.ptr, &vec![0u8; self.cap])
+    }
+
+    /// Writes the core response and the driver response after it (each cut to its room); EFAULT
+    /// where the program's memory cannot take them (never a fault in this process).
     pub(super) fn put(&self, core: &[u8], drv: &[u8]) -> Result<(), c_int> {
         if self.ptr == 0 {
             return Ok(());
         }
         let n = core.len().min(self.core).min(self.cap);
-        // SAFETY: libibverbs hands a response buffer of `cap` bytes at `ptr` (this process).
-        unsafe { std::ptr::copy_nonoverlapping(core.as_ptr(), self.ptr as *mut u8, n) };
+        copy_out(self.ptr, &core[..n])?;
         let room = self.cap.saturating_sub(self.core);
         let m = drv.len().min(room);
-        // SAFETY: as above, the driver part follows the core part.
-        unsafe { std::ptr::copy_nonoverlapping(drv.as_ptr(), (self.ptr as *mut u8).add(self.core), m) };
-        Ok(())
+        copy_out(self.ptr.checked_add(self.core as u64).ok_or(libc::EFAULT)?, &drv[..m])
     }
+}
+
+/// Copies `src` to the address `dst` of this process as the kernel copies a response out: by a
+/// system call, which answers EFAULT for memory that is not mapped writable (unmapped, read-only,
+/// inaccessible) where a store would fault. `process_vm_writev` into this process; where it is
+/// not allowed (a seccomp filter: EPERM, ENOSYS), through a pipe ([`copy_out_piped`]).
+pub(super) fn copy_out(dst: u64, src: &[u8]) -> Result<(), c_int> {
+    if src.is_empty() {
+        return Ok(());
+    }
+    if dst.checked_add(src.len() as u64).is_none() {
+        return Err(libc::EFAULT);
+    }
+    let local = libc::iovec {
+        iov_base: src.as_ptr() as *mut libc::c_void,
+        iov_len: src.len(),
+    };
+    let remote = libc::iovec {
+        iov_base: dst as *mut libc::c_void,
+        iov_len: src.len(),
+    };
+    // SAFETY: reads `src` (ours) and has the kernel write `dst` of this process, checking it as
+    // it would another process's memory: no store of ours touches `dst`.
+    let n = unsafe { libc::process_vm_writev(libc::getpid(), &local, 1, &remote, 1, 0) };
+    if n == src.len() as isize {
+        return Ok(());
+    }
+    if n >= 0 {
+        // written up to the first page it may not write
+        return Err(libc::EFAULT);
+    }
+    match std::io::Error::last_os_error().raw_os_error() {
+        Some(libc::EPERM) | Some(libc::ENOSYS) => copy_out_piped(dst, src),
+        Some(e) => Err(e),
+        None => Err(libc::EFAULT),
+    }
+}
+
+/// [`copy_out`] through a pipe of its own: `src` written into it, then read out into `dst` by
+/// the kernel, which answers EFAULT where it may not write.
+pub(super) fn copy_out_piped(dst: u64, src: &[u8]) -> Result<(), c_int> {
+    let errno = || std::io::Error::last_os_error().raw_os_error().unwrap_or(libc::EIO);
+    let mut fds = [0 as c_int; 2];
+    // SAFETY: a two-element array for pipe2.
+    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+        return Err(errno());
+    }
+    let mut done = Ok(());
+    // a chunk fits in the pipe's buffer (at least a page), so neither end waits
+    for (i, chunk) in src.chunks(4096).enumerate() {
+        let at = dst + (i * 4096) as u64;
+        // SAFETY: writes our chunk into our pipe.
+        let w = unsafe { libc::write(fds[1], chunk.as_ptr() as *const libc::c_void, chunk.len()) };
+        if w != chunk.len() as isize {
+            done = Err(errno());
+            break;
+        }
+        // SAFETY: the kernel writes `dst` of this process (checked as a user copy: EFAULT where
+        // it may not); no store of ours touches it.
+        let r = unsafe { libc::read(fds[0], at as *mut libc::c_void, chunk.len()) };
+        if r != chunk.len() as isize {
+            done = Err(if r < 0 { errno() } else { libc::EFAULT });
+            break;
+        }
+    }
+    // SAFETY: the pipe's two descriptors, ours.
+    unsafe {
+        libc::close(fds[0]);
+        libc::close(fds[1]);
+    }
+    done
 }
 
 /// A command: its number, whether extended, the core payload, the driver payload, the response.
@@ -109,9 +189,10 @@ pub(super) fn frame(b: &[u8]) -> Result<Cmd<'_>, c_int> {
 
 /// Splits a legacy command's body at the core struct `C` (whose first field is the response
 /// pointer when `has_resp`), with `R` the core response.
-pub(super) fn legacy<C, R>(c: &mut Cmd<'_>, has_resp: bool) {
+/// A response range the program may not write is refused here (EFAULT), before the command acts.
+pub(super) fn legacy<C, R>(c: &mut Cmd<'_>, has_resp: bool) -> Result<(), c_int> {
     if c.ex {
-        return;
+        return Ok(());
     }
     let n = size_of::<C>().min(c.core.len());
     c.drv = &c.core[n..];
@@ -119,5 +200,7 @@ pub(super) fn legacy<C, R>(c: &mut Cmd<'_>, has_resp: bool) {
     if has_resp {
         c.resp.ptr = rd::<u64>(c.core, 0);
         c.resp.core = size_of::<R>();
+        c.resp.check()?;
     }
+    Ok(())
 }
