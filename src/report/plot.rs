@@ -322,10 +322,13 @@ fn check_document(doc: &Value) -> Result<(), String> {
 /// The runs the figures draw: latency by series and size, bandwidth (one direction) by series.
 struct Plotted<'a> {
     /// Latency runs: series -> size -> runs (one per line).
-    lat: BTreeMap<String, BTreeMap<u64, Vec<&'a Value>>>,
+    lat: BTreeMap<String, BTreeMap<u64, Vec<Numbered<'a>>>>,
     /// Bandwidth runs of one direction: series -> runs.
     bw: BTreeMap<String, Vec<&'a Value>>,
 }
+
+/// A run and its place in the document (from 1).
+type Numbered<'a> = (usize, &'a Value);
 
 /// One run of the document, `no` its place (from 1) and `scenario` what it measured.
 struct Run<'a> {
@@ -395,7 +398,12 @@ impl<'a> Plotted<'a> {
                 return Err(run.bad(&format!("latency_ns.{q}"), "a positive number"));
             }
         }
-        self.lat.entry(series(r)).or_default().entry(size).or_default().push(r);
+        self.lat
+            .entry(series(r))
+            .or_default()
+            .entry(size)
+            .or_default()
+            .push((run.no, r));
         Ok(())
     }
 
@@ -418,21 +426,23 @@ impl<'a> Plotted<'a> {
 }
 
 /// The percentile spectrum and the CDF of series `op` at `size`, one line per run of `rs` with
-/// samples; a histogram that does not decode is an error.
-fn spectrum_and_cdf(out: &mut Vec<Figure>, dev: &str, op: &str, size: u64, rs: &[&Value]) -> Result<(), String> {
+/// samples; a histogram that does not decode is an error naming the run.
+fn spectrum_and_cdf(out: &mut Vec<Figure>, dev: &str, op: &str, size: u64, rs: &[Numbered<'_>]) -> Result<(), String> {
     let mut sp = Vec::new();
     let mut cd = Vec::new();
-    for r in rs {
+    for &(no, r) in rs {
         let b = &line(r);
-        let h = Hist::decode(str_of(r, "histogram_ns"))
-            .map_err(|e| format!("lat {op} {size} B {b}: the histogram does not decode: {e}"))?;
+        let h = Hist::decode(str_of(r, "histogram_ns")).map_err(|e| {
+            let b = crate::oob::escape(b);
+            format!("run {no} (lat {op} {size} B {b}): the histogram does not decode: {e}")
+        })?;
         if h.is_empty() {
             continue;
         }
         sp.push((format!("{b} (n={})", h.len()), colour(b), spectrum(&h)));
         cd.push((b.to_string(), colour(b), cdf(&h)));
     }
-    let fig = str_of(rs[0], "figure");
+    let fig = str_of(rs[0].1, "figure");
     let title = format!("{op} {size} B latency ({fig}) percentile spectrum, {dev}");
     let axes = Axes {
         x_desc: "percentile",
@@ -458,11 +468,11 @@ fn latency_vs_size(
     out: &mut Vec<Figure>,
     dev: &str,
     op: &str,
-    by_size: &BTreeMap<u64, Vec<&Value>>,
+    by_size: &BTreeMap<u64, Vec<Numbered<'_>>>,
 ) -> Result<(), String> {
     let mut per: BTreeMap<String, (Pts, Pts)> = BTreeMap::new();
     for (size, rs) in by_size {
-        for r in rs {
+        for &(_, r) in rs {
             let e = per.entry(line(r)).or_default();
             if let (Some(p50), Some(p99)) = (r["latency_ns"]["p50"].as_f64(), r["latency_ns"]["p99"].as_f64()) {
                 e.0.push((*size as f64, p50));
