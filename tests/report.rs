@@ -373,3 +373,46 @@ fn plot_refuses_histogram_bombs_under_a_memory_limit() {
     }
     std::fs::remove_dir_all(&dir).ok();
 }
+
+/// File names from a result's `op` (issue 30 point 4): an `op` of `x/../../../../DIR/escape`
+/// with a `lat-x/` directory in `--out` wrote four files outside `--out`, exit 0; an `op` of
+/// `x/y` with a new `--out` failed after creating it and left it empty. Now both are refused
+/// before anything is written (exit 2, naming the run), and `--out` is not created.
+#[test]
+fn plot_names_its_files_from_its_own_vocabulary() {
+    let dir = tmp("names");
+    let outside = dir.join("outside");
+    std::fs::create_dir_all(&outside).unwrap();
+    let hist = {
+        let mut h = rdmaprobe::report::Hist::new();
+        (1..=100).for_each(|i| h.record(1000.0 + i as f64));
+        use base64::Engine;
+        base64::engine::general_purpose::STANDARD.decode(h.encode()).unwrap()
+    };
+    let out = dir.join("out");
+    std::fs::create_dir_all(out.join("lat-x")).unwrap();
+    let op = format!("x/../../../../../../../../{}/escape", outside.display());
+    let f = dir.join("traversal.json");
+    std::fs::write(&f, one_run(&op, &hist)).unwrap();
+    let (c, _, e) = run(&["plot", f.to_str().unwrap(), "--out", out.to_str().unwrap()]);
+    let escaped: Vec<_> = std::fs::read_dir(&outside)
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name())
+        .collect();
+    assert!(escaped.is_empty(), "written outside --out: {escaped:?}\n{e}");
+    assert_eq!(c, 2, "{e}");
+    assert!(
+        e.contains("run 1 (lat x/../")
+            && e.contains("op is not an operation rdmaprobe writes (write, send, read, atomic)"),
+        "{e}"
+    );
+    // a run whose name cannot be a file name: refused before --out is made
+    let f = dir.join("slash.json");
+    std::fs::write(&f, one_run("x/y", &hist)).unwrap();
+    let fresh = dir.join("fresh");
+    let (c, _, e) = run(&["plot", f.to_str().unwrap(), "--out", fresh.to_str().unwrap()]);
+    assert_eq!(c, 2, "{e}");
+    assert!(!fresh.exists(), "an empty --out left behind: {e}");
+    std::fs::remove_dir_all(&dir).ok();
+}
