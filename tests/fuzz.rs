@@ -3,7 +3,8 @@
 //! seeded generator: byte flips, insertions, deletions, duplications, numbers and values
 //! swapped for hostile ones, truncation); each input must be accepted or refused with an
 //! error, never panic or hang. CI runs a short count; `harness/fuzz.sh N` runs N per target
-//! and prints the rate (`RDMAPROBE_FUZZ_ITERS`).
+//! and prints the rate (`RDMAPROBE_FUZZ_ITERS`). Histogram encodings with lying lengths are
+//! decoded under `ulimit -v` (the test runs itself again under the limit).
 
 use rdmaprobe::oob::{self, Answer, Done, Hello, QpInfo, Ready};
 use rdmaprobe::report::compare;
@@ -264,4 +265,172 @@ fn plotted_result_files_never_panic() {
         }
     }
     report("result files (plotted)", n, t, ok);
+}
+
+/// The memory the histogram fuzzing runs under (`ulimit -v`, KiB): a lying header that is
+/// believed allocates what it claims (4 GiB for a payload length of 0xFFFFFFFF) and aborts here.
+const HIST_FUZZ_LIMIT_KIB: u64 = 1_000_000;
+
+/// Runs this test binary's test `name` again under `ulimit -v` (the child sees
+/// `RDMAPROBE_FUZZ_CHILD`), and fails with its output when it does not pass.
+fn under_memory_limit(name: &str, kib: u64) {
+    let exe = std::env::current_exe().unwrap();
+    let o = std::process::Command::new("sh")
+        .arg("-c")
+        .arg(format!("ulimit -v {kib} && exec \"$0\" \"$@\""))
+        .arg(exe)
+        .args([name, "--exact", "--nocapture", "--test-threads", "1"])
+        .env("RDMAPROBE_FUZZ_CHILD", "1")
+        .output()
+        .unwrap();
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert!(
+        o.status.success() && text.contains("1 passed"),
+        "{name} under ulimit -v {kib}: {:?}\n{text}",
+        o.status
+    );
+    for l in text.lines().filter_map(|l| l.find("fuzz ").map(|i| &l[i..])) {
+        println!("{l}");
+    }
+}
+
+fn be32(b: &mut [u8], at: usize, v: u32) {
+    b[at..at + 4].copy_from_slice(&v.to_be_bytes());
+}
+
+fn be64(b: &mut [u8], at: usize, v: u64) {
+    b[at..at + 8].copy_from_slice(&v.to_be_bytes());
+}
+
+fn deflated(v2: &[u8], claimed: Option<u32>) -> Vec<u8> {
+    use std::io::Write;
+    let mut z = flate2::write::ZlibEncoder::new(Vec::new(), flate2::Compression::default());
+    z.write_all(v2).unwrap();
+    let z = z.finish().unwrap();
+    let mut out = 0x1c84_9314u32.to_be_bytes().to_vec();
+    out.extend(claimed.unwrap_or(z.len() as u32).to_be_bytes());
+    out.extend(z);
+    out
+}
+
+/// A V2 header's fields given hostile values: the payload length (bytes 4..8), the significant
+/// digits (12..16), the lowest (16..24) and the highest value (24..32).
+fn lie_in_v2(rng: &mut Rng, v2: &[u8]) -> Vec<u8> {
+    let mut b = v2.to_vec();
+    let len = (b.len() - 40) as u32;
+    let lengths = [
+        0,
+        1,
+        len.wrapping_sub(1),
+        len + 1,
+        len * 2,
+        0x7fff_ffff,
+        u32::MAX,
+        16 << 20,
+        (16 << 20) + 1,
+    ];
+    let values = [
+        0,
+        1,
+        2,
+        3,
+        1000,
+        1 << 20,
+        3_600_000_000_000,
+        1 << 62,
+        u64::MAX / 2,
+        u64::MAX - 1,
+        u64::MAX,
+    ];
+    for _ in 0..1 + rng.below(3) {
+        match rng.below(4) {
+            0 => be32(&mut b, 4, lengths[rng.below(lengths.len())]),
+            1 => be32(&mut b, 12, [0, 1, 3, 4, 5, 6, 255, u32::MAX][rng.below(8)]),
+            2 => be64(&mut b, 16, values[rng.below(values.len())]),
+            _ => be64(&mut b, 24, values[rng.below(values.len())]),
+        }
+    }
+    b
+}
+
+/// Histogram encodings with lying lengths, plain and deflated (the payload length, the
+/// compressed length, the digits, the lowest and highest value; bytes mutated at random too),
+/// through `Hist::decode` and now and then the plots, under `ulimit -v` (1 GB): every one decodes
+/// or is refused, none allocates what its header claims. A deflated stream that inflates to
+/// 64 MiB is among them.
+#[test]
+fn histogram_payloads_with_lying_lengths_never_allocate_what_they_claim() {
+    use base64::Engine;
+    use hdrhistogram::serialization::{Serializer, V2Serializer};
+    if std::env::var_os("RDMAPROBE_FUZZ_CHILD").is_none() {
+        return under_memory_limit(
+            "histogram_payloads_with_lying_lengths_never_allocate_what_they_claim",
+            HIST_FUZZ_LIMIT_KIB,
+        );
+    }
+    let b64 = |b: &[u8]| base64::engine::general_purpose::STANDARD.encode(b);
+    let mut h = hdrhistogram::Histogram::<u64>::new_with_bounds(1, 3_600_000_000_000, 3).unwrap();
+    for v in [1u64, 200, 210, 250, 400, 1_000_000, 3_000_000_000_000] {
+        h.record_n(v, v % 7 + 1).unwrap();
+    }
+    let mut v2 = Vec::new();
+    V2Serializer::new().serialize(&h, &mut v2).unwrap();
+    let empty = {
+        let mut e = Vec::new();
+        V2Serializer::new()
+            .serialize(
+                &hdrhistogram::Histogram::<u64>::new_with_bounds(1, 3_600_000_000_000, 3).unwrap(),
+                &mut e,
+            )
+            .unwrap();
+        e
+    };
+    assert!(rdmaprobe::report::Hist::decode(&b64(&v2)).is_ok());
+    assert!(rdmaprobe::report::Hist::decode(&b64(&deflated(&v2, None))).is_ok());
+    // a deflated stream of 64 MiB: a valid V2 header, a payload of zeros
+    let bomb = {
+        let mut b = empty.clone();
+        b.resize(40 + (64 << 20), 0);
+        be32(&mut b, 4, 64 << 20);
+        deflated(&b, None)
+    };
+    let e = rdmaprobe::report::Hist::decode(&b64(&bomb)).err().unwrap_or_default();
+    assert!(e.contains("inflates to more than 16 MiB"), "{e}");
+    let doc = documents().swap_remove(0);
+    let mut rng = Rng(0x5eed_0004);
+    let (n, t) = (iters(), std::time::Instant::now());
+    let mut ok = 0;
+    for i in 0..n {
+        let base = if i % 3 == 0 { &empty } else { &v2 };
+        let lying = match rng.below(4) {
+            0 => lie_in_v2(&mut rng, base),
+            1 => deflated(&lie_in_v2(&mut rng, base), None),
+            2 => {
+                let d = deflated(base, None);
+                let lens = [0, 1, d.len() as u32 - 9, d.len() as u32 - 7, u32::MAX];
+                deflated(base, Some(lens[rng.below(lens.len())]))
+            }
+            _ => {
+                let plain = rng.below(2) == 0;
+                let m = mutate(&mut rng, base);
+                if plain {
+                    m
+                } else {
+                    deflated(&m, None)
+                }
+            }
+        };
+        let s = b64(&lying);
+        ok += u64::from(rdmaprobe::report::Hist::decode(&s).is_ok());
+        if i % 20 == 0 {
+            let mut d = doc.clone();
+            d["runs"][0]["histogram_ns"] = Value::from(s);
+            let _ = rdmaprobe::report::plot::figures(&d);
+        }
+    }
+    report("histogram payloads with lying lengths", n, t, ok);
 }

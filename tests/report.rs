@@ -262,3 +262,157 @@ fn plot_refuses_bad_input_and_writes_nothing() {
     assert!(e.contains("creating") && e.contains("sub"), "{e}");
     std::fs::remove_dir_all(&dir).ok();
 }
+
+/// Runs `rdmaprobe ARGS` under `ulimit -v KIB` (and `timeout 60`): (exit status, or 128 + the
+/// signal; stderr; seconds).
+fn run_limited(kib: u64, args: &[&str]) -> (i32, String, f64) {
+    let t = std::time::Instant::now();
+    let o = Command::new("sh")
+        .arg("-c")
+        .arg(format!("ulimit -v {kib} && exec timeout 60 \"$0\" \"$@\""))
+        .arg(env!("CARGO_BIN_EXE_rdmaprobe"))
+        .args(args)
+        .output()
+        .expect("run rdmaprobe under ulimit");
+    use std::os::unix::process::ExitStatusExt;
+    let code = o.status.code().unwrap_or_else(|| 128 + o.status.signal().unwrap_or(0));
+    (
+        code,
+        String::from_utf8_lossy(&o.stderr).into_owned(),
+        t.elapsed().as_secs_f64(),
+    )
+}
+
+/// A V2 histogram header (40 bytes) claiming a payload of `len` bytes.
+fn v2_header(len: u32, digits: u32, low: u64, high: u64) -> Vec<u8> {
+    let mut v = Vec::new();
+    for x in [0x1c84_9313u32, len, 0, digits] {
+        v.extend(x.to_be_bytes());
+    }
+    v.extend(low.to_be_bytes());
+    v.extend(high.to_be_bytes());
+    v.extend(1f64.to_be_bytes());
+    v
+}
+
+/// The V2-deflate form of `v2`, its compressed length given as `claimed` (or the true one).
+fn v2_deflated(v2: &[u8], claimed: Option<u32>) -> Vec<u8> {
+    use std::io::Write;
+    let mut z = flate2::write::ZlibEncoder::new(Vec::new(), flate2::Compression::default());
+    z.write_all(v2).unwrap();
+    let z = z.finish().unwrap();
+    let mut out = 0x1c84_9314u32.to_be_bytes().to_vec();
+    out.extend(claimed.unwrap_or(z.len() as u32).to_be_bytes());
+    out.extend(z);
+    out
+}
+
+/// A results document of one latency run (its `op` and histogram given).
+fn one_run(op: &str, hist: &[u8]) -> String {
+    use base64::Engine;
+    serde_json::json!({"schema_version": 2, "tool": {"name": "rdmaprobe", "version": "0"},
+        "environment": {"device": "model0"},
+        "runs": [{"scenario": "lat", "op": op, "backend": "direct", "size_bytes": 8, "figure": "one_way",
+                  "latency_ns": {"p50": 200.0, "p99": 300.0},
+                  "histogram_ns": base64::engine::general_purpose::STANDARD.encode(hist)}]})
+    .to_string()
+}
+
+/// A histogram bomb (issue 30 point 3): a results file of a few hundred bytes whose histogram
+/// claims a 0xFFFFFFFF-byte payload (plain and deflated), a compressed length beyond the bytes
+/// there, a stream that inflates to 64 MiB, or a range of 6 million counters. Before: `plot` took
+/// 16 s and 4.2 GB, and under `ulimit -v 3000000` died of SIGABRT ("memory allocation of
+/// 4294967295 bytes failed"). Now each is refused at once under that limit, exit 2, naming the
+/// file, the run and what the header claims; `compare` (which decodes no histogram) reads them
+/// under the limit too.
+#[test]
+fn plot_refuses_histogram_bombs_under_a_memory_limit() {
+    let dir = tmp("bomb");
+    std::fs::create_dir_all(&dir).unwrap();
+    let zeros = {
+        let mut b = v2_header(64 << 20, 3, 1, 3_600_000_000_000);
+        b.resize(40 + (64 << 20), 0);
+        b
+    };
+    let cases = [
+        (
+            "plain",
+            v2_header(u32::MAX, 3, 1, 3_600_000_000_000),
+            "claims a 4294967295-byte payload",
+        ),
+        (
+            "deflated",
+            v2_deflated(&v2_header(u32::MAX, 3, 1, 3_600_000_000_000), None),
+            "claims a 4294967295-byte payload",
+        ),
+        (
+            "compressed-length",
+            v2_deflated(&v2_header(0, 3, 1, 3_600_000_000_000), Some(u32::MAX)),
+            "claims 4294967295 bytes",
+        ),
+        ("inflates", v2_deflated(&zeros, None), "inflates to more than 16 MiB"),
+        ("counters", v2_header(0, 5, 1, u64::MAX), "counters"),
+    ];
+    for (name, hist, why) in cases {
+        let f = dir.join(format!("{name}.json"));
+        std::fs::write(&f, one_run("write", &hist)).unwrap();
+        let out = dir.join(format!("out-{name}"));
+        let (c, e, s) = run_limited(
+            3_000_000,
+            &["plot", f.to_str().unwrap(), "--out", out.to_str().unwrap()],
+        );
+        assert_eq!(c, 2, "{name}: {e}");
+        assert!(
+            e.contains(f.to_str().unwrap()) && e.contains("run 1 (lat write 8 B direct)") && e.contains(why),
+            "{name}: {e}"
+        );
+        assert!(s < 10.0, "{name}: {s:.1} s");
+        assert!(!out.exists(), "{name}: a refused plot left its directory");
+        let (c, e, _) = run_limited(3_000_000, &["compare", f.to_str().unwrap(), f.to_str().unwrap()]);
+        assert!(c == 0 || c == 2, "compare {name}: {c} {e}");
+    }
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+/// File names from a result's `op` (issue 30 point 4): an `op` of `x/../../../../DIR/escape`
+/// with a `lat-x/` directory in `--out` wrote four files outside `--out`, exit 0; an `op` of
+/// `x/y` with a new `--out` failed after creating it and left it empty. Now both are refused
+/// before anything is written (exit 2, naming the run), and `--out` is not created.
+#[test]
+fn plot_names_its_files_from_its_own_vocabulary() {
+    let dir = tmp("names");
+    let outside = dir.join("outside");
+    std::fs::create_dir_all(&outside).unwrap();
+    let hist = {
+        let mut h = rdmaprobe::report::Hist::new();
+        (1..=100).for_each(|i| h.record(1000.0 + i as f64));
+        use base64::Engine;
+        base64::engine::general_purpose::STANDARD.decode(h.encode()).unwrap()
+    };
+    let out = dir.join("out");
+    std::fs::create_dir_all(out.join("lat-x")).unwrap();
+    let op = format!("x/../../../../../../../../{}/escape", outside.display());
+    let f = dir.join("traversal.json");
+    std::fs::write(&f, one_run(&op, &hist)).unwrap();
+    let (c, _, e) = run(&["plot", f.to_str().unwrap(), "--out", out.to_str().unwrap()]);
+    let escaped: Vec<_> = std::fs::read_dir(&outside)
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name())
+        .collect();
+    assert!(escaped.is_empty(), "written outside --out: {escaped:?}\n{e}");
+    assert_eq!(c, 2, "{e}");
+    assert!(
+        e.contains("run 1 (lat x/../")
+            && e.contains("op is not an operation rdmaprobe writes (write, send, read, atomic)"),
+        "{e}"
+    );
+    // a run whose name cannot be a file name: refused before --out is made
+    let f = dir.join("slash.json");
+    std::fs::write(&f, one_run("x/y", &hist)).unwrap();
+    let fresh = dir.join("fresh");
+    let (c, _, e) = run(&["plot", f.to_str().unwrap(), "--out", fresh.to_str().unwrap()]);
+    assert_eq!(c, 2, "{e}");
+    assert!(!fresh.exists(), "an empty --out left behind: {e}");
+    std::fs::remove_dir_all(&dir).ok();
+}

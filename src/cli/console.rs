@@ -281,7 +281,7 @@ pub fn plot(results: &str, out: &std::path::Path) -> u8 {
             0
         }
         Err(e) => {
-            eprintln!("rdmaprobe: error: {e}");
+            eprintln!("rdmaprobe: error: cannot plot {results}: {e}");
             2
         }
     }

@@ -4,13 +4,17 @@
 pub mod compare;
 pub mod env;
 pub mod fleet;
+mod hdr;
 pub mod html;
 pub mod output;
 pub mod plot;
 pub mod png;
 pub mod private;
+pub mod read;
 pub mod schema;
 pub mod tdist;
+
+pub use hdr::{MAX_HIST_BYTES, MAX_HIST_COUNTS};
 
 use base64::Engine;
 use hdrhistogram::serialization::{Serializer, V2DeflateSerializer};
@@ -158,13 +162,25 @@ impl Hist {
         }
     }
 
-    /// Decodes [`Hist::encode`]'s output.
+    /// Decodes [`Hist::encode`]'s output (or any HdrHistogram V2 or V2-deflate encoding, base64),
+    /// read from a file someone else may have written: every length its header claims is held to
+    /// the bytes there, the inflated size to [`MAX_HIST_BYTES`] and the counters its range asks
+    /// for to [`MAX_HIST_COUNTS`] before hdrhistogram's deserializer sees it (`hdr.rs`).
     pub fn decode(s: &str) -> Result<Hist, String> {
+        // base64 takes 4 characters per 3 bytes
+        if s.len() > (MAX_HIST_BYTES + 64) / 3 * 4 {
+            return Err(format!(
+                "{} characters: longer than any histogram's encoding (at most {} decoded)",
+                s.len(),
+                read::size_text(MAX_HIST_BYTES as u64)
+            ));
+        }
         let bytes = base64::engine::general_purpose::STANDARD
             .decode(s)
             .map_err(|e| e.to_string())?;
+        let v2 = hdr::checked(&bytes)?;
         let mut d = hdrhistogram::serialization::Deserializer::new();
-        let h: Histogram<u64> = d.deserialize(&mut &bytes[..]).map_err(|e| format!("{e:?}"))?;
+        let h: Histogram<u64> = d.deserialize(&mut &v2[..]).map_err(|e| e.to_string())?;
         Ok(Hist { h })
     }
 }

@@ -212,6 +212,30 @@ pub fn make_dir(dir: &Path) -> Result<(), String> {
     fs::create_dir_all(dir).map_err(|e| format!("creating {}: {e}", dir.display()))
 }
 
+/// Creates the output directory as [`make_dir`] does, and returns the directories it created
+/// (outermost first; none when it was there), for [`remove_made`] after a failure.
+pub fn make_dir_new(dir: &Path) -> Result<Vec<PathBuf>, String> {
+    let mut missing = Vec::new();
+    let mut d = dir;
+    while !d.as_os_str().is_empty() && fs::symlink_metadata(d).is_err() {
+        missing.push(d.to_path_buf());
+        match d.parent() {
+            Some(p) => d = p,
+            None => break,
+        }
+    }
+    make_dir(dir)?;
+    missing.reverse();
+    Ok(missing)
+}
+
+/// Removes the directories [`make_dir_new`] created, innermost first, each only when empty.
+pub fn remove_made(dirs: &[PathBuf]) {
+    for d in dirs.iter().rev() {
+        let _ = fs::remove_dir(d);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

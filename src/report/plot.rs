@@ -22,8 +22,16 @@ pub struct Figure {
 const W: u32 = 900;
 const H: u32 = 520;
 
+/// The operations a run's `op` may name, as rdmaprobe writes them (`OpKind::cli_name`): the
+/// plots' file names are made of them, so nothing else reaches a file name.
+pub const OPS: [&str; 4] = ["write", "send", "read", "atomic"];
+
+/// The transports a run's `transport` may name (`Transport::as_str`).
+pub const TRANSPORTS: [&str; 3] = ["RC", "UC", "UD"];
+
 /// The plots' series of a run: its operation, the verb where it is not the operation's own
-/// (`write_imm`, `send_imm`, `cmp_swap`), and the transport other than RC (`send-UD`).
+/// (`write_imm`, `send_imm`, `cmp_swap`), and the transport other than RC (`send-UD`); every part
+/// from [`OPS`], those three verbs and [`TRANSPORTS`] (checked by `Plotted::of`).
 fn series(r: &Value) -> String {
     let mut s = match r["verb"].as_str() {
         Some(v @ ("write_imm" | "send_imm" | "cmp_swap")) => v.to_string(),
@@ -322,10 +330,13 @@ fn check_document(doc: &Value) -> Result<(), String> {
 /// The runs the figures draw: latency by series and size, bandwidth (one direction) by series.
 struct Plotted<'a> {
     /// Latency runs: series -> size -> runs (one per line).
-    lat: BTreeMap<String, BTreeMap<u64, Vec<&'a Value>>>,
+    lat: BTreeMap<String, BTreeMap<u64, Vec<Numbered<'a>>>>,
     /// Bandwidth runs of one direction: series -> runs.
     bw: BTreeMap<String, Vec<&'a Value>>,
 }
+
+/// A run and its place in the document (from 1).
+type Numbered<'a> = (usize, &'a Value);
 
 /// One run of the document, `no` its place (from 1) and `scenario` what it measured.
 struct Run<'a> {
@@ -337,15 +348,35 @@ struct Run<'a> {
 impl Run<'_> {
     /// A field of the wrong type: a damaged file, refused naming the run.
     fn bad(&self, field: &str, want: &str) -> String {
+        format!("{}: {field} is not {want}", self.name())
+    }
+
+    /// `run 3 (lat write 8 B direct)`, what the file says escaped.
+    fn name(&self) -> String {
         let r = self.r;
-        format!(
-            "run {} ({} {} {} B {}): {field} is not {want}",
+        crate::oob::escape(&format!(
+            "run {} ({} {} {} B {})",
             self.no,
             self.scenario,
             str_of(r, "op"),
             r["size_bytes"],
             str_of(r, "backend")
-        )
+        ))
+    }
+
+    /// Its `op` and `transport` from the vocabulary the plots' file names are made of.
+    fn check_names(&self) -> Result<(), String> {
+        let r = self.r;
+        if !OPS.contains(&str_of(r, "op")) {
+            return Err(self.bad("op", &format!("an operation rdmaprobe writes ({})", OPS.join(", "))));
+        }
+        if !(r["transport"].is_null() || r["transport"].as_str().is_some_and(|t| TRANSPORTS.contains(&t))) {
+            return Err(self.bad(
+                "transport",
+                &format!("a transport rdmaprobe writes ({})", TRANSPORTS.join(", ")),
+            ));
+        }
+        Ok(())
     }
 }
 
@@ -369,6 +400,9 @@ impl<'a> Plotted<'a> {
             }
             if !r["iterations"].is_null() && !r["iterations"].is_u64() {
                 return Err(run.bad("iterations", "a whole number"));
+            }
+            if matches!(scenario, "lat" | "bw") {
+                run.check_names()?;
             }
             match scenario {
                 "lat" => p.add_latency(&run)?,
@@ -395,7 +429,12 @@ impl<'a> Plotted<'a> {
                 return Err(run.bad(&format!("latency_ns.{q}"), "a positive number"));
             }
         }
-        self.lat.entry(series(r)).or_default().entry(size).or_default().push(r);
+        self.lat
+            .entry(series(r))
+            .or_default()
+            .entry(size)
+            .or_default()
+            .push((run.no, r));
         Ok(())
     }
 
@@ -418,21 +457,23 @@ impl<'a> Plotted<'a> {
 }
 
 /// The percentile spectrum and the CDF of series `op` at `size`, one line per run of `rs` with
-/// samples; a histogram that does not decode is an error.
-fn spectrum_and_cdf(out: &mut Vec<Figure>, dev: &str, op: &str, size: u64, rs: &[&Value]) -> Result<(), String> {
+/// samples; a histogram that does not decode is an error naming the run.
+fn spectrum_and_cdf(out: &mut Vec<Figure>, dev: &str, op: &str, size: u64, rs: &[Numbered<'_>]) -> Result<(), String> {
     let mut sp = Vec::new();
     let mut cd = Vec::new();
-    for r in rs {
+    for &(no, r) in rs {
         let b = &line(r);
-        let h = Hist::decode(str_of(r, "histogram_ns"))
-            .map_err(|e| format!("lat {op} {size} B {b}: the histogram does not decode: {e}"))?;
+        let h = Hist::decode(str_of(r, "histogram_ns")).map_err(|e| {
+            let b = crate::oob::escape(b);
+            format!("run {no} (lat {op} {size} B {b}): the histogram does not decode: {e}")
+        })?;
         if h.is_empty() {
             continue;
         }
         sp.push((format!("{b} (n={})", h.len()), colour(b), spectrum(&h)));
         cd.push((b.to_string(), colour(b), cdf(&h)));
     }
-    let fig = str_of(rs[0], "figure");
+    let fig = str_of(rs[0].1, "figure");
     let title = format!("{op} {size} B latency ({fig}) percentile spectrum, {dev}");
     let axes = Axes {
         x_desc: "percentile",
@@ -458,11 +499,11 @@ fn latency_vs_size(
     out: &mut Vec<Figure>,
     dev: &str,
     op: &str,
-    by_size: &BTreeMap<u64, Vec<&Value>>,
+    by_size: &BTreeMap<u64, Vec<Numbered<'_>>>,
 ) -> Result<(), String> {
     let mut per: BTreeMap<String, (Pts, Pts)> = BTreeMap::new();
     for (size, rs) in by_size {
-        for r in rs {
+        for &(_, r) in rs {
             let e = per.entry(line(r)).or_default();
             if let (Some(p50), Some(p99)) = (r["latency_ns"]["p50"].as_f64(), r["latency_ns"]["p99"].as_f64()) {
                 e.0.push((*size as f64, p50));
@@ -517,14 +558,40 @@ fn bandwidth_vs_size(out: &mut Vec<Figure>, dev: &str, op: &str, rs: &[&Value]) 
 }
 
 /// Writes the figures of a results document into `out` (created) as SVG and PNG, and
-/// report.html; returns the file names and the warnings (no font: no PNGs).
+/// report.html; returns the file names and the warnings (no font: no PNGs). On failure, when
+/// `out` was created here, what was written and the directory are removed again.
 pub fn write_all(doc: &Value, out: &std::path::Path) -> Result<(Vec<String>, Vec<String>), String> {
-    use super::output::{make_dir, write};
     let figs = figures(doc).map_err(|e| format!("plotting: {e}"))?;
-    make_dir(out)?;
-    let (mut names, mut warnings) = (Vec::new(), Vec::new());
+    write_figures(doc, &figs, out)
+}
+
+/// [`write_all`] after the figures are drawn.
+fn write_figures(doc: &Value, figs: &[Figure], out: &std::path::Path) -> Result<(Vec<String>, Vec<String>), String> {
+    use super::output::{make_dir_new, remove_made};
+    let made = make_dir_new(out)?;
+    let mut names = Vec::new();
+    let done = write_into(doc, figs, out, &mut names);
+    if done.is_err() && !made.is_empty() {
+        for n in &names {
+            let _ = std::fs::remove_file(out.join(n));
+        }
+        remove_made(&made);
+    }
+    done.map(|warnings| (names, warnings))
+}
+
+/// The files of [`write_all`] into the existing `out`, each name added to `names` once written;
+/// the warnings.
+fn write_into(
+    doc: &Value,
+    figs: &[Figure],
+    out: &std::path::Path,
+    names: &mut Vec<String>,
+) -> Result<Vec<String>, String> {
+    use super::output::write;
+    let mut warnings = Vec::new();
     let mut png = true;
-    for f in &figs {
+    for f in figs {
         write(&out.join(&f.file), f.svg.as_bytes()).map_err(|e| e.to_string())?;
         names.push(f.file.clone());
         if !png {
@@ -544,9 +611,9 @@ pub fn write_all(doc: &Value, out: &std::path::Path) -> Result<(Vec<String>, Vec
             Err(e) => return Err(e.to_string()),
         }
     }
-    write(&out.join("report.html"), super::html::report(doc, &figs).as_bytes()).map_err(|e| e.to_string())?;
+    write(&out.join("report.html"), super::html::report(doc, figs).as_bytes()).map_err(|e| e.to_string())?;
     names.push("report.html".into());
-    Ok((names, warnings))
+    Ok(warnings)
 }
 
 #[cfg(test)]
@@ -599,6 +666,59 @@ mod tests {
             assert!(f.svg.contains("stroke=\"#D55E00\""), "{}: no verbs line", f.file);
             assert!(f.title.contains("rxe0 (rxe: software emulation)"), "{}", f.title);
         }
+    }
+
+    /// The figures' file names come from the vocabulary of the operations and transports
+    /// rdmaprobe writes: a run naming anything else is refused, naming the run (issue 30 point 4).
+    #[test]
+    fn file_names_come_from_a_fixed_vocabulary() {
+        let mut h = Hist::new();
+        h.record(1000.0);
+        for (field, v, why) in [
+            ("op", "x/../../../../tmp/y", "op is not an operation rdmaprobe writes"),
+            ("op", "write_imm", "op is not an operation rdmaprobe writes"),
+            ("transport", "../t", "transport is not a transport rdmaprobe writes"),
+            ("transport", "UC/..", "transport is not a transport rdmaprobe writes"),
+        ] {
+            let mut d = doc(&h);
+            d["runs"][0][field] = Value::from(v);
+            let e = figures(&d).err().unwrap_or_default();
+            assert!(e.starts_with("run 1 (lat ") && e.contains(why), "{v}: {e}");
+        }
+        let mut d = doc(&h);
+        d["runs"][0]["transport"] = Value::from("UD");
+        d["runs"][0]["op"] = Value::from("send");
+        let names: Vec<String> = figures(&d).unwrap_or_default().into_iter().map(|f| f.file).collect();
+        assert_eq!(names, ["lat-send-UD-spectrum.svg", "lat-send-UD-cdf.svg"]);
+    }
+
+    /// A write that fails after the output directory was created removes what was written and
+    /// the directory: a failed plot leaves no empty `--out` behind.
+    #[test]
+    fn a_failed_write_leaves_no_directory_it_made() {
+        let base = std::env::temp_dir().join(format!("rdmaprobe-plot-fail-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&base);
+        let out = base.join("a/b");
+        let fig = |file: &str| Figure {
+            file: file.into(),
+            title: "t".into(),
+            svg: "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"2\" height=\"2\"/>".into(),
+        };
+        let figs = [fig("lat-write-spectrum.svg"), fig("no/such.svg")];
+        let e = write_figures(&serde_json::json!({"runs": []}), &figs, &out)
+            .err()
+            .unwrap_or_default();
+        assert!(e.contains("no/such.svg"), "{e}");
+        assert!(
+            !base.exists(),
+            "left behind: {:?}",
+            std::fs::read_dir(&base).map(|d| d.count())
+        );
+        // a directory that was there stays, with what was written
+        std::fs::create_dir_all(&out).unwrap();
+        assert!(write_figures(&serde_json::json!({"runs": []}), &figs, &out).is_err());
+        assert!(out.join("lat-write-spectrum.svg").exists());
+        let _ = std::fs::remove_dir_all(&base);
     }
 
     #[test]
