@@ -555,3 +555,72 @@ fn outputs_escape_what_the_files_say() {
         String::from_utf8_lossy(&o.stderr)
     );
 }
+
+/// Runs `rdmaprobe ARGS` under `ulimit -v 2000000` and `timeout 20`: (exit status, or 128 + the
+/// signal; stderr; seconds).
+fn run_bounded(args: &[&str]) -> (i32, String, f64) {
+    use std::os::unix::process::ExitStatusExt;
+    let t = std::time::Instant::now();
+    let o = std::process::Command::new("sh")
+        .arg("-c")
+        .arg("ulimit -v 2000000 && exec timeout 20 \"$0\" \"$@\"")
+        .arg(env!("CARGO_BIN_EXE_rdmaprobe"))
+        .args(args)
+        .output()
+        .unwrap();
+    let code = o.status.code().unwrap_or_else(|| 128 + o.status.signal().unwrap_or(0));
+    (
+        code,
+        String::from_utf8_lossy(&o.stderr).into_owned(),
+        t.elapsed().as_secs_f64(),
+    )
+}
+
+/// `compare` and `plot` read regular files only, of at most 64 MiB (issue 30 point 5): a FIFO
+/// given as a result blocked for ever (here: killed by `timeout`, 124), `/dev/zero` was read until
+/// memory ran out. Now both are refused at once, exit 2, naming the file and what it is; a file
+/// over 64 MiB is refused saying the bound.
+#[test]
+fn compare_and_plot_read_regular_files_of_a_bounded_size_only() {
+    let dir = tmpdir("kinds");
+    let good = dir.join("good.json");
+    std::fs::write(
+        &good,
+        json!({"schema_version": 2, "tool": {"name": "rdmaprobe"}, "runs": []}).to_string(),
+    )
+    .unwrap();
+    let fifo = dir.join("fifo.json");
+    let _ = std::fs::remove_file(&fifo);
+    assert!(std::process::Command::new("mkfifo")
+        .arg(&fifo)
+        .status()
+        .unwrap()
+        .success());
+    let big = dir.join("big.json");
+    std::fs::File::create(&big).unwrap().set_len((64 << 20) + 1).unwrap();
+    let (g, f, b) = (good.to_str().unwrap(), fifo.to_str().unwrap(), big.to_str().unwrap());
+    let out = dir.join("plots");
+    let o = out.to_str().unwrap();
+    for (args, file, why) in [
+        (vec!["compare", g, f], f, "a FIFO, not a regular file"),
+        (
+            vec!["compare", g, "/dev/zero"],
+            "/dev/zero",
+            "a device, not a regular file",
+        ),
+        (vec!["compare", g, b], b, "larger than 64 MiB"),
+        (vec!["plot", f, "--out", o], f, "a FIFO, not a regular file"),
+        (
+            vec!["plot", "/dev/zero", "--out", o],
+            "/dev/zero",
+            "a device, not a regular file",
+        ),
+    ] {
+        let (c, e, s) = run_bounded(&args);
+        assert_eq!(c, 2, "{args:?}: {e}");
+        assert!(e.contains(file) && e.contains(why), "{args:?}: {e}");
+        assert!(s < 10.0, "{args:?}: {s:.1} s");
+    }
+    assert!(!out.exists());
+    std::fs::remove_dir_all(&dir).ok();
+}

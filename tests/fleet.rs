@@ -141,3 +141,287 @@ fn fleet_report_refuses_a_directory_that_is_not_a_fleet_run() {
     assert_eq!(r.status.code(), Some(2));
     let _ = std::fs::remove_dir_all(&d);
 }
+
+/// A fleet run's directory as the playbook leaves it, written here: three nodes, every pair,
+/// every layer passing, every file world-writable as another user could find it (the nodes'
+/// results fill it); `doctor_n3` is n3's doctor report.
+fn synthetic(dir: &Path, doctor_n3: &Value) {
+    use serde_json::json;
+    use std::os::unix::fs::PermissionsExt;
+    let _ = std::fs::remove_dir_all(dir);
+    let w = |p: PathBuf, v: &Value| {
+        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+        std::fs::write(p, v.to_string()).unwrap();
+    };
+    let nodes = ["n1", "n2", "n3"];
+    w(
+        dir.join("fleet.json"),
+        &json!({"nodes": nodes, "pairing": "all", "reachable": nodes, "doctor_rc": {"n1": 0, "n2": 0, "n3": 0}}),
+    );
+    let ok = json!({"checks": [{"id": "memlock", "status": "pass", "evidence": "ok"}]});
+    for n in nodes {
+        w(
+            dir.join("nodes").join(n).join("doctor.json"),
+            if n == "n3" { doctor_n3 } else { &ok },
+        );
+    }
+    let layers: Vec<Value> = (1..=3)
+        .map(|l| json!({"layer": l, "status": "pass", "findings": []}))
+        .collect();
+    let ladder = json!({"role": "client", "layers": layers});
+    for (a, b) in [("n1", "n2"), ("n1", "n3"), ("n2", "n3")] {
+        let p = dir.join("pairs").join(format!("{a}--{b}"));
+        w(
+            p.join("status.json"),
+            &json!({"server": a, "client": b, "ping_rc": 0, "lat_rc": 0, "bw_rc": 0,
+                    "server_rc": {"ping": 0, "lat": 0, "bw": 0}}),
+        );
+        w(p.join("ping-server.json"), &ladder);
+        w(p.join("ping-client.json"), &ladder);
+        w(p.join("lat.json"), &json!({"runs": [{"latency_ns": {"p50": 600.0}}]}));
+        w(
+            p.join("bw.json"),
+            &json!({"runs": [{"summary": {"bw_avg_mib_s": 9000.0}}]}),
+        );
+    }
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        std::fs::set_permissions(&d, std::fs::Permissions::from_mode(0o777)).unwrap();
+        for e in std::fs::read_dir(&d).unwrap().flatten() {
+            if e.file_type().unwrap().is_dir() {
+                stack.push(e.path());
+            }
+        }
+    }
+}
+
+/// Whether this test runs as root (then another user's steps run as uid 65534, `nobody`).
+fn root() -> bool {
+    // SAFETY: geteuid has no preconditions.
+    unsafe { libc::geteuid() == 0 }
+}
+
+/// Runs `cmd ARGS` as the other local user (uid/gid 65534) when root, else as this user (and
+/// says so): the attacker's steps.
+fn as_other_user(test: &str, cmd: &str, args: &[&std::ffi::OsStr]) {
+    use std::os::unix::process::CommandExt;
+    let mut c = Command::new(cmd);
+    c.args(args);
+    if root() {
+        // (std drops the supplementary groups when root switches uid)
+        c.uid(65534).gid(65534);
+    } else {
+        eprintln!("{test}: not root: the other user's step `{cmd}` runs as this user");
+    }
+    let s = c.status().unwrap();
+    assert!(s.success(), "{cmd} {args:?}: {s}");
+}
+
+/// A directory only root may enter, holding a root-only file `name` with `text`.
+fn private_file(base: &Path, name: &str, text: &str) -> PathBuf {
+    use std::os::unix::fs::PermissionsExt;
+    let d = base.join("private");
+    std::fs::create_dir_all(&d).unwrap();
+    std::fs::set_permissions(&d, std::fs::Permissions::from_mode(0o700)).unwrap();
+    let f = d.join(name);
+    std::fs::write(&f, text).unwrap();
+    std::fs::set_permissions(&f, std::fs::Permissions::from_mode(0o600)).unwrap();
+    f
+}
+
+/// `rdmaprobe fleet-report ARGS` under `ulimit -v 2000000` and `timeout 20`: (exit status, or
+/// 128 + the signal; stdout and stderr; seconds).
+fn fleet_report(args: &[&std::ffi::OsStr]) -> (i32, String, f64) {
+    use std::os::unix::process::ExitStatusExt;
+    let t = std::time::Instant::now();
+    let o = Command::new("sh")
+        .arg("-c")
+        .arg("ulimit -v 2000000 && exec timeout 20 \"$0\" fleet-report \"$@\"")
+        .arg(env!("CARGO_BIN_EXE_rdmaprobe"))
+        .args(args)
+        .output()
+        .unwrap();
+    let code = o.status.code().unwrap_or_else(|| 128 + o.status.signal().unwrap_or(0));
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
+    (code, text, t.elapsed().as_secs_f64())
+}
+
+fn os(p: &Path) -> &std::ffi::OsStr {
+    p.as_os_str()
+}
+
+/// fleet-report reads regular files inside its directory only (issue 30 point 5). Another user
+/// who can write in the directory the nodes' results fill plants: a FIFO as `bw.json` (before:
+/// fleet-report blocked for ever, here killed by `timeout`: 124), `doctor.json` as a link to
+/// `/dev/zero` (before: read until memory ran out), `lat.json` as a link to a root-only JSON
+/// outside the directory (before: its `counters` copied into the world-readable report), a pair's
+/// directory or a node's as a link out of it; a doctor report over 16 MiB. Now each is refused at
+/// once, exit 2, naming the file and why; nothing of the root-only file reaches the output.
+#[test]
+fn fleet_report_reads_only_regular_files_inside_its_directory() {
+    use serde_json::json;
+    let t = "fleet_report_reads_only_regular_files_inside_its_directory";
+    let base = std::env::temp_dir().join(format!("rdmaprobe-fleet-hostile-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&base);
+    std::fs::create_dir_all(&base).unwrap();
+    let secret = private_file(
+        &base,
+        "secret.json",
+        &json!({"runs": [{"latency_ns": {"p50": 600.0}}],
+                "counters": {"source": "sysfs", "delta": {"root_only_secret": 424242}}})
+        .to_string(),
+    );
+    let outside = base.join("elsewhere");
+    std::fs::create_dir_all(outside.join("n1--n2")).unwrap();
+    let dir = base.join("run");
+    let doctor = json!({"checks": [{"id": "memlock", "status": "pass", "evidence": "ok"}]});
+    synthetic(&dir, &doctor);
+    let (c, text, _) = fleet_report(&[os(&dir)]);
+    assert_eq!(c, 0, "the synthetic run passes: {text}");
+    let pair = dir.join("pairs/n1--n2");
+    let ln = |target: &Path, link: &Path| {
+        let _ = std::fs::remove_file(link).or_else(|_| std::fs::remove_dir_all(link));
+        as_other_user(t, "ln", &[os(Path::new("-s")), os(target), os(link)]);
+    };
+    // (how the other user plants it, the file the refusal names, why)
+    type Plant<'a> = Box<dyn Fn() + 'a>;
+    let cases: Vec<(Plant, &str, &str)> = vec![
+        (
+            Box::new(|| {
+                std::fs::remove_file(pair.join("bw.json")).unwrap();
+                as_other_user(t, "mkfifo", &[os(&pair.join("bw.json"))]);
+            }),
+            "n1--n2/bw.json",
+            "a FIFO, not a regular file",
+        ),
+        (
+            Box::new(|| ln(Path::new("/dev/zero"), &dir.join("nodes/n1/doctor.json"))),
+            "n1/doctor.json",
+            "a symbolic link",
+        ),
+        (
+            Box::new(|| ln(&secret, &pair.join("lat.json"))),
+            "n1--n2/lat.json",
+            "a symbolic link",
+        ),
+        (
+            Box::new(|| ln(&outside.join("n1--n2"), &pair)),
+            "pairs/n1--n2",
+            "a symbolic link",
+        ),
+        (
+            Box::new(|| ln(&outside, &dir.join("nodes/n2"))),
+            "nodes/n2",
+            "a symbolic link",
+        ),
+        (
+            Box::new(|| {
+                let f = std::fs::OpenOptions::new()
+                    .write(true)
+                    .truncate(true)
+                    .open(dir.join("nodes/n3/doctor.json"))
+                    .unwrap();
+                f.set_len((16 << 20) + 1).unwrap();
+            }),
+            "n3/doctor.json",
+            "larger than 16 MiB",
+        ),
+    ];
+    for (plant, file, why) in cases {
+        synthetic(&dir, &doctor);
+        plant();
+        let (c, text, s) = fleet_report(&[os(&dir)]);
+        assert_eq!(c, 2, "{file}: {text}");
+        assert!(text.contains(file) && text.contains(why), "{file}: {text}");
+        assert!(s < 10.0, "{file}: {s:.1} s");
+        assert!(!text.contains("root_only_secret"), "{file}: {text}");
+        for out in ["fleet-report.json", "fleet-report.html"] {
+            let o = std::fs::read_to_string(dir.join(out)).unwrap_or_default();
+            assert!(
+                !o.contains("root_only_secret"),
+                "{file}: {out} holds the root-only file's counters"
+            );
+        }
+    }
+    let _ = std::fs::remove_dir_all(&base);
+}
+
+/// fleet-report's default outputs (`DIR/fleet-report.{json,html}`, inside the directory the
+/// nodes' results fill) are created without following a link another user planted there
+/// (before: the link was followed and its root-only target replaced by the report); the link is
+/// replaced by the report, its target untouched. A `--json` path the user names keeps
+/// `output::write`'s documented behaviour: a symlink there is followed, the link stays.
+#[test]
+fn fleet_report_default_outputs_replace_a_planted_link_never_its_target() {
+    use serde_json::json;
+    let t = "fleet_report_default_outputs_replace_a_planted_link_never_its_target";
+    let base = std::env::temp_dir().join(format!("rdmaprobe-fleet-outlink-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&base);
+    std::fs::create_dir_all(&base).unwrap();
+    let dir = base.join("run");
+    synthetic(
+        &dir,
+        &json!({"checks": [{"id": "memlock", "status": "pass", "evidence": "ok"}]}),
+    );
+    let victims = [
+        private_file(&base, "shadow", "root's own\n"),
+        private_file(&base, "authorized_keys", "root's keys\n"),
+    ];
+    for (name, v) in ["fleet-report.json", "fleet-report.html"].iter().zip(&victims) {
+        as_other_user(t, "ln", &[os(Path::new("-s")), os(v), os(&dir.join(name))]);
+        if root() {
+            use std::os::unix::fs::MetadataExt;
+            assert_eq!(std::fs::symlink_metadata(dir.join(name)).unwrap().uid(), 65534);
+        }
+    }
+    let (c, text, _) = fleet_report(&[os(&dir)]);
+    assert_eq!(c, 0, "{text}");
+    assert_eq!(std::fs::read_to_string(&victims[0]).unwrap(), "root's own\n");
+    assert_eq!(std::fs::read_to_string(&victims[1]).unwrap(), "root's keys\n");
+    for name in ["fleet-report.json", "fleet-report.html"] {
+        let m = std::fs::symlink_metadata(dir.join(name)).unwrap();
+        assert!(m.file_type().is_file(), "{name}: {m:?}");
+    }
+    let j: Value = serde_json::from_str(&std::fs::read_to_string(dir.join("fleet-report.json")).unwrap()).unwrap();
+    assert_eq!(j["failed"], json!([]), "{j}");
+    // a path the user names: a symlink there is followed (output::write), the link kept
+    let mine = base.join("mine.json");
+    std::fs::write(&mine, "old").unwrap();
+    let link = base.join("link.json");
+    std::os::unix::fs::symlink(&mine, &link).unwrap();
+    let (c, text, _) = fleet_report(&[os(&dir), os(Path::new("--json")), os(&link)]);
+    assert_eq!(c, 0, "{text}");
+    assert!(std::fs::symlink_metadata(&link).unwrap().file_type().is_symlink());
+    assert!(std::fs::read_to_string(&mine).unwrap().contains("\"failed\""));
+    let _ = std::fs::remove_dir_all(&base);
+}
+
+/// One node's doctor report with 160,000 warnings (15 MB, within the 16 MiB a fleet file may
+/// hold) is judged in linear time through the command (issue 30 point 6: 76 s in release before
+/// issue 28 made it linear; 1.2 s now in release): here within 20 s, n3 failed, every warning
+/// said as its own.
+#[test]
+fn fleet_report_judges_a_doctor_of_160000_warnings_at_once() {
+    use serde_json::json;
+    let dir = std::env::temp_dir().join(format!("rdmaprobe-fleet-warnings-{}", std::process::id()));
+    let checks: Vec<Value> = std::iter::once(json!({"id": "memlock", "status": "fail", "evidence": "64 KiB"}))
+        .chain(
+            (0..160_000)
+                .map(|i| json!({"id": format!("w{i:06}"), "status": "warn", "evidence": "a warning of some length"})),
+        )
+        .collect();
+    synthetic(&dir, &json!({ "checks": checks }));
+    assert!(std::fs::metadata(dir.join("nodes/n3/doctor.json")).unwrap().len() < 16 << 20);
+    let (c, text, s) = fleet_report(&[os(&dir)]);
+    assert_eq!(c, 1, "{}", &text[..text.len().min(2000)]);
+    println!("fleet-report of 160,000 warnings: {s:.1} s");
+    assert!(s < 20.0, "{s:.1} s");
+    let j: Value = serde_json::from_str(&std::fs::read_to_string(dir.join("fleet-report.json")).unwrap()).unwrap();
+    assert_eq!(j["failed"], json!(["n3"]));
+    assert_eq!(j["nodes"][2]["evidence"].as_array().map(Vec::len), Some(160_000));
+    let _ = std::fs::remove_dir_all(&dir);
+}

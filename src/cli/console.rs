@@ -424,8 +424,18 @@ pub fn fleet_report(
     let json_path = json.map_or_else(|| dir.join("fleet-report.json"), PathBuf::from);
     let html_path = html.map_or_else(|| dir.join("fleet-report.html"), PathBuf::from);
     let text = serde_json::to_string_pretty(&r.json()).unwrap_or_default() + "\n";
-    for (path, data) in [(&json_path, text), (&html_path, r.html())] {
-        if let Err(e) = output::write(path, data.as_bytes()) {
+    // the defaults lie in the directory the nodes' results fill: a link planted there is
+    // replaced, never followed; a path the user names is written as output::write writes
+    for (path, named, data) in [
+        (&json_path, json.is_some(), text),
+        (&html_path, html.is_some(), r.html()),
+    ] {
+        let written = if named {
+            output::write(path, data.as_bytes())
+        } else {
+            output::write_new(path, data.as_bytes())
+        };
+        if let Err(e) = written {
             eprintln!("rdmaprobe: error: {}: {e}", path.display());
             return 2;
         }

@@ -3,7 +3,9 @@
 //! unpredictable name, removed again on any failure; a symlink is followed (the file it names is
 //! replaced, the link stays); a target that is not a regular file (`/dev/null`, a FIFO, a
 //! terminal, `/proc/self/fd/1`) is written through, never replaced. [`check`] finds a
-//! destination that cannot work before a run spends its time.
+//! destination that cannot work before a run spends its time. What rdmaprobe names itself inside
+//! a directory others may write to goes through [`write_new`]: whatever is at the name (a planted
+//! link, a FIFO) is replaced by a new file, never followed.
 #![forbid(unsafe_code)]
 
 use std::fs::{self, OpenOptions};
@@ -149,6 +151,27 @@ pub fn write(path: &Path, data: &[u8]) -> Result<(), OutputError> {
             done
         }
     }
+}
+
+/// Writes `data` as a new file at `path`, never through what is there: a temporary file created
+/// exclusively beside it (mode 0644), renamed over the name, so a symlink, FIFO or file planted at
+/// `path` is replaced, never followed or written through (a directory there refuses). For
+/// outputs rdmaprobe names itself inside a directory others may write to (`fleet-report`'s
+/// `DIR/fleet-report.{json,html}`); paths the user names go through [`write`].
+pub fn write_new(path: &Path, data: &[u8]) -> Result<(), OutputError> {
+    if path.file_name().is_none() {
+        return Err(err(path, "not a file's name"));
+    }
+    let (mut f, tmp) = temp_beside(path)?;
+    let done = f
+        .write_all(data)
+        .and_then(|()| f.sync_all())
+        .map_err(|e| err(path, format!("writing: {e}")))
+        .and_then(|()| fs::rename(&tmp, path).map_err(|e| err(path, format!("replacing: {e}"))));
+    if done.is_err() {
+        let _ = fs::remove_file(&tmp);
+    }
+    done
 }
 
 /// Writes `data` through a file that is not replaced (a device, a FIFO, a terminal), without
@@ -325,6 +348,34 @@ mod tests {
         assert!(write(&t, b"x").is_err());
         assert!(leftovers(&d).is_empty(), "{:?}", leftovers(&d));
         fs::remove_dir_all(&d).ok();
+    }
+
+    /// [`write_new`] replaces what is at the name (a symlink, a FIFO) and never follows it or
+    /// writes through it; a directory there refuses, leaving nothing behind.
+    #[test]
+    fn a_new_file_replaces_a_planted_link_never_its_target() {
+        use std::os::unix::fs::FileTypeExt;
+        let d = tmpdir("new");
+        let victim = d.join("victim");
+        fs::write(&victim, b"precious").unwrap();
+        let l = d.join("report.json");
+        std::os::unix::fs::symlink(&victim, &l).unwrap();
+        write_new(&l, b"report").unwrap();
+        assert_eq!(fs::read(&victim).unwrap(), b"precious");
+        assert!(fs::symlink_metadata(&l).unwrap().file_type().is_file());
+        assert_eq!(fs::read(&l).unwrap(), b"report");
+        let fifo = d.join("fifo");
+        assert!(std::process::Command::new("mkfifo")
+            .arg(&fifo)
+            .status()
+            .unwrap()
+            .success());
+        write_new(&fifo, b"x").unwrap();
+        assert!(!fs::symlink_metadata(&fifo).unwrap().file_type().is_fifo());
+        fs::create_dir(d.join("dir")).unwrap();
+        assert!(write_new(&d.join("dir"), b"x").is_err());
+        assert!(leftovers(&d).is_empty(), "{:?}", leftovers(&d));
+        let _ = fs::remove_dir_all(&d);
     }
 
     /// A FIFO is checked without being opened (no block, no empty stream handed to a reader)

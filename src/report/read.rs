@@ -109,6 +109,8 @@ pub fn file(path: &Path, max: u64) -> Result<Vec<u8>, ReadError> {
 pub struct Dir {
     f: File,
     path: PathBuf,
+    /// The directory the user named, that this one is in (or is).
+    top: PathBuf,
 }
 
 /// Why a name cannot be opened below a directory: not one plain component.
@@ -130,6 +132,7 @@ impl Dir {
         let d = Dir {
             f,
             path: path.to_path_buf(),
+            top: path.to_path_buf(),
         };
         // the entries are reached through /proc/self/fd: without /proc, every one would read as
         // missing
@@ -177,16 +180,18 @@ impl Dir {
             shown,
             format!(
                 "a symbolic link (refused: nothing below {} is read through a link)",
-                self.path.display()
+                self.top.display()
             ),
         )
     }
 
     /// The directory `name` in it (not a symlink); `None` when there is none.
     pub fn dir(&self, name: &str) -> Result<Option<Dir>, ReadError> {
-        Ok(self
-            .open_entry(name, libc::O_DIRECTORY)?
-            .map(|(f, path)| Dir { f, path }))
+        Ok(self.open_entry(name, libc::O_DIRECTORY)?.map(|(f, path)| Dir {
+            f,
+            path,
+            top: self.top.clone(),
+        }))
     }
 
     /// The regular file `name` in it (not a symlink) of at most `max` bytes; `None` when there

@@ -2,16 +2,17 @@
 //! runs gathered into rows by run key and metric.
 
 use super::CompareError;
-use crate::report::{schema, SCHEMA_VERSION};
+use crate::report::{read, schema, SCHEMA_VERSION};
 use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet};
 
-/// Reads and checks a result file (schema versions 1 up to this rdmaprobe's).
+/// Reads and checks a result file (schema versions 1 up to this rdmaprobe's): a regular file of
+/// at most [`read::MAX_RESULT_BYTES`], never waiting on a FIFO or reading a device
+/// ([`read::file`]).
 pub fn load(path: &str) -> Result<Value, CompareError> {
-    let text = std::fs::read_to_string(path).map_err(|e| CompareError::Unreadable {
-        path: path.into(),
-        why: e.to_string(),
-    })?;
+    let unreadable = |why: String| CompareError::Unreadable { path: path.into(), why };
+    let bytes = read::file(std::path::Path::new(path), read::MAX_RESULT_BYTES).map_err(|e| unreadable(e.why))?;
+    let text = String::from_utf8(bytes).map_err(|e| unreadable(format!("not UTF-8 text ({e})")))?;
     parse(&text, path)
 }
 

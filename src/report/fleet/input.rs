@@ -1,8 +1,17 @@
-//! A fleet run's directory read and checked: the plan, the doctors' reports, the pairs.
+//! A fleet run's directory read and checked: the plan, the doctors' reports, the pairs. The
+//! directory is filled by the nodes' results (and so by whoever can write there): every file is
+//! read through [`Dir`] (regular files only, never through a symlink, each at most
+//! [`MAX_FLEET_FILE_BYTES`]), so nothing outside the directory reaches the report and nothing
+//! there can block or exhaust the reader.
 
+use crate::report::read::{self, Dir};
 use serde_json::Value;
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
+
+/// The largest file of a fleet run read: 16 MiB (a doctor report takes a few KiB, a pair's short
+/// lat or bw result some tens).
+pub const MAX_FLEET_FILE_BYTES: u64 = 16 << 20;
 
 /// A fleet directory that cannot be read as one.
 #[derive(Debug, thiserror::Error)]
@@ -57,13 +66,30 @@ pub struct FleetIn {
     pub pairs: Vec<PairIn>,
 }
 
-fn read_json(path: &Path) -> Result<Option<Value>, FleetError> {
-    match std::fs::read_to_string(path) {
-        Ok(t) => serde_json::from_str(&t)
+/// The JSON file `name` in `dir`; `None` when there is none.
+fn read_json(dir: &Dir, name: &str) -> Result<Option<Value>, FleetError> {
+    match dir.file(name, MAX_FLEET_FILE_BYTES)? {
+        Some(b) => serde_json::from_slice(&b)
             .map(Some)
-            .map_err(|e| FleetError::at(path, format!("not JSON: {e}"))),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-        Err(e) => Err(FleetError::at(path, e.to_string())),
+            .map_err(|e| FleetError::at(&dir.path().join(name), format!("not JSON: {e}"))),
+        None => Ok(None),
+    }
+}
+
+/// The directory `name` in `dir` (never a symlink); `None` when there is none.
+fn sub(dir: Option<&Dir>, name: &str) -> Result<Option<Dir>, FleetError> {
+    match dir {
+        Some(d) => Ok(d.dir(name)?),
+        None => Ok(None),
+    }
+}
+
+impl From<read::ReadError> for FleetError {
+    fn from(e: read::ReadError) -> Self {
+        FleetError::Bad {
+            path: e.path,
+            why: e.why,
+        }
     }
 }
 
@@ -91,12 +117,14 @@ fn names(v: &Value, field: &str, path: &Path) -> Result<Vec<String>, FleetError>
 
 /// Reads a fleet directory (see the module's documentation).
 pub fn load(dir: &Path) -> Result<FleetIn, FleetError> {
-    let top = dir.join("fleet.json");
+    let top = Dir::open(dir)?;
     let (plan, mut f) = read_plan(&top)?;
-    read_doctors(dir, &plan, &mut f)?;
-    for p in pair_dirs(&dir.join("pairs"))? {
-        if let Some(pair) = read_pair(&p, &f)? {
-            f.pairs.push(pair);
+    read_doctors(&top, &plan, &mut f)?;
+    if let Some(pairs) = top.dir("pairs")? {
+        for name in pairs.subdirs()? {
+            if let Some(pair) = read_pair(&pairs, &name, &f)? {
+                f.pairs.push(pair);
+            }
         }
     }
     Ok(f)
@@ -111,10 +139,11 @@ impl FleetError {
     }
 }
 
-/// `fleet.json` (at `top`) read and checked: the document, and the run with its nodes, those
+/// `fleet.json` (in `dir`) read and checked: the document, and the run with its nodes, those
 /// that answered, the pairing and the reference (no doctor and no pair yet).
-fn read_plan(top: &Path) -> Result<(Value, FleetIn), FleetError> {
-    let plan = read_json(top)?.ok_or_else(|| {
+fn read_plan(dir: &Dir) -> Result<(Value, FleetIn), FleetError> {
+    let top = &dir.path().join("fleet.json");
+    let plan = read_json(dir, "fleet.json")?.ok_or_else(|| {
         FleetError::at(
             top,
             "missing: not a fleet run's directory (the playbook writes it first)".into(),
@@ -149,9 +178,13 @@ fn read_plan(top: &Path) -> Result<(Value, FleetIn), FleetError> {
 
 /// Each node's doctor report (`nodes/NODE/doctor.json`), its exit status and what it said on
 /// standard error (from the plan).
-fn read_doctors(dir: &Path, plan: &Value, f: &mut FleetIn) -> Result<(), FleetError> {
+fn read_doctors(dir: &Dir, plan: &Value, f: &mut FleetIn) -> Result<(), FleetError> {
+    let nodes = dir.dir("nodes")?;
     for n in &f.nodes {
-        let doc = read_json(&dir.join("nodes").join(n).join("doctor.json"))?;
+        let doc = match sub(nodes.as_ref(), n)? {
+            Some(d) => read_json(&d, "doctor.json")?,
+            None => None,
+        };
         let rc = plan["doctor_rc"][n].as_i64();
         f.doctor.insert(n.clone(), (doc, rc));
         if let Some(e) = plan["doctor_error"][n].as_str().filter(|e| !e.trim().is_empty()) {
@@ -161,26 +194,16 @@ fn read_doctors(dir: &Path, plan: &Value, f: &mut FleetIn) -> Result<(), FleetEr
     Ok(())
 }
 
-/// What the `pairs` directory holds, in name order (none when it is not there).
-fn pair_dirs(pairs: &Path) -> Result<Vec<PathBuf>, FleetError> {
-    let mut entries: Vec<_> = match std::fs::read_dir(pairs) {
-        Ok(rd) => rd.filter_map(Result::ok).map(|e| e.path()).collect(),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Vec::new(),
-        Err(e) => return Err(FleetError::at(pairs, e.to_string())),
-    };
-    entries.sort();
-    Ok(entries)
-}
-
-/// One pair's directory `p` read, its status checked against the run `f` so far (its nodes,
-/// the pairs already read); `None` when it is not a pair's (not a directory, no status.json).
-fn read_pair(p: &Path, f: &FleetIn) -> Result<Option<PairIn>, FleetError> {
-    // a pair is a directory; anything else there (a README, a stray file) is not one
-    if !p.is_dir() {
+/// The pair's directory `name` in `pairs` read (the directories there, in name order: anything
+/// else, a README or a stray file, is not a pair's), its status checked against the run `f` so
+/// far (its nodes, the pairs already read); `None` when it is not a pair's (no status.json).
+fn read_pair(pairs: &Dir, name: &str, f: &FleetIn) -> Result<Option<PairIn>, FleetError> {
+    let Some(p) = pairs.dir(name)? else { return Ok(None) };
+    let p = &p;
+    let sp = p.path().join("status.json");
+    let Some(st) = read_json(p, "status.json")? else {
         return Ok(None);
-    }
-    let sp = p.join("status.json");
-    let Some(st) = read_json(&sp)? else { return Ok(None) };
+    };
     let (Some(server), Some(client)) = (st["server"].as_str(), st["client"].as_str()) else {
         return Err(FleetError::at(&sp, "needs 'server' and 'client'".into()));
     };
@@ -194,12 +217,9 @@ fn read_pair(p: &Path, f: &FleetIn) -> Result<Option<PairIn>, FleetError> {
         skipped,
         rc: [rc("ping_rc"), rc("lat_rc"), rc("bw_rc")],
         server_rc: [src("ping"), src("lat"), src("bw")],
-        ping: [
-            read_json(&p.join("ping-server.json"))?,
-            read_json(&p.join("ping-client.json"))?,
-        ],
-        lat: read_json(&p.join("lat.json"))?,
-        bw: read_json(&p.join("bw.json"))?,
+        ping: [read_json(p, "ping-server.json")?, read_json(p, "ping-client.json")?],
+        lat: read_json(p, "lat.json")?,
+        bw: read_json(p, "bw.json")?,
     }))
 }
 
