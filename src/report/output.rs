@@ -157,7 +157,7 @@ pub fn write(path: &Path, data: &[u8]) -> Result<(), OutputError> {
 /// exclusively beside it (mode 0644), renamed over the name, so a symlink, FIFO or file planted at
 /// `path` is replaced, never followed or written through (a directory there refuses). For
 /// outputs rdmaprobe names itself inside a directory others may write to (`fleet-report`'s
-/// `DIR/fleet-report.{json,html}`); paths the user names go through [`write`].
+/// `DIR/fleet-report.{json,html}`); paths the user names go through [`write()`].
 pub fn write_new(path: &Path, data: &[u8]) -> Result<(), OutputError> {
     if path.file_name().is_none() {
         return Err(err(path, "not a file's name"));
