@@ -18,7 +18,7 @@
 
 use rdmaprobe::mlx5::cq::{Cq as DirectCq, CqConfig};
 use rdmaprobe::mlx5::seg::DataSeg;
-use rdmaprobe::mlx5::sq::{DbMode, NoHook, Sq, SqConfig};
+use rdmaprobe::mlx5::sq::{DbMode, NoHook, Prepared, Sq, SqConfig};
 use rdmaprobe::mlx5::wqe::{Payload, Wqe};
 use rdmaprobe::sys;
 use rdmaprobe::verbs::{ConnectOpts, Context, Cq, Mr, MrAccess, Op, Pd, Qp, QpCaps, SendFlags, WrBatch};
@@ -446,9 +446,19 @@ fn run(api_wr: bool, seed: u64) {
                 .unwrap_or_else(|e| panic!("WR {n} {r:?}: {e}"));
         }
         let w = direct_wqe(&r, &segs, &inl, (rem.addr, rem.rkey));
-        let idx = sq
-            .post_and_ring(&w)
-            .unwrap_or_else(|e| panic!("WR {n} {r:?}: direct: {e}"));
+        let idx = if r.inline && n % 2 == 1 {
+            // every other inline WR as the direct backend posts it: an image prepared with
+            // other bytes, given the payload at the post (garbage after it in the source)
+            let stale = vec![0u8; inl.len()];
+            let mut p = Prepared::new(&direct_wqe(&r, &segs, &stale, (rem.addr, rem.rkey)), b.qp.qpn(), 256)
+                .unwrap_or_else(|e| panic!("WR {n} {r:?}: prepare: {e}"));
+            let mut src = inl.clone();
+            src.resize(inl.len() + 64, 0xee);
+            sq.post_prepared_ring_inline(&mut p, &src, r.signaled)
+        } else {
+            sq.post_and_ring(&w)
+        }
+        .unwrap_or_else(|e| panic!("WR {n} {r:?}: direct: {e}"));
         if r.signaled {
             due_a += 1;
             due_b += 1;
@@ -484,8 +494,13 @@ fn run(api_wr: bool, seed: u64) {
                 .map(|(o, b)| {
                     let bf = b.len() > 8;
                     let ds = b.get(7).map_or(0, |d| (d & 0x3f) as usize);
+                    // `reg_written` ends a half at its last non-zero byte: a WQE whose tail
+                    // is zero (zero padding, as a prepared image writes it) is taken to its
+                    // size again, the zeros put back
                     let mut b = if bf {
-                        b[..(ds * 16).min(b.len())].to_vec()
+                        let mut v = b[..(ds * 16).min(b.len())].to_vec();
+                        v.resize(ds * 16, 0);
+                        v
                     } else {
                         b.clone()
                     };
@@ -973,7 +988,24 @@ fn ud_sends_libmlx5_and_the_direct_path_write_the_same_wqes() {
         }
         .to(&av);
         let w = if signaled { w.signaled() } else { w };
-        b.sq.post_and_ring(&w).unwrap_or_else(|e| panic!("WR {n}: direct: {e}"));
+        if inline && n % 2 == 1 {
+            // every other inline WR as the direct backend posts it: an image prepared with
+            // other bytes, given the payload at the post (garbage after it in the source)
+            let stale = vec![0u8; len];
+            let s = if imm {
+                Wqe::send_imm(n as u32, Payload::Inline(&stale))
+            } else {
+                Wqe::send(Payload::Inline(&stale))
+            }
+            .to(&av);
+            let mut p = Prepared::new(&s, b.qpn(), 256).unwrap_or_else(|e| panic!("WR {n}: prepare: {e}"));
+            let mut src = pattern[off..off + len].to_vec();
+            src.resize(len + 64, 0xee);
+            b.sq.post_prepared_ring_inline(&mut p, &src, signaled)
+        } else {
+            b.sq.post_and_ring(&w)
+        }
+        .unwrap_or_else(|e| panic!("WR {n}: direct: {e}"));
         let what = format!("WR {n}: {len} B inline {inline} imm {imm} signaled {signaled}");
         assert_eq!(pi(&ra) - pa, pi(&rb) - pb, "{what}: WQEBBs");
         let bytes = 64 * (pi(&ra) - pa) as usize;

@@ -92,7 +92,7 @@ pub struct DirectEnd<Q: DirectQueues> {
     remote: RemoteBuf,
     max_inline: u32,
     cqes: [Cqe; 16],
-    prepared: Option<(OpKind, u32, Prepared)>,
+    prepared: Option<(OpKind, u32, bool, Prepared)>,
     /// UD: the address vector of the peer (its QP number and Q_Key filled in).
     av: Option<AvSeg>,
     _buf: LocalBuf,
@@ -129,8 +129,8 @@ impl<Q: DirectQueues> DirectEnd<Q> {
         self
     }
 
-    /// Every post that is not the repeat of a prepared WQE: checks, then builds (inline payloads
-    /// each time) or prepares the WQE.
+    /// Every post that is not the repeat of a prepared WQE: checks, then prepares the WQE (or,
+    /// an inline one too large for an image, builds and posts it).
     #[inline(never)]
     fn post_slow(&mut self, op: OpKind, len: u32, n: u32, inline: bool, signal_last: bool) -> Result<(), BackendError> {
         let backend = "direct";
@@ -183,28 +183,54 @@ impl<Q: DirectQueues> DirectEnd<Q> {
             Some(av) => wqe.to(av),
             None => wqe,
         };
-        if inline {
-            // the payload is copied at post time: build each time
-            let (sq, _, _) = self.q.parts();
-            for i in 0..n {
-                let w = if signal_last && i == n - 1 { wqe.signaled() } else { wqe };
-                sq.post(&w).map_err(BackendError::Sq)?;
-            }
-            sq.ring();
-            return Ok(());
-        }
-        // gather entries: the device reads the data, so the WQE is prepared once per operation
-        // and size, as the verbs backends prepare their work requests
-        if !matches!(&self.prepared, Some((o, l, _)) if *o == op && *l == len) {
+        // the WQE is prepared once per operation, size and payload kind, as the verbs backends
+        // prepare their work requests: gather entries point at the data, which the device reads;
+        // an inline image takes the payload's bytes at every post (`Prepared::set_inline`). An
+        // inline WQE too large for an image (over 4 WQEBBs) is built at every post.
+        if !matches!(&self.prepared, Some((o, l, i, _)) if *o == op && *l == len && *i == inline) {
             let qpn = self.q.parts().0.qpn();
-            let prep = Prepared::new(&wqe, qpn, self.max_inline).map_err(BackendError::Sq)?;
-            self.prepared = Some((op, len, prep));
+            match Prepared::new(&wqe, qpn, self.max_inline) {
+                Ok(prep) => self.prepared = Some((op, len, inline, prep)),
+                Err(crate::mlx5::sq::SqError::TooLarge { .. }) if inline => {
+                    let (sq, _, _) = self.q.parts();
+                    for i in 0..n {
+                        let w = if signal_last && i == n - 1 { wqe.signaled() } else { wqe };
+                        sq.post(&w).map_err(BackendError::Sq)?;
+                    }
+                    sq.ring();
+                    return Ok(());
+                }
+                Err(e) => return Err(BackendError::Sq(e)),
+            }
         }
-        let Some((_, _, prep)) = &self.prepared else {
-            unreachable!("just prepared")
+        self.post_prepared(n, signal_last)
+    }
+
+    /// Posts the prepared WQE `n` times (its inline payload taken from the buffer now), one
+    /// doorbell.
+    #[inline(always)]
+    fn post_prepared(&mut self, n: u32, signal_last: bool) -> Result<(), BackendError> {
+        let Some((_, _, inline, prep)) = &mut self.prepared else {
+            return Err(BackendError::Invalid {
+                backend: "direct",
+                why: "no prepared WQE to post".into(),
+            });
         };
         let (sq, _, _) = self.q.parts();
-        if n == 1 {
+        if *inline {
+            // SAFETY: the inline payload is the first `len` bytes of our registered buffer's
+            // first half (len checked against it when the WQE was prepared), which the device
+            // does not write; the post may read a few bytes past the payload in that half.
+            let src = unsafe { std::slice::from_raw_parts(self.base as *const u8, self.rx_off) };
+            if n == 1 {
+                sq.post_prepared_ring_inline(prep, src, signal_last)
+                    .map_err(BackendError::Sq)?;
+            } else {
+                sq.post_prepared_n_inline(prep, src, n, signal_last)
+                    .map_err(BackendError::Sq)?;
+                sq.ring();
+            }
+        } else if n == 1 {
             // the latency path: one WQE, one doorbell
             sq.post_prepared_ring(prep, signal_last).map_err(BackendError::Sq)?;
         } else {
@@ -233,20 +259,9 @@ impl<Q: DirectQueues> Backend for DirectEnd<Q> {
     fn post(&mut self, op: OpKind, len: u32, n: u32, inline: bool, signal_last: bool) -> Result<(), BackendError> {
         // The repeated post of a prepared WQE (checked when it was prepared): nothing else on
         // the path, as a provider posts a work request it was handed.
-        if !inline {
-            if let Some((o, l, prep)) = &self.prepared {
-                if *o == op && *l == len && (1..=64).contains(&n) {
-                    let (sq, _, _) = self.q.parts();
-                    if n == 1 {
-                        return sq
-                            .post_prepared_ring(prep, signal_last)
-                            .map(|_| ())
-                            .map_err(BackendError::Sq);
-                    }
-                    sq.post_prepared_n(prep, n, signal_last).map_err(BackendError::Sq)?;
-                    sq.ring();
-                    return Ok(());
-                }
+        if let Some((o, l, i, _)) = &self.prepared {
+            if *o == op && *l == len && *i == inline && (1..=64).contains(&n) {
+                return self.post_prepared(n, signal_last);
             }
         }
         self.post_slow(op, len, n, inline, signal_last)

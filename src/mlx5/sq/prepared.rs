@@ -76,6 +76,36 @@ impl<H: RingHook> Sq<H> {
     /// of `n` calls of [`Sq::post_prepared`]. Returns the index of the last WQE (`None` if `n` is 0).
     #[inline(always)]
     pub fn post_prepared_n(&mut self, w: &Prepared, n: u32, signal_last: bool) -> Result<Option<u16>, SqError> {
+        self.post_n_body(w, n, signal_last, w.body())
+    }
+
+    /// As [`Sq::post_prepared_n`] for an inline image, its payload `bytes` (of the image's
+    /// payload length) as they are now: a one-WQEBB WQE that does not reach the ring's end takes
+    /// them from registers ([`Prepared::body_with`]), any other is given them first
+    /// ([`Prepared::set_inline`]). The bytes are those of `w.set_inline(bytes)` then
+    /// `post_prepared_n(w, ..)`.
+    #[inline(always)]
+    pub fn post_prepared_n_inline(
+        &mut self,
+        w: &mut Prepared,
+        bytes: &[u8],
+        n: u32,
+        signal_last: bool,
+    ) -> Result<Option<u16>, SqError> {
+        let slot = self.pi() & (self.cfg.wqe_cnt - 1);
+        if w.nbb != 1 || slot + n > self.cfg.wqe_cnt {
+            w.set_inline(bytes)?;
+            return self.post_prepared_n(w, n, signal_last);
+        }
+        let body = w.body_with(bytes)?;
+        self.post_n_body(w, n, signal_last, body)
+    }
+
+    /// [`Sq::post_prepared_n`] with the words after the control segment given (`body`: those
+    /// of a one-WQEBB WQE; a longer one, or a batch that reaches the ring's end, is posted from
+    /// the image).
+    #[inline(always)]
+    fn post_n_body(&mut self, w: &Prepared, n: u32, signal_last: bool, body: [u64; 6]) -> Result<Option<u16>, SqError> {
         if n == 0 {
             return Ok(None);
         }
@@ -100,9 +130,8 @@ impl<H: RingHook> Sq<H> {
         }
         let lo0 = w.words[0] & !0x00ff_ff00u64;
         let hi0 = w.words[1];
-        let body = w.words.as_ptr().wrapping_add(2);
         // SAFETY: slot + n <= wqe_cnt, so the n WQEBBs from slot are inside the ring, and free
-        // (n <= free, checked above), each 64-byte aligned; `body` is 6 words of the image.
+        // (n <= free, checked above), each 64-byte aligned.
         unsafe {
             let mut p = self.cfg.buf.add(slot as usize * WQEBB);
             let mut pi = start;
@@ -132,25 +161,63 @@ impl<H: RingHook> Sq<H> {
     /// the ring's bookkeeping is that of exactly one WQE. Otherwise it is those two calls.
     #[inline(always)]
     pub fn post_prepared_ring(&mut self, w: &Prepared, signaled: bool) -> Result<u16, SqError> {
-        let start = self.pi();
-        let slot = start & (self.cfg.wqe_cnt - 1);
         if w.nbb != 1 || self.pending != 0 || self.free() == 0 {
             let i = self.post_prepared(w, signaled)?;
             self.ring();
             return Ok(i);
         }
+        self.ring_one::<false>(w, signaled, w.body())
+    }
+
+    /// As [`Sq::post_prepared_ring`] for an inline image, its payload `bytes` (of the image's
+    /// payload length) as they are now: on the single-WQE path the words come from registers
+    /// ([`Prepared::body_with`]: the payload loaded from `bytes`, shifted past the inline header,
+    /// and stored to the ring and the BlueFlame register without a round trip through the
+    /// image); otherwise the image is given them first ([`Prepared::set_inline`]). The stores are
+    /// those of `w.set_inline(bytes)` then `post_prepared_ring(w, ..)`.
+    #[inline(always)]
+    pub fn post_prepared_ring_inline(
+        &mut self,
+        w: &mut Prepared,
+        bytes: &[u8],
+        signaled: bool,
+    ) -> Result<u16, SqError> {
+        if w.nbb != 1 || self.pending != 0 || self.free() == 0 {
+            w.set_inline(bytes)?;
+            let i = self.post_prepared(w, signaled)?;
+            self.ring();
+            return Ok(i);
+        }
+        let body = w.body_with(bytes)?;
+        self.ring_one::<true>(w, signaled, body)
+    }
+
+    /// The single-WQE path of [`Sq::post_prepared_ring`]: a one-WQEBB WQE, nothing waiting for
+    /// a doorbell, a free WQEBB (the caller has checked all three); `body` the words after the
+    /// control segment; `WORDS`: they were made in general registers (an inline payload), and go
+    /// to the ring as 8-byte stores (16-byte stores would first move each pair to a vector
+    /// register), else they were loaded from the image and go as 16-byte stores.
+    #[inline(always)]
+    fn ring_one<const WORDS: bool>(&mut self, w: &Prepared, signaled: bool, body: [u64; 6]) -> Result<u16, SqError> {
+        let start = self.pi();
+        let slot = start & (self.cfg.wqe_cnt - 1);
         let lo = w.words[0] & !0x00ff_ff00u64 | u64::from((start as u16).swap_bytes()) << 8;
         let hi = if signaled {
             w.words[1] | u64::from(CE_CQ_UPDATE) << 24
         } else {
             w.words[1]
         };
-        let body = w.words.as_ptr().wrapping_add(2);
         let pi = start.wrapping_add(1);
         // SAFETY: slot < wqe_cnt (a power of two, see `new`) and the ring has a free WQEBB
-        // (checked above): [p, p + 64) is inside the ring, 64-byte aligned; `body` is 6 words of
-        // the image.
-        unsafe { write_wqebb::<false>(self.cfg.buf.add(slot as usize * WQEBB), lo, hi, body) };
+        // (checked by the caller): [p, p + 64) is inside the ring, 64-byte aligned.
+        unsafe {
+            let dst = self.cfg.buf.add(slot as usize * WQEBB);
+            if WORDS {
+                write_words(dst, lo, hi, body)
+            } else {
+                write_wqebb::<false>(dst, lo, hi, body)
+            }
+        };
         udma_to_device_barrier();
         // SAFETY: dbrec points to two writable u32s (see `new`); volatile, as the device reads it.
         unsafe { ptr::write_volatile(self.cfg.dbrec.add(1), (pi & 0xffff).to_be()) };
@@ -160,13 +227,13 @@ impl<H: RingHook> Sq<H> {
         // A WQE of the control segment alone (DS 1, byte 7 of the image) takes the doorbell.
         let bf = self.mode != DbMode::Db && (w.words[0] >> 56) & 0x3f > 1;
         // SAFETY: the register takes 64 bytes at bf_offset in the BlueFlame modes (bf_size is 256
-        // there, see `new`) and 8 bytes otherwise; `body` is 6 words of the image.
+        // there, see `new`) and 8 bytes otherwise.
         unsafe {
             ptr::write_volatile(reg, lo);
             if bf {
                 ptr::write_volatile(reg.add(1), hi);
-                for q in 0..6 {
-                    ptr::write_volatile(reg.add(2 + q), ptr::read(body.add(q)));
+                for (q, v) in body.into_iter().enumerate() {
+                    ptr::write_volatile(reg.add(2 + q), v);
                 }
             }
         }
@@ -188,6 +255,17 @@ impl<H: RingHook> Sq<H> {
 pub struct Prepared {
     words: [u64; 32],
     nbb: u32,
+    /// Inline images: the word holding the inline header (in its low half; the payload follows
+    /// it, 4 bytes into that word), 0 for a WQE without inline data.
+    inl_word: u32,
+    /// Inline images: the payload's length (what [`Prepared::set_inline`] takes).
+    inl_len: u32,
+    /// One-WQEBB inline images: the header's word (2 or 4) when [`Prepared::body_with`] can
+    /// take every word of the WQEBB after it with whole loads, else 0.
+    inl_fast: u8,
+    /// For the words after the control segment: which bytes of each are the inline segment's
+    /// (all, up to the payload's end, or none).
+    inl_masks: [u64; 6],
 }
 
 impl Prepared {
@@ -207,6 +285,7 @@ impl Prepared {
             }
         }
         let mut img = [0u64; 32];
+        let mut inl_word = 0;
         let base = img.as_mut_ptr() as *mut u8;
         let unsig = Wqe {
             fm_ce_se: w.fm_ce_se & !CE_CQ_UPDATE,
@@ -244,13 +323,144 @@ impl Prepared {
                     };
                     ptr::write_unaligned(base.add(off) as *mut InlineHdr, hdr);
                     ptr::copy_nonoverlapping(bytes.as_ptr(), base.add(off + 4), bytes.len());
+                    inl_word = (off / 8) as u32;
                 }
             }
         }
+        let inl_len = match w.payload {
+            Payload::Inline(b) => b.len() as u32,
+            _ => 0,
+        };
+        let nbb = ds.div_ceil(4);
+        let (mut inl_fast, mut inl_masks) = (0, [0u64; 6]);
+        if nbb == 1 && inl_len > 0 && (inl_word == 2 || inl_word == 4) {
+            // byte e of the WQEBB (from the header's word on) belongs to the segment if
+            // e < header's start + 4 + inl_len
+            let end = 8 * inl_word as usize + 4 + inl_len as usize;
+            for (j, m) in inl_masks.iter_mut().enumerate().skip(inl_word as usize - 2) {
+                let from = 8 * (j + 2);
+                *m = match end.saturating_sub(from) {
+                    0 => 0,
+                    k if k >= 8 => u64::MAX,
+                    k => u64::MAX >> (64 - 8 * k),
+                };
+            }
+            inl_fast = inl_word as u8;
+        }
         Ok(Prepared {
             words: img,
-            nbb: ds.div_ceil(4),
+            nbb,
+            inl_word,
+            inl_len,
+            inl_fast,
+            inl_masks,
         })
+    }
+
+    /// The inline payload's length (0 for a WQE without inline data).
+    pub fn inline_len(&self) -> u32 {
+        self.inl_len
+    }
+
+    /// Puts the first [`Prepared::inline_len`] bytes of `src` into an inline image as its
+    /// payload, so the next posts carry them: what the direct path does at every post of an
+    /// inline WQE that is not a one-WQEBB single post or batch (those take the bytes from
+    /// registers: [`Prepared::body_with`]); the rest of the image is kept. The words are made as
+    /// [`Prepared::body_with`] makes them and stored whole, so the post's 8-byte loads of them are
+    /// served from the stores (a byte copy 4 bytes into a word would make them wait for the
+    /// stores to reach the cache). The padding up to the next 8 bytes is zero. Nothing of `src`
+    /// past the payload is read.
+    ///
+    /// A `src` shorter than the payload is refused (`InlineTooLarge` with the image's payload
+    /// length as the limit; an image without inline data has length 0, and takes any `src`).
+    #[inline(always)]
+    pub fn set_inline(&mut self, src: &[u8]) -> Result<(), SqError> {
+        let bytes = self.payload_of(src)?;
+        if bytes.is_empty() {
+            // an empty inline payload has no header and no bytes (as libmlx5 builds it)
+            return Ok(());
+        }
+        let k = self.inl_word as usize;
+        let hdr = self.words[k];
+        for m in 0..(4 + bytes.len()).div_ceil(8) {
+            self.words[k + m] = inline_word(hdr, bytes, m);
+        }
+        Ok(())
+    }
+
+    /// The words after the control segment of a one-WQEBB image (6 of them), as they are.
+    #[inline(always)]
+    pub(super) fn body(&self) -> [u64; 6] {
+        let mut b = [0u64; 6];
+        b.copy_from_slice(&self.words[2..8]);
+        b
+    }
+
+    /// The words after the control segment of a one-WQEBB image with the first
+    /// [`Prepared::inline_len`] bytes of `src` as its inline payload: the image's words before
+    /// the inline header; from the header's word on, the header then the payload, then zeros to
+    /// the end of the WQEBB. Made in registers, on their way to the ring and the BlueFlame
+    /// register: when `src` holds the whole WQEBB's worth after the header (28 bytes for a
+    /// WRITE, 44 for a SEND; the direct backend passes its send buffer), each word is one
+    /// 8-byte load of `src` at its offset and a mask prepared with the image (all of the word,
+    /// the payload's end, or nothing), no branch on the length: up to 27 or 43 bytes of `src`
+    /// past the payload are read and masked off, never sent. A shorter `src` is read exactly, by
+    /// shorter loads. For an image without inline data, the image's words. A `src` shorter than
+    /// the payload is refused, as by [`Prepared::set_inline`].
+    #[inline(always)]
+    pub fn body_with(&self, src: &[u8]) -> Result<[u64; 6], SqError> {
+        match self.inl_fast {
+            4 if src.len() >= 28 => return Ok(self.body_at::<4>(src)),
+            2 if src.len() >= 44 => return Ok(self.body_at::<2>(src)),
+            _ => {}
+        }
+        let bytes = self.payload_of(src)?;
+        let (k, w) = (self.inl_word as usize, (4 + bytes.len()).div_ceil(8));
+        let mut b = self.body();
+        if bytes.is_empty() || k < 2 || k + w > 8 {
+            return Ok(b);
+        }
+        let hdr = self.words[k];
+        for m in 0..w {
+            b[k - 2 + m] = inline_word(hdr, bytes, m);
+        }
+        Ok(b)
+    }
+
+    /// [`Prepared::body_with`] with the header at word `K` (2: a SEND; 4: an RDMA WRITE, after
+    /// the remote address) and `src` holding the `8 (8 - K) - 4` bytes the rest of the WQEBB
+    /// takes: constant word positions and whole loads, so the words stay in registers.
+    #[inline(always)]
+    fn body_at<const K: usize>(&self, src: &[u8]) -> [u64; 6] {
+        let mut b = self.body();
+        let hdr = self.words[K] & 0xffff_ffff;
+        let p = src.as_ptr();
+        for m in 0..8 - K {
+            // SAFETY: src holds 8 (8 - K) - 4 bytes (the caller's check), so the 4 bytes at 0
+            // and, for 1 <= m < 8 - K, the 8 at 8 m - 4 are inside it; unaligned loads.
+            let v = unsafe {
+                if m == 0 {
+                    hdr | u64::from(ptr::read_unaligned(p as *const u32)) << 32
+                } else {
+                    ptr::read_unaligned(p.add(8 * m - 4) as *const u64)
+                }
+            };
+            b[K - 2 + m] = v & self.inl_masks[K - 2 + m];
+        }
+        b
+    }
+
+    /// The payload: the first `inl_len` bytes of `src`, which must hold them.
+    #[inline(always)]
+    fn payload_of<'s>(&self, src: &'s [u8]) -> Result<&'s [u8], SqError> {
+        match src.get(..self.inl_len as usize) {
+            Some(b) => Ok(b),
+            None => Err(SqError::InlineTooLarge {
+                qpn: u32::from_be((self.words[0] >> 32) as u32) >> 8,
+                len: src.len() as u32,
+                max: self.inl_len,
+            }),
+        }
     }
 
     /// WQEBBs it occupies.
@@ -259,32 +469,93 @@ impl Prepared {
     }
 }
 
-/// Writes one WQEBB: the control segment's two words `lo`, `hi`, then the 6 words at `body`, as
+/// Word `m` of an inline segment: the 4-byte header (the low half of `hdr`, the image's word
+/// that holds it) followed by `bytes`, then zeros, read as little-endian words from the header's
+/// start. Word 0 is the header and bytes 0..4; word `m` (1 and up) bytes `8m - 4 .. 8m + 4`.
+#[inline(always)]
+fn inline_word(hdr: u64, bytes: &[u8], m: usize) -> u64 {
+    if m == 0 {
+        return hdr & 0xffff_ffff | load_upto(bytes, 0, 4) << 32;
+    }
+    load_upto(bytes, 8 * m - 4, 8)
+}
+
+/// Up to `max` (at most 8) bytes of `b` from `at` as a little-endian word, fewer (zero-extended)
+/// where `b` ends, none past its end: whole 8-byte loads where they fit, else two overlapping
+/// loads of 4, 2 or 1 bytes (no byte loop).
+#[inline(always)]
+fn load_upto(b: &[u8], at: usize, max: usize) -> u64 {
+    let n = b.len();
+    if at >= n {
+        return 0;
+    }
+    let r = (n - at).min(max);
+    if r == 8 {
+        let mut w = [0u8; 8];
+        w.copy_from_slice(&b[at..at + 8]);
+        return u64::from_le_bytes(w);
+    }
+    if n >= 8 && at + r == n {
+        // the 8 bytes that end where `b` ends, shifted down to the `r` wanted
+        let mut w = [0u8; 8];
+        w.copy_from_slice(&b[n - 8..n]);
+        return u64::from_le_bytes(w) >> ((8 - r) * 8);
+    }
+    let t = &b[at..at + r];
+    if r >= 4 {
+        let lo = u64::from(u32::from_le_bytes([t[0], t[1], t[2], t[3]]));
+        let hi = u64::from(u32::from_le_bytes([t[r - 4], t[r - 3], t[r - 2], t[r - 1]]));
+        lo | hi << ((r - 4) * 8)
+    } else if r >= 2 {
+        let lo = u64::from(u16::from_le_bytes([t[0], t[1]]));
+        let hi = u64::from(u16::from_le_bytes([t[r - 2], t[r - 1]]));
+        lo | hi << ((r - 2) * 8)
+    } else {
+        u64::from(t[0])
+    }
+}
+
+/// Writes one WQEBB as eight 8-byte stores: `lo`, `hi`, then `body`.
+///
+/// # Safety
+/// `dst` is 64 writable bytes, 8-byte aligned.
+#[inline(always)]
+unsafe fn write_words(dst: *mut u8, lo: u64, hi: u64, body: [u64; 6]) {
+    let d = dst as *mut u64;
+    // SAFETY: dst is 64 writable 8-byte aligned bytes (caller).
+    unsafe {
+        ptr::write(d, lo);
+        ptr::write(d.add(1), hi);
+        for (q, v) in body.into_iter().enumerate() {
+            ptr::write(d.add(2 + q), v);
+        }
+    }
+}
+
+/// Writes one WQEBB: the control segment's two words `lo`, `hi`, then the 6 words `body`, as
 /// 16-byte stores on x86-64, 8-byte stores elsewhere. With `JOIN` the two control words are joined
 /// in a register and go out as one 16-byte store (four stores in all: a batch of WQEs is bound by
 /// its stores); without, as two 8-byte stores (fewer instructions: a single post is bound by how
 /// many the core can issue).
 ///
 /// # Safety
-/// `dst` is 64 writable bytes, 16-byte aligned; `body` is 6 readable `u64`s.
+/// `dst` is 64 writable bytes, 16-byte aligned.
 #[inline(always)]
-unsafe fn write_wqebb<const JOIN: bool>(dst: *mut u8, lo: u64, hi: u64, body: *const u64) {
+unsafe fn write_wqebb<const JOIN: bool>(dst: *mut u8, lo: u64, hi: u64, body: [u64; 6]) {
     #[cfg(target_arch = "x86_64")]
-    // SAFETY: SSE2 is part of x86-64; dst is 64 writable 16-byte aligned bytes and body 48
-    // readable bytes (caller); unaligned loads.
+    // SAFETY: SSE2 is part of x86-64; dst is 64 writable 16-byte aligned bytes (caller).
     unsafe {
-        use core::arch::x86_64::{__m128i, _mm_loadu_si128, _mm_set_epi64x, _mm_store_si128};
+        use core::arch::x86_64::{__m128i, _mm_set_epi64x, _mm_store_si128};
         let d = dst as *mut __m128i;
-        let b = body as *const __m128i;
         if JOIN {
             _mm_store_si128(d, _mm_set_epi64x(hi as i64, lo as i64));
         } else {
             ptr::write(dst as *mut u64, lo);
             ptr::write((dst as *mut u64).add(1), hi);
         }
-        _mm_store_si128(d.add(1), _mm_loadu_si128(b));
-        _mm_store_si128(d.add(2), _mm_loadu_si128(b.add(1)));
-        _mm_store_si128(d.add(3), _mm_loadu_si128(b.add(2)));
+        _mm_store_si128(d.add(1), _mm_set_epi64x(body[1] as i64, body[0] as i64));
+        _mm_store_si128(d.add(2), _mm_set_epi64x(body[3] as i64, body[2] as i64));
+        _mm_store_si128(d.add(3), _mm_set_epi64x(body[5] as i64, body[4] as i64));
     }
     #[cfg(not(target_arch = "x86_64"))]
     // SAFETY: as above, 8-byte stores.
@@ -292,6 +563,8 @@ unsafe fn write_wqebb<const JOIN: bool>(dst: *mut u8, lo: u64, hi: u64, body: *c
         let d = dst as *mut u64;
         ptr::write(d, lo);
         ptr::write(d.add(1), hi);
-        ptr::copy_nonoverlapping(body, d.add(2), 6);
+        for (q, v) in body.into_iter().enumerate() {
+            ptr::write(d.add(2 + q), v);
+        }
     }
 }

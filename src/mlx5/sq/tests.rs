@@ -393,3 +393,130 @@ fn ud_send_carries_the_datagram_segment_after_the_control_segment() {
         assert_eq!(q.pi(), start + 2);
     }
 }
+
+/// Inline WQEs posted from a prepared image carry the bytes given at the post, not those the
+/// image was built with: every way of posting them (the single post, whose words are made in
+/// registers; a batch; `set_inline` then `post_prepared`) stores exactly what building the WQE
+/// with those bytes (`post`) then `ring` stores — ring, doorbell record and register page — for
+/// every opcode that takes inline data, RC and UD, every payload length from 0 to 60 and some
+/// longer, at ring positions where the WQE wraps. The prepared side's ring starts full of
+/// garbage and its source has garbage after the payload: the padding it writes is zero, as in
+/// the built WQE (whose ring starts zeroed), and nothing past the payload is sent.
+#[test]
+fn inline_images_carry_the_bytes_given_at_each_post() {
+    let mut av = super::super::seg::AvSeg::default().to(0x4242, 0x1111_1111);
+    av.rgid = core::array::from_fn(|i| i as u8 + 1);
+    let data: [u8; 256] = core::array::from_fn(|i| (i as u8).wrapping_mul(7) ^ 0x5a);
+    let zeros = [0u8; 256];
+    let lens = (0..=60).chain([100, 150, 200]);
+    let mut checked = 0;
+    for len in lens {
+        let mut src = [0xffu8; 256];
+        src[..len].copy_from_slice(&data[..len]);
+        for op in 0..5 {
+            let build = |bytes: &'static [u8]| -> Wqe<'static> { make(op, bytes) };
+            // SAFETY of the leak: test data, small and bounded (the loops' sizes)
+            let real: &'static [u8] = Box::leak(data[..len].to_vec().into_boxed_slice());
+            let stale: &'static [u8] = Box::leak(zeros[..len].to_vec().into_boxed_slice());
+            let avs: &'static super::super::seg::AvSeg = Box::leak(Box::new(av));
+            let with_av = |w: Wqe<'static>| if op == 4 { w.to(avs) } else { w };
+            let want = with_av(build(real));
+            let Ok(mut prep) = Prepared::new(&with_av(build(stale)), 0x123, 220) else {
+                continue; // over 4 WQEBBs: built at every post by the backend
+            };
+            for start in [0u32, 5, 7] {
+                for way in 0..3 {
+                    let n = if way == 1 { 2 } else { 1 };
+                    let (mut r1, mut r2) = (rig(), rig());
+                    r2.ring.0 = [0xee; 512];
+                    let mut a = sq(&mut r1, DbMode::Bf, 256);
+                    let mut b = sq(&mut r2, DbMode::Bf, 256);
+                    for _ in 0..start {
+                        a.post(&Wqe::nop()).unwrap();
+                        b.post(&Wqe::nop()).unwrap();
+                    }
+                    a.ring();
+                    b.ring();
+                    if start > 0 {
+                        a.retire(start as u16 - 1);
+                        b.retire(start as u16 - 1);
+                    }
+                    // the built WQE leaves its padding as the ring held it (as libmlx5): zero
+                    r1.ring.0 = [0; 512];
+                    for i in 0..n {
+                        a.post(&if i == n - 1 { want.signaled() } else { want }).unwrap();
+                    }
+                    a.ring();
+                    match way {
+                        0 => {
+                            b.post_prepared_ring_inline(&mut prep, &src, true).unwrap();
+                        }
+                        1 => {
+                            b.post_prepared_n_inline(&mut prep, &src, n, true).unwrap();
+                            b.ring();
+                        }
+                        _ => {
+                            prep.set_inline(&src).unwrap();
+                            b.post_prepared(&prep, true).unwrap();
+                            b.ring();
+                        }
+                    }
+                    let what = format!("op {op} len {len} start {start} way {way}");
+                    let nbb = (want.wqebbs() * n) as usize;
+                    for k in 0..nbb {
+                        let s = ((start as usize + k) % 8) * 64;
+                        assert_eq!(&r1.ring.0[s..s + 64], &r2.ring.0[s..s + 64], "{what}: WQEBB {k}");
+                    }
+                    assert_eq!(r1.dbrec, r2.dbrec, "{what}: doorbell record");
+                    assert_eq!(r1.reg.0, r2.reg.0, "{what}: register page");
+                    assert_eq!((a.pi(), a.bf_offset()), (b.pi(), b.bf_offset()), "{what}");
+                    checked += 1;
+                }
+            }
+        }
+    }
+    assert!(checked > 800, "{checked} cases");
+}
+
+/// The WQE of opcode `op` (0 WRITE, 1 WRITE_IMM, 2 SEND, 3 SEND_IMM, 4 SEND, for UD) with
+/// `bytes` inline.
+fn make(op: u32, bytes: &[u8]) -> Wqe<'_> {
+    match op {
+        0 => Wqe::write(0xaa00, 0x77, Payload::Inline(bytes)),
+        1 => Wqe::write_imm(0xaa00, 0x77, 0xbeef, Payload::Inline(bytes)),
+        3 => Wqe::send_imm(0xdead, Payload::Inline(bytes)),
+        _ => Wqe::send(Payload::Inline(bytes)),
+    }
+}
+
+/// An inline image takes a source that holds its payload, and refuses a shorter one (every
+/// way in); the bytes of a longer one past the payload are never carried; an image without
+/// inline data takes anything and stays as it is.
+#[test]
+fn inline_sources_shorter_than_the_payload_are_refused() {
+    let data = [0x11u8; 40];
+    for len in [1usize, 8, 12, 40] {
+        let mut p = Prepared::new(&Wqe::write(0x10, 1, Payload::Inline(&data[..len])), 0x123, 220).unwrap();
+        assert_eq!(p.inline_len() as usize, len);
+        let short = vec![0u8; len - 1];
+        let refused = |r: Result<(), SqError>| {
+            assert!(
+                matches!(r, Err(SqError::InlineTooLarge { qpn: 0x123, max, .. }) if max as usize == len),
+                "len {len}: {r:?}"
+            )
+        };
+        refused(p.set_inline(&short));
+        refused(p.body_with(&short).map(|_| ()));
+        let mut r = rig();
+        let mut q = sq(&mut r, DbMode::Bf, 256);
+        refused(q.post_prepared_ring_inline(&mut p, &short, false).map(|_| ()));
+        refused(q.post_prepared_n_inline(&mut p, &short, 3, false).map(|_| ()));
+        assert_eq!(q.pi(), 0, "len {len}: nothing posted");
+    }
+    let d = [DataSeg::new(0x1000, 7, 64)];
+    let mut g = Prepared::new(&Wqe::write(0x10, 1, Payload::Gather(&d)), 0x123, 220).unwrap();
+    let before = g.body();
+    g.set_inline(&[1, 2, 3]).unwrap();
+    assert_eq!(g.body_with(&[9; 64]).unwrap(), before);
+    assert_eq!(g.body(), before);
+}
