@@ -1375,7 +1375,7 @@ fn perftest_options_atomic_type_cpu_freq_and_output() {
             "-A/--atomic_type applies to the operation atomic",
         ),
         (
-            vec!["lat", "write", "--loopback", "--output", "latency"],
+            vec!["lat", "write", "--loopback", "--backend", "all", "--output", "latency"],
             "choose one backend",
         ),
         (

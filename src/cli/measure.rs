@@ -7,7 +7,7 @@ use super::values::{positive_secs, BackendArg, OpArg};
 use anyhow::Result;
 use clap::builder::TypedValueParser as _;
 use rdmaprobe::backend::OpKind;
-use rdmaprobe::probe::{BwPlan, LatPlan, Plan, PostCostPlan, ProbeError, Scenario, Sizes};
+use rdmaprobe::probe::{Backends, BwPlan, LatPlan, Plan, PostCostPlan, ProbeError, Scenario, Sizes};
 use std::process::ExitCode;
 use std::time::Duration;
 
@@ -23,8 +23,9 @@ pub struct PerftestArgs {
     #[arg(short = 'F', long = "CPU-freq")]
     cpu_freq: bool,
     /// Print one number per size instead of the table, for scripts (perftest's --output): lat
-    /// `latency` (p50, ns); bw `bandwidth` (average, MB/s = 2^20 B/s, or Gb/s with
-    /// --report-gbits) or `message_rate` (Mpps). Needs one backend (--backend).
+    /// `latency` (the average, ns, as perftest's t_avg); bw `bandwidth` (average, MB/s = 2^20
+    /// B/s, or Gb/s with --report-gbits) or `message_rate` (Mpps). One backend: without
+    /// --backend perftest's post path (wr, else verbs, else direct; named on standard error).
     #[arg(long, value_enum)]
     output: Option<console::OutputKind>,
     /// `write` as RDMA WRITE with immediate (perftest's --write_with_imm): the receiver consumes
@@ -243,6 +244,17 @@ fn one_number(events: bool, p: &PerftestArgs) -> Result<(), ProbeError> {
     Ok(())
 }
 
+/// --output with no --backend: one backend, perftest's post path ([`Backends::Perftest`]).
+fn perftest_backend(p: Plan, r: &RunArgs, a: &PerftestArgs) -> Plan {
+    match (a.output, r.backend) {
+        (Some(_), None) => Plan {
+            backends: Backends::Perftest,
+            ..p
+        },
+        _ => p,
+    }
+}
+
 /// `lat`: the latency plan from its arguments, measured and printed; the exit status.
 pub fn lat(a: LatArgs) -> Result<ExitCode> {
     one_number(a.events, &a.perftest)?;
@@ -259,6 +271,7 @@ pub fn lat(a: LatArgs) -> Result<ExitCode> {
         events: a.events,
     };
     let p = plan(Scenario::Lat(l), &a.run, &a.peer)?;
+    let p = perftest_backend(p, &a.run, &a.perftest);
     Ok(ExitCode::from(console::measure(
         &p,
         a.run.json.as_ref(),
@@ -299,6 +312,7 @@ pub fn bw(a: BwArgs) -> Result<ExitCode> {
         events: a.events,
     };
     let p = plan(Scenario::Bw(b), &a.run, &a.peer)?;
+    let p = perftest_backend(p, &a.run, &a.perftest);
     Ok(ExitCode::from(console::measure(
         &p,
         a.run.json.as_ref(),

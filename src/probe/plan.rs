@@ -95,6 +95,10 @@ pub enum Backends {
     All,
     /// One.
     Only(BackendKind),
+    /// One, perftest's choice (`--output` with no `--backend`): `wr` (the `ibv_wr_*` API,
+    /// perftest's default post path), else `verbs` (`ibv_post_send`), else `direct`, the first
+    /// the device runs.
+    Perftest,
 }
 
 /// Where the peer is.

@@ -106,6 +106,11 @@ pub fn backends(dev: &Dev, sel: Backends) -> Result<Vec<BackendKind>, ProbeError
     let kinds = match sel {
         Backends::All => dev.backends(),
         Backends::Only(k) => vec![k],
+        Backends::Perftest => [BackendKind::Wr, BackendKind::Verbs, BackendKind::Direct]
+            .into_iter()
+            .find(|k| dev.supports(*k).is_ok())
+            .into_iter()
+            .collect(),
     };
     if kinds.is_empty() {
         return Err(ProbeError::Usage(format!(
