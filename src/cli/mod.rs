@@ -17,6 +17,7 @@ use suite::SuiteArgs;
 use tools::{ClockArgs, CompareArgs, DevicesArgs, DoctorArgs, FleetReportArgs, PingArgs, PlotArgs};
 
 pub use console::chain;
+pub use values::perftest_hint;
 
 // The command line: one command and its arguments.
 #[derive(Parser)]

@@ -250,8 +250,10 @@ impl Report {
             format!("runs are -n messages per QP (client and server agree on them); runs under {min_ms} ms are flagged")
         } else if b.run_infinitely {
             format!("--run-infinitely: a row per backend every {min_ms} ms or a little more, until stopped (Ctrl-C)")
+        } else if min_ms == 0 {
+            "runs are exactly -n messages per QP (--min-ms MS repeats a run shorter than MS with more)".to_string()
         } else {
-            format!("runs shorter than {min_ms} ms are repeated with more messages (--min-ms)")
+            format!("runs shorter than {min_ms} ms are repeated with more messages (--min-ms; -n alone is exact)")
         }
     }
 

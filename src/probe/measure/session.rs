@@ -125,9 +125,9 @@ pub fn backends(dev: &Dev, sel: Backends) -> Result<Vec<BackendKind>, ProbeError
     Ok(kinds)
 }
 
-/// UD's limits, refused before anything runs (a bandwidth run on the network; `-s` over the
-/// port's MTU). With `-a` (`all`) the sizes stop at the MTU, as perftest's do: the note returned
-/// says so.
+/// UD's limits, refused before anything runs (a bandwidth run on the network, `-m`). With `-a`
+/// (`all`) the sizes stop at the MTU, and a `-s` above it is the MTU, as perftest's: the note
+/// returned says so.
 pub fn ud_checks(dev: &Dev, plan: &Plan, sizes: &mut Vec<u32>, all: bool) -> Result<Option<String>, ProbeError> {
     if dev.transport() != crate::backend::Transport::Ud {
         return Ok(None);
@@ -154,9 +154,15 @@ pub fn ud_checks(dev: &Dev, plan: &Plan, sizes: &mut Vec<u32>, all: bool) -> Res
             dev.name()
         )));
     }
-    if let Some(s) = sizes.iter().find(|s| **s > mtu) {
-        return Err(ProbeError::Usage(format!(
-            "-s {s}: a UD message is at most the port's MTU, {mtu} bytes on {}",
+    if let Some(&s) = sizes.iter().find(|s| **s > mtu) {
+        // perftest's habit: a UD size above the MTU is the MTU (it says "Changing to MTU")
+        for x in sizes.iter_mut() {
+            *x = (*x).min(mtu);
+        }
+        sizes.dedup();
+        return Ok(Some(format!(
+            "-c UD: messages of {mtu} bytes instead of {s}, the port's MTU on {} (a UD message is at most that; \
+             perftest clamps so too)",
             dev.name()
         )));
     }
