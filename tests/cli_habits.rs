@@ -76,3 +76,68 @@ fn output_is_the_average_of_one_backend_by_default() {
     assert!(err.contains("give no --backend"), "{err}");
     std::fs::remove_dir_all(&dir).ok();
 }
+
+/// Item 14: perftest's flags with perftest's meaning: -t and -Q taken and clamped (-Q to -t, as
+/// perftest), an explicit bw -n exact, -s 4K, UD sizes above the MTU clamped, `--json -`
+/// refused, and perftest's flags rdmaprobe lacks pointing to docs/perftest.md.
+#[test]
+fn perftest_flags_keep_perftest_meaning() {
+    let _g = serial();
+    let dir = scratch("flags");
+    let f = dir.join("b.json");
+    let fs = f.to_str().unwrap();
+    let json = || -> serde_json::Value { serde_json::from_str(&std::fs::read_to_string(&f).unwrap()).unwrap() };
+    // -t 512 -Q 200: taken, as the QPs' 128 and -Q clamped to it; -n 1000 exact; -s 4K
+    let (c, out, err) = rdmaprobe(&[
+        "bw", "write", "--loopback", "-t", "512", "-Q", "200", "-n", "1000", "-s", "4K", "--backend", "direct",
+        "--json", fs,
+    ]);
+    assert_eq!(c, 0, "{out}{err}");
+    assert!(err.contains("-t 512: the QPs hold 128 WQEs"), "{err}");
+    assert!(err.contains("-Q 200 above -t 128"), "{err}");
+    assert!(out.contains("runs are exactly -n messages per QP"), "{out}");
+    let j = json();
+    assert_eq!(j["params"]["tx_depth"], 128, "{}", j["params"]);
+    assert_eq!(j["params"]["cq_mod"], 128, "{}", j["params"]);
+    assert_eq!(j["runs"][0]["size_bytes"], 4096);
+    assert_eq!(j["runs"][0]["summary"]["messages"], 1000, "an explicit -n is exact");
+    // the default -Q is perftest's 100; -Q 100 -t 64 is -Q 64, not an error
+    let (c, out, err) = rdmaprobe(&[
+        "bw", "write", "--loopback", "-t", "64", "-n", "500", "--backend", "direct", "--json", fs,
+    ]);
+    assert_eq!(c, 0, "{out}{err}");
+    assert_eq!(json()["params"]["cq_mod"], 64);
+    let (c, out, err) = rdmaprobe(&["bw", "write", "--loopback", "-n", "500", "--backend", "direct", "--json", fs]);
+    assert_eq!(c, 0, "{out}{err}");
+    assert_eq!(json()["params"]["cq_mod"], 100);
+    // lat takes -s 4K too
+    let (c, out, err) = rdmaprobe(&["lat", "write", "--loopback", "-s", "4K", "-n", "100", "--backend", "direct"]);
+    assert_eq!(c, 0, "{out}{err}");
+    assert!(out.contains(" 4096 "), "{out}");
+    // bw send -c UD without -s: the MTU, said, not an error naming a size never typed
+    let (c, out, err) = rdmaprobe(&[
+        "bw", "send", "--loopback", "-c", "UD", "-n", "500", "--backend", "direct", "--json", fs,
+    ]);
+    assert_eq!(c, 0, "{out}{err}");
+    assert!(out.contains("-c UD: messages of") && out.contains("the port's MTU"), "{out}");
+    let size = json()["runs"][0]["size_bytes"].as_u64().unwrap();
+    assert!(size < 65536, "{size}");
+    // --json -: refused, no file named "-"
+    let (c, out, err) = rdmaprobe(&["lat", "write", "--loopback", "-n", "100", "--json", "-"]);
+    assert_eq!(c, 2, "{out}{err}");
+    assert!(err.contains("'-' is not taken for standard output"), "{err}");
+    assert!(!std::path::Path::new("-").exists());
+    // perftest's flags that rdmaprobe does not take: what instead, and docs/perftest.md
+    for flag in ["-H", "-U", "-C", "--cpu_util", "--out_json", "-z"] {
+        let (c, out, err) = rdmaprobe(&["lat", "write", "--loopback", flag]);
+        assert_eq!(c, 2, "{flag}: {out}{err}");
+        assert!(err.contains(&format!("perftest's {flag} is not an rdmaprobe flag")), "{flag}: {err}");
+        assert!(err.contains("docs/perftest.md"), "{flag}: {err}");
+    }
+    for args in [["-o", "4"], ["-w", "10"]] {
+        let (c, _, err) = rdmaprobe(&["bw", "write", "--loopback", args[0], args[1]]);
+        assert_eq!(c, 2, "{args:?}: {err}");
+        assert!(err.contains("docs/perftest.md"), "{args:?}: {err}");
+    }
+    std::fs::remove_dir_all(&dir).ok();
+}
