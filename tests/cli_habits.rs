@@ -141,3 +141,46 @@ fn perftest_flags_keep_perftest_meaning() {
     }
     std::fs::remove_dir_all(&dir).ok();
 }
+
+/// A TCP port nobody listens on now (the system's pick, released).
+fn free_port() -> String {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    l.local_addr().unwrap().port().to_string()
+}
+
+fn spawn(args: &[&str]) -> std::process::Child {
+    std::process::Command::new(env!("CARGO_BIN_EXE_rdmaprobe"))
+        .args(args)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawn rdmaprobe")
+}
+
+fn finish(c: std::process::Child) -> (i32, String, String) {
+    let o = c.wait_with_output().expect("wait");
+    (
+        o.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&o.stdout).into(),
+        String::from_utf8_lossy(&o.stderr).into(),
+    )
+}
+
+/// Item 10: a client over its --max-lat-ns fails layer 3 (exit 13), and so does the server,
+/// which learns the client's verdict instead of saying "all layers pass".
+#[test]
+fn both_ends_of_ping_agree_on_the_verdict() {
+    let _g = serial();
+    let p = free_port();
+    let common = ["-d", "model0", "--backend", "direct", "-p", &p, "--oob-timeout", "20"];
+    let srv = spawn(&[&["ping"][..], &common].concat());
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    let cli = spawn(&[&["ping", "127.0.0.1", "--max-lat-ns", "100"][..], &common].concat());
+    let (cc, co, ce) = finish(cli);
+    let (sc, so, se) = finish(srv);
+    assert_eq!(cc, 13, "client: {co}{ce}");
+    assert_eq!(sc, 13, "server: {so}{se}");
+    assert!(!so.contains("all layers pass"), "{so}");
+    assert!(so.contains("the client's limits:") && so.contains("over the limit 100 ns"), "{so}");
+    assert!(co.contains("the server's layer 3: pass"), "{co}");
+}

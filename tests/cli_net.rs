@@ -622,8 +622,10 @@ fn ping_names_the_first_failing_layer() {
     let (c, o, e) = client(&p, &["--max-lat-ns", "5000"]);
     let (sc, so, se) = finish(srv);
     assert_eq!(c, 13, "{o}{e}");
-    // the client failed layer 3 but ran the whole ladder: the server was not left waiting
-    assert_eq!(sc, 0, "server: {so}{se}");
+    // the client failed layer 3 but ran the whole ladder: the server was not left waiting, and
+    // it learnt the client's verdict (both ends agree: issue 29 item 10)
+    assert_eq!(sc, 13, "server: {so}{se}");
+    assert!(so.contains("the client's limits:") && so.contains("over the limit 5000 ns"), "{so}");
     assert!(
         o.contains("first failing layer: 3 (performance)") && o.contains("over the limit 5000 ns"),
         "{o}"
