@@ -184,3 +184,35 @@ fn both_ends_of_ping_agree_on_the_verdict() {
     assert!(so.contains("the client's limits:") && so.contains("over the limit 100 ns"), "{so}");
     assert!(co.contains("the server's layer 3: pass"), "{co}");
 }
+
+/// Item 11: a client pointed at a port where nothing listens says so at once, and until when it
+/// retries (the deadline); interrupted, ping names the error (not "see the error above").
+#[test]
+fn a_client_says_at_once_that_nothing_listens() {
+    let p = free_port();
+    let started = std::time::Instant::now();
+    let (c, out, err) = rdmaprobe(&["lat", "write", "127.0.0.1", "-p", &p, "--oob-timeout", "1", "-d", "model0"]);
+    assert_eq!(c, 1, "{out}{err}");
+    assert!(started.elapsed() < std::time::Duration::from_secs(30));
+    let first = err.lines().find(|l| l.contains("nothing listens")).unwrap_or_else(|| panic!("{err}"));
+    assert!(first.contains(&format!("nothing listens at 127.0.0.1:{p}")), "{err}");
+    assert!(first.contains("retrying until") && first.contains("UTC") && first.contains("--oob-timeout 1 s"), "{err}");
+    // ping, interrupted while it retries: the layer names the refused connection
+    let mut child = spawn(&["ping", "127.0.0.1", "-p", &p, "-d", "model0", "--oob-timeout", "30"]);
+    // signalled once it says it retries (its handlers are in place by then); the child ends by
+    // itself at its deadline if the line never comes, so the read ends either way
+    use std::io::BufRead;
+    let mut lines = std::io::BufReader::new(child.stderr.take().unwrap())
+        .lines()
+        .map_while(Result::ok);
+    let said = lines.by_ref().any(|l| l.contains("nothing listens at"));
+    assert!(said, "ping said nothing about the closed port");
+    // SAFETY: signals a child process of this test, by its id.
+    unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
+    // the rest of standard error read (kept open) while the child ends
+    let err: Vec<String> = lines.collect();
+    let (c, out, _) = finish(child);
+    assert_eq!(c, 12, "{out}{err:?}");
+    assert!(out.contains("interrupted while retrying the connection") && out.contains("refused"), "{out}");
+    assert!(!out.contains("see the error above"), "{out}");
+}

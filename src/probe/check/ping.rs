@@ -487,6 +487,11 @@ pub fn cause(e: &ProbeError) -> String {
         ProbeError::Oob(OobError::Io { what, .. }) if what.starts_with("connecting") || what.starts_with("resolving") => {
             "the peer is unreachable: is `rdmaprobe ping` running there (as server), the TCP port (-p) open, the address right?".into()
         }
+        ProbeError::Oob(OobError::Protocol { why, .. }) if why.starts_with("interrupted while retrying the connection") => {
+            "stopped (a signal) before the peer answered: is `rdmaprobe ping` running there (as server), the TCP port (-p) \
+             open, the address right?"
+                .into()
+        }
         ProbeError::Oob(OobError::Io { .. }) | ProbeError::Oob(OobError::Timeout { .. }) => {
             "the peer did not answer out of band in time: a firewall, or the peer stopped".into()
         }

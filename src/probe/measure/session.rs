@@ -201,13 +201,32 @@ pub fn calibrate(dev: &Dev, port: bool) -> Result<(Calibration, Fingerprint), Pr
 pub fn tcp_peer(plan: &Plan, obs: &mut dyn Observer) -> Result<Option<Peer>, ProbeError> {
     Ok(match &plan.peer {
         PeerSpec::Loopback => None,
-        PeerSpec::Connect { host, port } => Some(Peer::connect(host, *port, plan.oob_timeout)?),
+        PeerSpec::Connect { host, port } => {
+            let until = clock_utc(std::time::SystemTime::now() + plan.oob_timeout);
+            let secs = plan.oob_timeout.as_secs();
+            let mut say = |e: &std::io::Error| {
+                let what = match e.kind() {
+                    std::io::ErrorKind::ConnectionRefused => format!("nothing listens at {host}:{port} (connection refused)"),
+                    _ => format!("cannot reach {host}:{port}: {e}"),
+                };
+                obs.note(&format!(
+                    "{what}; retrying until {until} (--oob-timeout {secs} s: the server may still be starting; Ctrl-C to stop)"
+                ));
+            };
+            Some(Peer::connect_saying(host, *port, plan.oob_timeout, &mut say)?)
+        }
         PeerSpec::Listen { bind, port } => {
             let l = crate::oob::Listener::bind(bind, *port)?;
             obs.waiting(l.local_addr(), plan.oob_timeout.as_secs());
             Some(l.accept(plan.oob_timeout)?)
         }
     })
+}
+
+/// A time of day as `HH:MM:SS UTC` (the deadline of a wait, said to the user).
+fn clock_utc(t: std::time::SystemTime) -> String {
+    let s = t.duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs()) % 86_400;
+    format!("{:02}:{:02}:{:02} UTC", s / 3600, s / 60 % 60, s % 60)
 }
 
 /// The hello of a client/server scenario: its name, operation and sizes, its own parameters
