@@ -216,3 +216,33 @@ fn a_client_says_at_once_that_nothing_listens() {
     assert!(out.contains("interrupted while retrying the connection") && out.contains("refused"), "{out}");
     assert!(!out.contains("see the error above"), "{out}");
 }
+
+/// Item 12: doctor reports a host without RDMA devices as a check, consistent with `devices`
+/// (exit 3): a failure when model0 only stands in for the missing device, a warning when it was
+/// asked for by name; the evidence carries the reason `devices` gives.
+#[test]
+fn doctor_says_when_the_host_has_no_rdma_device() {
+    let (dev_code, dev_out, _) = rdmaprobe(&["devices"]);
+    let status = |args: &[&str]| {
+        let (code, out, err) = rdmaprobe(args);
+        let v: serde_json::Value = serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}{err}"));
+        let c = v["checks"].as_array().unwrap().iter().find(|c| c["id"] == "rdma.devices").cloned();
+        (code, c.unwrap_or_else(|| panic!("no rdma.devices check: {out}")))
+    };
+    let (code, c) = status(&["doctor", "--json"]);
+    match dev_code {
+        3 => {
+            assert_eq!(c["status"], "fail", "{c}");
+            assert_eq!(code, 1, "a failed check exits 1: {c}");
+            // the reason is the one devices gives, in its words
+            let reason = dev_out.lines().nth(2).unwrap_or_default();
+            let first = reason.split(". ").next().unwrap();
+            assert!(c["evidence"].as_str().unwrap().contains(first), "{c} / {reason}");
+            assert!(c["evidence"].as_str().unwrap().contains("`rdmaprobe devices` exits 3"), "{c}");
+            assert!(!c["fix"].as_str().unwrap().is_empty(), "{c}");
+            let (_, c) = status(&["doctor", "-d", "model0", "--json"]);
+            assert_eq!(c["status"], "warn", "model0 asked for by name: {c}");
+        }
+        _ => assert_eq!(c["status"], "pass", "{c}"),
+    }
+}
