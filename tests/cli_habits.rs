@@ -246,3 +246,37 @@ fn doctor_says_when_the_host_has_no_rdma_device() {
         _ => assert_eq!(c["status"], "pass", "{c}"),
     }
 }
+
+/// Item 15: the tables' units and notes: every latency column with its unit, p99.99 said to be
+/// the max below 10000 samples, the device named once, the QPs' MTU and inline size, one
+/// bandwidth unit named (MB/sec = 2^20 B/s, or Gb/sec alone with --report-gbits), -b's count
+/// and --min-ms 0 said as what they do.
+#[test]
+fn tables_name_their_units_and_settings() {
+    let _g = serial();
+    let (c, out, err) = rdmaprobe(&[
+        "lat", "write", "--loopback", "-n", "500", "--backend", "direct", "-m", "1024", "-I", "0",
+    ]);
+    assert_eq!(c, 0, "{out}{err}");
+    assert!(out.contains("latency, device model0, backends"), "{out}");
+    assert!(!out.contains("model0 (model0)"), "{out}");
+    let head = out.lines().find(|l| l.contains("#bytes")).unwrap();
+    for col in ["p99.9[ns]", "p99.99[ns]", "stdev[ns]", "post p50[ns]", "avg[ns]"] {
+        assert!(head.contains(col), "{col}: {head}");
+    }
+    assert!(out.contains("p99.99 is the max below 10000 samples, p99.9 below 1000"), "{out}");
+    assert!(out.contains(" QPs: RC, path MTU 1024 B (-m), no inline"), "{out}");
+    let (c, out, err) = rdmaprobe(&[
+        "bw", "write", "--loopback", "-n", "500", "--min-ms", "0", "--backend", "direct", "--report-gbits", "-b",
+    ]);
+    assert_eq!(c, 0, "{out}{err}");
+    assert!(!out.contains("MB = 2^20") && !out.contains("MB/sec"), "{out}");
+    assert!(out.contains("Gb/sec = 10^9 bits per second"), "{out}");
+    assert!(out.contains("-b: both ends send -n messages per QP"), "{out}");
+    assert!(!out.contains("shorter than 0 ms"), "{out}");
+    assert!(out.contains("runs are exactly -n messages per QP"), "{out}");
+    assert!(out.contains(" QPs: RC, path MTU "), "{out}");
+    let (c, out, err) = rdmaprobe(&["bw", "write", "--loopback", "-n", "500", "--backend", "direct"]);
+    assert_eq!(c, 0, "{out}{err}");
+    assert!(out.contains("MB/sec = 2^20 bytes per second (MiB/s)"), "{out}");
+}

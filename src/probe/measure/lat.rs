@@ -286,7 +286,7 @@ fn new_report(
     let params = json!({
         "scenario": "lat", "op": l.op.as_str(), "iters": l.iters, "warmup": l.warmup, "blocks": l.blocks, "events": l.events,
         "backends": kinds.iter().map(|k| k.as_str()).collect::<Vec<_>>(), "db_mode": mode.as_str(),
-        "inline_limit": sides.inline_limit, "loopback": !network, "model_delay_ns": l.model_delay_ns,
+        "inline_limit": sides.inline_limit, "port_active_mtu_bytes": session::active_mtu(dev), "loopback": !network, "model_delay_ns": l.model_delay_ns,
         // what the QPs were granted (in process: read from them; client/server: asked for)
         "qp_max_inline_data": sides.max_inline, "qp_max_inline_data_source": if network { "requested" } else { "granted" },
         "model_exec": dev.is_model().then_some("after_post"),

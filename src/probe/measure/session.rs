@@ -169,6 +169,11 @@ pub fn ud_checks(dev: &Dev, plan: &Plan, sizes: &mut Vec<u32>, all: bool) -> Res
     Ok(None)
 }
 
+/// The port's active MTU on `dev` (the JSON's `port_active_mtu_bytes`; none when unknown).
+pub fn active_mtu(dev: &Dev) -> Option<u32> {
+    Some(ud_mtu(dev)).filter(|m| *m != u32::MAX)
+}
+
 /// The largest UD message on `dev`: its port's active MTU.
 pub fn ud_mtu(dev: &Dev) -> u32 {
     match (dev.verbs_parts(), dev.is_model()) {
