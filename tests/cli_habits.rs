@@ -26,12 +26,21 @@ fn help_says_what_the_program_does() {
     let (c, out, err) = rdmaprobe(&["--help"]);
     assert_eq!(c, 0, "{err}");
     assert!(!out.contains("Runs both ends in this process"), "{out}");
-    let lat = out.lines().find(|l| l.trim_start().starts_with("lat")).expect("lat in the help");
-    assert!(lat.contains("Client and server") || out.contains("Client and server over TCP"), "{out}");
+    let lat = out
+        .lines()
+        .find(|l| l.trim_start().starts_with("lat"))
+        .expect("lat in the help");
+    assert!(
+        lat.contains("Client and server") || out.contains("Client and server over TCP"),
+        "{out}"
+    );
     let (c, out, err) = rdmaprobe(&["compare", "--help"]);
     assert_eq!(c, 0, "{err}");
     assert!(out.contains("Welch's t"), "{out}");
-    assert!(out.contains("30, 75, 50, 150"), "the thresholds of one run per side: {out}");
+    assert!(
+        out.contains("30, 75, 50, 150"),
+        "the thresholds of one run per side: {out}"
+    );
 }
 
 /// Item 13: `--output latency` prints perftest's figure, the average (the JSON's mean), and
@@ -61,13 +70,24 @@ fn output_is_the_average_of_one_backend_by_default() {
     let runs = j["runs"].as_array().unwrap();
     assert_eq!(runs.len(), 1, "one backend: {j}");
     let backend = runs[0]["backend"].as_str().unwrap();
-    assert_eq!(backend, cmd::model0_backends()[if cmd::model0_backends().len() > 1 { 1 } else { 0 }]);
+    assert_eq!(
+        backend,
+        cmd::model0_backends()[if cmd::model0_backends().len() > 1 { 1 } else { 0 }]
+    );
     assert!(err.contains(&format!("--output: backend {backend}")), "{err}");
     let mean = runs[0]["latency_ns"]["mean"].as_f64().unwrap();
     assert!((v - mean).abs() < 0.01, "--output {v}, the JSON's mean {mean}");
     // bw: one backend too, one number
     let (c, out, err) = rdmaprobe(&[
-        "bw", "write", "--loopback", "-n", "2000", "--min-ms", "0", "--output", "bandwidth",
+        "bw",
+        "write",
+        "--loopback",
+        "-n",
+        "2000",
+        "--min-ms",
+        "0",
+        "--output",
+        "bandwidth",
     ]);
     assert_eq!(c, 0, "{out}{err}");
     assert_eq!(out.lines().count(), 1, "{out}");
@@ -89,8 +109,21 @@ fn perftest_flags_keep_perftest_meaning() {
     let json = || -> serde_json::Value { serde_json::from_str(&std::fs::read_to_string(&f).unwrap()).unwrap() };
     // -t 512 -Q 200: taken, as the QPs' 128 and -Q clamped to it; -n 1000 exact; -s 4K
     let (c, out, err) = rdmaprobe(&[
-        "bw", "write", "--loopback", "-t", "512", "-Q", "200", "-n", "1000", "-s", "4K", "--backend", "direct",
-        "--json", fs,
+        "bw",
+        "write",
+        "--loopback",
+        "-t",
+        "512",
+        "-Q",
+        "200",
+        "-n",
+        "1000",
+        "-s",
+        "4K",
+        "--backend",
+        "direct",
+        "--json",
+        fs,
     ]);
     assert_eq!(c, 0, "{out}{err}");
     assert!(err.contains("-t 512: the QPs hold 128 WQEs"), "{err}");
@@ -103,23 +136,66 @@ fn perftest_flags_keep_perftest_meaning() {
     assert_eq!(j["runs"][0]["summary"]["messages"], 1000, "an explicit -n is exact");
     // the default -Q is perftest's 100; -Q 100 -t 64 is -Q 64, not an error
     let (c, out, err) = rdmaprobe(&[
-        "bw", "write", "--loopback", "-t", "64", "-n", "500", "--backend", "direct", "--json", fs,
+        "bw",
+        "write",
+        "--loopback",
+        "-t",
+        "64",
+        "-n",
+        "500",
+        "--backend",
+        "direct",
+        "--json",
+        fs,
     ]);
     assert_eq!(c, 0, "{out}{err}");
     assert_eq!(json()["params"]["cq_mod"], 64);
-    let (c, out, err) = rdmaprobe(&["bw", "write", "--loopback", "-n", "500", "--backend", "direct", "--json", fs]);
+    let (c, out, err) = rdmaprobe(&[
+        "bw",
+        "write",
+        "--loopback",
+        "-n",
+        "500",
+        "--backend",
+        "direct",
+        "--json",
+        fs,
+    ]);
     assert_eq!(c, 0, "{out}{err}");
     assert_eq!(json()["params"]["cq_mod"], 100);
     // lat takes -s 4K too
-    let (c, out, err) = rdmaprobe(&["lat", "write", "--loopback", "-s", "4K", "-n", "100", "--backend", "direct"]);
+    let (c, out, err) = rdmaprobe(&[
+        "lat",
+        "write",
+        "--loopback",
+        "-s",
+        "4K",
+        "-n",
+        "100",
+        "--backend",
+        "direct",
+    ]);
     assert_eq!(c, 0, "{out}{err}");
     assert!(out.contains(" 4096 "), "{out}");
     // bw send -c UD without -s: the MTU, said, not an error naming a size never typed
     let (c, out, err) = rdmaprobe(&[
-        "bw", "send", "--loopback", "-c", "UD", "-n", "500", "--backend", "direct", "--json", fs,
+        "bw",
+        "send",
+        "--loopback",
+        "-c",
+        "UD",
+        "-n",
+        "500",
+        "--backend",
+        "direct",
+        "--json",
+        fs,
     ]);
     assert_eq!(c, 0, "{out}{err}");
-    assert!(out.contains("-c UD: messages of") && out.contains("the port's MTU"), "{out}");
+    assert!(
+        out.contains("-c UD: messages of") && out.contains("the port's MTU"),
+        "{out}"
+    );
     let size = json()["runs"][0]["size_bytes"].as_u64().unwrap();
     assert!(size < 65536, "{size}");
     // --json -: refused, no file named "-"
@@ -131,7 +207,10 @@ fn perftest_flags_keep_perftest_meaning() {
     for flag in ["-H", "-U", "-C", "--cpu_util", "--out_json", "-z"] {
         let (c, out, err) = rdmaprobe(&["lat", "write", "--loopback", flag]);
         assert_eq!(c, 2, "{flag}: {out}{err}");
-        assert!(err.contains(&format!("perftest's {flag} is not an rdmaprobe flag")), "{flag}: {err}");
+        assert!(
+            err.contains(&format!("perftest's {flag} is not an rdmaprobe flag")),
+            "{flag}: {err}"
+        );
         assert!(err.contains("docs/perftest.md"), "{flag}: {err}");
     }
     for args in [["-o", "4"], ["-w", "10"]] {
@@ -181,7 +260,10 @@ fn both_ends_of_ping_agree_on_the_verdict() {
     assert_eq!(cc, 13, "client: {co}{ce}");
     assert_eq!(sc, 13, "server: {so}{se}");
     assert!(!so.contains("all layers pass"), "{so}");
-    assert!(so.contains("the client's limits:") && so.contains("over the limit 100 ns"), "{so}");
+    assert!(
+        so.contains("the client's limits:") && so.contains("over the limit 100 ns"),
+        "{so}"
+    );
     assert!(co.contains("the server's layer 3: pass"), "{co}");
 }
 
@@ -191,12 +273,28 @@ fn both_ends_of_ping_agree_on_the_verdict() {
 fn a_client_says_at_once_that_nothing_listens() {
     let p = free_port();
     let started = std::time::Instant::now();
-    let (c, out, err) = rdmaprobe(&["lat", "write", "127.0.0.1", "-p", &p, "--oob-timeout", "1", "-d", "model0"]);
+    let (c, out, err) = rdmaprobe(&[
+        "lat",
+        "write",
+        "127.0.0.1",
+        "-p",
+        &p,
+        "--oob-timeout",
+        "1",
+        "-d",
+        "model0",
+    ]);
     assert_eq!(c, 1, "{out}{err}");
     assert!(started.elapsed() < std::time::Duration::from_secs(30));
-    let first = err.lines().find(|l| l.contains("nothing listens")).unwrap_or_else(|| panic!("{err}"));
+    let first = err
+        .lines()
+        .find(|l| l.contains("nothing listens"))
+        .unwrap_or_else(|| panic!("{err}"));
     assert!(first.contains(&format!("nothing listens at 127.0.0.1:{p}")), "{err}");
-    assert!(first.contains("retrying until") && first.contains("UTC") && first.contains("--oob-timeout 1 s"), "{err}");
+    assert!(
+        first.contains("retrying until") && first.contains("UTC") && first.contains("--oob-timeout 1 s"),
+        "{err}"
+    );
     // ping, interrupted while it retries: the layer names the refused connection
     let mut child = spawn(&["ping", "127.0.0.1", "-p", &p, "-d", "model0", "--oob-timeout", "30"]);
     // signalled once it says it retries (its handlers are in place by then); the child ends by
@@ -213,7 +311,10 @@ fn a_client_says_at_once_that_nothing_listens() {
     let err: Vec<String> = lines.collect();
     let (c, out, _) = finish(child);
     assert_eq!(c, 12, "{out}{err:?}");
-    assert!(out.contains("interrupted while retrying the connection") && out.contains("refused"), "{out}");
+    assert!(
+        out.contains("interrupted while retrying the connection") && out.contains("refused"),
+        "{out}"
+    );
     assert!(!out.contains("see the error above"), "{out}");
 }
 
@@ -226,7 +327,12 @@ fn doctor_says_when_the_host_has_no_rdma_device() {
     let status = |args: &[&str]| {
         let (code, out, err) = rdmaprobe(args);
         let v: serde_json::Value = serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}{err}"));
-        let c = v["checks"].as_array().unwrap().iter().find(|c| c["id"] == "rdma.devices").cloned();
+        let c = v["checks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["id"] == "rdma.devices")
+            .cloned();
         (code, c.unwrap_or_else(|| panic!("no rdma.devices check: {out}")))
     };
     let (code, c) = status(&["doctor", "--json"]);
@@ -238,7 +344,10 @@ fn doctor_says_when_the_host_has_no_rdma_device() {
             let reason = dev_out.lines().nth(2).unwrap_or_default();
             let first = reason.split(". ").next().unwrap();
             assert!(c["evidence"].as_str().unwrap().contains(first), "{c} / {reason}");
-            assert!(c["evidence"].as_str().unwrap().contains("`rdmaprobe devices` exits 3"), "{c}");
+            assert!(
+                c["evidence"].as_str().unwrap().contains("`rdmaprobe devices` exits 3"),
+                "{c}"
+            );
             assert!(!c["fix"].as_str().unwrap().is_empty(), "{c}");
             let (_, c) = status(&["doctor", "-d", "model0", "--json"]);
             assert_eq!(c["status"], "warn", "model0 asked for by name: {c}");
@@ -255,7 +364,17 @@ fn doctor_says_when_the_host_has_no_rdma_device() {
 fn tables_name_their_units_and_settings() {
     let _g = serial();
     let (c, out, err) = rdmaprobe(&[
-        "lat", "write", "--loopback", "-n", "500", "--backend", "direct", "-m", "1024", "-I", "0",
+        "lat",
+        "write",
+        "--loopback",
+        "-n",
+        "500",
+        "--backend",
+        "direct",
+        "-m",
+        "1024",
+        "-I",
+        "0",
     ]);
     assert_eq!(c, 0, "{out}{err}");
     assert!(out.contains("latency, device model0, backends"), "{out}");
@@ -264,10 +383,23 @@ fn tables_name_their_units_and_settings() {
     for col in ["p99.9[ns]", "p99.99[ns]", "stdev[ns]", "post p50[ns]", "avg[ns]"] {
         assert!(head.contains(col), "{col}: {head}");
     }
-    assert!(out.contains("p99.99 is the max below 10000 samples, p99.9 below 1000"), "{out}");
+    assert!(
+        out.contains("p99.99 is the max below 10000 samples, p99.9 below 1000"),
+        "{out}"
+    );
     assert!(out.contains(" QPs: RC, path MTU 1024 B (-m), no inline"), "{out}");
     let (c, out, err) = rdmaprobe(&[
-        "bw", "write", "--loopback", "-n", "500", "--min-ms", "0", "--backend", "direct", "--report-gbits", "-b",
+        "bw",
+        "write",
+        "--loopback",
+        "-n",
+        "500",
+        "--min-ms",
+        "0",
+        "--backend",
+        "direct",
+        "--report-gbits",
+        "-b",
     ]);
     assert_eq!(c, 0, "{out}{err}");
     assert!(!out.contains("MB = 2^20") && !out.contains("MB/sec"), "{out}");

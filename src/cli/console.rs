@@ -191,6 +191,7 @@ pub fn measure(
             eprintln!("rdmaprobe: error: {e}");
             return Ok(1);
         }
+        outp!("{}", r.footer());
         out!(" server: done");
         return Ok(0);
     }

@@ -210,6 +210,7 @@ mod tests {
             match v.backends() {
                 Backends::Only(k) => assert_eq!(name(v), k.as_str()),
                 Backends::All => assert_eq!(name(v), "all"),
+                Backends::Perftest => panic!("{} is not a choice of --backend", name(v)),
             }
         }
     }

@@ -160,9 +160,6 @@ impl Report {
     fn lat_header(&self, l: &super::LatPlan) -> String {
         let mut s = String::new();
         let names = self.backends.iter().map(|k| k.as_str()).collect::<Vec<_>>().join(", ");
-        if matches!(self.role, Role::Server(_)) {
-            return s;
-        }
         s += &rule(118);
         let _ = writeln!(
             s,
@@ -195,6 +192,9 @@ impl Report {
         );
         if self.is_model {
             s += " post p50: the post call alone; model0 executes each WQE after it returns (in the completion wait)\n";
+        }
+        if matches!(self.role, Role::Server(_)) {
+            s += " server: the rows are the client's measurement (it times the round trips), sent over as the run ends\n";
         }
         self.qp_line(&mut s);
         self.cm_line(&mut s);
@@ -345,10 +345,11 @@ impl Report {
         }
     }
 
-    /// The table's foot: the footnotes the rows call for, the closing rule. A server has none.
+    /// The table's foot: the footnotes the rows call for, the closing rule. A server without
+    /// rows has none.
     pub fn footer(&self) -> String {
         let mut s = String::new();
-        if matches!(self.role, Role::Server(_)) {
+        if matches!(self.role, Role::Server(_)) && self.runs.is_empty() {
             return s;
         }
         match &self.runs {
@@ -364,7 +365,11 @@ impl Report {
                         if n < 1000 { ", p99.9 below 1000" } else { "" }
                     );
                 }
-                s += &self.counters.as_ref().map(|c| c.rnr_warning() + &c.line()).unwrap_or_default();
+                s += &self
+                    .counters
+                    .as_ref()
+                    .map(|c| c.rnr_warning() + &c.line())
+                    .unwrap_or_default();
                 s += &rule(118);
             }
             Runs::Bw(_) => {
@@ -376,14 +381,22 @@ impl Report {
                         self.short_runs.join(", ")
                     );
                 }
-                s += &self.counters.as_ref().map(|c| c.rnr_warning() + &c.line()).unwrap_or_default();
+                s += &self
+                    .counters
+                    .as_ref()
+                    .map(|c| c.rnr_warning() + &c.line())
+                    .unwrap_or_default();
                 s += &rule(118);
             }
             Runs::PostCost(rs) => {
                 if rs.iter().any(|r| r.below_overhead) {
                     s += " * block within 4 TSC steps of the timer's own overhead: not a resolved measurement\n";
                 }
-                s += &self.counters.as_ref().map(|c| c.rnr_warning() + &c.line()).unwrap_or_default();
+                s += &self
+                    .counters
+                    .as_ref()
+                    .map(|c| c.rnr_warning() + &c.line())
+                    .unwrap_or_default();
                 s += &rule(112);
             }
         }

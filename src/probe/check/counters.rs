@@ -120,7 +120,12 @@ mod tests {
             ]
             .into(),
         };
-        assert!(rnr.rnr_warning().starts_with(" WARNING: 7 RNR events (receiver not ready)"), "{}", rnr.rnr_warning());
+        assert!(
+            rnr.rnr_warning()
+                .starts_with(" WARNING: 7 RNR events (receiver not ready)"),
+            "{}",
+            rnr.rnr_warning()
+        );
     }
 
     #[test]

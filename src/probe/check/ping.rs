@@ -275,7 +275,8 @@ impl<'p> Ladder<'p> {
     fn performance(&mut self, peer: &mut Option<&mut (dyn Rendezvous + '_)>) {
         let (max_lat, min_bw) = limits(self.p);
         let mut fail = Vec::new();
-        if self.latency(max_lat, peer.as_deref_mut(), &mut fail) && self.bandwidth(min_bw, peer.as_deref_mut(), &mut fail)
+        if self.latency(max_lat, peer.as_deref_mut(), &mut fail)
+            && self.bandwidth(min_bw, peer.as_deref_mut(), &mut fail)
         {
             if let Some(rdv) = peer.as_deref_mut() {
                 self.agree(rdv, &mut fail);
@@ -353,9 +354,10 @@ impl<'p> Ladder<'p> {
                 for f in list.iter().filter_map(|f| f.as_str()) {
                     fail.push(format!("the {peer_role}'s limits: {f}"));
                 }
-                self.rep.layers[2]
-                    .findings
-                    .push(format!("the {peer_role}'s layer 3: {}", if list.is_empty() { "pass" } else { "FAIL" }));
+                self.rep.layers[2].findings.push(format!(
+                    "the {peer_role}'s layer 3: {}",
+                    if list.is_empty() { "pass" } else { "FAIL" }
+                ));
             }
             Err(e) => fail.push(format!("the peer's layer-3 verdict did not come: {e}")),
         }
@@ -363,7 +365,12 @@ impl<'p> Ladder<'p> {
 
     /// Layer 3's bandwidth step: 64 KiB WRITEs, each backend's average against `min_bw` (what is
     /// under it into `fail`). Whether the run itself went through.
-    fn bandwidth(&mut self, min_bw: Option<f64>, peer: Option<&mut (dyn Rendezvous + '_)>, fail: &mut Vec<String>) -> bool {
+    fn bandwidth(
+        &mut self,
+        min_bw: Option<f64>,
+        peer: Option<&mut (dyn Rendezvous + '_)>,
+        fail: &mut Vec<String>,
+    ) -> bool {
         let mut bp = BwPlan::new(OpKind::Write, 65536);
         (bp.iters, bp.min_duration) = (
             2000,

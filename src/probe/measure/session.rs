@@ -211,7 +211,9 @@ pub fn tcp_peer(plan: &Plan, obs: &mut dyn Observer) -> Result<Option<Peer>, Pro
             let secs = plan.oob_timeout.as_secs();
             let mut say = |e: &std::io::Error| {
                 let what = match e.kind() {
-                    std::io::ErrorKind::ConnectionRefused => format!("nothing listens at {host}:{port} (connection refused)"),
+                    std::io::ErrorKind::ConnectionRefused => {
+                        format!("nothing listens at {host}:{port} (connection refused)")
+                    }
                     _ => format!("cannot reach {host}:{port}: {e}"),
                 };
                 obs.note(&format!(

@@ -220,7 +220,8 @@ fn devices_check(device: Option<&str>) -> Check {
         ),
         Ok(_) => none(
             "no RDMA device (the device list is empty): only model0 runs here; `rdmaprobe devices` exits 3".into(),
-            "load the NIC's driver (modprobe mlx5_ib) or add Soft-RoCE (rdma link add rxe0 type rxe netdev eth0)".into(),
+            "load the NIC's driver (modprobe mlx5_ib) or add Soft-RoCE (rdma link add rxe0 type rxe netdev eth0)"
+                .into(),
         ),
         Err(VerbsError::NoDevice(why)) => {
             let text = why.explain();
