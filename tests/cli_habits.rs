@@ -204,7 +204,7 @@ fn perftest_flags_keep_perftest_meaning() {
     assert!(err.contains("'-' is not taken for standard output"), "{err}");
     assert!(!std::path::Path::new("-").exists());
     // perftest's flags that rdmaprobe does not take: what instead, and docs/perftest.md
-    for flag in ["-H", "-U", "-C", "--cpu_util", "--out_json", "-z"] {
+    for flag in ["-H", "-U", "-C", "--out_json", "-z"] {
         let (c, out, err) = rdmaprobe(&["lat", "write", "--loopback", flag]);
         assert_eq!(c, 2, "{flag}: {out}{err}");
         assert!(
@@ -411,4 +411,52 @@ fn tables_name_their_units_and_settings() {
     let (c, out, err) = rdmaprobe(&["bw", "write", "--loopback", "-n", "500", "--backend", "direct"]);
     assert_eq!(c, 0, "{out}{err}");
     assert!(out.contains("MB/sec = 2^20 bytes per second (MiB/s)"), "{out}");
+}
+
+/// Item 14: bw --cpu_util (perftest's) prints each run's CPU use, and the JSON carries it always:
+/// a figure between 0 and a little over 100 % per thread (the threads' CPU time over their run).
+#[test]
+fn bw_cpu_util_is_printed_and_recorded() {
+    let _g = serial();
+    let dir = scratch("cpu");
+    let f = dir.join("c.json");
+    let (c, out, err) = rdmaprobe(&[
+        "bw",
+        "write",
+        "--loopback",
+        "-n",
+        "3000",
+        "--backend",
+        "direct",
+        "--cpu_util",
+        "--json",
+        f.to_str().unwrap(),
+    ]);
+    assert_eq!(c, 0, "{out}{err}");
+    let line = out
+        .lines()
+        .find(|l| l.contains("cpu_util 65536 B direct: "))
+        .unwrap_or_else(|| panic!("{out}"));
+    assert!(line.contains(" %"), "{line}");
+    let j: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&f).unwrap()).unwrap();
+    let pct = j["runs"][0]["summary"]["cpu_pct"].as_f64().expect("summary.cpu_pct");
+    // CPU time cannot exceed the time it was measured over (a little slack for the clocks' reads)
+    assert!(pct > 0.0 && pct <= 105.0, "{pct}");
+    // without the flag: no line, the JSON still has it
+    let (c, out, err) = rdmaprobe(&[
+        "bw",
+        "write",
+        "--loopback",
+        "-n",
+        "3000",
+        "--backend",
+        "direct",
+        "--json",
+        f.to_str().unwrap(),
+    ]);
+    assert_eq!(c, 0, "{out}{err}");
+    assert!(!out.contains("cpu_util"), "{out}");
+    let j: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&f).unwrap()).unwrap();
+    assert!(j["runs"][0]["summary"]["cpu_pct"].is_number());
+    std::fs::remove_dir_all(&dir).ok();
 }

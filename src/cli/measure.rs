@@ -196,6 +196,11 @@ pub struct BwArgs {
     /// processes not on model0 (its events are raised in the process that executes the WQE).
     #[arg(short = 'e', long)]
     events: bool,
+    /// CPU use of each run's measuring threads (perftest's --cpu_util): their CPU time over
+    /// their run, percent (a polling thread near 100 unless descheduled; -e rows show what
+    /// waiting for events saves). The JSON has it always (summary.cpu_pct).
+    #[arg(long = "cpu_util", visible_alias = "cpu-util")]
+    cpu_util: bool,
     /// perftest's -A, -F, --output.
     #[command(flatten)]
     perftest: PerftestArgs,
@@ -340,6 +345,7 @@ pub fn bw(a: BwArgs) -> Result<ExitCode> {
         no_peak: a.no_peak,
         run_infinitely: a.run_infinitely,
         events: a.events,
+        cpu_util: a.cpu_util,
     };
     let p = plan(Scenario::Bw(b), &a.run, &a.peer)?;
     let p = perftest_backend(p, &a.run, &a.perftest);

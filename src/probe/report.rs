@@ -373,6 +373,9 @@ impl Report {
                 s += &rule(118);
             }
             Runs::Bw(_) => {
+                if let Scenario::Bw(b) = &self.plan.scenario {
+                    cpu_lines(&mut s, b, self);
+                }
                 if let (false, Scenario::Bw(b)) = (self.short_runs.is_empty(), &self.plan.scenario) {
                     let _ = writeln!(
                         s,
@@ -458,6 +461,26 @@ impl Report {
         )
         .map_err(|e| ProbeError::Render(format!("writing the interval log: {e}")))?;
         Ok(buf)
+    }
+}
+
+/// --cpu_util: each bandwidth run's CPU use, its measuring threads'.
+fn cpu_lines(s: &mut String, b: &super::BwPlan, r: &Report) {
+    let Runs::Bw(rs) = &r.runs else { return };
+    if !b.cpu_util {
+        return;
+    }
+    for x in rs {
+        let backend = match x.completion.as_deref() {
+            Some("events") => format!("{}-e", x.backend),
+            _ => x.backend.clone(),
+        };
+        let _ = writeln!(
+            s,
+            " cpu_util {} B {backend}: {} (the measuring threads' CPU time over their run; 100 % = on a CPU throughout)",
+            x.size,
+            x.summary.cpu_pct.map_or("-".to_string(), |v| format!("{v:.1} %")),
+        );
     }
 }
 
