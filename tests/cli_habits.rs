@@ -460,3 +460,33 @@ fn bw_cpu_util_is_printed_and_recorded() {
     assert!(j["runs"][0]["summary"]["cpu_pct"].is_number());
     std::fs::remove_dir_all(&dir).ok();
 }
+
+/// Item 16: the README's first screen keeps the two commands at the top, then the one command
+/// to start with and what it prints (its column heads are the program's own); the CI recipe
+/// says model0's verbs and wr backends go through libibverbs (they do).
+#[test]
+fn the_readme_opens_with_what_to_run_and_what_it_prints() {
+    let _g = serial();
+    let root = env!("CARGO_MANIFEST_DIR");
+    let readme = std::fs::read_to_string(format!("{root}/README.md")).unwrap();
+    let first: Vec<&str> = readme.lines().take(60).collect();
+    let at = |what: &str| {
+        first
+            .iter()
+            .position(|l| l.contains(what))
+            .unwrap_or_else(|| panic!("no {what} on the first screen"))
+    };
+    assert!(at("harness/run.sh") < at("## Start here"));
+    assert!(at("harness/test.sh") < at("## Start here"));
+    assert!(at("## Start here") < at("rdmaprobe lat write --loopback"));
+    let shown = first[at("#bytes backend")].trim();
+    let (c, out, err) = rdmaprobe(&["lat", "write", "--loopback", "-n", "100", "--backend", "direct"]);
+    assert_eq!(c, 0, "{out}{err}");
+    let printed = out.lines().find(|l| l.contains("#bytes")).unwrap().trim();
+    assert_eq!(shown, printed, "the README's column heads are not the program's");
+    let ci = std::fs::read_to_string(format!("{root}/docs/ci-recipe.md")).unwrap();
+    assert!(
+        !ci.contains("the post path does not go through `libibverbs`"),
+        "docs/ci-recipe.md"
+    );
+}
