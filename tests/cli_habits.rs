@@ -208,11 +208,15 @@ fn perftest_flags_keep_perftest_meaning() {
         let (c, out, err) = rdmaprobe(&["lat", "write", "--loopback", flag]);
         assert_eq!(c, 2, "{flag}: {out}{err}");
         assert!(
-            err.contains(&format!("perftest's {flag} is not an rdmaprobe flag")),
+            err.contains(&format!("perftest's {flag} is not taken here")),
             "{flag}: {err}"
         );
         assert!(err.contains("docs/perftest.md"), "{flag}: {err}");
     }
+    // --cpu_util is bw's
+    let (c, _, err) = rdmaprobe(&["lat", "write", "--loopback", "--cpu_util"]);
+    assert_eq!(c, 2, "{err}");
+    assert!(err.contains("bw takes it"), "{err}");
     for args in [["-o", "4"], ["-w", "10"]] {
         let (c, _, err) = rdmaprobe(&["bw", "write", "--loopback", args[0], args[1]]);
         assert_eq!(c, 2, "{args:?}: {err}");

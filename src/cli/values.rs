@@ -160,13 +160,14 @@ pub fn positive_f64(s: &str) -> Result<f64, String> {
 /// perftest's flags that rdmaprobe does not take, each with what to use instead (docs/perftest.md
 /// says why).
 #[rustfmt::skip]
-const PERFTEST_ONLY: [(&[&str], &str); 11] = [
+const PERFTEST_ONLY: [(&[&str], &str); 12] = [
     (&["-H", "--report-histogram"], "the histograms are in --json FILE (HdrHistogram) and --hdr FILE (interval log); `rdmaprobe plot` draws them"),
     (&["-U", "--report-unsorted"], "every sample is in --hdr FILE's histograms (exact to 3 significant digits)"),
     (&["-C", "--report-cycles"], "rdmaprobe reports ns on a calibrated TSC (`rdmaprobe clock` shows the rate; post-cost gives ticks)"),
     (&["-o", "--outs"], "the outstanding READs and atomics are the device's limit, at most 16 (perftest's default); -t bounds what is in flight"),
     (&["-z", "--comm_rdma_cm"], "the exchange goes over rdmaprobe's TCP connection; -R connects the QPs through the CM"),
     (&["-w", "--limit_bw", "-y", "--limit_msgrate", "--rate_limit"], "rdmaprobe measures unthrottled"),
+    (&["--cpu_util"], "bw takes it (the measuring threads' CPU use); lat and the other commands do not yet"),
     (&["--out_json", "--out_json_file"], "use --json FILE"),
     (&["-r", "--rx-depth"], "the receivers keep their receive queue full (up to 128 WQEs), reposting as completions come"),
     (&["-M", "--mcg", "-g"], "multicast is left out"),
@@ -180,7 +181,7 @@ pub fn perftest_hint(arg: &str) -> Option<String> {
     let flag = arg.split('=').next().unwrap_or(arg);
     let (_, instead) = PERFTEST_ONLY.iter().find(|(names, _)| names.contains(&flag))?;
     Some(format!(
-        "perftest's {flag} is not an rdmaprobe flag: {instead} (docs/perftest.md maps every perftest flag)"
+        "perftest's {flag} is not taken here: {instead} (docs/perftest.md maps every perftest flag)"
     ))
 }
 
