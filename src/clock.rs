@@ -112,6 +112,18 @@ pub fn monotonic_raw_ns() -> Result<u64, ClockError> {
     Ok(ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64)
 }
 
+/// The CPU time the calling thread has used (`CLOCK_THREAD_CPUTIME_ID`), ns; 0 when it cannot
+/// be read.
+pub fn thread_cpu_ns() -> u64 {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: clock_gettime writes one timespec into `ts`, a valid local.
+    let rc = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    if rc != 0 {
+        return 0;
+    }
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
 fn errno() -> i32 {
     // SAFETY: __errno_location returns the calling thread's errno slot, always valid.
     unsafe { *libc::__errno_location() }

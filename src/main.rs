@@ -12,7 +12,25 @@ fn main() -> ExitCode {
     // MSG_NOSIGNAL, so a peer that goes away is still an EPIPE error we report.
     // SAFETY: restores the default disposition of one signal before any thread starts.
     unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
-    exit_status(cli::Cli::parse().run())
+    match cli::Cli::try_parse() {
+        Ok(c) => exit_status(c.run()),
+        Err(e) => parse_error(e),
+    }
+}
+
+/// clap's refusal of the command line, said by clap; a perftest flag rdmaprobe does not take is
+/// said with what to use instead (exit 2).
+fn parse_error(e: clap::Error) -> ExitCode {
+    use clap::error::{ContextKind, ContextValue, ErrorKind};
+    if e.kind() == ErrorKind::UnknownArgument {
+        if let Some(ContextValue::String(arg)) = e.get(ContextKind::InvalidArg) {
+            if let Some(hint) = cli::perftest_hint(arg) {
+                eprintln!("rdmaprobe: error: {hint}");
+                return ExitCode::from(2);
+            }
+        }
+    }
+    e.exit()
 }
 
 /// The exit status of a command's result: its own, or for an error 2 (bad arguments) or 1,

@@ -88,6 +88,13 @@ fn client_and_server_processes_measure_together() {
         so.contains("server: client 127.0.0.1:") && so.contains("server: done"),
         "{so}"
     );
+    // the server prints the client's rows as its table (issue 29 item 15), as perftest's does
+    let srow = so
+        .lines()
+        .find(|l| l.trim_start().starts_with("32") && l.contains("direct"))
+        .unwrap_or_else(|| panic!("no table on the server: {so}"));
+    assert_eq!(srow, row, "the server's row is the client's");
+    assert!(so.contains("the rows are the client's measurement"), "{so}");
 }
 
 #[test]
@@ -622,8 +629,13 @@ fn ping_names_the_first_failing_layer() {
     let (c, o, e) = client(&p, &["--max-lat-ns", "5000"]);
     let (sc, so, se) = finish(srv);
     assert_eq!(c, 13, "{o}{e}");
-    // the client failed layer 3 but ran the whole ladder: the server was not left waiting
-    assert_eq!(sc, 0, "server: {so}{se}");
+    // the client failed layer 3 but ran the whole ladder: the server was not left waiting, and
+    // it learnt the client's verdict (both ends agree: issue 29 item 10)
+    assert_eq!(sc, 13, "server: {so}{se}");
+    assert!(
+        so.contains("the client's limits:") && so.contains("over the limit 5000 ns"),
+        "{so}"
+    );
     assert!(
         o.contains("first failing layer: 3 (performance)") && o.contains("over the limit 5000 ns"),
         "{o}"

@@ -61,7 +61,7 @@ impl Observer for Printer {
 /// What `--output` prints instead of the table (perftest's --output).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum OutputKind {
-    /// Latency p50, ns (lat).
+    /// Latency average, ns (lat; perftest's t_avg, which it prints in µs).
     Latency,
     /// Average bandwidth, MB/s (2^20 B/s; Gb/s with --report-gbits) (bw).
     Bandwidth,
@@ -100,7 +100,9 @@ fn check_output(plan: &Plan, o: OutputKind) -> Result<(), ProbeError> {
     }
     if plan.backends == probe::Backends::All {
         return Err(ProbeError::Usage(
-            "--output prints one number per size: choose one backend (--backend verbs, wr or direct)".into(),
+            "--output prints one number per size: --backend all has one per backend; choose one backend \
+             (--backend verbs, wr or direct), or give no --backend for perftest's post path (wr)"
+                .into(),
         ));
     }
     Ok(())
@@ -109,7 +111,7 @@ fn check_output(plan: &Plan, o: OutputKind) -> Result<(), ProbeError> {
 /// The numbers `--output` prints, one per run (size).
 pub fn output_numbers(r: &Report, o: OutputKind) -> Vec<f64> {
     match (&r.runs, o) {
-        (probe::Runs::Lat(rs), OutputKind::Latency) => rs.iter().map(|x| x.latency.p50).collect(),
+        (probe::Runs::Lat(rs), OutputKind::Latency) => rs.iter().map(|x| x.latency.mean).collect(),
         (probe::Runs::Bw(rs), OutputKind::Bandwidth) => rs
             .iter()
             .map(|x| {
@@ -157,6 +159,14 @@ pub fn measure(
         if let Some(path) = hdr {
             output::write(path, &r.interval_log()?).map_err(|e| ProbeError::Render(e.to_string()))?;
         }
+        if plan.backends == probe::Backends::Perftest {
+            let names: Vec<&str> = r.backends.iter().map(|k| k.as_str()).collect();
+            eprintln!(
+                "rdmaprobe: --output: backend {} (perftest's post path: wr = ibv_wr_*, else verbs = ibv_post_send; \
+                 --backend to choose)",
+                names.join(",")
+            );
+        }
         if !matches!(r.role, Role::Server(_)) {
             for v in output_numbers(&r, o) {
                 out!("{v:.2}");
@@ -181,6 +191,7 @@ pub fn measure(
             eprintln!("rdmaprobe: error: {e}");
             return Ok(1);
         }
+        outp!("{}", r.footer());
         out!(" server: done");
         return Ok(0);
     }

@@ -3,11 +3,11 @@
 
 use super::console;
 use super::plan::{plan, DevArgs, PeerArgs, RunArgs};
-use super::values::{positive_secs, BackendArg, OpArg};
+use super::values::{positive_secs, size, size_1m, BackendArg, OpArg};
 use anyhow::Result;
 use clap::builder::TypedValueParser as _;
 use rdmaprobe::backend::OpKind;
-use rdmaprobe::probe::{BwPlan, LatPlan, Plan, PostCostPlan, ProbeError, Scenario, Sizes};
+use rdmaprobe::probe::{Backends, BwPlan, LatPlan, Plan, PostCostPlan, ProbeError, Scenario, Sizes};
 use std::process::ExitCode;
 use std::time::Duration;
 
@@ -23,8 +23,9 @@ pub struct PerftestArgs {
     #[arg(short = 'F', long = "CPU-freq")]
     cpu_freq: bool,
     /// Print one number per size instead of the table, for scripts (perftest's --output): lat
-    /// `latency` (p50, ns); bw `bandwidth` (average, MB/s = 2^20 B/s, or Gb/s with
-    /// --report-gbits) or `message_rate` (Mpps). Needs one backend (--backend).
+    /// `latency` (the average, ns, as perftest's t_avg); bw `bandwidth` (average, MB/s = 2^20
+    /// B/s, or Gb/s with --report-gbits) or `message_rate` (Mpps). One backend: without
+    /// --backend perftest's post path (wr, else verbs, else direct; named on standard error).
     #[arg(long, value_enum)]
     output: Option<console::OutputKind>,
     /// `write` as RDMA WRITE with immediate (perftest's --write_with_imm): the receiver consumes
@@ -82,8 +83,8 @@ pub struct LatArgs {
     /// Where the peer is.
     #[command(flatten)]
     peer: PeerArgs,
-    /// Message size in bytes (atomics: 8).
-    #[arg(short = 's', long, default_value_t = 2, value_parser = clap::value_parser!(u32).range(1..=8 * 1024 * 1024))]
+    /// Message size in bytes, or with K or M (4K, 1M), up to 8M (atomics: 8).
+    #[arg(short = 's', long, default_value_t = 2, value_parser = size)]
     size: u32,
     /// All sizes from 2 B to 8 MiB, powers of two.
     #[arg(short = 'a', long, visible_alias = "all")]
@@ -133,23 +134,27 @@ pub struct BwArgs {
     /// Where the peer is.
     #[command(flatten)]
     peer: PeerArgs,
-    /// Message size in bytes (atomics: 8).
-    #[arg(short = 's', long, default_value_t = 65536, value_parser = clap::value_parser!(u32).range(1..=8 * 1024 * 1024))]
+    /// Message size in bytes, or with K or M (4K, 1M), up to 8M (atomics: 8; -c UD: at most the
+    /// port's MTU, a larger size is the MTU, said so).
+    #[arg(short = 's', long, default_value_t = 65536, value_parser = size)]
     size: u32,
     /// All sizes from 2 B to 8 MiB, powers of two.
     #[arg(short = 'a', long, visible_alias = "all")]
     all_sizes: bool,
-    /// Messages per QP.
-    #[arg(short = 'n', long, default_value_t = 5000, value_parser = clap::value_parser!(u64).range(1..=1_000_000_000))]
-    iters: u64,
-    /// Outstanding operations per QP.
-    #[arg(short = 't', long = "tx-depth", default_value_t = 128, value_parser = clap::value_parser!(u32).range(1..=128))]
+    /// Messages per QP (default 5000). Given, it is exact (no --min-ms repeat) unless --min-ms is
+    /// given too: then a run shorter than --min-ms is repeated with more messages.
+    #[arg(short = 'n', long, value_parser = clap::value_parser!(u64).range(1..=1_000_000_000))]
+    iters: Option<u64>,
+    /// Outstanding operations per QP (perftest's -t). The QPs hold 128 WQEs: a larger -t is 128,
+    /// said so.
+    #[arg(short = 't', long = "tx-depth", default_value_t = 128, value_parser = clap::value_parser!(u32).range(1..=65536))]
     tx_depth: u32,
     /// Operations per doorbell (postlist).
     #[arg(short = 'l', long = "post-list", visible_alias = "post_list", default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=64))]
     postlist: u32,
-    /// A completion every this many operations.
-    #[arg(short = 'Q', long = "cq-mod", default_value_t = 64, value_parser = clap::value_parser!(u32).range(1..=128))]
+    /// A completion every this many operations (perftest's -Q, default 100 as perftest's); above
+    /// -t it is -t, as perftest's (said so).
+    #[arg(short = 'Q', long = "cq-mod", default_value_t = 100, value_parser = clap::value_parser!(u32).range(1..=65536))]
     cq_mod: u32,
     /// QPs per thread.
     #[arg(short = 'q', long = "qp", default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..=16384))]
@@ -167,9 +172,9 @@ pub struct BwArgs {
     #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u64).range(1..=10_000_000))]
     window_us: u64,
     /// --loopback: a run shorter than this many ms is run again with more iterations, sized by
-    /// the first (0: never).
-    #[arg(long, default_value_t = 200, value_parser = clap::value_parser!(u64).range(0..=3_600_000))]
-    min_ms: u64,
+    /// the first (0: never). Default 200, and 0 when -n is given (-n is then exact).
+    #[arg(long, value_parser = clap::value_parser!(u64).range(0..=3_600_000))]
+    min_ms: Option<u64>,
     /// Run each size and backend for at least this many seconds (perftest's -D): a short first
     /// run sizes the messages of the measured one, whose real length is printed (time[ms]).
     /// 0.01 to 86400 seconds, fractions too. Between two processes the client sizes the runs
@@ -191,6 +196,11 @@ pub struct BwArgs {
     /// processes not on model0 (its events are raised in the process that executes the WQE).
     #[arg(short = 'e', long)]
     events: bool,
+    /// CPU use of each run's measuring threads (perftest's --cpu_util): their CPU time over
+    /// their run, percent (a polling thread near 100 unless descheduled; -e rows show what
+    /// waiting for events saves). The JSON has it always (summary.cpu_pct).
+    #[arg(long = "cpu_util", visible_alias = "cpu-util")]
+    cpu_util: bool,
     /// perftest's -A, -F, --output.
     #[command(flatten)]
     perftest: PerftestArgs,
@@ -206,8 +216,8 @@ pub struct PostCostArgs {
           value_parser = clap::builder::PossibleValuesParser::new(["write", "send", "read"])
               .map(|o| match o.as_str() { "send" => OpKind::Send, "read" => OpKind::Read, _ => OpKind::Write }))]
     ops: Vec<OpKind>,
-    /// Message size in bytes.
-    #[arg(short = 's', long, default_value_t = 8, value_parser = clap::value_parser!(u32).range(1..=1024 * 1024))]
+    /// Message size in bytes, or with K or M (4K, 1M), up to 1M.
+    #[arg(short = 's', long, default_value_t = 8, value_parser = size_1m)]
     size: u32,
     /// Postlists (WQEs per doorbell) to measure.
     #[arg(short = 'l', long = "post-list", value_delimiter = ',', default_values_t = [1u32, 8, 32],
@@ -243,6 +253,17 @@ fn one_number(events: bool, p: &PerftestArgs) -> Result<(), ProbeError> {
     Ok(())
 }
 
+/// --output with no --backend: one backend, perftest's post path ([`Backends::Perftest`]).
+fn perftest_backend(p: Plan, r: &RunArgs, a: &PerftestArgs) -> Plan {
+    match (a.output, r.backend) {
+        (Some(_), None) => Plan {
+            backends: Backends::Perftest,
+            ..p
+        },
+        _ => p,
+    }
+}
+
 /// `lat`: the latency plan from its arguments, measured and printed; the exit status.
 pub fn lat(a: LatArgs) -> Result<ExitCode> {
     one_number(a.events, &a.perftest)?;
@@ -259,6 +280,7 @@ pub fn lat(a: LatArgs) -> Result<ExitCode> {
         events: a.events,
     };
     let p = plan(Scenario::Lat(l), &a.run, &a.peer)?;
+    let p = perftest_backend(p, &a.run, &a.perftest);
     Ok(ExitCode::from(console::measure(
         &p,
         a.run.json.as_ref(),
@@ -267,9 +289,35 @@ pub fn lat(a: LatArgs) -> Result<ExitCode> {
     )?))
 }
 
+/// perftest's -t and -Q as perftest takes them: -t above the QPs' depth is that depth, -Q above
+/// -t is -t (perftest clamps silently; said here on standard error).
+fn depths(tx_depth: u32, cq_mod: u32) -> (u32, u32) {
+    let max = rdmaprobe::backend::setup::DEPTH;
+    let t = tx_depth.min(max);
+    if t < tx_depth {
+        eprintln!("rdmaprobe: -t {tx_depth}: the QPs hold {max} WQEs, so -t {t}");
+    }
+    let q = cq_mod.min(t);
+    if q < cq_mod && cq_mod != 100 {
+        eprintln!("rdmaprobe: -Q {cq_mod} above -t {t}: a completion every {t} (as perftest)");
+    }
+    (t, q)
+}
+
 /// `bw`: the bandwidth plan from its arguments, measured and printed; the exit status.
 pub fn bw(a: BwArgs) -> Result<ExitCode> {
     one_number(a.events, &a.perftest)?;
+    let (tx_depth, cq_mod) = depths(a.tx_depth, a.cq_mod);
+    let (iters, min_ms) = match (a.iters, a.min_ms) {
+        (None, m) => (5000, m.unwrap_or(200)),
+        (Some(n), None) => (n, 0),
+        (Some(n), Some(m)) => {
+            if m > 0 {
+                eprintln!("rdmaprobe: -n {n} with --min-ms {m}: a run shorter than {m} ms is repeated with more messages (-n alone is exact)");
+            }
+            (n, m)
+        }
+    };
     let b = BwPlan {
         op: perftest_op(a.op.into(), &a.perftest)?,
         sizes: if a.all_sizes { Sizes::All } else { Sizes::One(a.size) },
@@ -277,11 +325,11 @@ pub fn bw(a: BwArgs) -> Result<ExitCode> {
         iters: if a.duration.is_some() || a.run_infinitely {
             2000
         } else {
-            a.iters
+            iters
         },
-        tx_depth: a.tx_depth,
+        tx_depth,
         postlist: a.postlist,
-        cq_mod: a.cq_mod,
+        cq_mod,
         qps: a.qps,
         threads: a.threads,
         bidirectional: a.bidirectional,
@@ -290,15 +338,17 @@ pub fn bw(a: BwArgs) -> Result<ExitCode> {
         min_duration: match (a.duration, a.run_infinitely) {
             (Some(d), _) => d,
             (None, true) => Duration::from_secs(5),
-            (None, false) => Duration::from_millis(a.min_ms),
+            (None, false) => Duration::from_millis(min_ms),
         },
         duration: a.duration,
         gbits: a.report_gbits,
         no_peak: a.no_peak,
         run_infinitely: a.run_infinitely,
         events: a.events,
+        cpu_util: a.cpu_util,
     };
     let p = plan(Scenario::Bw(b), &a.run, &a.peer)?;
+    let p = perftest_backend(p, &a.run, &a.perftest);
     Ok(ExitCode::from(console::measure(
         &p,
         a.run.json.as_ref(),

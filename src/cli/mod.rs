@@ -17,6 +17,7 @@ use suite::SuiteArgs;
 use tools::{ClockArgs, CompareArgs, DevicesArgs, DoctorArgs, FleetReportArgs, PingArgs, PlotArgs};
 
 pub use console::chain;
+pub use values::perftest_hint;
 
 // The command line: one command and its arguments.
 #[derive(Parser)]
@@ -36,11 +37,12 @@ enum Cmd {
     /// a hardware device exists, 3 when none does (with the reason and what to do), 1 on error.
     Devices(DevicesArgs),
     /// Latency ping-pong (perftest's ib_*_lat): write and send report one-way latency (half the
-    /// round trip), read and atomic the round trip. Runs both ends in this process (--loopback).
+    /// round trip), read and atomic the round trip. Client and server over TCP (the server
+    /// without HOST, the client with it), or both ends in this process with --loopback.
     Lat(LatArgs),
     /// Bandwidth and message rate (perftest's ib_*_bw): tx depth, postlist, completion every N,
-    /// QPs and threads; average, peak and minimum-window bandwidth. Both ends in this process
-    /// (--loopback).
+    /// QPs and threads; average, peak and minimum-window bandwidth. Client and server over TCP,
+    /// or both ends in this process with --loopback.
     Bw(BwArgs),
     /// The cost of posting alone, per backend (and per doorbell mode on the direct path):
     /// cycles and ns per WQE for each postlist, inline or not, a completion every WQE or every N.
@@ -52,8 +54,8 @@ enum Cmd {
     Suite(SuiteArgs),
     /// Compare result files: `compare BASE NEW`, or several process runs per side with
     /// `--base F1 F2 F3 --new G1 G2 G3`. Per matched run and metric: the change, its 95 %
-    /// interval (hierarchical bootstrap: runs, then blocks within runs), the p-value adjusted
-    /// over all rows (Holm), and a verdict. Exit 0: no regression; 1: regression; 2: the inputs
+    /// interval (3 or more runs per side: Welch's t over the runs' logarithms; fewer: a bootstrap
+    /// of the blocks within the runs), the p-value adjusted over all rows (Holm), and a verdict. Exit 0: no regression; 1: regression; 2: the inputs
     /// cannot be compared.
     Compare(CompareArgs),
     /// Plots (SVG) and report.html of a result file: latency percentile spectrum and CDF,

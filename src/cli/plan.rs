@@ -30,9 +30,10 @@ pub struct RunArgs {
     /// Device, port and GID index.
     #[command(flatten)]
     pub dev: DevArgs,
-    /// Post path(s); `all` runs every backend the device supports, interleaved.
-    #[arg(long, value_enum, default_value_t = BackendArg::All)]
-    pub backend: BackendArg,
+    /// Post path(s); `all` (the default) runs every backend the device supports, interleaved.
+    /// With --output and no --backend: one, perftest's post path (wr, else verbs, else direct).
+    #[arg(long, value_enum)]
+    pub backend: Option<BackendArg>,
     /// Doorbell mode of the direct backend.
     #[arg(long, value_enum, default_value_t = DbModeArg::Bf)]
     pub db_mode: DbModeArg,
@@ -234,7 +235,7 @@ pub fn plan(scenario: Scenario, r: &RunArgs, p: &PeerArgs) -> Result<Plan> {
     Ok(Plan {
         scenario,
         device: r.dev.spec(),
-        backends: r.backend.backends(),
+        backends: r.backend.unwrap_or(BackendArg::All).backends(),
         db_mode: r.db_mode.into(),
         peer,
         oob_timeout: Duration::from_secs(p.oob_timeout),

@@ -117,9 +117,9 @@ pub struct CompareArgs {
     /// NEW's result files, one process run each.
     #[arg(long, value_name = "FILE", num_args = 1..)]
     new: Vec<String>,
-    /// Smallest change (percent) that can be a regression, every row. Default, by row, with
-    /// several runs on both sides: lat p50 5, lat p99 20, bw 10, post_cost 75 (p99 100); with one
-    /// run on a side (its interval cannot contain run-to-run variation): 20, 50, 50, 100: the
+    /// Smallest change (percent) that can be a regression, every row. Default, by row, with 3 or
+    /// more runs on both sides: lat p50 5, lat p99 20, bw 10, post_cost 75 (p99 100); with fewer
+    /// (the interval cannot contain run-to-run variation): 30, 75, 50, 150 (p99 100): the
     /// run-to-run variation measured on model0.
     #[arg(long)]
     threshold: Option<f64>,

@@ -128,6 +128,19 @@ pub fn sizes_list(s: &str) -> Result<Listed<u32>, String> {
     matrix::parse_sizes(s).map(Listed)
 }
 
+/// Parses a message size as the suite does: bytes, or with K or M (`4K`, `1M`), 1 B to 8 MiB.
+pub fn size(s: &str) -> Result<u32, String> {
+    matrix::one_size(s)
+}
+
+/// Parses a message size of at most 1 MiB (post-cost's buffers).
+pub fn size_1m(s: &str) -> Result<u32, String> {
+    match matrix::one_size(s)? {
+        b if b <= 1024 * 1024 => Ok(b),
+        _ => Err(format!("'{s}': sizes are 1 B to 1M here")),
+    }
+}
+
 /// Parses a number of seconds from the matrix's minimum to a day.
 pub fn positive_secs(s: &str) -> Result<Duration, String> {
     match s.parse::<f64>() {
@@ -142,6 +155,34 @@ pub fn positive_f64(s: &str) -> Result<f64, String> {
         Ok(v) if v.is_finite() && v >= 0.0 => Ok(v),
         _ => Err(format!("'{s}' is not a number >= 0")),
     }
+}
+
+/// perftest's flags that rdmaprobe does not take, each with what to use instead (docs/perftest.md
+/// says why).
+#[rustfmt::skip]
+const PERFTEST_ONLY: [(&[&str], &str); 12] = [
+    (&["-H", "--report-histogram"], "the histograms are in --json FILE (HdrHistogram) and --hdr FILE (interval log); `rdmaprobe plot` draws them"),
+    (&["-U", "--report-unsorted"], "every sample is in --hdr FILE's histograms (exact to 3 significant digits)"),
+    (&["-C", "--report-cycles"], "rdmaprobe reports ns on a calibrated TSC (`rdmaprobe clock` shows the rate; post-cost gives ticks)"),
+    (&["-o", "--outs"], "the outstanding READs and atomics are the device's limit, at most 16 (perftest's default); -t bounds what is in flight"),
+    (&["-z", "--comm_rdma_cm"], "the exchange goes over rdmaprobe's TCP connection; -R connects the QPs through the CM"),
+    (&["-w", "--limit_bw", "-y", "--limit_msgrate", "--rate_limit"], "rdmaprobe measures unthrottled"),
+    (&["--cpu_util"], "bw takes it (the measuring threads' CPU use); lat and the other commands do not yet"),
+    (&["--out_json", "--out_json_file"], "use --json FILE"),
+    (&["-r", "--rx-depth"], "the receivers keep their receive queue full (up to 128 WQEs), reposting as completions come"),
+    (&["-M", "--mcg", "-g"], "multicast is left out"),
+    (&["-O", "--dualport"], "dual port is left out"),
+    (&["--use_cuda", "--use_rocm", "--use_neuron", "--use_cuda_dmabuf"], "host memory only"),
+];
+
+/// When `arg` (an argument clap did not know, `--flag=value` or `-f`) is perftest's, what to say:
+/// what rdmaprobe offers instead and where every perftest flag is mapped.
+pub fn perftest_hint(arg: &str) -> Option<String> {
+    let flag = arg.split('=').next().unwrap_or(arg);
+    let (_, instead) = PERFTEST_ONLY.iter().find(|(names, _)| names.contains(&flag))?;
+    Some(format!(
+        "perftest's {flag} is not taken here: {instead} (docs/perftest.md maps every perftest flag)"
+    ))
 }
 
 #[cfg(test)]
@@ -169,6 +210,7 @@ mod tests {
             match v.backends() {
                 Backends::Only(k) => assert_eq!(name(v), k.as_str()),
                 Backends::All => assert_eq!(name(v), "all"),
+                Backends::Perftest => panic!("{} is not a choice of --backend", name(v)),
             }
         }
     }

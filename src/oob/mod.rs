@@ -194,6 +194,17 @@ impl Peer {
 
     /// Connects to `host:port`, trying for up to `timeout` (the server may still be starting).
     pub fn connect(host: &str, port: u16, timeout: Duration) -> Result<Peer, OobError> {
+        Peer::connect_saying(host, port, timeout, &mut |_| ())
+    }
+
+    /// As [`Peer::connect`]; `first_failure` hears the first attempt's error (nothing listens
+    /// there, no route), once, before the retries, so that the user can be told at once.
+    pub fn connect_saying(
+        host: &str,
+        port: u16,
+        timeout: Duration,
+        first_failure: &mut dyn FnMut(&std::io::Error),
+    ) -> Result<Peer, OobError> {
         let addr = format!("{host}:{port}");
         let deadline = std::time::Instant::now() + timeout;
         let io = |what, source| OobError::Io {
@@ -202,6 +213,7 @@ impl Peer {
             source,
         };
         let targets: Vec<_> = addr.to_socket_addrs().map_err(|e| io("resolving", e))?.collect();
+        let mut told = false;
         loop {
             let mut last = None;
             for t in &targets {
@@ -210,7 +222,19 @@ impl Peer {
                     Err(e) => last = Some(e),
                 }
             }
-            stopped(&addr)?;
+            if let (false, Some(e)) = (told, &last) {
+                first_failure(e);
+                told = true;
+            }
+            if crate::signals::stops_waits() {
+                return Err(OobError::Protocol {
+                    peer: addr.clone(),
+                    why: format!(
+                        "interrupted while retrying the connection (the last attempt: {})",
+                        last.map_or_else(|| "no address".to_string(), |e| e.to_string())
+                    ),
+                });
+            }
             if std::time::Instant::now() >= deadline {
                 return Err(io(
                     "connecting to",

@@ -95,6 +95,10 @@ pub enum Backends {
     All,
     /// One.
     Only(BackendKind),
+    /// One, perftest's choice (`--output` with no `--backend`): `wr` (the `ibv_wr_*` API,
+    /// perftest's default post path), else `verbs` (`ibv_post_send`), else `direct`, the first
+    /// the device runs.
+    Perftest,
 }
 
 /// Where the peer is.
@@ -221,6 +225,8 @@ pub struct BwPlan {
     pub run_infinitely: bool,
     /// -e: beside each verbs backend polling, the same waiting for completion events.
     pub events: bool,
+    /// The table says each run's CPU use (perftest's --cpu_util); the JSON always has it.
+    pub cpu_util: bool,
 }
 
 impl BwPlan {
@@ -244,6 +250,7 @@ impl BwPlan {
             gbits: false,
             no_peak: false,
             run_infinitely: false,
+            cpu_util: false,
             events: false,
         }
     }

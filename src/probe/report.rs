@@ -116,6 +116,32 @@ impl Report {
         }
     }
 
+    /// `device NAME`, with the provider in parentheses when it says more than the name.
+    fn device_label(&self) -> String {
+        if self.provider == self.device {
+            format!("device {}", self.device)
+        } else {
+            format!("device {} ({})", self.device, self.provider)
+        }
+    }
+
+    /// The QPs' transport, path MTU and inline limit, as the run set them.
+    fn qp_line(&self, s: &mut String) {
+        let p = &self.params;
+        let mtu = match (p["path"]["mtu_bytes"].as_u64(), p["port_active_mtu_bytes"].as_u64()) {
+            (Some(m), _) => format!("path MTU {m} B (-m)"),
+            (None, Some(m)) => format!("path MTU {m} B (the port's active MTU)"),
+            (None, None) => "path MTU the port's active MTU".to_string(),
+        };
+        let inline = match p["inline_limit"].as_u64() {
+            Some(0) => "no inline".to_string(),
+            Some(n) => format!("inline up to {n} B"),
+            None => "inline unknown".to_string(),
+        };
+        let t = p["transport"].as_str().unwrap_or("RC");
+        let _ = writeln!(s, " QPs: {t}, {mtu}, {inline}");
+    }
+
     fn warnings_lines(&self, s: &mut String) {
         for w in &self.warnings {
             let _ = writeln!(s, " WARNING: {w}");
@@ -134,17 +160,13 @@ impl Report {
     fn lat_header(&self, l: &super::LatPlan) -> String {
         let mut s = String::new();
         let names = self.backends.iter().map(|k| k.as_str()).collect::<Vec<_>>().join(", ");
-        if matches!(self.role, Role::Server(_)) {
-            return s;
-        }
         s += &rule(118);
         let _ = writeln!(
             s,
-            " {}{} latency, device {} ({}), backends {names}, {}",
+            " {}{} latency, {}, backends {names}, {}",
             title(l.op),
             self.transport_label(),
-            self.device,
-            self.provider,
+            self.device_label(),
             match l.duration {
                 Some(d) => format!(
                     "{} s per size, blocks of 1000 iterations per backend, interleaved",
@@ -171,6 +193,10 @@ impl Report {
         if self.is_model {
             s += " post p50: the post call alone; model0 executes each WQE after it returns (in the completion wait)\n";
         }
+        if matches!(self.role, Role::Server(_)) {
+            s += " server: the rows are the client's measurement (it times the round trips), sent over as the run ends\n";
+        }
+        self.qp_line(&mut s);
         self.cm_line(&mut s);
         self.warnings_lines(&mut s);
         s += &rule(118);
@@ -183,11 +209,10 @@ impl Report {
         s += &rule(118);
         let _ = writeln!(
             s,
-            " {}{} bandwidth, device {} ({}), {} thread(s) x {} QP(s), tx depth {}, postlist {}, CQE every {}{}",
+            " {}{} bandwidth, {}, {} thread(s) x {} QP(s), tx depth {}, postlist {}, CQE every {}{}",
             title(b.op),
             self.transport_label(),
-            self.device,
-            self.provider,
+            self.device_label(),
             b.threads,
             b.qps,
             b.tx_depth,
@@ -197,13 +222,21 @@ impl Report {
         );
         let _ = writeln!(
             s,
-            " MB = 2^20 bytes, as perftest; TSC {:.3} MHz ({})",
+            " {}; TSC {:.3} MHz ({})",
+            if b.gbits {
+                "Gb/sec = 10^9 bits per second (--report-gbits)"
+            } else {
+                "MB/sec = 2^20 bytes per second (MiB/s), as perftest"
+            },
             self.clock.hz / 1e6,
             self.clock.source.as_str()
         );
+        self.qp_line(&mut s);
         self.cm_line(&mut s);
         if b.bidirectional && self.role != Role::Loopback {
             s += " -b between two processes: the figures are this side's own direction (perftest's -b adds both)\n";
+        } else if b.bidirectional {
+            s += " -b: both ends send -n messages per QP; #messages and the figures count both directions (as perftest's -b)\n";
         }
         self.warnings_lines(&mut s);
         s += &rule(118);
@@ -250,8 +283,10 @@ impl Report {
             format!("runs are -n messages per QP (client and server agree on them); runs under {min_ms} ms are flagged")
         } else if b.run_infinitely {
             format!("--run-infinitely: a row per backend every {min_ms} ms or a little more, until stopped (Ctrl-C)")
+        } else if min_ms == 0 {
+            "runs are exactly -n messages per QP (--min-ms MS repeats a run shorter than MS with more)".to_string()
         } else {
-            format!("runs shorter than {min_ms} ms are repeated with more messages (--min-ms)")
+            format!("runs shorter than {min_ms} ms are repeated with more messages (--min-ms; -n alone is exact)")
         }
     }
 
@@ -260,10 +295,9 @@ impl Report {
         s += &rule(112);
         let _ = writeln!(
             s,
-            " post cost, {} B, device {} ({}); {} blocks of up to {} WQEs per configuration, each timed as a whole",
+            " post cost, {} B, {}; {} blocks of up to {} WQEs per configuration, each timed as a whole",
             p.size,
-            self.device,
-            self.provider,
+            self.device_label(),
             p.blocks,
             crate::scenario::post_cost::BLOCK_WQES
         );
@@ -311,10 +345,11 @@ impl Report {
         }
     }
 
-    /// The table's foot: the footnotes the rows call for, the closing rule. A server has none.
+    /// The table's foot: the footnotes the rows call for, the closing rule. A server without
+    /// rows has none.
     pub fn footer(&self) -> String {
         let mut s = String::new();
-        if matches!(self.role, Role::Server(_)) {
+        if matches!(self.role, Role::Server(_)) && self.runs.is_empty() {
             return s;
         }
         match &self.runs {
@@ -322,10 +357,25 @@ impl Report {
                 if rs.iter().any(|r| r.post_below_overhead) {
                     s += " * post time at or below the timer's own overhead: not a real measurement\n";
                 }
-                s += &self.counters.as_ref().map(|c| c.line()).unwrap_or_default();
+                // nearest rank: below 1/(1-q) samples the percentile is the largest sample
+                if let Some(n) = rs.iter().map(|r| r.latency.count).min().filter(|n| *n < 10_000) {
+                    let _ = writeln!(
+                        s,
+                        " p99.99 is the max below 10000 samples{} (nearest rank; {n} in the smallest run): raise -n or -D for a tail",
+                        if n < 1000 { ", p99.9 below 1000" } else { "" }
+                    );
+                }
+                s += &self
+                    .counters
+                    .as_ref()
+                    .map(|c| c.rnr_warning() + &c.line())
+                    .unwrap_or_default();
                 s += &rule(118);
             }
             Runs::Bw(_) => {
+                if let Scenario::Bw(b) = &self.plan.scenario {
+                    cpu_lines(&mut s, b, self);
+                }
                 if let (false, Scenario::Bw(b)) = (self.short_runs.is_empty(), &self.plan.scenario) {
                     let _ = writeln!(
                         s,
@@ -334,14 +384,22 @@ impl Report {
                         self.short_runs.join(", ")
                     );
                 }
-                s += &self.counters.as_ref().map(|c| c.line()).unwrap_or_default();
+                s += &self
+                    .counters
+                    .as_ref()
+                    .map(|c| c.rnr_warning() + &c.line())
+                    .unwrap_or_default();
                 s += &rule(118);
             }
             Runs::PostCost(rs) => {
                 if rs.iter().any(|r| r.below_overhead) {
                     s += " * block within 4 TSC steps of the timer's own overhead: not a resolved measurement\n";
                 }
-                s += &self.counters.as_ref().map(|c| c.line()).unwrap_or_default();
+                s += &self
+                    .counters
+                    .as_ref()
+                    .map(|c| c.rnr_warning() + &c.line())
+                    .unwrap_or_default();
                 s += &rule(112);
             }
         }
@@ -406,10 +464,30 @@ impl Report {
     }
 }
 
+/// --cpu_util: each bandwidth run's CPU use, its measuring threads'.
+fn cpu_lines(s: &mut String, b: &super::BwPlan, r: &Report) {
+    let Runs::Bw(rs) = &r.runs else { return };
+    if !b.cpu_util {
+        return;
+    }
+    for x in rs {
+        let backend = match x.completion.as_deref() {
+            Some("events") => format!("{}-e", x.backend),
+            _ => x.backend.clone(),
+        };
+        let _ = writeln!(
+            s,
+            " cpu_util {} B {backend}: {} (the measuring threads' CPU time over their run; 100 % = on a CPU throughout)",
+            x.size,
+            x.summary.cpu_pct.map_or("-".to_string(), |v| format!("{v:.1} %")),
+        );
+    }
+}
+
 /// The latency table's column heads.
 fn lat_columns() -> String {
     format!(
-        " {:>8} {:>7} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9}\n",
+        " {:>8} {:>7} {:>9} {:>10} {:>10} {:>10} {:>10} {:>10} {:>10} {:>10} {:>10} {:>10} {:>12}\n",
         "#bytes",
         "backend",
         "#iter",
@@ -417,12 +495,12 @@ fn lat_columns() -> String {
         "p50[ns]",
         "p90[ns]",
         "p99[ns]",
-        "p99.9",
-        "p99.99",
+        "p99.9[ns]",
+        "p99.99[ns]",
         "max[ns]",
         "avg[ns]",
-        "stdev",
-        "post p50"
+        "stdev[ns]",
+        "post p50[ns]"
     )
 }
 
@@ -433,7 +511,7 @@ fn lat_row(r: &LatResult) -> String {
         _ => r.backend.clone(),
     };
     format!(
-        " {:>8} {:>7} {:>9} {:>9.1} {:>9.1} {:>9.1} {:>9.1} {:>9.1} {:>9.1} {:>9.1} {:>9.1} {:>9.1} {:>8.1}{}\n",
+        " {:>8} {:>7} {:>9} {:>10.1} {:>10.1} {:>10.1} {:>10.1} {:>10.1} {:>10.1} {:>10.1} {:>10.1} {:>10.1} {:>11.1}{}\n",
         r.size,
         backend,
         r.iterations,

@@ -41,6 +41,13 @@ fn target(path: &Path) -> Result<Target, OutputError> {
     if path.as_os_str().is_empty() {
         return Err(err(path, "an empty path"));
     }
+    if path.as_os_str() == "-" {
+        // perftest-style `-` would mix the JSON with the table on standard output
+        return Err(err(
+            path,
+            "'-' is not taken for standard output (the table is printed there): name a file for the JSON",
+        ));
+    }
     match fs::metadata(path) {
         // follows symlinks: what the path finally names
         Ok(m) if m.is_dir() => Err(err(path, "is a directory")),

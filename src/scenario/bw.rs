@@ -118,6 +118,8 @@ pub struct ThreadResult {
     pub received: u64,
     /// -e: the times the thread blocked until a completion event came (`None`: it polled).
     pub event_waits: Option<u64>,
+    /// The CPU time the thread used from its first post to its last completion, ns.
+    pub cpu_ns: u64,
 }
 
 /// What one end does in a run: send `iters` operations (`sends`), take `iters` SENDs
@@ -254,6 +256,20 @@ pub struct BwSummary {
     /// to wait says 0); absent when they polled.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub event_waits: Option<u64>,
+    /// This side's measuring threads' CPU time over their run, percent of the run's length
+    /// summed over the threads (100: each was on a CPU throughout, as a polling thread should
+    /// be; less: descheduled, or blocked for events); perftest's --cpu_util. In one process a
+    /// thread drives both ends of its QPs, so the figure is both sides'.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpu_pct: Option<f64>,
+}
+
+/// The threads' CPU time over their runs, percent of the runs' length (`None`: no such thread).
+fn cpu_pct<'a>(rs: impl Iterator<Item = &'a ThreadResult>, hz: f64) -> Option<f64> {
+    let (cpu, wall) = rs.fold((0.0, 0.0), |(c, w), r| {
+        (c + r.cpu_ns as f64, w + r.end.saturating_sub(r.start) as f64 / hz * 1e9)
+    });
+    (wall > 0.0).then(|| 100.0 * cpu / wall)
 }
 
 /// perftest's peak message rate (messages per tick) of one stream: the largest
@@ -387,6 +403,7 @@ pub fn summarize(rs: &[ThreadResult], size: u32, cq_mod: u32, hz: f64) -> BwSumm
     let received: u64 = rs.iter().map(|r| r.received).sum();
     let event_waits = rs.iter().filter_map(|r| r.event_waits).reduce(|a, b| a + b);
     BwSummary {
+        cpu_pct: cpu_pct(rs.iter(), hz),
         messages_received: (received > 0).then_some(received),
         event_waits,
         messages,
@@ -427,6 +444,7 @@ mod tests {
             peak_trace: None,
             received: 0,
             event_waits: None,
+            cpu_ns: 0,
         }
     }
 

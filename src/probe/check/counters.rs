@@ -68,6 +68,24 @@ impl CounterDelta {
         })
     }
 
+    /// A warning line when receivers were not ready (model0's `rnr_events`, a NIC's RNR NAK
+    /// counters): each such SEND waited for the RNR timer and was sent again, inside the figures.
+    pub fn rnr_warning(&self) -> String {
+        let n: u64 = self
+            .delta
+            .iter()
+            .filter(|(k, _)| k.to_ascii_lowercase().contains("rnr"))
+            .map(|(_, v)| v)
+            .sum();
+        if n == 0 {
+            return String::new();
+        }
+        format!(
+            " WARNING: {n} RNR events (receiver not ready): SENDs that found no receive posted waited to be sent again \
+             (a NIC waits out the RNR timer each time); the figures include those waits\n"
+        )
+    }
+
     /// One line for the table's foot.
     pub fn line(&self) -> String {
         if self.delta.is_empty() {
@@ -85,6 +103,30 @@ impl CounterDelta {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn rnr_events_are_warned_about() {
+        let quiet = CounterDelta {
+            source: "model0",
+            delta: [("cqes".to_string(), 5)].into(),
+        };
+        assert_eq!(quiet.rnr_warning(), "");
+        let rnr = CounterDelta {
+            source: "sysfs",
+            delta: [
+                ("model_rnr_events".to_string(), 3),
+                ("hw_counters/rnr_nak_retry_err".to_string(), 4),
+                ("cqes".to_string(), 9),
+            ]
+            .into(),
+        };
+        assert!(
+            rnr.rnr_warning()
+                .starts_with(" WARNING: 7 RNR events (receiver not ready)"),
+            "{}",
+            rnr.rnr_warning()
+        );
+    }
 
     #[test]
     fn deltas_keep_what_grew() {

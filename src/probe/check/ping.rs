@@ -275,8 +275,12 @@ impl<'p> Ladder<'p> {
     fn performance(&mut self, peer: &mut Option<&mut (dyn Rendezvous + '_)>) {
         let (max_lat, min_bw) = limits(self.p);
         let mut fail = Vec::new();
-        if self.latency(max_lat, peer.as_deref_mut(), &mut fail) {
-            self.bandwidth(min_bw, peer.as_deref_mut(), &mut fail);
+        if self.latency(max_lat, peer.as_deref_mut(), &mut fail)
+            && self.bandwidth(min_bw, peer.as_deref_mut(), &mut fail)
+        {
+            if let Some(rdv) = peer.as_deref_mut() {
+                self.agree(rdv, &mut fail);
+            }
         }
         let l3 = &mut self.rep.layers[2];
         if max_lat.is_none() && min_bw.is_none() && self.rep.role != "server" {
@@ -336,9 +340,37 @@ impl<'p> Ladder<'p> {
         true
     }
 
+    /// Layer 3's verdicts agreed between the two ends: each sends the other what its limits
+    /// failed (both steps ran on both sides, so both are in step) and takes the other's into
+    /// `fail`, so that a client over its --max-lat-ns fails layer 3 on the server too.
+    fn agree(&mut self, rdv: &mut (dyn Rendezvous + '_), fail: &mut Vec<String>) {
+        let me = self.rep.role;
+        let msg = serde_json::json!({ "ping_layer3": { "role": me, "fail": fail.clone() } });
+        let theirs = rdv.send_value(msg).and_then(|_| rdv.recv_value());
+        match theirs {
+            Ok(v) => {
+                let peer_role = v["ping_layer3"]["role"].as_str().unwrap_or("peer").to_string();
+                let list = v["ping_layer3"]["fail"].as_array().cloned().unwrap_or_default();
+                for f in list.iter().filter_map(|f| f.as_str()) {
+                    fail.push(format!("the {peer_role}'s limits: {f}"));
+                }
+                self.rep.layers[2].findings.push(format!(
+                    "the {peer_role}'s layer 3: {}",
+                    if list.is_empty() { "pass" } else { "FAIL" }
+                ));
+            }
+            Err(e) => fail.push(format!("the peer's layer-3 verdict did not come: {e}")),
+        }
+    }
+
     /// Layer 3's bandwidth step: 64 KiB WRITEs, each backend's average against `min_bw` (what is
-    /// under it into `fail`).
-    fn bandwidth(&mut self, min_bw: Option<f64>, peer: Option<&mut (dyn Rendezvous + '_)>, fail: &mut Vec<String>) {
+    /// under it into `fail`). Whether the run itself went through.
+    fn bandwidth(
+        &mut self,
+        min_bw: Option<f64>,
+        peer: Option<&mut (dyn Rendezvous + '_)>,
+        fail: &mut Vec<String>,
+    ) -> bool {
         let mut bp = BwPlan::new(OpKind::Write, 65536);
         (bp.iters, bp.min_duration) = (
             2000,
@@ -348,7 +380,7 @@ impl<'p> Ladder<'p> {
             Ok(r) => r,
             Err(e) => {
                 fail.push(format!("bandwidth run: {e}"));
-                return;
+                return false;
             }
         };
         if let Runs::Bw(rs) = &r.runs {
@@ -371,6 +403,7 @@ impl<'p> Ladder<'p> {
                 ));
             }
         }
+        true
     }
 }
 
@@ -460,6 +493,11 @@ pub fn cause(e: &ProbeError) -> String {
         ProbeError::Bundled { source, .. } => cause(source),
         ProbeError::Oob(OobError::Io { what, .. }) if what.starts_with("connecting") || what.starts_with("resolving") => {
             "the peer is unreachable: is `rdmaprobe ping` running there (as server), the TCP port (-p) open, the address right?".into()
+        }
+        ProbeError::Oob(OobError::Protocol { why, .. }) if why.starts_with("interrupted while retrying the connection") => {
+            "stopped (a signal) before the peer answered: is `rdmaprobe ping` running there (as server), the TCP port (-p) \
+             open, the address right?"
+                .into()
         }
         ProbeError::Oob(OobError::Io { .. }) | ProbeError::Oob(OobError::Timeout { .. }) => {
             "the peer did not answer out of band in time: a firewall, or the peer stopped".into()

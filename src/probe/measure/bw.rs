@@ -224,7 +224,7 @@ fn new_report(
     let role = sides.role(plan);
     let params = json!({
         "scenario": "bw", "window_ms": b.window.as_micros() as f64 / 1e3, "min_duration_ms": b.min_duration.as_millis() as u64,
-        "inline_limit": set.inline_limit, "model_exec": set.dev.is_model().then_some("after_post"), "op": b.op.as_str(), "iters": b.iters,
+        "inline_limit": set.inline_limit, "port_active_mtu_bytes": session::active_mtu(&set.dev), "model_exec": set.dev.is_model().then_some("after_post"), "op": b.op.as_str(), "iters": b.iters,
         "tx_depth": b.tx_depth, "postlist": b.postlist, "cq_mod": b.cq_mod, "qps_per_thread": b.qps, "threads": b.threads,
         "bidirectional": b.bidirectional, "backends": set.kinds.iter().map(|k| k.as_str()).collect::<Vec<_>>(),
         "db_mode": set.mode.as_str(), "loopback": sides.net.is_none(), "path": crate::probe::report::path_json(&plan.path),

@@ -66,9 +66,33 @@ pub(in crate::probe) fn run(
     if let Some((rdv, _)) = sides.net {
         // the figures were measured: a peer that fails or vanishes at the end is recorded, and
         // the caller still gets them
-        report.end_error = session::end(rdv, plan, false).err().map(|e| e.to_string());
+        report.end_error = share_rows(&mut *rdv, &mut report, obs)
+            .and_then(|_| session::end(rdv, plan, false))
+            .err()
+            .map(|e| e.to_string());
     }
     Ok(report)
+}
+
+/// Client and server: the client's rows (it times the round trips) sent to the server, which
+/// prints them as its table, as perftest's server prints one; the client hears the server's
+/// (empty) message. A failure leaves the ends out of step: the caller records it.
+fn share_rows(rdv: &mut dyn Rendezvous, report: &mut Report, obs: &mut dyn Observer) -> Result<(), ProbeError> {
+    let mine = match &report.runs {
+        Runs::Lat(rs) if !matches!(report.role, Role::Server(_)) => rs.clone(),
+        _ => Vec::new(),
+    };
+    let theirs: serde_json::Value = rdv.exchange(&json!({ "lat_rows": mine }))?;
+    if !matches!(report.role, Role::Server(_)) {
+        return Ok(());
+    }
+    let rows: Vec<LatResult> = serde_json::from_value(theirs["lat_rows"].clone())
+        .map_err(|e| ProbeError::Invalid(format!("the client's rows cannot be read: {e}")))?;
+    report.runs = Runs::Lat(rows);
+    for i in 0..report.runs.len() {
+        obs.finished(report, i);
+    }
+    Ok(())
 }
 
 /// What the plan asks that cannot work, refused before anything is opened; the sizes.
@@ -286,7 +310,7 @@ fn new_report(
     let params = json!({
         "scenario": "lat", "op": l.op.as_str(), "iters": l.iters, "warmup": l.warmup, "blocks": l.blocks, "events": l.events,
         "backends": kinds.iter().map(|k| k.as_str()).collect::<Vec<_>>(), "db_mode": mode.as_str(),
-        "inline_limit": sides.inline_limit, "loopback": !network, "model_delay_ns": l.model_delay_ns,
+        "inline_limit": sides.inline_limit, "port_active_mtu_bytes": session::active_mtu(dev), "loopback": !network, "model_delay_ns": l.model_delay_ns,
         // what the QPs were granted (in process: read from them; client/server: asked for)
         "qp_max_inline_data": sides.max_inline, "qp_max_inline_data_source": if network { "requested" } else { "granted" },
         "model_exec": dev.is_model().then_some("after_post"),

@@ -106,6 +106,11 @@ pub fn backends(dev: &Dev, sel: Backends) -> Result<Vec<BackendKind>, ProbeError
     let kinds = match sel {
         Backends::All => dev.backends(),
         Backends::Only(k) => vec![k],
+        Backends::Perftest => [BackendKind::Wr, BackendKind::Verbs, BackendKind::Direct]
+            .into_iter()
+            .find(|k| dev.supports(*k).is_ok())
+            .into_iter()
+            .collect(),
     };
     if kinds.is_empty() {
         return Err(ProbeError::Usage(format!(
@@ -120,9 +125,9 @@ pub fn backends(dev: &Dev, sel: Backends) -> Result<Vec<BackendKind>, ProbeError
     Ok(kinds)
 }
 
-/// UD's limits, refused before anything runs (a bandwidth run on the network; `-s` over the
-/// port's MTU). With `-a` (`all`) the sizes stop at the MTU, as perftest's do: the note returned
-/// says so.
+/// UD's limits, refused before anything runs (a bandwidth run on the network, `-m`). With `-a`
+/// (`all`) the sizes stop at the MTU, and a `-s` above it is the MTU, as perftest's: the note
+/// returned says so.
 pub fn ud_checks(dev: &Dev, plan: &Plan, sizes: &mut Vec<u32>, all: bool) -> Result<Option<String>, ProbeError> {
     if dev.transport() != crate::backend::Transport::Ud {
         return Ok(None);
@@ -149,13 +154,24 @@ pub fn ud_checks(dev: &Dev, plan: &Plan, sizes: &mut Vec<u32>, all: bool) -> Res
             dev.name()
         )));
     }
-    if let Some(s) = sizes.iter().find(|s| **s > mtu) {
-        return Err(ProbeError::Usage(format!(
-            "-s {s}: a UD message is at most the port's MTU, {mtu} bytes on {}",
+    if let Some(&s) = sizes.iter().find(|s| **s > mtu) {
+        // perftest's habit: a UD size above the MTU is the MTU (it says "Changing to MTU")
+        for x in sizes.iter_mut() {
+            *x = (*x).min(mtu);
+        }
+        sizes.dedup();
+        return Ok(Some(format!(
+            "-c UD: messages of {mtu} bytes instead of {s}, the port's MTU on {} (a UD message is at most that; \
+             perftest clamps so too)",
             dev.name()
         )));
     }
     Ok(None)
+}
+
+/// The port's active MTU on `dev` (the JSON's `port_active_mtu_bytes`; none when unknown).
+pub fn active_mtu(dev: &Dev) -> Option<u32> {
+    Some(ud_mtu(dev)).filter(|m| *m != u32::MAX)
 }
 
 /// The largest UD message on `dev`: its port's active MTU.
@@ -190,13 +206,34 @@ pub fn calibrate(dev: &Dev, port: bool) -> Result<(Calibration, Fingerprint), Pr
 pub fn tcp_peer(plan: &Plan, obs: &mut dyn Observer) -> Result<Option<Peer>, ProbeError> {
     Ok(match &plan.peer {
         PeerSpec::Loopback => None,
-        PeerSpec::Connect { host, port } => Some(Peer::connect(host, *port, plan.oob_timeout)?),
+        PeerSpec::Connect { host, port } => {
+            let until = clock_utc(std::time::SystemTime::now() + plan.oob_timeout);
+            let secs = plan.oob_timeout.as_secs();
+            let mut say = |e: &std::io::Error| {
+                let what = match e.kind() {
+                    std::io::ErrorKind::ConnectionRefused => {
+                        format!("nothing listens at {host}:{port} (connection refused)")
+                    }
+                    _ => format!("cannot reach {host}:{port}: {e}"),
+                };
+                obs.note(&format!(
+                    "{what}; retrying until {until} (--oob-timeout {secs} s: the server may still be starting; Ctrl-C to stop)"
+                ));
+            };
+            Some(Peer::connect_saying(host, *port, plan.oob_timeout, &mut say)?)
+        }
         PeerSpec::Listen { bind, port } => {
             let l = crate::oob::Listener::bind(bind, *port)?;
             obs.waiting(l.local_addr(), plan.oob_timeout.as_secs());
             Some(l.accept(plan.oob_timeout)?)
         }
     })
+}
+
+/// A time of day as `HH:MM:SS UTC` (the deadline of a wait, said to the user).
+fn clock_utc(t: std::time::SystemTime) -> String {
+    let s = t.duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs()) % 86_400;
+    format!("{:02}:{:02}:{:02} UTC", s / 3600, s / 60 % 60, s % 60)
 }
 
 /// The hello of a client/server scenario: its name, operation and sizes, its own parameters

@@ -374,7 +374,8 @@ pub fn parse_sizes(s: &str) -> Result<Vec<u32>, String> {
     Ok(v)
 }
 
-fn one_size(x: &str) -> Result<u32, String> {
+/// Parses one size: bytes, or with K or M (`64K`, `1M`), 1 B to 8 MiB.
+pub fn one_size(x: &str) -> Result<u32, String> {
     let x = x.trim();
     let (num, mul) = match x.char_indices().last() {
         Some((i, 'K' | 'k')) => (&x[..i], 1024u64),

@@ -323,6 +323,7 @@ pub fn drive_ends<B: Backend>(
     }
     let total: u64 = ctl.iter().map(|c| u64::from(c.role.sends) * p.iters).sum();
     let mut tracer = Tracer::new(&ctl, p, trace_peak);
+    let cpu0 = clock::thread_cpu_ns();
     let start = clock::start();
     let origin = grid.origin(start);
     let mut out = ThreadResult {
@@ -372,6 +373,7 @@ pub fn drive_ends<B: Backend>(
         }
     }
     out.end = clock::stop();
+    out.cpu_ns = clock::thread_cpu_ns().saturating_sub(cpu0);
     if p.unreliable {
         // the drain after the last completion is no part of the run: nor are its windows
         out.end = prog.last_tick;

@@ -192,6 +192,7 @@ pub fn run(device: Option<&str>, port: u8) -> Result<Doctor, ProbeError> {
     let sys = Sys::host();
     let (view, kind) = open(device, port)?;
     let mut checks = host_checks(&sys);
+    checks.push(devices_check(device));
     checks.extend(device_checks(&sys, &view, kind));
     Ok(Doctor {
         device: view.name,
@@ -199,6 +200,44 @@ pub fn run(device: Option<&str>, port: u8) -> Result<Doctor, ProbeError> {
         port,
         checks,
     })
+}
+
+/// `rdma.devices`: whether the host has an RDMA device, as `rdmaprobe devices` judges it (exit 3
+/// when none): with none, a failure when the device was left to the default (model0 stands in),
+/// a warning when model0 was asked for by name (`-d model0`); the reason and what to do from the
+/// same explanation `devices` prints.
+fn devices_check(device: Option<&str>) -> Check {
+    let none = |evidence: String, fix: String| {
+        let status = if device.is_some() { Status::Warn } else { Status::Fail };
+        check("rdma.devices", status, evidence, fix)
+    };
+    match DeviceList::get() {
+        Ok(l) if !l.names().is_empty() => check(
+            "rdma.devices",
+            Status::Pass,
+            format!("RDMA devices: {}", l.names().join(", ")),
+            "",
+        ),
+        Ok(_) => none(
+            "no RDMA device (the device list is empty): only model0 runs here; `rdmaprobe devices` exits 3".into(),
+            "load the NIC's driver (modprobe mlx5_ib) or add Soft-RoCE (rdma link add rxe0 type rxe netdev eth0)"
+                .into(),
+        ),
+        Err(VerbsError::NoDevice(why)) => {
+            let text = why.explain();
+            let (first, rest) = text.split_once('\n').unwrap_or((text, ""));
+            none(
+                format!("no RDMA device: {first} Only model0 runs here; `rdmaprobe devices` exits 3"),
+                rest.replace('\n', " "),
+            )
+        }
+        Err(e) => check(
+            "rdma.devices",
+            Status::Unknown,
+            format!("the device list cannot be read: {e}"),
+            "`rdmaprobe devices` says why",
+        ),
+    }
 }
 
 fn open(device: Option<&str>, port: u8) -> Result<(DevView, DeviceKind), ProbeError> {
