@@ -101,14 +101,20 @@ def functions(path):
         m = FN_RE.match(line)
         if not m:
             continue
-        depth, started = 0, False
+        # `;` ends a declaration without a body, unless inside the signature's brackets (an
+        # array type `[u8; 1024]`): counted by `nest`
+        depth, started, nest = 0, False, 0
         for end in range(no, len(clean)):
             for ch in clean[end]:
                 if ch == "{":
                     depth, started = depth + 1, True
                 elif ch == "}":
                     depth -= 1
-                elif ch == ";" and not started and depth == 0:
+                elif not started and ch in "([":
+                    nest += 1
+                elif not started and ch in ")]":
+                    nest -= 1
+                elif ch == ";" and not started and depth == 0 and nest == 0:
                     break
             else:
                 if started and depth == 0:

@@ -3,6 +3,7 @@
 
 use crate::mlx5::seg::{opcode, CE_CQ_UPDATE, INLINE_SEG, MAX_DS, SE_SOLICITED, WQEBB};
 use crate::sys;
+use std::mem::MaybeUninit;
 
 /// The fence-mode bits of a control segment's `fm_ce_se` (`MLX5_WQE_CTRL_FENCE`, `_INITIATOR_SMALL_FENCE`,
 /// `_STRONG_ORDERING` are values of this 3-bit field).
@@ -29,24 +30,44 @@ pub(super) struct Decoded {
     pub(super) nsge: usize,
 }
 
+impl Decoded {
+    /// Bytes of the WQE (its WQEBBs) that [`decode`] copied into its buffer.
+    pub(super) fn wqe_bytes(&self) -> usize {
+        self.ds.div_ceil(4) as usize * WQEBB
+    }
+}
+
+/// The WQE `d` that [`decode`] copied into `buf`.
+///
+/// # Safety
+/// `d` is what `decode` returned (`Ok`) for `buf`, and `buf` has not been written since.
+pub(super) unsafe fn wqe<'b>(d: &Decoded, buf: &'b [MaybeUninit<u8>; 1024]) -> &'b [u8] {
+    // SAFETY: decode wrote the first `wqe_bytes()` bytes (at most 1024) of buf for `d` (the
+    // caller's contract), so they are initialised.
+    unsafe { std::slice::from_raw_parts(buf.as_ptr() as *const u8, d.wqe_bytes().min(1024)) }
+}
+
 /// Reads the WQE at `start` (WQEBB index) into `buf` (following the ring's wrap) and decodes it
-/// with rdma-core's segment types. `Err(opcode)` for a malformed WQE.
+/// with rdma-core's segment types. `Err(opcode)` for a malformed WQE. On success the first
+/// [`Decoded::wqe_bytes`] bytes of `buf` hold the WQE (the rest is left as it was: the buffer
+/// is not cleared, which cost a memset of 1 KiB per doorbell); [`wqe`] views them.
 pub(super) fn decode(
     sq: *const u8,
     wqe_cnt: u32,
     start: u32,
     qpn: u32,
-    buf: &mut [u8; 1024],
+    buf: &mut [MaybeUninit<u8>; 1024],
     ud: bool,
 ) -> Result<Decoded, (u8, u16)> {
     let slot = |b: u32| -> *const u8 {
         // SAFETY: the slot index is masked into the ring.
         unsafe { sq.add(((start.wrapping_add(b)) & (wqe_cnt - 1)) as usize * WQEBB) }
     };
-    // SAFETY: the first WQEBB of the WQE is inside the ring.
-    unsafe { std::ptr::copy_nonoverlapping(slot(0), buf.as_mut_ptr(), WQEBB) };
-    // SAFETY: buf holds at least the 16-byte control segment.
-    let ctrl: sys::mlx5_wqe_ctrl_seg = unsafe { std::ptr::read_unaligned(buf.as_ptr() as *const _) };
+    let dst = buf.as_mut_ptr() as *mut u8;
+    // SAFETY: the first WQEBB of the WQE is inside the ring; buf has room for it.
+    unsafe { std::ptr::copy_nonoverlapping(slot(0), dst, WQEBB) };
+    // SAFETY: buf holds the 64 bytes just copied, the 16-byte control segment first.
+    let ctrl: sys::mlx5_wqe_ctrl_seg = unsafe { std::ptr::read_unaligned(dst as *const _) };
     let w0 = u32::from_be(ctrl.opmod_idx_opcode);
     let w1 = u32::from_be(ctrl.qpn_ds);
     let op = (w0 & 0xff) as u8;
@@ -62,8 +83,10 @@ pub(super) fn decode(
     }
     for b in 1..nbb {
         // SAFETY: WQEBB b of the WQE (wrapped) into the local copy, within 1024 bytes (nbb <= 16).
-        unsafe { std::ptr::copy_nonoverlapping(slot(b), buf.as_mut_ptr().add(b as usize * WQEBB), WQEBB) };
+        unsafe { std::ptr::copy_nonoverlapping(slot(b), dst.add(b as usize * WQEBB), WQEBB) };
     }
+    // SAFETY: the first nbb WQEBBs of buf were just written (nbb <= 16: within its 1024 bytes).
+    let buf: &[u8] = unsafe { std::slice::from_raw_parts(dst, nbb as usize * WQEBB) };
     let mut d = Decoded {
         opcode: op,
         idx,

@@ -131,7 +131,7 @@ impl Landing {
 /// doorbell follow (a ConnectX goes on with the next WQEs while a READ's response is on its way
 /// back, so a later WQE that reads the READ's destination without a fence sends what was there
 /// before); `None`: they land now.
-fn run_one(m: &Model, me: &QpHdr, d: &Decoded, buf: &[u8; 1024], late: Option<&mut Vec<Landing>>) -> Outcome {
+fn run_one(m: &Model, me: &QpHdr, d: &Decoded, buf: &[u8], late: Option<&mut Vec<Landing>>) -> Outcome {
     match me.transport.load(Ordering::Acquire) {
         transport::UC => {}
         transport::UD => return run_datagram(m, me, d, buf),
@@ -159,7 +159,9 @@ fn run_one(m: &Model, me: &QpHdr, d: &Decoded, buf: &[u8; 1024], late: Option<&m
 /// A payload gathered from the requester's memory (or its WQE, inline): on the stack up to
 /// 1 KiB and a little more (a UD message with its GRH area), no allocation per operation.
 struct Gathered {
-    small: [u8; 1024 + transport::GRH],
+    /// The first `len` bytes are written (the rest never read: not cleared, which cost a
+    /// memset of 1 KiB per WQE).
+    small: [std::mem::MaybeUninit<u8>; 1024 + transport::GRH],
     big: Vec<u8>,
     len: usize,
 }
@@ -167,7 +169,7 @@ struct Gathered {
 impl Gathered {
     fn new() -> Self {
         Gathered {
-            small: [0; 1024 + transport::GRH],
+            small: [std::mem::MaybeUninit::uninit(); 1024 + transport::GRH],
             big: Vec::new(),
             len: 0,
         }
@@ -175,19 +177,35 @@ impl Gathered {
 
     fn push(&mut self, bytes: &[u8]) {
         if self.big.is_empty() && self.len + bytes.len() <= self.small.len() {
-            self.small[self.len..self.len + bytes.len()].copy_from_slice(bytes);
+            // SAFETY: len + bytes.len() <= small.len(): the bytes fit after the `len` written.
+            unsafe {
+                std::ptr::copy_nonoverlapping(
+                    bytes.as_ptr(),
+                    (self.small.as_mut_ptr() as *mut u8).add(self.len),
+                    bytes.len(),
+                )
+            };
         } else {
             if self.big.is_empty() {
-                self.big.extend_from_slice(&self.small[..self.len]);
+                // SAFETY: `big` is empty: the first `len` bytes of `small` are the ones written.
+                let head = unsafe { std::slice::from_raw_parts(self.small.as_ptr() as *const u8, self.len) };
+                self.big.extend_from_slice(head);
             }
             self.big.extend_from_slice(bytes);
         }
         self.len += bytes.len();
     }
 
+    /// The bytes written into `small`.
+    fn small_written(&self) -> &[u8] {
+        // SAFETY: the first `len` bytes of `small` were written by `push` while `big` was empty
+        // (`len` counts them; once `big` is used this is read only to move them there).
+        unsafe { std::slice::from_raw_parts(self.small.as_ptr() as *const u8, self.len.min(self.small.len())) }
+    }
+
     fn as_slice(&self) -> &[u8] {
         if self.big.is_empty() {
-            &self.small[..self.len]
+            self.small_written()
         } else {
             &self.big
         }
@@ -195,7 +213,7 @@ impl Gathered {
 
     /// Gathers the local side of a SEND or WRITE (read access suffices) after what `self`
     /// holds; a syndrome when it cannot.
-    fn gather(&mut self, m: &Model, me: &QpHdr, d: &Decoded, buf: &[u8; 1024]) -> Result<(), u8> {
+    fn gather(&mut self, m: &Model, me: &QpHdr, d: &Decoded, buf: &[u8]) -> Result<(), u8> {
         if let Some((off, len)) = d.inline {
             if len > me.max_inline as usize {
                 return Err(syndrome::LOCAL_QP_OP);
@@ -218,7 +236,7 @@ impl Gathered {
 /// names. Nothing is acknowledged: a datagram the destination does not take (no such UD QP,
 /// not ready, another Q_Key, no receive posted) is dropped and counted, and the requester
 /// completes it; a message over the MTU is the requester's local length error.
-fn run_datagram(m: &Model, me: &QpHdr, d: &Decoded, buf: &[u8; 1024]) -> Outcome {
+fn run_datagram(m: &Model, me: &QpHdr, d: &Decoded, buf: &[u8]) -> Outcome {
     let resp_op = match d.opcode {
         opcode::NOP => return Outcome::Done { byte_cnt: 0 },
         opcode::SEND => cqe_op::RESP_SEND,
@@ -261,7 +279,7 @@ fn run_datagram(m: &Model, me: &QpHdr, d: &Decoded, buf: &[u8; 1024]) -> Outcome
 }
 
 /// Executes one WQE of a reliable connection (and the parts every transport shares).
-fn run_reliable(m: &Model, me: &QpHdr, d: &Decoded, buf: &[u8; 1024], mut late: Option<&mut Vec<Landing>>) -> Outcome {
+fn run_reliable(m: &Model, me: &QpHdr, d: &Decoded, buf: &[u8], mut late: Option<&mut Vec<Landing>>) -> Outcome {
     if d.opcode == opcode::NOP {
         return Outcome::Done { byte_cnt: 0 };
     }
@@ -465,7 +483,7 @@ fn run_sq(m: &Model, q: &Shm, check: bool) -> Option<(u32, usize)> {
     if check && target != ci {
         rung = check_doorbell(m, q, h, (sq, sq_cnt), ci, target);
     }
-    let mut buf = [0u8; 1024];
+    let mut buf = [std::mem::MaybeUninit::<u8>::uninit(); 1024];
     let mut executed = 0u64;
     // READ data and atomic results still on their way back, and the completions behind them
     // (a send queue completes in order). Empty, and not allocated, unless a READ or an atomic
@@ -495,7 +513,9 @@ fn run_sq(m: &Model, q: &Shm, check: bool) -> Option<(u32, usize)> {
         let nbb = d.ds.div_ceil(4);
         let hazard = run.land_or_keep_responses(&d);
         let more = ci.wrapping_add(nbb) != target || !run.lands.is_empty();
-        let outcome = run.outcome(&d, &buf, more);
+        // SAFETY: `d` is what decode just returned for `buf`, unwritten since.
+        let wqe = unsafe { super::decode::wqe(&d, &buf) };
+        let outcome = run.outcome(&d, wqe, more);
         match run.complete(&d, outcome) {
             Flow::Next => {}
             Flow::Retry => continue,
@@ -610,7 +630,7 @@ impl SqRun<'_> {
     /// injected error when its countdown ends, else its execution (`more`: WQEs or responses
     /// follow it, so its own responses land late).
     #[inline(always)]
-    fn outcome(&mut self, d: &Decoded, buf: &[u8; 1024], more: bool) -> Outcome {
+    fn outcome(&mut self, d: &Decoded, buf: &[u8], more: bool) -> Outcome {
         let h = self.h;
         let st = h.state.load(Ordering::Acquire);
         if st != state::RTS {
