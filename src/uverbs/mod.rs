@@ -22,12 +22,13 @@
 
 pub mod device;
 mod interpose;
+pub mod preload;
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
 use std::sync::OnceLock;
 
-pub use device::{model_qp, progress, set_model};
+pub use device::{model_qp, progress, progress_qp, set_model};
 
 /// The name libibverbs lists model0 under.
 pub const IBDEV: &str = "model0";
