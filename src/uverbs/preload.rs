@@ -323,8 +323,12 @@ pub const DELAY_VAR: &str = "RDMAPROBE_MODEL_DELAY_NS";
 /// defaults, with the wire delay of [`DELAY_VAR`] when set. A value that is not a number of ns
 /// up to [`MAX_WIRE_DELAY_NS`](crate::model::MAX_WIRE_DELAY_NS) is an error naming it.
 pub fn env_config() -> Result<crate::model::ModelConfig, String> {
+    config_from(std::env::var_os(DELAY_VAR).as_deref())
+}
+
+fn config_from(delay: Option<&std::ffi::OsStr>) -> Result<crate::model::ModelConfig, String> {
     let mut cfg = crate::model::ModelConfig::default();
-    if let Some(v) = std::env::var_os(DELAY_VAR) {
+    if let Some(v) = delay {
         let s = v.to_string_lossy();
         let ns: u64 = s
             .trim()
@@ -346,18 +350,13 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_wire_delay_comes_from_the_environment_and_bad_values_are_named() {
-        // one test changes the variable, so no other test of this binary reads it meanwhile
-        std::env::remove_var(DELAY_VAR);
-        assert_eq!(env_config().map(|c| c.wire_delay_ns), Ok(None));
-        std::env::set_var(DELAY_VAR, "2500");
-        assert_eq!(env_config().map(|c| c.wire_delay_ns), Ok(Some(2500)));
-        std::env::set_var(DELAY_VAR, "2.5us");
-        let e = env_config().map(|c| c.wire_delay_ns).unwrap_err();
+    fn the_wire_delay_comes_from_the_variable_and_bad_values_are_named() {
+        let delay = |v: Option<&str>| config_from(v.map(std::ffi::OsStr::new)).map(|c| c.wire_delay_ns);
+        assert_eq!(delay(None), Ok(None));
+        assert_eq!(delay(Some("2500")), Ok(Some(2500)));
+        let e = delay(Some("2.5us")).unwrap_err();
         assert!(e.contains(DELAY_VAR) && e.contains("2.5us"), "{e}");
-        std::env::set_var(DELAY_VAR, "5000000000");
-        let e = env_config().map(|c| c.wire_delay_ns).unwrap_err();
+        let e = delay(Some("5000000000")).unwrap_err();
         assert!(e.contains("longest wire delay"), "{e}");
-        std::env::remove_var(DELAY_VAR);
     }
 }
