@@ -75,12 +75,14 @@ pub fn start() {
 /// objects are removed now, not left for the next start's sweep.
 pub fn exit() {
     device::close_all(true);
+    crate::model::events::remove_fifos(true);
 }
 
 extern "C" fn on_signal(sig: c_int) {
     // Not async-signal-safe in general (locks, unlink), so only what cannot wait: a lock held by
     // the interrupted thread makes it give up, and the next start's sweep removes the files.
     device::close_all(false);
+    crate::model::events::remove_fifos(false);
     // SAFETY: back to the default disposition, then the signal again: the process ends as it
     // would have without the preload.
     unsafe {
