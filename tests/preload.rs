@@ -209,6 +209,7 @@ fn assert_pair_ok(what: &str, d: &ModelDir, (s, c): &(Output, Output), expect: &
 #[test]
 fn programs_that_open_no_device_behave_as_without_the_preload() {
     let lib = lib();
+    let d = ModelDir::new("plain");
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     let cases: Vec<Vec<String>> = vec![
         // (not `/`: its entries' times change while other tests run)
@@ -224,9 +225,11 @@ fn programs_that_open_no_device_behave_as_without_the_preload() {
         if !have_cmd(&args[0]) {
             continue;
         }
-        let plain = run_until(base(&args), Duration::from_secs(60));
+        let mut plain = base(&args);
+        plain.env("RDMAPROBE_MODEL_DIR", &d.0);
+        let plain = run_until(plain, Duration::from_secs(60));
         let mut pre = base(&args);
-        pre.env("LD_PRELOAD", &lib);
+        pre.env("LD_PRELOAD", &lib).env("RDMAPROBE_MODEL_DIR", &d.0);
         let pre = run_until(pre, Duration::from_secs(60));
         assert_eq!(plain.status.code(), pre.status.code(), "{args:?}: exit status");
         assert_eq!(text(&plain.stdout), text(&pre.stdout), "{args:?}: stdout");
