@@ -237,6 +237,8 @@ fn main() {
         .allowlist_type("rdma_.*")
         .allowlist_var("RDMA_.*")
         .allowlist_type("ibv_.*")
+        // the extended context's create_qp_ex / create_cq_ex, wrapped by model0's preload
+        .allowlist_type("verbs_context")
         .allowlist_type("mlx5_.*")
         .allowlist_type("mlx5dv_.*")
         .allowlist_var("IBV_.*")

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # harness/test.sh: the whole test suite, as CI runs it. Installs what it needs (harness/setup.sh),
 # then: formatting, clippy (-D warnings), the no_std core build, every host test, the device
-# tests on model0 through libibverbs + libmlx5, the rdma-core comparison on model0 (rdma-core 44
+# tests on model0 through libibverbs + libmlx5, ibverbs-utils and perftest on the preloadable
+# model0 (tests/preload.rs), the rdma-core comparison on model0 (rdma-core 44
 # against 56.1 built from source: harness/rdma-core-56.sh, harness/compare-rdma-core.sh), and
 # the Soft-RoCE lane (device tests on rxe0 in a qemu guest, harness/softroce.sh).
 #   RDMAPROBE_SKIP_SOFTROCE=1 skips the guest lane (and says so).
@@ -15,6 +16,8 @@ say "cargo fmt --check"
 cargo fmt --all -- --check || die "cargo fmt: run 'cargo fmt'"
 say "cargo clippy --all-targets -- -D warnings"
 cargo clippy --all-targets -- -D warnings
+say "cargo clippy -p rdmaprobe-preload -- -D warnings (the preloadable model0, librdmaprobe_model0.so)"
+cargo clippy -p rdmaprobe-preload -- -D warnings
 say "sizes: no file in src/ over 800 lines before its tests, no function over 100, the measurement path's over 60 (harness/sizes.py)"
 python3 harness/sizes.py || die "harness/sizes.py: split what it names by job (docs/architecture.md says where things go)"
 say "no_std core: cargo build --lib --no-default-features"
@@ -50,6 +53,15 @@ say "device tests on model0 through libibverbs + libmlx5 (the same tests the gue
 RDMAPROBE_TEST_DEVICE=model0 cargo test --test device -- --ignored 2>&1 | tee -a "$host_log"
 status=${PIPESTATUS[0]}
 ((status == 0)) || die "device tests on model0"
+say "model0 for other programs: ibverbs-utils and perftest under rdmaprobe model0 exec (tests/preload.rs)"
+cargo build -p rdmaprobe-preload
+pre_log=$(mktemp)
+cargo test --test preload -- --nocapture --test-threads 1 2>&1 | tee "$pre_log"
+status=${PIPESTATUS[0]}
+((status == 0)) || die "tests/preload.rs"
+# setup.sh installs ibverbs-utils and perftest: a program the tests did not find is a failure here
+! grep -q "^SKIPPED" "$pre_log" || die "tests/preload.rs skipped: $(grep '^SKIPPED' "$pre_log" | head -1)"
+rm -f "$pre_log"
 host_passed=$(sed -nE 's/^test result: ok\. ([0-9]+) passed.*/\1/p' "$host_log" | awk '{s+=$1} END {print s+0}')
 host_ignored=$(sed -nE 's/^test result: .* ([0-9]+) ignored.*/\1/p' "$host_log" | awk '{s+=$1} END {print s+0}')
 

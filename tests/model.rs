@@ -1001,4 +1001,39 @@ fn inline_posts_cost_about_what_gathered_ones_do() {
             );
         }
     }
+
+#[test]
+fn a_responder_in_rtr_receives_and_connecting_moves_it_to_rts() {
+    // perftest's bandwidth servers leave their QP in RTR: a responder, never a requester
+    let model = Model::open(ModelConfig::default()).expect("open model0");
+    let pd = model.alloc_pd();
+    let mk = || Side {
+        q: DirectModelQp::new(&model, pd, ModelQpCaps::default(), 256, DbMode::Bf).expect("direct QP on model0"),
+        mr: model.reg_mr(pd, 1 << 16, ALL).expect("MR"),
+    };
+    let (mut a, b, c) = (mk(), mk(), mk());
+    a.q.qp.connect(b.q.qp.qpn(), ModelConnect::default());
+    b.q.qp.ready_to_receive(a.q.qp.qpn());
+    assert_eq!(b.q.qp.state(), state::RTR);
+    a.mr.write(0, &pattern(64, 7));
+    let s = sge(&a.mr, 0, 64);
+    a.q.sq
+        .post_and_ring(&Wqe::write(b.mr.addr() + 128, b.mr.rkey(), Payload::Gather(&s)).signaled())
+        .unwrap();
+    let done = next(&mut a.q.cq).expect("the write to an RTR responder completes");
+    assert_eq!(done.byte_cnt, 64);
+    let mut got = vec![0u8; 64];
+    b.mr.read(128, &mut got);
+    assert_eq!(got, pattern(64, 7), "the data landed");
+    // connecting later does not go back: RTS
+    b.q.qp.ready_to_receive(a.q.qp.qpn());
+    b.q.qp.connect(a.q.qp.qpn(), ModelConnect::default());
+    b.q.qp.ready_to_receive(a.q.qp.qpn());
+    assert_eq!(b.q.qp.state(), state::RTS);
+    // a responder never made ready (RESET) is not there for the requester
+    a.q.qp.connect(c.q.qp.qpn(), ModelConnect::default());
+    a.q.sq
+        .post_and_ring(&Wqe::write(c.mr.addr(), c.mr.rkey(), Payload::Gather(&s)).signaled())
+        .unwrap();
+    assert_eq!(next(&mut a.q.cq).unwrap_err().syndrome, syndrome::TRANSPORT_RETRY_EXC);
 }

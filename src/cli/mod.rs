@@ -4,6 +4,7 @@
 
 mod console;
 mod measure;
+mod model0;
 mod plan;
 mod suite;
 mod tools;
@@ -83,6 +84,9 @@ enum Cmd {
     FleetReport(FleetReportArgs),
     /// Calibrate the TSC and measure the cost of an empty timed region.
     Clock(ClockArgs),
+    /// model0 for other programs: `model0 exec [--model-delay-ns D] -- PROGRAM ARGS...` runs an
+    /// unmodified verbs program (perftest, ibv_rc_pingpong, ...) with model0 preloaded.
+    Model0(model0::Model0Args),
 }
 
 impl Cli {
@@ -100,6 +104,7 @@ impl Cli {
             Cmd::Suite(a) => suite::suite(a),
             Cmd::Plot(a) => tools::plot(a),
             Cmd::FleetReport(a) => tools::fleet_report(a),
+            Cmd::Model0(a) => model0::model0(a),
         }
     }
 }

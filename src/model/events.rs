@@ -10,8 +10,13 @@
 //! receive of a solicited message, or error). Until the first arm the record holds
 //! [`UNARMED`], a value libmlx5 never writes. The model raises an event when the CQE is written:
 //! CQEs already in the CQ when it is armed raise none (a program polls after arming, as
-//! libibverbs' examples do). Events reach channels of this process only: a CQE written by
-//! another process (a model0 peer) into a CQ with a channel is counted as a lost event.
+//! libibverbs' examples do).
+//!
+//! The pipe is a FIFO in the model's directory, `ev-PID-CHANNEL` (both in hex), so that a CQE
+//! written by another process (a model0 peer, whose post executes the WQE that completes here)
+//! raises the event too: it opens the FIFO for writing, without blocking, and writes the event.
+//! The FIFO goes with the channel, at exit, or in the sweep once its process is dead. Where no
+//! FIFO can be made, the channel is a plain pipe and a peer's events are counted as lost.
 
 use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
 use std::sync::Mutex;
@@ -26,6 +31,48 @@ struct Channel {
     id: u32,
     read_fd: i32,
     write_fd: i32,
+    /// The FIFO other processes write this channel's events into.
+    fifo: Option<std::path::PathBuf>,
+}
+
+/// The FIFO of channel `chan` of process `pid`.
+fn fifo_path(pid: u32, chan: u32) -> std::path::PathBuf {
+    super::shm::dir().join(format!("ev-{pid:x}-{chan:x}"))
+}
+
+/// A FIFO for channel `id`: (read end, blocking; write end, non-blocking; its path).
+fn fifo(id: u32) -> Option<(i32, i32, std::path::PathBuf)> {
+    use std::os::unix::ffi::OsStrExt;
+    super::shm::secure_dir().ok()?;
+    let path = fifo_path(std::process::id(), id);
+    let c = std::ffi::CString::new(path.as_os_str().as_bytes()).ok()?;
+    let _ = std::fs::remove_file(&path);
+    // SAFETY: a NUL-terminated path of ours.
+    if unsafe { libc::mkfifo(c.as_ptr(), 0o600) } != 0 {
+        return None;
+    }
+    let open = |flags: i32| {
+        // SAFETY: a NUL-terminated path; forwarded to the kernel.
+        unsafe { libc::syscall(libc::SYS_openat, libc::AT_FDCWD, c.as_ptr(), flags | libc::O_CLOEXEC, 0) as i32 }
+    };
+    // the read end first (a non-blocking open for writing needs a reader), then made blocking
+    let r = open(libc::O_RDONLY | libc::O_NONBLOCK);
+    let w = if r >= 0 {
+        open(libc::O_WRONLY | libc::O_NONBLOCK)
+    } else {
+        -1
+    };
+    if r < 0 || w < 0 {
+        for fd in [r, w].into_iter().filter(|&fd| fd >= 0) {
+            // SAFETY: our own descriptor.
+            unsafe { libc::syscall(libc::SYS_close, fd) };
+        }
+        let _ = std::fs::remove_file(&path);
+        return None;
+    }
+    // SAFETY: our own new descriptor: reads block again, as on a kernel's channel.
+    unsafe { libc::fcntl(r, libc::F_SETFL, 0) };
+    Some((r, w, path))
 }
 
 static CHANNELS: Mutex<Vec<Channel>> = Mutex::new(Vec::new());
@@ -35,22 +82,29 @@ static NEXT: AtomicU32 = AtomicU32::new(1);
 
 /// A new channel: its number (for CQs) and the descriptor the program reads events from.
 pub fn create() -> std::io::Result<(u32, i32)> {
-    let mut fds = [0i32; 2];
-    // SAFETY: a two-element array for pipe2.
-    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    // the model never blocks on a full pipe (a program that does not read its events)
-    // SAFETY: our own new descriptor.
-    unsafe { libc::fcntl(fds[1], libc::F_SETFL, libc::O_NONBLOCK) };
     let id = NEXT.fetch_add(1, Ordering::Relaxed);
+    let (read_fd, write_fd, fifo) = match fifo(id) {
+        Some((r, w, p)) => (r, w, Some(p)),
+        None => {
+            let mut fds = [0i32; 2];
+            // SAFETY: a two-element array for pipe2.
+            if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            // the model never blocks on a full pipe (a program that does not read its events)
+            // SAFETY: our own new descriptor.
+            unsafe { libc::fcntl(fds[1], libc::F_SETFL, libc::O_NONBLOCK) };
+            (fds[0], fds[1], None)
+        }
+    };
     CHANNELS.lock().unwrap_or_else(|p| p.into_inner()).push(Channel {
         id,
-        read_fd: fds[0],
-        write_fd: fds[1],
+        read_fd,
+        write_fd,
+        fifo,
     });
     OPEN.fetch_add(1, Ordering::Release);
-    Ok((id, fds[0]))
+    Ok((id, read_fd))
 }
 
 /// The channel whose read end is `fd`.
@@ -74,7 +128,38 @@ pub fn closed(fd: i32) {
         OPEN.fetch_sub(1, Ordering::Release);
         // SAFETY: the write end is ours alone.
         unsafe { libc::syscall(libc::SYS_close, ch.write_fd) };
+        if let Some(p) = ch.fifo {
+            let _ = std::fs::remove_file(p);
+        }
     }
+}
+
+/// Removes the FIFOs of this process's channels (at exit: the descriptors go with the process).
+/// With `wait` false a lock held elsewhere makes it give up (the sweep removes them later).
+pub fn remove_fifos(wait: bool) {
+    if OPEN.load(Ordering::Acquire) == 0 {
+        return;
+    }
+    let c = if wait {
+        CHANNELS.lock().unwrap_or_else(|p| p.into_inner())
+    } else {
+        match CHANNELS.try_lock() {
+            Ok(c) => c,
+            Err(std::sync::TryLockError::Poisoned(p)) => p.into_inner(),
+            Err(std::sync::TryLockError::WouldBlock) => return,
+        }
+    };
+    for p in c.iter().filter_map(|ch| ch.fifo.as_ref()) {
+        let _ = std::fs::remove_file(p);
+    }
+}
+
+/// Whether `name` is the FIFO of a channel of a process that is gone (for the sweep).
+pub(super) fn dead_fifo(name: &str) -> bool {
+    let Some((pid, _)) = name.strip_prefix("ev-").and_then(|r| r.split_once('-')) else {
+        return false;
+    };
+    u32::from_str_radix(pid, 16).is_ok_and(|pid| pid != 0 && !super::shm::pid_alive(pid))
 }
 
 /// Takes the events of the CQ whose handle is `handle` still unread in channel `chan` out of
@@ -118,11 +203,12 @@ pub(super) fn armed(arm: u32, seen: u32, solicited_or_error: bool) -> bool {
     arm != UNARMED && arm != seen && (arm & SOLICITED_ONLY == 0 || solicited_or_error)
 }
 
-/// Writes an event for the CQ whose handle is `handle` into channel `chan` of process `owner`;
-/// false when it cannot (another process's channel, gone, or full).
+/// Writes an event for the CQ whose handle is `handle` into channel `chan` of process `owner`
+/// (another process's: through its FIFO); false when it cannot (gone, a plain pipe of another
+/// process, or full).
 pub(super) fn raise(chan: u32, handle: u64, owner: u32) -> bool {
     if owner != std::process::id() {
-        return false;
+        return raise_in(owner, chan, handle);
     }
     let c = CHANNELS.lock().unwrap_or_else(|p| p.into_inner());
     let Some(ch) = c.iter().find(|c| c.id == chan) else {
@@ -132,6 +218,27 @@ pub(super) fn raise(chan: u32, handle: u64, owner: u32) -> bool {
     // SAFETY: 8 bytes from a local array into our own pipe (a raw system call: this
     // executable's `write` is the uverbs interposer).
     let n = unsafe { libc::syscall(libc::SYS_write, ch.write_fd, ev.as_ptr(), ev.len()) };
+    n == 8
+}
+
+/// [`raise`] into the FIFO of another process's channel.
+fn raise_in(owner: u32, chan: u32, handle: u64) -> bool {
+    use std::os::unix::ffi::OsStrExt;
+    let Ok(c) = std::ffi::CString::new(fifo_path(owner, chan).as_os_str().as_bytes()) else {
+        return false;
+    };
+    // never blocks: no reader (ENXIO) or a full FIFO is an event lost
+    let flags = libc::O_WRONLY | libc::O_NONBLOCK | libc::O_CLOEXEC;
+    // SAFETY: a NUL-terminated path; forwarded to the kernel.
+    let fd = unsafe { libc::syscall(libc::SYS_openat, libc::AT_FDCWD, c.as_ptr(), flags, 0) } as i32;
+    if fd < 0 {
+        return false;
+    }
+    let ev = handle.to_ne_bytes();
+    // SAFETY: 8 bytes from a local array into the descriptor just opened, then closed.
+    let n = unsafe { libc::syscall(libc::SYS_write, fd, ev.as_ptr(), ev.len()) };
+    // SAFETY: as above.
+    unsafe { libc::syscall(libc::SYS_close, fd) };
     n == 8
 }
 
@@ -156,7 +263,7 @@ mod tests {
     }
 
     #[test]
-    fn events_reach_the_reader_of_this_process_only() {
+    fn events_reach_the_reader_through_its_pipe_or_fifo() {
         let (id, fd) = create().unwrap();
         assert_eq!(by_fd(fd), Some(id));
         assert!(raise(id, 0xdead_beef, std::process::id()));
@@ -175,7 +282,20 @@ mod tests {
         let n = unsafe { libc::read(fd, b.as_mut_ptr().cast(), 8) };
         assert_eq!((n, u64::from_ne_bytes(b)), (8, 9));
         assert_eq!(take_unread(id, 7), 0);
+        // what another process does: the event through the channel's FIFO, by its path
+        assert!(raise_in(std::process::id(), id, 0x5eed));
+        // SAFETY: reading 8 bytes into a local array from our pipe (one is there).
+        let n = unsafe { libc::read(fd, b.as_mut_ptr().cast(), 8) };
+        assert_eq!((n, u64::from_ne_bytes(b)), (8, 0x5eed));
+        let fifo = fifo_path(std::process::id(), id);
+        assert!(fifo.exists(), "{}", fifo.display());
+        assert!(
+            !dead_fifo(&fifo.file_name().unwrap().to_string_lossy()),
+            "a live process's FIFO"
+        );
+        assert!(dead_fifo("ev-7fffffff-1") && !dead_fifo("qp-12") && !dead_fifo("ev-zz-1"));
         closed(fd);
+        assert!(!fifo.exists(), "the FIFO goes with the channel");
         assert_eq!(by_fd(fd), None);
         assert!(!raise(id, 1, std::process::id()));
         // SAFETY: the read end is the caller's to close.

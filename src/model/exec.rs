@@ -266,7 +266,7 @@ fn run_datagram(m: &Model, me: &QpHdr, d: &Decoded, buf: &[u8]) -> Outcome {
     };
     let ph: &QpHdr = hdr(&peer);
     if ph.transport.load(Ordering::Acquire) != transport::UD
-        || ph.state.load(Ordering::Acquire) != state::RTS
+        || !matches!(ph.state.load(Ordering::Acquire), state::RTR | state::RTS)
         || ph.qkey.load(Ordering::Acquire) != qkey
     {
         return dropped();
@@ -287,7 +287,8 @@ fn run_reliable(m: &Model, me: &QpHdr, d: &Decoded, buf: &[u8], mut late: Option
         return Outcome::Fail(syndrome::TRANSPORT_RETRY_EXC);
     };
     let ph: &QpHdr = hdr(&peer);
-    if ph.state.load(Ordering::Acquire) != state::RTS {
+    // a responder receives from RTR on (IB spec 10.3.1), as perftest's bandwidth servers rely on
+    if !matches!(ph.state.load(Ordering::Acquire), state::RTR | state::RTS) {
         return Outcome::Fail(syndrome::TRANSPORT_RETRY_EXC);
     }
     let mut g = Gathered::new();

@@ -49,7 +49,8 @@ pub fn info() -> Result<ModelInfo, ModelError> {
         name: DEVICE_NAME,
         software_model: true,
         description: "built-in software model of an mlx5 HCA (shared memory); results are about the tool and \
-                      the data path, not any NIC's performance",
+                      the data path, not any NIC's performance; other verbs programs (perftest, ibv_rc_pingpong \
+                      ...) run on it with `rdmaprobe model0 exec -- PROGRAM ARGS`",
         shm_dir: shm::dir().display().to_string(),
         max_qp_wr: 32768,
         max_inline_data: MAX_INLINE,

@@ -32,6 +32,9 @@ pub mod transport {
 pub mod state {
     /// Created, not connected: WQEs are flushed.
     pub const RESET: u32 = 0;
+    /// Ready to receive (a responder, as perftest leaves a bandwidth test's server): it takes
+    /// what its peer sends, its own WQEs are flushed.
+    pub const RTR: u32 = 2;
     /// Connected.
     pub const RTS: u32 = 3;
     /// In error: WQEs are flushed.

@@ -640,6 +640,15 @@ impl ModelQp {
         h.min_rnr_timer.store(c.min_rnr_timer as u32, Ordering::Relaxed);
         h.state.store(state::RTS, Ordering::Release);
     }
+    /// Ready to receive from `peer` (IB's RTR, entered from INIT: the QP is a responder, its own
+    /// WQEs wait for RTS); a QP already connected is left as it is.
+    pub fn ready_to_receive(&self, peer: u32) {
+        let h = self.h();
+        if h.state.load(Ordering::Acquire) == state::RESET {
+            h.peer.store(peer, Ordering::Relaxed);
+            h.state.store(state::RTR, Ordering::Release);
+        }
+    }
     /// Current state (`state::*`).
     pub fn state(&self) -> u32 {
         self.h().state.load(Ordering::Acquire)

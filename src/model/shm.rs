@@ -314,6 +314,13 @@ pub fn sweep(owner_of: impl Fn(&Shm) -> Option<u32>) -> usize {
     let mut removed = 0;
     for e in rd.flatten() {
         let name = e.file_name().to_string_lossy().into_owned();
+        // a completion channel's FIFO (model/events.rs) of a process that is gone
+        if super::events::dead_fifo(&name) {
+            if fs::remove_file(e.path()).is_ok() {
+                removed += 1;
+            }
+            continue;
+        }
         let Some((kind, id)) = name.split_once('-') else {
             continue;
         };

@@ -205,7 +205,9 @@ impl Model {
     ) -> Result<ModelQp, ModelError> {
         let rq_len = l.rq_wqe_cnt as usize * l.rq_stride as usize;
         let sq_len = l.sq_wqe_cnt as usize * WQEBB;
-        let ok = l.sq_wqe_cnt.is_power_of_two()
+        // a QP without a send queue (max_send_wr 0: qperf's bandwidth server) has no send ring in
+        // libmlx5's buffer; the model's ring of one WQEBB is then its own, past the pinned part
+        let ok = (l.sq_wqe_cnt == 0 || l.sq_wqe_cnt.is_power_of_two())
             && l.sq_wqe_cnt <= 32768
             && (l.rq_wqe_cnt == 0 || (l.rq_wqe_cnt.is_power_of_two() && l.rq_wqe_cnt <= 32768))
             && l.rq_stride.is_power_of_two()
@@ -221,18 +223,24 @@ impl Model {
                 "QP layout {l:?}, doorbell record at {db_off}"
             )));
         }
+        let own_sq = if l.sq_wqe_cnt == 0 { WQEBB } else { 0 };
         let (qpn, shm) =
-            Shm::create(ObjKind::Qp, QP_SQ_OFF + l.buf_len, || self.next_id()).map_err(io("creating a QP"))?;
+            Shm::create(ObjKind::Qp, QP_SQ_OFF + l.buf_len + own_sq, || self.next_id()).map_err(io("creating a QP"))?;
         // SAFETY: forwarded from the caller; the rings start two pages in, as in the model's own.
         let pin = unsafe { Pinned::new(&shm, QP_SQ_OFF, l.buf, l.buf_len, "a QP buffer")? };
+        let sq_off = if own_sq == 0 {
+            QP_SQ_OFF + rq_len
+        } else {
+            QP_SQ_OFF + l.buf_len
+        };
         let shape = QpShape {
-            sq_wqe_cnt: l.sq_wqe_cnt,
+            sq_wqe_cnt: l.sq_wqe_cnt.max(1),
             // An RQ of 0 entries (max_recv_wr 0) is a ring of one that never holds a receive.
             rq_wqe_cnt: l.rq_wqe_cnt.max(1),
             rq_stride: l.rq_stride,
             max_inline: l.max_inline,
             rq_off: QP_SQ_OFF as u32,
-            sq_off: (QP_SQ_OFF + rq_len) as u32,
+            sq_off: sq_off as u32,
             db: (db.id, db_off),
             scatter_cqe: l.scatter_cqe,
             uidx: l.uidx,

@@ -127,6 +127,54 @@ pub fn progress() {
     }
 }
 
+/// [`progress`] for one QP (number `qpn`, made through this device in this process): what a post
+/// on it rang, executed now; a QP model0 does not know is left alone.
+pub fn progress_qp(qpn: u32) {
+    let found = {
+        let t = QPS.lock().unwrap_or_else(|p| p.into_inner());
+        t.iter()
+            .enumerate()
+            .find(|(_, e)| e.0 == qpn)
+            .and_then(|(i, (_, w, seen))| Some((i, w.upgrade()?, *seen)))
+    };
+    let Some((i, q, mut seen)) = found else {
+        return;
+    };
+    q.deliver_if_rung(&mut seen);
+    let mut t = QPS.lock().unwrap_or_else(|p| p.into_inner());
+    if let Some(e) = t.get_mut(i).filter(|e| e.0 == qpn) {
+        e.2 = seen;
+    }
+}
+
+/// Closes every model0 device descriptor of this process (their objects' files are removed):
+/// the preload's exit and signal path. With `wait` false a lock held elsewhere (a signal that
+/// came in the middle of a command) makes it give up instead of waiting; the sweep of the next
+/// start removes what is left then.
+pub fn close_all(wait: bool) {
+    let fds: Vec<c_int> = {
+        let c = if wait {
+            CTXS.lock().unwrap_or_else(|p| p.into_inner())
+        } else {
+            match CTXS.try_lock() {
+                Ok(c) => c,
+                Err(std::sync::TryLockError::Poisoned(p)) => p.into_inner(),
+                Err(std::sync::TryLockError::WouldBlock) => return,
+            }
+        };
+        c.iter().map(|(f, _)| *f).collect()
+    };
+    for fd in fds {
+        close_device(fd);
+        interpose::remove_fd(fd);
+    }
+}
+
+/// Whether any model0 context is open in this process.
+pub fn any_open() -> bool {
+    !CTXS.lock().unwrap_or_else(|p| p.into_inner()).is_empty()
+}
+
 fn errno_of<T>(e: impl std::fmt::Display, errno: c_int) -> Result<T, c_int> {
     // what model0 does not do (a command, a flag, a feature) or cannot (no room in its
     // directory, memory not mapped) is said at once: libibverbs passes on only the errno; other
@@ -245,15 +293,25 @@ pub(super) fn command(fd: c_int, b: &[u8]) -> Result<(), c_int> {
     };
     match dispatch::handler(c.op, c.ex) {
         Some(handler) => handler(ctx, &mut c),
-        None => errno_of(
-            format!(
-                "{} command {} is not one model0's uverbs device knows (a newer rdma-core?)",
-                if c.ex { "extended" } else { "legacy" },
-                c.op
+        None => match dispatch::unsupported(c.op, c.ex) {
+            Some(what) => errno_of(
+                format!("model0 does not do {what} (uverbs command {}): not supported", c.op),
+                libc::EOPNOTSUPP,
             ),
-            libc::EOPNOTSUPP,
-        ),
+            None => unknown_command(&c),
+        },
     }
+}
+
+fn unknown_command(c: &Cmd<'_>) -> Result<(), c_int> {
+    errno_of(
+        format!(
+            "{} command {} is not one model0's uverbs device knows (a newer rdma-core?)",
+            if c.ex { "extended" } else { "legacy" },
+            c.op
+        ),
+        libc::EOPNOTSUPP,
+    )
 }
 
 /// GET_CONTEXT on a descriptor whose context is `slot` (once only): the context, on the run's
@@ -265,7 +323,13 @@ fn open_context(slot: &mut Option<Ctx>, c: &mut Cmd<'_>) -> Result<(), c_int> {
     legacy::<k::ib_uverbs_get_context, k::ib_uverbs_get_context_resp>(c, true)?;
     let model = match MODEL.lock().unwrap_or_else(|p| p.into_inner()).clone() {
         Some(m) => m,
-        None => Model::open(Default::default()).or_else(|e| {
+        // a program that is not rdmaprobe (the preload): the defaults and the environment's delay
+        None => Model::open(super::preload::env_config().map_err(|e| {
+            use std::io::Write;
+            let _ = writeln!(std::io::stderr(), "rdmaprobe: model0 uverbs: {e}");
+            libc::EINVAL
+        })?)
+        .or_else(|e| {
             let n = e
                 .errno()
                 .filter(|n| [libc::EMFILE, libc::ENFILE, libc::ENOMEM, libc::ENOSPC].contains(n));

@@ -43,7 +43,7 @@ pub(super) fn add_fd(fd: c_int) -> bool {
     false
 }
 
-fn remove_fd(fd: c_int) {
+pub(super) fn remove_fd(fd: c_int) {
     for f in &DEV_FDS {
         if f.compare_exchange(fd, -1, Ordering::AcqRel, Ordering::Acquire).is_ok() {
             N_FDS.fetch_sub(1, Ordering::AcqRel);

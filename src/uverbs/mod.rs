@@ -22,12 +22,13 @@
 
 pub mod device;
 mod interpose;
+pub mod preload;
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
 use std::sync::OnceLock;
 
-pub use device::{model_qp, progress, set_model};
+pub use device::{model_qp, progress, progress_qp, set_model};
 
 /// The name libibverbs lists model0 under.
 pub const IBDEV: &str = "model0";
@@ -62,7 +63,16 @@ fn install() -> Result<PathBuf, String> {
     if crate::verbs::device::netlink_rdma_errno() == 0 {
         return Err("the kernel answers RDMA netlink (libibverbs lists devices from it and ignores SYSFS_PATH)".into());
     }
-    write_tree(&root).map_err(|e| format!("creating {}: {e}", root.display()))?;
+    // a process started by `rdmaprobe model0 exec` (or by rdmaprobe) finds the tree made
+    let made = std::env::var_os("SYSFS_PATH").is_some_and(|p| Path::new(&p) == root)
+        && root
+            .join("class/infiniband")
+            .join(IBDEV)
+            .join("device/modalias")
+            .is_file();
+    if !made {
+        write_tree(&root).map_err(|e| format!("creating {}: {e}", root.display()))?;
+    }
     // SAFETY: set once, before libibverbs is initialised, from the first device list.
     unsafe { std::env::set_var("SYSFS_PATH", &root) };
     interpose::PATH_ON.store(true, Ordering::Release);

@@ -618,6 +618,7 @@ fn enter_state(e: &QpEnt, cur: u8, next: u8) {
     match next {
         QPS_RESET => e.qp.reset(),
         QPS_ERR => e.qp.set_error(),
+        QPS_RTR if cur == QPS_INIT => e.qp.ready_to_receive(a.dest_qp_num),
         QPS_RTS if cur == QPS_RTR => e.qp.connect(
             a.dest_qp_num,
             crate::model::ModelConnect {

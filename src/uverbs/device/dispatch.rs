@@ -34,6 +34,34 @@ const TABLE: &[(u32, bool, Handler)] = &[
     (k::IB_USER_VERBS_CMD_DESTROY_QP, false, destroy_qp),
 ];
 
+/// Commands model0 does not answer, by the feature a program asked for with them: (number,
+/// extended, what the program asked for). Said with the refusal, since libibverbs passes on
+/// only the errno.
+#[rustfmt::skip]
+const UNSUPPORTED: &[(u32, bool, &str)] = &[
+    (k::IB_USER_VERBS_CMD_CREATE_SRQ, false, "a shared receive queue (SRQ, ibv_create_srq)"),
+    (k::IB_USER_VERBS_CMD_CREATE_XSRQ, false, "an XRC or tag-matching SRQ (ibv_create_srq_ex)"),
+    (k::IB_USER_VERBS_CMD_OPEN_XRCD, false, "an XRC domain (XRC, ibv_open_xrcd)"),
+    (k::IB_USER_VERBS_CMD_OPEN_QP, false, "opening a shared XRC QP (ibv_open_qp)"),
+    (k::IB_USER_VERBS_CMD_CREATE_AH, false, "an address handle made by the kernel (RoCE, ibv_create_ah)"),
+    (k::IB_USER_VERBS_CMD_ALLOC_MW, false, "a memory window (ibv_alloc_mw)"),
+    (k::IB_USER_VERBS_CMD_ATTACH_MCAST, false, "multicast (ibv_attach_mcast)"),
+    (k::IB_USER_VERBS_CMD_REREG_MR, false, "re-registering a region (ibv_rereg_mr)"),
+    (k::IB_USER_VERBS_CMD_RESIZE_CQ, false, "resizing a CQ (ibv_resize_cq)"),
+    (k::IB_USER_VERBS_EX_CMD_MODIFY_CQ, true, "CQ moderation (ibv_modify_cq)"),
+    (k::IB_USER_VERBS_EX_CMD_CREATE_WQ, true, "a work queue (ibv_create_wq)"),
+    (k::IB_USER_VERBS_EX_CMD_CREATE_RWQ_IND_TBL, true, "an RSS indirection table (ibv_create_rwq_ind_table)"),
+    (k::IB_USER_VERBS_EX_CMD_CREATE_FLOW, true, "a flow steering rule (ibv_create_flow)"),
+];
+
+/// What a program asked for with command `op` (`ex`: an extended one) that model0 does not do.
+pub(super) fn unsupported(op: u32, ex: bool) -> Option<&'static str> {
+    UNSUPPORTED
+        .iter()
+        .find(|&&(o, e, _)| o == op && e == ex)
+        .map(|&(_, _, w)| w)
+}
+
 /// The handler of command `op` (`ex`: an extended one), if model0 answers it.
 pub(super) fn handler(op: u32, ex: bool) -> Option<Handler> {
     TABLE.iter().find(|&&(o, e, _)| o == op && e == ex).map(|&(_, _, h)| h)

@@ -1,0 +1,59 @@
+//! `librdmaprobe_model0.so`: model0 for a program that is not rdmaprobe. Loaded with
+//! `LD_PRELOAD` (or by `rdmaprobe model0 exec`), it carries the library's interposer, uverbs
+//! device and model (no copy of their code): a constructor installs the fake sysfs before `main`,
+//! `ibv_open_device` wraps the provider's entry points of model0 contexts so model0 executes
+//! after a post and before a poll (`rdmaprobe::uverbs::preload`), and a destructor removes the
+//! process's model0 objects at exit. Every other device, descriptor and call is untouched.
+
+use rdmaprobe::sys;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+/// Runs before the program's `main` (and before any library asks for devices).
+#[used]
+#[link_section = ".init_array"]
+static INIT: extern "C" fn() = init;
+
+/// Runs at exit (normal return from `main`, `exit()` from anywhere), before libibverbs' own.
+#[used]
+#[link_section = ".fini_array"]
+static FINI: extern "C" fn() = fini;
+
+extern "C" fn init() {
+    rdmaprobe::uverbs::preload::start();
+}
+
+extern "C" fn fini() {
+    rdmaprobe::uverbs::preload::exit();
+}
+
+type OpenFn = unsafe extern "C" fn(*mut sys::ibv_device) -> *mut sys::ibv_context;
+
+/// libibverbs' own `ibv_open_device` (0: not looked up yet).
+static REAL_OPEN: AtomicUsize = AtomicUsize::new(0);
+
+/// `ibv_open_device`, in front of libibverbs': the context it opens, with model0's progress
+/// wrapped around the provider's entry points when the device is model0.
+///
+/// # Safety
+/// As libibverbs' `ibv_open_device`: `dev` comes from `ibv_get_device_list`.
+#[no_mangle]
+pub unsafe extern "C" fn ibv_open_device(dev: *mut sys::ibv_device) -> *mut sys::ibv_context {
+    let mut f = REAL_OPEN.load(Ordering::Acquire);
+    if f == 0 {
+        // SAFETY: a constant symbol name; RTLD_NEXT finds the next definition, libibverbs'.
+        f = unsafe { libc::dlsym(libc::RTLD_NEXT, c"ibv_open_device".as_ptr()) } as usize;
+        if f == 0 {
+            // SAFETY: glibc's thread-local errno.
+            unsafe { *libc::__errno_location() = libc::ENOSYS };
+            return std::ptr::null_mut();
+        }
+        REAL_OPEN.store(f, Ordering::Release);
+    }
+    // SAFETY: the address dlsym gave for libibverbs' ibv_open_device, of this type.
+    let real: OpenFn = unsafe { std::mem::transmute::<usize, OpenFn>(f) };
+    // SAFETY: forwarded as given.
+    let ctx = unsafe { real(dev) };
+    // SAFETY: null or the context just opened, which no other thread has yet.
+    unsafe { rdmaprobe::uverbs::preload::wrap_context(ctx) };
+    ctx
+}

@@ -1,0 +1,182 @@
+//! `rdmaprobe model0 exec -- PROGRAM ARGS...`: runs an unmodified verbs program (perftest,
+//! ibverbs-utils, qperf ...) on model0, with `librdmaprobe_model0.so` preloaded
+//! (`rdmaprobe::uverbs::preload`, docs/model0-exec.md), under a deadline.
+
+use anyhow::{Context as _, Result};
+use clap::{Args, Subcommand, ValueEnum};
+use rdmaprobe::probe::ProbeError;
+use rdmaprobe::uverbs::preload::DELAY_VAR;
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitCode};
+use std::time::{Duration, Instant};
+
+/// The preload's file name (the `preload/` member crate's cdylib).
+const LIB: &str = "librdmaprobe_model0.so";
+/// The variable that names the preload instead of the one beside the executable.
+const LIB_VAR: &str = "RDMAPROBE_PRELOAD_LIB";
+
+#[derive(Args)]
+pub struct Model0Args {
+    #[command(subcommand)]
+    cmd: Model0Cmd,
+}
+
+#[derive(Subcommand)]
+enum Model0Cmd {
+    /// Run PROGRAM with model0 preloaded: it lists model0 as an mlx5 device (`-d model0`), and
+    /// two such programs (a server and a client) reach each other through model0's shared
+    /// memory. Programs that post through libibverbs (ibv_post_send, ibv_wr_complete,
+    /// ibv_poll_cq) run with `--engine hooks`. The exit status is PROGRAM's (128+N when a signal
+    /// N ended it, 124 when the deadline did, 2 for bad arguments).
+    Exec(ExecArgs),
+}
+
+/// How model0 executes what the program posts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+enum Engine {
+    /// In the program's own threads: after each post (ibv_post_send, ibv_post_recv,
+    /// ibv_wr_complete) and before each poll (ibv_poll_cq, ibv_start_poll). Deterministic, no
+    /// extra thread.
+    Hooks,
+    /// A thread watching the doorbell records (programs that ring doorbells themselves, e.g.
+    /// UCX rc_mlx5): not available yet.
+    Thread,
+}
+
+#[derive(Args)]
+struct ExecArgs {
+    /// model0's added wire delay of every message in each direction, in ns.
+    #[arg(long, value_name = "D")]
+    model_delay_ns: Option<u64>,
+    /// How model0 executes the program's work requests.
+    #[arg(long, value_enum, default_value = "hooks")]
+    engine: Engine,
+    /// The deadline in seconds: PROGRAM gets SIGTERM then (and SIGKILL 2 s later), and the exit
+    /// status is 124.
+    #[arg(long, value_name = "S", default_value_t = 600)]
+    timeout: u64,
+    /// The program and its arguments (after `--`).
+    #[arg(
+        required = true,
+        trailing_var_arg = true,
+        allow_hyphen_values = true,
+        value_name = "PROGRAM"
+    )]
+    program: Vec<OsString>,
+}
+
+/// Runs the `model0` command.
+pub fn model0(a: Model0Args) -> Result<ExitCode> {
+    match a.cmd {
+        Model0Cmd::Exec(e) => exec(e),
+    }
+}
+
+fn exec(a: ExecArgs) -> Result<ExitCode> {
+    if a.engine == Engine::Thread {
+        return Err(ProbeError::Usage(
+            "--engine thread (the doorbell-watching engine for programs that ring doorbells themselves, \
+             such as UCX rc_mlx5) is not implemented yet; --engine hooks runs programs that post through \
+             libibverbs"
+                .into(),
+        )
+        .into());
+    }
+    if let Some(d) = a.model_delay_ns.filter(|&d| d > rdmaprobe::model::MAX_WIRE_DELAY_NS) {
+        return Err(ProbeError::Usage(format!(
+            "--model-delay-ns {d}: more than model0's longest wire delay, {} ns",
+            rdmaprobe::model::MAX_WIRE_DELAY_NS
+        ))
+        .into());
+    }
+    if a.timeout == 0 {
+        return Err(ProbeError::Usage("--timeout 0: give the program at least one second".into()).into());
+    }
+    let lib = find_lib()?;
+    // the fake sysfs, made here so that a machine where model0 cannot be listed says why now;
+    // SYSFS_PATH is set in this process and the program inherits it
+    let root = match rdmaprobe::uverbs::status() {
+        Ok(r) => r.clone(),
+        Err(why) => anyhow::bail!("model0 cannot be offered to other programs on this machine: {why}"),
+    };
+    let mut preload = OsString::from(&lib);
+    if let Some(old) = std::env::var_os("LD_PRELOAD").filter(|o| !o.is_empty()) {
+        preload.push(":");
+        preload.push(old);
+    }
+    let mut cmd = Command::new(&a.program[0]);
+    cmd.args(&a.program[1..])
+        .env("LD_PRELOAD", preload)
+        .env("SYSFS_PATH", &root);
+    match a.model_delay_ns {
+        Some(d) => cmd.env(DELAY_VAR, d.to_string()),
+        None => cmd.env_remove(DELAY_VAR),
+    };
+    rdmaprobe::signals::install();
+    let child = cmd
+        .spawn()
+        .with_context(|| format!("starting {}", Path::new(&a.program[0]).display()))?;
+    wait(child, Duration::from_secs(a.timeout), &a.program[0])
+}
+
+/// The preload: `$RDMAPROBE_PRELOAD_LIB`, else beside the executable (cargo puts both in its
+/// target directory), else in `../lib` of it (an install).
+fn find_lib() -> Result<PathBuf> {
+    if let Some(p) = std::env::var_os(LIB_VAR).filter(|p| !p.is_empty()) {
+        let p = PathBuf::from(p);
+        anyhow::ensure!(p.is_file(), "{LIB_VAR}={}: no such file", p.display());
+        return Ok(std::fs::canonicalize(&p).unwrap_or(p));
+    }
+    let exe = std::env::current_exe().context("finding rdmaprobe's own executable")?;
+    let dir = exe.parent().map(Path::to_path_buf).unwrap_or_default();
+    let tried = [dir.join(LIB), dir.join("../lib").join(LIB)];
+    for p in &tried {
+        if p.is_file() {
+            return Ok(std::fs::canonicalize(p).unwrap_or_else(|_| p.clone()));
+        }
+    }
+    anyhow::bail!(
+        "{LIB} not found (looked in {} and {}): build it with `cargo build -p rdmaprobe-preload` \
+         (with --release for a release rdmaprobe), or name it with {LIB_VAR}",
+        tried[0].display(),
+        tried[1].display()
+    )
+}
+
+/// Waits for the program until `deadline`; a stop asked of rdmaprobe (SIGINT, SIGTERM) or the
+/// deadline ends it with SIGTERM, then SIGKILL.
+fn wait(mut child: Child, deadline: Duration, prog: &OsString) -> Result<ExitCode> {
+    use std::os::unix::process::ExitStatusExt;
+    let start = Instant::now();
+    let mut expired = false;
+    let mut term_at: Option<Instant> = None;
+    loop {
+        if let Some(st) = child.try_wait().context("waiting for the program")? {
+            if expired {
+                eprintln!(
+                    "rdmaprobe: model0 exec: {} did not end within {} s: stopped",
+                    Path::new(prog).display(),
+                    deadline.as_secs()
+                );
+                return Ok(ExitCode::from(124));
+            }
+            return Ok(match (st.code(), st.signal()) {
+                (Some(c), _) => ExitCode::from(c.clamp(0, 255) as u8),
+                (None, Some(s)) => ExitCode::from((128 + s).clamp(0, 255) as u8),
+                _ => ExitCode::FAILURE,
+            });
+        }
+        let stop = rdmaprobe::signals::interrupted();
+        if term_at.is_none() && (stop || start.elapsed() >= deadline) {
+            expired = !stop;
+            term_at = Some(Instant::now());
+            // SAFETY: a signal to our own child, which has not been reaped yet.
+            unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGTERM) };
+        }
+        if term_at.is_some_and(|t| t.elapsed() >= Duration::from_secs(2)) {
+            let _ = child.kill();
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}

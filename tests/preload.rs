@@ -1,0 +1,502 @@
+//! The preloadable model0 (`librdmaprobe_model0.so`, `rdmaprobe model0 exec`): unmodified
+//! programs of Debian's ibverbs-utils and perftest run on model0, server and client as two
+//! processes over 127.0.0.1, each under a deadline; programs that open no device behave as
+//! without the preload; a stopped program's objects are removed, a killed one's swept. A test
+//! whose program is not installed says so and which package has it (harness/setup.sh installs
+//! them); the preload itself is built here when it is missing.
+
+use std::io::Read as _;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::{Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+const EXE: &str = env!("CARGO_BIN_EXE_rdmaprobe");
+/// One pair at a time: two busy-polling programs per pair are already all of a 2-CPU machine.
+static PAIRS: Mutex<()> = Mutex::new(());
+/// The deadline of each program (a debug build of model0 on a loaded 2-CPU machine is slow).
+const DEADLINE_S: u64 = 120;
+
+/// The preload beside the executable, built now when it is not there.
+fn lib() -> PathBuf {
+    static LIB: OnceLock<PathBuf> = OnceLock::new();
+    LIB.get_or_init(|| {
+        let p = Path::new(EXE).with_file_name("librdmaprobe_model0.so");
+        if !p.is_file() {
+            let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+            let mut cmd = Command::new(cargo);
+            cmd.args(["build", "--quiet", "-p", "rdmaprobe-preload"]);
+            if Path::new(EXE).parent().and_then(|d| d.file_name()) == Some("release".as_ref()) {
+                cmd.arg("--release");
+            }
+            let out = run_until(cmd, Duration::from_secs(900));
+            assert!(out.status.success(), "building the preload: {}", text(&out.stderr));
+        }
+        assert!(p.is_file(), "{} missing after building rdmaprobe-preload", p.display());
+        p
+    })
+    .clone()
+}
+
+/// Whether `/usr/bin/PROG` is there; if not, says which package has it.
+fn have(prog: &str, package: &str) -> bool {
+    let ok = Path::new("/usr/bin").join(prog).is_file();
+    if !ok {
+        println!("SKIPPED: {prog} is not installed (Debian package {package}; harness/setup.sh installs it)");
+    }
+    ok
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+/// A model directory of this test's own (mode 0700, removed at the end).
+struct ModelDir(PathBuf);
+
+impl ModelDir {
+    fn new(tag: &str) -> Self {
+        use std::os::unix::fs::DirBuilderExt;
+        let d = std::env::temp_dir().join(format!("rdmaprobe-preload-{tag}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        std::fs::DirBuilder::new()
+            .mode(0o700)
+            .create(&d)
+            .expect("creating a model directory");
+        ModelDir(d)
+    }
+
+    /// The objects in it (everything but the fake sysfs).
+    fn objects(&self) -> Vec<String> {
+        let mut v: Vec<String> = std::fs::read_dir(&self.0)
+            .map(|rd| {
+                rd.flatten()
+                    .map(|e| e.file_name().to_string_lossy().into_owned())
+                    .collect()
+            })
+            .unwrap_or_default();
+        v.retain(|n| n != "sysfs");
+        v.sort();
+        v
+    }
+}
+
+impl Drop for ModelDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// `rdmaprobe model0 exec -- ARGS` on model directory `d`.
+fn exec(d: &ModelDir, args: &[&str]) -> Command {
+    let mut c = Command::new(EXE);
+    c.args(["model0", "exec", "--timeout", &DEADLINE_S.to_string(), "--"])
+        .args(args)
+        .env("RDMAPROBE_MODEL_DIR", &d.0)
+        .env("RDMAPROBE_PRELOAD_LIB", lib())
+        .env_remove("SYSFS_PATH")
+        .env_remove("LD_PRELOAD");
+    c
+}
+
+/// Runs `cmd` to its end, killed at `limit` (then the output so far, and a failed status).
+fn run_until(mut cmd: Command, limit: Duration) -> Output {
+    let child = cmd
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("starting a program");
+    finish(child, limit)
+}
+
+fn finish(mut child: Child, limit: Duration) -> Output {
+    let start = Instant::now();
+    let (mut out, mut err) = (child.stdout.take(), child.stderr.take());
+    let t_out = std::thread::spawn(move || {
+        let mut v = Vec::new();
+        if let Some(o) = out.as_mut() {
+            let _ = o.read_to_end(&mut v);
+        }
+        v
+    });
+    let t_err = std::thread::spawn(move || {
+        let mut v = Vec::new();
+        if let Some(e) = err.as_mut() {
+            let _ = e.read_to_end(&mut v);
+        }
+        v
+    });
+    let status = loop {
+        if let Some(s) = child.try_wait().expect("waiting") {
+            break s;
+        }
+        if start.elapsed() > limit {
+            let _ = child.kill();
+            break child.wait().expect("waiting");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    Output {
+        status,
+        stdout: t_out.join().unwrap_or_default(),
+        stderr: t_err.join().unwrap_or_default(),
+    }
+}
+
+/// A TCP port free now on 127.0.0.1.
+fn free_port() -> u16 {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").expect("binding a port");
+    l.local_addr().expect("its address").port()
+}
+
+/// Whether something listens on TCP `port` (any address), from /proc/net/tcp{,6}.
+fn listening(port: u16) -> bool {
+    let want = format!(":{port:04X} ");
+    ["/proc/net/tcp", "/proc/net/tcp6"].iter().any(|f| {
+        std::fs::read_to_string(f).unwrap_or_default().lines().any(|l| {
+            l.split_whitespace()
+                .nth(1)
+                .is_some_and(|a| format!("{a} ").ends_with(&want))
+                && l.split_whitespace().nth(3) == Some("0A")
+        })
+    })
+}
+
+/// Runs `prog ARGS -p PORT` as the server and `prog ARGS -p PORT 127.0.0.1` as the client,
+/// both under `model0 exec` on `d`; returns (server, client) output. The client starts once the
+/// server listens.
+fn pair(d: &ModelDir, prog: &str, args: &[&str]) -> (Output, Output) {
+    let _one = PAIRS.lock().unwrap_or_else(|p| p.into_inner());
+    let port = free_port().to_string();
+    let mut sargs = vec![prog];
+    sargs.extend_from_slice(args);
+    sargs.extend_from_slice(&["-p", &port]);
+    let server = exec(d, &sargs)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("starting the server");
+    let start = Instant::now();
+    let limit = Duration::from_secs(DEADLINE_S + 10);
+    while !listening(port.parse().unwrap_or(0)) && start.elapsed() < Duration::from_secs(60) {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let mut cargs = sargs.clone();
+    cargs.push("127.0.0.1");
+    let client = run_until(exec(d, &cargs), limit);
+    let server = finish(server, limit);
+    (server, client)
+}
+
+fn assert_pair_ok(what: &str, d: &ModelDir, (s, c): &(Output, Output), expect: &str) {
+    let show = |o: &Output| format!("status {:?}\n{}{}", o.status, text(&o.stdout), text(&o.stderr));
+    assert!(
+        s.status.success() && c.status.success(),
+        "{what}:\nserver {}\nclient {}",
+        show(s),
+        show(c)
+    );
+    assert!(
+        text(&c.stdout).contains(expect),
+        "{what}: the client printed no {expect:?}:\n{}",
+        show(c)
+    );
+    assert_eq!(d.objects(), Vec::<String>::new(), "{what}: model0 objects left behind");
+}
+
+#[test]
+fn programs_that_open_no_device_behave_as_without_the_preload() {
+    let lib = lib();
+    let d = ModelDir::new("plain");
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let cases: Vec<Vec<String>> = vec![
+        // (not `/`: its entries' times change while other tests run)
+        vec!["ls".into(), "-la".into(), "/usr".into(), "/nonexistent".into()],
+        vec![
+            "python3".into(),
+            "-c".into(),
+            "import os, sys; print(6 * 7, sorted(os.listdir('/usr'))); sys.stderr.write('e\\n'); sys.exit(3)".into(),
+        ],
+        vec![cargo, "--version".into()],
+    ];
+    for args in cases {
+        if !have_cmd(&args[0]) {
+            continue;
+        }
+        let mut plain = base(&args);
+        plain.env("RDMAPROBE_MODEL_DIR", &d.0);
+        let plain = run_until(plain, Duration::from_secs(60));
+        let mut pre = base(&args);
+        pre.env("LD_PRELOAD", &lib).env("RDMAPROBE_MODEL_DIR", &d.0);
+        let pre = run_until(pre, Duration::from_secs(60));
+        assert_eq!(plain.status.code(), pre.status.code(), "{args:?}: exit status");
+        assert_eq!(text(&plain.stdout), text(&pre.stdout), "{args:?}: stdout");
+        assert_eq!(text(&plain.stderr), text(&pre.stderr), "{args:?}: stderr");
+    }
+}
+
+fn base(args: &[String]) -> Command {
+    let mut c = Command::new(&args[0]);
+    c.args(&args[1..]).env_remove("LD_PRELOAD").env_remove("SYSFS_PATH");
+    c
+}
+
+fn have_cmd(prog: &str) -> bool {
+    let ok = Path::new(prog).is_absolute()
+        || std::env::var_os("PATH").is_some_and(|p| std::env::split_paths(&p).any(|d| d.join(prog).is_file()));
+    if !ok {
+        println!("SKIPPED: {prog} not found on PATH");
+    }
+    ok
+}
+
+#[test]
+fn ibv_devinfo_lists_model0_with_its_port() {
+    if !have("ibv_devinfo", "ibverbs-utils") {
+        return;
+    }
+    let d = ModelDir::new("devinfo");
+    let o = run_until(exec(&d, &["ibv_devinfo", "-v"]), Duration::from_secs(DEADLINE_S));
+    let out = text(&o.stdout);
+    assert!(
+        o.status.success(),
+        "ibv_devinfo -v: {:?}\n{out}{}",
+        o.status,
+        text(&o.stderr)
+    );
+    for want in [
+        "hca_id:\tmodel0",
+        "vendor_id:\t\t\t0x02c9",
+        "PORT_ACTIVE (4)",
+        "link_layer:\t\tInfiniBand",
+    ] {
+        assert!(out.contains(want), "ibv_devinfo -v printed no {want:?}:\n{out}");
+    }
+    assert_eq!(d.objects(), Vec::<String>::new());
+}
+
+#[test]
+fn ibverbs_pingpongs_run_between_two_processes() {
+    if !have("ibv_rc_pingpong", "ibverbs-utils") {
+        return;
+    }
+    let d = ModelDir::new("pingpong");
+    for t in ["rc", "uc", "ud"] {
+        let prog = format!("ibv_{t}_pingpong");
+        let size = if t == "ud" { "1024" } else { "4096" };
+        let r = pair(&d, &prog, &["-d", "model0", "-n", "200", "-s", size]);
+        assert_pair_ok(&prog, &d, &r, "200 iters in");
+    }
+    // waiting for completion events (-e): the peer's post raises the event in this process
+    let r = pair(&d, "ibv_rc_pingpong", &["-d", "model0", "-n", "200", "-e"]);
+    assert_pair_ok("ibv_rc_pingpong -e", &d, &r, "200 iters in");
+}
+
+#[test]
+fn srq_pingpong_is_refused_naming_the_feature() {
+    if !have("ibv_srq_pingpong", "ibverbs-utils") {
+        return;
+    }
+    let d = ModelDir::new("srq");
+    let o = run_until(
+        exec(&d, &["ibv_srq_pingpong", "-d", "model0"]),
+        Duration::from_secs(DEADLINE_S),
+    );
+    let err = text(&o.stderr);
+    assert!(
+        !o.status.success(),
+        "ibv_srq_pingpong succeeded on model0, which has no SRQ"
+    );
+    assert!(
+        err.contains("model0 does not do a shared receive queue (SRQ, ibv_create_srq)"),
+        "no refusal naming SRQ: {err}"
+    );
+    assert_eq!(d.objects(), Vec::<String>::new());
+}
+
+#[test]
+fn perftest_runs_between_two_processes() {
+    if !have("ib_write_lat", "perftest") {
+        return;
+    }
+    let d = ModelDir::new("perftest");
+    let lat = &["-d", "model0", "-n", "200"][..];
+    let bw = &["-d", "model0", "-n", "200", "-s", "4096"][..];
+    let runs: &[(&str, &[&str], &[&str], &str)] = &[
+        ("ib_write_lat", lat, &[], "t_typical"),
+        ("ib_send_lat", lat, &[], "t_typical"),
+        ("ib_read_lat", lat, &[], "t_typical"),
+        ("ib_atomic_lat", lat, &[], "t_typical"),
+        ("ib_send_lat", lat, &["-c", "UD"], "t_typical"),
+        ("ib_write_lat", &["-d", "model0", "-n", "20"], &["-a"], "8388608"),
+        ("ib_write_bw", bw, &[], "BW average"),
+        ("ib_send_bw", bw, &[], "BW average"),
+        ("ib_read_bw", bw, &[], "BW average"),
+        ("ib_write_bw", bw, &["-q", "4"], "BW average"),
+    ];
+    for (prog, base, extra, expect) in runs {
+        let mut args = base.to_vec();
+        args.extend_from_slice(extra);
+        let r = pair(&d, prog, &args);
+        assert_pair_ok(&format!("{prog} {extra:?}"), &d, &r, expect);
+    }
+}
+
+#[test]
+fn a_stopped_program_s_objects_are_removed_and_a_killed_one_s_swept() {
+    if !have("ibv_rc_pingpong", "ibverbs-utils") {
+        return;
+    }
+    let d = ModelDir::new("signals");
+    let _one = PAIRS.lock().unwrap_or_else(|p| p.into_inner());
+    for (sig, left) in [(libc::SIGTERM, false), (libc::SIGKILL, true)] {
+        // the server makes its QP, then waits for a client that never comes
+        let port = free_port().to_string();
+        // run directly (not under `model0 exec`), so the signal reaches it and not rdmaprobe
+        let mut c = Command::new("ibv_rc_pingpong");
+        c.args(["-d", "model0", "-p", &port])
+            .env("LD_PRELOAD", lib())
+            .env("RDMAPROBE_MODEL_DIR", &d.0)
+            .env_remove("SYSFS_PATH")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
+        let mut child = c.spawn().expect("starting ibv_rc_pingpong");
+        let start = Instant::now();
+        while !listening(port.parse().unwrap_or(0)) && start.elapsed() < Duration::from_secs(60) {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        assert!(
+            d.objects().iter().any(|o| o.starts_with("qp-")),
+            "no QP while waiting: {:?}",
+            d.objects()
+        );
+        // SAFETY: a signal to our own child, not yet reaped.
+        unsafe { libc::kill(child.id() as libc::pid_t, sig) };
+        let st = child.wait().expect("waiting");
+        use std::os::unix::process::ExitStatusExt;
+        assert_eq!(
+            st.signal(),
+            Some(sig),
+            "ended by the signal itself (the handler re-raises it)"
+        );
+        assert_eq!(!d.objects().is_empty(), left, "signal {sig}: objects {:?}", d.objects());
+    }
+    // the next program to open model0 sweeps what the killed one left
+    let o = run_until(exec(&d, &["ibv_devinfo"]), Duration::from_secs(DEADLINE_S));
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    assert_eq!(d.objects(), Vec::<String>::new(), "not swept");
+}
+
+#[test]
+fn exec_refuses_what_it_cannot_do_and_keeps_its_deadline() {
+    let d = ModelDir::new("cli");
+    let model0_exec = |args: &[&str]| {
+        let mut c = Command::new(EXE);
+        c.args(["model0", "exec"])
+            .args(args)
+            .env("RDMAPROBE_MODEL_DIR", &d.0)
+            .env("RDMAPROBE_PRELOAD_LIB", lib());
+        run_until(c, Duration::from_secs(60))
+    };
+    let o = model0_exec(&["--engine", "thread", "--", "true"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(text(&o.stderr).contains("--engine thread"), "{}", text(&o.stderr));
+    let o = model0_exec(&["--timeout", "1", "--", "sleep", "30"]);
+    assert_eq!(o.status.code(), Some(124), "{}", text(&o.stderr));
+    assert!(
+        text(&o.stderr).contains("did not end within 1 s"),
+        "{}",
+        text(&o.stderr)
+    );
+    let o = model0_exec(&["--model-delay-ns", "5000000000", "--", "true"]);
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o.stderr));
+    let o = model0_exec(&["--", "sh", "-c", "exit 7"]);
+    assert_eq!(o.status.code(), Some(7), "the program's own status");
+    let mut c = Command::new(EXE);
+    c.args(["model0", "exec", "--", "true"])
+        .env("RDMAPROBE_MODEL_DIR", &d.0)
+        .env("RDMAPROBE_PRELOAD_LIB", "/nonexistent/librdmaprobe_model0.so");
+    let o = run_until(c, Duration::from_secs(60));
+    assert_eq!(o.status.code(), Some(1));
+    assert!(
+        text(&o.stderr).contains("RDMAPROBE_PRELOAD_LIB=/nonexistent"),
+        "{}",
+        text(&o.stderr)
+    );
+}
+
+#[test]
+fn qperf_runs_its_rdma_tests_waiting_for_events_and_polling() {
+    if !have("qperf", "qperf") {
+        return;
+    }
+    let d = ModelDir::new("qperf");
+    let _one = PAIRS.lock().unwrap_or_else(|p| p.into_inner());
+    let port = free_port().to_string();
+    let mut server = exec(&d, &["qperf", "-lp", &port])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("starting the qperf server");
+    let start = Instant::now();
+    while !listening(port.parse().unwrap_or(0)) && start.elapsed() < Duration::from_secs(60) {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // qperf waits for completion events by default; -cp1 polls the CQs: both
+    let tests = [
+        "rc_lat",
+        "uc_lat",
+        "ud_lat",
+        "rc_rdma_write_lat",
+        "rc_rdma_read_lat",
+        "rc_bw",
+        "rc_rdma_write_bw",
+    ];
+    for poll in ["0", "1"] {
+        let mut args = vec!["qperf", "-lp", &port, "-t", "1", "-cp", poll, "127.0.0.1"];
+        args.extend_from_slice(&tests);
+        let c = run_until(exec(&d, &args), Duration::from_secs(DEADLINE_S + 10));
+        check_qperf(poll, &c, &tests);
+    }
+    // SAFETY: a signal to our own child (rdmaprobe, which stops qperf), not yet reaped.
+    unsafe { libc::kill(server.id() as libc::pid_t, libc::SIGTERM) };
+    let s = finish_child(&mut server);
+    assert!(!s.contains("panicked"), "the server: {s}");
+    assert_eq!(d.objects(), Vec::<String>::new(), "model0 objects left behind");
+}
+
+fn check_qperf(poll: &str, c: &Output, tests: &[&str]) {
+    let out = text(&c.stdout);
+    assert!(
+        c.status.success(),
+        "qperf -cp {poll}: {:?}\n{out}{}",
+        c.status,
+        text(&c.stderr)
+    );
+    for t in tests {
+        assert!(out.contains(&format!("{t}:")), "qperf -cp {poll}: no {t} in:\n{out}");
+    }
+    // every figure a real one: a latency of 0 ns or a bandwidth of 0 is a test that did not run
+    let figures: Vec<&str> = out.lines().filter(|l| l.contains(" = ")).collect();
+    assert_eq!(
+        figures.len(),
+        tests.len(),
+        "qperf -cp {poll}: one figure per test:\n{out}"
+    );
+    for l in figures {
+        let v = l.split('=').nth(1).unwrap_or("").trim();
+        assert!(!v.starts_with("0 "), "qperf -cp {poll}: {l}\n{out}");
+    }
+}
+
+fn finish_child(c: &mut Child) -> String {
+    let mut s = String::new();
+    if let Some(e) = c.stderr.as_mut() {
+        let _ = e.read_to_string(&mut s);
+    }
+    let _ = c.wait();
+    s
+}
