@@ -1001,6 +1001,7 @@ fn inline_posts_cost_about_what_gathered_ones_do() {
             );
         }
     }
+}
 
 #[test]
 fn a_responder_in_rtr_receives_and_connecting_moves_it_to_rts() {

@@ -102,19 +102,29 @@ pub(super) fn decode(
         sges: [(0, 0, 0); 16],
         nsge: 0,
     };
+    match segments(&mut d, buf, ud) {
+        Ok(()) => Ok(d),
+        Err(()) => bad,
+    }
+}
+
+/// The segments after the control segment of the WQE in `buf` (its copy), into `d`; `Err` for
+/// a malformed WQE.
+fn segments(d: &mut Decoded, buf: &[u8], ud: bool) -> Result<(), ()> {
+    let (op, ds) = (d.opcode, d.ds);
     let mut u = 1usize;
     let seg = |u: usize| -> *const u8 { buf[u * 16..].as_ptr() };
     let (wants_raddr, wants_atomic) = match op {
         opcode::NOP | opcode::SEND | opcode::SEND_IMM => (false, false),
         opcode::RDMA_WRITE | opcode::RDMA_WRITE_IMM | opcode::RDMA_READ => (true, false),
         opcode::ATOMIC_CS | opcode::ATOMIC_FA => (true, true),
-        _ => return bad,
+        _ => return Err(()),
     };
     if ud && op != opcode::NOP {
         // the datagram segment: the 48-byte address vector (`struct mlx5_wqe_av`): Q_Key first,
         // the destination QP number at byte 8
         if u + 3 > ds as usize {
-            return bad;
+            return Err(());
         }
         let av = &buf[u * 16..u * 16 + 48];
         let qkey = u32::from_be_bytes([av[0], av[1], av[2], av[3]]);
@@ -122,7 +132,7 @@ pub(super) fn decode(
         // libmlx5's set_datagram_seg sets MLX5_EXTENDED_UD_AV: the 48-byte address vector the
         // segment is; a WQE without it is not one a provider builds
         if dqp_dct & crate::mlx5::seg::EXTENDED_UD_AV == 0 {
-            return bad;
+            return Err(());
         }
         let dqp = dqp_dct & 0xff_ffff;
         d.ud = Some((dqp, qkey));
@@ -130,7 +140,7 @@ pub(super) fn decode(
     }
     if wants_raddr {
         if u >= ds as usize {
-            return bad;
+            return Err(());
         }
         // SAFETY: a 16-byte segment inside the copied WQE.
         let r: sys::mlx5_wqe_raddr_seg = unsafe { std::ptr::read_unaligned(seg(u) as *const _) };
@@ -139,7 +149,7 @@ pub(super) fn decode(
     }
     if wants_atomic {
         if u >= ds as usize {
-            return bad;
+            return Err(());
         }
         // SAFETY: as above.
         let a: sys::mlx5_wqe_atomic_seg = unsafe { std::ptr::read_unaligned(seg(u) as *const _) };
@@ -147,7 +157,7 @@ pub(super) fn decode(
         u += 1;
     }
     if op == opcode::NOP {
-        return Ok(d);
+        return Ok(());
     }
     if u < ds as usize {
         // SAFETY: 4 bytes at the start of a segment inside the copy.
@@ -156,14 +166,14 @@ pub(super) fn decode(
         if bc & INLINE_SEG != 0 {
             let len = (bc & !INLINE_SEG) as usize;
             if (4 + len).div_ceil(16) != ds as usize - u || op == opcode::RDMA_READ || wants_atomic {
-                return bad;
+                return Err(());
             }
             d.inline = Some((u * 16 + 4, len));
-            return Ok(d);
+            return Ok(());
         }
         while u < ds as usize {
             if d.nsge == d.sges.len() {
-                return bad;
+                return Err(());
             }
             // SAFETY: a 16-byte segment inside the copy.
             let s: sys::mlx5_wqe_data_seg = unsafe { std::ptr::read_unaligned(seg(u) as *const _) };
@@ -173,7 +183,7 @@ pub(super) fn decode(
         }
     }
     if wants_atomic && (d.nsge != 1 || d.sges[0].2 != 8) {
-        return bad;
+        return Err(());
     }
-    Ok(d)
+    Ok(())
 }

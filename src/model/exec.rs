@@ -279,7 +279,7 @@ fn run_datagram(m: &Model, me: &QpHdr, d: &Decoded, buf: &[u8]) -> Outcome {
 }
 
 /// Executes one WQE of a reliable connection (and the parts every transport shares).
-fn run_reliable(m: &Model, me: &QpHdr, d: &Decoded, buf: &[u8], mut late: Option<&mut Vec<Landing>>) -> Outcome {
+fn run_reliable(m: &Model, me: &QpHdr, d: &Decoded, buf: &[u8], late: Option<&mut Vec<Landing>>) -> Outcome {
     if d.opcode == opcode::NOP {
         return Outcome::Done { byte_cnt: 0 };
     }
@@ -302,15 +302,11 @@ fn run_reliable(m: &Model, me: &QpHdr, d: &Decoded, buf: &[u8], mut late: Option
         }
     }
     let payload = g.as_slice();
-    let remote = |need: u32, len: u64| -> Result<Region, u8> {
-        let (raddr, rkey) = d.raddr.unwrap_or((0, 0));
-        resolve(m, rkey, raddr, len, ph.pd, ph.obj.owner_pid, need).map_err(|_| syndrome::REMOTE_ACCESS)
-    };
     match d.opcode {
         opcode::SEND => deliver_to_receiver(m, &peer, d, payload, cqe_op::RESP_SEND, me.obj.id),
         opcode::SEND_IMM => deliver_to_receiver(m, &peer, d, payload, cqe_op::RESP_SEND_IMM, me.obj.id),
         opcode::RDMA_WRITE | opcode::RDMA_WRITE_IMM => {
-            let r = match remote(sys::IBV_ACCESS_REMOTE_WRITE, payload.len() as u64) {
+            let r = match remote_region(m, ph, d, sys::IBV_ACCESS_REMOTE_WRITE, payload.len() as u64) {
                 Ok(r) => r,
                 Err(s) => return Outcome::Fail(s),
             };
@@ -335,97 +331,112 @@ fn run_reliable(m: &Model, me: &QpHdr, d: &Decoded, buf: &[u8], mut late: Option
                 byte_cnt: payload.len() as u32,
             }
         }
-        opcode::RDMA_READ => {
-            let total: u64 = d.sges[..d.nsge].iter().map(|s| s.2 as u64).sum();
-            let r = match remote(sys::IBV_ACCESS_REMOTE_READ, total) {
-                Ok(r) => r,
-                Err(s) => return Outcome::Fail(s),
-            };
-            // the response travels back over the wire before it lands
-            response_wire(me);
-            let mut off = 0usize;
-            for &(addr, lkey, len) in &d.sges[..d.nsge] {
-                let Ok(l) = resolve(
-                    m,
-                    lkey,
-                    addr,
-                    len as u64,
-                    me.pd,
-                    me.obj.owner_pid,
-                    sys::IBV_ACCESS_LOCAL_WRITE,
-                ) else {
-                    return Outcome::Fail(syndrome::LOCAL_PROT);
-                };
-                match late.as_deref_mut() {
-                    // SAFETY: both sides resolved in bounds.
-                    None => unsafe { std::ptr::copy_nonoverlapping(r.ptr.add(off), l.ptr, len as usize) },
-                    Some(late) => {
-                        // the data lands before the next WQE (or after it, when it reads here)
-                        let src = Region {
-                            _shm: r._shm,
-                            // SAFETY: `off + len` is within the responder's resolved range.
-                            ptr: unsafe { r.ptr.add(off) },
-                        };
-                        late.push(Landing {
-                            dst: l,
-                            bytes: Bytes::Source(src, len as usize),
-                        });
-                    }
-                }
-                off += len as usize;
-            }
-            Outcome::Done { byte_cnt: total as u32 }
-        }
-        opcode::ATOMIC_CS | opcode::ATOMIC_FA => {
-            let (raddr, _) = d.raddr.unwrap_or((0, 0));
-            if raddr % 8 != 0 {
-                return Outcome::Fail(syndrome::REMOTE_INVAL_REQ);
-            }
-            let r = match remote(sys::IBV_ACCESS_REMOTE_ATOMIC, 8) {
-                Ok(r) => r,
-                Err(s) => return Outcome::Fail(s),
-            };
-            let (addr, lkey, _) = d.sges[0];
-            let l = match resolve(m, lkey, addr, 8, me.pd, me.obj.owner_pid, sys::IBV_ACCESS_LOCAL_WRITE) {
-                Ok(l) => l,
-                Err(_) => return Outcome::Fail(syndrome::LOCAL_PROT),
-            };
-            let (swap_add, compare) = d.atomic.unwrap_or((0, 0));
-            // SAFETY: an 8-byte aligned word inside the responder's region (checked above);
-            // shared memory is accessed atomically by every process.
-            let word = unsafe { &*(r.ptr as *const AtomicU64) };
-            // The word's byte order is the responder device's (big-endian or host order); the
-            // old value goes back in the same order.
-            let big = ph.atomic_be != 0;
-            let order = |v: u64| if big { v.to_be() } else { v };
-            let old_be = if d.opcode == opcode::ATOMIC_FA {
-                let mut cur = word.load(Ordering::Acquire);
-                loop {
-                    let new = order(order(cur).wrapping_add(swap_add));
-                    match word.compare_exchange_weak(cur, new, Ordering::AcqRel, Ordering::Acquire) {
-                        Ok(v) => break v,
-                        Err(v) => cur = v,
-                    }
-                }
-            } else {
-                match word.compare_exchange(order(compare), order(swap_add), Ordering::AcqRel, Ordering::Acquire) {
-                    Ok(v) | Err(v) => v,
-                }
-            };
-            // the response (the old value) travels back over the wire before it lands
-            response_wire(me);
-            match late {
-                // SAFETY: 8 bytes resolved in the requester's region (may be unaligned).
-                None => unsafe { std::ptr::write_unaligned(l.ptr as *mut u64, old_be) },
-                Some(late) => late.push(Landing {
-                    dst: l,
-                    bytes: Bytes::Word(old_be.to_ne_bytes()),
-                }),
-            }
-            Outcome::Done { byte_cnt: 8 }
-        }
+        opcode::RDMA_READ => rdma_read(m, me, ph, d, late),
+        opcode::ATOMIC_CS | opcode::ATOMIC_FA => atomic(m, me, ph, d, late),
         _ => Outcome::Fail(syndrome::LOCAL_QP_OP),
     }
+}
+
+/// The responder's region the WQE `d` names (its remote address and key), `len` bytes with
+/// access `need`, or the remote access syndrome.
+fn remote_region(m: &Model, ph: &QpHdr, d: &Decoded, need: u32, len: u64) -> Result<Region, u8> {
+    let (raddr, rkey) = d.raddr.unwrap_or((0, 0));
+    resolve(m, rkey, raddr, len, ph.pd, ph.obj.owner_pid, need).map_err(|_| syndrome::REMOTE_ACCESS)
+}
+
+/// An RDMA READ of a reliable connection: the responder's bytes into the requester's scatter
+/// entries, now or (`late`) before the next WQE that reads them.
+fn rdma_read(m: &Model, me: &QpHdr, ph: &QpHdr, d: &Decoded, mut late: Option<&mut Vec<Landing>>) -> Outcome {
+    let total: u64 = d.sges[..d.nsge].iter().map(|s| s.2 as u64).sum();
+    let r = match remote_region(m, ph, d, sys::IBV_ACCESS_REMOTE_READ, total) {
+        Ok(r) => r,
+        Err(s) => return Outcome::Fail(s),
+    };
+    // the response travels back over the wire before it lands
+    response_wire(me);
+    let mut off = 0usize;
+    for &(addr, lkey, len) in &d.sges[..d.nsge] {
+        let Ok(l) = resolve(
+            m,
+            lkey,
+            addr,
+            len as u64,
+            me.pd,
+            me.obj.owner_pid,
+            sys::IBV_ACCESS_LOCAL_WRITE,
+        ) else {
+            return Outcome::Fail(syndrome::LOCAL_PROT);
+        };
+        match late.as_deref_mut() {
+            // SAFETY: both sides resolved in bounds.
+            None => unsafe { std::ptr::copy_nonoverlapping(r.ptr.add(off), l.ptr, len as usize) },
+            Some(late) => {
+                // the data lands before the next WQE (or after it, when it reads here)
+                let src = Region {
+                    _shm: r._shm,
+                    // SAFETY: `off + len` is within the responder's resolved range.
+                    ptr: unsafe { r.ptr.add(off) },
+                };
+                late.push(Landing {
+                    dst: l,
+                    bytes: Bytes::Source(src, len as usize),
+                });
+            }
+        }
+        off += len as usize;
+    }
+    Outcome::Done { byte_cnt: total as u32 }
+}
+
+/// An atomic (compare-and-swap or fetch-and-add) of a reliable connection on the responder's
+/// 8-byte word, the old value to the requester, now or (`late`) before the next WQE.
+fn atomic(m: &Model, me: &QpHdr, ph: &QpHdr, d: &Decoded, late: Option<&mut Vec<Landing>>) -> Outcome {
+    let (raddr, _) = d.raddr.unwrap_or((0, 0));
+    if raddr % 8 != 0 {
+        return Outcome::Fail(syndrome::REMOTE_INVAL_REQ);
+    }
+    let r = match remote_region(m, ph, d, sys::IBV_ACCESS_REMOTE_ATOMIC, 8) {
+        Ok(r) => r,
+        Err(s) => return Outcome::Fail(s),
+    };
+    let (addr, lkey, _) = d.sges[0];
+    let l = match resolve(m, lkey, addr, 8, me.pd, me.obj.owner_pid, sys::IBV_ACCESS_LOCAL_WRITE) {
+        Ok(l) => l,
+        Err(_) => return Outcome::Fail(syndrome::LOCAL_PROT),
+    };
+    let (swap_add, compare) = d.atomic.unwrap_or((0, 0));
+    // SAFETY: an 8-byte aligned word inside the responder's region (checked above);
+    // shared memory is accessed atomically by every process.
+    let word = unsafe { &*(r.ptr as *const AtomicU64) };
+    // The word's byte order is the responder device's (big-endian or host order); the
+    // old value goes back in the same order.
+    let big = ph.atomic_be != 0;
+    let order = |v: u64| if big { v.to_be() } else { v };
+    let old_be = if d.opcode == opcode::ATOMIC_FA {
+        let mut cur = word.load(Ordering::Acquire);
+        loop {
+            let new = order(order(cur).wrapping_add(swap_add));
+            match word.compare_exchange_weak(cur, new, Ordering::AcqRel, Ordering::Acquire) {
+                Ok(v) => break v,
+                Err(v) => cur = v,
+            }
+        }
+    } else {
+        match word.compare_exchange(order(compare), order(swap_add), Ordering::AcqRel, Ordering::Acquire) {
+            Ok(v) | Err(v) => v,
+        }
+    };
+    // the response (the old value) travels back over the wire before it lands
+    response_wire(me);
+    match late {
+        // SAFETY: 8 bytes resolved in the requester's region (may be unaligned).
+        None => unsafe { std::ptr::write_unaligned(l.ptr as *mut u64, old_be) },
+        Some(late) => late.push(Landing {
+            dst: l,
+            bytes: Bytes::Word(old_be.to_ne_bytes()),
+        }),
+    }
+    Outcome::Done { byte_cnt: 8 }
 }
 
 /// Executes the rung WQEs of QP `q`. Any process may do it for any QP (under the QP's SQ lock):
