@@ -56,41 +56,51 @@ enum Arm<'a> {
 }
 
 /// One timed block of the direct path: `batches` batches of `postlist` WQEs, one doorbell each.
+/// The WQE reaches the loops as a plain reference (gather) or a reference and the payload's
+/// slice (inline), as a caller's loop has them.
 #[inline(never)]
-fn direct_block<H: RingHook>(sq: &mut Sq<H>, arm: &mut Arm<'_>, batches: u32, postlist: u32) {
+fn direct_block<H: RingHook>(sq: &mut Sq<H>, arm: Arm<'_>, batches: u32, postlist: u32) {
+    match arm {
+        Arm::Gather(p) => gather_block(sq, p, batches, postlist),
+        Arm::Inline(p, src) => inline_block(sq, p, src, batches, postlist),
+    }
+}
+
+/// [`direct_block`] of a gathered WQE.
+#[inline(never)]
+fn gather_block<H: RingHook>(sq: &mut Sq<H>, p: &Prepared, batches: u32, postlist: u32) {
     if postlist == 1 {
-        return direct_singles(sq, arm, batches);
+        for _ in 0..batches {
+            if sq.post_prepared_ring(p, false).is_err() {
+                panic!("ring full");
+            }
+        }
+        return;
     }
     for _ in 0..batches {
-        let r = match arm {
-            Arm::Gather(p) => sq.post_prepared_n(p, postlist, false),
-            Arm::Inline(p, src) => sq.post_prepared_n_inline(p, src, postlist, false),
-        };
-        if r.is_err() {
+        if sq.post_prepared_n(p, postlist, false).is_err() {
             panic!("ring full");
         }
         sq.ring();
     }
 }
 
-/// The postlist-1 block of the direct path (its own function, as a caller's latency loop is).
+/// [`direct_block`] of an inline WQE, its payload read from `src` at every post.
 #[inline(never)]
-fn direct_singles<H: RingHook>(sq: &mut Sq<H>, arm: &mut Arm<'_>, n: u32) {
-    match arm {
-        Arm::Gather(p) => {
-            for _ in 0..n {
-                if sq.post_prepared_ring(p, false).is_err() {
-                    panic!("ring full");
-                }
+fn inline_block<H: RingHook>(sq: &mut Sq<H>, p: &mut Prepared, src: &[u8], batches: u32, postlist: u32) {
+    if postlist == 1 {
+        for _ in 0..batches {
+            if sq.post_prepared_ring_inline(p, src, false).is_err() {
+                panic!("ring full");
             }
         }
-        Arm::Inline(p, src) => {
-            for _ in 0..n {
-                if sq.post_prepared_ring_inline(p, src, false).is_err() {
-                    panic!("ring full");
-                }
-            }
+        return;
+    }
+    for _ in 0..batches {
+        if sq.post_prepared_n_inline(p, src, postlist, false).is_err() {
+            panic!("ring full");
         }
+        sq.ring();
     }
 }
 
@@ -387,12 +397,12 @@ fn main() {
                 for _ in 0..BLOCKS {
                     refill(&mut b, WQES_PER_BLOCK);
                     let t0 = clock::start();
-                    let mut arm = if inline {
+                    let arm = if inline {
                         Arm::Inline(&mut prepared, src_bytes)
                     } else {
                         Arm::Gather(&prepared)
                     };
-                    direct_block(&mut sq, black_box(&mut arm), batches, postlist);
+                    direct_block(&mut sq, black_box(arm), batches, postlist);
                     let t1 = clock::stop();
                     direct.push(((t1 - t0) as f64 - timer) / WQES_PER_BLOCK as f64);
                     // A signalled NOP after the block retires it (outside the timed region).
@@ -510,11 +520,11 @@ fn decomposition(model: &Model, pd: u32, cal: &Calibration, src: &[u8], sge: &[D
             for _ in 0..BLOCKS {
                 for (k, (q, p)) in qs.iter_mut().zip(preps.iter_mut()).enumerate() {
                     let n = block;
-                    let mut arm = if inline { Arm::Inline(p, src) } else { Arm::Gather(p) };
+                    let arm = if inline { Arm::Inline(p, src) } else { Arm::Gather(p) };
                     let t0 = clock::start();
                     match &mut q.2 {
-                        Some(sq) => direct_block(sq, black_box(&mut arm), n / postlist, postlist),
-                        None => direct_block(&mut q.0.sq, black_box(&mut arm), n / postlist, postlist),
+                        Some(sq) => direct_block(sq, black_box(arm), n / postlist, postlist),
+                        None => direct_block(&mut q.0.sq, black_box(arm), n / postlist, postlist),
                     }
                     let t1 = clock::stop();
                     v[k].push(((t1 - t0) as f64 - timer) / f64::from(n / postlist * postlist));

@@ -76,7 +76,7 @@ impl<H: RingHook> Sq<H> {
     /// of `n` calls of [`Sq::post_prepared`]. Returns the index of the last WQE (`None` if `n` is 0).
     #[inline(always)]
     pub fn post_prepared_n(&mut self, w: &Prepared, n: u32, signal_last: bool) -> Result<Option<u16>, SqError> {
-        self.post_n_body(w, n, signal_last, w.body())
+        self.post_n_body(w, n, signal_last, Body::Image(&w.words))
     }
 
     /// As [`Sq::post_prepared_n`] for an inline image, its payload `bytes` (of the image's
@@ -98,14 +98,14 @@ impl<H: RingHook> Sq<H> {
             return self.post_prepared_n(w, n, signal_last);
         }
         let body = w.body_with(bytes)?;
-        self.post_n_body(w, n, signal_last, body)
+        self.post_n_body(w, n, signal_last, Body::Words(body))
     }
 
     /// [`Sq::post_prepared_n`] with the words after the control segment given (`body`: those
     /// of a one-WQEBB WQE; a longer one, or a batch that reaches the ring's end, is posted from
     /// the image).
     #[inline(always)]
-    fn post_n_body(&mut self, w: &Prepared, n: u32, signal_last: bool, body: [u64; 6]) -> Result<Option<u16>, SqError> {
+    fn post_n_body(&mut self, w: &Prepared, n: u32, signal_last: bool, body: Body<'_>) -> Result<Option<u16>, SqError> {
         if n == 0 {
             return Ok(None);
         }
@@ -166,7 +166,7 @@ impl<H: RingHook> Sq<H> {
             self.ring();
             return Ok(i);
         }
-        self.ring_one::<false>(w, signaled, w.body())
+        self.ring_one(w, signaled, Body::Image(&w.words))
     }
 
     /// As [`Sq::post_prepared_ring`] for an inline image, its payload `bytes` (of the image's
@@ -189,16 +189,16 @@ impl<H: RingHook> Sq<H> {
             return Ok(i);
         }
         let body = w.body_with(bytes)?;
-        self.ring_one::<true>(w, signaled, body)
+        self.ring_one(w, signaled, Body::Words(body))
     }
 
     /// The single-WQE path of [`Sq::post_prepared_ring`]: a one-WQEBB WQE, nothing waiting for
     /// a doorbell, a free WQEBB (the caller has checked all three); `body` the words after the
-    /// control segment; `WORDS`: they were made in general registers (an inline payload), and go
-    /// to the ring as 8-byte stores (16-byte stores would first move each pair to a vector
-    /// register), else they were loaded from the image and go as 16-byte stores.
+    /// control segment: made in general registers (an inline payload), they go to the ring as
+    /// 8-byte stores (16-byte stores would first move each pair to a vector register); read from
+    /// the image, as 16-byte loads and stores.
     #[inline(always)]
-    fn ring_one<const WORDS: bool>(&mut self, w: &Prepared, signaled: bool, body: [u64; 6]) -> Result<u16, SqError> {
+    fn ring_one(&mut self, w: &Prepared, signaled: bool, body: Body<'_>) -> Result<u16, SqError> {
         let start = self.pi();
         let slot = start & (self.cfg.wqe_cnt - 1);
         let lo = w.words[0] & !0x00ff_ff00u64 | u64::from((start as u16).swap_bytes()) << 8;
@@ -212,10 +212,9 @@ impl<H: RingHook> Sq<H> {
         // (checked by the caller): [p, p + 64) is inside the ring, 64-byte aligned.
         unsafe {
             let dst = self.cfg.buf.add(slot as usize * WQEBB);
-            if WORDS {
-                write_words(dst, lo, hi, body)
-            } else {
-                write_wqebb::<false>(dst, lo, hi, body)
+            match body {
+                Body::Words(b) => write_words(dst, lo, hi, b),
+                Body::Image(_) => write_wqebb::<false>(dst, lo, hi, body),
             }
         };
         udma_to_device_barrier();
@@ -232,8 +231,8 @@ impl<H: RingHook> Sq<H> {
             ptr::write_volatile(reg, lo);
             if bf {
                 ptr::write_volatile(reg.add(1), hi);
-                for (q, v) in body.into_iter().enumerate() {
-                    ptr::write_volatile(reg.add(2 + q), v);
+                for q in 0..6 {
+                    ptr::write_volatile(reg.add(2 + q), body.word(q));
                 }
             }
         }
@@ -532,20 +531,45 @@ unsafe fn write_words(dst: *mut u8, lo: u64, hi: u64, body: [u64; 6]) {
     }
 }
 
-/// Writes one WQEBB: the control segment's two words `lo`, `hi`, then the 6 words `body`, as
-/// 16-byte stores on x86-64, 8-byte stores elsewhere. With `JOIN` the two control words are joined
-/// in a register and go out as one 16-byte store (four stores in all: a batch of WQEs is bound by
-/// its stores); without, as two 8-byte stores (fewer instructions: a single post is bound by how
-/// many the core can issue).
+/// The words after a one-WQEBB WQE's control segment as a post takes them: read from the image
+/// (a gathered WQE: 16-byte loads straight into the stores) or made in registers (an inline
+/// payload: [`Prepared::body_with`]). Every use is inlined with the kind known, so the match
+/// folds away.
+#[derive(Clone, Copy)]
+enum Body<'a> {
+    /// The image's words (the body is its words 2..8).
+    Image(&'a [u64; 32]),
+    /// The six words.
+    Words([u64; 6]),
+}
+
+impl Body<'_> {
+    /// Word `q` (0..6) after the control segment.
+    #[inline(always)]
+    fn word(&self, q: usize) -> u64 {
+        match self {
+            Body::Image(w) => w[2 + q],
+            Body::Words(b) => b[q],
+        }
+    }
+}
+
+/// Writes one WQEBB: the control segment's two words `lo`, `hi`, then the 6 words of `body`, as
+/// 16-byte stores on x86-64 (from 16-byte loads of the image, or the words joined in vector
+/// registers), 8-byte stores elsewhere. With `JOIN` the two control words are joined in a
+/// register and go out as one 16-byte store (four stores in all: a batch of WQEs is bound by its
+/// stores); without, as two 8-byte stores (fewer instructions: a single post is bound by how many
+/// the core can issue).
 ///
 /// # Safety
 /// `dst` is 64 writable bytes, 16-byte aligned.
 #[inline(always)]
-unsafe fn write_wqebb<const JOIN: bool>(dst: *mut u8, lo: u64, hi: u64, body: [u64; 6]) {
+unsafe fn write_wqebb<const JOIN: bool>(dst: *mut u8, lo: u64, hi: u64, body: Body<'_>) {
     #[cfg(target_arch = "x86_64")]
-    // SAFETY: SSE2 is part of x86-64; dst is 64 writable 16-byte aligned bytes (caller).
+    // SAFETY: SSE2 is part of x86-64; dst is 64 writable 16-byte aligned bytes (caller); the
+    // image's words 2..8 are 48 readable bytes (unaligned loads).
     unsafe {
-        use core::arch::x86_64::{__m128i, _mm_set_epi64x, _mm_store_si128};
+        use core::arch::x86_64::{__m128i, _mm_loadu_si128, _mm_set_epi64x, _mm_store_si128};
         let d = dst as *mut __m128i;
         if JOIN {
             _mm_store_si128(d, _mm_set_epi64x(hi as i64, lo as i64));
@@ -553,9 +577,19 @@ unsafe fn write_wqebb<const JOIN: bool>(dst: *mut u8, lo: u64, hi: u64, body: [u
             ptr::write(dst as *mut u64, lo);
             ptr::write((dst as *mut u64).add(1), hi);
         }
-        _mm_store_si128(d.add(1), _mm_set_epi64x(body[1] as i64, body[0] as i64));
-        _mm_store_si128(d.add(2), _mm_set_epi64x(body[3] as i64, body[2] as i64));
-        _mm_store_si128(d.add(3), _mm_set_epi64x(body[5] as i64, body[4] as i64));
+        match body {
+            Body::Image(w) => {
+                let b = w.as_ptr().add(2) as *const __m128i;
+                _mm_store_si128(d.add(1), _mm_loadu_si128(b));
+                _mm_store_si128(d.add(2), _mm_loadu_si128(b.add(1)));
+                _mm_store_si128(d.add(3), _mm_loadu_si128(b.add(2)));
+            }
+            Body::Words(b) => {
+                _mm_store_si128(d.add(1), _mm_set_epi64x(b[1] as i64, b[0] as i64));
+                _mm_store_si128(d.add(2), _mm_set_epi64x(b[3] as i64, b[2] as i64));
+                _mm_store_si128(d.add(3), _mm_set_epi64x(b[5] as i64, b[4] as i64));
+            }
+        }
     }
     #[cfg(not(target_arch = "x86_64"))]
     // SAFETY: as above, 8-byte stores.
@@ -563,8 +597,8 @@ unsafe fn write_wqebb<const JOIN: bool>(dst: *mut u8, lo: u64, hi: u64, body: [u
         let d = dst as *mut u64;
         ptr::write(d, lo);
         ptr::write(d.add(1), hi);
-        for (q, v) in body.into_iter().enumerate() {
-            ptr::write(d.add(2 + q), v);
+        for q in 0..6 {
+            ptr::write(d.add(2 + q), body.word(q));
         }
     }
 }
