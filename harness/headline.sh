@@ -57,6 +57,17 @@ table=$(jq -r --argjson runs "$runs" '
     "| \($pl) | \(cell(v("direct"))) | \(cell(v("verbs"))) | \(cell(v("wr"))) | \(cell(diff("verbs"))) | \(cell(diff("wr"))) | \((v("verbs") | med) / (v("direct") | med) | fmt) |"
 ' <<<"$cells")
 
+# the separations: inline and gathered, bf and db (direct), per backend
+split=$(jq -s -r --argjson q "$cqmod" '
+  def med: sort | if length == 0 then null elif length % 2 == 1 then .[length/2|floor] else (.[length/2-1] + .[length/2]) / 2 end;
+  def fmt: if . == null then "-" else (. * 100 | round / 100 | tostring) end;
+  def cell(xs): if (xs | length) == 0 then "-" else "\(xs | med | fmt) [\(xs | min | fmt)-\(xs | max | fmt)]" end;
+  [ .[] | .runs[] | select(.op == "write" and .cq_mod == $q) ] as $r
+  | ([ $r[].postlist ] | unique)[] as $pl
+  | def v(b; m; i): [ $r[] | select(.postlist == $pl and .backend == b and .inline == i and (.db_mode // "-") == m) | .per_wqe_ns.p50 ];
+    "| \($pl) | \(cell(v("direct"; "bf"; true))) | \(cell(v("direct"; "bf"; false))) | \(cell(v("direct"; "db"; true))) | \(cell(v("direct"; "db"; false))) | \(cell(v("verbs"; "-"; true))) | \(cell(v("verbs"; "-"; false))) | \(cell(v("wr"; "-"; true))) | \(cell(v("wr"; "-"; false))) |"
+' "$out"/run-*.json)
+
 {
   echo "Post cost per WQE, RDMA WRITE 8 B inline, CQE every $cqmod WQEs; $runs process runs of"
   echo "\`rdmaprobe post-cost -d $dev --op write -l 1,8,32 -Q $cqmod -n $blocks\` (backends interleaved in each)."
@@ -66,6 +77,13 @@ table=$(jq -r --argjson runs "$runs" '
   echo "| postlist | direct (bf) | verbs (ibv_post_send) | wr (ibv_wr_*) | verbs - direct | wr - direct | verbs / direct |"
   echo "|---|---|---|---|---|---|---|"
   echo "$table"
+  echo
+  echo "What each cost is, from the same runs: every backend's WRITE 8 B inline and 8 B gathered (one"
+  echo "gather entry), the direct path in each doorbell mode; ns per WQE, median [lowest-highest run]."
+  echo
+  echo "| postlist | direct bf inline | direct bf gather | direct db inline | direct db gather | verbs inline | verbs gather | wr inline | wr gather |"
+  echo "|---|---|---|---|---|---|---|---|---|"
+  echo "$split"
 } | tee "$out/headline.md"
 echo
 echo "written: $out/headline.md and run-1..$runs.json"
