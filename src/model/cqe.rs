@@ -108,26 +108,58 @@ pub(super) fn push_cqe(m: &Model, cq: &Shm, c: CqeOut) {
     if error {
         bump32(&ctr.errors[(c.syndrome & 63) as usize], 1);
     }
+    event_if_armed(cq, db, error || c.solicited, |_| true);
+    unlock(&h.lock);
+}
+
+/// Under the CQ's lock, after a CQE was written or an arm was given: raises the event when the
+/// CQ has a channel and its arm record holds an arm not yet answered ([`super::events::armed`])
+/// that `pending` (given the arm) says has a completion to report; the arm is then answered.
+fn event_if_armed(cq: &Shm, db: *mut u32, solicited_or_error: bool, pending: impl Fn(u32) -> bool) {
+    let h: &CqHdr = hdr(cq);
     // SAFETY: a field of the header, read once (another process may own it).
     let chan = unsafe { std::ptr::read_volatile(&h.chan) };
-    if chan != 0 {
-        // SAFETY: the arm record follows the consumer's record (cq_dbrec checked 8 bytes).
-        let arm = u32::from_be(unsafe { std::ptr::read_volatile(db.add(1)) });
-        if super::events::armed(arm, h.arm_seen.load(Ordering::Relaxed), error || c.solicited) {
-            h.arm_seen.store(arm, Ordering::Relaxed);
-            // SAFETY: header fields, read once.
-            let (handle, owner) = unsafe {
-                (
-                    std::ptr::read_volatile(&h.user_handle),
-                    std::ptr::read_volatile(&h.obj.owner_pid),
-                )
-            };
-            if super::events::raise(chan, handle, owner) {
-                bump64(&ctr.events, 1);
-            } else {
-                bump64(&ctr.events_lost, 1);
-            }
-        }
+    if chan == 0 {
+        return;
+    }
+    // The CQE's (or the arm's) store before the arm's load (a full fence: a store and a later
+    // load of another address may otherwise pass each other, even on x86). The program arms,
+    // then polls (libmlx5's arm, then the poll wrapper's or libibverbs' locked instructions):
+    // with a fence on both sides, either this load sees the arm or the program's poll sees the
+    // CQE.
+    fence(Ordering::SeqCst);
+    // SAFETY: the arm record follows the consumer's record (cq_dbrec checked 8 bytes).
+    let arm = u32::from_be(unsafe { std::ptr::read_volatile(db.add(1)) });
+    if !super::events::armed(arm, h.arm_seen.load(Ordering::Relaxed), solicited_or_error) || !pending(arm) {
+        return;
+    }
+    h.arm_seen.store(arm, Ordering::Relaxed);
+    // SAFETY: header fields, read once.
+    let (handle, owner) = unsafe {
+        (
+            std::ptr::read_volatile(&h.user_handle),
+            std::ptr::read_volatile(&h.obj.owner_pid),
+        )
+    };
+    let ctr = cq_counters(cq);
+    if super::events::raise(chan, handle, owner) {
+        bump64(&ctr.events, 1);
+    } else {
+        bump64(&ctr.events_lost, 1);
+    }
+}
+
+/// The program armed CQ `cq` (`ibv_req_notify_cq` for every completion): as a ConnectX, which
+/// compares the arm's consumer index with its producer index, an arm given while completions
+/// are already in the CQ beyond that index raises the event now (a program that polls a bounded
+/// number of completions per event, as `ibv_rc_pingpong -e` two, leaves some there and waits
+/// for the event they owe it). Solicited-only arms are left to the next solicited completion.
+pub(super) fn arm_given(m: &Model, cq: &Shm) {
+    let h: &CqHdr = hdr(cq);
+    lock(&h.lock);
+    if let Some(db) = cq_dbrec(m, cq) {
+        let pi = h.pi.load(Ordering::Relaxed);
+        event_if_armed(cq, db, false, |arm| (arm & 0xff_ffff) != (pi & 0xff_ffff));
     }
     unlock(&h.lock);
 }

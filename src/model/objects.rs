@@ -478,6 +478,12 @@ pub struct ModelCq {
 }
 
 impl ModelCq {
+    /// The program armed this CQ for every completion: completions already in it beyond the
+    /// arm's consumer index raise the event now (see `cqe::arm_given`).
+    pub fn arm_given(&self) {
+        super::cqe::arm_given(&self.model, &self.shm);
+    }
+
     /// Attaches completion channel `chan` (`super::events`): its events carry `handle`. The CQ
     /// is unarmed until its arm record changes.
     pub fn attach_channel(&self, chan: u32, handle: u64) {

@@ -106,6 +106,21 @@ pub fn model_qp(qpn: u32) -> Option<Weak<ModelQp>> {
         .map(|(_, w, _)| w.clone())
 }
 
+/// The program armed the CQ of handle `handle` on device descriptor `fd` (after libmlx5's
+/// `ibv_req_notify_cq`): completions already in it beyond the arm's consumer index raise the
+/// event now, as on a ConnectX ([`ModelCq::arm_given`]). Another descriptor or handle: nothing.
+pub fn cq_armed(fd: c_int, handle: u32) {
+    let t = CTXS.lock().unwrap_or_else(|p| p.into_inner());
+    if let Some(e) = t
+        .iter()
+        .find(|(f, _)| *f == fd)
+        .and_then(|(_, c)| c.as_ref())
+        .and_then(|c| c.cqs.get(&handle))
+    {
+        e.cq.arm_given();
+    }
+}
+
 /// Lets model0 execute what libmlx5 rang on this process's QPs (the wire, then the WQEs, for
 /// each QP whose send doorbell record moved; a sender stalled on RNR goes on): what a program
 /// polling a model0 CQ through libibverbs needs, since no thread watches the doorbells. The

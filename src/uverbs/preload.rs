@@ -23,6 +23,7 @@ enum Slot {
     PostSend,
     PostRecv,
     PollCq,
+    ReqNotifyCq,
     CreateQpEx,
     CreateCqEx,
     WrComplete,
@@ -38,6 +39,7 @@ static SIGNALS: AtomicBool = AtomicBool::new(false);
 type PostSendFn = unsafe extern "C" fn(*mut sys::ibv_qp, *mut sys::ibv_send_wr, *mut *mut sys::ibv_send_wr) -> c_int;
 type PostRecvFn = unsafe extern "C" fn(*mut sys::ibv_qp, *mut sys::ibv_recv_wr, *mut *mut sys::ibv_recv_wr) -> c_int;
 type PollCqFn = unsafe extern "C" fn(*mut sys::ibv_cq, c_int, *mut sys::ibv_wc) -> c_int;
+type ReqNotifyCqFn = unsafe extern "C" fn(*mut sys::ibv_cq, c_int) -> c_int;
 type CreateQpExFn = unsafe extern "C" fn(*mut sys::ibv_context, *mut sys::ibv_qp_init_attr_ex) -> *mut sys::ibv_qp;
 type CreateCqExFn = unsafe extern "C" fn(*mut sys::ibv_context, *mut sys::ibv_cq_init_attr_ex) -> *mut sys::ibv_cq_ex;
 type WrCompleteFn = unsafe extern "C" fn(*mut sys::ibv_qp_ex) -> c_int;
@@ -170,6 +172,10 @@ pub unsafe fn wrap_context(ctx: *mut sys::ibv_context) {
         save(Slot::PollCq, key, f as usize);
         ops.poll_cq = Some(poll_cq);
     }
+    if let Some(f) = ops.req_notify_cq {
+        save(Slot::ReqNotifyCq, key, f as usize);
+        ops.req_notify_cq = Some(req_notify_cq);
+    }
     // SAFETY: as above.
     if let Some(v) = unsafe { verbs_ctx(ctx) } {
         // SAFETY: the extended context around a live context, as large as checked.
@@ -241,8 +247,30 @@ unsafe extern "C" fn poll_cq(cq: *mut sys::ibv_cq, n: c_int, wc: *mut sys::ibv_w
         return -libc::ENOSYS;
     };
     device::progress();
+    // The program's arm (ibv_req_notify_cq, before this poll) before the poll's loads: the
+    // other half of model0's fence between a CQE and the arm it reads (src/model/cqe.rs), so a
+    // CQE is either polled here or raises the event. On x86 the locked instructions of
+    // `progress` are that barrier already.
+    #[cfg(not(target_arch = "x86_64"))]
+    std::sync::atomic::fence(std::sync::atomic::Ordering::SeqCst);
     // SAFETY: the provider's own poll_cq with the caller's arguments.
     unsafe { f(cq, n, wc) }
+}
+
+unsafe extern "C" fn req_notify_cq(cq: *mut sys::ibv_cq, solicited_only: c_int) -> c_int {
+    // SAFETY: libibverbs calls this with a live CQ of a context wrapped here.
+    let (ctx, handle) = unsafe { ((*cq).context, (*cq).handle) };
+    // SAFETY: the slot's type.
+    let Some(f) = (unsafe { saved::<ReqNotifyCqFn>(Slot::ReqNotifyCq, ctx as *const c_void) }) else {
+        return libc::ENOSYS;
+    };
+    // SAFETY: the provider's own arm with the caller's arguments.
+    let rc = unsafe { f(cq, solicited_only) };
+    if rc == 0 && solicited_only == 0 {
+        // SAFETY: the live CQ's context.
+        device::cq_armed(unsafe { (*ctx).cmd_fd }, handle);
+    }
+    rc
 }
 
 unsafe extern "C" fn create_qp_ex(ctx: *mut sys::ibv_context, attr: *mut sys::ibv_qp_init_attr_ex) -> *mut sys::ibv_qp {
