@@ -15,15 +15,18 @@
 //! (index, flags, checks, bookkeeping).
 //!
 //! Each configuration's figure is the interquartile mean of its blocks' per-WQE times (the mean
-//! of the middle half): the counter steps by about 20 ns here, which a block of 512 WQEs
-//! resolves only to 0.04 ns per WQE, a step a median keeps and a mean over blocks starting at
-//! random phases of the counter averages out; the outer quarters drop interrupts and the like.
+//! of the middle half): the counter advances in steps (measured and printed in the header:
+//! about 20 ns on this project's VMs), which a block of 512 WQEs resolves only to a step over
+//! 512 per WQE, a step a median keeps and a mean over blocks starting at random phases of the
+//! counter averages out; the outer quarters drop interrupts and the like. Figures are in TSC
+//! ticks (the counter's unit, not core cycles) and ns.
 //! Targets: at most 1.2x the floor at postlist 1, 1.05x at postlist 32, every case.
 //!
 //! Then the steps from this direct arm to what `rdmaprobe post-cost -d model0 --backend direct`
 //! prints, each measured (see [`decomposition`]): the CLI's figure is this path plus model0's
 //! doorbell route and the direct backend's `Backend::post` with the scenario's loop; the bench
-//! runs the CLI's own code five times, and the range it prints is what a CLI run should fall in.
+//! runs the CLI's own code five times and prints their median and range (a sixth run falls
+//! outside the range of five with probability 1/3: a spread, not a confidence interval).
 //!
 //! Run: `cargo bench --bench post_cost` (`harness/post-cost-bench.sh` runs it three times in a
 //! row and prints every run's verdict).
@@ -36,7 +39,7 @@ use rdmaprobe::mlx5::sq::{DbMode, NoHook, Prepared, RingHook, Sq};
 use rdmaprobe::mlx5::wqe::{Payload, Wqe};
 use rdmaprobe::model::{DirectModelQp, ExecMode, Model, ModelConfig, ModelConnect, ModelQpCaps};
 use rdmaprobe::sys;
-use std::arch::x86_64::{__m128i, _mm_loadu_si128, _mm_set_epi64x, _mm_store_si128};
+use std::arch::x86_64::{__m128i, _mm_cvtsi128_si64, _mm_loadu_si128, _mm_set_epi64x, _mm_store_si128};
 use std::hint::black_box;
 use std::ptr;
 
@@ -150,21 +153,22 @@ fn floor_block(f: &mut Floor, image: &[u8; 64], batches: u32, postlist: u32, mod
         mmio_wc_start();
         let r = reg.wrapping_add(bf_off) as *mut u64;
         // the BlueFlame copy comes from the WQE's image (the direct path's single-WQE post
-        // copies it from registers too); the doorbell takes the last slot's first 8 bytes
-        let src = if bf {
-            image.as_ptr() as *const u64
-        } else {
-            buf.wrapping_add(slot * 64) as *const u64
-        };
+        // copies it from registers too); the doorbell of a single post takes the control
+        // segment's first 8 bytes from a register, as the direct path's does, and that of a
+        // batch the last slot's, as `Sq::ring` reads them back
         if bf {
+            let src = image.as_ptr() as *const u64;
             for q in 0..8 {
                 // SAFETY: a 64-byte chunk of the register page at bf_off; the source is the
                 // 64-byte WQE image.
                 unsafe { ptr::write_volatile(r.add(q), ptr::read(src.add(q))) };
             }
+        } else if postlist == 1 {
+            // SAFETY: SSE2 is part of x86-64; 8 bytes of the register page.
+            unsafe { ptr::write_volatile(r, _mm_cvtsi128_si64(w[0]) as u64) };
         } else {
             // SAFETY: 8 bytes of the register page; the source is the last slot.
-            unsafe { ptr::write_volatile(r, ptr::read(src)) };
+            unsafe { ptr::write_volatile(r, ptr::read(buf.wrapping_add(slot * 64) as *const u64)) };
         }
         if fence {
             mmio_flush_writes();
@@ -251,6 +255,9 @@ fn floor_block_inline<const K: usize>(
                 // SAFETY: a 64-byte chunk of the register page at bf_off.
                 unsafe { ptr::write_volatile(r.add(q), *x) };
             }
+        } else if postlist == 1 {
+            // SAFETY: 8 bytes of the register page, from a register (as the direct path's).
+            unsafe { ptr::write_volatile(r, v[0]) };
         } else {
             // SAFETY: 8 bytes of the register page; the source is the last slot.
             unsafe { ptr::write_volatile(r, ptr::read(buf.wrapping_add(slot * 64) as *const u64)) };
@@ -283,14 +290,16 @@ fn main() {
     let src = model.reg_mr(pd, 4096, access).expect("mr");
     let dst = model.reg_mr(pd, 4096, access).expect("mr");
     println!(
-        "device: model0 (software model, deferred execution); TSC {:.3} MHz ({}); timed-region overhead median {} cycles, subtracted from every block",
+        "device: model0 (software model, deferred execution); TSC {:.3} MHz ({}), step {} ticks ({:.1} ns); timed-region overhead median {} ticks, subtracted from every block",
         cal.hz / 1e6,
         cal.source.as_str(),
+        rdmaprobe::scenario::runner::tsc_step(),
+        cal.to_ns(rdmaprobe::scenario::runner::tsc_step()),
         cal.overhead.median_cycles
     );
     println!(
         "{:<12} {:<11} {:>8} {:>15} {:>8} {:>14} {:>6}",
-        "case", "mode", "postlist", "direct cyc/WQE", "ns/WQE", "floor cyc/WQE", "ratio"
+        "case", "mode", "postlist", "direct tck/WQE", "ns/WQE", "floor tck/WQE", "ratio"
     );
     let payload = [0x5au8; 8];
     let sge = [DataSeg::new(src.addr(), src.lkey(), 64)];

@@ -219,8 +219,10 @@ impl<Q: DirectQueues> DirectEnd<Q> {
         let (sq, _, _) = self.q.parts();
         if *inline {
             // SAFETY: the inline payload is the first `len` bytes of our registered buffer's
-            // first half (len checked against it when the WQE was prepared), which the device
-            // does not write; the post may read a few bytes past the payload in that half.
+            // first half (len checked against it when the WQE was prepared); the post may read
+            // a few bytes past the payload in that half. The device writes that half only for
+            // an atomic's result (its 8 bytes at the start), and atomics take no inline payload:
+            // a run posts one operation, so no atomic is in flight while an inline post reads.
             let src = unsafe { std::slice::from_raw_parts(self.base as *const u8, self.rx_off) };
             if n == 1 {
                 sq.post_prepared_ring_inline(prep, src, signal_last)

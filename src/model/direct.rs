@@ -74,9 +74,10 @@ pub(super) fn deliver_now(model: &Model, qp: &Shm, reg: RegCheck) {
     if wire != 0 {
         // A device sees the doorbell once the stores before it are visible: drain the store
         // buffer first (the `sfence`s of the doorbell only order it), so the delay cannot hide
-        // that drain and adds exactly D. Without a delay the kick below (a locked instruction,
-        // a full barrier) drains it before any of the model's work: a fence here too cost the
-        // round trip about 10 ns per doorbell.
+        // that drain and adds exactly D. Without a delay nothing waits on that drain: the kick
+        // below (a SeqCst read-modify-write: a locked instruction on x86, an
+        // acquire-release one on aarch64) publishes the WQEs to whoever executes them, and the
+        // fence here cost the round trip about 10 ns per doorbell.
         fence(Ordering::SeqCst);
         wire_wait(wire & !WIRE_TIMED);
     }

@@ -11,7 +11,10 @@ use core::ptr;
 impl<H: RingHook> Sq<H> {
     /// Writes a [`Prepared`] WQE at the producer index (no doorbell): its bytes copied as they
     /// are, the first 16 (control segment) with this post's WQE index and completion flag
-    /// written in. Returns the 16-bit index.
+    /// written in. Returns the 16-bit index. An inline image carries the payload it holds
+    /// (given to [`Prepared::new`] or the last [`Prepared::set_inline`]; the `_inline` posts'
+    /// register paths do not store theirs into it): to send the bytes of the moment, use
+    /// [`Sq::post_prepared_ring_inline`] / [`Sq::post_prepared_n_inline`].
     #[inline(always)]
     pub fn post_prepared(&mut self, w: &Prepared, signaled: bool) -> Result<u16, SqError> {
         let nbb = w.nbb;
@@ -409,8 +412,10 @@ impl Prepared {
     #[inline(always)]
     pub fn body_with(&self, src: &[u8]) -> Result<[u64; 6], SqError> {
         match self.inl_fast {
-            4 if src.len() >= 28 => return Ok(self.body_at::<4>(src)),
-            2 if src.len() >= 44 => return Ok(self.body_at::<2>(src)),
+            // SAFETY: src holds the 28 (K = 4) or 44 (K = 2) bytes body_at reads.
+            4 if src.len() >= 28 => return Ok(unsafe { self.body_at::<4>(src) }),
+            // SAFETY: as above.
+            2 if src.len() >= 44 => return Ok(unsafe { self.body_at::<2>(src) }),
             _ => {}
         }
         let bytes = self.payload_of(src)?;
@@ -429,13 +434,16 @@ impl Prepared {
     /// [`Prepared::body_with`] with the header at word `K` (2: a SEND; 4: an RDMA WRITE, after
     /// the remote address) and `src` holding the `8 (8 - K) - 4` bytes the rest of the WQEBB
     /// takes: constant word positions and whole loads, so the words stay in registers.
+    ///
+    /// # Safety
+    /// `src` holds at least `8 (8 - K) - 4` bytes.
     #[inline(always)]
-    fn body_at<const K: usize>(&self, src: &[u8]) -> [u64; 6] {
+    unsafe fn body_at<const K: usize>(&self, src: &[u8]) -> [u64; 6] {
         let mut b = self.body();
         let hdr = self.words[K] & 0xffff_ffff;
         let p = src.as_ptr();
         for m in 0..8 - K {
-            // SAFETY: src holds 8 (8 - K) - 4 bytes (the caller's check), so the 4 bytes at 0
+            // SAFETY: src holds 8 (8 - K) - 4 bytes (the caller's contract), so the 4 bytes at 0
             // and, for 1 <= m < 8 - K, the 8 at 8 m - 4 are inside it; unaligned loads.
             let v = unsafe {
                 if m == 0 {
