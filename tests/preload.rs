@@ -500,3 +500,70 @@ fn finish_child(c: &mut Child) -> String {
     let _ = c.wait();
     s
 }
+
+/// Waits for `child` until `limit`; None when it is still running then (it is killed).
+fn wait_for(child: &mut Child, limit: Duration) -> Option<std::process::ExitStatus> {
+    let start = Instant::now();
+    while start.elapsed() < limit {
+        if let Ok(Some(st)) = child.try_wait() {
+            return Some(st);
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    None
+}
+
+#[test]
+fn a_polling_program_ends_at_sigterm() {
+    if !have("ib_send_lat", "perftest") {
+        return;
+    }
+    let d = ModelDir::new("sigpoll");
+    let _one = PAIRS.lock().unwrap_or_else(|p| p.into_inner());
+    // the handler met the polling thread in model0's progress (its QP table locked) in one of
+    // three tries before it gave up rather than wait: several rounds
+    for round in 0..6 {
+        let port = free_port().to_string();
+        let n = "100000000";
+        // the server run directly, so the signal reaches it
+        let mut server = Command::new("ib_send_lat")
+            .args(["-d", "model0", "-p", &port, "-n", n])
+            .env("LD_PRELOAD", lib())
+            .env("RDMAPROBE_MODEL_DIR", &d.0)
+            .env_remove("SYSFS_PATH")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("starting ib_send_lat");
+        let start = Instant::now();
+        while !listening(port.parse().unwrap_or(0)) && start.elapsed() < Duration::from_secs(60) {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let mut client = exec(&d, &["ib_send_lat", "-d", "model0", "-p", &port, "-n", n, "127.0.0.1"])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("starting the client");
+        // both QPs made, then a moment for the ping-pong to start polling
+        let start = Instant::now();
+        while d.objects().iter().filter(|o| o.starts_with("qp-")).count() < 2
+            && start.elapsed() < Duration::from_secs(60)
+        {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        std::thread::sleep(Duration::from_millis(1500));
+        // SAFETY: a signal to our own child, not yet reaped.
+        unsafe { libc::kill(server.id() as libc::pid_t, libc::SIGTERM) };
+        // a deadlock is forever: a bound far beyond a loaded machine's slowness
+        let st = wait_for(&mut server, Duration::from_secs(30));
+        // SAFETY: as above (rdmaprobe, which stops the client).
+        unsafe { libc::kill(client.id() as libc::pid_t, libc::SIGTERM) };
+        let _ = wait_for(&mut client, Duration::from_secs(30));
+        use std::os::unix::process::ExitStatusExt;
+        let st = st.unwrap_or_else(|| panic!("round {round}: the polling server did not end within 30 s of SIGTERM"));
+        assert_eq!(st.signal(), Some(libc::SIGTERM), "round {round}: {st:?}");
+    }
+}
