@@ -567,3 +567,121 @@ fn a_polling_program_ends_at_sigterm() {
         assert_eq!(st.signal(), Some(libc::SIGTERM), "round {round}: {st:?}");
     }
 }
+
+/// The processes running (not zombies) whose command line is exactly `argv`, with their parent.
+fn running(argv: &[&str]) -> Vec<(u32, u32)> {
+    let want: Vec<u8> = argv.iter().flat_map(|a| a.bytes().chain([0])).collect();
+    let mut v = Vec::new();
+    for e in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+        let Ok(pid) = e.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        if std::fs::read(e.path().join("cmdline")).ok().as_deref() != Some(&want[..]) {
+            continue;
+        }
+        let stat = std::fs::read_to_string(e.path().join("stat")).unwrap_or_default();
+        // after the command's ")": state, parent
+        let rest: Vec<&str> = stat
+            .rsplit_once(')')
+            .map(|r| r.1)
+            .unwrap_or("")
+            .split_whitespace()
+            .collect();
+        if rest.first().is_some_and(|s| *s != "Z" && *s != "X") {
+            v.push((pid, rest.get(1).and_then(|p| p.parse().ok()).unwrap_or(0)));
+        }
+    }
+    v
+}
+
+/// Waits until `f` holds, at most `limit`; whether it did.
+fn until(limit: Duration, mut f: impl FnMut() -> bool) -> bool {
+    let start = Instant::now();
+    while !f() {
+        if start.elapsed() > limit {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    true
+}
+
+#[test]
+fn exec_signals_the_whole_program_and_says_what_could_not_start() {
+    let d = ModelDir::new("group");
+    let model0_exec = |args: &[&str]| {
+        let mut c = Command::new(EXE);
+        c.args(["model0", "exec"])
+            .args(args)
+            .env("RDMAPROBE_MODEL_DIR", &d.0)
+            .env("RDMAPROBE_PRELOAD_LIB", lib());
+        c
+    };
+    // the deadline reaches what PROGRAM started (its process group)
+    let tag = format!("{}.25", 40 + std::process::id() % 1000);
+    let script = format!("sleep {tag}; echo x");
+    let o = run_until(
+        model0_exec(&["--timeout", "1", "--", "sh", "-c", &script]),
+        Duration::from_secs(60),
+    );
+    assert_eq!(o.status.code(), Some(124), "{}", text(&o.stderr));
+    assert!(!text(&o.stdout).contains('x'));
+    assert!(
+        until(Duration::from_secs(10), || running(&["sleep", &tag]).is_empty()),
+        "sleep {tag} still running after the deadline"
+    );
+    // rdmaprobe SIGKILLed: its program gets SIGTERM (PR_SET_PDEATHSIG), not orphaned
+    let mut c = model0_exec(&["--", "sleep", &tag])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start");
+    let me = c.id();
+    assert!(until(Duration::from_secs(30), || running(&["sleep", &tag])
+        .iter()
+        .any(|p| p.1 == me)));
+    let _ = c.kill();
+    let _ = c.wait();
+    assert!(
+        until(Duration::from_secs(10), || running(&["sleep", &tag]).is_empty()),
+        "sleep {tag} orphaned by a SIGKILLed rdmaprobe"
+    );
+    // SIGINT to rdmaprobe: stopped, 130 (128 + SIGINT) as a shell says
+    let mut c = model0_exec(&["--", "sleep", &tag])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start");
+    let me = c.id();
+    assert!(until(Duration::from_secs(30), || running(&["sleep", &tag])
+        .iter()
+        .any(|p| p.1 == me)));
+    // SAFETY: a signal to our own child, not yet reaped.
+    unsafe { libc::kill(me as libc::pid_t, libc::SIGINT) };
+    let st = wait_for(&mut c, Duration::from_secs(30));
+    assert_eq!(st.and_then(|s| s.code()), Some(130), "{st:?}");
+    // an unknown option before `--` is clap's error, not a program name
+    let o = run_until(model0_exec(&["--bogus", "--", "true"]), Duration::from_secs(60));
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o.stderr));
+    assert!(
+        text(&o.stderr).contains("unexpected argument '--bogus'"),
+        "{}",
+        text(&o.stderr)
+    );
+    // a program that cannot start: 127 not found, 126 not executable (as env, timeout)
+    let o = run_until(model0_exec(&["--", "/nonexistent/prog"]), Duration::from_secs(60));
+    assert_eq!(o.status.code(), Some(127), "{}", text(&o.stderr));
+    let o = run_until(model0_exec(&["--", "/etc/passwd"]), Duration::from_secs(60));
+    assert_eq!(o.status.code(), Some(126), "{}", text(&o.stderr));
+    // a preload that is not a shared object is refused (ld.so would ignore it and run the
+    // program without model0)
+    let mut c = model0_exec(&["--", "true"]);
+    c.env("RDMAPROBE_PRELOAD_LIB", "/etc/passwd");
+    let o = run_until(c, Duration::from_secs(60));
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o.stderr));
+    assert!(
+        text(&o.stderr).contains("/etc/passwd: not an ELF file"),
+        "{}",
+        text(&o.stderr)
+    );
+}
