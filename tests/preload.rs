@@ -275,6 +275,21 @@ fn ibv_devinfo_lists_model0_with_its_port() {
         assert!(out.contains(want), "ibv_devinfo -v printed no {want:?}:\n{out}");
     }
     assert_eq!(d.objects(), Vec::<String>::new());
+    // ibv_devices reads the node GUID from the fake sysfs: the GUID QUERY_DEVICE gives
+    assert!(out.contains("node_guid:\t\t\t0000:0000:0000:0001"), "{out}");
+    let o = run_until(exec(&d, &["ibv_devices"]), Duration::from_secs(DEADLINE_S));
+    let out = text(&o.stdout);
+    assert!(
+        o.status.success(),
+        "ibv_devices: {:?}\n{out}{}",
+        o.status,
+        text(&o.stderr)
+    );
+    assert!(
+        out.lines()
+            .any(|l| l.split_whitespace().collect::<Vec<_>>() == ["model0", "0000000000000001"]),
+        "ibv_devices:\n{out}"
+    );
 }
 
 #[test]
