@@ -275,6 +275,21 @@ fn ibv_devinfo_lists_model0_with_its_port() {
         assert!(out.contains(want), "ibv_devinfo -v printed no {want:?}:\n{out}");
     }
     assert_eq!(d.objects(), Vec::<String>::new());
+    // ibv_devices reads the node GUID from the fake sysfs: the GUID QUERY_DEVICE gives
+    assert!(out.contains("node_guid:\t\t\t0000:0000:0000:0001"), "{out}");
+    let o = run_until(exec(&d, &["ibv_devices"]), Duration::from_secs(DEADLINE_S));
+    let out = text(&o.stdout);
+    assert!(
+        o.status.success(),
+        "ibv_devices: {:?}\n{out}{}",
+        o.status,
+        text(&o.stderr)
+    );
+    assert!(
+        out.lines()
+            .any(|l| l.split_whitespace().collect::<Vec<_>>() == ["model0", "0000000000000001"]),
+        "ibv_devices:\n{out}"
+    );
 }
 
 #[test]
@@ -499,4 +514,189 @@ fn finish_child(c: &mut Child) -> String {
     }
     let _ = c.wait();
     s
+}
+
+/// Waits for `child` until `limit`; None when it is still running then (it is killed).
+fn wait_for(child: &mut Child, limit: Duration) -> Option<std::process::ExitStatus> {
+    let start = Instant::now();
+    while start.elapsed() < limit {
+        if let Ok(Some(st)) = child.try_wait() {
+            return Some(st);
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    None
+}
+
+#[test]
+fn a_polling_program_ends_at_sigterm() {
+    if !have("ib_send_lat", "perftest") {
+        return;
+    }
+    let d = ModelDir::new("sigpoll");
+    let _one = PAIRS.lock().unwrap_or_else(|p| p.into_inner());
+    // the handler met the polling thread in model0's progress (its QP table locked) in one of
+    // three tries before it gave up rather than wait: several rounds
+    for round in 0..6 {
+        let port = free_port().to_string();
+        let n = "100000000";
+        // the server run directly, so the signal reaches it
+        let mut server = Command::new("ib_send_lat")
+            .args(["-d", "model0", "-p", &port, "-n", n])
+            .env("LD_PRELOAD", lib())
+            .env("RDMAPROBE_MODEL_DIR", &d.0)
+            .env_remove("SYSFS_PATH")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("starting ib_send_lat");
+        let start = Instant::now();
+        while !listening(port.parse().unwrap_or(0)) && start.elapsed() < Duration::from_secs(60) {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let mut client = exec(&d, &["ib_send_lat", "-d", "model0", "-p", &port, "-n", n, "127.0.0.1"])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("starting the client");
+        // both QPs made, then a moment for the ping-pong to start polling
+        let start = Instant::now();
+        while d.objects().iter().filter(|o| o.starts_with("qp-")).count() < 2
+            && start.elapsed() < Duration::from_secs(60)
+        {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        std::thread::sleep(Duration::from_millis(1500));
+        // SAFETY: a signal to our own child, not yet reaped.
+        unsafe { libc::kill(server.id() as libc::pid_t, libc::SIGTERM) };
+        // a deadlock is forever: a bound far beyond a loaded machine's slowness
+        let st = wait_for(&mut server, Duration::from_secs(30));
+        // SAFETY: as above (rdmaprobe, which stops the client).
+        unsafe { libc::kill(client.id() as libc::pid_t, libc::SIGTERM) };
+        let _ = wait_for(&mut client, Duration::from_secs(30));
+        use std::os::unix::process::ExitStatusExt;
+        let st = st.unwrap_or_else(|| panic!("round {round}: the polling server did not end within 30 s of SIGTERM"));
+        assert_eq!(st.signal(), Some(libc::SIGTERM), "round {round}: {st:?}");
+    }
+}
+
+/// The processes running (not zombies) whose command line is exactly `argv`, with their parent.
+fn running(argv: &[&str]) -> Vec<(u32, u32)> {
+    let want: Vec<u8> = argv.iter().flat_map(|a| a.bytes().chain([0])).collect();
+    let mut v = Vec::new();
+    for e in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+        let Ok(pid) = e.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        if std::fs::read(e.path().join("cmdline")).ok().as_deref() != Some(&want[..]) {
+            continue;
+        }
+        let stat = std::fs::read_to_string(e.path().join("stat")).unwrap_or_default();
+        // after the command's ")": state, parent
+        let rest: Vec<&str> = stat
+            .rsplit_once(')')
+            .map(|r| r.1)
+            .unwrap_or("")
+            .split_whitespace()
+            .collect();
+        if rest.first().is_some_and(|s| *s != "Z" && *s != "X") {
+            v.push((pid, rest.get(1).and_then(|p| p.parse().ok()).unwrap_or(0)));
+        }
+    }
+    v
+}
+
+/// Waits until `f` holds, at most `limit`; whether it did.
+fn until(limit: Duration, mut f: impl FnMut() -> bool) -> bool {
+    let start = Instant::now();
+    while !f() {
+        if start.elapsed() > limit {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    true
+}
+
+#[test]
+fn exec_signals_the_whole_program_and_says_what_could_not_start() {
+    let d = ModelDir::new("group");
+    let model0_exec = |args: &[&str]| {
+        let mut c = Command::new(EXE);
+        c.args(["model0", "exec"])
+            .args(args)
+            .env("RDMAPROBE_MODEL_DIR", &d.0)
+            .env("RDMAPROBE_PRELOAD_LIB", lib());
+        c
+    };
+    // the deadline reaches what PROGRAM started (its process group)
+    let tag = format!("{}.25", 40 + std::process::id() % 1000);
+    let script = format!("sleep {tag}; echo x");
+    let o = run_until(
+        model0_exec(&["--timeout", "1", "--", "sh", "-c", &script]),
+        Duration::from_secs(60),
+    );
+    assert_eq!(o.status.code(), Some(124), "{}", text(&o.stderr));
+    assert!(!text(&o.stdout).contains('x'));
+    assert!(
+        until(Duration::from_secs(10), || running(&["sleep", &tag]).is_empty()),
+        "sleep {tag} still running after the deadline"
+    );
+    // rdmaprobe SIGKILLed: its program gets SIGTERM (PR_SET_PDEATHSIG), not orphaned
+    let mut c = model0_exec(&["--", "sleep", &tag])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start");
+    let me = c.id();
+    assert!(until(Duration::from_secs(30), || running(&["sleep", &tag])
+        .iter()
+        .any(|p| p.1 == me)));
+    let _ = c.kill();
+    let _ = c.wait();
+    assert!(
+        until(Duration::from_secs(10), || running(&["sleep", &tag]).is_empty()),
+        "sleep {tag} orphaned by a SIGKILLed rdmaprobe"
+    );
+    // SIGINT to rdmaprobe: stopped, 130 (128 + SIGINT) as a shell says
+    let mut c = model0_exec(&["--", "sleep", &tag])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start");
+    let me = c.id();
+    assert!(until(Duration::from_secs(30), || running(&["sleep", &tag])
+        .iter()
+        .any(|p| p.1 == me)));
+    // SAFETY: a signal to our own child, not yet reaped.
+    unsafe { libc::kill(me as libc::pid_t, libc::SIGINT) };
+    let st = wait_for(&mut c, Duration::from_secs(30));
+    assert_eq!(st.and_then(|s| s.code()), Some(130), "{st:?}");
+    // an unknown option before `--` is clap's error, not a program name
+    let o = run_until(model0_exec(&["--bogus", "--", "true"]), Duration::from_secs(60));
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o.stderr));
+    assert!(
+        text(&o.stderr).contains("unexpected argument '--bogus'"),
+        "{}",
+        text(&o.stderr)
+    );
+    // a program that cannot start: 127 not found, 126 not executable (as env, timeout)
+    let o = run_until(model0_exec(&["--", "/nonexistent/prog"]), Duration::from_secs(60));
+    assert_eq!(o.status.code(), Some(127), "{}", text(&o.stderr));
+    let o = run_until(model0_exec(&["--", "/etc/passwd"]), Duration::from_secs(60));
+    assert_eq!(o.status.code(), Some(126), "{}", text(&o.stderr));
+    // a preload that is not a shared object is refused (ld.so would ignore it and run the
+    // program without model0)
+    let mut c = model0_exec(&["--", "true"]);
+    c.env("RDMAPROBE_PRELOAD_LIB", "/etc/passwd");
+    let o = run_until(c, Duration::from_secs(60));
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o.stderr));
+    assert!(
+        text(&o.stderr).contains("/etc/passwd: not an ELF file"),
+        "{}",
+        text(&o.stderr)
+    );
 }

@@ -7,6 +7,7 @@ use clap::{Args, Subcommand, ValueEnum};
 use rdmaprobe::probe::ProbeError;
 use rdmaprobe::uverbs::preload::DELAY_VAR;
 use std::ffi::OsString;
+use std::os::unix::process::CommandExt as _;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitCode};
 use std::time::{Duration, Instant};
@@ -27,8 +28,11 @@ enum Model0Cmd {
     /// Run PROGRAM with model0 preloaded: it lists model0 as an mlx5 device (`-d model0`), and
     /// two such programs (a server and a client) reach each other through model0's shared
     /// memory. Programs that post through libibverbs (ibv_post_send, ibv_wr_complete,
-    /// ibv_poll_cq) run with `--engine hooks`. The exit status is PROGRAM's (128+N when a signal
-    /// N ended it, 124 when the deadline did, 2 for bad arguments).
+    /// ibv_poll_cq) run with `--engine hooks`. PROGRAM runs in a process group of its own, which
+    /// the deadline and a SIGINT, SIGTERM or SIGHUP to rdmaprobe signal; it gets SIGTERM if
+    /// rdmaprobe dies. The exit status is PROGRAM's (128+N when a signal N ended it or stopped
+    /// rdmaprobe, 124 when the deadline did, 127 when PROGRAM is not found, 126 when it cannot
+    /// be executed, 2 for bad arguments).
     Exec(ExecArgs),
 }
 
@@ -52,17 +56,12 @@ struct ExecArgs {
     /// How model0 executes the program's work requests.
     #[arg(long, value_enum, default_value = "hooks")]
     engine: Engine,
-    /// The deadline in seconds: PROGRAM gets SIGTERM then (and SIGKILL 2 s later), and the exit
-    /// status is 124.
+    /// The deadline in seconds: PROGRAM's process group gets SIGTERM then (and SIGKILL 2 s
+    /// later), and the exit status is 124.
     #[arg(long, value_name = "S", default_value_t = 600)]
     timeout: u64,
-    /// The program and its arguments (after `--`).
-    #[arg(
-        required = true,
-        trailing_var_arg = true,
-        allow_hyphen_values = true,
-        value_name = "PROGRAM"
-    )]
+    /// The program and its arguments (after `--`; an option before it is rdmaprobe's).
+    #[arg(required = true, trailing_var_arg = true, value_name = "PROGRAM")]
     program: Vec<OsString>,
 }
 
@@ -113,10 +112,42 @@ fn exec(a: ExecArgs) -> Result<ExitCode> {
         Some(d) => cmd.env(DELAY_VAR, d.to_string()),
         None => cmd.env_remove(DELAY_VAR),
     };
+    // its own process group, as coreutils' timeout runs it: the deadline and a stop reach
+    // everything PROGRAM started; SIGTERM when rdmaprobe dies (a SIGKILL) instead of an orphan
+    cmd.process_group(0);
+    // SAFETY: our pid, read before the fork (getpid is always safe).
+    let parent = unsafe { libc::getpid() };
+    // SAFETY: the closure runs in the child between fork and exec and calls only prctl and
+    // getppid, both async-signal-safe system calls.
+    unsafe {
+        cmd.pre_exec(move || {
+            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM as libc::c_ulong, 0, 0, 0) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            // rdmaprobe gone before the prctl: the signal would never come
+            if libc::getppid() != parent {
+                return Err(std::io::Error::from_raw_os_error(libc::ESRCH));
+            }
+            Ok(())
+        })
+    };
     rdmaprobe::signals::install();
-    let child = cmd
-        .spawn()
-        .with_context(|| format!("starting {}", Path::new(&a.program[0]).display()))?;
+    let child = match cmd.spawn() {
+        Ok(c) => c,
+        Err(e) => {
+            // as env and timeout: 127 not found, 126 found but not executable
+            let code = if e.kind() == std::io::ErrorKind::NotFound {
+                127
+            } else {
+                126
+            };
+            eprintln!(
+                "rdmaprobe: model0 exec: starting {}: {e}",
+                Path::new(&a.program[0]).display()
+            );
+            return Ok(ExitCode::from(code));
+        }
+    };
     wait(child, Duration::from_secs(a.timeout), &a.program[0])
 }
 
@@ -126,6 +157,8 @@ fn find_lib() -> Result<PathBuf> {
     if let Some(p) = std::env::var_os(LIB_VAR).filter(|p| !p.is_empty()) {
         let p = PathBuf::from(p);
         anyhow::ensure!(p.is_file(), "{LIB_VAR}={}: no such file", p.display());
+        // ld.so ignores a preload it cannot load and runs the program without model0
+        check_shared_object(&p).map_err(|why| anyhow::anyhow!("{LIB_VAR}={}: {why}", p.display()))?;
         return Ok(std::fs::canonicalize(&p).unwrap_or(p));
     }
     let exe = std::env::current_exe().context("finding rdmaprobe's own executable")?;
@@ -133,6 +166,7 @@ fn find_lib() -> Result<PathBuf> {
     let tried = [dir.join(LIB), dir.join("../lib").join(LIB)];
     for p in &tried {
         if p.is_file() {
+            check_shared_object(p).map_err(|why| anyhow::anyhow!("{}: {why}", p.display()))?;
             return Ok(std::fs::canonicalize(p).unwrap_or_else(|_| p.clone()));
         }
     }
@@ -144,11 +178,34 @@ fn find_lib() -> Result<PathBuf> {
     )
 }
 
-/// Waits for the program until `deadline`; a stop asked of rdmaprobe (SIGINT, SIGTERM) or the
-/// deadline ends it with SIGTERM, then SIGKILL.
+/// Whether `p` starts as an ELF shared object does (the magic, then `e_type` ET_DYN in the
+/// file's byte order): the error says what it is not.
+fn check_shared_object(p: &Path) -> Result<(), String> {
+    use std::io::Read as _;
+    let mut h = [0u8; 18];
+    let mut f = std::fs::File::open(p).map_err(|e| format!("cannot be read: {e}"))?;
+    let n = f.read(&mut h).map_err(|e| format!("cannot be read: {e}"))?;
+    if n < h.len() || &h[..4] != b"\x7fELF" {
+        return Err("not an ELF file (not a preloadable librdmaprobe_model0.so)".into());
+    }
+    let ty = match h[5] {
+        1 => u16::from_le_bytes([h[16], h[17]]),
+        _ => u16::from_be_bytes([h[16], h[17]]),
+    };
+    if ty != 3 {
+        return Err(format!("an ELF file of type {ty}, not a shared object (ET_DYN, 3)"));
+    }
+    Ok(())
+}
+
+/// Waits for the program until `deadline`; a stop asked of rdmaprobe (SIGINT, SIGTERM, SIGHUP:
+/// the same signal) or the deadline (SIGTERM) ends its process group, SIGKILL 2 s later. A stop
+/// exits 128 + the signal rdmaprobe got, as a shell says of a command it stopped.
 fn wait(mut child: Child, deadline: Duration, prog: &OsString) -> Result<ExitCode> {
     use std::os::unix::process::ExitStatusExt;
     let start = Instant::now();
+    let pgid = child.id() as libc::pid_t;
+    let mut stopped: Option<i32> = None;
     let mut expired = false;
     let mut term_at: Option<Instant> = None;
     loop {
@@ -161,6 +218,9 @@ fn wait(mut child: Child, deadline: Duration, prog: &OsString) -> Result<ExitCod
                 );
                 return Ok(ExitCode::from(124));
             }
+            if let Some(s) = stopped {
+                return Ok(ExitCode::from((128 + s).clamp(0, 255) as u8));
+            }
             return Ok(match (st.code(), st.signal()) {
                 (Some(c), _) => ExitCode::from(c.clamp(0, 255) as u8),
                 (None, Some(s)) => ExitCode::from((128 + s).clamp(0, 255) as u8),
@@ -169,13 +229,23 @@ fn wait(mut child: Child, deadline: Duration, prog: &OsString) -> Result<ExitCod
         }
         let stop = rdmaprobe::signals::interrupted();
         if term_at.is_none() && (stop || start.elapsed() >= deadline) {
-            expired = !stop;
+            let sig = match rdmaprobe::signals::signal() {
+                Some(s @ (libc::SIGINT | libc::SIGTERM | libc::SIGHUP)) if stop => s,
+                _ => libc::SIGTERM,
+            };
+            if stop {
+                stopped = Some(sig);
+            } else {
+                expired = true;
+            }
             term_at = Some(Instant::now());
-            // SAFETY: a signal to our own child, which has not been reaped yet.
-            unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGTERM) };
+            // SAFETY: a signal to the process group of our child, which leads it and has not
+            // been reaped yet (so the group's id is not free to be reused).
+            unsafe { libc::kill(-pgid, sig) };
         }
         if term_at.is_some_and(|t| t.elapsed() >= Duration::from_secs(2)) {
-            let _ = child.kill();
+            // SAFETY: as above.
+            unsafe { libc::kill(-pgid, libc::SIGKILL) };
         }
         std::thread::sleep(Duration::from_millis(10));
     }

@@ -19,9 +19,10 @@ use crate::model::{Model, ModelCq, ModelDbPage, ModelMr, ModelQp};
 use crate::sys::kabi as k;
 use commands::{destroy_qp_ent, get_context, release_db};
 use frame::{frame, legacy, Cmd};
+use std::cell::Cell;
 use std::collections::HashMap;
 use std::ffi::{c_int, c_void};
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::{Arc, Mutex, MutexGuard, TryLockError, Weak};
 
 /// The uverbs device's name in the fake sysfs and under `/dev/infiniband`.
 pub const UVERBS_NAME: &str = "uverbs_model0";
@@ -92,6 +93,45 @@ static MODEL: Mutex<Option<Model>> = Mutex::new(None);
 /// page, end of last page).
 static MR_PAGES: Mutex<Vec<(usize, usize, usize)>> = Mutex::new(Vec::new());
 
+thread_local! {
+    /// How deep this thread is in model0's device and model, where it may hold any of their
+    /// locks (the device's tables, the model's, the shared rings'): what the signal path reads
+    /// before it tears anything down.
+    static INSIDE: Cell<u32> = const { Cell::new(0) };
+}
+
+/// This thread is in model0 while the value lives ([`inside`]).
+pub struct Inside(());
+
+/// Marks this thread as in model0 (it may take model0's locks) until the value is dropped.
+pub fn inside() -> Inside {
+    let _ = INSIDE.try_with(|c| c.set(c.get() + 1));
+    Inside(())
+}
+
+impl Drop for Inside {
+    fn drop(&mut self) {
+        let _ = INSIDE.try_with(|c| c.set(c.get().saturating_sub(1)));
+    }
+}
+
+/// Whether this thread is in model0 now (a signal handler: the thread it interrupted).
+fn is_inside() -> bool {
+    INSIDE.try_with(|c| c.get() != 0).unwrap_or(true)
+}
+
+/// `m` locked: waiting for it with `wait`, else only if it is free now.
+fn guard<T>(m: &Mutex<T>, wait: bool) -> Option<MutexGuard<'_, T>> {
+    if wait {
+        return Some(m.lock().unwrap_or_else(|p| p.into_inner()));
+    }
+    match m.try_lock() {
+        Ok(g) => Some(g),
+        Err(TryLockError::Poisoned(p)) => Some(p.into_inner()),
+        Err(TryLockError::WouldBlock) => None,
+    }
+}
+
 /// The model new contexts use (the run's, with its execution mode and wire delay).
 pub fn set_model(m: &Model) {
     *MODEL.lock().unwrap_or_else(|p| p.into_inner()) = Some(m.clone());
@@ -99,6 +139,7 @@ pub fn set_model(m: &Model) {
 
 /// The model QP behind a QP number created through this device (this process).
 pub fn model_qp(qpn: u32) -> Option<Weak<ModelQp>> {
+    let _in = inside();
     QPS.lock()
         .unwrap_or_else(|p| p.into_inner())
         .iter()
@@ -126,6 +167,7 @@ pub fn cq_armed(fd: c_int, handle: u32) {
 /// polling a model0 CQ through libibverbs needs, since no thread watches the doorbells. The
 /// verbs layer's CQ polling calls it on model0; the measured backends use their own hooks.
 pub fn progress() {
+    let _in = inside();
     let qps: Vec<(usize, Arc<ModelQp>, u32)> = QPS
         .lock()
         .unwrap_or_else(|p| p.into_inner())
@@ -145,6 +187,7 @@ pub fn progress() {
 /// [`progress`] for one QP (number `qpn`, made through this device in this process): what a post
 /// on it rang, executed now; a QP model0 does not know is left alone.
 pub fn progress_qp(qpn: u32) {
+    let _in = inside();
     let found = {
         let t = QPS.lock().unwrap_or_else(|p| p.into_inner());
         t.iter()
@@ -163,26 +206,28 @@ pub fn progress_qp(qpn: u32) {
 }
 
 /// Closes every model0 device descriptor of this process (their objects' files are removed):
-/// the preload's exit and signal path. With `wait` false a lock held elsewhere (a signal that
-/// came in the middle of a command) makes it give up instead of waiting; the sweep of the next
-/// start removes what is left then.
-pub fn close_all(wait: bool) {
-    let fds: Vec<c_int> = {
-        let c = if wait {
-            CTXS.lock().unwrap_or_else(|p| p.into_inner())
-        } else {
-            match CTXS.try_lock() {
-                Ok(c) => c,
-                Err(std::sync::TryLockError::Poisoned(p)) => p.into_inner(),
-                Err(std::sync::TryLockError::WouldBlock) => return,
-            }
-        };
-        c.iter().map(|(f, _)| *f).collect()
+/// the preload's exit and signal path. With `wait` false (a signal handler) nothing waits for a
+/// lock: when the interrupted thread is in model0 (it may hold any of model0's locks, [`inside`])
+/// or one of the device's tables is locked, it gives up and the sweep of the next start removes
+/// what is left, as after SIGKILL. Otherwise the interrupted thread holds none of model0's
+/// locks, so what the objects' removal takes is at most held briefly by another running thread.
+/// Returns whether every descriptor was closed.
+pub fn close_all(wait: bool) -> bool {
+    if !wait && is_inside() {
+        return false;
+    }
+    let _in = inside();
+    let fds: Vec<c_int> = match guard(&CTXS, wait) {
+        Some(c) => c.iter().map(|(f, _)| *f).collect(),
+        None => return false,
     };
     for fd in fds {
-        close_device(fd);
+        if !close_device_with(fd, wait) {
+            return false;
+        }
         interpose::remove_fd(fd);
     }
+    true
 }
 
 /// Whether any model0 context is open in this process.
@@ -212,6 +257,7 @@ fn errno_of<T>(e: impl std::fmt::Display, errno: c_int) -> Result<T, c_int> {
 }
 
 pub(super) fn open_device(flags: c_int) -> c_int {
+    let _in = inside();
     let fd = interpose::open_null(flags);
     if fd >= 0 {
         CTXS.lock().unwrap_or_else(|p| p.into_inner()).push((fd, None));
@@ -225,17 +271,27 @@ pub(super) fn stat_device(buf: *mut libc::stat) -> c_int {
 }
 
 pub(super) fn close_device(fd: c_int) {
-    let ctx = {
-        let mut c = CTXS.lock().unwrap_or_else(|p| p.into_inner());
-        let i = c.iter().position(|(f, _)| *f == fd);
-        i.and_then(|i| c.remove(i).1)
+    let _in = inside();
+    close_device_with(fd, true);
+}
+
+/// Closes descriptor `fd`, its context's objects destroyed; with `wait` false, only when the
+/// device's tables are free now (returns false when one is not: nothing is done then).
+fn close_device_with(fd: c_int, wait: bool) -> bool {
+    let (Some(mut c), Some(mut qps), Some(mut pages)) = (guard(&CTXS, wait), guard(&QPS, wait), guard(&MR_PAGES, wait))
+    else {
+        return false;
     };
+    let i = c.iter().position(|(f, _)| *f == fd);
+    let ctx = i.and_then(|i| c.remove(i).1);
+    drop(c);
     if let Some(mut ctx) = ctx {
         // What the program left: QPs before CQs before doorbell pages, as a kernel tears down.
-        let qps: Vec<u32> = ctx.qps.keys().copied().collect();
-        for h in qps {
-            destroy_qp_ent(&mut ctx, h);
+        let hs: Vec<u32> = ctx.qps.keys().copied().collect();
+        for h in hs {
+            destroy_qp_ent(&mut ctx, h, &mut qps);
         }
+        drop(qps);
         let cqs: Vec<u32> = ctx.cqs.keys().copied().collect();
         for h in cqs {
             if let Some(e) = ctx.cqs.remove(&h) {
@@ -243,7 +299,6 @@ pub(super) fn close_device(fd: c_int) {
                 release_db(&mut ctx, e.db);
             }
         }
-        let mut pages = MR_PAGES.lock().unwrap_or_else(|p| p.into_inner());
         for m in ctx.mrs.values() {
             let at = m.as_ptr() as usize;
             pages.retain(|r| r.0 != at);
@@ -252,9 +307,11 @@ pub(super) fn close_device(fd: c_int) {
         ctx.mrs.clear();
         ctx.dbs.clear();
     }
+    true
 }
 
 pub(super) fn mmap_device(fd: c_int, len: usize, off: libc::off_t) -> Result<*mut c_void, c_int> {
+    let _in = inside();
     let pgoff = off as u64 / PAGE as u64;
     let cmd = (pgoff >> 8) & 0xff;
     let index = (pgoff & 0xff) | ((pgoff >> 16) << 8);
@@ -291,6 +348,7 @@ pub(super) fn mmap_device(fd: c_int, len: usize, off: libc::off_t) -> Result<*mu
 /// Answers the command `b` written on descriptor `fd`: GET_CONTEXT opens the descriptor's
 /// context, every other command runs in it through its handler ([`dispatch`]).
 pub(super) fn command(fd: c_int, b: &[u8]) -> Result<(), c_int> {
+    let _in = inside();
     let mut c = frame(b)?;
     // an extended command's response range is known now (a legacy one's when it is split)
     if c.ex {

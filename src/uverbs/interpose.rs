@@ -112,7 +112,10 @@ pub unsafe extern "C" fn close(fd: c_int) -> c_int {
         remove_fd(fd);
     }
     // a completion channel's descriptor: the model's write end goes with it
-    crate::model::events::closed(fd);
+    {
+        let _in = device::inside();
+        crate::model::events::closed(fd);
+    }
     // SAFETY: forwarded as given.
     ret(unsafe { libc::syscall(libc::SYS_close, fd) })
 }

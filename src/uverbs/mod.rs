@@ -65,11 +65,7 @@ fn install() -> Result<PathBuf, String> {
     }
     // a process started by `rdmaprobe model0 exec` (or by rdmaprobe) finds the tree made
     let made = std::env::var_os("SYSFS_PATH").is_some_and(|p| Path::new(&p) == root)
-        && root
-            .join("class/infiniband")
-            .join(IBDEV)
-            .join("device/modalias")
-            .is_file();
+        && root.join("class/infiniband").join(IBDEV).join("node_guid").is_file();
     if !made {
         write_tree(&root).map_err(|e| format!("creating {}: {e}", root.display()))?;
     }
@@ -96,6 +92,9 @@ fn write_tree(root: &Path) -> std::io::Result<()> {
         (uv.join("abi_version"), "1\n".into()),
         (ib.join("node_type"), "1: CA\n".into()),
         (ib.join("fw_ver"), "16.35.1000\n".into()),
+        // as QUERY_DEVICE answers (ibv_devices reads the file, ibv_devinfo the command)
+        (ib.join("node_guid"), "0000:0000:0000:0001\n".into()),
+        (ib.join("sys_image_guid"), "0000:0000:0000:0001\n".into()),
         (
             ib.join("device/modalias"),
             "pci:v000015B3d00001017sv000015B3sd00000020bc02sc00i00\n".into(),

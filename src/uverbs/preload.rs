@@ -76,14 +76,15 @@ pub fn start() {
 /// The preload's destructor (a normal exit, `exit()` from a library): the process's model0
 /// objects are removed now, not left for the next start's sweep.
 pub fn exit() {
-    device::close_all(true);
+    let _ = device::close_all(true);
     crate::model::events::remove_fifos(true);
 }
 
 extern "C" fn on_signal(sig: c_int) {
-    // Not async-signal-safe in general (locks, unlink), so only what cannot wait: a lock held by
-    // the interrupted thread makes it give up, and the next start's sweep removes the files.
-    device::close_all(false);
+    // Nothing here waits for a lock: when the interrupted thread is in model0 (it may hold one
+    // of its locks) or a table of the device is locked, the handler gives up, and the next
+    // start's sweep removes the files, as after SIGKILL (`device::close_all`).
+    let _ = device::close_all(false);
     crate::model::events::remove_fifos(false);
     // SAFETY: back to the default disposition, then the signal again: the process ends as it
     // would have without the preload.
@@ -234,6 +235,7 @@ unsafe extern "C" fn post_recv(
     // SAFETY: the provider's own post_recv with the caller's arguments.
     let rc = unsafe { f(qp, wr, bad) };
     if let Some(q) = device::model_qp(qpn).and_then(|w| w.upgrade()) {
+        let _in = device::inside();
         q.receives_posted();
     }
     rc

@@ -460,12 +460,11 @@ fn answer_create_qp(
     }
 }
 
-pub(super) fn destroy_qp_ent(ctx: &mut Ctx, h: u32) {
+/// Destroys QP handle `h` of `ctx`; `qps` is [`QPS`](super::QPS), locked by the caller.
+pub(super) fn destroy_qp_ent(ctx: &mut Ctx, h: u32, qps: &mut Vec<(u32, std::sync::Weak<crate::model::ModelQp>, u32)>) {
     if let Some(e) = ctx.qps.remove(&h) {
         let qpn = e.qp.qpn();
-        QPS.lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .retain(|(n, _, _)| *n != qpn);
+        qps.retain(|(n, _, _)| *n != qpn);
         // libmlx5 frees the buffer when this command returns: the memory goes back now, whoever
         // still holds the QP (a concurrent progress call, a backend) keeps only the model's file
         e.qp.release_user_memory();

@@ -254,6 +254,10 @@ fn destroy_qp(ctx: &mut Ctx, c: &mut Cmd<'_>) -> Result<(), c_int> {
     if !ctx.qps.contains_key(&q.qp_handle) {
         return errno_of(format!("DESTROY_QP of unknown handle {}", q.qp_handle), libc::EINVAL);
     }
-    destroy_qp_ent(ctx, q.qp_handle);
+    destroy_qp_ent(
+        ctx,
+        q.qp_handle,
+        &mut super::QPS.lock().unwrap_or_else(|p| p.into_inner()),
+    );
     c.resp.put(bytes(&k::ib_uverbs_destroy_qp_resp::default()), &[])
 }

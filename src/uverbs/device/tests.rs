@@ -197,3 +197,47 @@ fn responses_where_the_program_may_not_write_are_efault() {
         libc::close(fd);
     }
 }
+
+/// The preload's signal path (`close_all(false)`) waits for no lock: when the interrupted thread
+/// is in model0, or a device table is locked, it gives up and closes nothing.
+#[test]
+fn the_signal_path_gives_up_rather_than_wait_for_a_lock() {
+    use std::sync::mpsc;
+    use std::time::Duration;
+    let fd = super::open_device(libc::O_RDWR);
+    assert!(fd >= 0);
+    let listed = || {
+        super::CTXS
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .iter()
+            .any(|c| c.0 == fd)
+    };
+    {
+        let _in = super::inside();
+        assert!(!super::close_all(false), "closed from inside model0");
+    }
+    assert!(listed());
+    let (held_tx, held_rx) = mpsc::channel();
+    let (go_tx, go_rx) = mpsc::channel::<()>();
+    let holder = std::thread::spawn(move || {
+        let _g = super::QPS.lock().unwrap_or_else(|p| p.into_inner());
+        let _ = held_tx.send(());
+        let _ = go_rx.recv();
+    });
+    assert!(held_rx.recv().is_ok());
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(super::close_device_with(fd, false));
+    });
+    // a wait would be until the holder lets go, which it does only after this
+    let r = rx.recv_timeout(Duration::from_secs(60));
+    let _ = go_tx.send(());
+    let _ = holder.join();
+    assert_eq!(r, Ok(false), "the QP table held elsewhere: not given up");
+    assert!(listed(), "closed with the QP table held");
+    assert!(super::close_device_with(fd, false), "every lock free: closed");
+    assert!(!listed());
+    // SAFETY: the descriptor open_device opened, closed once.
+    unsafe { libc::syscall(libc::SYS_close, fd) };
+}
