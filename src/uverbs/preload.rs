@@ -7,7 +7,8 @@
 //! wrapped: the real libmlx5 function first, then model0's progress for what it rang
 //! (`post_send`, `wr_complete`: the QP's send doorbell record; `post_recv`: a sender stalled on
 //! RNR goes on); before a poll (`poll_cq`, an extended CQ's `start_poll`) the progress of every
-//! QP of the process. Execution is deterministic and in the program's own threads: no engine
+//! QP of the process; after an arm (`req_notify_cq`) the completions already in the CQ raise the
+//! event the arm asks for. Execution is deterministic and in the program's own threads: no engine
 //! thread. A program that rings doorbells itself (UCX's `rc_mlx5`) needs one, which this does not
 //! have yet (docs/model0-exec.md).
 
