@@ -408,7 +408,8 @@ impl Prepared {
     /// the payload's end, or nothing), no branch on the length: up to 27 or 43 bytes of `src`
     /// past the payload are read and masked off, never sent. A shorter `src` is read exactly, by
     /// shorter loads. For an image without inline data, the image's words. A `src` shorter than
-    /// the payload is refused, as by [`Prepared::set_inline`].
+    /// the payload is refused, as by [`Prepared::set_inline`], and so is an inline image of more
+    /// than one WQEBB (`BadConfig`: its payload goes through `set_inline`).
     #[inline(always)]
     pub fn body_with(&self, src: &[u8]) -> Result<[u64; 6], SqError> {
         match self.inl_fast {
@@ -421,8 +422,14 @@ impl Prepared {
         let bytes = self.payload_of(src)?;
         let (k, w) = (self.inl_word as usize, (4 + bytes.len()).div_ceil(8));
         let mut b = self.body();
-        if bytes.is_empty() || k < 2 || k + w > 8 {
+        if bytes.is_empty() || k < 2 {
             return Ok(b);
+        }
+        if self.nbb != 1 || k + w > 8 {
+            // its payload does not fit in the words returned: `set_inline` then a plain post
+            return Err(SqError::BadConfig(
+                "an inline image of more than one WQEBB takes its payload through set_inline",
+            ));
         }
         let hdr = self.words[k];
         for m in 0..w {

@@ -513,6 +513,10 @@ fn inline_sources_shorter_than_the_payload_are_refused() {
         refused(q.post_prepared_n_inline(&mut p, &short, 3, false).map(|_| ()));
         assert_eq!(q.pi(), 0, "len {len}: nothing posted");
     }
+    // an image of more than one WQEBB has no single-WQEBB body to make
+    let big = Prepared::new(&Wqe::write(0x10, 1, Payload::Inline(&[7; 40])), 0x123, 220).unwrap();
+    assert_eq!(big.wqebbs(), 2);
+    assert!(matches!(big.body_with(&[7; 64]), Err(SqError::BadConfig(_))));
     let d = [DataSeg::new(0x1000, 7, 64)];
     let mut g = Prepared::new(&Wqe::write(0x10, 1, Payload::Gather(&d)), 0x123, 220).unwrap();
     let before = g.body();
