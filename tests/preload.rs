@@ -700,3 +700,66 @@ fn exec_signals_the_whole_program_and_says_what_could_not_start() {
         text(&o.stderr)
     );
 }
+
+/// A peer whose process dies (SIGKILL: nothing of it runs, its files stay until a sweep) answers
+/// nothing: the client's WRITEs end in retry exceeded (status 12, as on hardware), not landing
+/// in the dead process's memory until perftest's final exchange fails (what they did before).
+#[test]
+fn a_killed_peer_s_writes_end_in_retry_exceeded() {
+    if !have("ib_write_bw", "perftest") {
+        return;
+    }
+    let d = ModelDir::new("deadpeer");
+    let _one = PAIRS.lock().unwrap_or_else(|p| p.into_inner());
+    let port = free_port().to_string();
+    let n = "100000000";
+    // the server run directly, so SIGKILL reaches it (and nothing cleans up after it)
+    let mut server = Command::new("ib_write_bw")
+        .args(["-d", "model0", "-p", &port, "-s", "8", "-n", n])
+        .env("LD_PRELOAD", lib())
+        .env("RDMAPROBE_MODEL_DIR", &d.0)
+        .env_remove("SYSFS_PATH")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("starting ib_write_bw");
+    let start = Instant::now();
+    while !listening(port.parse().unwrap_or(0)) && start.elapsed() < Duration::from_secs(60) {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let client = exec(
+        &d,
+        &[
+            "ib_write_bw",
+            "-d",
+            "model0",
+            "-p",
+            &port,
+            "-s",
+            "8",
+            "-n",
+            n,
+            "127.0.0.1",
+        ],
+    )
+    .stdin(Stdio::null())
+    .stdout(Stdio::piped())
+    .stderr(Stdio::piped())
+    .spawn()
+    .expect("starting the client");
+    let start = Instant::now();
+    while d.objects().iter().filter(|o| o.starts_with("qp-")).count() < 2 && start.elapsed() < Duration::from_secs(60) {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    std::thread::sleep(Duration::from_millis(1000));
+    // SAFETY: a signal to our own child, not yet reaped.
+    unsafe { libc::kill(server.id() as libc::pid_t, libc::SIGKILL) };
+    let _ = server.wait();
+    let out = finish(client, Duration::from_secs(DEADLINE_S + 30));
+    let all = format!("{}{}", text(&out.stdout), text(&out.stderr));
+    assert!(!out.status.success(), "the client went on after its peer died:\n{all}");
+    assert!(
+        all.contains("status 12") || all.contains("status: 12") || all.contains("RETRY_EXC"),
+        "the client's WRITEs to a dead peer did not end in retry exceeded:\n{all}"
+    );
+}

@@ -291,6 +291,10 @@ fn run_reliable(m: &Model, me: &QpHdr, d: &Decoded, buf: &[u8], late: Option<&mu
     if !matches!(ph.state.load(Ordering::Acquire), state::RTR | state::RTS) {
         return Outcome::Fail(syndrome::TRANSPORT_RETRY_EXC);
     }
+    // SAFETY: a header field, read once (the peer's process wrote it at creation).
+    if !peer_process_alive(unsafe { std::ptr::read_volatile(&ph.obj.owner_pid) }) {
+        return Outcome::Fail(syndrome::TRANSPORT_RETRY_EXC);
+    }
     let mut g = Gathered::new();
     let gathers = matches!(
         d.opcode,
@@ -335,6 +339,27 @@ fn run_reliable(m: &Model, me: &QpHdr, d: &Decoded, buf: &[u8], late: Option<&mu
         opcode::ATOMIC_CS | opcode::ATOMIC_FA => atomic(m, me, ph, d, late),
         _ => Outcome::Fail(syndrome::LOCAL_QP_OP),
     }
+}
+
+/// Whether the process owning a peer QP (`pid`) is still there: a responder whose process is
+/// gone (SIGKILLed, crashed) answers nothing, and the requester's WQEs end in retry exceeded, as
+/// on hardware, instead of landing in a dead process's memory. Checked (a `kill(pid, 0)`, a
+/// system call) once in every 256 WQEs a thread executes against another process's QP: a few
+/// hundred WQEs may still land after a peer died; the one that fails moves the QP to error, and
+/// the rest are flushed.
+fn peer_process_alive(pid: u32) -> bool {
+    thread_local! {
+        static SINCE: std::cell::Cell<u32> = const { std::cell::Cell::new(0) };
+    }
+    if pid == std::process::id() || pid == 0 {
+        return true;
+    }
+    let n = SINCE.with(|c| {
+        let n = c.get().wrapping_add(1);
+        c.set(n);
+        n
+    });
+    n % 256 != 0 || super::shm::pid_alive(pid)
 }
 
 /// The responder's region the WQE `d` names (its remote address and key), `len` bytes with
