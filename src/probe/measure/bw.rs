@@ -458,8 +458,19 @@ impl<'r> Run<'r> {
                     resizes += 1;
                 }
                 Ok(Next::Stands) => return Ok(Some(out)),
-                Ok(Next::Stop) => {
+                Ok(Next::Stop { short }) => {
                     self.stopping = true;
+                    if short {
+                        // a round the stop cut before it was sized to -D is not a measurement
+                        // of -D: left out, and said
+                        report.warnings.push(format!(
+                            "the round under way at the stop ran {:.0} ms, shorter than -D ({:.0} ms), \
+                             and was about to be run again: not reported",
+                            took * 1e3,
+                            self.b.min_duration.as_secs_f64() * 1e3
+                        ));
+                        return Ok(None);
+                    }
                     return Ok(Some(out));
                 }
                 Err(e) if self.b.run_infinitely && INTERRUPTED.load(Ordering::Relaxed) => {
@@ -605,8 +616,12 @@ enum Next {
     Again(u64),
     /// It stands.
     Stands,
-    /// It stands, and the run ends (--run-infinitely: a stop on either side).
-    Stop,
+    /// The run ends (--run-infinitely: a stop on either side); `short`: this run was shorter
+    /// than -D and would have been run again (the client's word): it does not stand.
+    Stop {
+        /// Shorter than -D.
+        short: bool,
+    },
 }
 
 /// After a run of `iters` that took `took` s (the `resizes`-th resize): the client decides
@@ -636,7 +651,9 @@ fn resize(
     let theirs: Resize = session::exchange_checked(rdv, &mine)?;
     rdv.set_timeout(plan.oob_timeout)?;
     if b.run_infinitely && (mine.stop || theirs.stop) {
-        return Ok(Next::Stop);
+        return Ok(Next::Stop {
+            short: client && next.is_some(),
+        });
     }
     let word = if client { mine } else { theirs };
     if !word.again {
