@@ -434,8 +434,9 @@ impl<'r> Run<'r> {
     /// Row `ki`'s run against the peer, until it stands. -D, --run-infinitely: the client sizes
     /// the runs to last at least D (a run too short is run again with more messages, as in one
     /// process) and tells the server (both ends run the same messages); with --run-infinitely a
-    /// stop on either side is agreed after the run. `None`: a second stop while the peer's word
-    /// was awaited: what was measured stands, the run ends (said as its unclean end).
+    /// stop on either side is agreed after the run. `None`: the run ends without this row: a
+    /// second stop while the peer's word was awaited (what was measured stands, said as its
+    /// unclean end), or the stop found this run shorter than -D (a warning says so).
     fn sized(
         &mut self,
         rdv: &mut dyn Rendezvous,
