@@ -543,19 +543,7 @@ fn a_polling_program_ends_at_sigterm() {
         let port = free_port().to_string();
         let n = "100000000";
         // the server run directly, so the signal reaches it
-        let mut server = Command::new("ib_send_lat")
-            .args(["-d", "model0", "-p", &port, "-n", n])
-            .env("LD_PRELOAD", lib())
-            .env("RDMAPROBE_MODEL_DIR", &d.0)
-            .env_remove("SYSFS_PATH")
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("starting ib_send_lat");
-        let start = Instant::now();
-        while !listening(port.parse().unwrap_or(0)) && start.elapsed() < Duration::from_secs(60) {
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        let mut server = preloaded_server(&d, "ib_send_lat", &["-d", "model0", "-p", &port, "-n", n], &port);
         let mut client = exec(&d, &["ib_send_lat", "-d", "model0", "-p", &port, "-n", n, "127.0.0.1"])
             .stdin(Stdio::null())
             .stdout(Stdio::null())
@@ -563,12 +551,7 @@ fn a_polling_program_ends_at_sigterm() {
             .spawn()
             .expect("starting the client");
         // both QPs made, then a moment for the ping-pong to start polling
-        let start = Instant::now();
-        while d.objects().iter().filter(|o| o.starts_with("qp-")).count() < 2
-            && start.elapsed() < Duration::from_secs(60)
-        {
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        until_qps(&d, 2);
         std::thread::sleep(Duration::from_millis(1500));
         // SAFETY: a signal to our own child, not yet reaped.
         unsafe { libc::kill(server.id() as libc::pid_t, libc::SIGTERM) };
@@ -714,19 +697,12 @@ fn a_killed_peer_s_writes_end_in_retry_exceeded() {
     let port = free_port().to_string();
     let n = "100000000";
     // the server run directly, so SIGKILL reaches it (and nothing cleans up after it)
-    let mut server = Command::new("ib_write_bw")
-        .args(["-d", "model0", "-p", &port, "-s", "8", "-n", n])
-        .env("LD_PRELOAD", lib())
-        .env("RDMAPROBE_MODEL_DIR", &d.0)
-        .env_remove("SYSFS_PATH")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("starting ib_write_bw");
-    let start = Instant::now();
-    while !listening(port.parse().unwrap_or(0)) && start.elapsed() < Duration::from_secs(60) {
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    let mut server = preloaded_server(
+        &d,
+        "ib_write_bw",
+        &["-d", "model0", "-p", &port, "-s", "8", "-n", n],
+        &port,
+    );
     let client = exec(
         &d,
         &[
@@ -747,10 +723,7 @@ fn a_killed_peer_s_writes_end_in_retry_exceeded() {
     .stderr(Stdio::piped())
     .spawn()
     .expect("starting the client");
-    let start = Instant::now();
-    while d.objects().iter().filter(|o| o.starts_with("qp-")).count() < 2 && start.elapsed() < Duration::from_secs(60) {
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    until_qps(&d, 2);
     std::thread::sleep(Duration::from_millis(1000));
     // SAFETY: a signal to our own child, not yet reaped.
     unsafe { libc::kill(server.id() as libc::pid_t, libc::SIGKILL) };
@@ -762,4 +735,32 @@ fn a_killed_peer_s_writes_end_in_retry_exceeded() {
         all.contains("status 12") || all.contains("status: 12") || all.contains("RETRY_EXC"),
         "the client's WRITEs to a dead peer did not end in retry exceeded:\n{all}"
     );
+}
+
+/// `prog ARGS` with the library preloaded by hand (not under `model0 exec`, so a signal sent to
+/// it reaches the program itself), on model directory `d`, once it listens on `port` (60 s at
+/// most).
+fn preloaded_server(d: &ModelDir, prog: &str, args: &[&str], port: &str) -> Child {
+    let server = Command::new(prog)
+        .args(args)
+        .env("LD_PRELOAD", lib())
+        .env("RDMAPROBE_MODEL_DIR", &d.0)
+        .env_remove("SYSFS_PATH")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap_or_else(|e| panic!("starting {prog}: {e}"));
+    let start = Instant::now();
+    while !listening(port.parse().unwrap_or(0)) && start.elapsed() < Duration::from_secs(60) {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    server
+}
+
+/// Waits (60 s at most) until model directory `d` holds `n` QPs.
+fn until_qps(d: &ModelDir, n: usize) {
+    let start = Instant::now();
+    while d.objects().iter().filter(|o| o.starts_with("qp-")).count() < n && start.elapsed() < Duration::from_secs(60) {
+        std::thread::sleep(Duration::from_millis(20));
+    }
 }
