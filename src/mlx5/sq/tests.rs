@@ -524,3 +524,78 @@ fn inline_sources_shorter_than_the_payload_are_refused() {
     assert_eq!(g.body_with(&[9; 64]).unwrap(), before);
     assert_eq!(g.body(), before);
 }
+
+/// A batch writes each WQE's own index where its low byte wraps inside the batch (the batch
+/// path carries the control words from one WQE to the next by an add, made anew every 256th
+/// index) and past 16 bits: on a 1024-WQEBB ring, batches from indices around those points,
+/// gathered and inline, bytes against `post_prepared` x n (the inline one given the payload
+/// first), both rings full of the same other bytes beforehand.
+#[test]
+fn batches_carry_each_index_where_its_low_byte_and_its_16_bits_wrap() {
+    const CNT: u32 = 1024;
+    let d = [DataSeg::new(0x7f00_0000_1000, 0x42, 64)];
+    let data: [u8; 64] = core::array::from_fn(|i| i as u8 ^ 0x3c);
+    let gather = Prepared::new(&Wqe::write(0xaa00, 0x77, Payload::Gather(&d)), 0x123, 220).unwrap();
+    let inline = Prepared::new(&Wqe::send(Payload::Inline(&[0u8; 8])), 0x123, 220).unwrap();
+    let mk = |ring: &mut Vec<Mem<64>>, dbrec: &mut [u32; 2], reg: &mut Mem<512>| {
+        let cfg = SqConfig {
+            buf: ring.as_mut_ptr() as *mut u8,
+            wqe_cnt: CNT,
+            stride: 64,
+            dbrec: dbrec.as_mut_ptr(),
+            bf_reg: reg.0.as_mut_ptr(),
+            bf_size: 256,
+            qpn: 0x123,
+            max_inline: 220,
+        };
+        // SAFETY: the buffers match the config and outlive the queue in this test.
+        unsafe { Sq::new(cfg, DbMode::Db, Count::default()) }.unwrap()
+    };
+    for (start, n) in [
+        (250u32, 32u32),
+        (255, 2),
+        (256, 255),
+        (200, 600),
+        (0xff00 - 1, 3),
+        (0x1_0000 + 250, 40),
+        (0x3_00f0, 700),
+        (u32::MAX - 99, 100),
+    ] {
+        for is_inline in [false, true] {
+            let fill = || (0..CNT).map(|i| Mem([(i as u8) ^ 0xa5; 64])).collect::<Vec<_>>();
+            let (mut ring_a, mut ring_b) = (fill(), fill());
+            let (mut db_a, mut db_b) = ([0u32; 2], [0u32; 2]);
+            let (mut reg_a, mut reg_b) = (Mem([0; 512]), Mem([0; 512]));
+            let mut a = mk(&mut ring_a, &mut db_a, &mut reg_a);
+            let mut b = mk(&mut ring_b, &mut db_b, &mut reg_b);
+            for q in [&mut a, &mut b] {
+                q.set_pi(start);
+                q.ci = start;
+            }
+            let mut pa = if is_inline { inline.clone() } else { gather.clone() };
+            let mut pb = pa.clone();
+            let src = &data[..];
+            if is_inline {
+                pa.set_inline(src).unwrap();
+            }
+            let mut last = 0;
+            for i in 0..n {
+                last = a.post_prepared(&pa, i == n - 1).unwrap();
+            }
+            a.ring();
+            let got = if is_inline {
+                b.post_prepared_n_inline(&mut pb, src, n, true)
+            } else {
+                b.post_prepared_n(&pb, n, true)
+            };
+            b.ring();
+            let what = format!("from index {start:#x}, {n} WQEs, inline {is_inline}");
+            assert_eq!(got.unwrap(), Some(last), "{what}");
+            assert_eq!(u32::from(last), start.wrapping_add(n - 1) & 0xffff, "{what}");
+            for (i, (x, y)) in ring_a.iter().zip(&ring_b).enumerate() {
+                assert_eq!(x.0, y.0, "{what}: WQEBB {i}");
+            }
+            assert_eq!((db_a, a.pi()), (db_b, b.pi()), "{what}: doorbell record, index");
+        }
+    }
+}
