@@ -54,6 +54,9 @@ impl Backend for LateEnd {
     fn kind(&self) -> BackendKind {
         BackendKind::Verbs
     }
+    fn qpn(&self) -> u32 {
+        0 // a stand-in end: no QP behind it
+    }
     fn post(&mut self, _op: OpKind, _len: u32, _n: u32, _inline: bool, signal_last: bool) -> Result<(), BackendError> {
         let Some(delay) = self.delay.filter(|_| signal_last) else {
             return Ok(());

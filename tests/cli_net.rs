@@ -1051,3 +1051,94 @@ fn a_link_in_the_users_own_diag_directory_is_not_followed() {
     }
     std::fs::remove_dir_all(&t).ok();
 }
+
+/// Issue 29 item 15: the QPs' numbers are shown, as perftest shows them. In one process the
+/// header names both ends' QP numbers per backend and the JSON's `params.qps` has them; between
+/// two processes each side prints its QPs' addresses and the peer's (QPN, PSN, LID, GID, RKey,
+/// VAddr), and what one side calls local the other calls remote.
+#[test]
+fn qp_numbers_are_in_the_header_and_the_json() {
+    let _g = serial();
+    let dir = std::env::temp_dir().join(format!("rdmaprobe-qpn-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let j = |n: &str| dir.join(n).to_string_lossy().into_owned();
+    let o = bin()
+        .args([
+            "lat",
+            "write",
+            "--loopback",
+            "-d",
+            "model0",
+            "-n",
+            "200",
+            "-s",
+            "8",
+            "--json",
+            &j("l.json"),
+        ])
+        .output()
+        .unwrap();
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(o.status.success(), "{out}{}", String::from_utf8_lossy(&o.stderr));
+    let line = out
+        .lines()
+        .find(|l| l.starts_with(" QP numbers: "))
+        .unwrap_or_else(|| panic!("{out}"));
+    let v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(j("l.json")).unwrap()).unwrap();
+    let qps = v["params"]["qps"].as_array().expect("params.qps");
+    assert_eq!(qps.len(), 3, "{qps:?}");
+    for q in qps {
+        let n: Vec<u64> = q["qpns"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|x| x.as_u64().unwrap())
+            .collect();
+        assert_eq!(n.len(), 2);
+        assert_ne!(n[0], n[1]);
+        let shown = format!("{}: {:#08x} <-> {:#08x}", q["backend"].as_str().unwrap(), n[0], n[1]);
+        assert!(line.contains(&shown), "{shown} not in {line}");
+    }
+
+    let p = port(10);
+    let common = ["-d", "model0", "-n", "200", "-s", "8", "-p", &p, "--oob-timeout", "20"];
+    let mut sa = vec!["lat", "write", "--json"];
+    let sj = j("s.json");
+    sa.push(&sj);
+    sa.extend(common);
+    let srv = spawn(&sa);
+    let mut ca = vec!["lat", "write", "127.0.0.1", "--json"];
+    let cj = j("c.json");
+    ca.push(&cj);
+    ca.extend(common);
+    let cli = spawn(&ca);
+    let (cc, co, ce) = finish(cli);
+    let (sc, so, se) = finish(srv);
+    assert_eq!(cc, 0, "client: {co}{ce}");
+    assert_eq!(sc, 0, "server: {so}{se}");
+    let read = |f: &str| -> serde_json::Value { serde_json::from_str(&std::fs::read_to_string(f).unwrap()).unwrap() };
+    let (c, s) = (read(&cj), read(&sj));
+    let (cq, sq) = (
+        c["params"]["qps"].as_array().unwrap(),
+        s["params"]["qps"].as_array().unwrap(),
+    );
+    assert_eq!(cq.len(), 3, "{cq:?}");
+    assert_eq!(sq.len(), 3, "{sq:?}");
+    for (a, b) in cq.iter().zip(sq) {
+        assert_eq!(a["backend"], b["backend"]);
+        assert_eq!(a["local"], b["remote"], "client's local is the server's remote");
+        assert_eq!(a["remote"], b["local"], "client's remote is the server's local");
+        for (text, side) in [(&co, a), (&so, b)] {
+            let qpn = side["local"]["qpn"].as_u64().unwrap();
+            let backend = side["backend"].as_str().unwrap();
+            let want = format!("QPN {qpn:#08x} PSN ");
+            assert!(
+                text.lines()
+                    .any(|l| l.starts_with(&format!("  local  address ({backend}):")) && l.contains(&want)),
+                "{want} not in {text}"
+            );
+        }
+    }
+    assert!(co.contains("  remote address (direct): QPN "), "{co}");
+    std::fs::remove_dir_all(&dir).ok();
+}

@@ -25,11 +25,16 @@ pub trait DirectQueues {
     fn describe(&self) -> String {
         "QP state not readable".into()
     }
+    /// The QP's number.
+    fn qpn(&self) -> u32;
 }
 
 impl DirectQueues for crate::model::DirectModelQp {
     fn describe(&self) -> String {
         format!("direct {}", self.qp.debug_state())
+    }
+    fn qpn(&self) -> u32 {
+        self.qp.qpn()
     }
     type Hook = crate::model::ModelDoorbell;
     fn parts(&mut self) -> (&mut Sq<Self::Hook>, &mut Rq<Self::Hook>, &mut Cq) {
@@ -56,6 +61,9 @@ impl DirectQueues for crate::verbs::direct::DirectQp {
     }
     fn describe(&self) -> String {
         format!("direct QP {:#x}: {}", self.qpn(), self.state())
+    }
+    fn qpn(&self) -> u32 {
+        crate::verbs::direct::DirectQp::qpn(self)
     }
 }
 
@@ -255,6 +263,10 @@ impl<Q: DirectQueues> Backend for DirectEnd<Q> {
 
     fn describe_qp(&self) -> String {
         self.q.describe()
+    }
+
+    fn qpn(&self) -> u32 {
+        self.q.qpn()
     }
 
     #[inline(always)]

@@ -220,6 +220,8 @@ pub enum BackendError {
 pub trait Backend {
     /// Which post path.
     fn kind(&self) -> BackendKind;
+    /// The QP's number.
+    fn qpn(&self) -> u32;
     /// Posts `n` copies of `op` of `len` bytes as one batch with one doorbell (postlist); the
     /// last is signalled when `signal_last`. `inline` copies the payload into the WQE.
     fn post(&mut self, op: OpKind, len: u32, n: u32, inline: bool, signal_last: bool) -> Result<(), BackendError>;

@@ -192,14 +192,12 @@ pub fn measure(
             return Ok(1);
         }
         outp!("{}", r.footer());
+        write_json(&r, json)?;
         out!(" server: done");
         return Ok(0);
     }
     outp!("{}", r.footer());
-    if let Some(path) = json {
-        output::write(path, &serde_json::to_vec_pretty(&r.json()?)?).map_err(|e| ProbeError::Render(e.to_string()))?;
-        out!(" results written to {}", path.display());
-    }
+    write_json(&r, json)?;
     if let Some(e) = &r.end_error {
         // measured, printed and written; but the run did not end cleanly
         eprintln!(
@@ -208,6 +206,15 @@ pub fn measure(
         return Ok(1);
     }
     Ok(0)
+}
+
+/// `--json FILE`: the report's JSON written, and said.
+fn write_json(r: &probe::Report, json: Option<&std::path::PathBuf>) -> Result<(), ProbeError> {
+    if let Some(path) = json {
+        output::write(path, &serde_json::to_vec_pretty(&r.json()?)?).map_err(|e| ProbeError::Render(e.to_string()))?;
+        out!(" results written to {}", path.display());
+    }
+    Ok(())
 }
 
 /// A suite's step `n` of `total`: a bar redrawn in place on a terminal, one plain line per step

@@ -35,6 +35,16 @@ pub enum AnyPair {
 }
 
 impl AnyPair {
+    /// The two ends' QP numbers.
+    pub fn qpns(&self) -> (u32, u32) {
+        use crate::backend::Backend;
+        match self {
+            AnyPair::Verbs(p) => (p.0.qpn(), p.1.qpn()),
+            AnyPair::Model(p) => (p.0.qpn(), p.1.qpn()),
+            AnyPair::Mlx5(p) => (p.0.qpn(), p.1.qpn()),
+        }
+    }
+
     /// Builds the pair for `kind` on `dev`.
     pub fn new(dev: &Dev, kind: BackendKind, op: OpKind, buf_len: usize, mode: DbMode) -> Result<Self, SetupError> {
         dev.supports(kind)?;

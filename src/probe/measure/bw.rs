@@ -163,6 +163,9 @@ struct Sides<'a> {
     net: Option<(&'a mut dyn Rendezvous, Ends)>,
     /// -R: the connections through the CM, kept until the run ends.
     cm: Option<CmLink>,
+    /// Client/server: every QP's address and the peer's, the JSON's `qps` (in one process the
+    /// QPs are made anew for each run: none here).
+    qps: Vec<serde_json::Value>,
 }
 
 impl<'a> Sides<'a> {
@@ -177,7 +180,11 @@ impl<'a> Sides<'a> {
         obs: &mut dyn Observer,
     ) -> Result<Self, ProbeError> {
         if plan.peer == PeerSpec::Loopback {
-            return Ok(Sides { net: None, cm: None });
+            return Ok(Sides {
+                net: None,
+                cm: None,
+                qps: Vec::new(),
+            });
         }
         let rdv: &'a mut dyn Rendezvous = match peer {
             Some(p) => p,
@@ -186,10 +193,11 @@ impl<'a> Sides<'a> {
         let mut hello = hello(b, set);
         session::connection_params(&mut hello, plan);
         let mut phase = session::Phase::new(rdv, plan.oob_timeout);
-        let (ends, cm) = connect(&mut phase, &hello, (plan, b), set)?;
+        let (ends, cm, qps) = connect(&mut phase, &hello, (plan, b), set)?;
         Ok(Sides {
             net: Some((rdv, ends)),
             cm,
+            qps,
         })
     }
 
@@ -232,6 +240,7 @@ fn new_report(
         "duration_s": b.duration.map(|d| d.as_secs_f64()), "events": b.events,
         "transport": plan.transport.as_str(),
         "rdma_cm": sides.cm.as_ref().map(|c| c.json()),
+        "qps": sides.qps,
         "peer": match &role { Role::Loopback => None, Role::Client(p) | Role::Server(p) => Some(p.clone()) },
     });
     Report {
@@ -701,7 +710,7 @@ fn connect(
     hello: &Hello,
     (plan, b): (&Plan, &BwPlan),
     set: &Setup,
-) -> Result<(Ends, Option<CmLink>), ProbeError> {
+) -> Result<(Ends, Option<CmLink>, Vec<serde_json::Value>), ProbeError> {
     let (dev, buf_len, mode) = (&set.dev, set.buf_len, set.mode);
     rdv.agree(hello)?;
     let mut cm = if plan.rdma_cm {
@@ -709,7 +718,7 @@ fn connect(
     } else {
         None
     };
-    let mut all = Vec::new();
+    let (mut all, mut qps) = (Vec::new(), Vec::new());
     for &(k, ev) in &set.rows {
         let mut threads = Vec::new();
         for _ in 0..b.threads {
@@ -720,7 +729,9 @@ fn connect(
                 } else {
                     HalfEnd::new(dev, k, b.op, buf_len, mode)?
                 };
-                let theirs = session::exchange_qp(rdv, &half.info(dev)?)?;
+                let mine = half.info(dev)?;
+                let theirs = session::exchange_qp(rdv, &mine)?;
+                qps.push(session::qp_addrs_json(k, &mine, &theirs));
                 ends.push(match &mut cm {
                     Some(link) => link.connect(rdv, half, (dev, b.op), &theirs, plan.device.gid_index)?,
                     None => half.connect(dev, b.op, &theirs)?,
@@ -733,5 +744,5 @@ fn connect(
     // neither side posts before the other's QPs are connected
     let connected: usize = all.iter().flatten().map(|t| t.len()).sum();
     rdv.barrier(connected as u32)?;
-    Ok((all, cm))
+    Ok((all, cm, qps))
 }

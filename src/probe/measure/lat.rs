@@ -198,6 +198,8 @@ struct Sides<'a> {
     cm: Option<super::cm::CmLink>,
     max_inline: u32,
     inline_limit: u32,
+    /// Every QP's numbers (and client/server the addresses exchanged), the JSON's `qps`.
+    qps: Vec<serde_json::Value>,
 }
 
 impl<'a> Sides<'a> {
@@ -236,7 +238,11 @@ impl<'a> Sides<'a> {
             cm: None,
             max_inline,
             inline_limit,
+            qps: Vec::new(),
         };
+        for p in &sides.pairs {
+            sides.qps.push(session::qp_pair_json(p.kind, p.pair.qpns()));
+        }
         if network {
             let rdv: &'a mut dyn Rendezvous = match peer {
                 Some(p) => p,
@@ -245,7 +251,9 @@ impl<'a> Sides<'a> {
             let mut hello = hello(l, sizes, kinds, mode, inline_limit, buf_len);
             session::connection_params(&mut hello, plan);
             let mut phase = session::Phase::new(rdv, plan.oob_timeout);
-            let (ends, states, cm) = connect(&mut phase, &hello, (plan, dev), kinds, (l.op, l.events), buf_len, mode)?;
+            let (ends, states, cm, qps) =
+                connect(&mut phase, &hello, (plan, dev), kinds, (l.op, l.events), buf_len, mode)?;
+            sides.qps = qps;
             sides.net_events = (0..ends.len()).map(|i| i >= kinds.len()).collect();
             sides.net = Some((rdv, ends));
             sides.net_states = states;
@@ -318,6 +326,7 @@ fn new_report(
         "path": crate::probe::report::path_json(&plan.path), "huge_pages": plan.huge_pages, "mr_per_qp": true,
         "transport": plan.transport.as_str(),
         "rdma_cm": sides.cm.as_ref().map(|c| c.json()),
+        "qps": sides.qps,
         "peer": match &role { Role::Loopback => None, Role::Client(p) | Role::Server(p) => Some(p.clone()) },
     });
     Report {
@@ -526,7 +535,7 @@ fn connect(
     (op, events): (OpKind, bool),
     buf_len: usize,
     mode: DbMode,
-) -> Result<(Ends, Vec<PingState>, Option<super::cm::CmLink>), ProbeError> {
+) -> Result<(Ends, Vec<PingState>, Option<super::cm::CmLink>, Vec<serde_json::Value>), ProbeError> {
     rdv.agree(hello)?;
     let mut cm = if plan.rdma_cm {
         Some(super::cm::CmLink::open(rdv, plan, dev)?)
@@ -534,14 +543,16 @@ fn connect(
         None
     };
     // -e: after the polling ends, each verbs backend's again, waiting for completion events
-    let mut ends = Vec::new();
+    let (mut ends, mut qps) = (Vec::new(), Vec::new());
     for (k, ev) in session::event_rows(dev, kinds, events, true)? {
         let half = if ev {
             HalfEnd::with_events(dev, k, op, buf_len)?
         } else {
             HalfEnd::new(dev, k, op, buf_len, mode)?
         };
-        let theirs = session::exchange_qp(rdv, &half.info(dev)?)?;
+        let mine = half.info(dev)?;
+        let theirs = session::exchange_qp(rdv, &mine)?;
+        qps.push(session::qp_addrs_json(k, &mine, &theirs));
         let end = match &mut cm {
             Some(link) => link.connect(rdv, half, (dev, op), &theirs, plan.device.gid_index)?,
             None => half.connect(dev, op, &theirs)?,
@@ -555,7 +566,7 @@ fn connect(
     }
     // neither side posts before the other's QPs are connected and its receives posted
     rdv.barrier(ends.len() as u32)?;
-    Ok((ends, states, cm))
+    Ok((ends, states, cm, qps))
 }
 
 /// Runs the blocks of one size on connected ends; the client returns the results.
