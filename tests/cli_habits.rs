@@ -213,10 +213,10 @@ fn perftest_flags_keep_perftest_meaning() {
         );
         assert!(err.contains("docs/perftest.md"), "{flag}: {err}");
     }
-    // --cpu_util is bw's
-    let (c, _, err) = rdmaprobe(&["lat", "write", "--loopback", "--cpu_util"]);
+    // --cpu_util is lat's and bw's
+    let (c, _, err) = rdmaprobe(&["post-cost", "-d", "model0", "--cpu_util"]);
     assert_eq!(c, 2, "{err}");
-    assert!(err.contains("bw takes it"), "{err}");
+    assert!(err.contains("lat and bw take it"), "{err}");
     for args in [["-o", "4"], ["-w", "10"]] {
         let (c, _, err) = rdmaprobe(&["bw", "write", "--loopback", args[0], args[1]]);
         assert_eq!(c, 2, "{args:?}: {err}");
@@ -462,6 +462,44 @@ fn bw_cpu_util_is_printed_and_recorded() {
     assert!(!out.contains("cpu_util"), "{out}");
     let j: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&f).unwrap()).unwrap();
     assert!(j["runs"][0]["summary"]["cpu_pct"].is_number());
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+/// Item 14: lat --cpu_util (perftest's) prints each run's CPU use, the client thread's, and the
+/// JSON carries it always (`cpu_pct`): between 0 and a little over 100 %.
+#[test]
+fn lat_cpu_util_is_printed_and_recorded() {
+    let _g = serial();
+    let dir = scratch("latcpu");
+    let f = dir.join("l.json");
+    for flag in [true, false] {
+        let mut args = vec![
+            "lat",
+            "write",
+            "--loopback",
+            "-n",
+            "2000",
+            "-s",
+            "8",
+            "--backend",
+            "direct",
+        ];
+        if flag {
+            args.push("--cpu_util");
+        }
+        args.extend(["--json", f.to_str().unwrap()]);
+        let (c, out, err) = rdmaprobe(&args);
+        assert_eq!(c, 0, "{out}{err}");
+        let line = out.lines().find(|l| l.contains("cpu_util 8 B direct: "));
+        assert_eq!(line.is_some(), flag, "{out}");
+        if let Some(l) = line {
+            assert!(l.contains(" %") && l.contains("client thread"), "{l}");
+        }
+        let j: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&f).unwrap()).unwrap();
+        let pct = j["runs"][0]["cpu_pct"].as_f64().expect("runs[0].cpu_pct");
+        // CPU time cannot exceed the time it was measured over (slack for the clocks' reads)
+        assert!(pct > 0.0 && pct <= 105.0, "{pct}");
+    }
     std::fs::remove_dir_all(&dir).ok();
 }
 

@@ -118,6 +118,11 @@ pub struct LatArgs {
     /// the model times the wire on every operation, so runs with 0 and with D differ by D alone.
     #[arg(long, value_parser = clap::value_parser!(u64).range(0..=rdmaprobe::model::MAX_WIRE_DELAY_NS))]
     model_delay_ns: Option<u64>,
+    /// CPU use of the measuring (client) thread per size and backend (perftest's --cpu_util):
+    /// its CPU time over its blocks, percent (a polling thread near 100 unless descheduled; -e
+    /// rows show what waiting for events saves). The JSON has it always (cpu_pct).
+    #[arg(long = "cpu_util", visible_alias = "cpu-util")]
+    cpu_util: bool,
     /// perftest's -A, -F, --output.
     #[command(flatten)]
     perftest: PerftestArgs,
@@ -278,6 +283,7 @@ pub fn lat(a: LatArgs) -> Result<ExitCode> {
         model_delay_ns: a.model_delay_ns,
         intervals: a.hdr.is_some(),
         events: a.events,
+        cpu_util: a.cpu_util,
     };
     let p = plan(Scenario::Lat(l), &a.run, &a.peer)?;
     let p = perftest_backend(p, &a.run, &a.perftest);

@@ -167,7 +167,7 @@ const PERFTEST_ONLY: [(&[&str], &str); 12] = [
     (&["-o", "--outs"], "the outstanding READs and atomics are the device's limit, at most 16 (perftest's default); -t bounds what is in flight"),
     (&["-z", "--comm_rdma_cm"], "the exchange goes over rdmaprobe's TCP connection; -R connects the QPs through the CM"),
     (&["-w", "--limit_bw", "-y", "--limit_msgrate", "--rate_limit"], "rdmaprobe measures unthrottled"),
-    (&["--cpu_util"], "bw takes it (the measuring threads' CPU use); lat and the other commands do not yet"),
+    (&["--cpu_util"], "lat and bw take it (the measuring threads' CPU use); the other commands do not"),
     (&["--out_json", "--out_json_file"], "use --json FILE"),
     (&["-r", "--rx-depth"], "the receivers keep their receive queue full (up to 128 WQEs), reposting as completions come"),
     (&["-M", "--mcg", "-g"], "multicast is left out"),

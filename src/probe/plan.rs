@@ -166,6 +166,9 @@ pub struct LatPlan {
     /// Completion events (`-e`): the verbs and wr backends also run with their ends waiting for
     /// completion events, beside the same backends polling (in-process only).
     pub events: bool,
+    /// The table says each run's CPU use, the client thread's (perftest's --cpu_util); the JSON
+    /// always has it.
+    pub cpu_util: bool,
 }
 
 impl LatPlan {
@@ -182,6 +185,7 @@ impl LatPlan {
             model_delay_ns: None,
             intervals: false,
             events: false,
+            cpu_util: false,
         }
     }
 }

@@ -422,6 +422,9 @@ impl Report {
                         if n < 1000 { ", p99.9 below 1000" } else { "" }
                     );
                 }
+                if let Scenario::Lat(l) = &self.plan.scenario {
+                    lat_cpu_lines(&mut s, l, rs);
+                }
                 s += &self
                     .counters
                     .as_ref()
@@ -518,6 +521,25 @@ impl Report {
         )
         .map_err(|e| ProbeError::Render(format!("writing the interval log: {e}")))?;
         Ok(buf)
+    }
+}
+
+/// --cpu_util: each latency run's CPU use, its client thread's.
+fn lat_cpu_lines(s: &mut String, l: &super::LatPlan, rs: &[LatResult]) {
+    if !l.cpu_util {
+        return;
+    }
+    for x in rs {
+        let backend = match x.completion.as_deref() {
+            Some("events") => format!("{}-e", x.backend),
+            _ => x.backend.clone(),
+        };
+        let _ = writeln!(
+            s,
+            " cpu_util {} B {backend}: {} (the client thread's CPU time over its blocks; 100 % = on a CPU throughout)",
+            x.size,
+            x.cpu_pct.map_or("-".to_string(), |v| format!("{v:.1} %")),
+        );
     }
 }
 

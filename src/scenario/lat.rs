@@ -44,6 +44,21 @@ pub struct LatSamples {
     pub post: Vec<u64>,
     /// From the end of the post to the response.
     pub wait: Vec<u64>,
+    /// The client thread's CPU time over its blocks (warm-up included), ns.
+    pub cpu_ns: u64,
+    /// Those blocks' length, TSC ticks.
+    pub wall_ticks: u64,
+}
+
+impl LatSamples {
+    /// Adds another block's samples and CPU time.
+    pub fn extend(&mut self, s: LatSamples) {
+        self.rtt.extend(s.rtt);
+        self.post.extend(s.post);
+        self.wait.extend(s.wait);
+        self.cpu_ns += s.cpu_ns;
+        self.wall_ticks += s.wall_ticks;
+    }
 }
 
 /// Continues marker numbering across blocks (the write ping-pong tells iterations apart by the
@@ -427,10 +442,13 @@ pub fn client_loop<B: Backend>(
     let len = p.size as usize;
     let rx = b.rx_offset();
     let n = (total - warmup) as usize;
+    let (cpu0, wall0) = (clock::thread_cpu_ns(), clock::start());
     let mut out = LatSamples {
         rtt: Vec::with_capacity(n),
         post: Vec::with_capacity(n),
         wait: Vec::with_capacity(n),
+        cpu_ns: 0,
+        wall_ticks: 0,
     };
     let mut outst = Outstanding { n: 0 };
     if p.op.needs_recv() && prime {
@@ -491,6 +509,8 @@ pub fn client_loop<B: Backend>(
         outst.add(b.poll().map_err(be(side, first + total))?);
         Ok(outst.n == 0)
     })?;
+    out.cpu_ns = clock::thread_cpu_ns().saturating_sub(cpu0);
+    out.wall_ticks = clock::stop().saturating_sub(wall0);
     Ok(out)
 }
 

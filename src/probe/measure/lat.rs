@@ -593,9 +593,7 @@ fn run_network(
             let end = &mut ends[i].1;
             if let Some(s) = lat_side(end, client, p, iters, warmup, &mut states[i], &INTERRUPTED)? {
                 all[i].1.add(figures_ns(p, &s.rtt, cal));
-                all[i].0.rtt.extend(s.rtt);
-                all[i].0.post.extend(s.post);
-                all[i].0.wait.extend(s.wait);
+                all[i].0.extend(s);
             }
         }
     }

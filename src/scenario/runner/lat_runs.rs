@@ -101,6 +101,11 @@ pub struct LatResult {
     pub post_histogram: String,
     /// The post median is at or below the timer's own overhead: not a real measurement.
     pub post_below_overhead: bool,
+    /// The client thread's CPU time over its blocks, percent of their length (100: on a CPU
+    /// throughout, as a polling thread; less: descheduled, or blocked for events); perftest's
+    /// --cpu_util. Absent in files written before it was recorded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpu_pct: Option<f64>,
     /// `events`: the ends waited for completion events (`-e`: `ibv_req_notify_cq`,
     /// `ibv_get_cq_event`) instead of polling; absent: polling.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -165,6 +170,7 @@ pub fn finish(
         histogram: h.encode(),
         post_histogram: hp.encode(),
         post_below_overhead: post_stats.p50 <= cal.overhead_ns(),
+        cpu_pct: (s.wall_ticks > 0).then(|| 100.0 * s.cpu_ns as f64 / cal.to_ns(s.wall_ticks)),
         completion: None,
     })
 }
@@ -339,9 +345,7 @@ fn block_iters(len: Length, b: u64, started: std::time::Instant) -> Option<u64> 
 /// Adds a block's samples `s` (its figures `v`, ns) to a pair's.
 fn keep((all, blocks): &mut (LatSamples, Blocks), s: LatSamples, v: Vec<f64>) {
     blocks.add(v);
-    all.rtt.extend(s.rtt);
-    all.post.extend(s.post);
-    all.wait.extend(s.wait);
+    all.extend(s);
 }
 
 /// Each pair's result from its samples and blocks (`-e` pairs say they waited for events).
