@@ -402,36 +402,38 @@ impl Report {
         }
     }
 
-    /// The table's foot: the footnotes the rows call for, the closing rule. A server without
-    /// rows has none.
+    /// The latency table's foot: notes on the figures, --cpu_util, the device's counters.
+    fn lat_footer(&self, s: &mut String, rs: &[LatResult]) {
+        if rs.iter().any(|r| r.post_below_overhead) {
+            *s += " * post time at or below the timer's own overhead: not a real measurement\n";
+        }
+        // nearest rank: below 1/(1-q) samples the percentile is the largest sample
+        if let Some(n) = rs.iter().map(|r| r.latency.count).min().filter(|n| *n < 10_000) {
+            let _ = writeln!(
+                s,
+                " p99.99 is the max below 10000 samples{} (nearest rank; {n} in the smallest run): raise -n or -D for a tail",
+                if n < 1000 { ", p99.9 below 1000" } else { "" }
+            );
+        }
+        if let Scenario::Lat(l) = &self.plan.scenario {
+            lat_cpu_lines(s, l, rs);
+        }
+        *s += &self
+            .counters
+            .as_ref()
+            .map(|c| c.rnr_warning() + &c.line())
+            .unwrap_or_default();
+        *s += &rule(118);
+    }
+
+    /// The latency table's foot: notes on the figures, --cpu_util, the device's counters.
     pub fn footer(&self) -> String {
         let mut s = String::new();
         if matches!(self.role, Role::Server(_)) && self.runs.is_empty() {
             return s;
         }
         match &self.runs {
-            Runs::Lat(rs) => {
-                if rs.iter().any(|r| r.post_below_overhead) {
-                    s += " * post time at or below the timer's own overhead: not a real measurement\n";
-                }
-                // nearest rank: below 1/(1-q) samples the percentile is the largest sample
-                if let Some(n) = rs.iter().map(|r| r.latency.count).min().filter(|n| *n < 10_000) {
-                    let _ = writeln!(
-                        s,
-                        " p99.99 is the max below 10000 samples{} (nearest rank; {n} in the smallest run): raise -n or -D for a tail",
-                        if n < 1000 { ", p99.9 below 1000" } else { "" }
-                    );
-                }
-                if let Scenario::Lat(l) = &self.plan.scenario {
-                    lat_cpu_lines(&mut s, l, rs);
-                }
-                s += &self
-                    .counters
-                    .as_ref()
-                    .map(|c| c.rnr_warning() + &c.line())
-                    .unwrap_or_default();
-                s += &rule(118);
-            }
+            Runs::Lat(rs) => self.lat_footer(&mut s, rs),
             Runs::Bw(_) => {
                 if let Scenario::Bw(b) = &self.plan.scenario {
                     cpu_lines(&mut s, b, self);
