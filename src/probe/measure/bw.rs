@@ -731,7 +731,8 @@ fn connect(
                 };
                 let mine = half.info(dev)?;
                 let theirs = session::exchange_qp(rdv, &mine)?;
-                qps.push(session::qp_addrs_json(k, &mine, &theirs));
+                let label = format!("{}{}", k.as_str(), if ev { "-e" } else { "" });
+                qps.push(session::qp_addrs_json(&label, &mine, &theirs));
                 ends.push(match &mut cm {
                     Some(link) => link.connect(rdv, half, (dev, b.op), &theirs, plan.device.gid_index)?,
                     None => half.connect(dev, b.op, &theirs)?,

@@ -241,7 +241,7 @@ impl<'a> Sides<'a> {
             qps: Vec::new(),
         };
         for p in &sides.pairs {
-            sides.qps.push(session::qp_pair_json(p.kind, p.pair.qpns()));
+            sides.qps.push(session::qp_pair_json(&p.label(), p.pair.qpns()));
         }
         if network {
             let rdv: &'a mut dyn Rendezvous = match peer {
@@ -552,7 +552,8 @@ fn connect(
         };
         let mine = half.info(dev)?;
         let theirs = session::exchange_qp(rdv, &mine)?;
-        qps.push(session::qp_addrs_json(k, &mine, &theirs));
+        let label = format!("{}{}", k.as_str(), if ev { "-e" } else { "" });
+        qps.push(session::qp_addrs_json(&label, &mine, &theirs));
         let end = match &mut cm {
             Some(link) => link.connect(rdv, half, (dev, op), &theirs, plan.device.gid_index)?,
             None => half.connect(dev, op, &theirs)?,

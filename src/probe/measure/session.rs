@@ -304,20 +304,21 @@ pub fn end(peer: &mut dyn Rendezvous, plan: &Plan, hold: bool) -> Result<(), Pro
 
 /// One QP of a client/server run for the JSON's `qps` and the header: this side's address and
 /// the peer's as exchanged (perftest's "local address" and "remote address" lines).
-pub fn qp_addrs_json(backend: BackendKind, local: &QpInfo, remote: &QpInfo) -> serde_json::Value {
+/// `backend` is the row's label (`verbs-e` for a `-e` row).
+pub fn qp_addrs_json(backend: &str, local: &QpInfo, remote: &QpInfo) -> serde_json::Value {
     let side = |q: &QpInfo| {
         serde_json::json!({
             "qpn": q.qpn, "psn": q.psn, "lid": q.lid, "gid": std::net::Ipv6Addr::from(q.gid).to_string(),
             "rkey": q.rkey, "vaddr": q.addr, "len": q.len,
         })
     };
-    serde_json::json!({ "backend": backend.as_str(), "local": side(local), "remote": side(remote) })
+    serde_json::json!({ "backend": backend, "local": side(local), "remote": side(remote) })
 }
 
 /// One QP pair of a run in this process for the JSON's `qps` and the header: both ends' QP
-/// numbers (the requester's first).
-pub fn qp_pair_json(backend: BackendKind, (a, b): (u32, u32)) -> serde_json::Value {
-    serde_json::json!({ "backend": backend.as_str(), "qpns": [a, b] })
+/// numbers (the requester's first); `backend` the row's label.
+pub fn qp_pair_json(backend: &str, (a, b): (u32, u32)) -> serde_json::Value {
+    serde_json::json!({ "backend": backend, "qpns": [a, b] })
 }
 
 /// Sends this side's QP address and receives the peer's; a peer that sends back ours (a QP would
