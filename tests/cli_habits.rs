@@ -322,9 +322,11 @@ fn a_client_says_at_once_that_nothing_listens() {
     assert!(!out.contains("see the error above"), "{out}");
 }
 
-/// Item 12: doctor reports a host without RDMA devices as a check, consistent with `devices`
-/// (exit 3): a failure when model0 only stands in for the missing device, a warning when it was
-/// asked for by name; the evidence carries the reason `devices` gives.
+/// Item 12: doctor reports the RDMA devices visible to libibverbs as a check, consistent with
+/// `devices`: on a kernel without RDMA (`devices` exits 3) a failure, doctor exiting 1, when
+/// model0 only stands in for the missing device, a warning when it was asked for by name; the
+/// evidence carries the reason `devices` gives and says model0 still runs. With devices, the
+/// check passes naming each one `devices` lists.
 #[test]
 fn doctor_says_when_the_host_has_no_rdma_device() {
     let (dev_code, dev_out, _) = rdmaprobe(&["devices"]);
@@ -340,6 +342,7 @@ fn doctor_says_when_the_host_has_no_rdma_device() {
         (code, c.unwrap_or_else(|| panic!("no rdma.devices check: {out}")))
     };
     let (code, c) = status(&["doctor", "--json"]);
+    let evidence = c["evidence"].as_str().unwrap_or_default().to_string();
     match dev_code {
         3 => {
             assert_eq!(c["status"], "fail", "{c}");
@@ -347,16 +350,37 @@ fn doctor_says_when_the_host_has_no_rdma_device() {
             // the reason is the one devices gives, in its words
             let reason = dev_out.lines().nth(2).unwrap_or_default();
             let first = reason.split(". ").next().unwrap();
-            assert!(c["evidence"].as_str().unwrap().contains(first), "{c} / {reason}");
-            assert!(
-                c["evidence"].as_str().unwrap().contains("`rdmaprobe devices` exits 3"),
-                "{c}"
-            );
+            assert!(evidence.contains(first), "{c} / {reason}");
+            assert!(evidence.starts_with("no RDMA device visible to libibverbs"), "{c}");
+            assert!(evidence.contains("model0 still runs: -d model0"), "{c}");
+            assert!(evidence.contains("`rdmaprobe devices` exits 3"), "{c}");
             assert!(!c["fix"].as_str().unwrap().is_empty(), "{c}");
+            // the text form: the same line, FAIL, and the count of failures
+            let (code, out, _) = rdmaprobe(&["doctor"]);
+            assert_eq!(code, 1, "{out}");
+            let line = out.lines().find(|l| l.contains("rdma.devices")).unwrap_or_default();
+            assert!(
+                line.trim_start().starts_with("FAIL") && line.contains("model0 still runs: -d model0"),
+                "{out}"
+            );
+            let last = out.lines().last().unwrap_or_default();
+            assert!(last.contains(" fail,") && !last.contains(" 0 fail,"), "{out}");
             let (_, c) = status(&["doctor", "-d", "model0", "--json"]);
             assert_eq!(c["status"], "warn", "model0 asked for by name: {c}");
         }
-        _ => assert_eq!(c["status"], "pass", "{c}"),
+        _ => {
+            assert_eq!(c["status"], "pass", "{c}");
+            assert!(evidence.starts_with("RDMA devices visible to libibverbs: "), "{c}");
+            // each device devices lists (its hca_id lines, model0 aside) is named
+            for name in dev_out
+                .lines()
+                .filter_map(|l| l.strip_prefix("hca_id:"))
+                .filter_map(|l| l.split_whitespace().next())
+                .filter(|n| *n != "model0")
+            {
+                assert!(evidence.contains(name), "{name}: {c}");
+            }
+        }
     }
 }
 
