@@ -20,23 +20,35 @@ fn scratch(name: &str) -> std::path::PathBuf {
 }
 
 /// Item 16: the top-level help says lat and bw run client and server (or both ends with
-/// --loopback), and compare's help names the test it uses with 3 or more runs.
+/// --loopback), and compare's help names what it does with 1, 2 and 3 or more runs per side:
+/// Welch's t with 3 or more on both sides, else a bootstrap of the runs and their blocks.
 #[test]
 fn help_says_what_the_program_does() {
     let (c, out, err) = rdmaprobe(&["--help"]);
     assert_eq!(c, 0, "{err}");
     assert!(!out.contains("Runs both ends in this process"), "{out}");
-    let lat = out
-        .lines()
-        .find(|l| l.trim_start().starts_with("lat"))
-        .expect("lat in the help");
-    assert!(
-        lat.contains("Client and server") || out.contains("Client and server over TCP"),
-        "{out}"
-    );
+    for cmd in ["lat", "bw"] {
+        let line = out
+            .lines()
+            .find(|l| l.trim_start().starts_with(&format!("{cmd} ")))
+            .unwrap_or_else(|| panic!("{cmd} in the help: {out}"));
+        assert!(
+            line.contains("Client and server over TCP") && line.contains("both ends in this process with --loopback"),
+            "{line}"
+        );
+    }
     let (c, out, err) = rdmaprobe(&["compare", "--help"]);
     assert_eq!(c, 0, "{err}");
-    assert!(out.contains("Welch's t"), "{out}");
+    assert!(!out.contains("hierarchical bootstrap"), "{out}");
+    assert!(
+        out.contains("3 or more runs on both sides: Welch's t over the runs' logarithms"),
+        "{out}"
+    );
+    assert!(
+        out.contains("fewer on a side: a bootstrap resampling the runs, then the blocks within each"),
+        "{out}"
+    );
+    assert!(out.contains("Benjamini-Hochberg with --adjust bh"), "{out}");
     assert!(
         out.contains("30, 75, 50, 150"),
         "the thresholds of one run per side: {out}"
