@@ -1,6 +1,7 @@
-//! The `rdmaprobe` binary as a perftest veteran runs it (issue 29, items 10-16): help texts that
-//! match the program, perftest's flag meanings, ping's and doctor's verdicts, the client's
-//! first words when nothing listens, and the units and notes of the tables.
+//! The `rdmaprobe` binary as a perftest veteran runs it (issue 29, items 9-16): a matrix file's
+//! backends, help texts that match the program, perftest's flag meanings, ping's and doctor's
+//! verdicts, the client's first words when nothing listens, and the units and notes of the
+//! tables.
 
 mod cmd;
 use cmd::run as rdmaprobe;
@@ -17,6 +18,87 @@ fn scratch(name: &str) -> std::path::PathBuf {
     let d = std::env::temp_dir().join(format!("rdmaprobe-habits-{name}-{}", std::process::id()));
     std::fs::create_dir_all(&d).unwrap();
     d
+}
+
+/// Item 9: a matrix file with `backends = ["verbs"]` on model0 runs verbs alone, and says the
+/// direct backend was not asked for (before: "no direct backend on this device", which model0
+/// has); results.json, its params and report.html name no other backend. Where libibverbs
+/// cannot reach model0 (a kernel with RDMA devices), verbs is refused, naming it.
+#[test]
+fn a_matrix_of_verbs_alone_runs_verbs_alone() {
+    let _g = serial();
+    let dir = scratch("matrix-verbs");
+    let m = dir.join("m.toml");
+    std::fs::write(
+        &m,
+        "backends = [\"verbs\"]\nparts = [\"lat\", \"bw\", \"post_cost\"]\nops = [\"write\"]\nsizes = [8]\n\
+         iters = 200\nbw_messages = 200\nbw_min_ms = 0\npost_cost_blocks = 5\n",
+    )
+    .unwrap();
+    let out_dir = dir.join("out");
+    let (c, out, err) = rdmaprobe(&[
+        "suite",
+        "-d",
+        "model0",
+        "--matrix",
+        m.to_str().unwrap(),
+        "--out",
+        out_dir.to_str().unwrap(),
+    ]);
+    if !cmd::model0_backends().contains(&"verbs") {
+        assert_eq!(c, 2, "{out}{err}");
+        assert!(err.contains("verbs"), "{err}");
+        return;
+    }
+    assert_eq!(c, 0, "{out}{err}");
+    assert!(
+        out.contains("rdmaprobe suite on model0 (model0), backends verbs\n"),
+        "{out}"
+    );
+    assert!(!out.contains("no direct backend on this device"), "{out}");
+    assert!(
+        out.contains("the direct backend was not asked for (backends: verbs), so no driver overhead to show"),
+        "{out}"
+    );
+    let line = out
+        .lines()
+        .find(|l| l.starts_with("  lat write 8 B"))
+        .unwrap_or_default();
+    assert!(line.contains("verbs: ") && !line.contains("direct"), "{out}");
+    let j: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out_dir.join("results.json")).unwrap()).unwrap();
+    assert_eq!(j["params"]["backends"], serde_json::json!(["verbs"]), "{}", j["params"]);
+    assert_eq!(
+        j["params"]["matrix"]["backends"],
+        serde_json::json!(["verbs"]),
+        "{}",
+        j["params"]
+    );
+    let runs: Vec<String> = j["runs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| format!("{} {}", r["scenario"].as_str().unwrap(), r["backend"].as_str().unwrap()))
+        .collect();
+    assert_eq!(
+        runs,
+        [
+            "lat verbs",
+            "bw verbs",
+            "post_cost verbs",
+            "post_cost verbs",
+            "post_cost verbs"
+        ],
+        "{out}"
+    );
+    let html = std::fs::read_to_string(out_dir.join("report.html")).unwrap();
+    // no column of differences to a direct run that is not there
+    assert!(
+        !html.contains("− direct") && !html.contains("minus direct"),
+        "report.html: {html}"
+    );
+    assert!(html.contains("no direct run among them"), "report.html: {html}");
+    std::fs::remove_dir_all(&dir).ok();
 }
 
 /// Item 16: the top-level help says lat and bw run client and server (or both ends with

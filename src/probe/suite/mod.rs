@@ -39,6 +39,8 @@ pub struct SuiteReport {
     pub summary: Vec<String>,
     /// The backends that ran.
     pub backends: Vec<BackendKind>,
+    /// The backends the device runs (those that ran are the ones asked for among them).
+    pub device_backends: Vec<BackendKind>,
     /// The device's name and provider.
     pub device: (String, String),
     /// When it started.
@@ -273,21 +275,40 @@ pub fn overhead_line(what: &str, rs: &[LatResult]) -> String {
 impl SuiteReport {
     /// The summary as printed: what the figures are, then a line per latency point.
     pub fn summary_text(&self) -> String {
-        let has_direct = self.backends.contains(&BackendKind::Direct);
         let mut s = format!(
             "summary: latency p50 / p99 in ns per backend; {}\n",
-            match (has_direct, self.backends.len() > 1) {
-                (true, true) => "the driver's overhead = backend - direct (p50, 95 % interval)",
-                (true, false) => "only the direct backend runs here, so no driver overhead to show",
-                (false, _) =>
-                    "no direct backend on this device (it needs an mlx5 device or model0), so no driver overhead to show",
-            }
+            self.overhead_note()
         );
         for line in &self.summary {
             s += line;
             s.push('\n');
         }
         s
+    }
+
+    /// Whether the driver's overhead is shown, and if not why: direct not on the device, or not
+    /// among the backends asked for (`--backends`, a matrix file's `backends`), or alone.
+    fn overhead_note(&self) -> String {
+        let has_direct = self.backends.contains(&BackendKind::Direct);
+        let names = |v: &[BackendKind]| v.iter().map(|k| k.as_str()).collect::<Vec<_>>().join(", ");
+        let asked = self.backends != self.device_backends;
+        match (has_direct, self.backends.len() > 1) {
+            (true, true) => "the driver's overhead = backend - direct (p50, 95 % interval)".into(),
+            (true, false) if asked => format!(
+                "only the direct backend was asked for (the device runs {}), so no driver overhead to show",
+                names(&self.device_backends)
+            ),
+            (true, false) => "only the direct backend runs here, so no driver overhead to show".into(),
+            (false, _) if self.device_backends.contains(&BackendKind::Direct) => format!(
+                "the direct backend was not asked for (backends: {}), so no driver overhead to show; add direct \
+                 to the backends to see it",
+                names(&self.backends)
+            ),
+            (false, _) => {
+                "no direct backend on this device (it needs an mlx5 device or model0), so no driver overhead to show"
+                    .into()
+            }
+        }
     }
 
     /// Writes results.json, latency.hlog, the plots and report.html into `out` (created);

@@ -82,6 +82,7 @@ impl Suite {
             intervals: Vec::new(),
             summary: Vec::new(),
             backends: kinds.clone(),
+            device_backends: dev.backends(),
             device: (dev.name(), dev.provider()),
             started: Instant::now(),
         };
