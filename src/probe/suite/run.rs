@@ -83,6 +83,7 @@ impl Suite {
             summary: Vec::new(),
             backends: kinds.clone(),
             device_backends: dev.backends(),
+            no_direct: dev.supports(BackendKind::Direct).err().map(|e| e.to_string()),
             device: (dev.name(), dev.provider()),
             started: Instant::now(),
         };
