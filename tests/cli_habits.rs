@@ -1,6 +1,7 @@
-//! The `rdmaprobe` binary as a perftest veteran runs it (issue 29, items 10-16): help texts that
-//! match the program, perftest's flag meanings, ping's and doctor's verdicts, the client's
-//! first words when nothing listens, and the units and notes of the tables.
+//! The `rdmaprobe` binary as a perftest veteran runs it (issue 29, items 9-16): a matrix file's
+//! backends, help texts that match the program, perftest's flag meanings, ping's and doctor's
+//! verdicts, the client's first words when nothing listens, and the units and notes of the
+//! tables.
 
 mod cmd;
 use cmd::run as rdmaprobe;
@@ -19,24 +20,117 @@ fn scratch(name: &str) -> std::path::PathBuf {
     d
 }
 
+/// Item 9: a matrix file with `backends = ["verbs"]` on model0 runs verbs alone, and says the
+/// direct backend was not asked for (before: "no direct backend on this device", which model0
+/// has); results.json, its params and report.html name no other backend. Where libibverbs
+/// cannot reach model0 (a kernel with RDMA devices), verbs is refused, naming it.
+#[test]
+fn a_matrix_of_verbs_alone_runs_verbs_alone() {
+    let _g = serial();
+    let dir = scratch("matrix-verbs");
+    let m = dir.join("m.toml");
+    std::fs::write(
+        &m,
+        "backends = [\"verbs\"]\nparts = [\"lat\", \"bw\", \"post_cost\"]\nops = [\"write\"]\nsizes = [8]\n\
+         iters = 200\nbw_messages = 200\nbw_min_ms = 0\npost_cost_blocks = 5\n",
+    )
+    .unwrap();
+    let out_dir = dir.join("out");
+    let (c, out, err) = rdmaprobe(&[
+        "suite",
+        "-d",
+        "model0",
+        "--matrix",
+        m.to_str().unwrap(),
+        "--out",
+        out_dir.to_str().unwrap(),
+    ]);
+    if !cmd::model0_backends().contains(&"verbs") {
+        assert_eq!(c, 2, "{out}{err}");
+        assert!(err.contains("verbs"), "{err}");
+        return;
+    }
+    assert_eq!(c, 0, "{out}{err}");
+    assert!(
+        out.contains("rdmaprobe suite on model0 (model0), backends verbs\n"),
+        "{out}"
+    );
+    assert!(!out.contains("no direct backend on this device"), "{out}");
+    assert!(
+        out.contains("the direct backend was not asked for (backends: verbs), so no driver overhead to show"),
+        "{out}"
+    );
+    let line = out
+        .lines()
+        .find(|l| l.starts_with("  lat write 8 B"))
+        .unwrap_or_default();
+    assert!(line.contains("verbs: ") && !line.contains("direct"), "{out}");
+    let j: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out_dir.join("results.json")).unwrap()).unwrap();
+    assert_eq!(j["params"]["backends"], serde_json::json!(["verbs"]), "{}", j["params"]);
+    assert_eq!(
+        j["params"]["matrix"]["backends"],
+        serde_json::json!(["verbs"]),
+        "{}",
+        j["params"]
+    );
+    let runs: Vec<String> = j["runs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| format!("{} {}", r["scenario"].as_str().unwrap(), r["backend"].as_str().unwrap()))
+        .collect();
+    assert_eq!(
+        runs,
+        [
+            "lat verbs",
+            "bw verbs",
+            "post_cost verbs",
+            "post_cost verbs",
+            "post_cost verbs"
+        ],
+        "{out}"
+    );
+    let html = std::fs::read_to_string(out_dir.join("report.html")).unwrap();
+    // no column of differences to a direct run that is not there
+    assert!(
+        !html.contains("− direct") && !html.contains("minus direct"),
+        "report.html: {html}"
+    );
+    assert!(html.contains("no direct run among them"), "report.html: {html}");
+    std::fs::remove_dir_all(&dir).ok();
+}
+
 /// Item 16: the top-level help says lat and bw run client and server (or both ends with
-/// --loopback), and compare's help names the test it uses with 3 or more runs.
+/// --loopback), and compare's help names what it does with 1, 2 and 3 or more runs per side:
+/// Welch's t with 3 or more on both sides, else a bootstrap of the runs and their blocks.
 #[test]
 fn help_says_what_the_program_does() {
     let (c, out, err) = rdmaprobe(&["--help"]);
     assert_eq!(c, 0, "{err}");
     assert!(!out.contains("Runs both ends in this process"), "{out}");
-    let lat = out
-        .lines()
-        .find(|l| l.trim_start().starts_with("lat"))
-        .expect("lat in the help");
-    assert!(
-        lat.contains("Client and server") || out.contains("Client and server over TCP"),
-        "{out}"
-    );
+    for cmd in ["lat", "bw"] {
+        let line = out
+            .lines()
+            .find(|l| l.trim_start().starts_with(&format!("{cmd} ")))
+            .unwrap_or_else(|| panic!("{cmd} in the help: {out}"));
+        assert!(
+            line.contains("Client and server over TCP") && line.contains("both ends in this process with --loopback"),
+            "{line}"
+        );
+    }
     let (c, out, err) = rdmaprobe(&["compare", "--help"]);
     assert_eq!(c, 0, "{err}");
-    assert!(out.contains("Welch's t"), "{out}");
+    assert!(!out.contains("hierarchical bootstrap"), "{out}");
+    assert!(
+        out.contains("3 or more runs on both sides: Welch's t over the runs' logarithms"),
+        "{out}"
+    );
+    assert!(
+        out.contains("fewer on a side: a bootstrap resampling the runs, then the blocks within each"),
+        "{out}"
+    );
+    assert!(out.contains("Benjamini-Hochberg with --adjust bh"), "{out}");
     assert!(
         out.contains("30, 75, 50, 150"),
         "the thresholds of one run per side: {out}"
@@ -322,9 +416,11 @@ fn a_client_says_at_once_that_nothing_listens() {
     assert!(!out.contains("see the error above"), "{out}");
 }
 
-/// Item 12: doctor reports a host without RDMA devices as a check, consistent with `devices`
-/// (exit 3): a failure when model0 only stands in for the missing device, a warning when it was
-/// asked for by name; the evidence carries the reason `devices` gives.
+/// Item 12: doctor reports the RDMA devices visible to libibverbs as a check, consistent with
+/// `devices`: on a kernel without RDMA (`devices` exits 3) a failure, doctor exiting 1, when
+/// model0 only stands in for the missing device, a warning when it was asked for by name; the
+/// evidence carries the reason `devices` gives and says model0 still runs. With devices, the
+/// check passes naming each one `devices` lists.
 #[test]
 fn doctor_says_when_the_host_has_no_rdma_device() {
     let (dev_code, dev_out, _) = rdmaprobe(&["devices"]);
@@ -340,6 +436,7 @@ fn doctor_says_when_the_host_has_no_rdma_device() {
         (code, c.unwrap_or_else(|| panic!("no rdma.devices check: {out}")))
     };
     let (code, c) = status(&["doctor", "--json"]);
+    let evidence = c["evidence"].as_str().unwrap_or_default().to_string();
     match dev_code {
         3 => {
             assert_eq!(c["status"], "fail", "{c}");
@@ -347,16 +444,37 @@ fn doctor_says_when_the_host_has_no_rdma_device() {
             // the reason is the one devices gives, in its words
             let reason = dev_out.lines().nth(2).unwrap_or_default();
             let first = reason.split(". ").next().unwrap();
-            assert!(c["evidence"].as_str().unwrap().contains(first), "{c} / {reason}");
-            assert!(
-                c["evidence"].as_str().unwrap().contains("`rdmaprobe devices` exits 3"),
-                "{c}"
-            );
+            assert!(evidence.contains(first), "{c} / {reason}");
+            assert!(evidence.starts_with("no RDMA device visible to libibverbs"), "{c}");
+            assert!(evidence.contains("model0 still runs: -d model0"), "{c}");
+            assert!(evidence.contains("`rdmaprobe devices` exits 3"), "{c}");
             assert!(!c["fix"].as_str().unwrap().is_empty(), "{c}");
+            // the text form: the same line, FAIL, and the count of failures
+            let (code, out, _) = rdmaprobe(&["doctor"]);
+            assert_eq!(code, 1, "{out}");
+            let line = out.lines().find(|l| l.contains("rdma.devices")).unwrap_or_default();
+            assert!(
+                line.trim_start().starts_with("FAIL") && line.contains("model0 still runs: -d model0"),
+                "{out}"
+            );
+            let last = out.lines().last().unwrap_or_default();
+            assert!(last.contains(" fail,") && !last.contains(" 0 fail,"), "{out}");
             let (_, c) = status(&["doctor", "-d", "model0", "--json"]);
             assert_eq!(c["status"], "warn", "model0 asked for by name: {c}");
         }
-        _ => assert_eq!(c["status"], "pass", "{c}"),
+        _ => {
+            assert_eq!(c["status"], "pass", "{c}");
+            assert!(evidence.starts_with("RDMA devices visible to libibverbs: "), "{c}");
+            // each device devices lists (its hca_id lines, model0 aside) is named
+            for name in dev_out
+                .lines()
+                .filter_map(|l| l.strip_prefix("hca_id:"))
+                .filter_map(|l| l.split_whitespace().next())
+                .filter(|n| *n != "model0")
+            {
+                assert!(evidence.contains(name), "{name}: {c}");
+            }
+        }
     }
 }
 

@@ -55,9 +55,11 @@ enum Cmd {
     Suite(SuiteArgs),
     /// Compare result files: `compare BASE NEW`, or several process runs per side with
     /// `--base F1 F2 F3 --new G1 G2 G3`. Per matched run and metric: the change, its 95 %
-    /// interval (3 or more runs per side: Welch's t over the runs' logarithms; fewer: a bootstrap
-    /// of the blocks within the runs), the p-value adjusted over all rows (Holm), and a verdict. Exit 0: no regression; 1: regression; 2: the inputs
-    /// cannot be compared.
+    /// interval and p-value (3 or more runs on both sides: Welch's t over the runs' logarithms;
+    /// fewer on a side: a bootstrap resampling the runs, then the blocks within each, so one run
+    /// per side holds only the noise within the runs), the p-value adjusted over all rows (Holm,
+    /// or Benjamini-Hochberg with --adjust bh), and a verdict. Exit 0: no regression; 1:
+    /// regression; 2: the inputs cannot be compared.
     Compare(CompareArgs),
     /// Plots (SVG) and report.html of a result file: latency percentile spectrum and CDF,
     /// latency versus size, bandwidth versus size, one line per backend. Exit 2 when the file

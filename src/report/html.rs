@@ -149,17 +149,29 @@ fn environment(h: &mut String, doc: &Value) {
     h.push_str("</table>\n");
 }
 
-/// The latency runs' table, each backend's p50 against direct's, when there are some.
+/// The latency runs' table, each backend's p50 against direct's when a direct run is among them
+/// (without one, as with `--backends verbs`, no column for it), when there are runs.
 fn latency(h: &mut String, lat: &[&Value]) {
     if lat.is_empty() {
         return;
     }
-    h.push_str(
+    let has_direct = lat.iter().any(|r| r["backend"] == "direct");
+    h.push_str(if has_direct {
         "<h2>Latency</h2>\n<p>ns; the driver's overhead is the backend's p50 minus direct's p50 \
-         for the same operation and size.</p>\n<table id=\"latency\"><tr><th class=\"l\">op</th><th>size (B)</th>\
+         for the same operation and size.</p>\n"
+    } else {
+        "<h2>Latency</h2>\n<p>ns; no direct run among them, so no driver's overhead.</p>\n"
+    });
+    h.push_str(
+        "<table id=\"latency\"><tr><th class=\"l\">op</th><th>size (B)</th>\
          <th class=\"l\">figure</th><th class=\"l\">backend</th><th>p50</th><th>p99</th><th>p99.9</th><th>max</th>\
-         <th>samples</th><th>− direct (p50)</th></tr>",
+         <th>samples</th>",
     );
+    h.push_str(if has_direct {
+        "<th>− direct (p50)</th></tr>"
+    } else {
+        "</tr>"
+    });
     for r in lat {
         let mut what = r["verb"].as_str().or(r["op"].as_str()).unwrap_or("?").to_string();
         if let Some(t) = r["transport"].as_str().filter(|t| *t != "RC") {
@@ -180,7 +192,7 @@ fn latency(h: &mut String, lat: &[&Value]) {
         let _ = write!(
             h,
             "<tr><td class=\"l\">{}</td><td>{}</td><td class=\"l\">{}</td><td class=\"l\">{}</td><td>{}</td><td>{}</td>\
-             <td>{}</td><td>{}</td><td>{}</td><td>{diff}</td></tr>",
+             <td>{}</td><td>{}</td><td>{}</td>",
             esc(&what),
             cell(&r["size_bytes"]),
             cell(&r["figure"]),
@@ -191,6 +203,10 @@ fn latency(h: &mut String, lat: &[&Value]) {
             ns(&l["max"]),
             cell(&l["count"]),
         );
+        if has_direct {
+            let _ = write!(h, "<td>{diff}</td>");
+        }
+        h.push_str("</tr>");
     }
     h.push_str("</table>\n");
 }

@@ -39,6 +39,10 @@ pub struct SuiteReport {
     pub summary: Vec<String>,
     /// The backends that ran.
     pub backends: Vec<BackendKind>,
+    /// The backends the device runs (those that ran are the ones asked for among them).
+    pub device_backends: Vec<BackendKind>,
+    /// Why the device does not run the direct backend (`None` when it does).
+    pub no_direct: Option<String>,
     /// The device's name and provider.
     pub device: (String, String),
     /// When it started.
@@ -273,21 +277,40 @@ pub fn overhead_line(what: &str, rs: &[LatResult]) -> String {
 impl SuiteReport {
     /// The summary as printed: what the figures are, then a line per latency point.
     pub fn summary_text(&self) -> String {
-        let has_direct = self.backends.contains(&BackendKind::Direct);
         let mut s = format!(
             "summary: latency p50 / p99 in ns per backend; {}\n",
-            match (has_direct, self.backends.len() > 1) {
-                (true, true) => "the driver's overhead = backend - direct (p50, 95 % interval)",
-                (true, false) => "only the direct backend runs here, so no driver overhead to show",
-                (false, _) =>
-                    "no direct backend on this device (it needs an mlx5 device or model0), so no driver overhead to show",
-            }
+            self.overhead_note()
         );
         for line in &self.summary {
             s += line;
             s.push('\n');
         }
         s
+    }
+
+    /// Whether the driver's overhead is shown, and if not why: direct not on the device, or not
+    /// among the backends asked for (`--backends`, a matrix file's `backends`), or alone.
+    fn overhead_note(&self) -> String {
+        let has_direct = self.backends.contains(&BackendKind::Direct);
+        let names = |v: &[BackendKind]| v.iter().map(|k| k.as_str()).collect::<Vec<_>>().join(", ");
+        let asked = self.backends != self.device_backends;
+        match (has_direct, self.backends.len() > 1) {
+            (true, true) => "the driver's overhead = backend - direct (p50, 95 % interval)".into(),
+            (true, false) if asked => format!(
+                "only the direct backend was asked for (the device runs {}), so no driver overhead to show",
+                names(&self.device_backends)
+            ),
+            (true, false) => "only the direct backend runs here, so no driver overhead to show".into(),
+            (false, _) if self.device_backends.contains(&BackendKind::Direct) => format!(
+                "the direct backend was not asked for (backends: {}), so no driver overhead to show; add direct \
+                 to the backends to see it",
+                names(&self.backends)
+            ),
+            (false, _) => format!(
+                "no direct backend on this device ({}), so no driver overhead to show",
+                self.no_direct.as_deref().unwrap_or("it needs an mlx5 device or model0")
+            ),
+        }
     }
 
     /// Writes results.json, latency.hlog, the plots and report.html into `out` (created);
@@ -309,5 +332,67 @@ impl SuiteReport {
         .map_err(|e| ProbeError::Render(format!("writing the interval log: {e}")))?;
         crate::report::output::write(&out.join("latency.hlog"), &hlog).map_err(w)?;
         crate::report::plot::write_all(&self.doc, out).map_err(ProbeError::Render)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A report of no points that ran `ran` on a device that runs `device`.
+    fn report(ran: &[BackendKind], device: &[BackendKind], no_direct: Option<&str>) -> SuiteReport {
+        SuiteReport {
+            doc: json!(null),
+            intervals: Vec::new(),
+            summary: Vec::new(),
+            backends: ran.to_vec(),
+            device_backends: device.to_vec(),
+            no_direct: no_direct.map(str::to_string),
+            device: ("model0".into(), "model0".into()),
+            started: Instant::now(),
+        }
+    }
+
+    /// The backends that ran, those the device runs, why it runs no direct, what the line says.
+    type Case<'a> = (&'a [BackendKind], &'a [BackendKind], Option<&'a str>, &'a str);
+
+    /// The summary's first line says why no driver overhead is shown: direct left out of the
+    /// backends asked for, asked for alone, the only one the device runs, or not on the device
+    /// (with the device's reason: an mlx5 device with MLX5_QP_SIGNATURE set is still mlx5).
+    #[test]
+    fn the_summary_says_why_there_is_no_overhead() {
+        use BackendKind::{Direct, Verbs, Wr};
+        let all = [Verbs, Wr, Direct];
+        let first = |r: SuiteReport| r.summary_text().lines().next().unwrap_or_default().to_string();
+        let cases: [Case; 5] = [
+            (&[Verbs, Direct], &all, None, "the driver's overhead = backend - direct"),
+            (
+                &[Verbs],
+                &all,
+                None,
+                "the direct backend was not asked for (backends: verbs), so no driver overhead to show",
+            ),
+            (
+                &[Direct],
+                &all,
+                None,
+                "only the direct backend was asked for (the device runs verbs, wr, direct)",
+            ),
+            (&[Direct], &[Direct], None, "only the direct backend runs here"),
+            (
+                &[Verbs, Wr],
+                &[Verbs, Wr],
+                Some("direct: MLX5_QP_SIGNATURE is set"),
+                "no direct backend on this device (direct: MLX5_QP_SIGNATURE is set), so no driver overhead",
+            ),
+        ];
+        for (ran, device, why, says) in cases {
+            let line = first(report(ran, device, why));
+            assert!(
+                line.starts_with("summary: latency p50 / p99 in ns per backend; "),
+                "{line}"
+            );
+            assert!(line.contains(says), "{ran:?} of {device:?}: {line}");
+        }
     }
 }

@@ -82,6 +82,8 @@ impl Suite {
             intervals: Vec::new(),
             summary: Vec::new(),
             backends: kinds.clone(),
+            device_backends: dev.backends(),
+            no_direct: dev.supports(BackendKind::Direct).err().map(|e| e.to_string()),
             device: (dev.name(), dev.provider()),
             started: Instant::now(),
         };

@@ -202,11 +202,13 @@ pub fn run(device: Option<&str>, port: u8) -> Result<Doctor, ProbeError> {
     })
 }
 
-/// `rdma.devices`: whether the host has an RDMA device, as `rdmaprobe devices` judges it (exit 3
-/// when none): with none, a failure when the device was left to the default (model0 stands in),
-/// a warning when model0 was asked for by name (`-d model0`); the reason and what to do from the
-/// same explanation `devices` prints.
+/// `rdma.devices`: the RDMA devices visible to libibverbs, as `rdmaprobe devices` judges them
+/// (exit 3 when none): passes naming them; with none, a failure when the device was left to the
+/// default (model0 stands in), a warning when model0 was asked for by name (`-d model0`), either
+/// with the reason and what to do from the same explanation `devices` prints, and that model0
+/// still runs.
 fn devices_check(device: Option<&str>) -> Check {
+    const MODEL0: &str = "model0 still runs: -d model0; `rdmaprobe devices` exits 3";
     let none = |evidence: String, fix: String| {
         let status = if device.is_some() { Status::Warn } else { Status::Fail };
         check("rdma.devices", status, evidence, fix)
@@ -215,11 +217,11 @@ fn devices_check(device: Option<&str>) -> Check {
         Ok(l) if !l.names().is_empty() => check(
             "rdma.devices",
             Status::Pass,
-            format!("RDMA devices: {}", l.names().join(", ")),
+            format!("RDMA devices visible to libibverbs: {}", l.names().join(", ")),
             "",
         ),
         Ok(_) => none(
-            "no RDMA device (the device list is empty): only model0 runs here; `rdmaprobe devices` exits 3".into(),
+            format!("no RDMA device visible to libibverbs (the device list is empty); {MODEL0}"),
             "load the NIC's driver (modprobe mlx5_ib) or add Soft-RoCE (rdma link add rxe0 type rxe netdev eth0)"
                 .into(),
         ),
@@ -227,14 +229,14 @@ fn devices_check(device: Option<&str>) -> Check {
             let text = why.explain();
             let (first, rest) = text.split_once('\n').unwrap_or((text, ""));
             none(
-                format!("no RDMA device: {first} Only model0 runs here; `rdmaprobe devices` exits 3"),
+                format!("no RDMA device visible to libibverbs: {first} {MODEL0}"),
                 rest.replace('\n', " "),
             )
         }
         Err(e) => check(
             "rdma.devices",
             Status::Unknown,
-            format!("the device list cannot be read: {e}"),
+            format!("the RDMA device list cannot be read from libibverbs: {e}"),
             "`rdmaprobe devices` says why",
         ),
     }
