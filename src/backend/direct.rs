@@ -68,6 +68,15 @@ pub enum LocalBuf {
 }
 
 impl LocalBuf {
+    /// Where the buffer sits. model0's regions are shared-memory files (tmpfs, 4 KiB pages),
+    /// placed from the address this process maps them at.
+    pub fn placement(&self) -> crate::verbs::MrPlacement {
+        match self {
+            LocalBuf::Verbs(m) => m.placement(),
+            LocalBuf::Model(m) => crate::verbs::MrPlacement::at(m.as_ptr() as u64, false),
+        }
+    }
+
     fn parts(&self) -> (u64, u32, usize) {
         match self {
             LocalBuf::Verbs(m) => (m.addr(), m.lkey(), m.len()),
@@ -255,6 +264,10 @@ impl<Q: DirectQueues> Backend for DirectEnd<Q> {
 
     fn describe_qp(&self) -> String {
         self.q.describe()
+    }
+
+    fn placement(&self) -> crate::verbs::MrPlacement {
+        self._buf.placement()
     }
 
     #[inline(always)]

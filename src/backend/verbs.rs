@@ -348,6 +348,10 @@ impl Backend for VerbsEnd {
         self.kind
     }
 
+    fn placement(&self) -> crate::verbs::MrPlacement {
+        self.mr.placement()
+    }
+
     fn describe_qp(&self) -> String {
         match self.qp.state() {
             Ok(s) => format!("{} QP {:#x} on {}: {s}", self.kind.as_str(), self.qp.qpn(), self.device),

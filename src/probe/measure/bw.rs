@@ -202,6 +202,23 @@ impl<'a> Sides<'a> {
         }
     }
 
+    /// Where this side's buffers connected to the peer sit, named `{row}.t{i}.q{j}` (none in one
+    /// process: each run makes its own, in its result).
+    fn regions(&self, rows: &[(BackendKind, bool)]) -> Vec<crate::probe::Region> {
+        let mut v = Vec::new();
+        for (threads, (k, ev)) in self.net.iter().flat_map(|(_, all)| all.iter()).zip(rows) {
+            for (i, qps) in threads.iter().enumerate() {
+                for (j, e) in qps.iter().enumerate() {
+                    v.push(crate::probe::Region {
+                        name: format!("{}{}.t{i}.q{j}", k.as_str(), if *ev { "-e" } else { "" }),
+                        placement: e.placement(),
+                    });
+                }
+            }
+        }
+        v
+    }
+
     /// The connected QPs' states as the device reads them back (none in one process).
     fn describe(&self) -> Vec<String> {
         self.net
@@ -250,6 +267,7 @@ fn new_report(
         short_runs: Vec::new(),
         end_error: None,
         counters: None,
+        regions: sides.regions(&set.rows),
     }
 }
 
@@ -597,6 +615,7 @@ fn client_result(b: &BwPlan, k: BackendKind, p: &BwParams, summary: crate::scena
         min_duration_ms: 0.0,
         summary,
         completion: None,
+        memory_regions: Vec::new(),
     }
 }
 
