@@ -1,5 +1,5 @@
-//! Issue 29's item 19 as a user sees it: where each registered buffer sits (header, JSON,
-//! report).
+//! Issue 29's items 19 and 20 as a user sees them: where each registered buffer sits (header,
+//! JSON, report), and `bw --threads 128` on model0 with more threads than CPUs.
 
 mod cmd;
 use cmd::run as rdmaprobe;
@@ -91,4 +91,79 @@ fn lat_prints_and_records_where_each_buffer_sits() {
     );
     let _ = std::fs::remove_file(&json);
     let _ = std::fs::remove_dir_all(&plots);
+}
+
+/// 128 workers, each its own QP, CQ and buffer on model0, pinned round-robin over this host's
+/// CPUs (said so, with how many per CPU); 129 is refused with the limit named.
+#[test]
+fn bw_runs_128_threads_and_refuses_129() {
+    let _g = serial();
+    let json = temp("threads.json");
+    let t0 = std::time::Instant::now();
+    let (code, out, err) = rdmaprobe(&[
+        "bw",
+        "write",
+        "--loopback",
+        "-d",
+        "model0",
+        "--backend",
+        "direct",
+        "--threads",
+        "128",
+        "-n",
+        "200",
+        "-s",
+        "64",
+        "--json",
+        json.to_str().unwrap(),
+    ]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(t0.elapsed().as_secs() < 60, "took {:?}", t0.elapsed());
+    assert!(out.contains("128 thread(s) x 1 QP(s)"), "{out}");
+    let doc: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    let run = &doc["runs"][0];
+    assert_eq!(run["threads"].as_u64(), Some(128), "{run}");
+    assert_eq!(doc["params"]["threads"].as_u64(), Some(128));
+    // every worker's two buffers, each its own
+    let regions = run["memory_regions"].as_array().expect("the run's regions");
+    assert_eq!(regions.len(), 256);
+    let mut addrs: Vec<u64> = regions.iter().map(|r| r["addr"].as_u64().unwrap()).collect();
+    addrs.sort_unstable();
+    addrs.dedup();
+    assert_eq!(addrs.len(), 256);
+    assert!(out.contains(" MR direct.t0.q0.A: addr 0x"), "{out}");
+    assert!(
+        out.contains(" MR direct.t1.q0.A .. direct.t127.q0.B (254 more): "),
+        "{out}"
+    );
+    let cpus = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
+    if cpus < 128 {
+        let note =
+            format!("--threads 128 on {cpus} CPU(s): more threads than CPUs, so they cannot each be pinned alone");
+        assert!(out.contains(&format!(" WARNING: {note}")), "{out}");
+        if 128 % cpus == 0 {
+            assert!(
+                out.contains(&format!("pinned round-robin, {} per CPU", 128 / cpus)),
+                "{out}"
+            );
+        }
+        let w = doc["warnings"].as_array().unwrap();
+        assert!(
+            w.iter().any(|w| w.as_str().is_some_and(|s| s.starts_with(&note))),
+            "{w:?}"
+        );
+    }
+    let _ = std::fs::remove_file(&json);
+    for args in [
+        &["bw", "write", "--loopback", "-d", "model0", "--threads", "129"][..],
+        &["suite", "-d", "model0", "--threads", "129"][..],
+    ] {
+        let (code, out, err) = rdmaprobe(args);
+        assert_eq!(code, 2, "{out}{err}");
+        assert!(
+            err.contains("129 threads: 1 to 128 (each thread drives its own QPs, CQs and buffers"),
+            "{err}"
+        );
+        assert!(!err.contains("panicked"), "{err}");
+    }
 }

@@ -56,6 +56,13 @@ pub(in crate::probe) fn run(
 
 /// What the plan asks that cannot work, refused before anything is opened.
 fn check(plan: &Plan, b: &BwPlan) -> Result<(), ProbeError> {
+    if !(1..=crate::probe::MAX_THREADS).contains(&b.threads) {
+        return Err(ProbeError::Usage(format!(
+            "{} threads: 1 to {} (each thread drives its own QPs, CQs and buffers)",
+            b.threads,
+            crate::probe::MAX_THREADS
+        )));
+    }
     if b.postlist > b.tx_depth || b.cq_mod > b.tx_depth {
         return Err(ProbeError::Usage(format!(
             "--post-list ({}) and --cq-mod ({}) must not exceed --tx-depth ({})",
@@ -144,6 +151,9 @@ impl Setup {
     fn warnings(&mut self, plan: &Plan, b: &BwPlan, mut warnings: Vec<String>) -> Result<Vec<String>, ProbeError> {
         if let Some(n) = session::ud_checks(&self.dev, plan, &mut self.sizes, matches!(b.sizes, Sizes::All))? {
             warnings.push(n);
+        }
+        if let Some(w) = crate::workers::oversubscription(b.threads as usize) {
+            warnings.push(w);
         }
         if b.events && self.dev.is_model() {
             warnings.push(
