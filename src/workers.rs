@@ -44,6 +44,36 @@ pub fn pinned_ids() -> Vec<usize> {
     }
 }
 
+/// When `threads` measuring threads outnumber the process's CPUs they cannot each be pinned
+/// alone: how they share the CPUs, as a sentence for the report (`None`: each has its own).
+pub fn oversubscription(threads: usize) -> Option<String> {
+    sharing(threads, cpus().len().max(1), pinning())
+}
+
+/// [`oversubscription`] for `ncpu` CPUs, pinned or not.
+fn sharing(threads: usize, ncpu: usize, pinned: bool) -> Option<String> {
+    if threads <= ncpu {
+        return None;
+    }
+    let (lo, hi) = (threads / ncpu, threads.div_ceil(ncpu));
+    let per = if lo == hi {
+        lo.to_string()
+    } else {
+        format!("{lo} or {hi}")
+    };
+    Some(if pinned {
+        format!(
+            "--threads {threads} on {ncpu} CPU(s): more threads than CPUs, so they cannot each be pinned alone; \
+             pinned round-robin, {per} per CPU, taking turns on it (the figures are those of threads sharing CPUs)"
+        )
+    } else {
+        format!(
+            "--threads {threads} on {ncpu} CPU(s): more threads than CPUs, {per} per CPU; not pinned (one CPU or \
+             RDMAPROBE_NO_PIN): the scheduler shares the CPUs among them"
+        )
+    })
+}
+
 /// The NUMA node chosen with `--numa-node`.
 pub fn numa_node() -> Option<u32> {
     NODE.get().copied()
@@ -480,6 +510,18 @@ mod tests {
         for bad in ["", "x", "3-1", "1,,", "-1", "99999"] {
             assert!(parse_cpu_list(bad).is_err(), "{bad} accepted");
         }
+    }
+
+    #[test]
+    fn more_threads_than_cpus_are_said_with_how_many_per_cpu() {
+        assert_eq!(sharing(2, 2, true), None);
+        let s = sharing(128, 2, true).unwrap();
+        assert!(
+            s.contains("--threads 128 on 2 CPU(s)") && s.contains("pinned round-robin, 64 per CPU"),
+            "{s}"
+        );
+        assert!(sharing(5, 2, true).unwrap().contains("2 or 3 per CPU"));
+        assert!(sharing(3, 1, false).unwrap().contains("3 per CPU; not pinned"));
     }
 
     #[test]

@@ -76,6 +76,15 @@ pub enum LocalBuf {
 }
 
 impl LocalBuf {
+    /// Where the buffer sits. model0's regions are shared-memory files (tmpfs, 4 KiB pages),
+    /// placed from the address this process maps them at.
+    pub fn placement(&self) -> crate::verbs::MrPlacement {
+        match self {
+            LocalBuf::Verbs(m) => m.placement(),
+            LocalBuf::Model(m) => crate::verbs::MrPlacement::at(m.as_ptr() as u64, false),
+        }
+    }
+
     fn parts(&self) -> (u64, u32, usize) {
         match self {
             LocalBuf::Verbs(m) => (m.addr(), m.lkey(), m.len()),
@@ -267,6 +276,10 @@ impl<Q: DirectQueues> Backend for DirectEnd<Q> {
 
     fn qpn(&self) -> u32 {
         self.q.qpn()
+    }
+
+    fn placement(&self) -> crate::verbs::MrPlacement {
+        self._buf.placement()
     }
 
     #[inline(always)]

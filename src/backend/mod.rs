@@ -10,6 +10,8 @@ pub mod verbs;
 
 use crate::mlx5::cq::CqeError;
 use crate::mlx5::sq::SqError;
+/// Where an end's buffer sits (the verbs layer's, for every backend's buffer).
+pub use crate::verbs::MrPlacement;
 use crate::verbs::VerbsError;
 use std::sync::atomic::{AtomicU8, Ordering};
 
@@ -242,6 +244,12 @@ pub trait Backend {
     /// the atomic word): the second half. Outgoing data starts at 0.
     fn rx_offset(&self) -> usize;
 
+    /// Where the local buffer sits (address, alignment, physical address): by default from its
+    /// address as 4 KiB pages; the backends that own a registered buffer say what it is.
+    fn placement(&self) -> MrPlacement {
+        MrPlacement::at(self.mem().addr(), false)
+    }
+
     /// The QP's state as the device reads it back (for a failure's diagnostics).
     fn describe_qp(&self) -> String {
         "QP state not readable through this backend".into()
@@ -296,6 +304,11 @@ impl MemView {
     /// Length in bytes.
     pub fn len(&self) -> usize {
         self.len
+    }
+
+    /// Start address.
+    pub fn addr(&self) -> u64 {
+        self.ptr as u64
     }
 
     /// Whether it is empty.

@@ -352,6 +352,10 @@ impl Backend for VerbsEnd {
         self.qp.qpn()
     }
 
+    fn placement(&self) -> crate::verbs::MrPlacement {
+        self.mr.placement()
+    }
+
     fn describe_qp(&self) -> String {
         match self.qp.state() {
             Ok(s) => format!("{} QP {:#x} on {}: {s}", self.kind.as_str(), self.qp.qpn(), self.device),

@@ -3,7 +3,7 @@
 
 use super::console;
 use super::plan::{plan, DevArgs, PeerArgs, RunArgs};
-use super::values::{positive_secs, size, size_1m, BackendArg, OpArg};
+use super::values::{positive_secs, size, size_1m, threads, BackendArg, OpArg};
 use anyhow::Result;
 use clap::builder::TypedValueParser as _;
 use rdmaprobe::backend::OpKind;
@@ -164,8 +164,9 @@ pub struct BwArgs {
     /// QPs per thread.
     #[arg(short = 'q', long = "qp", default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..=16384))]
     qps: u64,
-    /// Threads, each with its own QPs, CQs and buffers, pinned.
-    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..=64))]
+    /// Threads, each with its own QPs, CQs and buffers, pinned (1 to 128; more threads than CPUs
+    /// are pinned round-robin, several to a CPU, said so).
+    #[arg(long, default_value_t = 1, value_parser = threads)]
     threads: u64,
     /// Both ends send.
     #[arg(short = 'b', long)]

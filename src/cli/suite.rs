@@ -72,8 +72,8 @@ pub struct SuiteArgs {
     /// Bandwidth QPs per thread (default 1).
     #[arg(short = 'q', long = "qp", value_parser = clap::value_parser!(u64).range(1..=16384))]
     qps: Option<u64>,
-    /// Bandwidth threads, each with its own QPs, pinned (default 1).
-    #[arg(long, value_parser = clap::value_parser!(u64).range(1..=64))]
+    /// Bandwidth threads, each with its own QPs, pinned (default 1; at most 128).
+    #[arg(long, value_parser = super::values::threads)]
     threads: Option<u64>,
     /// A matrix file (TOML) with the keys parts, ops, lat_ops, bw_ops, sizes, lat_sizes,
     /// bw_sizes, iters, duration_s, backends, transports, qps, threads, bw_messages, bw_min_ms,

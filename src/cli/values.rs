@@ -133,6 +133,19 @@ pub fn size(s: &str) -> Result<u32, String> {
     matrix::one_size(s)
 }
 
+/// Parses a number of bandwidth threads, 1 to [`rdmaprobe::probe::MAX_THREADS`].
+pub fn threads(s: &str) -> Result<u64, String> {
+    let max = rdmaprobe::probe::MAX_THREADS;
+    match s.trim().parse::<u64>() {
+        Ok(n) if (1..=max).contains(&n) => Ok(n),
+        Ok(n) => Err(format!(
+            "{n} threads: 1 to {max} (each thread drives its own QPs, CQs and buffers; more threads than CPUs \
+             share them)"
+        )),
+        Err(_) => Err(format!("'{s}' is not a number of threads (1 to {max})")),
+    }
+}
+
 /// Parses a message size of at most 1 MiB (post-cost's buffers).
 pub fn size_1m(s: &str) -> Result<u32, String> {
     match matrix::one_size(s)? {

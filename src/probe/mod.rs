@@ -31,8 +31,8 @@ pub mod suite;
 pub use suite::{SuitePlan, SuiteReport};
 
 pub use crate::backend::setup::PathOpts;
-pub use plan::{Backends, BwPlan, DeviceSpec, LatPlan, PeerSpec, Plan, PostCostPlan, Scenario, Sizes};
-pub use report::{Report, Role, Runs};
+pub use plan::{Backends, BwPlan, DeviceSpec, LatPlan, PeerSpec, Plan, PostCostPlan, Scenario, Sizes, MAX_THREADS};
+pub use report::{Region, Report, Role, Runs};
 
 use crate::backend::setup::SetupError;
 use crate::oob::{OobError, Rendezvous};

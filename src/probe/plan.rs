@@ -190,6 +190,10 @@ impl LatPlan {
     }
 }
 
+/// The most bandwidth threads a run takes (each drives its own QPs, CQs and buffers; more threads
+/// than CPUs share them, pinned round-robin).
+pub const MAX_THREADS: u64 = 128;
+
 /// A bandwidth run.
 #[derive(Debug, Clone)]
 pub struct BwPlan {
@@ -207,7 +211,7 @@ pub struct BwPlan {
     pub cq_mod: u32,
     /// QPs per thread.
     pub qps: u64,
-    /// Threads.
+    /// Threads (1 to [`MAX_THREADS`]).
     pub threads: u64,
     /// Both ends send.
     pub bidirectional: bool,

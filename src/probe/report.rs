@@ -79,6 +79,78 @@ pub struct Report {
     pub end_error: Option<String>,
     /// The device's counters' change over the run (sysfs or model0's own).
     pub counters: Option<super::check::counters::CounterDelta>,
+    /// This side's registered buffers the runs use, and where they sit.
+    pub regions: Vec<Region>,
+}
+
+pub use crate::scenario::runner::Region;
+
+/// The most regions listed one per line; beyond it the first two are and the rest summed up.
+const REGIONS_LISTED: usize = 6;
+
+/// A line per region (` MR NAME: addr ..., page offset ..., aligned ..., huge pages ..., phys
+/// ...`); more than [`REGIONS_LISTED`]: the first two, then one line for the rest.
+pub fn region_lines(regions: &[Region], s: &mut String) {
+    let listed = if regions.len() <= REGIONS_LISTED {
+        regions.len()
+    } else {
+        2
+    };
+    for r in &regions[..listed] {
+        let _ = writeln!(s, " MR {}: {}", r.name, r.placement.line());
+    }
+    let rest = &regions[listed..];
+    let (Some(first), Some(last)) = (rest.first(), rest.last()) else {
+        return;
+    };
+    let mut offsets: Vec<u64> = rest.iter().map(|r| r.placement.page_offset).collect();
+    offsets.sort_unstable();
+    offsets.dedup();
+    let align = rest.iter().map(|r| r.placement.align).min().unwrap_or(0);
+    let huge = rest.iter().filter(|r| r.placement.huge).count();
+    let phys = rest.iter().filter(|r| r.placement.phys_addr.is_some()).count();
+    let mut why: Vec<&str> = rest
+        .iter()
+        .filter_map(|r| r.placement.phys_unreadable.as_deref())
+        .collect();
+    why.sort_unstable();
+    why.dedup();
+    let _ = writeln!(
+        s,
+        " MR {} .. {} ({} more): page offset {}, aligned {} or more, huge pages {}, phys {} of {} read{} (the JSON lists each)",
+        first.name,
+        last.name,
+        rest.len(),
+        offsets.iter().map(|o| o.to_string()).collect::<Vec<_>>().join("/"),
+        crate::backend::MrPlacement::size_label(align),
+        match huge {
+            0 => "no".to_string(),
+            h if h == rest.len() => "yes".to_string(),
+            h => format!("in {h}"),
+        },
+        phys,
+        rest.len(),
+        if why.is_empty() { String::new() } else { format!(", unreadable: {}", why.join("; ")) }
+    );
+}
+
+/// In one process a bandwidth run makes its buffers afresh: where those of each backend's first
+/// run sat.
+fn bw_region_lines(rs: &[crate::scenario::runner::BwResult], s: &mut String) {
+    let mut seen = Vec::new();
+    for r in rs.iter().filter(|r| !r.memory_regions.is_empty()) {
+        let label = (r.backend.as_str(), r.completion.is_some());
+        if seen.contains(&label) {
+            continue;
+        }
+        if seen.is_empty() {
+            s.push_str(
+                " memory regions of each backend's first run (every run makes its own; the JSON has each run's):\n",
+            );
+        }
+        seen.push(label);
+        region_lines(&r.memory_regions, s);
+    }
 }
 
 /// The operation's name in perftest's banner style.
@@ -199,6 +271,11 @@ impl Report {
         }
     }
 
+    /// A line per registered buffer: where it sits (the physical address needs root).
+    fn regions_lines(&self, s: &mut String) {
+        region_lines(&self.regions, s);
+    }
+
     fn warnings_lines(&self, s: &mut String) {
         for w in &self.warnings {
             let _ = writeln!(s, " WARNING: {w}");
@@ -254,6 +331,7 @@ impl Report {
             s += " server: the rows are the client's measurement (it times the round trips), sent over as the run ends\n";
         }
         self.qp_line(&mut s);
+        self.regions_lines(&mut s);
         self.cm_line(&mut s);
         self.warnings_lines(&mut s);
         s += &rule(118);
@@ -289,12 +367,9 @@ impl Report {
             self.clock.source.as_str()
         );
         self.qp_line(&mut s);
+        self.regions_lines(&mut s);
         self.cm_line(&mut s);
-        if b.bidirectional && self.role != Role::Loopback {
-            s += " -b between two processes: the figures are this side's own direction (perftest's -b adds both)\n";
-        } else if b.bidirectional {
-            s += " -b: both ends send -n messages per QP; #messages and the figures count both directions (as perftest's -b)\n";
-        }
+        s += self.bidirectional_note(b);
         self.warnings_lines(&mut s);
         s += &rule(118);
         let _ = writeln!(
@@ -320,6 +395,19 @@ impl Report {
         );
 
         s
+    }
+
+    /// What -b's figures count, in one process or between two (nothing without -b).
+    fn bidirectional_note(&self, b: &super::BwPlan) -> &'static str {
+        match (b.bidirectional, self.role == Role::Loopback) {
+            (false, _) => "",
+            (true, false) => {
+                " -b between two processes: the figures are this side's own direction (perftest's -b adds both)\n"
+            }
+            (true, true) => {
+                " -b: both ends send -n messages per QP; #messages and the figures count both directions (as perftest's -b)\n"
+            }
+        }
     }
 
     /// How long a bandwidth run is, as the header says it: by -n, -D, --run-infinitely or the
@@ -426,7 +514,8 @@ impl Report {
         *s += &rule(118);
     }
 
-    /// The latency table's foot: notes on the figures, --cpu_util, the device's counters.
+    /// The table's foot: the footnotes the rows call for, the closing rule. A server without
+    /// rows has none.
     pub fn footer(&self) -> String {
         let mut s = String::new();
         if matches!(self.role, Role::Server(_)) && self.runs.is_empty() {
@@ -434,10 +523,11 @@ impl Report {
         }
         match &self.runs {
             Runs::Lat(rs) => self.lat_footer(&mut s, rs),
-            Runs::Bw(_) => {
+            Runs::Bw(rs) => {
                 if let Scenario::Bw(b) = &self.plan.scenario {
                     cpu_lines(&mut s, b, self);
                 }
+                bw_region_lines(rs, &mut s);
                 if let (false, Scenario::Bw(b)) = (self.short_runs.is_empty(), &self.plan.scenario) {
                     let _ = writeln!(
                         s,
@@ -500,6 +590,9 @@ impl Report {
         let mut doc = result_doc(&self.env, &self.clock, &warnings, self.params.clone(), runs)?;
         if let Some(c) = &self.counters {
             doc["counters"] = serde_json::to_value(c)?;
+        }
+        if !self.regions.is_empty() {
+            doc["memory_regions"] = serde_json::to_value(&self.regions)?;
         }
         Ok(doc)
     }

@@ -54,6 +54,7 @@ pub fn report(doc: &Value, figs: &[Figure]) -> String {
     head(&mut h, doc);
     warnings(&mut h, doc);
     counters(&mut h, doc);
+    regions(&mut h, doc);
     environment(&mut h, doc);
     let runs: &[Value] = doc["runs"].as_array().map(|a| a.as_slice()).unwrap_or(&[]);
     let of = |s: &str| -> Vec<&Value> { runs.iter().filter(|r| r["scenario"].as_str() == Some(s)).collect() };
@@ -122,6 +123,64 @@ fn counters(h: &mut String, doc: &Value) {
             );
         }
         h.push_str("</table>\n");
+    }
+}
+
+/// At most this many of a bandwidth run's regions in the page (the document has them all).
+const RUN_REGIONS: usize = 4;
+
+/// The registered buffers and where they sit, when the document has them: the run's (`memory_regions`)
+/// and each bandwidth run's own (made afresh for every run), the first [`RUN_REGIONS`] of each.
+fn regions(h: &mut String, doc: &Value) {
+    let none = Vec::new();
+    let top = doc["memory_regions"].as_array().unwrap_or(&none);
+    let mut rows: Vec<(String, &Value)> = top.iter().map(|r| (String::new(), r)).collect();
+    let mut more = 0;
+    for run in doc["runs"].as_array().unwrap_or(&none) {
+        let rs = run["memory_regions"].as_array().unwrap_or(&none);
+        let what = format!(
+            "{} B {}: ",
+            cell(&run["size_bytes"]),
+            run["backend"].as_str().unwrap_or("?")
+        );
+        rows.extend(rs.iter().take(RUN_REGIONS).map(|r| (what.clone(), r)));
+        more += rs.len().saturating_sub(RUN_REGIONS);
+    }
+    if rows.is_empty() {
+        return;
+    }
+    h.push_str(
+        "<h2>Memory regions</h2>\n<p>where each registered buffer sits (alignment: the largest power of two \
+         dividing the address; the physical address, from /proc/self/pagemap, needs root)</p>\n<table id=\"regions\">\
+         <tr><th class=\"l\">region</th><th>address</th><th>page offset</th><th>alignment [B]</th><th>huge pages</th>\
+         <th>physical address</th></tr>",
+    );
+    let hex = |v: &Value| v.as_u64().map(|a| format!("{a:#x}"));
+    for (what, r) in rows {
+        let phys = hex(&r["phys_addr"]).unwrap_or_else(|| {
+            format!(
+                "unreadable ({})",
+                r["phys_unreadable"].as_str().unwrap_or("no reason given")
+            )
+        });
+        let _ = write!(
+            h,
+            "<tr><td class=\"l\">{}{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+            esc(&what),
+            esc(r["name"].as_str().unwrap_or("?")),
+            esc(&hex(&r["addr"]).unwrap_or_else(|| "?".into())),
+            cell(&r["page_offset"]),
+            cell(&r["align"]),
+            if r["huge"].as_bool() == Some(true) { "yes" } else { "no" },
+            esc(&phys)
+        );
+    }
+    h.push_str("</table>\n");
+    if more > 0 {
+        let _ = writeln!(
+            h,
+            "<p>and {more} more regions of the bandwidth runs, in the document</p>"
+        );
     }
 }
 
@@ -347,5 +406,39 @@ mod tests {
         assert!(page.contains("<td>+30</td>"), "verbs - direct p50 shown");
         assert!(page.contains("id=\"latency\""));
         assert!(!page.contains("id=\"bandwidth\""));
+    }
+
+    #[test]
+    fn page_holds_the_memory_regions_table() {
+        let doc = serde_json::json!({
+            "environment": {"device": "model0"},
+            "runs": [],
+            "memory_regions": [
+                {"name": "direct.A", "addr": 0x7f00_0000_1000u64, "page_offset": 0, "align": 4096, "huge": false,
+                 "phys_addr": null, "phys_unreadable": "needs root"},
+                {"name": "verbs.B", "addr": 0x7f00_0020_0000u64, "page_offset": 0, "align": 2097152, "huge": true,
+                 "phys_addr": 0x1234_5000u64, "phys_unreadable": null}
+            ]
+        });
+        let page = report(&doc, &[]);
+        assert!(page.contains("id=\"regions\""), "{page}");
+        assert!(page.contains("<td class=\"l\">direct.A</td><td>0x7f0000001000</td><td>0</td><td>4096</td><td>no</td><td>unreadable (needs root)</td>"), "{page}");
+        assert!(
+            page.contains("<td>2097152</td><td>yes</td><td>0x12345000</td>"),
+            "{page}"
+        );
+        assert!(!report(&serde_json::json!({"runs": []}), &[]).contains("id=\"regions\""));
+        // a bandwidth run's own regions, the first few of each
+        let r = serde_json::json!({"name": "direct.t0.q0.A", "addr": 4096, "page_offset": 0, "align": 4096,
+                                   "huge": false, "phys_addr": null, "phys_unreadable": "page not mapped in yet"});
+        let doc = serde_json::json!({"runs": [{"scenario": "bw", "backend": "direct", "size_bytes": 64,
+                                               "memory_regions": [r, r, r, r, r, r]}]});
+        let page = report(&doc, &[]);
+        assert_eq!(
+            page.matches("<td class=\"l\">64 B direct: direct.t0.q0.A</td>").count(),
+            4,
+            "{page}"
+        );
+        assert!(page.contains("and 2 more regions"), "{page}");
     }
 }

@@ -24,6 +24,17 @@ pub use lat_runs::{
 };
 pub use post_cost_runs::{run_post_cost, tsc_step, PostCostResult};
 
+/// A registered buffer a run uses, named after its backend and end, and where it sits.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Region {
+    /// `verbs.A`, `direct.t0.q0.B`, ... (dotted: the table's rows alone have the backend as a
+    /// word of its own)
+    pub name: String,
+    /// Address, page offset, alignment, huge pages, physical address.
+    #[serde(flatten)]
+    pub placement: crate::backend::MrPlacement,
+}
+
 /// A connected pair of any backend (each arm runs with static dispatch).
 pub enum AnyPair {
     /// verbs or wr.
@@ -68,6 +79,16 @@ impl AnyPair {
             AnyPair::Verbs(p) => [p.0.describe_qp(), p.1.describe_qp()],
             AnyPair::Model(p) => [p.0.describe_qp(), p.1.describe_qp()],
             AnyPair::Mlx5(p) => [p.0.describe_qp(), p.1.describe_qp()],
+        }
+    }
+
+    /// Where the two ends' buffers sit.
+    pub fn placements(&self) -> [crate::backend::MrPlacement; 2] {
+        use crate::backend::Backend;
+        match self {
+            AnyPair::Verbs(p) => [p.0.placement(), p.1.placement()],
+            AnyPair::Model(p) => [p.0.placement(), p.1.placement()],
+            AnyPair::Mlx5(p) => [p.0.placement(), p.1.placement()],
         }
     }
 

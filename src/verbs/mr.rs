@@ -214,17 +214,78 @@ impl std::ops::BitOr for MrAccess {
     }
 }
 
-/// Where a memory region sits in memory, for reports.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+/// Where a memory region sits in memory, for reports (as perftest prints each region at start).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct MrPlacement {
     /// Virtual start address.
     pub addr: u64,
     /// Offset of the start within its 4 KiB page.
     pub page_offset: u64,
-    /// Physical address of the first byte, when `/proc/self/pagemap` gives it (root only).
-    pub phys_addr: Option<u64>,
+    /// The largest power of two dividing the start address, bytes (0 for address 0).
+    pub align: u64,
     /// Backed by 2 MiB pages.
     pub huge: bool,
+    /// Physical address of the first byte, when `/proc/self/pagemap` gives it (root only).
+    pub phys_addr: Option<u64>,
+    /// Why there is no physical address, when there is none.
+    pub phys_unreadable: Option<String>,
+}
+
+impl MrPlacement {
+    /// The placement of memory starting at `addr` (backed by 2 MiB pages when `huge`): its page
+    /// offset and alignment, and its physical address from `/proc/self/pagemap` or why not.
+    pub fn at(addr: u64, huge: bool) -> Self {
+        let (page_offset, align) = offset_and_align(addr);
+        let (phys_addr, phys_unreadable) = match phys_addr_why(addr) {
+            Ok(p) => (Some(p), None),
+            Err(why) => (None, Some(why)),
+        };
+        MrPlacement {
+            addr,
+            page_offset,
+            align,
+            huge,
+            phys_addr,
+            phys_unreadable,
+        }
+    }
+
+    /// A power-of-two byte count (an alignment) as the line says it: `4 KiB`, `2 MiB`, `64 B`.
+    pub fn size_label(n: u64) -> String {
+        bytes_label(n)
+    }
+
+    /// One short line: address, page offset, alignment, huge pages, physical address.
+    pub fn line(&self) -> String {
+        format!(
+            "addr {:#x}, page offset {}, aligned {}, huge pages {}, phys {}",
+            self.addr,
+            self.page_offset,
+            bytes_label(self.align),
+            if self.huge { "yes" } else { "no" },
+            match (&self.phys_addr, &self.phys_unreadable) {
+                (Some(p), _) => format!("{p:#x}"),
+                (None, Some(why)) => format!("unreadable ({why})"),
+                (None, None) => "unreadable".to_string(),
+            }
+        )
+    }
+}
+
+/// The offset of `addr` in its 4 KiB page, and the largest power of two dividing it (0 for 0).
+pub fn offset_and_align(addr: u64) -> (u64, u64) {
+    let align = if addr == 0 { 0 } else { 1u64 << addr.trailing_zeros() };
+    (addr % PAGE as u64, align)
+}
+
+/// A power-of-two byte count as `4 KiB`, `2 MiB`, `64 B`.
+fn bytes_label(n: u64) -> String {
+    match n {
+        n if n >= 1 << 30 && n % (1 << 30) == 0 => format!("{} GiB", n >> 30),
+        n if n >= 1 << 20 && n % (1 << 20) == 0 => format!("{} MiB", n >> 20),
+        n if n >= 1 << 10 && n % (1 << 10) == 0 => format!("{} KiB", n >> 10),
+        n => format!("{n} B"),
+    }
 }
 
 /// A registered memory region over a [`Buffer`] it owns.
@@ -359,13 +420,7 @@ impl Mr {
 
     /// Where the region sits.
     pub fn placement(&self) -> MrPlacement {
-        let addr = self.addr();
-        MrPlacement {
-            addr,
-            page_offset: addr % PAGE as u64,
-            phys_addr: phys_addr(addr),
-            huge: self.buf.is_huge(),
-        }
+        MrPlacement::at(self.addr(), self.buf.is_huge())
     }
 }
 
@@ -416,12 +471,25 @@ impl Sge<'_> {
 /// The physical address of `vaddr` from `/proc/self/pagemap`, if readable and given (the PFN
 /// reads as 0 without CAP_SYS_ADMIN).
 pub fn phys_addr(vaddr: u64) -> Option<u64> {
+    phys_addr_why(vaddr).ok()
+}
+
+/// As [`phys_addr`], with why there is none: the file unreadable, the page not mapped in yet, or
+/// the frame number hidden (it needs root: CAP_SYS_ADMIN).
+pub fn phys_addr_why(vaddr: u64) -> std::result::Result<u64, String> {
     use std::io::{Read, Seek, SeekFrom};
-    let mut f = std::fs::File::open("/proc/self/pagemap").ok()?;
-    f.seek(SeekFrom::Start((vaddr / PAGE as u64) * 8)).ok()?;
+    let path = "/proc/self/pagemap";
+    let mut f = std::fs::File::open(path).map_err(|e| format!("{path}: {e}"))?;
+    f.seek(SeekFrom::Start((vaddr / PAGE as u64) * 8))
+        .map_err(|e| format!("{path}: {e}"))?;
     let mut b = [0u8; 8];
-    f.read_exact(&mut b).ok()?;
-    pagemap_phys(u64::from_le_bytes(b), vaddr)
+    f.read_exact(&mut b).map_err(|e| format!("{path}: {e}"))?;
+    let entry = u64::from_le_bytes(b);
+    match pagemap_phys(entry, vaddr) {
+        Some(p) => Ok(p),
+        None if entry >> 63 & 1 == 0 => Err("page not mapped in yet".into()),
+        None => Err("needs root".into()),
+    }
 }
 
 /// Decodes a pagemap entry: bit 63 present, bits 0..55 the PFN.
@@ -466,6 +534,39 @@ mod tests {
             Some(0x42 * 4096 + 0x234)
         );
         assert_eq!(pagemap_phys(0x42, 0x1234), None); // not present
+    }
+
+    #[test]
+    fn offset_and_alignment_of_an_address() {
+        assert_eq!(offset_and_align(0x7f00_0020_0000), (0, 2 << 20));
+        assert_eq!(offset_and_align(0x7f00_0000_1000), (0, 4096));
+        assert_eq!(offset_and_align(0x7f00_0000_1040), (0x40, 64));
+        assert_eq!(offset_and_align(0x1003), (3, 1));
+        assert_eq!(offset_and_align(0), (0, 0));
+        let p = MrPlacement::at(0x7f00_0000_1040, false);
+        assert_eq!(
+            (p.addr, p.page_offset, p.align, p.huge),
+            (0x7f00_0000_1040, 0x40, 64, false)
+        );
+        assert!(p
+            .line()
+            .starts_with("addr 0x7f0000001040, page offset 64, aligned 64 B, huge pages no, phys "));
+        assert_eq!(bytes_label(2 << 20), "2 MiB");
+        assert_eq!(bytes_label(4096), "4 KiB");
+    }
+
+    #[test]
+    fn placement_of_a_buffer_says_its_physical_address_or_why_not() {
+        let b = Buffer::new(100, false).unwrap();
+        let p = MrPlacement::at(b.as_ptr() as u64, b.is_huge());
+        assert_eq!(p.page_offset, 0);
+        assert!(p.align >= PAGE as u64, "{p:?}");
+        // faulted in: a physical address as root, else "needs root"
+        match (p.phys_addr, p.phys_unreadable.as_deref()) {
+            (Some(a), None) => assert_eq!(a % PAGE as u64, 0),
+            (None, Some(why)) => assert_eq!(why, "needs root"),
+            other => panic!("{other:?}"),
+        }
     }
 
     #[test]

@@ -77,6 +77,16 @@ impl AnyEnd {
             AnyEnd::Mlx5(e) => e.describe_qp(),
         }
     }
+
+    /// Where its buffer sits.
+    pub fn placement(&self) -> crate::verbs::MrPlacement {
+        use crate::backend::Backend;
+        match self {
+            AnyEnd::Verbs(e) => e.placement(),
+            AnyEnd::Model(e) => e.placement(),
+            AnyEnd::Mlx5(e) => e.placement(),
+        }
+    }
 }
 
 impl HalfEnd {

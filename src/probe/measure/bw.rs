@@ -56,6 +56,13 @@ pub(in crate::probe) fn run(
 
 /// What the plan asks that cannot work, refused before anything is opened.
 fn check(plan: &Plan, b: &BwPlan) -> Result<(), ProbeError> {
+    if !(1..=crate::probe::MAX_THREADS).contains(&b.threads) {
+        return Err(ProbeError::Usage(format!(
+            "{} threads: 1 to {} (each thread drives its own QPs, CQs and buffers)",
+            b.threads,
+            crate::probe::MAX_THREADS
+        )));
+    }
     if b.postlist > b.tx_depth || b.cq_mod > b.tx_depth {
         return Err(ProbeError::Usage(format!(
             "--post-list ({}) and --cq-mod ({}) must not exceed --tx-depth ({})",
@@ -145,6 +152,9 @@ impl Setup {
         if let Some(n) = session::ud_checks(&self.dev, plan, &mut self.sizes, matches!(b.sizes, Sizes::All))? {
             warnings.push(n);
         }
+        if let Some(w) = crate::workers::oversubscription(b.threads as usize) {
+            warnings.push(w);
+        }
         if b.events && self.dev.is_model() {
             warnings.push(
                 "-e on model0: the model executes each WQE in the poster's thread right after the post, so completions \
@@ -210,6 +220,23 @@ impl<'a> Sides<'a> {
         }
     }
 
+    /// Where this side's buffers connected to the peer sit, named `{row}.t{i}.q{j}` (none in one
+    /// process: each run makes its own, in its result).
+    fn regions(&self, rows: &[(BackendKind, bool)]) -> Vec<crate::probe::Region> {
+        let mut v = Vec::new();
+        for (threads, (k, ev)) in self.net.iter().flat_map(|(_, all)| all.iter()).zip(rows) {
+            for (i, qps) in threads.iter().enumerate() {
+                for (j, e) in qps.iter().enumerate() {
+                    v.push(crate::probe::Region {
+                        name: format!("{}{}.t{i}.q{j}", k.as_str(), if *ev { "-e" } else { "" }),
+                        placement: e.placement(),
+                    });
+                }
+            }
+        }
+        v
+    }
+
     /// The connected QPs' states as the device reads them back (none in one process).
     fn describe(&self) -> Vec<String> {
         self.net
@@ -259,6 +286,7 @@ fn new_report(
         short_runs: Vec::new(),
         end_error: None,
         counters: None,
+        regions: sides.regions(&set.rows),
     }
 }
 
@@ -606,6 +634,7 @@ fn client_result(b: &BwPlan, k: BackendKind, p: &BwParams, summary: crate::scena
         min_duration_ms: 0.0,
         summary,
         completion: None,
+        memory_regions: Vec::new(),
     }
 }
 

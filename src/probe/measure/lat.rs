@@ -8,7 +8,7 @@ use crate::mlx5::sq::DbMode;
 use crate::model::{ExecMode, ModelConfig};
 use crate::oob::{Hello, Rendezvous};
 use crate::probe::check::{counters, diag};
-use crate::probe::report::{Report, Role, Runs};
+use crate::probe::report::{Region, Report, Role, Runs};
 use crate::probe::{LatPlan, Observer, PeerSpec, Plan, ProbeError, Scenario, Sizes, INTERRUPTED};
 use crate::report::{Hist, Interval};
 use crate::scenario::lat::{LatParams, LatSamples, PingState};
@@ -262,6 +262,25 @@ impl<'a> Sides<'a> {
         Ok(sides)
     }
 
+    /// This side's buffers: both ends of each pair in this process (`direct.A`, `direct.B`), or
+    /// each backend's end connected to the peer (`direct`).
+    fn regions(&self) -> Vec<Region> {
+        let pairs = self.pairs.iter().flat_map(|p| {
+            let [a, b] = p.pair.placements();
+            let l = p.label();
+            [(format!("{l}.A"), a), (format!("{l}.B"), b)]
+        });
+        let net = self.net.iter().flat_map(|(_, ends)| {
+            ends.iter()
+                .zip(&self.net_events)
+                .map(|((k, e), ev)| (format!("{}{}", k.as_str(), if *ev { "-e" } else { "" }), e.placement()))
+        });
+        pairs
+            .chain(net)
+            .map(|(name, placement)| Region { name, placement })
+            .collect()
+    }
+
     /// The QPs' states as the device reads them back.
     fn describe(&self) -> Vec<String> {
         self.pairs
@@ -348,6 +367,7 @@ fn new_report(
         short_runs: Vec::new(),
         end_error: None,
         counters: None,
+        regions: sides.regions(),
     }
 }
 

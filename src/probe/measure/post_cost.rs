@@ -123,6 +123,7 @@ fn new_report(
         short_runs: Vec::new(),
         end_error: None,
         counters: None,
+        regions: Vec::new(),
     }
 }
 

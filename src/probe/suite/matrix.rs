@@ -186,7 +186,7 @@ impl MatrixSpec {
                 "duration_s" => m.duration = Some(toml_seconds(v).map_err(|e| bad(&e))?),
                 "iters" => m.iters = Some(int(v, 10, 100_000_000).map_err(|e| bad(&e))?),
                 "qps" => m.qps = Some(int(v, 1, 16384).map_err(|e| bad(&e))?),
-                "threads" => m.threads = Some(int(v, 1, 64).map_err(|e| bad(&e))?),
+                "threads" => m.threads = Some(int(v, 1, crate::probe::MAX_THREADS).map_err(|e| bad(&e))?),
                 "bw_messages" => m.bw_messages = Some(int(v, 1, 1_000_000_000).map_err(|e| bad(&e))?),
                 "bw_min_ms" => m.bw_min_ms = Some(int(v, 0, 3_600_000).map_err(|e| bad(&e))?),
                 "post_cost_blocks" => m.post_cost_blocks = Some(int(v, 1, 10_000_000).map_err(|e| bad(&e))?),

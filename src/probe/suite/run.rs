@@ -76,6 +76,9 @@ impl Suite {
         let (cal, env) = session::calibrate(&dev, true)?;
         let mut warnings = env.warnings();
         warnings.splice(0..0, notes);
+        if m.parts.contains(&Part::Bw) {
+            warnings.extend(crate::workers::oversubscription(m.threads as usize));
+        }
         obs.heading(&heading(sp, &m, &dev, &kinds, &warnings));
         let r = SuiteReport {
             doc: json!(null),

@@ -49,6 +49,27 @@ pub struct BwResult {
     /// polling.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub completion: Option<String>,
+    /// The buffers of the reported run (made afresh for every run: `{backend}.t{thread}.q{QP}.A`
+    /// or `.B`), and where they sit.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub memory_regions: Vec<super::Region>,
+}
+
+/// Where the buffers of `threads` (each its pairs of two ends) sit, named `{label}.t{i}.q{j}.A`
+/// and `.B`.
+fn regions<B: crate::backend::Backend>(label: &str, threads: &[Vec<(B, B)>]) -> Vec<super::Region> {
+    let mut v = Vec::new();
+    for (i, pairs) in threads.iter().enumerate() {
+        for (j, (a, b)) in pairs.iter().enumerate() {
+            for (end, e) in [("A", a), ("B", b)] {
+                v.push(super::Region {
+                    name: format!("{label}.t{i}.q{j}.{end}"),
+                    placement: e.placement(),
+                });
+            }
+        }
+    }
+    v
 }
 
 fn build<B>(
@@ -120,6 +141,7 @@ pub fn run_bw_with(
         mode,
         cal,
         intr,
+        regions: std::cell::RefCell::new(Vec::new()),
     };
     let (p, rs) = run.long_enough(*p)?;
     Ok(run.result(&p, &rs))
@@ -136,6 +158,8 @@ struct BwRun<'a> {
     mode: DbMode,
     cal: &'a Calibration,
     intr: &'a AtomicBool,
+    /// Where the buffers of the last run sat.
+    regions: std::cell::RefCell<Vec<super::Region>>,
 }
 
 impl BwRun<'_> {
@@ -144,21 +168,26 @@ impl BwRun<'_> {
         let (dev, kind, mode, buf_len) = (self.dev, self.kind, self.mode, self.buf_len);
         let (threads, qps, intr) = (self.threads, self.qps, self.intr);
         let grid = bw::Grid::new(self.cal.to_ticks(p.window.as_nanos() as f64));
+        let label = format!("{}{}", kind.as_str(), if self.events { "-e" } else { "" });
+        let mut placed = self.regions.borrow_mut();
         Ok(match (dev, kind) {
             (Dev::Model(m), BackendKind::Direct) => {
                 let mut t = build(threads, qps, || {
                     setup::model_pair_with(m, p.op, buf_len, mode, m.opts.transport)
                 })?;
+                *placed = regions(&label, &t);
                 bw::run(&mut t, p, &grid, intr)?
             }
             (_, BackendKind::Direct) => {
                 let mut t = build(threads, qps, || setup::mlx5_pair(dev, p.op, buf_len, mode))?;
+                *placed = regions(&label, &t);
                 bw::run(&mut t, p, &grid, intr)?
             }
             _ => {
                 let mut t = build(threads, qps, || {
                     setup::verbs_pair_with(dev, kind, p.op, buf_len, self.events)
                 })?;
+                *placed = regions(&label, &t);
                 bw::run(&mut t, p, &grid, intr)?
             }
         })
@@ -200,6 +229,7 @@ impl BwRun<'_> {
             min_duration_ms: p.min_duration.as_secs_f64() * 1e3,
             summary: bw::summarize(rs, p.size, p.cq_mod, self.cal.hz),
             completion: self.events.then(|| "events".into()),
+            memory_regions: self.regions.borrow().clone(),
         }
     }
 }
