@@ -549,6 +549,7 @@ fn main() {
         }
     }
     let (mut worst1, mut worst32, mut fewest) = (0f64, 0f64, PASSES);
+    let (mut all1, mut all32) = (0f64, 0f64);
     for c in &cases {
         // the quiet passes: those whose floor ran within QUIET of the case's fastest floor
         let best = c.passes.iter().map(|p| p.1).fold(f64::INFINITY, f64::min);
@@ -560,8 +561,8 @@ fn main() {
         let mut all: Vec<f64> = c.passes.iter().map(|p| p.0 / p.1).collect();
         let (d, fl, ratio, all_mid) = (median(&mut d), median(&mut fl), median(&mut r), median(&mut all));
         match c.postlist {
-            1 => worst1 = worst1.max(ratio),
-            32 => worst32 = worst32.max(ratio),
+            1 => (worst1, all1) = (worst1.max(ratio), all1.max(all_mid)),
+            32 => (worst32, all32) = (worst32.max(ratio), all32.max(all_mid)),
             _ => {}
         }
         println!(
@@ -582,7 +583,7 @@ fn main() {
     decomposition(&model, pd, &cal, src_bytes, bufs.sge, bufs.dst);
     let verdict = |worst: f64, target: f64| if worst <= target { "met" } else { "NOT met" };
     println!(
-        "targets: postlist 1 worst ratio {worst1:.3} (target <= 1.20: {}); postlist 32 worst ratio {worst32:.3} (target <= 1.05: {}); quiet passes at least {fewest} of {PASSES} a case",
+        "targets: postlist 1 worst ratio {worst1:.3} (target <= 1.20: {}); postlist 32 worst ratio {worst32:.3} (target <= 1.05: {}); quiet passes' medians, at least {fewest} of {PASSES} passes a case (over all passes: worst {all1:.3} and {all32:.3})",
         verdict(worst1, 1.2),
         verdict(worst32, 1.05)
     );

@@ -1131,7 +1131,7 @@ fn qp_numbers_are_in_the_header_and_the_json() {
         for (text, side) in [(&co, a), (&so, b)] {
             let qpn = side["local"]["qpn"].as_u64().unwrap();
             let backend = side["backend"].as_str().unwrap();
-            let want = format!("QPN {qpn:#08x} PSN ");
+            let want = format!("QPN {qpn:#08x} ");
             assert!(
                 text.lines()
                     .any(|l| l.starts_with(&format!("  local  address ({backend}):")) && l.contains(&want)),
@@ -1139,6 +1139,30 @@ fn qp_numbers_are_in_the_header_and_the_json() {
             );
         }
     }
-    assert!(co.contains("  remote address (direct): QPN "), "{co}");
+    assert!(co.contains("  remote address (verbs):  QPN "), "{co}");
+    // model0's direct QPs have no PSN, LID or GID: said, not printed as zeros
+    let d = cq.iter().find(|q| q["backend"] == "direct").unwrap();
+    assert!(d["local"].get("psn").is_none(), "{d}");
+    assert!(
+        d["psn_lid_gid"]
+            .as_str()
+            .unwrap()
+            .contains("model0's direct QPs have no PSN"),
+        "{d}"
+    );
+    assert!(
+        co.contains("(PSN, LID, GID: none: model0's direct QPs have no PSN, LID or GID)"),
+        "{co}"
+    );
+    let v = cq.iter().find(|q| q["backend"] == "verbs").unwrap();
+    assert!(v["local"]["psn"].is_u64() && v.get("psn_lid_gid").is_none(), "{v}");
+    // the server's file says whose rows it holds, and compare will not take it for a measurement
+    assert_eq!(c["params"]["role"], "client");
+    assert_eq!(s["params"]["role"], "server");
+    assert_eq!(s["params"]["rows_from"], "client");
+    let o = bin().args(["compare", &sj, &cj]).output().unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success(), "{err}");
+    assert!(err.contains("a latency server's file"), "{err}");
     std::fs::remove_dir_all(&dir).ok();
 }

@@ -188,6 +188,7 @@ pub fn measure(
     }
     if let Role::Server(_) = r.role {
         if let Some(e) = &r.end_error {
+            write_json(&r, json)?;
             eprintln!("rdmaprobe: error: {e}");
             return Ok(1);
         }

@@ -119,7 +119,7 @@ pub struct LatArgs {
     #[arg(long, value_parser = clap::value_parser!(u64).range(0..=rdmaprobe::model::MAX_WIRE_DELAY_NS))]
     model_delay_ns: Option<u64>,
     /// CPU use of the measuring (client) thread per size and backend (perftest's --cpu_util):
-    /// its CPU time over its blocks, percent (a polling thread near 100 unless descheduled; -e
+    /// its CPU time over its blocks (warm-up included), percent (a polling thread near 100 unless descheduled; -e
     /// rows show what waiting for events saves). The JSON has it always (cpu_pct).
     #[arg(long = "cpu_util", visible_alias = "cpu-util")]
     cpu_util: bool,

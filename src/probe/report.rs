@@ -9,6 +9,8 @@ use crate::report::Interval;
 use crate::scenario::runner::{tsc_step, BwResult, LatResult, PostCostResult};
 use std::fmt::Write;
 
+mod qps;
+
 /// Which side of a measurement this report is.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Role {
@@ -18,6 +20,17 @@ pub enum Role {
     Client(String),
     /// The server of the client named (it measures nothing it reports).
     Server(String),
+}
+
+impl Role {
+    /// `loopback`, `client` or `server` (the JSON's `params.role`).
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            Role::Loopback => "loopback",
+            Role::Client(_) => "client",
+            Role::Server(_) => "server",
+        }
+    }
 }
 
 /// The runs of a report, by scenario.
@@ -166,9 +179,6 @@ pub fn title(op: OpKind) -> &'static str {
     }
 }
 
-/// Client/server QPs whose addresses the header prints (the rest are counted).
-const QP_LINES: usize = 4;
-
 fn rule(n: usize) -> String {
     "-".repeat(n) + "\n"
 }
@@ -216,64 +226,6 @@ impl Report {
         let t = p["transport"].as_str().unwrap_or("RC");
         let _ = writeln!(s, " QPs: {t}, {mtu}, {inline}");
         self.qp_numbers(s);
-    }
-
-    /// The QPs' numbers: in one process both ends' per backend on one line; client/server each
-    /// QP's address and the peer's as exchanged, perftest's "local address" / "remote address"
-    /// (the first [`QP_LINES`], the rest counted: the JSON's `qps` has every one).
-    fn qp_numbers(&self, s: &mut String) {
-        let Some(qps) = self.params["qps"].as_array().filter(|q| !q.is_empty()) else {
-            return;
-        };
-        let pairs: Vec<String> = qps
-            .iter()
-            .filter_map(|q| {
-                let n = q["qpns"].as_array()?;
-                Some(format!(
-                    "{}: {:#08x} <-> {:#08x}",
-                    q["backend"].as_str()?,
-                    n.first()?.as_u64()?,
-                    n.get(1)?.as_u64()?
-                ))
-            })
-            .collect();
-        if !pairs.is_empty() {
-            let _ = writeln!(s, " QP numbers: {}", pairs.join(", "));
-        }
-        let addr = |b: &str, side: &str, a: &serde_json::Value| -> Option<String> {
-            let pad = 6usize.saturating_sub(b.len());
-            Some(format!(
-                "  {side:<6} address ({b}):{:pad$} QPN {:#08x} PSN {:#08x} LID {:#06x} GID {} RKey {:#010x} VAddr {:#018x}",
-                "",
-                a["qpn"].as_u64()?,
-                a["psn"].as_u64()?,
-                a["lid"].as_u64()?,
-                a["gid"].as_str()?,
-                a["rkey"].as_u64()?,
-                a["vaddr"].as_u64()?
-            ))
-        };
-        let net: Vec<&serde_json::Value> = qps.iter().filter(|q| q.get("local").is_some()).collect();
-        for q in net.iter().take(QP_LINES) {
-            let b = q["backend"].as_str().unwrap_or("?");
-            for (side, key) in [("local", "local"), ("remote", "remote")] {
-                if let Some(l) = addr(b, side, &q[key]) {
-                    let _ = writeln!(s, "{l}");
-                }
-            }
-        }
-        if net.len() > QP_LINES {
-            let _ = writeln!(
-                s,
-                "  ... and {} more QPs (the JSON's params.qps lists every one)",
-                net.len() - QP_LINES
-            );
-        }
-    }
-
-    /// A line per registered buffer: where it sits (the physical address needs root).
-    fn regions_lines(&self, s: &mut String) {
-        region_lines(&self.regions, s);
     }
 
     fn warnings_lines(&self, s: &mut String) {

@@ -527,11 +527,13 @@ fn inline_sources_shorter_than_the_payload_are_refused() {
 
 /// A batch writes each WQE's own index where its low byte wraps inside the batch (the batch
 /// path carries the control words from one WQE to the next by an add, made anew every 256th
-/// index) and past 16 bits: on a 1024-WQEBB ring, batches from indices around those points,
+/// index) and above 16 bits: on a 1024-WQEBB ring, batches from indices around those points,
 /// gathered and inline, bytes against `post_prepared` x n (the inline one given the payload
-/// first), both rings full of the same other bytes beforehand.
+/// first), both rings full of the same other bytes beforehand. (A 16-bit or 32-bit wrap cannot
+/// fall inside a batch of this path: the ring's size divides 65536, so such an index is slot 0,
+/// where a batch starts; the cases cover indices above 16 bits and a batch ending at u32::MAX.)
 #[test]
-fn batches_carry_each_index_where_its_low_byte_and_its_16_bits_wrap() {
+fn batches_carry_each_index_where_its_low_byte_wraps_and_above_16_bits() {
     const CNT: u32 = 1024;
     let d = [DataSeg::new(0x7f00_0000_1000, 0x42, 64)];
     let data: [u8; 64] = core::array::from_fn(|i| i as u8 ^ 0x3c);

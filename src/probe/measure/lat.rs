@@ -346,6 +346,9 @@ fn new_report(
         "transport": plan.transport.as_str(),
         "rdma_cm": sides.cm.as_ref().map(|c| c.json()),
         "qps": sides.qps,
+        "role": role.as_str(),
+        // a server's rows are the client's, sent over at the end (see `share_rows`)
+        "rows_from": matches!(role, Role::Server(_)).then_some("client"),
         "peer": match &role { Role::Loopback => None, Role::Client(p) | Role::Server(p) => Some(p.clone()) },
     });
     Report {
@@ -573,7 +576,8 @@ fn connect(
         let mine = half.info(dev)?;
         let theirs = session::exchange_qp(rdv, &mine)?;
         let label = format!("{}{}", k.as_str(), if ev { "-e" } else { "" });
-        qps.push(session::qp_addrs_json(&label, &mine, &theirs));
+        let unused = session::psn_lid_gid_unused(cm.is_some(), dev, k);
+        qps.push(session::qp_addrs_json(&label, &mine, &theirs, unused));
         let end = match &mut cm {
             Some(link) => link.connect(rdv, half, (dev, op), &theirs, plan.device.gid_index)?,
             None => half.connect(dev, op, &theirs)?,

@@ -304,15 +304,34 @@ pub fn end(peer: &mut dyn Rendezvous, plan: &Plan, hold: bool) -> Result<(), Pro
 
 /// One QP of a client/server run for the JSON's `qps` and the header: this side's address and
 /// the peer's as exchanged (perftest's "local address" and "remote address" lines).
-/// `backend` is the row's label (`verbs-e` for a `-e` row).
-pub fn qp_addrs_json(backend: &str, local: &QpInfo, remote: &QpInfo) -> serde_json::Value {
-    let side = |q: &QpInfo| {
-        serde_json::json!({
+/// `backend` is the row's label (`verbs-e` for a `-e` row). The PSN, LID and GID are those
+/// exchanged, which the QPs were connected with, unless `not_used` says why not (-R: the
+/// connection manager chose them; model0's direct QPs have none): then they are left out and
+/// the reason is given instead (`psn_lid_gid`).
+pub fn qp_addrs_json(backend: &str, local: &QpInfo, remote: &QpInfo, not_used: Option<&str>) -> serde_json::Value {
+    let side = |q: &QpInfo| match not_used {
+        None => serde_json::json!({
             "qpn": q.qpn, "psn": q.psn, "lid": q.lid, "gid": std::net::Ipv6Addr::from(q.gid).to_string(),
             "rkey": q.rkey, "vaddr": q.addr, "len": q.len,
-        })
+        }),
+        Some(_) => serde_json::json!({ "qpn": q.qpn, "rkey": q.rkey, "vaddr": q.addr, "len": q.len }),
     };
-    serde_json::json!({ "backend": backend, "local": side(local), "remote": side(remote) })
+    let mut v = serde_json::json!({ "backend": backend, "local": side(local), "remote": side(remote) });
+    if let Some(why) = not_used {
+        v["psn_lid_gid"] = why.into();
+    }
+    v
+}
+
+/// Why a QP's exchanged PSN, LID and GID are not the ones it runs with (see [`qp_addrs_json`]).
+pub fn psn_lid_gid_unused(cm: bool, dev: &Dev, kind: BackendKind) -> Option<&'static str> {
+    if cm {
+        Some("the connection manager's (-R): params.rdma_cm")
+    } else if dev.is_model() && kind == BackendKind::Direct {
+        Some("none: model0's direct QPs have no PSN, LID or GID")
+    } else {
+        None
+    }
 }
 
 /// One QP pair of a run in this process for the JSON's `qps` and the header: both ends' QP

@@ -39,6 +39,12 @@ pub fn parse(text: &str, path: &str) -> Result<Value, CompareError> {
     if !v["runs"].is_array() {
         return Err(foreign("no runs".into()));
     }
+    if v["params"]["rows_from"] == "client" {
+        return Err(foreign(
+            "a latency server's file: its rows are the client's measurement (params.rows_from); compare the client's file"
+                .into(),
+        ));
+    }
     let mut v = v;
     schema::upgrade(&mut v);
     Ok(v)
