@@ -102,7 +102,7 @@ pub use crate::scenario::runner::Region;
 const REGIONS_LISTED: usize = 6;
 
 /// A line per region (` MR NAME: addr ..., page offset ..., aligned ..., huge pages ..., phys
-/// ...`); more than [`REGIONS_LISTED`]: the first two, then one line for the rest.
+/// ...`); more than `REGIONS_LISTED`: the first two, then one line for the rest.
 pub fn region_lines(regions: &[Region], s: &mut String) {
     let listed = if regions.len() <= REGIONS_LISTED {
         regions.len()
