@@ -571,22 +571,25 @@ impl Report {
     }
 }
 
+/// One --cpu_util line: a run's size, its row's label (`-e` for a row waiting for events), its
+/// CPU use (`-` when unknown) and whose CPU time it is.
+fn cpu_line(s: &mut String, size: u32, backend: &str, completion: Option<&str>, pct: Option<f64>, whose: &str) {
+    let e = if completion == Some("events") { "-e" } else { "" };
+    let _ = writeln!(
+        s,
+        " cpu_util {size} B {backend}{e}: {} ({whose}; 100 % = on a CPU throughout)",
+        pct.map_or("-".to_string(), |v| format!("{v:.1} %")),
+    );
+}
+
 /// --cpu_util: each latency run's CPU use, its client thread's.
 fn lat_cpu_lines(s: &mut String, l: &super::LatPlan, rs: &[LatResult]) {
     if !l.cpu_util {
         return;
     }
     for x in rs {
-        let backend = match x.completion.as_deref() {
-            Some("events") => format!("{}-e", x.backend),
-            _ => x.backend.clone(),
-        };
-        let _ = writeln!(
-            s,
-            " cpu_util {} B {backend}: {} (the client thread's CPU time over its blocks; 100 % = on a CPU throughout)",
-            x.size,
-            x.cpu_pct.map_or("-".to_string(), |v| format!("{v:.1} %")),
-        );
+        let whose = "the client thread's CPU time over its blocks";
+        cpu_line(s, x.size, &x.backend, x.completion.as_deref(), x.cpu_pct, whose);
     }
 }
 
@@ -597,16 +600,8 @@ fn cpu_lines(s: &mut String, b: &super::BwPlan, r: &Report) {
         return;
     }
     for x in rs {
-        let backend = match x.completion.as_deref() {
-            Some("events") => format!("{}-e", x.backend),
-            _ => x.backend.clone(),
-        };
-        let _ = writeln!(
-            s,
-            " cpu_util {} B {backend}: {} (the measuring threads' CPU time over their run; 100 % = on a CPU throughout)",
-            x.size,
-            x.summary.cpu_pct.map_or("-".to_string(), |v| format!("{v:.1} %")),
-        );
+        let whose = "the measuring threads' CPU time over their run";
+        cpu_line(s, x.size, &x.backend, x.completion.as_deref(), x.summary.cpu_pct, whose);
     }
 }
 
