@@ -216,8 +216,10 @@ fn latency(h: &mut String, lat: &[&Value]) {
     }
     let has_direct = lat.iter().any(|r| r["backend"] == "direct");
     h.push_str(if has_direct {
-        "<h2>Latency</h2>\n<p>ns; the driver's overhead is the backend's p50 minus direct's p50 \
-         for the same operation and size.</p>\n"
+        "<h2>Latency</h2>\n<p>ns; the driver's overhead (− direct) is, over the rounds of blocks (the \
+         backends interleaved, one block each per round), the median of the backend's block p50 minus \
+         direct's in the same round, with the 95 % bootstrap interval of that median, for the same \
+         operation and size.</p>\n"
     } else {
         "<h2>Latency</h2>\n<p>ns; no direct run among them, so no driver's overhead.</p>\n"
     });
@@ -227,7 +229,7 @@ fn latency(h: &mut String, lat: &[&Value]) {
          <th>samples</th>",
     );
     h.push_str(if has_direct {
-        "<th>− direct (p50)</th></tr>"
+        "<th>− direct [95 %]</th></tr>"
     } else {
         "</tr>"
     });
@@ -240,10 +242,16 @@ fn latency(h: &mut String, lat: &[&Value]) {
             Some("events") => format!("{}-e", r["backend"].as_str().unwrap_or("?")),
             _ => r["backend"].as_str().unwrap_or("?").to_string(),
         };
+        let blocks = |v: &Value| -> Vec<f64> {
+            v["block_medians_ns"]
+                .as_array()
+                .map(|a| a.iter().filter_map(Value::as_f64).collect())
+                .unwrap_or_default()
+        };
         let diff = match (direct_twin(r, lat), r["latency_ns"]["p50"].as_f64()) {
             (Some(d), Some(p)) if r["backend"] != "direct" => d["latency_ns"]["p50"]
                 .as_f64()
-                .map(|dp| format!("{:+.0}", p - dp))
+                .map(|dp| esc(&crate::report::overhead_text((dp, &blocks(d)), (p, &blocks(r)))))
                 .unwrap_or_default(),
             _ => String::new(),
         };
@@ -403,9 +411,30 @@ mod tests {
         let page = report(&doc, &[]);
         assert!(page.contains("&lt;model0&gt; is a model"));
         assert!(page.contains("model0 (software model, not hardware)"));
-        assert!(page.contains("<td>+30</td>"), "verbs - direct p50 shown");
+        assert!(
+            page.contains("<td>+30 (p50s: blocks not paired)</td>"),
+            "verbs - direct p50 shown"
+        );
         assert!(page.contains("id=\"latency\""));
         assert!(!page.contains("id=\"bandwidth\""));
+    }
+
+    /// The report's overhead column is the summary's statistic: the paired median of the block
+    /// p50s with its interval, the point inside it (the pooled p50s here differ by 5).
+    #[test]
+    fn the_overhead_column_is_the_paired_median_with_its_interval() {
+        let doc = serde_json::json!({
+            "environment": {"device": "model0"},
+            "runs": [
+                {"scenario": "lat", "op": "write", "size": 8, "backend": "direct", "figure": "one_way",
+                 "latency": {"p50": 100.0, "p99": 150.0}, "block_medians_ns": [100.0, 101.0, 99.0, 100.0, 100.0]},
+                {"scenario": "lat", "op": "write", "size": 8, "backend": "verbs", "figure": "one_way",
+                 "latency": {"p50": 105.0, "p99": 190.0}, "block_medians_ns": [110.0, 111.0, 109.0, 110.0, 110.0]}
+            ]
+        });
+        let page = report(&doc, &[]);
+        assert!(page.contains("<td>+10 [+10, +10]</td>"), "{page}");
+        assert!(page.contains("− direct [95 %]"));
     }
 
     #[test]

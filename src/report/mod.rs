@@ -48,6 +48,32 @@ pub struct Stats {
     pub stdev: f64,
 }
 
+/// A backend's overhead over its control (direct) as the summary and the report print it, from
+/// each side's pooled p50 and per-block medians: the median over the rounds of blocks of the
+/// backend's block p50 minus the control's in the same round, with the 95 % bootstrap interval
+/// of that median (`+10 [+8, +14]`, [`compare::paired_difference`]); with fewer than 3 rounds
+/// the median alone, saying so; with blocks that do not pair (none recorded, or other counts)
+/// the difference of the pooled p50s, saying so. ns, whole; never `-0`.
+pub fn overhead_text(control: (f64, &[f64]), other: (f64, &[f64])) -> String {
+    match compare::paired_difference(control.1, other.1, 2000) {
+        Some(p) => match p.interval {
+            Some((lo, hi)) => format!("{} [{}, {}]", signed0(p.median), signed0(lo), signed0(hi)),
+            None => format!("{} ({} rounds: no interval)", signed0(p.median), p.rounds),
+        },
+        None => format!("{} (p50s: blocks not paired)", signed0(other.0 - control.0)),
+    }
+}
+
+/// A signed whole number, `+0` for what rounds to zero (never `-0`).
+pub fn signed0(x: f64) -> String {
+    let r = x.round();
+    if r == 0.0 {
+        "+0".into()
+    } else {
+        format!("{r:+.0}")
+    }
+}
+
 /// Nearest-rank percentile of sorted data (q in 0..=1).
 pub fn percentile(sorted: &[f64], q: f64) -> f64 {
     if sorted.is_empty() {

@@ -255,8 +255,11 @@ pub fn run(sp: &SuitePlan, obs: &mut dyn Observer) -> Result<SuiteReport, ProbeE
     suite.document(sp, pc)
 }
 
-/// One summary line: each backend's p50/p99, and verbs - direct, wr - direct with a bootstrap
-/// interval over the per-block medians.
+/// One summary line: each backend's p50/p99 over all its samples, then each other backend's
+/// overhead over direct as one statistic with its interval: the median over the rounds of
+/// blocks (the backends interleaved, one block each per round) of its block p50 minus direct's
+/// block p50 in the same round, and the 95 % bootstrap interval of that median
+/// ([`crate::report::compare::paired_difference`]).
 pub fn overhead_line(what: &str, rs: &[LatResult]) -> String {
     let mut s = format!("  {what:<22}");
     for r in rs {
@@ -264,11 +267,11 @@ pub fn overhead_line(what: &str, rs: &[LatResult]) -> String {
     }
     if let Some(d) = rs.iter().find(|r| r.backend == "direct") {
         for r in rs.iter().filter(|r| r.backend != "direct") {
-            let diff = r.latency.p50 - d.latency.p50;
-            let iv = crate::report::compare::bootstrap(&d.block_medians_ns, &r.block_medians_ns, 1000)
-                .map(|(lo, hi)| format!(" [{:+.0}, {:+.0}]", lo * d.latency.p50, hi * d.latency.p50))
-                .unwrap_or_default();
-            s.push_str(&format!("  {}-direct: {diff:+.0}{iv}", r.backend));
+            let o = crate::report::overhead_text(
+                (d.latency.p50, &d.block_medians_ns),
+                (r.latency.p50, &r.block_medians_ns),
+            );
+            s.push_str(&format!("  {}-direct: {o}", r.backend));
         }
     }
     s
@@ -295,7 +298,9 @@ impl SuiteReport {
         let names = |v: &[BackendKind]| v.iter().map(|k| k.as_str()).collect::<Vec<_>>().join(", ");
         let asked = self.backends != self.device_backends;
         match (has_direct, self.backends.len() > 1) {
-            (true, true) => "the driver's overhead = backend - direct (p50, 95 % interval)".into(),
+            (true, true) => "the driver's overhead = backend - direct: the median over the rounds of blocks of \
+                 each block's p50 minus direct's in the same round [its 95 % bootstrap interval]"
+                .into(),
             (true, false) if asked => format!(
                 "only the direct backend was asked for (the device runs {}), so no driver overhead to show",
                 names(&self.device_backends)
@@ -394,5 +399,97 @@ mod tests {
             );
             assert!(line.contains(says), "{ran:?} of {device:?}: {line}");
         }
+    }
+
+    /// A result of `backend` with these pooled p50/p99 and per-block medians.
+    fn lat_result(backend: &str, p50: f64, blocks: &[f64]) -> LatResult {
+        let st = |v: f64| {
+            serde_json::json!({"count": 1000, "min": v, "p50": v, "p90": v, "p99": v, "p99_9": v,
+                "p99_99": v, "max": v, "mean": v, "stdev": 0.0})
+        };
+        serde_json::from_value(serde_json::json!({
+            "scenario": "lat", "backend": backend, "op": "write", "verb": "write", "size_bytes": 64,
+            "inline": true, "figure": "one_way", "iterations": 1000, "latency_ns": st(p50),
+            "post_ns": st(20.0), "completion_wait_ns": st(p50), "block_medians_ns": blocks,
+            "histogram_ns": "", "post_histogram_ns": "", "post_below_overhead": false
+        }))
+        .expect("a LatResult")
+    }
+
+    /// The numbers of one `X-direct: P [LO, HI]` of a summary line.
+    fn overhead_of(line: &str, backend: &str) -> (f64, f64, f64) {
+        let rest = &line[line.find(&format!("{backend}-direct: ")).expect(line) + backend.len() + 9..];
+        let num = |t: &str| {
+            t.trim_matches(|c| c == '[' || c == ']' || c == ',')
+                .parse::<f64>()
+                .expect(line)
+        };
+        let mut w = rest.split_whitespace();
+        let (p, lo, hi) = (w.next().expect(line), w.next().expect(line), w.next().expect(line));
+        (num(p), num(lo), num(hi))
+    }
+
+    /// Item 1 of issue 29: the summary printed `wr-direct: +15 [+16, +23]`, a point outside its
+    /// interval (the difference of the pooled p50s beside a bootstrap of the blocks' means).
+    /// The point is now the median of the per-round differences of the block p50s and the
+    /// interval that median's: here the pooled p50s differ by 5 while every round differs by 8
+    /// to 14, and the line says +10 [+8, +14] or so, never +5.
+    #[test]
+    fn the_summary_point_lies_in_its_own_interval() {
+        let direct = [100.0, 102.0, 99.0, 101.0, 100.0, 98.0, 103.0, 100.0];
+        let diffs = [10.0, 8.0, 12.0, 9.0, 14.0, 10.0, 11.0, 9.0];
+        let wr: Vec<f64> = direct.iter().zip(diffs).map(|(d, x)| d + x).collect();
+        let verbs: Vec<f64> = direct.iter().map(|d| d + 200.0).collect();
+        let rs = [
+            lat_result("verbs", 300.0, &verbs),
+            lat_result("wr", 105.0, &wr),
+            lat_result("direct", 100.0, &direct),
+        ];
+        let line = overhead_line("write 64 B", &rs);
+        let (p, lo, hi) = overhead_of(&line, "wr");
+        assert!(lo <= p && p <= hi, "{line}");
+        assert_eq!(p, 10.0, "{line}");
+        assert!(lo >= 8.0 && hi <= 14.0 && lo < hi, "{line}");
+        let (p, lo, hi) = overhead_of(&line, "verbs");
+        assert_eq!((p, lo, hi), (200.0, 200.0, 200.0), "{line}");
+        // a skewed spread, the shape of the issue's `+50 [+63, +141]`: still inside
+        let skew: Vec<f64> = direct
+            .iter()
+            .zip([50.0, 63.0, 141.0, 70.0, 52.0, 90.0, 61.0, 120.0])
+            .map(|(d, x)| d + x)
+            .collect();
+        let line = overhead_line(
+            "read 1024 B",
+            &[lat_result("wr", 150.0, &skew), lat_result("direct", 100.0, &direct)],
+        );
+        let (p, lo, hi) = overhead_of(&line, "wr");
+        assert!(lo <= p && p <= hi, "{line}");
+        // two rounds: the median, and why there is no interval; blocks that do not pair: the
+        // p50s, said so
+        let line = overhead_line(
+            "x",
+            &[
+                lat_result("wr", 130.0, &[110.0, 112.0]),
+                lat_result("direct", 100.0, &[100.0, 100.0]),
+            ],
+        );
+        assert!(line.contains("wr-direct: +11 (2 rounds: no interval)"), "{line}");
+        let line = overhead_line(
+            "x",
+            &[
+                lat_result("wr", 130.0, &[110.0, 112.0, 111.0]),
+                lat_result("direct", 100.0, &[100.0]),
+            ],
+        );
+        assert!(line.contains("wr-direct: +30 (p50s: blocks not paired)"), "{line}");
+        // no -0
+        let line = overhead_line(
+            "x",
+            &[
+                lat_result("wr", 100.0, &[100.2, 99.8, 100.1]),
+                lat_result("direct", 100.0, &[100.0, 100.0, 100.0]),
+            ],
+        );
+        assert!(!line.contains("-0"), "{line}");
     }
 }

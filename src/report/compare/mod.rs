@@ -17,7 +17,7 @@ mod types;
 
 pub use input::{load, parse, RunSample};
 pub use render::{junit, markdown, text};
-pub use stats::{adjust, bootstrap, hierarchical, point, welch_runs, Boot, MIN_RUNS_FOR_T};
+pub use stats::{adjust, hierarchical, paired_difference, point, welch_runs, Boot, Paired, MIN_RUNS_FOR_T};
 pub use types::{Adjust, CompareError, Options, Report, Row, Verdict};
 
 use input::side;

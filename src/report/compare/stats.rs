@@ -26,19 +26,47 @@ fn mean(v: &[f64]) -> f64 {
     v.iter().sum::<f64>() / v.len() as f64
 }
 
-/// Bootstrap 95 % interval of mean(new)/mean(base) - 1, resampling each side's blocks (one run
-/// per side: the noise within a run only).
-pub fn bootstrap(base: &[f64], new: &[f64], rounds: usize) -> Option<(f64, f64)> {
-    if base.len() < 3 || new.len() < 3 {
+/// The difference of a backend from its control over blocks run in the same rounds (the
+/// backends interleaved block by block): per round, the backend's block figure minus the
+/// control's; the point is the median of these differences and the interval a bootstrap of that
+/// same median (the rounds resampled), so the point and its interval are one statistic.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Paired {
+    /// Median of the per-round differences (the figures' unit).
+    pub median: f64,
+    /// 95 % percentile interval of the median (at least 3 rounds; `None` with fewer).
+    pub interval: Option<(f64, f64)>,
+    /// How many rounds were paired.
+    pub rounds: usize,
+}
+
+/// [`Paired`] of `other` against `control`, block `i` of one with block `i` of the other (the
+/// same round); `resamples` bootstrap draws (fixed seed: the same input gives the same interval).
+/// `None` without a block on either side, or when their counts differ (not the same rounds).
+pub fn paired_difference(control: &[f64], other: &[f64], resamples: usize) -> Option<Paired> {
+    if control.is_empty() || control.len() != other.len() {
         return None;
     }
-    let run = |v: &[f64]| {
-        vec![RunSample {
-            value: mean(v),
-            blocks: v.to_vec(),
-        }]
-    };
-    hierarchical(&run(base), &run(new), rounds).map(|h| h.interval)
+    let d: Vec<f64> = other.iter().zip(control).map(|(o, c)| o - c).collect();
+    let n = d.len();
+    let point = median(&mut d.clone());
+    let interval = (n >= MIN_BLOCKS && resamples > 0).then(|| {
+        let mut rng = Rng(SEED);
+        let mut drawn = vec![0.0; n];
+        let mut m: Vec<f64> = (0..resamples)
+            .map(|_| {
+                drawn.iter_mut().for_each(|x| *x = d[rng.below(n)]);
+                median(&mut drawn)
+            })
+            .collect();
+        m.sort_by(|a, b| a.total_cmp(b));
+        (percentile(&m, 0.025), percentile(&m, 0.975))
+    });
+    Some(Paired {
+        median: point,
+        interval,
+        rounds: n,
+    })
 }
 
 /// The result of a hierarchical bootstrap.

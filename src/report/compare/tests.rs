@@ -95,16 +95,31 @@ fn a_side_needs_blocks_or_three_runs() {
     assert_eq!(hierarchical(&runs(&[100.0], ten), &runs(&[100.0], ten), 0), None);
 }
 
+/// The paired difference: the median of the per-round differences, an interval of that same
+/// median (which holds it), a shift found and no shift not, the same input the same answer, and
+/// no pairing of blocks that are not the same rounds.
 #[test]
-fn one_run_bootstrap_keeps_its_old_behaviour() {
+fn paired_difference_is_one_statistic_with_its_interval() {
     let a: Vec<f64> = (0..10).map(|i| 100.0 + (i % 3) as f64).collect();
-    let b: Vec<f64> = a.iter().map(|x| x * 1.2).collect();
-    let (lo, hi) = bootstrap(&a, &b, 2000).unwrap();
-    assert!(lo > 0.15 && hi < 0.25, "{lo} {hi}");
-    let (lo, hi) = bootstrap(&a, &a, 2000).unwrap();
-    assert!(lo < 0.0 && hi > 0.0, "{lo} {hi}");
-    assert_eq!(bootstrap(&a[..2], &b, 100), None);
-    assert_eq!(bootstrap(&a, &b, 500), bootstrap(&a, &b, 500));
+    let b: Vec<f64> = a.iter().enumerate().map(|(i, x)| x + 20.0 + (i % 4) as f64).collect();
+    let p = paired_difference(&a, &b, 2000).unwrap();
+    let (lo, hi) = p.interval.unwrap();
+    assert_eq!((p.median, p.rounds), (21.0, 10), "{p:?}");
+    assert!(lo <= p.median && p.median <= hi && lo >= 20.0 && hi <= 23.0, "{p:?}");
+    let z = paired_difference(&a, &a, 2000).unwrap();
+    assert_eq!((z.median, z.interval), (0.0, Some((0.0, 0.0))));
+    let noisy: Vec<f64> = a
+        .iter()
+        .enumerate()
+        .map(|(i, x)| x + [-3.0, 2.0, -1.0, 4.0, 1.0][i % 5])
+        .collect();
+    let n = paired_difference(&a, &noisy, 2000).unwrap();
+    let (lo, hi) = n.interval.unwrap();
+    assert!(lo < 0.0 && hi > 0.0 && lo <= n.median && n.median <= hi, "{n:?}");
+    assert_eq!(paired_difference(&a[..2], &b[..2], 100).unwrap().interval, None);
+    assert_eq!(paired_difference(&a, &b[..9], 100), None);
+    assert_eq!(paired_difference(&[], &[], 100), None);
+    assert_eq!(paired_difference(&a, &b, 500), paired_difference(&a, &b, 500));
 }
 
 #[test]
