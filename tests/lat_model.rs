@@ -121,9 +121,10 @@ fn alternate(op: OpKind, delays: &[u64], both_ends: bool) -> Vec<f64> {
 /// The harness measures an added delay exactly. The model's wire delay is set to 0, 500 ns, 5 us
 /// and 50 us in turn, in blocks on the same pair (so the settings differ in nothing else), and:
 /// - the step from 5 us to 50 us is measured as 45 us (READ: 90 us) within 2 % on the READ round
-///   trip and within 5 % on the WRITE one-way figure: the slope, which a wrong tick rate (READ's
-///   2 %: the conversion is the same for both), a lost or doubled leg or a dropped sample move
-///   (by the error itself, or by 50-100 %);
+///   trip and within 5 % on the WRITE one-way figure: the slope, which a wrong tick rate (a
+///   systematic one, a wrong rate source or unit, READ's 2 % catches: each process calibrates
+///   its own), a lost or doubled leg or a dropped sample move (by the error itself, or by
+///   50-100 %);
 /// - the step from 0 to 500 ns is measured as 500 ns (READ: 1 us) within 25 %: a lost or doubled
 ///   leg moves it by 50-100 %.
 ///

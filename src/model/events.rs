@@ -207,7 +207,7 @@ pub(super) fn armed(arm: u32, seen: u32, solicited_or_error: bool) -> bool {
 /// (another process's: through its FIFO); false when it cannot (gone, a plain pipe of another
 /// process, or full).
 pub(super) fn raise(chan: u32, handle: u64, owner: u32) -> bool {
-    if owner != std::process::id() {
+    if owner != super::pid::own_pid() {
         return raise_in(owner, chan, handle);
     }
     let c = CHANNELS.lock().unwrap_or_else(|p| p.into_inner());

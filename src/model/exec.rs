@@ -351,7 +351,7 @@ fn peer_process_alive(pid: u32) -> bool {
     thread_local! {
         static SINCE: std::cell::Cell<u32> = const { std::cell::Cell::new(0) };
     }
-    if pid == own_pid() || pid == 0 {
+    if pid == super::pid::own_pid() || pid == 0 {
         return true;
     }
     let n = SINCE.with(|c| {
@@ -360,36 +360,6 @@ fn peer_process_alive(pid: u32) -> bool {
         n
     });
     n % 256 != 0 || super::shm::pid_alive(pid)
-}
-
-/// This process's id, as [`std::process::id`] gives it, read once: `getpid` is a system call,
-/// and [`peer_process_alive`] asks for every WQE (it was a quarter of the CPU time of a small
-/// `bw` on model0: `perf` showed `__getpid` under `peer_process_alive` in 25 % of the samples).
-/// A child made by `fork` reads its own again (a `pthread_atfork` child handler clears it).
-fn own_pid() -> u32 {
-    static HOOK: std::sync::Once = std::sync::Once::new();
-    let p = OWN_PID.load(std::sync::atomic::Ordering::Relaxed);
-    if p != 0 {
-        return p;
-    }
-    HOOK.call_once(|| {
-        // SAFETY: registers a child handler that only stores to an atomic (async-signal-safe,
-        // as a handler run after fork must be); no prepare or parent handler.
-        unsafe {
-            libc::pthread_atfork(None, None, Some(forget_own_pid));
-        }
-    });
-    let p = std::process::id();
-    OWN_PID.store(p, std::sync::atomic::Ordering::Relaxed);
-    p
-}
-
-/// [`own_pid`]'s cache; 0: not read yet, or cleared in a child after fork.
-static OWN_PID: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
-
-/// `pthread_atfork`'s child handler: the child reads its own id at its next [`own_pid`].
-extern "C" fn forget_own_pid() {
-    OWN_PID.store(0, std::sync::atomic::Ordering::Relaxed);
 }
 
 /// The responder's region the WQE `d` names (its remote address and key), `len` bytes with
@@ -817,38 +787,5 @@ fn land(m: &Model, scq: &Shm, lands: &mut Vec<Landing>, held: &mut Vec<CqeOut>) 
     }
     for c in held.drain(..) {
         push_cqe(m, scq, c);
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::own_pid;
-
-    /// The cached id is this process's, and a child made by `fork` gets its own, not its
-    /// parent's (a stale id would make the child take its parent's QPs for its own and skip
-    /// the check that the peer is alive).
-    #[test]
-    fn own_pid_is_read_again_in_a_child_after_fork() {
-        let parent = own_pid();
-        assert_eq!(parent, std::process::id());
-        // SAFETY: the child only calls getpid (through own_pid: its Once has run, so it takes no
-        // lock) and _exit, both async-signal-safe; the parent waits for it.
-        let child = unsafe { libc::fork() };
-        assert!(child >= 0, "fork failed");
-        if child == 0 {
-            // SAFETY: getpid and _exit in the child, as above.
-            unsafe {
-                let me = libc::getpid() as u32;
-                libc::_exit(if own_pid() == me && me != parent { 0 } else { 1 });
-            }
-        }
-        let mut status = 0;
-        // SAFETY: waits for our own child; `status` is a valid local.
-        let rc = unsafe { libc::waitpid(child, &mut status, 0) };
-        assert_eq!(rc, child);
-        assert!(
-            libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
-            "the child saw a stale id: {status:#x}"
-        );
     }
 }

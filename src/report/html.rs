@@ -242,10 +242,11 @@ fn latency(h: &mut String, lat: &[&Value]) {
             Some("events") => format!("{}-e", r["backend"].as_str().unwrap_or("?")),
             _ => r["backend"].as_str().unwrap_or("?").to_string(),
         };
+        // a block that is not a number (a NaN is written as null) unpairs the rounds: none then
         let blocks = |v: &Value| -> Vec<f64> {
             v["block_medians_ns"]
                 .as_array()
-                .map(|a| a.iter().filter_map(Value::as_f64).collect())
+                .and_then(|a| a.iter().map(Value::as_f64).collect::<Option<Vec<f64>>>())
                 .unwrap_or_default()
         };
         let diff = match (direct_twin(r, lat), r["latency_ns"]["p50"].as_f64()) {

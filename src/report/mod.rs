@@ -58,7 +58,12 @@ pub fn overhead_text(control: (f64, &[f64]), other: (f64, &[f64])) -> String {
     match compare::paired_difference(control.1, other.1, 2000) {
         Some(p) => match p.interval {
             Some((lo, hi)) => format!("{} [{}, {}]", signed0(p.median), signed0(lo), signed0(hi)),
-            None => format!("{} ({} rounds: no interval)", signed0(p.median), p.rounds),
+            None => format!(
+                "{} ({} round{}: no interval)",
+                signed0(p.median),
+                p.rounds,
+                if p.rounds == 1 { "" } else { "s" }
+            ),
         },
         None => format!("{} (p50s: blocks not paired)", signed0(other.0 - control.0)),
     }

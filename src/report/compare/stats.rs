@@ -1,5 +1,5 @@
-//! Statistics: the bootstrap of one run per side and the hierarchical bootstrap of several,
-//! Welch's t over the runs, Holm and Benjamini–Hochberg adjustment, and the verdict.
+//! Statistics: the paired difference of blocks run in the same rounds (the summary's driver
+//! overhead), the hierarchical bootstrap of runs and their blocks, Welch's t over the runs, Holm and Benjamini–Hochberg adjustment, and the verdict.
 
 use super::{Adjust, RunSample, Verdict, ALPHA};
 use crate::report::{percentile, tdist};
