@@ -2,14 +2,7 @@
 
 mod cmd;
 use cmd::run as rdmaprobe;
-
-/// Tests that measure run one at a time: each pins its threads to the same CPUs, and two at
-/// once would measure each other (the clock test and the wire-delay figures most of all).
-static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
-
-fn serial() -> std::sync::MutexGuard<'static, ()> {
-    SERIAL.lock().unwrap_or_else(|p| p.into_inner())
-}
+use cmd::serial;
 
 #[test]
 fn devices_explains_or_lists() {

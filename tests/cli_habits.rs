@@ -5,13 +5,7 @@
 
 mod cmd;
 use cmd::run as rdmaprobe;
-
-/// Tests that measure run one at a time (each pins its threads to the same CPUs).
-static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
-
-fn serial() -> std::sync::MutexGuard<'static, ()> {
-    SERIAL.lock().unwrap_or_else(|p| p.into_inner())
-}
+use cmd::serial;
 
 /// A fresh directory for one test's files.
 fn scratch(name: &str) -> std::path::PathBuf {

@@ -3,13 +3,7 @@
 
 mod cmd;
 use cmd::run as rdmaprobe;
-
-/// The tests measure: one at a time (each pins its threads to the same CPUs).
-static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
-
-fn serial() -> std::sync::MutexGuard<'static, ()> {
-    SERIAL.lock().unwrap_or_else(|p| p.into_inner())
-}
+use cmd::serial;
 
 fn temp(name: &str) -> std::path::PathBuf {
     std::env::temp_dir().join(format!("rdmaprobe-{name}-{}", std::process::id()))

@@ -6,16 +6,9 @@
 
 mod cmd;
 use cmd::run;
+use cmd::serial;
 use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
-
-/// The tests here measure (or load both CPUs): they run one at a time, or they would measure
-/// each other.
-static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
-
-fn serial() -> std::sync::MutexGuard<'static, ()> {
-    SERIAL.lock().unwrap_or_else(|p| p.into_inner())
-}
 
 fn tmpdir(tag: &str) -> PathBuf {
     let dir = std::env::temp_dir().join(format!("rdmaprobe-cmp-{tag}-{}", std::process::id()));

@@ -13,6 +13,14 @@ pub fn model0_backends() -> Vec<&'static str> {
     }
 }
 
+/// Tests that measure run one at a time: each pins its threads to the same CPUs, and two at
+/// once would measure each other (one lock per test binary).
+#[allow(dead_code)]
+pub fn serial() -> std::sync::MutexGuard<'static, ()> {
+    static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    SERIAL.lock().unwrap_or_else(|p| p.into_inner())
+}
+
 /// Runs `rdmaprobe ARGS`: (exit status, or -1 when killed by a signal; stdout; stderr).
 pub fn run(args: &[&str]) -> (i32, String, String) {
     run_env(args, &[])
