@@ -5,7 +5,7 @@
 # test (`tests/device.rs`, the #[ignore]d ones) on rxe0, `ping`'s ladder between rxe1 and rxe2
 # on a veth pair (traffic through the IP stack, as between two hosts) with three faults (a wrong
 # GID index, the link down, UDP 4791 dropped by nftables), and the rdma-core version comparison:
-# `rdmaprobe suite --quick` with Debian 12's rdma-core 44, then, in the same boot, the same
+# `rdmaprobe suite --quick` (latency at 8 B and 4 KiB) with Debian 12's rdma-core 44, then, in the same boot, the same
 # binary with trixie's rdma-core 56 (and trixie's libc6, which it needs) put in place of 44,
 # and `rdmaprobe compare` of the two. Fails if anything failed or did not run.
 #   RDMAPROBE_SKIP_RDMA_CORE_56=1 leaves the comparison out (and says so).
@@ -218,21 +218,51 @@ echo "EVENTS rows: \$(grep -cE '^ +64 +(verbs|wr)(-e)? +500 ' /tmp/lat-ev.txt)"
 /opt/rdmaprobe lat write --write-with-imm --loopback -d rxe0 -x 1 -s 64 -n 300 --stall-secs 60 > /tmp/lat-imm.txt 2>&1 || lat_rc=1
 cat /tmp/lat-imm.txt
 echo "IMM rows: \$(grep -cE '^ +64 +(verbs|wr) +300 ' /tmp/lat-imm.txt)"
-/opt/rdmaprobe lat send -c UC --loopback -d rxe0 -x 1 -s 64 -n 300 --stall-secs 60 > /tmp/lat-uc.txt 2>&1 || lat_rc=1
-/opt/rdmaprobe bw write -c UC --loopback -d rxe0 -x 1 -s 4096 -n 300 --min-ms 0 --stall-secs 60 > /tmp/bw-uc.txt 2>&1 || lat_rc=1
+# UC and UD do not retransmit: one message rxe drops stops a ping-pong for good. In CI
+# (2026-12-02) rxe0 here lost one UC SEND between two processes (both ends stalled at operation
+# 220 of 300; not seen in any run before). A UC or UD run that stops with rdmaprobe's stall error
+# for an unreliable transport (it says "do not retransmit") prints that error and its bundle's
+# counters and runs once more; the lane counts these (UNRELIABLE-RETRIES) and fails on a second
+# stall in a row, or on any other failure.
+retries=0
+bundle_dump() { # FILE...: prints the diagnostics bundles the files name
+  for dd in \$(grep -ho '/tmp/rdmaprobe-diag-[0-9a-f]*' "\$@" | sort -u); do
+    for f in error.txt counters.json qp_states.txt; do echo "--- \$dd/\$f"; cat \$dd/\$f; done
+  done
+}
+unreliable() { # OUT CMD...: runs CMD into OUT; once more after a UC/UD stall
+  out=\$1; shift
+  "\$@" > \$out 2>&1 && return 0
+  grep -q 'do not retransmit' \$out || return 1
+  retries=\$((retries+1)); echo "UNRELIABLE-RETRY \$out: \$(grep -m1 'do not retransmit' \$out)"; bundle_dump \$out
+  "\$@" > \$out 2>&1
+}
+unreliable /tmp/lat-uc.txt /opt/rdmaprobe lat send -c UC --loopback -d rxe0 -x 1 -s 64 -n 300 --stall-secs 30 || lat_rc=1
+unreliable /tmp/bw-uc.txt /opt/rdmaprobe bw write -c UC --loopback -d rxe0 -x 1 -s 4096 -n 300 --min-ms 0 --stall-secs 30 || lat_rc=1
 cat /tmp/lat-uc.txt /tmp/bw-uc.txt
 echo "UC rows: \$(cat /tmp/lat-uc.txt /tmp/bw-uc.txt | grep -cE '^ +(64|4096) +(verbs|wr) +300 ')"
-/opt/rdmaprobe lat send -c UD --loopback -d rxe0 -x 1 -s 64 -n 300 --stall-secs 60 > /tmp/lat-ud.txt 2>&1 || lat_rc=1
-/opt/rdmaprobe bw send -c UD --loopback -d rxe0 -x 1 -s 1024 -n 300 --min-ms 0 --stall-secs 60 > /tmp/bw-ud.txt 2>&1 || lat_rc=1
+unreliable /tmp/lat-ud.txt /opt/rdmaprobe lat send -c UD --loopback -d rxe0 -x 1 -s 64 -n 300 --stall-secs 30 || lat_rc=1
+unreliable /tmp/bw-ud.txt /opt/rdmaprobe bw send -c UD --loopback -d rxe0 -x 1 -s 1024 -n 300 --min-ms 0 --stall-secs 30 || lat_rc=1
 cat /tmp/lat-ud.txt /tmp/bw-ud.txt
 echo "UD rows: \$(cat /tmp/lat-ud.txt /tmp/bw-ud.txt | grep -cE '^ +(64|1024) +(verbs|wr) +300 ')"
 # UC and UD between two processes: receives posted before the barrier, address handles to the peer
+netpair() { # T PORT: server and client of lat send -c T; fails when either end does
+  /opt/rdmaprobe lat send -c \$1 -d rxe0 -x 1 -s 64 -n 300 -p \$2 --stall-secs 30 > /tmp/net-srv-\$1.txt 2>&1 &
+  srv=\$!
+  /opt/rdmaprobe lat send -c \$1 -d rxe0 -x 1 -s 64 -n 300 -p \$2 --stall-secs 30 127.0.0.1 > /tmp/net-\$1.txt 2>&1; crc=\$?
+  wait \$srv && [ \$crc = 0 ]
+}
 for t in UC UD; do
   p=18540; [ \$t = UD ] && p=18541
-  /opt/rdmaprobe lat send -c \$t -d rxe0 -x 1 -s 64 -n 300 -p \$p --stall-secs 60 > /tmp/net-srv-\$t.txt 2>&1 &
-  srv=\$!
-  /opt/rdmaprobe lat send -c \$t -d rxe0 -x 1 -s 64 -n 300 -p \$p --stall-secs 60 127.0.0.1 > /tmp/net-\$t.txt 2>&1 || lat_rc=1
-  wait \$srv || lat_rc=1
+  if ! netpair \$t \$p; then
+    if grep -q 'do not retransmit' /tmp/net-\$t.txt /tmp/net-srv-\$t.txt; then
+      retries=\$((retries+1)); echo "UNRELIABLE-RETRY net-\$t: \$(grep -hm1 'do not retransmit' /tmp/net-\$t.txt /tmp/net-srv-\$t.txt | head -1)"
+      bundle_dump /tmp/net-\$t.txt /tmp/net-srv-\$t.txt
+      netpair \$t \$((p+30)) || lat_rc=1
+    else
+      lat_rc=1
+    fi
+  fi
   cat /tmp/net-\$t.txt /tmp/net-srv-\$t.txt
   echo "NET \$t rows: \$(grep -cE '^ +64 +(verbs|wr) +300 ' /tmp/net-\$t.txt)"
 done
@@ -295,6 +325,7 @@ done
 tail -n 8 /tmp/full.txt
 echo "FULL-SUITE runs: \$(grep -c '\"scenario\"' /tmp/full/results.json 2>/dev/null)"
 echo "RDMAPROBE-FULL-RESULT full=\$full_rc seconds=\$((\$(date +%s) - t0))"
+echo "UNRELIABLE-RETRIES \$retries"
 echo "RDMAPROBE-LAT-RESULT lat=\$lat_rc"
 echo "===== device tests"
 /opt/device-tests --ignored --test-threads=2; tests_rc=\$?
@@ -374,7 +405,9 @@ if [ -d /opt/rc56 ]; then
     rm -f /usr/lib64/ld-linux-x86-64.so.2 && cp -L \$1/lib/ld-linux-x86-64.so.2 /usr/lib64/ld-linux-x86-64.so.2
   }
   loaded() { /opt/rdmaprobe devices --json 2>&1 | grep -o 'libibverbs.so.1.14.[0-9.]*[0-9]' | sort -u | tr '\n' ' '; }
-  suite() { /opt/rdmaprobe suite --quick -d rxe0 -x 1 --out /tmp/\$1 > /tmp/\$1.txt 2>&1; r=\$?; cat /tmp/\$1.txt; return \$r; }
+  # latency at 8 B and 4 KiB: --quick's 64 KiB points took 98 of a suite's 130 s here (three
+  # suites), and the full matrix above already runs every size up to 8 MiB on this rdma-core
+  suite() { /opt/rdmaprobe suite --quick --lat-sizes 8,4096 -d rxe0 -x 1 --out /tmp/\$1 > /tmp/\$1.txt 2>&1; r=\$?; cat /tmp/\$1.txt; return \$r; }
   echo "===== rdma-core 44 (Debian 12): rdmaprobe suite --quick on rxe0"
   suite rc44; s44=\$?
   # keep Debian 12's files (those 56 replaces, the providers, the loader) to come back to them
@@ -513,5 +546,9 @@ if ((cmp56)); then
 else
   say "rdma-core 44/56 comparison SKIPPED (RDMAPROBE_SKIP_RDMA_CORE_56=1)"
 fi
+# a UC/UD run that stalled once and passed when run again (the guest's unreliable()): named, never silent
+retried=$(sed -nE 's/^UNRELIABLE-RETRIES ([0-9]+)$/\1/p' "$log.txt" | tail -n 1)
+[[ -n "$retried" ]] || { echo "FAIL: the guest did not say how many UC/UD runs it ran twice"; fail=1; }
+((${retried:-0} == 0)) || say "$retried UC/UD run(s) stalled once (a message rxe lost; see UNRELIABLE-RETRY above) and passed the second time"
 if ((fail)); then die "Soft-RoCE lane"; fi
 echo "softroce: ${passed} passed, 0 failed (device tests on rxe0 in the guest; rdmaprobe devices OK)"

@@ -78,10 +78,12 @@ pub enum ProbeError {
     #[error("rendering the results: {0}")]
     Render(String),
     /// A run failed; its diagnostics were written into `dir`.
-    #[error("{source} (diagnostics: {})", dir.display())]
+    #[error("{source}{note} (diagnostics: {})", dir.display())]
     Bundled {
         /// The failure.
         source: Box<ProbeError>,
+        /// What the failure means for this run's transport (empty, or a clause starting "; ").
+        note: &'static str,
         /// The bundle's directory.
         dir: std::path::PathBuf,
     },

@@ -11,9 +11,11 @@
 
 use super::counters;
 use crate::backend::setup::Dev;
+use crate::backend::Transport;
 use crate::model::Counters;
 use crate::probe::{Observer, Plan, ProbeError};
 use crate::report::private::{self, PrivateDir};
+use crate::scenario::ScenarioError;
 use std::path::{Path, PathBuf};
 
 /// What a bundle holds beside what it gathers itself.
@@ -220,7 +222,7 @@ fn kernel_log() -> String {
 /// plan's `--diag` directory, else a [`fresh_dir`]) and the error returned names it.
 pub fn failed(b: Bundle<'_>, error: ProbeError) -> ProbeError {
     // a run the user stopped did not fail
-    if matches!(error, ProbeError::Scenario(crate::scenario::ScenarioError::Interrupted)) {
+    if matches!(error, ProbeError::Scenario(ScenarioError::Interrupted)) {
         return error;
     }
     let b = Bundle {
@@ -228,14 +230,62 @@ pub fn failed(b: Bundle<'_>, error: ProbeError) -> ProbeError {
         ..b
     };
     let written = bundle_dir(b.plan.diag.as_deref()).and_then(|dir| write(&dir, &b).map(|()| dir));
+    let note = stall_note(&error, b.plan.transport);
     match written {
         Ok(dir) => ProbeError::Bundled {
             source: Box::new(error),
+            note,
             dir: dir.path().to_path_buf(),
         },
         Err(why) => ProbeError::Bundled {
             source: Box::new(error),
+            note,
             dir: PathBuf::from(format!("(not written: {why})")),
         },
+    }
+}
+
+/// What a stall means on an unreliable transport: UC and UD never retransmit, so one message
+/// lost (a switch, a full receive queue, a software stack's drop) stops a ping-pong for good.
+fn stall_note(error: &ProbeError, transport: Transport) -> &'static str {
+    let stalled = matches!(error, ProbeError::Scenario(ScenarioError::Stalled { .. }));
+    match transport {
+        Transport::Uc | Transport::Ud if stalled => {
+            "; UC and UD do not retransmit: one message lost stops the run for good (the bundle's counters show where it went)"
+        }
+        _ => "",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    #[test]
+    fn a_stall_on_uc_or_ud_says_they_do_not_retransmit() {
+        let stall = || {
+            ProbeError::Scenario(ScenarioError::Stalled {
+                side: "client",
+                index: 220,
+                what: "the server's SEND",
+                waited: Duration::from_secs(60),
+            })
+        };
+        for t in [Transport::Uc, Transport::Ud] {
+            assert!(stall_note(&stall(), t).contains("do not retransmit"), "{t:?}");
+        }
+        // RC retransmits: a stall there is the peer or the link, as the error says
+        assert_eq!(stall_note(&stall(), Transport::Rc), "");
+        // only a stall: another failure on UC is what it says
+        assert_eq!(stall_note(&ProbeError::Peer("x".into()), Transport::Uc), "");
+        let e = ProbeError::Bundled {
+            source: Box::new(stall()),
+            note: stall_note(&stall(), Transport::Uc),
+            dir: "/tmp/d".into(),
+        };
+        let text = e.to_string();
+        assert!(text.starts_with("client: no progress for 60s at operation 220 (the server's SEND); the peer stopped or the link is down; UC and UD do not retransmit"), "{text}");
+        assert!(text.ends_with(" (diagnostics: /tmp/d)"), "{text}");
     }
 }

@@ -555,6 +555,7 @@ mod tests {
             source: Box::new(ProbeError::Peer(
                 "client: no progress for 10s at operation 0 (the server's SEND)".into(),
             )),
+            note: "",
             dir: "/tmp/x".into(),
         };
         assert!(cause(&stalled).contains("firewall on UDP 4791"), "{}", cause(&stalled));
