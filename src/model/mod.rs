@@ -52,6 +52,7 @@ pub use cqe::syndrome;
 pub use direct::{DirectModelQp, ModelDoorbell, Pending};
 pub use info::{info, sweep_dead, ModelInfo};
 pub use layout::{state, transport};
+pub use lookup::settle_thread;
 pub use objects::{Counters, Model, ModelCq, ModelMr, ModelQp};
 pub use user::{ModelDbPage, UserQpLayout};
 pub use wire::abort_wire_waits;
