@@ -678,6 +678,9 @@ fn bw_row(r: &BwResult, gbits: bool) -> String {
                 100.0 * (s.messages - n) as f64 / s.messages as f64
             ),
             _ => String::new(),
+        } + &match (&s.bw_peak_perftest_mib_s, &s.bw_peak_perftest_missing) {
+            (None, Some(why)) if why.starts_with("not traced") => format!("  peak {why}"),
+            _ => String::new(),
         }
     )
 }

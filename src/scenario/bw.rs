@@ -114,6 +114,8 @@ pub struct ThreadResult {
     /// The first sending end's post and completion times (when asked for: a run with one
     /// sending end).
     pub peak_trace: Option<PeakTrace>,
+    /// The traced end made more than [`MAX_TRACE`] post calls: no perftest peak.
+    pub peak_overflowed: bool,
     /// Messages the receiving ends took (SEND and its immediates; 0 otherwise).
     pub received: u64,
     /// -e: the times the thread blocked until a completion event came (`None`: it polled).
@@ -236,6 +238,10 @@ pub struct BwSummary {
     /// message of any span from a post call to a later completion, MiB/s. `None` where perftest's
     /// definition does not apply (several QPs, threads or directions).
     pub bw_peak_perftest_mib_s: Option<f64>,
+    /// Why there is no perftest peak where one was traced or could have been: a run longer than
+    /// [`MAX_TRACE`] post calls, or several sending ends.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bw_peak_perftest_missing: Option<String>,
     /// The best window, MiB/s.
     pub bw_peak_window_mib_s: f64,
     /// The worst window, MiB/s (never above the average).
@@ -400,6 +406,13 @@ pub fn summarize(rs: &[ThreadResult], size: u32, cq_mod: u32, hz: f64) -> BwSumm
             .map(|per_tick| per_tick * hz * f64::from(size) / (1024.0 * 1024.0)),
         _ => None,
     };
+    let peak_missing = match rs {
+        [r] if r.peak_overflowed => Some(format!(
+            "not traced past {MAX_TRACE} post calls (16 B each): a shorter run (-n, -D) has it"
+        )),
+        [r] if r.streams <= 1 => None,
+        _ => Some("several sending QPs, threads or directions: perftest's peak is one QP's".into()),
+    };
     let received: u64 = rs.iter().map(|r| r.received).sum();
     let event_waits = rs.iter().filter_map(|r| r.event_waits).reduce(|a, b| a + b);
     BwSummary {
@@ -421,6 +434,7 @@ pub fn summarize(rs: &[ThreadResult], size: u32, cq_mod: u32, hz: f64) -> BwSumm
             0.0
         },
         bw_peak_perftest_mib_s: peak,
+        bw_peak_perftest_missing: peak_missing,
         bw_peak_window_mib_s: rates.iter().cloned().fold(0.0, f64::max),
         bw_min_window_mib_s: rates.iter().cloned().fold(f64::INFINITY, f64::min).min(f64::MAX),
         window_ms: w as f64 / hz * 1e3,
@@ -442,6 +456,7 @@ mod tests {
             grid: (start, w),
             windows,
             peak_trace: None,
+            peak_overflowed: false,
             received: 0,
             event_waits: None,
             cpu_ns: 0,
@@ -467,6 +482,29 @@ mod tests {
         assert!((s.bw_min_window_mib_s - 400.0 / 1024.0).abs() < 1e-9, "{s:?}");
         assert!((s.bw_peak_window_mib_s - 1600.0 / 1024.0).abs() < 1e-9, "{s:?}");
         assert_eq!(s.bw_peak_perftest_mib_s, None);
+    }
+
+    #[test]
+    fn a_missing_perftest_peak_says_why() {
+        let r = thread(1000, 0, 1000, 250, vec![250, 500, 750]);
+        assert_eq!(summarize(&[r.clone()], 1024, 1, 1000.0).bw_peak_perftest_missing, None);
+        // the trace overflowed: no peak, and the summary (and the JSON) say so
+        let long = ThreadResult {
+            peak_overflowed: true,
+            ..r.clone()
+        };
+        let s = summarize(&[long], 1024, 1, 1000.0);
+        assert_eq!(s.bw_peak_perftest_mib_s, None);
+        assert!(s
+            .bw_peak_perftest_missing
+            .as_deref()
+            .unwrap()
+            .contains(&format!("past {MAX_TRACE} post calls")));
+        // two threads, or one thread with two sending QPs: perftest's peak is one QP's
+        for rs in [vec![r.clone(), r.clone()], vec![ThreadResult { streams: 2, ..r }]] {
+            let why = summarize(&rs, 1024, 1, 1000.0).bw_peak_perftest_missing.unwrap();
+            assert!(why.starts_with("several sending QPs"), "{why}");
+        }
     }
 
     #[test]

@@ -382,6 +382,7 @@ pub fn drive_ends<B: Backend>(
     }
     out.messages = messages(&ctl, total, prog.done);
     out.received = ctl.iter().map(|c| c.received).sum();
+    out.peak_overflowed = tracer.overflowed;
     out.peak_trace = tracer.finish();
     Ok(out)
 }
