@@ -1112,6 +1112,45 @@ fn results_carry_the_counters_of_the_run() {
     std::fs::remove_file(&json).ok();
 }
 
+/// `doorbells` counts doorbells (issue 29 item 5: it counted the model's executions, 782 alike
+/// with -l 1, -l 8 and --db-mode db): the direct path's bandwidth run rings one per post call.
+#[test]
+fn bw_counts_one_doorbell_per_post_call() {
+    let _g = serial();
+    let json = std::env::temp_dir().join(format!("rdmaprobe-doorbells-{}.json", std::process::id()));
+    for (extra, want) in [
+        (&[][..], 8000),
+        (&["-l", "8"][..], 1000),
+        (&["-l", "8", "--db-mode", "db"][..], 1000),
+    ] {
+        let mut args = vec![
+            "bw",
+            "write",
+            "--loopback",
+            "-d",
+            "model0",
+            "--backend",
+            "direct",
+            "-s",
+            "64",
+            "-n",
+            "8000",
+            "--min-ms",
+            "0",
+            "--json",
+        ];
+        args.push(json.to_str().unwrap());
+        args.extend_from_slice(extra);
+        let (code, _, err) = rdmaprobe(&args);
+        assert_eq!(code, 0, "{extra:?}: {err}");
+        let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+        let d = &v["counters"]["delta"];
+        assert_eq!(d["doorbells"].as_u64(), Some(want), "{extra:?}: {d}");
+        assert_eq!(d["wqes_executed"].as_u64(), Some(8000), "{extra:?}: {d}");
+    }
+    std::fs::remove_file(&json).ok();
+}
+
 #[test]
 fn perftest_options_atomic_type_cpu_freq_and_output() {
     let _g = serial();

@@ -38,16 +38,18 @@ pub struct Pending {
 }
 
 impl Pending {
-    /// How much of the register a run now can check: with exactly one doorbell since the last
-    /// check, the register holds all of it (a BlueFlame write too); after more, only the last
-    /// doorbell's first 8 bytes are known to be there.
-    pub(super) fn reg_check(&self) -> RegCheck {
+    /// How much of the register a run now can check, and the doorbells rung since the last
+    /// check (the QP's `doorbells` counter): with exactly one, the register holds all of it (a
+    /// BlueFlame write too); after more, only the last doorbell's first 8 bytes are known to be
+    /// there.
+    pub(super) fn reg_check(&self) -> (RegCheck, u32) {
         let rings = self.rings.load(Ordering::Acquire);
         let before = self.checked.swap(rings, Ordering::Relaxed);
-        if rings.wrapping_sub(before) == 1 {
-            RegCheck::BlueFlame
+        let rung = rings.wrapping_sub(before);
+        if rung == 1 {
+            (RegCheck::BlueFlame, rung)
         } else {
-            RegCheck::Doorbell
+            (RegCheck::Doorbell, rung)
         }
     }
 }
@@ -67,7 +69,8 @@ pub(super) enum RegCheck {
 
 /// What a doorbell sets off: the wire (the data or request travels `D`), then the WQEs execute.
 #[inline]
-pub(super) fn deliver_now(model: &Model, qp: &Shm, reg: RegCheck) {
+/// `(reg, rung)`: what of the register to check, and the doorbells rung since the last run.
+pub(super) fn deliver_now(model: &Model, qp: &Shm, (reg, rung): (RegCheck, u32)) {
     // The wire: everything this doorbell carries arrives D later. The wait comes before any
     // of the model's own work, so the delay shifts the whole operation by D.
     let wire = hdr::<QpHdr>(qp).wire_delay_ns.load(Ordering::Acquire);
@@ -82,7 +85,7 @@ pub(super) fn deliver_now(model: &Model, qp: &Shm, reg: RegCheck) {
         wire_wait(wire & !WIRE_TIMED);
     }
     hdr::<QpHdr>(qp).kicks.fetch_add(1, Ordering::SeqCst);
-    execute(model, qp, reg);
+    execute(model, qp, reg, rung);
 }
 
 impl RingHook for ModelDoorbell {

@@ -466,15 +466,17 @@ fn atomic(m: &Model, me: &QpHdr, ph: &QpHdr, d: &Decoded, late: Option<&mut Vec<
 
 /// Executes the rung WQEs of QP `q`. Any process may do it for any QP (under the QP's SQ lock):
 /// a receiver's process resumes a sender stalled on RNR.
-/// `doorbell`: run because this QP's poster rang (its thread, after the register store), so the
-/// register is checked against the WQEs; not when another party resumes it (a receive posted
-/// for a sender stalled on RNR), which may come between the poster's record and register stores.
-pub(super) fn execute(m: &Model, q: &Shm, reg: RegCheck) {
+/// `reg`: not `None` when run because this QP's poster rang (its thread, after the register
+/// store), so the register is checked against the WQEs; `None` when another party resumes it (a
+/// receive posted for a sender stalled on RNR), which may come between the poster's record and
+/// register stores. `rung`: the doorbells rung since the last run (the poster's count; 0 when
+/// resumed), added to the QP's `doorbells` counter.
+pub(super) fn execute(m: &Model, q: &Shm, reg: RegCheck, rung: u32) {
     let _scope = Model::scope();
     let h: &QpHdr = hdr(q);
     let check = reg != RegCheck::None && h.check_reg != 0;
-    if reg != RegCheck::None {
-        bump64(&h.ctr_doorbells, 1);
+    if reg != RegCheck::None && rung > 0 {
+        bump64(&h.ctr_doorbells, u64::from(rung));
     }
     let mut rung = None;
     loop {

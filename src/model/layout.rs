@@ -171,7 +171,10 @@ pub(super) struct QpHdr {
     /// Messages of an unreliable transport (UC) the responder dropped (no receive, access or
     /// state): the requester completes them, as no acknowledgement tells it otherwise.
     pub(super) ctr_dropped: AtomicU32,
-    _pad_rq: [u8; 16],
+    /// Moves of the send doorbell record the model saw on a QP whose doorbells it does not see
+    /// (libmlx5's, executed when polled): doorbells between two looks count once.
+    pub(super) ctr_dbrec_moves: AtomicU64,
+    _pad_rq: [u8; 8],
     pub(super) rq_ci: AtomicU32,
     pub(super) rq_lock: AtomicU32,
 }

@@ -53,6 +53,11 @@ fn add_qp(c: &mut Counters, s: &Shm) {
     let h: &QpHdr = hdr(s);
     add(c, "wqes_executed", h.ctr_wqes.load(Ordering::Relaxed));
     add(c, "doorbells", h.ctr_doorbells.load(Ordering::Relaxed));
+    add(
+        c,
+        "doorbell_record_moves_seen",
+        h.ctr_dbrec_moves.load(Ordering::Relaxed),
+    );
     add(c, "blueflame_writes", h.ctr_bf_writes.load(Ordering::Relaxed));
     add(c, "rnr_events", h.ctr_rnr.load(Ordering::Relaxed) as u64);
     add(c, "dropped_messages", h.ctr_dropped.load(Ordering::Relaxed) as u64);
@@ -113,7 +118,9 @@ impl Model {
         })
     }
 
-    /// This handle's counters: WQEs executed, doorbells that set execution off, BlueFlame writes
+    /// This handle's counters: WQEs executed, doorbells rung (where each is seen: the direct
+    /// path's, and a libmlx5 post call the model runs after), for libmlx5's QPs executed when
+    /// polled the moves of the doorbell record seen (several doorbells count once), BlueFlame writes
     /// seen, RNR events, bad doorbells, CQEs written, error completions by syndrome, CQ
     /// overruns; over its QPs and CQs, those destroyed included. Only the non-zero ones.
     pub fn counters(&self) -> Counters {
@@ -693,7 +700,8 @@ impl ModelQp {
     }
     /// Executes what was rung and not yet executed (needed in [`ExecMode::Deferred`]).
     pub fn progress(&self) {
-        execute(&self.model, &self.shm, self.pending.reg_check());
+        let (reg, rung) = self.pending.reg_check();
+        execute(&self.model, &self.shm, reg, rung);
     }
 
     /// The model's view of this QP, for diagnostics: state, send doorbell and consumer index,

@@ -218,7 +218,7 @@ pub(super) fn receives_posted(model: &Model, qp: &Shm, exec: ExecMode) {
             hdr::<QpHdr>(&p).kicks.fetch_add(1, Ordering::SeqCst);
             // the peer's own poster may be between its doorbell record and its register store:
             // not a doorbell to check
-            execute(model, &p, RegCheck::None);
+            execute(model, &p, RegCheck::None, 0);
         }
     }
 }

@@ -487,7 +487,7 @@ mod tests {
     #[test]
     fn a_missing_perftest_peak_says_why() {
         let r = thread(1000, 0, 1000, 250, vec![250, 500, 750]);
-        assert_eq!(summarize(&[r.clone()], 1024, 1, 1000.0).bw_peak_perftest_missing, None);
+        assert_eq!(summarize(std::slice::from_ref(&r), 1024, 1, 1000.0).bw_peak_perftest_missing, None);
         // the trace overflowed: no peak, and the summary (and the JSON) say so
         let long = ThreadResult {
             peak_overflowed: true,

@@ -92,17 +92,44 @@ impl CounterDelta {
             return format!(" counters ({}): no change\n", self.source);
         }
         let items: Vec<String> = self.delta.iter().map(|(k, v)| format!("{k} {v}")).collect();
-        format!(
+        let mut s = format!(
             " counters ({}), change over the run: {}\n",
             self.source,
             items.join(", ")
-        )
+        );
+        if self.delta.contains_key("doorbell_record_moves_seen") {
+            s +=
+                "  (doorbells: those model0 sees one by one, the direct path's; libmlx5's (verbs, wr) ring a register \
+                  nothing watches, so model0 counts the moves of their doorbell record it sees when polled, several \
+                  doorbells between two polls as one)\n";
+        }
+        s
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn libmlx5s_doorbell_record_moves_are_told_from_doorbells() {
+        let mut d = CounterDelta {
+            source: "model0",
+            delta: [
+                ("doorbells".to_string(), 12500u64),
+                ("wqes_executed".to_string(), 300000),
+            ]
+            .into(),
+        };
+        assert!(!d.line().contains("one by one"), "{}", d.line());
+        d.delta.insert("doorbell_record_moves_seen".into(), 2000);
+        let l = d.line();
+        assert!(
+            l.starts_with(" counters (model0), change over the run: doorbell_record_moves_seen 2000, doorbells 12500"),
+            "{l}"
+        );
+        assert!(l.contains("several doorbells between two polls as one"), "{l}");
+    }
 
     #[test]
     fn rnr_events_are_warned_about() {
