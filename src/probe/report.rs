@@ -326,7 +326,7 @@ impl Report {
         s += &rule(118);
         let _ = writeln!(
             s,
-            " windows of {:.3} ms, or the multiple that holds at least 16 completions of every sending QP (win[ms]: the length used; a window moves in steps of one completion), partition each run (the last up to 1.5 windows); peak: perftest's (shortest time per message from a post to a later completion; one QP, one direction only); {}",
+            " windows of {:.3} ms, or the multiple that holds at least 16 completions of every sending QP (win[ms]: the length used; a window moves in steps of one completion, window_step_mib_s in the JSON: the window columns are printed to it), partition each run (the last up to 1.5 windows); peak: perftest's (shortest time per message from a post to a later completion; one QP, one direction only); {}",
             b.window.as_micros() as f64 / 1e3,
             self.bw_lengths(b)
         );
@@ -657,8 +657,10 @@ fn bw_row(r: &BwResult, gbits: bool) -> String {
         Some("events") => format!("{}-e", r.backend),
         _ => r.backend.clone(),
     };
+    // the window columns to their resolution: 48000 where a window moves in steps of 2000
+    let wd = window_decimals(conv(s.window_step_mib_s));
     format!(
-        " {:>8} {:>7} {:>12} {:>10.1} {:>8.2} {:>16} {:>16.2} {:>16.2} {:>16.2} {:>12.4}{}\n",
+        " {:>8} {:>7} {:>12} {:>10.1} {:>8.2} {:>16} {:>16.2} {:>16.wd$} {:>16.wd$} {:>12.4}{}\n",
         r.size,
         backend,
         s.messages,
@@ -683,6 +685,16 @@ fn bw_row(r: &BwResult, gbits: bool) -> String {
             _ => String::new(),
         }
     )
+}
+
+/// Decimals that show a figure moving in steps of `step`: one digit below the step's first
+/// (2000: none; 5.3: one), at most two (perftest's); two when the step is unknown (0: a result
+/// written before it was recorded).
+fn window_decimals(step: f64) -> usize {
+    if !(step.is_finite() && step > 0.0) {
+        return 2;
+    }
+    (1 - step.log10().floor() as i64).clamp(0, 2) as usize
 }
 
 fn post_cost_row(r: &PostCostResult) -> String {
@@ -732,4 +744,24 @@ pub fn path_json(p: &crate::backend::setup::PathOpts) -> serde_json::Value {
         "mtu_bytes": p.mtu, "sl": p.sl, "traffic_class": p.traffic_class, "timeout": p.timeout,
         "retry_count": p.retry_count, "pkey_index": p.pkey_index,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::window_decimals;
+
+    #[test]
+    fn window_columns_are_printed_to_their_step() {
+        // issue 29 item 3: steps of 2000-4000 MB/s printed as 48000.00
+        assert_eq!(window_decimals(2000.0), 0);
+        assert_eq!(format!("{:.*}", window_decimals(3125.0), 96000.0123), "96000");
+        assert_eq!(window_decimals(390.6), 0);
+        assert_eq!(window_decimals(12.0), 0);
+        assert_eq!(window_decimals(5.3), 1);
+        assert_eq!(window_decimals(0.4), 2);
+        assert_eq!(window_decimals(0.0001), 2);
+        // unknown (an old result): perftest's two
+        assert_eq!(window_decimals(0.0), 2);
+        assert_eq!(window_decimals(f64::NAN), 2);
+    }
 }

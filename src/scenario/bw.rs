@@ -249,6 +249,11 @@ pub struct BwSummary {
     /// Length of a window, ms (the last window may be up to 1.5 times as long): the requested
     /// length, or a whole multiple of it long enough for several completions per window.
     pub window_ms: f64,
+    /// The step a window's bandwidth moves in, MiB/s: one completion's messages (`cq_mod` of
+    /// them) over a window's length. A whole window's figure is a whole number of such steps (the
+    /// last, longer window's are finer); the table prints the window columns to this resolution.
+    #[serde(default)]
+    pub window_step_mib_s: f64,
     /// The window length asked for, ms.
     #[serde(default)]
     pub window_requested_ms: f64,
@@ -438,6 +443,7 @@ pub fn summarize(rs: &[ThreadResult], size: u32, cq_mod: u32, hz: f64) -> BwSumm
         bw_peak_window_mib_s: rates.iter().cloned().fold(0.0, f64::max),
         bw_min_window_mib_s: rates.iter().cloned().fold(f64::INFINITY, f64::min).min(f64::MAX),
         window_ms: w as f64 / hz * 1e3,
+        window_step_mib_s: mib(f64::from(cq_mod.max(1)) * f64::from(size), w as f64 / hz),
         window_requested_ms: base as f64 / hz * 1e3,
         window_mib_s: rates,
     }
@@ -487,7 +493,10 @@ mod tests {
     #[test]
     fn a_missing_perftest_peak_says_why() {
         let r = thread(1000, 0, 1000, 250, vec![250, 500, 750]);
-        assert_eq!(summarize(std::slice::from_ref(&r), 1024, 1, 1000.0).bw_peak_perftest_missing, None);
+        assert_eq!(
+            summarize(std::slice::from_ref(&r), 1024, 1, 1000.0).bw_peak_perftest_missing,
+            None
+        );
         // the trace overflowed: no peak, and the summary (and the JSON) say so
         let long = ThreadResult {
             peak_overflowed: true,
