@@ -273,8 +273,9 @@ pub fn suite(sp: &probe::SuitePlan, out: &std::path::Path) -> Result<u8, ProbeEr
     out!();
     outp!("{}", r.summary_text());
     out!(
-        "\nwritten: {} (results.json, latency.hlog, {}) in {:.1} s",
+        "\nwritten: {} (results.json, {}{}) in {:.1} s",
         out.display(),
+        if r.has_latency() { "latency.hlog, " } else { "" },
         plots.join(", "),
         r.started.elapsed().as_secs_f64()
     );

@@ -37,6 +37,10 @@ pub struct SuiteReport {
     pub intervals: Vec<Interval>,
     /// The summary: per latency point each backend's p50/p99 and the driver's overhead.
     pub summary: Vec<String>,
+    /// Per bandwidth point each backend's average.
+    pub bw_summary: Vec<String>,
+    /// Per post-cost postlist each backend's p50 per WQE.
+    pub pc_summary: Vec<String>,
     /// The backends that ran.
     pub backends: Vec<BackendKind>,
     /// The backends the device runs (those that ran are the ones asked for among them).
@@ -278,17 +282,44 @@ pub fn overhead_line(what: &str, rs: &[LatResult]) -> String {
 }
 
 impl SuiteReport {
-    /// The summary as printed: what the figures are, then a line per latency point.
+    /// The summary as printed, a part each for what ran: what the figures are, then a line per
+    /// latency point, bandwidth point and post-cost postlist.
     pub fn summary_text(&self) -> String {
-        let mut s = format!(
-            "summary: latency p50 / p99 in ns per backend; {}\n",
-            self.overhead_note()
+        let mut s = String::new();
+        let mut part = |head: String, lines: &[String]| {
+            if !lines.is_empty() {
+                s += &head;
+                for line in lines {
+                    s += line;
+                    s.push('\n');
+                }
+            }
+        };
+        part(
+            format!(
+                "summary: latency p50 / p99 in ns per backend (send, write: one-way, half the round trip; read, \
+                 atomics: the round trip); {}\n",
+                self.overhead_note()
+            ),
+            &self.summary,
         );
-        for line in &self.summary {
-            s += line;
-            s.push('\n');
+        part(
+            "summary: bandwidth, the average in MB/sec (MB = 2^20 bytes) per backend, and its worst window (1 ms, or the multiple that holds 16 completions)\n".into(),
+            &self.bw_summary,
+        );
+        part(
+            "summary: post cost of an 8 B inline WRITE, ns per WQE (p50 over blocks) per backend\n".into(),
+            &self.pc_summary,
+        );
+        if s.is_empty() {
+            s = "summary: nothing ran\n".into();
         }
         s
+    }
+
+    /// Whether a latency interval log is written (only where latency ran).
+    pub fn has_latency(&self) -> bool {
+        !self.intervals.is_empty()
     }
 
     /// Whether the driver's overhead is shown, and if not why: direct not on the device, or not
@@ -318,13 +349,17 @@ impl SuiteReport {
         }
     }
 
-    /// Writes results.json, latency.hlog, the plots and report.html into `out` (created);
-    /// returns the plots' file names, and the warnings of the writing (no font for PNGs).
+    /// Writes results.json, latency.hlog (where latency ran), the plots and report.html into
+    /// `out` (created); returns the plots' file names, and the warnings of the writing (no font
+    /// for PNGs).
     pub fn write(&self, out: &Path) -> Result<(Vec<String>, Vec<String>), ProbeError> {
         let w = |e: crate::report::output::OutputError| ProbeError::Render(e.to_string());
         crate::report::output::make_dir(out).map_err(ProbeError::Render)?;
         let json = serde_json::to_vec_pretty(&self.doc).map_err(|e| ProbeError::Render(e.to_string()))?;
         crate::report::output::write(&out.join("results.json"), &json).map_err(w)?;
+        if !self.has_latency() {
+            return crate::report::plot::write_all(&self.doc, out).map_err(ProbeError::Render);
+        }
         let mut hlog = Vec::new();
         crate::report::write_interval_log(
             &mut hlog,
@@ -349,7 +384,9 @@ mod tests {
         SuiteReport {
             doc: json!(null),
             intervals: Vec::new(),
-            summary: Vec::new(),
+            summary: vec!["  lat write 8 B".into()],
+            bw_summary: Vec::new(),
+            pc_summary: Vec::new(),
             backends: ran.to_vec(),
             device_backends: device.to_vec(),
             no_direct: no_direct.map(str::to_string),
@@ -360,6 +397,36 @@ mod tests {
 
     /// The backends that ran, those the device runs, why it runs no direct, what the line says.
     type Case<'a> = (&'a [BackendKind], &'a [BackendKind], Option<&'a str>, &'a str);
+
+    /// Issue 29 item 8: `suite --parts bw,post-cost` printed an empty latency summary and wrote
+    /// latency.hlog. A part is summarised where it ran, and only there.
+    #[test]
+    fn the_summary_has_a_part_for_each_part_that_ran() {
+        use BackendKind::{Direct, Verbs};
+        let mut r = report(&[Verbs, Direct], &[Verbs, Direct], None);
+        r.summary.clear();
+        r.bw_summary
+            .push("  bw write 64 B          verbs: 248 (worst 219) direct: 237 (worst 219)".into());
+        r.pc_summary
+            .push("  post-cost postlist 1   verbs: 77.99 direct: 18.44".into());
+        let t = r.summary_text();
+        assert!(!t.contains("latency"), "{t}");
+        assert!(!r.has_latency());
+        let lines: Vec<&str> = t.lines().collect();
+        assert!(
+            lines[0].starts_with("summary: bandwidth, the average in MB/sec (MB = 2^20 bytes)"),
+            "{t}"
+        );
+        assert!(lines[1].starts_with("  bw write 64 B"), "{t}");
+        assert!(
+            lines[2].starts_with("summary: post cost of an 8 B inline WRITE, ns per WQE"),
+            "{t}"
+        );
+        assert_eq!(lines.len(), 4, "{t}");
+        r.bw_summary.clear();
+        r.pc_summary.clear();
+        assert_eq!(r.summary_text(), "summary: nothing ran\n");
+    }
 
     /// The summary's first line says why no driver overhead is shown: direct left out of the
     /// backends asked for, asked for alone, the only one the device runs, or not on the device
@@ -394,7 +461,7 @@ mod tests {
         for (ran, device, why, says) in cases {
             let line = first(report(ran, device, why));
             assert!(
-                line.starts_with("summary: latency p50 / p99 in ns per backend; "),
+                line.starts_with("summary: latency p50 / p99 in ns per backend (send, write: one-way"),
                 "{line}"
             );
             assert!(line.contains(says), "{ran:?} of {device:?}: {line}");

@@ -84,6 +84,8 @@ impl Suite {
             doc: json!(null),
             intervals: Vec::new(),
             summary: Vec::new(),
+            bw_summary: Vec::new(),
+            pc_summary: Vec::new(),
             backends: kinds.clone(),
             device_backends: dev.backends(),
             no_direct: dev.supports(BackendKind::Direct).err().map(|e| e.to_string()),
@@ -212,6 +214,7 @@ impl Suite {
             unreliable: t != Transport::Rc,
         };
         let (threads, qps) = (self.m.threads as usize, self.m.qps as usize);
+        let mut line = format!("  {:<22}", format!("bw {} {size} B{}", op_name(op), suffix(t)));
         for k in &self.kinds {
             let x = run_bw(
                 &self.dev,
@@ -224,8 +227,15 @@ impl Suite {
                 &self.cal,
                 &INTERRUPTED,
             )?;
+            line += &format!(
+                " {}: {:.0} (worst {:.0})",
+                k.as_str(),
+                x.summary.bw_avg_mib_s,
+                x.summary.bw_min_window_mib_s
+            );
             self.runs.push(on(tagged(&x, "bw")?, t));
         }
+        self.r.bw_summary.push(line);
         Ok(())
     }
 
@@ -247,6 +257,7 @@ impl Suite {
         let pc_before = counters::sample(&d).filter(|_| self.dev.is_model());
         for postlist in POSTLISTS {
             self.next(obs, &format!("post-cost postlist {postlist}"));
+            let mut line = format!("  {:<22}", format!("post-cost postlist {postlist}"));
             for k in &self.kinds {
                 let p = PostCostParams {
                     op: OpKind::Write,
@@ -258,8 +269,10 @@ impl Suite {
                     stall: Duration::from_secs(10),
                 };
                 let x = run_post_cost(&d, *k, &p, DbMode::Bf, &self.cal)?;
+                line += &format!(" {}: {:.2}", k.as_str(), x.per_wqe_ns.p50);
                 self.runs.push(tagged(&x, "post_cost")?);
             }
+            self.r.pc_summary.push(line);
         }
         Ok(Some((d, pc_before)))
     }
