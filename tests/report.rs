@@ -48,6 +48,7 @@ fn suite_and_plot_write_every_figure() {
         "lat-write-cdf.svg",
         "lat-write-spectrum.svg",
         "lat-write-vs-size.svg",
+        "post-cost-write-8B-inline-vs-postlist.svg",
     ];
     assert_eq!(svgs(&dir), expected);
     for f in expected {

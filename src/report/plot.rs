@@ -303,6 +303,9 @@ pub fn figures(doc: &Value) -> Result<Vec<Figure>, String> {
     for (op, rs) in &plotted.bw {
         bandwidth_vs_size(&mut out, &dev, op, rs)?;
     }
+    for ((op, size, inline), rs) in &plotted.pc {
+        post_cost_vs_postlist(&mut out, &dev, (op, *size, *inline), rs)?;
+    }
     Ok(out)
 }
 
@@ -333,6 +336,8 @@ struct Plotted<'a> {
     lat: BTreeMap<String, BTreeMap<u64, Vec<Numbered<'a>>>>,
     /// Bandwidth runs of one direction: series -> runs.
     bw: BTreeMap<String, Vec<&'a Value>>,
+    /// Post-cost runs: (operation, size, inline) -> runs.
+    pc: BTreeMap<(String, u64, bool), Vec<&'a Value>>,
 }
 
 /// A run and its place in the document (from 1).
@@ -387,6 +392,7 @@ impl<'a> Plotted<'a> {
         let mut p = Plotted {
             lat: BTreeMap::new(),
             bw: BTreeMap::new(),
+            pc: BTreeMap::new(),
         };
         for (i, r) in runs.iter().enumerate() {
             let scenario = r["scenario"]
@@ -394,19 +400,20 @@ impl<'a> Plotted<'a> {
                 .unwrap_or(if r.get("latency_ns").is_some() { "lat" } else { "" });
             let run = Run { no: i + 1, scenario, r };
             for f in ["backend", "op"] {
-                if matches!(scenario, "lat" | "bw") && !r[f].is_string() {
+                if matches!(scenario, "lat" | "bw" | "post_cost") && !r[f].is_string() {
                     return Err(run.bad(f, "a string"));
                 }
             }
             if !r["iterations"].is_null() && !r["iterations"].is_u64() {
                 return Err(run.bad("iterations", "a whole number"));
             }
-            if matches!(scenario, "lat" | "bw") {
+            if matches!(scenario, "lat" | "bw" | "post_cost") {
                 run.check_names()?;
             }
             match scenario {
                 "lat" => p.add_latency(&run)?,
                 "bw" => p.add_bandwidth(&run)?,
+                "post_cost" => p.add_post_cost(&run)?,
                 _ => {}
             }
         }
@@ -435,6 +442,26 @@ impl<'a> Plotted<'a> {
             .entry(size)
             .or_default()
             .push((run.no, r));
+        Ok(())
+    }
+
+    /// A post-cost run: a postlist, a size, the p50 per WQE a positive number.
+    fn add_post_cost(&mut self, run: &Run<'a>) -> Result<(), String> {
+        let r = run.r;
+        r["postlist"]
+            .as_u64()
+            .ok_or_else(|| run.bad("postlist", "a whole number"))?;
+        let size = r["size_bytes"]
+            .as_u64()
+            .ok_or_else(|| run.bad("size_bytes", "a whole number"))?;
+        if !r["per_wqe_ns"]["p50"]
+            .as_f64()
+            .is_some_and(|v| v.is_finite() && v > 0.0)
+        {
+            return Err(run.bad("per_wqe_ns.p50", "a positive number"));
+        }
+        let key = (str_of(r, "op").to_string(), size, r["inline"].as_bool() == Some(true));
+        self.pc.entry(key).or_default().push(r);
         Ok(())
     }
 
@@ -555,6 +582,52 @@ fn bandwidth_vs_size(out: &mut Vec<Figure>, dev: &str, op: &str, rs: &[&Value]) 
         x_fmt: fmt_size,
     };
     add(out, format!("bw-{op}-vs-size.svg"), title, &axes, &lines)
+}
+
+/// The post cost (ns per WQE, p50) versus the postlist of one configuration, a line per backend
+/// and doorbell mode; none when no line has two postlists.
+fn post_cost_vs_postlist(
+    out: &mut Vec<Figure>,
+    dev: &str,
+    (op, size, inline): (&str, u64, bool),
+    rs: &[&Value],
+) -> Result<(), String> {
+    let mut per: BTreeMap<String, Vec<(f64, f64)>> = BTreeMap::new();
+    for r in rs {
+        let name = match r["db_mode"].as_str() {
+            Some(m) => format!("{} {m}", line(r)),
+            None => line(r),
+        };
+        if let (Some(l), Some(ns)) = (r["postlist"].as_u64(), r["per_wqe_ns"]["p50"].as_f64()) {
+            per.entry(name).or_default().push((l as f64, ns));
+        }
+    }
+    if per.values().all(|v| v.len() < 2) {
+        return Ok(());
+    }
+    let lines: Vec<Line> = per
+        .into_iter()
+        .map(|(b, mut v)| {
+            v.sort_by(|a, b| a.0.total_cmp(&b.0));
+            let c = colour(b.split(' ').next().unwrap_or(&b));
+            (b, c, v)
+        })
+        .collect();
+    let how = if inline { " inline" } else { "" };
+    let title = format!("post cost of {size} B{how} {op}s versus postlist, {dev}");
+    let axes = Axes {
+        x_desc: "postlist (WQEs per post call)",
+        y_desc: "ns per WQE (p50)",
+        x_log: true,
+        y_log: true,
+        // postlists are whole numbers (the axis's lowest decade is 0.1)
+        x_fmt: |v| if *v >= 1.0 { format!("{v:.0}") } else { format!("{v}") },
+    };
+    let file = format!(
+        "post-cost-{op}-{size}B{}-vs-postlist.svg",
+        if inline { "-inline" } else { "" }
+    );
+    add(out, file, title, &axes, &lines)
 }
 
 /// Writes the figures of a results document into `out` (created) as SVG and PNG, and
@@ -690,6 +763,41 @@ mod tests {
         d["runs"][0]["op"] = Value::from("send");
         let names: Vec<String> = figures(&d).unwrap_or_default().into_iter().map(|f| f.file).collect();
         assert_eq!(names, ["lat-send-UD-spectrum.svg", "lat-send-UD-cdf.svg"]);
+    }
+
+    /// Issue 29 item 8: no post-cost plot. One per configuration, a line per backend and
+    /// doorbell mode over the postlists; a damaged figure is refused naming the run.
+    #[test]
+    fn post_cost_runs_give_ns_per_wqe_versus_postlist() {
+        let run = |backend: &str, l: u64, ns: f64| {
+            serde_json::json!({"scenario": "post_cost", "op": "write", "verb": "write", "backend": backend,
+                "size_bytes": 8, "inline": true, "postlist": l, "db_mode": if backend == "direct" { Value::from("bf") } else { Value::Null },
+                "per_wqe_ns": {"p50": ns}})
+        };
+        let mut d = serde_json::json!({
+            "environment": {"device": "model0", "provider": "model0", "software_model": true},
+            "runs": [run("verbs", 1, 70.0), run("direct", 1, 18.0), run("verbs", 8, 37.0), run("direct", 8, 5.5)]
+        });
+        let figs = figures(&d).unwrap();
+        assert_eq!(figs.len(), 1);
+        assert_eq!(figs[0].file, "post-cost-write-8B-inline-vs-postlist.svg");
+        assert!(
+            figs[0]
+                .title
+                .starts_with("post cost of 8 B inline writes versus postlist"),
+            "{}",
+            figs[0].title
+        );
+        for c in ["#D55E00", "#0072B2"] {
+            assert!(figs[0].svg.contains(&format!("stroke=\"{c}\"")), "no {c} line");
+        }
+        assert!(figs[0].svg.contains("direct bf"));
+        d["runs"][2]["per_wqe_ns"]["p50"] = Value::from("fast");
+        let e = figures(&d).err().unwrap_or_default();
+        assert!(
+            e.starts_with("run 3 (post_cost write 8 B verbs)") && e.contains("per_wqe_ns.p50"),
+            "{e}"
+        );
     }
 
     /// A write that fails after the output directory was created removes what was written and
