@@ -99,9 +99,9 @@ impl CounterDelta {
         );
         if self.delta.contains_key("doorbell_record_moves_seen") {
             s +=
-                "  (doorbells: those model0 sees one by one, the direct path's; libmlx5's (verbs, wr) ring a register \
-                  nothing watches, so model0 counts the moves of their doorbell record it sees when polled, several \
-                  doorbells between two polls as one)\n";
+                "  (doorbells: counted one by one where model0 sees each, on the direct backend's QPs; libmlx5's (verbs, \
+                  wr) ring a register nothing watches, so model0 counts the moves of their doorbell record it sees \
+                  when polled, several doorbells between two polls as one)\n";
         }
         s
     }
