@@ -107,7 +107,7 @@ thread_local! {
 }
 
 /// Gives back this thread's mappings of the objects retired since its last pass — both steps of
-/// [`Model::scope`]'s mark-then-remove — now, outside any measurement: each measuring thread
+/// `Model::scope`'s mark-then-remove — now, outside any measurement: each measuring thread
 /// calls it before its start barrier ([`crate::workers`]). Left to the first doorbell a thread
 /// executes, unmapping a finished run's regions (16 MiB each under `bw -a`) took 2-7 ms inside
 /// the measured run: a bandwidth run's start-up stall (windows of 0 MiB/s after the first).
