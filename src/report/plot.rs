@@ -554,6 +554,20 @@ fn latency_vs_size(
     add(out, format!("lat-{op}-vs-size.svg"), title, &axes, &lines)
 }
 
+/// The lines of a figure over x, each sorted by x and coloured by its label's backend (the first
+/// word); `None` when no line has two points.
+fn sorted_lines(per: BTreeMap<String, Pts>) -> Option<Vec<Line>> {
+    if per.values().all(|v| v.len() < 2) {
+        return None;
+    }
+    let lines = per.into_iter().map(|(b, mut v)| {
+        v.sort_by(|a, b| a.0.total_cmp(&b.0));
+        let c = colour(b.split(' ').next().unwrap_or(&b));
+        (b, c, v)
+    });
+    Some(lines.collect())
+}
+
 /// Bandwidth versus size of series `op`, one line per backend; none when no backend has two
 /// sizes.
 fn bandwidth_vs_size(out: &mut Vec<Figure>, dev: &str, op: &str, rs: &[&Value]) -> Result<(), String> {
@@ -563,16 +577,9 @@ fn bandwidth_vs_size(out: &mut Vec<Figure>, dev: &str, op: &str, rs: &[&Value]) 
             per.entry(line(r)).or_default().push((size as f64, g));
         }
     }
-    if per.values().all(|v| v.len() < 2) {
+    let Some(lines) = sorted_lines(per) else {
         return Ok(());
-    }
-    let lines: Vec<Line> = per
-        .into_iter()
-        .map(|(b, mut v)| {
-            v.sort_by(|a, b| a.0.total_cmp(&b.0));
-            (b.clone(), colour(&b), v)
-        })
-        .collect();
+    };
     let title = format!("{op} bandwidth versus size, {dev}");
     let axes = Axes {
         x_desc: "message size (bytes)",
@@ -602,17 +609,9 @@ fn post_cost_vs_postlist(
             per.entry(name).or_default().push((l as f64, ns));
         }
     }
-    if per.values().all(|v| v.len() < 2) {
+    let Some(lines) = sorted_lines(per) else {
         return Ok(());
-    }
-    let lines: Vec<Line> = per
-        .into_iter()
-        .map(|(b, mut v)| {
-            v.sort_by(|a, b| a.0.total_cmp(&b.0));
-            let c = colour(b.split(' ').next().unwrap_or(&b));
-            (b, c, v)
-        })
-        .collect();
+    };
     let how = if inline { " inline" } else { "" };
     let title = format!("post cost of {size} B{how} {op}s versus postlist, {dev}");
     let axes = Axes {
