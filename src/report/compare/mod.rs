@@ -112,6 +112,8 @@ pub fn compare_sets(base: &[(String, Value)], new: &[(String, Value)], o: &Optio
         rows.push(row(k, m, bs, ns, *worse_up, o));
     }
     give_verdicts(&mut rows, o.adjust);
+    // regressions first; within a verdict, the runs' order (stable)
+    rows.sort_by_key(|r| r.verdict.rank());
     Ok(Report {
         env_diff,
         side_diff,
@@ -189,6 +191,7 @@ fn row(k: &str, m: &str, bs: &[RunSample], ns: &[RunSample], larger_is_worse: bo
     Row {
         key: k.to_string(),
         metric: m.to_string(),
+        unit: unit(scenario, m),
         runs_base: bs.len(),
         runs_new: ns.len(),
         base: bv,
@@ -200,6 +203,15 @@ fn row(k: &str, m: &str, bs: &[RunSample], ns: &[RunSample], larger_is_worse: bo
         threshold,
         larger_is_worse,
         verdict: Verdict::NoInterval,
+    }
+}
+
+/// The unit of a row's figures, by its scenario and metric.
+fn unit(scenario: &str, metric: &str) -> &'static str {
+    match (scenario, metric) {
+        (_, "bw") => "MiB/s",
+        ("post_cost", _) => "ns/WQE",
+        _ => "ns",
     }
 }
 

@@ -27,9 +27,20 @@ fn md(s: &str) -> String {
         .replace('|', "\\|")
 }
 
+/// A fraction as a signed percentage to two decimals; one that rounds to zero is `+0.00%`,
+/// never `-0.00%`.
+fn pct(x: f64) -> String {
+    let s = format!("{:+.2}%", x * 100.0);
+    if s == "-0.00%" {
+        "+0.00%".into()
+    } else {
+        s
+    }
+}
+
 fn iv(r: &Row) -> String {
     r.interval
-        .map(|(a, b)| format!("[{:+.2}%, {:+.2}%]", a * 100.0, b * 100.0))
+        .map(|(a, b)| format!("[{}, {}]", pct(a), pct(b)))
         .unwrap_or_else(|| "n/a".into())
 }
 
@@ -68,18 +79,19 @@ pub fn text(r: &Report) -> String {
     }
     let w = r.rows.iter().map(|x| clean(&x.key).len()).max().unwrap_or(0).max(3);
     s.push_str(&format!(
-        "\n{:<w$} {:>6} {:>5} {:>12} {:>12} {:>9} {:>22} {:>9} {:>6}  verdict\n",
-        "run", "metric", "runs", "base", "new", "change", "95% interval", "p adj", "thresh"
+        "\n{:<w$} {:>6} {:>5} {:>12} {:>12} {:<6} {:>9} {:>22} {:>9} {:>6}  verdict\n",
+        "run", "metric", "runs", "base", "new", "unit", "change", "95% interval", "p adj", "thresh"
     ));
     for x in &r.rows {
         s.push_str(&format!(
-            "{:<w$} {:>6} {:>5} {:>12.2} {:>12.2} {:>+8.2}% {:>22} {:>9} {:>5.0}%  {}\n",
+            "{:<w$} {:>6} {:>5} {:>12.2} {:>12.2} {:<6} {:>9} {:>22} {:>9} {:>5.0}%  {}\n",
             clean(&x.key),
             x.metric,
             runs(x),
             x.base,
             x.new,
-            x.change * 100.0,
+            x.unit,
+            pct(x.change),
             iv(x),
             pv(x.p_adjusted),
             x.threshold * 100.0,
@@ -92,12 +104,13 @@ pub fn text(r: &Report) -> String {
     for k in &r.only_new {
         s.push_str(&format!("only in NEW: {}\n", clean(k)));
     }
+    s.push_str(&format!("\n{}\n", r.verdict_line()));
     s
 }
 
 /// Markdown (for CI summaries).
 pub fn markdown(r: &Report) -> String {
-    let mut s = String::from("### Environment differences\n\n");
+    let mut s = format!("**{}**\n\n### Environment differences\n\n", r.verdict_line());
     if r.env_diff.is_empty() && r.side_diff.is_empty() {
         s.push_str("none\n");
     } else {
@@ -114,18 +127,19 @@ pub fn markdown(r: &Report) -> String {
         s.push_str(&format!("- {}\n", clean(&n)));
     }
     s.push_str(
-        "\n### Runs\n\n| run | metric | runs base/new | base | new | change | 95% interval | p adj | threshold | verdict |\n\
-         |---|---|---:|---:|---:|---:|---|---:|---:|---|\n",
+        "\n### Runs\n\n| run | metric | runs base/new | base | new | unit | change | 95% interval | p adj | threshold | verdict |\n\
+         |---|---|---:|---:|---:|---|---:|---|---:|---:|---|\n",
     );
     for x in &r.rows {
         s.push_str(&format!(
-            "| {} | {} | {} | {:.2} | {:.2} | {:+.2}% | {} | {} | {:.0}% | {} |\n",
+            "| {} | {} | {} | {:.2} | {:.2} | {} | {} | {} | {} | {:.0}% | {} |\n",
             md(&x.key),
             x.metric,
             runs(x),
             x.base,
             x.new,
-            x.change * 100.0,
+            x.unit,
+            pct(x.change),
             iv(x),
             pv(x.p_adjusted),
             x.threshold * 100.0,
@@ -176,10 +190,11 @@ pub fn junit(r: &Report) -> String {
     for x in &r.rows {
         let name = xml(&format!("{} {}", x.key, x.metric));
         let figures = format!(
-            "{:.2} -> {:.2} ({:+.2}%, 95% interval {}, adjusted p {}, runs base/new {}, threshold {:.0}%): {}",
+            "{:.2} -> {:.2} {} ({}, 95% interval {}, adjusted p {}, runs base/new {}, threshold {:.0}%): {}",
             x.base,
             x.new,
-            x.change * 100.0,
+            x.unit,
+            pct(x.change),
             iv(x),
             pv(x.p_adjusted),
             runs(x),

@@ -285,3 +285,45 @@ fn outputs_say_runs_interval_significance_and_the_note() {
         }
     }
 }
+
+#[test]
+fn rows_are_sorted_by_verdict_with_units_a_final_verdict_and_no_negative_zero() {
+    let bw = |v: f64| {
+        json!({"scenario": "bw", "op": "write", "backend": "direct", "size": 8,
+        "summary": {"bw_avg_mib_s": v, "window_mib_s": [v, v * 1.001, v * 0.999, v * 1.0005, v * 0.9995]}})
+    };
+    // a latency run unchanged and a bandwidth run at 40 %: the bandwidth row is the
+    // regression and comes first
+    let mut lat_a = lat_run(json!(100.0));
+    lat_a["scenario"] = json!("lat");
+    let mut lat_b = lat_a.clone();
+    // 100 -> 99.9999: a change that rounds to -0.00 %
+    lat_b["latency"]["p50"] = json!(99.9999);
+    let a = doc(json!([lat_a, bw(1000.0)]));
+    let b = doc(json!([lat_b, bw(400.0)]));
+    let r = compare(&a, &b, &Options::default()).unwrap();
+    assert_eq!(r.rows[0].verdict, Verdict::Regression, "{}", text(&r));
+    assert_eq!((r.rows[0].metric.as_str(), r.rows[0].unit), ("bw", "MiB/s"));
+    assert!(r.rows.windows(2).all(|w| w[0].verdict.rank() <= w[1].verdict.rank()));
+    assert!(r.rows.iter().filter(|x| x.metric != "bw").all(|x| x.unit == "ns"));
+    let t = text(&r);
+    assert!(!t.contains("-0.00%"), "{t}");
+    assert!(t.contains("+0.00%"), "{t}");
+    let last = t.lines().last().unwrap();
+    assert!(
+        last.starts_with("verdict: REGRESSION (1 regression, 0 improvement, 2 same, 0 not judged, of 3 rows; exit 1)"),
+        "{last}"
+    );
+    let md = markdown(&r);
+    assert!(
+        md.starts_with("**verdict: REGRESSION") && md.contains("| MiB/s |") && !md.contains("-0.00%"),
+        "{md}"
+    );
+    assert!(junit(&r).contains("MiB/s"));
+    let same = compare(&a, &a, &Options::default()).unwrap();
+    assert!(text(&same)
+        .trim_end()
+        .ends_with("verdict: no regression (0 regression, 0 improvement, 3 same, 0 not judged, of 3 rows; exit 0)"));
+    // post cost per WQE
+    assert_eq!(super::unit("post_cost", "p50"), "ns/WQE");
+}

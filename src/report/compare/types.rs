@@ -70,6 +70,17 @@ pub enum Verdict {
 }
 
 impl Verdict {
+    /// Where rows of this verdict stand in a report: regressions first, then improvements, the
+    /// rows that held, and those not judged.
+    pub fn rank(self) -> u8 {
+        match self {
+            Verdict::Regression => 0,
+            Verdict::Improvement => 1,
+            Verdict::Same => 2,
+            Verdict::NoInterval => 3,
+        }
+    }
+
     /// The word a report shows.
     pub fn as_str(self) -> &'static str {
         match self {
@@ -132,6 +143,8 @@ pub struct Row {
     pub key: String,
     /// Metric name (`p50`, `p99`, `bw`).
     pub metric: String,
+    /// The unit of `base` and `new`: `ns` (latency), `ns/WQE` (post cost), `MiB/s` (bandwidth).
+    pub unit: &'static str,
     /// Runs (files) of BASE that have this row.
     pub runs_base: usize,
     /// Runs (files) of NEW that have this row.
@@ -186,6 +199,32 @@ impl Report {
     /// Whether any row is a regression.
     pub fn regressed(&self) -> bool {
         self.rows.iter().any(|r| r.verdict == Verdict::Regression)
+    }
+
+    /// The rows of verdict `v`.
+    pub fn count(&self, v: Verdict) -> usize {
+        self.rows.iter().filter(|r| r.verdict == v).count()
+    }
+
+    /// The whole compare's verdict in one line: regression or not, and how many rows had each
+    /// verdict.
+    pub fn verdict_line(&self) -> String {
+        let [reg, imp, same, nj] = [
+            Verdict::Regression,
+            Verdict::Improvement,
+            Verdict::Same,
+            Verdict::NoInterval,
+        ]
+        .map(|v| self.count(v));
+        let counts = format!(
+            "{reg} regression, {imp} improvement, {same} same, {nj} not judged, of {} rows",
+            self.rows.len()
+        );
+        if reg > 0 {
+            format!("verdict: REGRESSION ({counts}; exit 1)")
+        } else {
+            format!("verdict: no regression ({counts}; exit 0)")
+        }
     }
 
     /// Rows with a p-value (the family the adjustment runs over).
