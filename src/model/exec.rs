@@ -8,6 +8,7 @@ use super::decode::{decode, Decoded};
 use super::direct::RegCheck;
 use super::layout::{bump32, bump64, hdr, qp_dbrec, rings, state, transport, try_lock, CqHdr, MrHdr, QpHdr};
 use super::lookup::ObjRef;
+use super::payload::Payload;
 use super::recv::deliver_to_receiver;
 use super::register::{blueflame_matches, check_doorbell, clear_register};
 use super::shm::{ObjKind, Shm};
@@ -156,82 +157,6 @@ fn run_one(m: &Model, me: &QpHdr, d: &Decoded, buf: &[u8], late: Option<&mut Vec
     }
 }
 
-/// A payload gathered from the requester's memory (or its WQE, inline): on the stack up to
-/// 1 KiB and a little more (a UD message with its GRH area), no allocation per operation.
-struct Gathered {
-    /// The first `len` bytes are written (the rest never read: not cleared, which cost a
-    /// memset of 1 KiB per WQE).
-    small: [std::mem::MaybeUninit<u8>; 1024 + transport::GRH],
-    big: Vec<u8>,
-    len: usize,
-}
-
-impl Gathered {
-    fn new() -> Self {
-        Gathered {
-            small: [std::mem::MaybeUninit::uninit(); 1024 + transport::GRH],
-            big: Vec::new(),
-            len: 0,
-        }
-    }
-
-    fn push(&mut self, bytes: &[u8]) {
-        if self.big.is_empty() && self.len + bytes.len() <= self.small.len() {
-            // SAFETY: len + bytes.len() <= small.len(): the bytes fit after the `len` written.
-            unsafe {
-                std::ptr::copy_nonoverlapping(
-                    bytes.as_ptr(),
-                    (self.small.as_mut_ptr() as *mut u8).add(self.len),
-                    bytes.len(),
-                )
-            };
-        } else {
-            if self.big.is_empty() {
-                // SAFETY: `big` is empty: the first `len` bytes of `small` are the ones written.
-                let head = unsafe { std::slice::from_raw_parts(self.small.as_ptr() as *const u8, self.len) };
-                self.big.extend_from_slice(head);
-            }
-            self.big.extend_from_slice(bytes);
-        }
-        self.len += bytes.len();
-    }
-
-    /// The bytes written into `small`.
-    fn small_written(&self) -> &[u8] {
-        // SAFETY: the first `len` bytes of `small` were written by `push` while `big` was empty
-        // (`len` counts them; once `big` is used this is read only to move them there).
-        unsafe { std::slice::from_raw_parts(self.small.as_ptr() as *const u8, self.len.min(self.small.len())) }
-    }
-
-    fn as_slice(&self) -> &[u8] {
-        if self.big.is_empty() {
-            self.small_written()
-        } else {
-            &self.big
-        }
-    }
-
-    /// Gathers the local side of a SEND or WRITE (read access suffices) after what `self`
-    /// holds; a syndrome when it cannot.
-    fn gather(&mut self, m: &Model, me: &QpHdr, d: &Decoded, buf: &[u8]) -> Result<(), u8> {
-        if let Some((off, len)) = d.inline {
-            if len > me.max_inline as usize {
-                return Err(syndrome::LOCAL_QP_OP);
-            }
-            self.push(&buf[off..off + len]);
-        } else {
-            for &(addr, lkey, len) in &d.sges[..d.nsge] {
-                match resolve(m, lkey, addr, len as u64, me.pd, me.obj.owner_pid, 0) {
-                    // SAFETY: resolved in bounds of a registered region.
-                    Ok(r) => self.push(unsafe { std::slice::from_raw_parts(r.ptr, len as usize) }),
-                    Err(_) => return Err(syndrome::LOCAL_PROT),
-                }
-            }
-        }
-        Ok(())
-    }
-}
-
 /// Executes one WQE of a UD QP: a SEND (or SEND with immediate) to the QP its address vector
 /// names. Nothing is acknowledged: a datagram the destination does not take (no such UD QP,
 /// not ready, another Q_Key, no receive posted) is dropped and counted, and the requester
@@ -248,12 +173,12 @@ fn run_datagram(m: &Model, me: &QpHdr, d: &Decoded, buf: &[u8]) -> Outcome {
     };
     // the receiver's buffer takes the GRH area first (model0's port is InfiniBand and its
     // datagrams carry no GRH: the area is left as zeros), then the message
-    let mut g = Gathered::new();
+    let mut g = Payload::new();
     g.push(&[0; transport::GRH]);
     if let Err(s) = g.gather(m, me, d, buf) {
         return Outcome::Fail(s);
     }
-    let len = g.len - transport::GRH;
+    let len = g.len() - transport::GRH;
     if len > transport::UD_MTU {
         return Outcome::Fail(syndrome::LOCAL_LENGTH);
     }
@@ -271,7 +196,7 @@ fn run_datagram(m: &Model, me: &QpHdr, d: &Decoded, buf: &[u8]) -> Outcome {
     {
         return dropped();
     }
-    match deliver_to_receiver(m, &peer, d, g.as_slice(), resp_op, me.obj.id) {
+    match deliver_to_receiver(m, &peer, d, &g, resp_op, me.obj.id) {
         Outcome::Stall | Outcome::Fail(syndrome::TRANSPORT_RETRY_EXC) => dropped(),
         Outcome::Done { .. } => Outcome::Done { byte_cnt: len as u32 },
         o => o,
@@ -295,7 +220,7 @@ fn run_reliable(m: &Model, me: &QpHdr, d: &Decoded, buf: &[u8], late: Option<&mu
     if !peer_process_alive(unsafe { std::ptr::read_volatile(&ph.obj.owner_pid) }) {
         return Outcome::Fail(syndrome::TRANSPORT_RETRY_EXC);
     }
-    let mut g = Gathered::new();
+    let mut g = Payload::new();
     let gathers = matches!(
         d.opcode,
         opcode::SEND | opcode::SEND_IMM | opcode::RDMA_WRITE | opcode::RDMA_WRITE_IMM
@@ -305,7 +230,7 @@ fn run_reliable(m: &Model, me: &QpHdr, d: &Decoded, buf: &[u8], late: Option<&mu
             return Outcome::Fail(s);
         }
     }
-    let payload = g.as_slice();
+    let payload = &g;
     match d.opcode {
         opcode::SEND => deliver_to_receiver(m, &peer, d, payload, cqe_op::RESP_SEND, me.obj.id),
         opcode::SEND_IMM => deliver_to_receiver(m, &peer, d, payload, cqe_op::RESP_SEND_IMM, me.obj.id),
@@ -326,8 +251,9 @@ fn run_reliable(m: &Model, me: &QpHdr, d: &Decoded, buf: &[u8], late: Option<&mu
                     return Outcome::Stall;
                 }
             }
-            // SAFETY: resolved in bounds of the responder's region.
-            unsafe { std::ptr::copy_nonoverlapping(payload.as_ptr(), r.ptr, payload.len()) };
+            // SAFETY: resolved in bounds of the responder's region, `payload.len()` bytes: one
+            // copy from the requester's memory (or the inline bytes), as a NIC's DMA.
+            unsafe { payload.copy_to(0, r.ptr, payload.len()) };
             if d.opcode == opcode::RDMA_WRITE_IMM {
                 return deliver_to_receiver(m, &peer, d, payload, cqe_op::RESP_WR_IMM, me.obj.id);
             }

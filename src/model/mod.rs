@@ -36,6 +36,7 @@ mod info;
 mod layout;
 mod lookup;
 mod objects;
+mod payload;
 mod pid;
 mod recv;
 mod register;

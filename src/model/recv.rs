@@ -6,6 +6,7 @@ use super::decode::Decoded;
 use super::direct::RegCheck;
 use super::exec::{execute, resolve, Outcome};
 use super::layout::{hdr, lock, qp_dbrec, rings, state, unlock, CqHdr, QpHdr};
+use super::payload::Payload;
 use super::shm::{ObjKind, Shm};
 use super::{ExecMode, Model};
 use crate::mlx5::cq::cqe_op;
@@ -50,7 +51,7 @@ pub(super) fn deliver_to_receiver(
     m: &Model,
     peer: &Shm,
     d: &Decoded,
-    payload: &[u8],
+    payload: &Payload,
     resp_op: u8,
     src_qp: u32,
 ) -> Outcome {
@@ -110,9 +111,7 @@ pub(super) fn deliver_to_receiver(
             solicited: d.solicited,
             src_qp,
             scatter: if scatter {
-                let mut s = [0u8; 32];
-                s[..payload.len()].copy_from_slice(payload);
-                (payload.len() as u8, s)
+                (payload.len() as u8, payload.first(payload.len()))
             } else {
                 (0, [0; 32])
             },
@@ -133,7 +132,7 @@ fn scatter_payload(
     m: &Model,
     ph: &QpHdr,
     wqe: (*mut u8, usize),
-    payload: &[u8],
+    payload: &Payload,
     write_len: usize,
     to_cqe: bool,
 ) -> Option<u8> {
@@ -163,8 +162,9 @@ fn scatter_payload(
         ) {
             Ok(r) => {
                 if !to_cqe {
-                    // SAFETY: resolved in bounds of the receiver's region.
-                    unsafe { std::ptr::copy_nonoverlapping(payload.as_ptr().add(off), r.ptr, n) };
+                    // SAFETY: resolved in bounds of the receiver's region, `n` bytes; off + n
+                    // <= write_len <= payload.len().
+                    unsafe { payload.copy_to(off, r.ptr, n) };
                 }
                 off += n;
             }
