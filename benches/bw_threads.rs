@@ -23,6 +23,7 @@ fn main() {
         size: 64,
         iters: 1_000_000,
         tx_depth: 128,
+        rx_depth: None,
         postlist: 1,
         cq_mod: 64,
         inline: true,

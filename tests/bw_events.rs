@@ -114,6 +114,7 @@ fn params(iters: u64, stall: Duration) -> BwParams {
         size: 64,
         iters,
         tx_depth: 4,
+        rx_depth: None,
         postlist: 1,
         cq_mod: 1,
         inline: false,

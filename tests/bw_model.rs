@@ -30,6 +30,7 @@ fn p(op: OpKind, size: u32) -> BwParams {
         size,
         iters: 3000,
         tx_depth: 64,
+        rx_depth: None,
         postlist: 1,
         cq_mod: 16,
         inline: false,
@@ -154,6 +155,7 @@ fn bad_parameters_and_unsupported_backends_are_refused() {
     let bad = BwParams {
         postlist: 65,
         tx_depth: 64,
+        rx_depth: None,
         ..p(OpKind::Write, 64)
     };
     let e = one(&dev, BackendKind::Direct, &bad, &cal).unwrap_err();

@@ -313,6 +313,75 @@ fn perftest_flags_keep_perftest_meaning() {
     std::fs::remove_dir_all(&dir).ok();
 }
 
+/// Item 14: perftest's -r. `bw send -r 1` keeps one receive posted: the sends in flight find
+/// the receive queue empty (RNR) about once a message, where the default depth meets it at most
+/// between reposts; -r above the queue's 128 is 128, said; -r for WRITE does nothing, said; the
+/// header and the JSON name the depth.
+#[test]
+fn rx_depth_is_perftest_s_receive_depth() {
+    let _g = serial();
+    let dir = scratch("rx");
+    let f = dir.join("b.json");
+    let fs = f.to_str().unwrap();
+    let json = || -> serde_json::Value { serde_json::from_str(&std::fs::read_to_string(&f).unwrap()).unwrap() };
+    let run = |extra: &[&str]| {
+        let mut a = vec![
+            "bw",
+            "send",
+            "--loopback",
+            "-d",
+            "model0",
+            "-s",
+            "64",
+            "-n",
+            "4000",
+            "--backend",
+            "direct",
+            "--json",
+            fs,
+        ];
+        a.extend_from_slice(extra);
+        rdmaprobe(&a)
+    };
+    let (c, out, err) = run(&["-r", "1"]);
+    assert_eq!(c, 0, "{out}{err}");
+    assert!(out.contains("tx depth 128, rx depth 1,"), "{out}");
+    let j = json();
+    assert_eq!(j["params"]["rx_depth"], 1, "{}", j["params"]);
+    let rnr = j["counters"]["delta"]["rnr_events"].as_u64().unwrap_or(0);
+    assert!(
+        rnr >= 2000,
+        "-r 1 with 128 sends in flight: {rnr} RNR events for 4000 messages"
+    );
+    let (c, out, err) = run(&["-r", "512"]);
+    assert_eq!(c, 0, "{out}{err}");
+    assert!(err.contains("-r 512: the QPs hold 128 WQEs, so -r 128"), "{err}");
+    assert_eq!(json()["params"]["rx_depth"], 128);
+    let (c, out, err) = run(&[]);
+    assert_eq!(c, 0, "{out}{err}");
+    assert_eq!(json()["params"]["rx_depth"], 128, "the default: -t + 32, at most 128");
+    let (c, out, err) = rdmaprobe(&[
+        "bw",
+        "write",
+        "--loopback",
+        "-d",
+        "model0",
+        "-n",
+        "500",
+        "--backend",
+        "direct",
+        "-r",
+        "4",
+        "--json",
+        fs,
+    ]);
+    assert_eq!(c, 0, "{out}{err}");
+    assert!(err.contains("-r 4: write consumes no receive"), "{err}");
+    assert!(json()["params"]["rx_depth"].is_null());
+    assert!(!out.contains("rx depth"), "{out}");
+    std::fs::remove_dir_all(&dir).ok();
+}
+
 /// A TCP port nobody listens on now (the system's pick, released).
 fn free_port() -> String {
     let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();

@@ -154,6 +154,13 @@ pub struct BwArgs {
     /// said so.
     #[arg(short = 't', long = "tx-depth", default_value_t = 128, value_parser = clap::value_parser!(u32).range(1..=65536))]
     tx_depth: u32,
+    /// Receives kept posted on each receiving QP of a SEND run (perftest's -r; its default is
+    /// 512): at most the 128 WQEs a queue holds, said so when larger. Default: -t plus two
+    /// batches of 16 reposts, at most 128 (at -t 128 a few SENDs still find the queue empty
+    /// between two reposts: the RNR warning counts them); a smaller -r makes more of them, as
+    /// perftest's does.
+    #[arg(short = 'r', long = "rx-depth", visible_alias = "rx_depth", value_parser = clap::value_parser!(u32).range(1..=65536))]
+    rx_depth: Option<u32>,
     /// Operations per doorbell (postlist).
     #[arg(short = 'l', long = "post-list", visible_alias = "post_list", default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=64))]
     postlist: u32,
@@ -311,6 +318,22 @@ fn depths(tx_depth: u32, cq_mod: u32) -> (u32, u32) {
     (t, q)
 }
 
+/// perftest's -r: above the queue's depth it is that depth; for an operation that consumes no
+/// receive it does nothing (both said on standard error).
+fn rx_depth(r: Option<u32>, op: rdmaprobe::backend::OpKind) -> Option<u32> {
+    let r = r?;
+    let max = rdmaprobe::backend::setup::DEPTH;
+    if !op.needs_recv() {
+        eprintln!(
+            "rdmaprobe: -r {r}: {} consumes no receive, so -r does nothing here",
+            op.as_str()
+        );
+    } else if r > max {
+        eprintln!("rdmaprobe: -r {r}: the QPs hold {max} WQEs, so -r {max}");
+    }
+    Some(r.min(max))
+}
+
 /// `bw`: the bandwidth plan from its arguments, measured and printed; the exit status.
 pub fn bw(a: BwArgs) -> Result<ExitCode> {
     one_number(a.events, &a.perftest)?;
@@ -335,6 +358,7 @@ pub fn bw(a: BwArgs) -> Result<ExitCode> {
             iters
         },
         tx_depth,
+        rx_depth: rx_depth(a.rx_depth, a.op.into()),
         postlist: a.postlist,
         cq_mod,
         qps: a.qps,

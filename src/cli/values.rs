@@ -182,7 +182,7 @@ const PERFTEST_ONLY: [(&[&str], &str); 12] = [
     (&["-w", "--limit_bw", "-y", "--limit_msgrate", "--rate_limit"], "rdmaprobe measures unthrottled"),
     (&["--cpu_util"], "lat and bw take it (the measuring threads' CPU use); the other commands do not"),
     (&["--out_json", "--out_json_file"], "use --json FILE"),
-    (&["-r", "--rx-depth"], "the receivers keep their receive queue full (up to 128 WQEs), reposting as completions come"),
+    (&["-r", "--rx-depth"], "bw takes -r; lat keeps 16 receives posted ahead of its one message in flight"),
     (&["-M", "--mcg", "-g"], "multicast is left out"),
     (&["-O", "--dualport"], "dual port is left out"),
     (&["--use_cuda", "--use_rocm", "--use_neuron", "--use_cuda_dmabuf"], "host memory only"),

@@ -205,6 +205,9 @@ pub struct BwPlan {
     pub iters: u64,
     /// Outstanding operations per QP.
     pub tx_depth: u32,
+    /// Receives kept posted per receiving QP of a SEND run (perftest's -r); `None`: the sends in
+    /// flight and two batches of reposts (`scenario::bw::recv_depth`), at most 128.
+    pub rx_depth: Option<u32>,
     /// Operations per doorbell.
     pub postlist: u32,
     /// A completion every this many operations.
@@ -246,6 +249,7 @@ impl BwPlan {
             sizes: Sizes::One(size),
             iters: 5000,
             tx_depth: 128,
+            rx_depth: None,
             postlist: 1,
             cq_mod: 64,
             qps: 1,

@@ -316,13 +316,16 @@ impl Report {
         s += &rule(118);
         let _ = writeln!(
             s,
-            " {}{} bandwidth, {}, {} thread(s) x {} QP(s), tx depth {}, postlist {}, CQE every {}{}",
+            " {}{} bandwidth, {}, {} thread(s) x {} QP(s), tx depth {}{}, postlist {}, CQE every {}{}",
             title(b.op),
             self.transport_label(),
             self.device_label(),
             b.threads,
             b.qps,
             b.tx_depth,
+            crate::probe::measure::bw::rx_depth(b)
+                .map(|r| format!(", rx depth {r}"))
+                .unwrap_or_default(),
             b.postlist,
             b.cq_mod,
             if b.bidirectional { ", bidirectional" } else { "" }

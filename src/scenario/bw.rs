@@ -29,6 +29,9 @@ pub struct BwParams {
     pub iters: u64,
     /// Outstanding operations per QP.
     pub tx_depth: u32,
+    /// Receives kept posted on a receiving QP of a SEND run (perftest's -r); `None`: the sends
+    /// in flight and two batches of reposts ([`recv_depth`]). At most the queue's depth.
+    pub rx_depth: Option<u32>,
     /// Operations per doorbell.
     pub postlist: u32,
     /// A completion every this many operations.
@@ -49,6 +52,14 @@ pub struct BwParams {
     /// An unreliable transport (UC): a message the receiver could not take is dropped, so the
     /// receivers take what arrives until the senders are done and nothing more comes.
     pub unreliable: bool,
+}
+
+/// The receives a receiving QP keeps posted: `rx_depth`, or `tx_depth` and two batches of
+/// reposts; at least 1, at most the queue's depth.
+pub fn recv_depth(rx_depth: Option<u32>, tx_depth: u32) -> u32 {
+    rx_depth
+        .unwrap_or(tx_depth + 2 * drive::RECV_BATCH)
+        .clamp(1, crate::backend::setup::DEPTH)
 }
 
 /// The time grid of a run's windows: its origin (the first thread's first post) and the window

@@ -260,7 +260,7 @@ fn new_report(
     let params = json!({
         "scenario": "bw", "window_ms": b.window.as_micros() as f64 / 1e3, "min_duration_ms": b.min_duration.as_millis() as u64,
         "inline_limit": set.inline_limit, "port_active_mtu_bytes": session::active_mtu(&set.dev), "model_exec": set.dev.is_model().then_some("after_post"), "op": b.op.as_str(), "iters": b.iters,
-        "tx_depth": b.tx_depth, "postlist": b.postlist, "cq_mod": b.cq_mod, "qps_per_thread": b.qps, "threads": b.threads,
+        "tx_depth": b.tx_depth, "rx_depth": rx_depth(b), "postlist": b.postlist, "cq_mod": b.cq_mod, "qps_per_thread": b.qps, "threads": b.threads,
         "bidirectional": b.bidirectional, "backends": set.kinds.iter().map(|k| k.as_str()).collect::<Vec<_>>(),
         "db_mode": set.mode.as_str(), "loopback": sides.net.is_none(), "path": crate::probe::report::path_json(&plan.path),
         "huge_pages": plan.huge_pages, "mr_per_qp": true, "run_infinitely": b.run_infinitely,
@@ -411,6 +411,7 @@ impl<'r> Run<'r> {
             size,
             iters,
             tx_depth: b.tx_depth,
+            rx_depth: b.rx_depth,
             postlist: b.postlist,
             cq_mod: b.cq_mod,
             inline: b.op.carries_payload() && size <= self.set.inline_limit,
@@ -712,11 +713,19 @@ fn resize(
     Ok(Next::Again(word.iters))
 }
 
+/// The receives each receiving QP keeps posted (a run of SENDs or immediates; `None` for the
+/// others, which consume none).
+pub(crate) fn rx_depth(b: &BwPlan) -> Option<u32> {
+    b.op.needs_recv()
+        .then(|| crate::scenario::bw::recv_depth(b.rx_depth, b.tx_depth))
+}
+
 /// The parameters both ends of a bandwidth run must share.
 fn hello(b: &BwPlan, set: &Setup) -> Hello {
     let own = [
         ("iters", b.iters.to_string()),
         ("tx_depth", b.tx_depth.to_string()),
+        ("rx_depth", format!("{:?}", b.rx_depth)),
         ("postlist", b.postlist.to_string()),
         ("cq_mod", b.cq_mod.to_string()),
         ("qps", b.qps.to_string()),

@@ -202,6 +202,7 @@ impl Suite {
             size,
             iters: self.m.bw_messages_at(size),
             tx_depth: 128,
+            rx_depth: None,
             postlist: 1,
             cq_mod: 64,
             inline: op.carries_payload() && size <= INLINE,

@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 const UNRELIABLE_DRAIN: Duration = Duration::from_millis(5);
 
 /// Receives taken before they are posted again, together.
-const RECV_BATCH: u32 = 16;
+pub(super) const RECV_BATCH: u32 = 16;
 
 /// The sends of one end: posted, completed, and where the signalled ones are.
 struct Dir {
@@ -133,8 +133,7 @@ impl<B: Backend> Ctl<'_, B> {
     /// A receiving end's first receives: as many as the queue takes beside the sends in flight
     /// (at most the run's messages).
     fn prime_receives(&mut self, p: &BwParams) -> Result<(), ScenarioError> {
-        let depth = (p.tx_depth + 2 * RECV_BATCH).min(crate::backend::setup::DEPTH);
-        let n = u64::from(depth).min(p.iters) as u32;
+        let n = u64::from(super::recv_depth(p.rx_depth, p.tx_depth)).min(p.iters) as u32;
         let l = recv_len(&*self.end);
         self.end.post_recv(l, n).map_err(|e| be("receiver", 0, e))?;
         self.recvs_posted = u64::from(n);
@@ -218,7 +217,8 @@ impl<B: Backend> Ctl<'_, B> {
     }
 
     /// `n` messages received: counted, and their receives posted again in batches of
-    /// [`RECV_BATCH`] while the run has messages not yet covered by one.
+    /// [`RECV_BATCH`] (or of the receive depth, when smaller) while the run has messages not yet
+    /// covered by one.
     #[inline(always)]
     fn take_receives(&mut self, n: u32, p: &BwParams, prog: &mut Progress) -> Result<(), ScenarioError> {
         self.received += u64::from(n);
@@ -226,7 +226,7 @@ impl<B: Backend> Ctl<'_, B> {
         self.pending_recvs += n;
         // the receives still to post: the run's messages not yet covered by one
         let still = p.iters.saturating_sub(self.recvs_posted);
-        if self.pending_recvs >= RECV_BATCH && still > 0 {
+        if self.pending_recvs >= RECV_BATCH.min(super::recv_depth(p.rx_depth, p.tx_depth)) && still > 0 {
             let n = u64::from(self.pending_recvs).min(still) as u32;
             let l = recv_len(&*self.end);
             self.end.post_recv(l, n).map_err(|x| be("receiver", prog.done, x))?;
