@@ -34,8 +34,9 @@ pub const TRANSPORTS: [&str; 3] = ["RC", "UC", "UD"];
 
 /// The plots' series of a run: its operation, the verb where it is not the operation's own
 /// (`write_imm`, `send_imm`, `cmp_swap`), and the transport other than RC (`send-UD`); every part
-/// from [`OPS`], those three verbs and [`TRANSPORTS`] (checked by `Plotted::of`).
-fn series(r: &Value) -> String {
+/// from [`OPS`], those three verbs and [`TRANSPORTS`] (checked by `Plotted::of`). The command
+/// line's names (`atomic`, not `fetch_add`), as the report's tables name a run's operation too.
+pub fn series(r: &Value) -> String {
     let mut s = match r["verb"].as_str() {
         Some(v @ ("write_imm" | "send_imm" | "cmp_swap")) => v.to_string(),
         _ => str_of(r, "op").to_string(),
@@ -64,6 +65,26 @@ fn colour(backend: &str) -> RGBColor {
         "wr-e" => RGBColor(0, 100, 70),
         _ => RGBColor(80, 80, 80),
     }
+}
+
+/// A name from the document as words: `round_trip` as "round trip", `wqes_executed` as "WQEs
+/// executed" (the abbreviations in capitals).
+pub fn human(name: &str) -> String {
+    const ABBREVIATIONS: [&str; 11] = [
+        "cqe", "wqe", "rnr", "qp", "mtu", "cpu", "tsc", "numa", "gid", "lid", "mr",
+    ];
+    let word = |w: &str| {
+        let (stem, plural) = match w.strip_suffix('s') {
+            Some(stem) if ABBREVIATIONS.contains(&stem) => (stem, "s"),
+            _ => (w, ""),
+        };
+        if ABBREVIATIONS.contains(&stem) {
+            format!("{}{plural}", stem.to_uppercase())
+        } else {
+            w.to_string()
+        }
+    };
+    name.split('_').map(word).collect::<Vec<_>>().join(" ")
 }
 
 /// What the results were measured on, for every title: the device, marked as the software
@@ -472,7 +493,7 @@ fn spectrum_and_cdf(out: &mut Vec<Figure>, dev: &str, op: &str, size: u64, rs: &
         sp.push((format!("{b} (n={})", h.len()), colour(b), spectrum(&h)));
         cd.push((b.to_string(), colour(b), cdf(&h)));
     }
-    let fig = str_of(rs[0].1, "figure");
+    let fig = human(str_of(rs[0].1, "figure"));
     let title = format!("{op} {size} B latency ({fig}) percentile spectrum, {dev}");
     let axes = Axes {
         x_desc: "percentile",
