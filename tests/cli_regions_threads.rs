@@ -76,7 +76,7 @@ fn lat_prints_and_records_where_each_buffer_sits() {
     assert_eq!(code, 0, "{err}");
     let page = std::fs::read_to_string(plots.join("report.html")).unwrap();
     assert!(
-        page.contains("<h2>Memory regions</h2>") && page.contains("id=\"regions\""),
+        page.contains("<summary>Memory regions (") && page.contains("id=\"regions\""),
         "{page}"
     );
     assert!(

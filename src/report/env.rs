@@ -14,6 +14,10 @@ fn read_trim(p: &str) -> Option<String> {
 /// What the results were measured on.
 #[derive(Debug, Clone, serde::Serialize, serde::Deserialize, PartialEq)]
 pub struct Fingerprint {
+    /// The machine's host name (`/proc/sys/kernel/hostname`), when it could be read; a file
+    /// written before it was recorded has none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host: Option<String>,
     /// Kernel release.
     pub kernel: String,
     /// CPU model name.
@@ -80,6 +84,7 @@ impl Fingerprint {
             .collect();
         env_vars.sort();
         Fingerprint {
+            host: read_trim("/proc/sys/kernel/hostname"),
             kernel: read_trim("/proc/sys/kernel/osrelease").unwrap_or_else(|| "unknown".into()),
             cpu_model,
             cpus: std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1),

@@ -1,7 +1,10 @@
-//! `report.html`: one self-contained page (inline CSS and SVG, nothing fetched) with the
-//! environment, the warnings, the summary tables and the plots of a results document.
+//! `report.html`: one self-contained page (inline CSS and SVG, nothing fetched) of a results
+//! document: when and where it was measured and its warnings at the top, then the results
+//! (the summary tables and the plots), then what they were measured on (the environment, the
+//! device's counters, the memory regions, collapsed). Labels are words ("round trip", "TSC
+//! rate"), not the document's field names; operations are named as the command line names them.
 
-use super::plot::{device_label, Figure};
+use super::plot::{device_label, human, series, Figure};
 use serde_json::Value;
 use std::fmt::Write;
 
@@ -36,13 +39,28 @@ fn cell(v: &Value) -> String {
 }
 
 fn ns(v: &Value) -> String {
-    v.as_f64().map(|f| format!("{f:.0}")).unwrap_or_else(|| "—".into())
+    fixed(v, 0)
 }
 
-const CSS: &str = "body{font-family:sans-serif;margin:2em;color:#222;max-width:1000px}\
-table{border-collapse:collapse;margin:1em 0}td,th{border:1px solid #bbb;padding:3px 8px;text-align:right}\
+/// A number to `d` decimals, `—` when there is none.
+fn fixed(v: &Value, d: usize) -> String {
+    v.as_f64().map(|f| format!("{f:.d$}")).unwrap_or_else(|| "—".into())
+}
+
+/// `yes` or `no`, `—` when the value is not a boolean.
+fn yes_no(v: &Value) -> &'static str {
+    match v.as_bool() {
+        Some(true) => "yes",
+        Some(false) => "no",
+        None => "—",
+    }
+}
+
+const CSS: &str = "body{font-family:sans-serif;margin:2em;color:#222;max-width:1150px}\
+table{border-collapse:collapse;margin:1em 0}td,th{border:1px solid #bbb;padding:3px 8px;text-align:right}td{white-space:nowrap}\
 th{background:#eee}td.l,th.l{text-align:left}.warn{background:#fff3cd;border:1px solid #e0b400;padding:.6em 1em}\
-figure{margin:1.5em 0}figcaption{font-size:90%;color:#555}";
+figure{margin:1.5em 0}figcaption{font-size:90%;color:#555}td.ref{color:#777}\
+summary{cursor:pointer;font-weight:bold;margin:1em 0}";
 
 /// The page. `figs` are the plots to inline (from [`super::plot::figures`]).
 pub fn report(doc: &Value, figs: &[Figure]) -> String {
@@ -53,15 +71,17 @@ pub fn report(doc: &Value, figs: &[Figure]) -> String {
     let mut h = String::new();
     head(&mut h, doc);
     warnings(&mut h, doc);
-    counters(&mut h, doc);
-    regions(&mut h, doc);
-    environment(&mut h, doc);
+    // the results first
     let runs: &[Value] = doc["runs"].as_array().map(|a| a.as_slice()).unwrap_or(&[]);
     let of = |s: &str| -> Vec<&Value> { runs.iter().filter(|r| r["scenario"].as_str() == Some(s)).collect() };
     latency(&mut h, &of("lat"));
     bandwidth(&mut h, &of("bw"));
     post_cost(&mut h, &of("post_cost"));
     plots(&mut h, figs);
+    // then what they were measured on
+    environment(&mut h, doc);
+    counters(&mut h, doc);
+    regions(&mut h, doc);
     // After layout, the page records what rendered (tables with rows of non-zero size, plots
     // with drawn lines) in <body data-rendered>: a headless browser's --dump-dom shows it, so a
     // test can tell a page that renders from one that only parses. Inline, nothing fetched.
@@ -70,7 +90,8 @@ pub fn report(doc: &Value, figs: &[Figure]) -> String {
     h
 }
 
-/// The page's head and title (the device), the tool's version and the command.
+/// The page's head and title (the device); when and on which host it was measured, the
+/// tool's version and the command.
 fn head(h: &mut String, doc: &Value) {
     let dev = device_label(doc);
     let _ = write!(
@@ -80,15 +101,44 @@ fn head(h: &mut String, doc: &Value) {
         esc(&dev),
         esc(&dev)
     );
+    let when = match doc["created_unix"].as_u64().filter(|t| *t > 0) {
+        Some(t) => utc(t),
+        None => "at a time not recorded".into(),
+    };
+    let host = match doc["environment"]["host"].as_str() {
+        Some(host) => format!("on host <b>{}</b>", esc(host)),
+        None => "on a host not recorded".into(),
+    };
     let _ = writeln!(
         h,
-        "<p>rdmaprobe {} · command <code>{}</code></p>",
+        "<p id=\"measured\">measured {when} {host} · rdmaprobe {} · command <code>{}</code></p>",
         esc(doc["tool"]["version"].as_str().unwrap_or("?")),
         esc(&doc["command"]
             .as_array()
             .map(|a| a.iter().filter_map(|s| s.as_str()).collect::<Vec<_>>().join(" "))
             .unwrap_or_default())
     );
+}
+
+/// `secs` since the epoch as `YYYY-MM-DD HH:MM:SS UTC` (the civil calendar from the day count,
+/// as in Howard Hinnant's `civil_from_days`).
+fn utc(secs: u64) -> String {
+    let z = (secs / 86400) as i64 + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    let s = secs % 86400;
+    format!(
+        "{y:04}-{m:02}-{d:02} {:02}:{:02}:{:02} UTC",
+        s / 3600,
+        s / 60 % 60,
+        s % 60
+    )
 }
 
 /// The document's warnings, when it has some.
@@ -111,14 +161,14 @@ fn counters(h: &mut String, doc: &Value) {
     if let Some(delta) = doc["counters"]["delta"].as_object() {
         let _ = write!(
             h,
-            "<h2>Counters</h2>\n<p>change over the run, from {}</p>\n<table id=\"counters\"><tr><th class=\"l\">counter</th><th>change</th></tr>",
+            "<h2>Device counters</h2>\n<p>change over the run, from {}</p>\n<table id=\"counters\"><tr><th class=\"l\">counter</th><th>change</th></tr>",
             esc(doc["counters"]["source"].as_str().unwrap_or("?"))
         );
         for (k, v) in delta {
             let _ = write!(
                 h,
                 "<tr><td class=\"l\">{}</td><td>{}</td></tr>",
-                esc(k),
+                esc(&human(k)),
                 esc(&v.to_string())
             );
         }
@@ -130,7 +180,8 @@ fn counters(h: &mut String, doc: &Value) {
 const RUN_REGIONS: usize = 4;
 
 /// The registered buffers and where they sit, when the document has them: the run's (`memory_regions`)
-/// and each bandwidth run's own (made afresh for every run), the first [`RUN_REGIONS`] of each.
+/// and each bandwidth run's own (made afresh for every run), the first [`RUN_REGIONS`] of each;
+/// collapsed (a line of its own for each, two dozen in a quick suite).
 fn regions(h: &mut String, doc: &Value) {
     let none = Vec::new();
     let top = doc["memory_regions"].as_array().unwrap_or(&none);
@@ -149,11 +200,14 @@ fn regions(h: &mut String, doc: &Value) {
     if rows.is_empty() {
         return;
     }
-    h.push_str(
-        "<h2>Memory regions</h2>\n<p>where each registered buffer sits (alignment: the largest power of two \
+    let _ = write!(
+        h,
+        "<details id=\"memory-regions\"><summary>Memory regions ({} registered buffers)</summary>\n\
+         <p>where each registered buffer sits (alignment: the largest power of two \
          dividing the address; the physical address, from /proc/self/pagemap, needs root)</p>\n<table id=\"regions\">\
          <tr><th class=\"l\">region</th><th>address</th><th>page offset</th><th>alignment [B]</th><th>huge pages</th>\
          <th>physical address</th></tr>",
+        rows.len()
     );
     let hex = |v: &Value| v.as_u64().map(|a| format!("{a:#x}"));
     for (what, r) in rows {
@@ -171,7 +225,7 @@ fn regions(h: &mut String, doc: &Value) {
             esc(&hex(&r["addr"]).unwrap_or_else(|| "?".into())),
             cell(&r["page_offset"]),
             cell(&r["align"]),
-            if r["huge"].as_bool() == Some(true) { "yes" } else { "no" },
+            yes_no(&r["huge"]),
             esc(&phys)
         );
     }
@@ -182,20 +236,56 @@ fn regions(h: &mut String, doc: &Value) {
             "<p>and {more} more regions of the bandwidth runs, in the document</p>"
         );
     }
+    h.push_str("</details>\n");
 }
 
-/// The environment's table, with the timer overhead.
+/// The environment's items in the page's order, each with its label; an item the document has
+/// beyond these follows them, its name in words.
+#[rustfmt::skip]
+const ENV_ITEMS: [(&str, &str); 22] = [
+    ("host", "host"),
+    ("device", "device"),
+    ("provider", "provider"),
+    ("provider_library", "provider library"),
+    ("firmware", "firmware"),
+    ("software_model", "software model"),
+    ("port", "port"),
+    ("cpu_model", "CPU"),
+    ("cpus", "CPUs online"),
+    ("pinned_cpus", "measuring threads pinned to CPUs"),
+    ("numa_node", "NUMA node"),
+    ("virtualized", "under a hypervisor"),
+    ("kernel", "kernel"),
+    ("clocksource", "kernel clocksource"),
+    ("governor", "cpufreq governor"),
+    ("tsc_hz", "TSC rate"),
+    ("tsc_source", "TSC rate from"),
+    ("invariant_tsc", "invariant TSC"),
+    ("rdma_core_built", "rdma-core built against"),
+    ("libibverbs_loaded", "libibverbs loaded"),
+    ("libibverbs_version", "libibverbs version"),
+    ("env_vars", "provider environment variables"),
+];
+
+/// The environment's table, with the timer overhead, after the results.
 fn environment(h: &mut String, doc: &Value) {
     h.push_str(
         "<h2>Environment</h2>\n<table id=\"environment\"><tr><th class=\"l\">item</th><th class=\"l\">value</th></tr>",
     );
     if let Some(env) = doc["environment"].as_object() {
-        for (k, v) in env {
+        let known = ENV_ITEMS
+            .iter()
+            .filter_map(|(k, l)| env.get(*k).map(|v| (*k, l.to_string(), v)));
+        let other = env
+            .iter()
+            .filter(|(k, _)| !ENV_ITEMS.iter().any(|(n, _)| n == k))
+            .map(|(k, v)| (k.as_str(), human(k), v));
+        for (k, label, v) in known.chain(other) {
             let _ = write!(
                 h,
                 "<tr><td class=\"l\">{}</td><td class=\"l\">{}</td></tr>",
-                esc(k),
-                cell(v)
+                esc(&label),
+                esc(&env_value(k, v))
             );
         }
     }
@@ -208,8 +298,48 @@ fn environment(h: &mut String, doc: &Value) {
     h.push_str("</table>\n");
 }
 
-/// The latency runs' table, each backend's p50 against direct's when a direct run is among them
-/// (without one, as with `--backends verbs`, no column for it), when there are runs.
+/// An environment item's value as text (not yet escaped): the TSC rate in GHz or MHz, yes or
+/// no, lists joined, the port's attributes in words.
+fn env_value(key: &str, v: &Value) -> String {
+    match (key, v) {
+        ("tsc_hz", Value::Number(n)) => n.as_f64().map(hz).unwrap_or_default(),
+        ("pinned_cpus", Value::Array(a)) if a.is_empty() => "not pinned".into(),
+        ("env_vars", Value::Array(a)) if a.is_empty() => "none set".into(),
+        (_, Value::Null) => "—".into(),
+        (_, Value::Bool(_)) => yes_no(v).into(),
+        (_, Value::String(s)) => s.clone(),
+        // a variable and its value
+        (_, Value::Array(a)) if a.iter().all(|x| x.as_array().is_some_and(|p| p.len() == 2)) => a
+            .iter()
+            .map(|p| format!("{}={}", env_value("", &p[0]), env_value("", &p[1])))
+            .collect::<Vec<_>>()
+            .join(", "),
+        (_, Value::Array(a)) if a.is_empty() => "—".into(),
+        (_, Value::Array(a)) => a.iter().map(|x| env_value("", x)).collect::<Vec<_>>().join(", "),
+        (_, Value::Object(o)) => o
+            .iter()
+            .map(|(k, x)| format!("{} {}", human(k), env_value(k, x)))
+            .collect::<Vec<_>>()
+            .join(", "),
+        (_, Value::Number(_)) => cell(v),
+    }
+}
+
+/// A rate in Hz as GHz to the MHz, or MHz to a tenth (a TSC rate is calibrated to better than
+/// that; more digits would only be noise to read past).
+fn hz(f: f64) -> String {
+    if f >= 1e9 {
+        format!("{:.3} GHz", f / 1e9)
+    } else if f >= 1e6 {
+        format!("{:.1} MHz", f / 1e6)
+    } else {
+        format!("{f:.0} Hz")
+    }
+}
+
+/// The latency runs' table: the spread (min, mean, standard deviation) beside the percentiles,
+/// and each backend's p50 against direct's when a direct run is among them (without one, as
+/// with `--backends verbs`, no column for it), when there are runs.
 fn latency(h: &mut String, lat: &[&Value]) {
     if lat.is_empty() {
         return;
@@ -218,65 +348,71 @@ fn latency(h: &mut String, lat: &[&Value]) {
     h.push_str(if has_direct {
         "<h2>Latency</h2>\n<p>ns; the driver's overhead (− direct) is, over the rounds of blocks (the \
          backends interleaved, one block each per round), the median of the backend's block p50 minus \
-         direct's in the same round, with the 95 % bootstrap interval of that median, for the same \
-         operation and size.</p>\n"
+         direct's in the same round, with the 95 % bootstrap interval of that median in brackets, for \
+         the same operation and size.</p>\n"
     } else {
         "<h2>Latency</h2>\n<p>ns; no direct run among them, so no driver's overhead.</p>\n"
     });
     h.push_str(
         "<table id=\"latency\"><tr><th class=\"l\">op</th><th>size (B)</th>\
-         <th class=\"l\">figure</th><th class=\"l\">backend</th><th>p50</th><th>p99</th><th>p99.9</th><th>max</th>\
-         <th>samples</th>",
+         <th class=\"l\">figure</th><th class=\"l\">backend</th><th>min</th><th>p50</th><th>mean</th><th>stdev</th>\
+         <th>p99</th><th>p99.9</th><th>max</th><th>samples</th>",
     );
     h.push_str(if has_direct {
-        "<th>− direct [95 %]</th></tr>"
+        "<th>− direct (p50) [95 % interval]</th></tr>"
     } else {
         "</tr>"
     });
     for r in lat {
-        let mut what = r["verb"].as_str().or(r["op"].as_str()).unwrap_or("?").to_string();
-        if let Some(t) = r["transport"].as_str().filter(|t| *t != "RC") {
-            what = format!("{what} {t}");
-        }
-        let backend = match r["completion"].as_str() {
-            Some("events") => format!("{}-e", r["backend"].as_str().unwrap_or("?")),
-            _ => r["backend"].as_str().unwrap_or("?").to_string(),
-        };
-        // a block that is not a number (a NaN is written as null) unpairs the rounds: none then
-        let blocks = |v: &Value| -> Vec<f64> {
-            v["block_medians_ns"]
-                .as_array()
-                .and_then(|a| a.iter().map(Value::as_f64).collect::<Option<Vec<f64>>>())
-                .unwrap_or_default()
-        };
-        let diff = match (direct_twin(r, lat), r["latency_ns"]["p50"].as_f64()) {
-            (Some(d), Some(p)) if r["backend"] != "direct" => d["latency_ns"]["p50"]
-                .as_f64()
-                .map(|dp| esc(&crate::report::overhead_text((dp, &blocks(d)), (p, &blocks(r)))))
-                .unwrap_or_default(),
-            _ => String::new(),
-        };
         let l = &r["latency_ns"];
         let _ = write!(
             h,
-            "<tr><td class=\"l\">{}</td><td>{}</td><td class=\"l\">{}</td><td class=\"l\">{}</td><td>{}</td><td>{}</td>\
-             <td>{}</td><td>{}</td><td>{}</td>",
-            esc(&what),
+            "<tr><td class=\"l\">{}</td><td>{}</td><td class=\"l\">{}</td><td class=\"l\">{}</td>",
+            esc(&series(r)),
             cell(&r["size_bytes"]),
-            cell(&r["figure"]),
-            esc(&backend),
-            ns(&l["p50"]),
-            ns(&l["p99"]),
-            ns(&l["p99_9"]),
-            ns(&l["max"]),
-            cell(&l["count"]),
+            esc(&human(r["figure"].as_str().unwrap_or("—"))),
+            esc(&backend_line(r)),
         );
+        for q in ["min", "p50", "mean", "stdev", "p99", "p99_9", "max"] {
+            let _ = write!(h, "<td>{}</td>", ns(&l[q]));
+        }
+        let _ = write!(h, "<td>{}</td>", cell(&l["count"]));
         if has_direct {
-            let _ = write!(h, "<td>{diff}</td>");
+            h.push_str(&overhead_cell(r, lat));
         }
         h.push_str("</tr>");
     }
     h.push_str("</table>\n");
+}
+
+/// A run's backend as its line in the plots: `-e` when it waited for completion events.
+fn backend_line(r: &Value) -> String {
+    match r["completion"].as_str() {
+        Some("events") => format!("{}-e", r["backend"].as_str().unwrap_or("?")),
+        _ => r["backend"].as_str().unwrap_or("?").to_string(),
+    }
+}
+
+/// The − direct cell of latency run `r`: its overhead over the direct twin with the interval,
+/// `reference` on the direct run itself, `—` without a twin.
+fn overhead_cell(r: &Value, lat: &[&Value]) -> String {
+    if r["backend"] == "direct" && r["completion"].is_null() {
+        return "<td class=\"ref\">reference</td>".into();
+    }
+    // a block that is not a number (a NaN is written as null) unpairs the rounds: none then
+    let blocks = |v: &Value| -> Vec<f64> {
+        v["block_medians_ns"]
+            .as_array()
+            .and_then(|a| a.iter().map(Value::as_f64).collect::<Option<Vec<f64>>>())
+            .unwrap_or_default()
+    };
+    let text = match (direct_twin(r, lat), r["latency_ns"]["p50"].as_f64()) {
+        (Some(d), Some(p)) => d["latency_ns"]["p50"]
+            .as_f64()
+            .map(|dp| crate::report::overhead_text((dp, &blocks(d)), (p, &blocks(r)))),
+        _ => None,
+    };
+    format!("<td>{}</td>", esc(&text.unwrap_or_else(|| "—".into())))
 }
 
 /// The run of `lat` on the direct path (polling) with `r`'s operation, verb, transport, size
@@ -305,21 +441,20 @@ fn bandwidth(h: &mut String, bw: &[&Value]) {
     );
     for r in bw {
         let s = &r["summary"];
-        let f = |v: &Value, d: usize| v.as_f64().map(|x| format!("{x:.d$}")).unwrap_or_else(|| "—".into());
         let _ = write!(
             h,
             "<tr><td class=\"l\">{}{}</td><td>{}</td><td class=\"l\">{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td>\
              <td>{}</td><td>{}</td><td>{} × {}</td></tr>",
-            cell(&r["op"]),
-            if r["bidirectional"].as_bool() == Some(true) { " (bidir)" } else { "" },
+            esc(&series(r)),
+            if r["bidirectional"].as_bool() == Some(true) { " (both directions)" } else { "" },
             cell(&r["size_bytes"]),
-            cell(&r["backend"]),
-            f(&s["bw_avg_gbit_s"], 3),
-            f(&s["bw_avg_mib_s"], 1),
-            f(&s["bw_peak_perftest_mib_s"], 1),
-            f(&s["bw_min_window_mib_s"], 1),
-            f(&s["window_ms"], 3),
-            f(&s["msg_rate_mpps"], 3),
+            esc(&backend_line(r)),
+            fixed(&s["bw_avg_gbit_s"], 3),
+            fixed(&s["bw_avg_mib_s"], 1),
+            fixed(&s["bw_peak_perftest_mib_s"], 1),
+            fixed(&s["bw_min_window_mib_s"], 1),
+            fixed(&s["window_ms"], 3),
+            fixed(&s["msg_rate_mpps"], 3),
             cell(&r["threads"]),
             cell(&r["qps_per_thread"]),
         );
@@ -327,29 +462,41 @@ fn bandwidth(h: &mut String, bw: &[&Value]) {
     h.push_str("</table>\n");
 }
 
-/// The post-cost runs' table, when there are some.
+/// The post-cost runs' table, when there are some: ns and TSC ticks per WQE to a tenth each
+/// (the ns were whole beside ticks to a thousandth).
 fn post_cost(h: &mut String, pc: &[&Value]) {
     if pc.is_empty() {
         return;
     }
     h.push_str(
-        "<h2>Post cost</h2>\n<table id=\"post_cost\"><tr><th>postlist</th><th class=\"l\">backend</th>\
-         <th>ns per WQE p50</th><th>p99</th><th>TSC ticks per WQE p50</th><th>below timer overhead</th></tr>",
+        "<h2>Post cost</h2>\n<table id=\"post_cost\"><tr><th class=\"l\">op</th><th>postlist</th>\
+         <th class=\"l\">backend</th><th class=\"l\">doorbell</th><th>ns per WQE p50</th><th>p99</th>\
+         <th>TSC ticks per WQE p50</th><th>below timer overhead</th></tr>",
     );
     for r in pc {
+        let ticks = if r["per_wqe_ticks_p50"].is_null() {
+            &r["per_wqe_cycles_p50"]
+        } else {
+            &r["per_wqe_ticks_p50"]
+        };
         let _ = write!(
             h,
-            "<tr><td>{}</td><td class=\"l\">{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
-            cell(&r["postlist"]),
-            cell(&r["backend"]),
-            ns(&r["per_wqe_ns"]["p50"]),
-            ns(&r["per_wqe_ns"]["p99"]),
-            cell(if r["per_wqe_ticks_p50"].is_null() {
-                &r["per_wqe_cycles_p50"]
+            "<tr><td class=\"l\">{} B{} {}</td><td>{}</td><td class=\"l\">{}</td><td class=\"l\">{}</td>\
+             <td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+            cell(&r["size_bytes"]),
+            if r["inline"].as_bool() == Some(true) {
+                " inline"
             } else {
-                &r["per_wqe_ticks_p50"]
-            }),
-            cell(&r["below_overhead"]),
+                ""
+            },
+            esc(&series(r)),
+            cell(&r["postlist"]),
+            esc(&backend_line(r)),
+            esc(r["db_mode"].as_str().unwrap_or("—")),
+            fixed(&r["per_wqe_ns"]["p50"], 1),
+            fixed(&r["per_wqe_ns"]["p99"], 1),
+            fixed(ticks, 1),
+            yes_no(&r["below_overhead"]),
         );
     }
     h.push_str("</table>\n");
@@ -435,7 +582,138 @@ mod tests {
         });
         let page = report(&doc, &[]);
         assert!(page.contains("<td>+10 [+10, +10]</td>"), "{page}");
-        assert!(page.contains("− direct [95 %]"));
+        assert!(page.contains("− direct (p50) [95 % interval]"));
+    }
+
+    /// A quick suite's document in small: a latency run of each figure (the atomic one with the
+    /// verb `fetch_add`), a bandwidth run, a post-cost run, the environment, counters, regions.
+    fn suite_doc() -> Value {
+        let st = |p50: f64| {
+            serde_json::json!({"count": 2000, "min": p50 * 0.7, "p50": p50, "mean": p50 * 1.1,
+            "stdev": 123.4, "p90": p50 * 1.2, "p99": p50 * 3.0, "p99_9": p50 * 9.0, "max": p50 * 20.0})
+        };
+        let lat = |op: &str, verb: &str, fig: &str, b: &str, p50: f64| {
+            serde_json::json!({"scenario": "lat", "op": op,
+            "verb": verb, "size_bytes": 8, "backend": b, "figure": fig, "transport": "RC", "latency_ns": st(p50),
+            "block_medians_ns": [p50, p50 + 1.0, p50 - 1.0, p50, p50]})
+        };
+        serde_json::json!({
+            "schema_version": 2, "created_unix": 1796292607u64, "command": ["rdmaprobe", "suite", "--quick"],
+            "tool": {"name": "rdmaprobe", "version": "0.1.0"}, "timer_overhead_ns": 37.0,
+            "environment": {"host": "lab-7", "device": "model0", "provider": "model0", "software_model": true,
+                "tsc_hz": 2000000014.0765843, "tsc_source": "calibrated-monotonic-raw", "invariant_tsc": true,
+                "cpu_model": "Intel(R) Xeon(R) Processor", "cpus": 2, "pinned_cpus": [0, 1], "numa_node": null,
+                "libibverbs_loaded": "/usr/lib/libibverbs.so.1", "rdma_core_built": "44.0", "env_vars": [],
+                "port": {"link_layer": "Ethernet", "active_mtu": 4096}, "some_new_item": "x"},
+            "counters": {"source": "model0", "delta": {"wqes_executed": 10, "doorbell_record_moves_seen": 3}},
+            "memory_regions": [{"name": "direct.A", "addr": 4096, "page_offset": 0, "align": 4096, "huge": false,
+                "phys_addr": null, "phys_unreadable": "needs root"}],
+            "runs": [
+                lat("write", "write", "one_way", "verbs", 633.0), lat("write", "write", "one_way", "direct", 473.0),
+                lat("atomic", "fetch_add", "round_trip", "verbs", 432.0),
+                lat("atomic", "fetch_add", "round_trip", "direct", 279.0),
+                {"scenario": "bw", "op": "write", "verb": "write", "size_bytes": 64, "backend": "direct",
+                 "threads": 1, "qps_per_thread": 1, "summary": {"bw_avg_gbit_s": 2.74, "bw_avg_mib_s": 326.7}},
+                {"scenario": "post_cost", "op": "write", "verb": "write", "size_bytes": 8, "inline": true,
+                 "backend": "verbs", "postlist": 1, "db_mode": null, "below_overhead": false,
+                 "per_wqe_ns": {"p50": 53.281249624991, "p99": 130.76041574633666}, "per_wqe_ticks_p50": 106.5625}
+            ]
+        })
+    }
+
+    /// The page's text a person reads: no script, style or code (the command line, identifiers),
+    /// no markup.
+    fn visible(page: &str) -> String {
+        let mut t = page.to_string();
+        for (open, close) in [
+            ("<script", "</script>"),
+            ("<style", "</style>"),
+            ("<code", "</code>"),
+            ("<", ">"),
+        ] {
+            while let Some(a) = t.find(open) {
+                let b = t[a..].find(close).map(|b| a + b + close.len()).unwrap_or(t.len());
+                t.replace_range(a..b, " ");
+            }
+        }
+        t
+    }
+
+    /// Issue 29 item 17: the results come first; when and on which host at the top; the
+    /// environment, the counters and the regions (collapsed) after the results.
+    #[test]
+    fn results_come_first_with_the_date_and_host_at_the_top() {
+        let page = report(&suite_doc(), &[]);
+        let at = |s: &str| page.find(s).unwrap_or_else(|| panic!("no {s}: {page}"));
+        let measured = at("measured 2026-12-03 10:10:07 UTC on host <b>lab-7</b>");
+        assert!(measured < at("id=\"latency\""));
+        assert!(at("id=\"latency\"") < at("id=\"bandwidth\""));
+        assert!(
+            at("id=\"post_cost\"") < at("id=\"environment\""),
+            "the environment before a result"
+        );
+        assert!(at("id=\"environment\"") < at("id=\"counters\""));
+        assert!(
+            at("<details id=\"memory-regions\"><summary>Memory regions (1 registered buffers)") < at("id=\"regions\"")
+        );
+        assert!(at("id=\"counters\"") < at("id=\"regions\""));
+        // an older file: no time, no host, said so
+        let mut d = suite_doc();
+        d["environment"].as_object_mut().map(|e| e.remove("host"));
+        d.as_object_mut().map(|o| o.remove("created_unix"));
+        assert!(report(&d, &[]).contains("measured at a time not recorded on a host not recorded"));
+        assert_eq!(utc(951_868_799), "2000-02-29 23:59:59 UTC");
+        assert_eq!(utc(0), "1970-01-01 00:00:00 UTC");
+    }
+
+    /// Issue 29 item 17: the TSC rate in GHz (not 2000000014.077), latency with min, mean and
+    /// stdev beside the percentiles, the overhead column with its interval, post cost in ns and
+    /// ticks to a tenth each, the operation as the command line names it (`atomic`, not
+    /// `fetch_add`), figures in words.
+    #[test]
+    fn numbers_and_names_read_as_the_command_line_and_units_say() {
+        let page = report(&suite_doc(), &[]);
+        assert!(
+            page.contains("<td class=\"l\">TSC rate</td><td class=\"l\">2.000 GHz</td>"),
+            "{page}"
+        );
+        assert!(!page.contains("2000000014"), "the raw rate");
+        assert!(page.contains("<th>min</th><th>p50</th><th>mean</th><th>stdev</th><th>p99</th>"));
+        // write verbs: min 443, p50 633, mean 696, stdev 123, p99 1899; +160 over direct, every round
+        assert!(
+            page.contains("<td>443</td><td>633</td><td>696</td><td>123</td><td>1899</td>"),
+            "{page}"
+        );
+        assert!(page.contains("<td>+160 [+160, +160]</td>"), "{page}");
+        assert!(page.contains("<td class=\"ref\">reference</td>"));
+        assert!(
+            page.contains("<td class=\"l\">atomic</td><td>8</td><td class=\"l\">round trip</td>"),
+            "{page}"
+        );
+        assert!(!page.contains("fetch_add") && !page.contains("round_trip") && !page.contains("one_way"));
+        assert!(
+            page.contains("<td>53.3</td><td>130.8</td><td>106.6</td><td>no</td>"),
+            "{page}"
+        );
+        assert!(page.contains("<td class=\"l\">port</td><td class=\"l\">active MTU 4096, link layer Ethernet</td>"));
+        assert!(page.contains("<td class=\"l\">measuring threads pinned to CPUs</td><td class=\"l\">0, 1</td>"));
+    }
+
+    /// Issue 29 item 17: no label in snake_case (`round_trip`, `tsc_hz`, `wqes_executed`): what a
+    /// person reads is words; identifiers stay in code (the command line).
+    #[test]
+    fn labels_are_words_not_field_names() {
+        let text = visible(&report(&suite_doc(), &[]));
+        let b = text.as_bytes();
+        let snake: Vec<&str> = (1..b.len().saturating_sub(1))
+            .filter(|&i| b[i] == b'_' && b[i - 1].is_ascii_lowercase() && b[i + 1].is_ascii_lowercase())
+            .map(|i| &text[i.saturating_sub(20)..(i + 20).min(text.len())])
+            .collect();
+        assert!(snake.is_empty(), "snake_case in the page: {snake:?}");
+        assert!(
+            text.contains("WQEs executed") && text.contains("some new item"),
+            "{text}"
+        );
     }
 
     #[test]

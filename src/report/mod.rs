@@ -1,6 +1,7 @@
 //! Statistics, histograms and the result document. No unsafe code here.
 #![forbid(unsafe_code)]
 
+mod axis;
 pub mod compare;
 pub mod env;
 pub mod fleet;

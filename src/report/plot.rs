@@ -1,10 +1,13 @@
 //! Plots of a results document (the `results.json` that `suite`, `lat` and `bw` write), drawn
 //! as SVG with plotters: the latency percentile spectrum in the HdrHistogram style (x axis
-//! 1/(1-q) on a log scale), the latency CDF, latency versus size and bandwidth versus size, one
-//! line per backend. Every title names the device, and says so when it is the software model
-//! (model0) or an emulation (Soft-RoCE).
+//! 1/(1-q) on a log scale), the latency CDF (y axis 1/(1-q) likewise), latency versus size and
+//! bandwidth versus size (power-of-two size ticks, a marker at each measured point), one line
+//! per backend; every axis's ticks from the `axis` module. Every title names the device, and
+//! says so when it is the software model (model0) or an emulation (Soft-RoCE).
 
+use super::axis::{Axis, Scale};
 use super::Hist;
+use plotters::coord::combinators::{LogCoord, WithKeyPoints};
 use plotters::prelude::*;
 use serde_json::Value;
 use std::collections::BTreeMap;
@@ -31,8 +34,9 @@ pub const TRANSPORTS: [&str; 3] = ["RC", "UC", "UD"];
 
 /// The plots' series of a run: its operation, the verb where it is not the operation's own
 /// (`write_imm`, `send_imm`, `cmp_swap`), and the transport other than RC (`send-UD`); every part
-/// from [`OPS`], those three verbs and [`TRANSPORTS`] (checked by `Plotted::of`).
-fn series(r: &Value) -> String {
+/// from [`OPS`], those three verbs and [`TRANSPORTS`] (checked by `Plotted::of`). The command
+/// line's names (`atomic`, not `fetch_add`), as the report's tables name a run's operation too.
+pub fn series(r: &Value) -> String {
     let mut s = match r["verb"].as_str() {
         Some(v @ ("write_imm" | "send_imm" | "cmp_swap")) => v.to_string(),
         _ => str_of(r, "op").to_string(),
@@ -63,6 +67,26 @@ fn colour(backend: &str) -> RGBColor {
     }
 }
 
+/// A name from the document as words: `round_trip` as "round trip", `wqes_executed` as "WQEs
+/// executed" (the abbreviations in capitals).
+pub fn human(name: &str) -> String {
+    const ABBREVIATIONS: [&str; 11] = [
+        "cqe", "wqe", "rnr", "qp", "mtu", "cpu", "tsc", "numa", "gid", "lid", "mr",
+    ];
+    let word = |w: &str| {
+        let (stem, plural) = match w.strip_suffix('s') {
+            Some(stem) if ABBREVIATIONS.contains(&stem) => (stem, "s"),
+            _ => (w, ""),
+        };
+        if ABBREVIATIONS.contains(&stem) {
+            format!("{}{plural}", stem.to_uppercase())
+        } else {
+            w.to_string()
+        }
+    };
+    name.split('_').map(word).collect::<Vec<_>>().join(" ")
+}
+
 /// What the results were measured on, for every title: the device, marked as the software
 /// model or an emulation where it is one.
 pub fn device_label(doc: &Value) -> String {
@@ -84,167 +108,135 @@ type Pts = Vec<(f64, f64)>;
 /// A named line: label, colour and points.
 type Line = (String, RGBColor, Pts);
 
+/// A figure's axes: what each says and measures, and whether every point gets a marker (the
+/// lines through a few measured points, sizes or postlists: two points joined by a line looked
+/// measured all along it), not the curves of a histogram's quantiles.
 struct Axes {
     x_desc: &'static str,
     y_desc: &'static str,
-    x_log: bool,
-    y_log: bool,
-    x_fmt: fn(&f64) -> String,
+    x: Scale,
+    y: Scale,
+    markers: bool,
 }
 
-fn bounds(lines: &[Line], pick: fn(&(f64, f64)) -> f64, log: bool) -> Option<(f64, f64)> {
-    let vals = lines
-        .iter()
-        .flat_map(|l| l.2.iter().map(pick))
-        .filter(|v| v.is_finite() && (!log || *v > 0.0));
-    let (mut lo, mut hi) = vals.fold((f64::INFINITY, f64::NEG_INFINITY), |(a, b), v| (a.min(v), b.max(v)));
-    if !lo.is_finite() || !hi.is_finite() {
-        return None;
-    }
-    if log {
-        // a decade below (so the lowest values have labels near them), a 1-2-5 step above
-        lo = 10f64.powf((lo / 1.05).log10().floor());
-        let d = 10f64.powf((hi * 1.05).log10().floor());
-        hi = [1.0, 2.0, 5.0, 10.0]
-            .iter()
-            .map(|m| m * d)
-            .find(|v| *v >= hi * 1.05)
-            .unwrap_or(10.0 * d);
-    } else {
-        let pad = ((hi - lo) * 0.05).max(hi.abs() * 0.01).max(1e-9);
-        lo -= pad;
-        hi += pad;
-    }
-    Some((lo, hi))
+/// The chart's coordinates: log on both axes, with the ticks of [`Axis`].
+type Coord = Cartesian2d<WithKeyPoints<LogCoord<f64>>, WithKeyPoints<LogCoord<f64>>>;
+
+/// A p99 line: dashed with triangles, beside its p50 (solid with circles) in the same colour.
+fn is_p99(label: &str) -> bool {
+    label.ends_with("p99")
 }
 
 /// Draws the figure and adds it to `out`; a figure with no point it can draw (no samples, or
 /// nothing positive on a log axis) is left out rather than drawn empty.
 fn add(out: &mut Vec<Figure>, file: String, title: String, axes: &Axes, lines: &[Line]) -> Result<(), String> {
-    let (Some(x), Some(y)) = (bounds(lines, |p| p.0, axes.x_log), bounds(lines, |p| p.1, axes.y_log)) else {
+    let drawable = |p: &&(f64, f64)| p.0.is_finite() && p.1.is_finite() && p.0 > 0.0 && p.1 > 0.0;
+    let lines: Vec<Line> = lines
+        .iter()
+        .map(|(l, c, pts)| (l.clone(), *c, pts.iter().filter(drawable).copied().collect()))
+        .collect();
+    let all = || lines.iter().flat_map(|l| l.2.iter());
+    let (Some(x), Some(y)) = (
+        Axis::of(axes.x, all().map(|p| p.0)),
+        Axis::of(axes.y, all().map(|p| p.1)),
+    ) else {
         return Ok(());
     };
-    let svg = draw(&title, axes, lines, x, y)?;
+    let svg = draw(&title, axes, &lines, &x, &y)?;
     out.push(Figure { file, title, svg });
     Ok(())
 }
 
-fn draw(
-    title: &str,
-    axes: &Axes,
-    lines: &[Line],
-    (x0, x1): (f64, f64),
-    (y0, y1): (f64, f64),
-) -> Result<String, String> {
+fn draw(title: &str, axes: &Axes, lines: &[Line], x: &Axis, y: &Axis) -> Result<String, String> {
     let mut svg = String::new();
     {
         let root = SVGBackend::with_string(&mut svg, (W, H)).into_drawing_area();
         let e = |e: DrawingAreaErrorKind<_>| format!("{title}: {e:?}");
         root.fill(&WHITE).map_err(e)?;
-        let mut b = ChartBuilder::on(&root);
-        b.caption(title, ("sans-serif", 18))
+        let range = |a: &Axis| {
+            (a.lo..a.hi)
+                .log_scale()
+                .with_key_points(a.ticks())
+                .with_light_points(a.minor.clone())
+        };
+        let mut chart = ChartBuilder::on(&root)
+            .caption(title, ("sans-serif", 18))
             .margin(12)
+            // room for the last x label (a percentile's is wide), centred on the frame's end
+            .margin_right(30)
             .x_label_area_size(45)
-            .y_label_area_size(70);
-        // Four axis combinations have four types; one macro body for all of them.
-        macro_rules! body {
-            ($chart:expr) => {{
-                let mut chart = $chart.map_err(e)?;
-                chart
-                    .configure_mesh()
-                    .x_desc(axes.x_desc)
-                    .y_desc(axes.y_desc)
-                    .x_label_formatter(&axes.x_fmt)
-                    .y_label_formatter(&|v: &f64| fmt_num(*v))
-                    .draw()
-                    .map_err(e)?;
-                // the direct path's lines last, on top: the reference stays visible where the
-                // backends' lines coincide (a 2-pixel line drawn first was all but covered)
-                let is_direct = |l: &&Line| l.0.starts_with("direct");
-                for (label, c, pts) in lines
-                    .iter()
-                    .filter(|l| !is_direct(l))
-                    .chain(lines.iter().filter(is_direct))
-                {
-                    let c = *c;
-                    let pts: Vec<(f64, f64)> = pts
-                        .iter()
-                        .copied()
-                        .filter(|p| {
-                            p.0.is_finite()
-                                && p.1.is_finite()
-                                && (!axes.x_log || p.0 > 0.0)
-                                && (!axes.y_log || p.1 > 0.0)
-                        })
-                        .collect();
-                    let style = if label.ends_with("p99") {
-                        c.stroke_width(1)
-                    } else {
-                        c.stroke_width(2)
-                    };
-                    chart
-                        .draw_series(LineSeries::new(pts, style))
-                        .map_err(e)?
-                        .label(label.as_str())
-                        .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], c.stroke_width(2)));
-                }
-                chart
-                    .configure_series_labels()
-                    .position(SeriesLabelPosition::UpperLeft)
-                    .background_style(WHITE.mix(0.85))
-                    .border_style(BLACK)
-                    .draw()
-                    .map_err(e)?;
-            }};
+            .y_label_area_size(70)
+            .build_cartesian_2d(range(x), range(y))
+            .map_err(e)?;
+        chart
+            .configure_mesh()
+            .x_desc(axes.x_desc)
+            .y_desc(axes.y_desc)
+            .x_label_formatter(&|v: &f64| x.label(*v))
+            .y_label_formatter(&|v: &f64| y.label(*v))
+            .bold_line_style(BLACK.mix(0.25))
+            .light_line_style(BLACK.mix(0.07))
+            .draw()
+            .map_err(e)?;
+        // the direct path's lines last, on top: the reference stays visible where the
+        // backends' lines coincide (a 2-pixel line drawn first was all but covered)
+        let is_direct = |l: &&Line| l.0.starts_with("direct");
+        for l in lines
+            .iter()
+            .filter(|l| !is_direct(l))
+            .chain(lines.iter().filter(is_direct))
+        {
+            draw_line(&mut chart, l, axes.markers).map_err(e)?;
         }
-        match (axes.x_log, axes.y_log) {
-            (true, true) => body!(b.build_cartesian_2d((x0..x1).log_scale(), (y0..y1).log_scale())),
-            (true, false) => body!(b.build_cartesian_2d((x0..x1).log_scale(), y0..y1)),
-            (false, true) => body!(b.build_cartesian_2d(x0..x1, (y0..y1).log_scale())),
-            (false, false) => body!(b.build_cartesian_2d(x0..x1, y0..y1)),
-        }
+        chart
+            .configure_series_labels()
+            .position(SeriesLabelPosition::UpperLeft)
+            .background_style(WHITE.mix(0.85))
+            .border_style(BLACK)
+            .draw()
+            .map_err(e)?;
         root.present().map_err(e)?;
     }
     Ok(svg)
 }
 
-/// A number for an axis label: no more digits than it needs.
-fn fmt_num(v: f64) -> String {
-    let a = v.abs();
-    if a >= 1e6 {
-        format!("{:.0}M", v / 1e6)
-    } else if a >= 1e4 {
-        format!("{:.0}k", v / 1e3)
-    } else if a >= 100.0 || a == 0.0 {
-        format!("{v:.0}")
-    } else if a >= 1.0 {
-        format!("{v:.1}")
+/// One line with its legend entry: a p99 dashed with triangles, any other solid with circles,
+/// at the measured points and in the legend when `markers`.
+fn draw_line<'a, DB: DrawingBackend + 'a>(
+    chart: &mut ChartContext<'a, DB, Coord>,
+    (label, c, pts): &Line,
+    markers: bool,
+) -> Result<(), DrawingAreaErrorKind<DB::ErrorType>> {
+    let c = *c;
+    let dash = move |(x, y): (i32, i32)| {
+        EmptyElement::at((x, y))
+            + PathElement::new(vec![(0, 0), (6, 0)], c.stroke_width(2))
+            + PathElement::new(vec![(10, 0), (16, 0)], c.stroke_width(2))
+    };
+    let solid =
+        move |(x, y): (i32, i32)| EmptyElement::at((x, y)) + PathElement::new(vec![(0, 0), (16, 0)], c.stroke_width(2));
+    if is_p99(label) {
+        let s = chart
+            .draw_series(DashedLineSeries::new(pts.clone(), 6, 4, c.stroke_width(2)))?
+            .label(label.as_str());
+        if markers {
+            s.legend(move |p| dash(p) + TriangleMarker::new((8, 0), 4, c.stroke_width(1)));
+            chart.draw_series(pts.iter().map(|p| TriangleMarker::new(*p, 5, c.stroke_width(2))))?;
+        } else {
+            s.legend(dash);
+        }
     } else {
-        format!("{v:.3}")
+        let s = chart
+            .draw_series(LineSeries::new(pts.clone(), c.stroke_width(2)))?
+            .label(label.as_str());
+        if markers {
+            s.legend(move |p| solid(p) + Circle::new((8, 0), 3, c.filled()));
+            chart.draw_series(pts.iter().map(|p| Circle::new(*p, 4, c.filled())))?;
+        } else {
+            s.legend(solid);
+        }
     }
-}
-
-fn fmt_size(v: &f64) -> String {
-    let v = *v;
-    if v >= 1048576.0 {
-        format!("{:.0}M", v / 1048576.0)
-    } else if v >= 1024.0 {
-        format!("{:.0}K", v / 1024.0)
-    } else {
-        format!("{v:.0}")
-    }
-}
-
-fn fmt_pct(x: &f64) -> String {
-    // x = 1/(1-q)
-    let q = 1.0 - 1.0 / x.max(1.0);
-    let p = q * 100.0;
-    if p < 99.0 {
-        format!("{p:.0}%")
-    } else {
-        let s = format!("{p:.4}");
-        format!("{}%", s.trim_end_matches('0').trim_end_matches('.'))
-    }
+    Ok(())
 }
 
 /// The spectrum points of a histogram: (1/(1-q), latency in ns), the maximum placed at
@@ -260,17 +252,18 @@ fn spectrum(h: &Hist) -> Vec<(f64, f64)> {
     pts
 }
 
-/// The CDF points of a histogram: (latency in ns, fraction of samples at or below it).
+/// The CDF points of a histogram: (latency in ns, 1/(1 − q)) where q is the fraction of samples
+/// at or below it, the log of 1 − q as the spectrum's x (on a linear axis the tail was squashed
+/// into the top line); the last sample's q = 1 placed at count, as the spectrum does.
 fn cdf(h: &Hist) -> Vec<(f64, f64)> {
     let n = h.len() as f64;
     let mut seen = 0u64;
     let mut pts = Vec::new();
     for v in h.inner().iter_recorded() {
         seen += v.count_at_value();
-        pts.push((
-            h.inner().highest_equivalent(v.value_iterated_to()) as f64,
-            seen as f64 / n,
-        ));
+        let q = seen as f64 / n;
+        let y = if q >= 1.0 { n } else { (1.0 / (1.0 - q)).min(n) };
+        pts.push((h.inner().highest_equivalent(v.value_iterated_to()) as f64, y));
     }
     pts
 }
@@ -500,23 +493,23 @@ fn spectrum_and_cdf(out: &mut Vec<Figure>, dev: &str, op: &str, size: u64, rs: &
         sp.push((format!("{b} (n={})", h.len()), colour(b), spectrum(&h)));
         cd.push((b.to_string(), colour(b), cdf(&h)));
     }
-    let fig = str_of(rs[0].1, "figure");
+    let fig = human(str_of(rs[0].1, "figure"));
     let title = format!("{op} {size} B latency ({fig}) percentile spectrum, {dev}");
     let axes = Axes {
         x_desc: "percentile",
         y_desc: "latency (ns)",
-        x_log: true,
-        y_log: true,
-        x_fmt: fmt_pct,
+        x: Scale::Percentile,
+        y: Scale::Decimal,
+        markers: false,
     };
     add(out, format!("lat-{op}-spectrum.svg"), title, &axes, &sp)?;
     let title = format!("{op} {size} B latency ({fig}) CDF, {dev}");
     let axes = Axes {
         x_desc: "latency (ns)",
-        y_desc: "fraction of samples",
-        x_log: true,
-        y_log: false,
-        x_fmt: |v| fmt_num(*v),
+        y_desc: "samples at or below (percent, log of 1 − q)",
+        x: Scale::Decimal,
+        y: Scale::Percentile,
+        markers: false,
     };
     add(out, format!("lat-{op}-cdf.svg"), title, &axes, &cd)
 }
@@ -547,9 +540,9 @@ fn latency_vs_size(
     let axes = Axes {
         x_desc: "message size (bytes)",
         y_desc: "latency (ns)",
-        x_log: true,
-        y_log: true,
-        x_fmt: fmt_size,
+        x: Scale::Bytes,
+        y: Scale::Decimal,
+        markers: true,
     };
     add(out, format!("lat-{op}-vs-size.svg"), title, &axes, &lines)
 }
@@ -584,9 +577,9 @@ fn bandwidth_vs_size(out: &mut Vec<Figure>, dev: &str, op: &str, rs: &[&Value]) 
     let axes = Axes {
         x_desc: "message size (bytes)",
         y_desc: "bandwidth (Gbit/s)",
-        x_log: true,
-        y_log: true,
-        x_fmt: fmt_size,
+        x: Scale::Bytes,
+        y: Scale::Decimal,
+        markers: true,
     };
     add(out, format!("bw-{op}-vs-size.svg"), title, &axes, &lines)
 }
@@ -617,10 +610,9 @@ fn post_cost_vs_postlist(
     let axes = Axes {
         x_desc: "postlist (WQEs per post call)",
         y_desc: "ns per WQE (p50)",
-        x_log: true,
-        y_log: true,
-        // postlists are whole numbers (the axis's lowest decade is 0.1)
-        x_fmt: |v| if *v >= 1.0 { format!("{v:.0}") } else { format!("{v}") },
+        x: Scale::Pow2,
+        y: Scale::Decimal,
+        markers: true,
     };
     let file = format!(
         "post-cost-{op}-{size}B{}-vs-postlist.svg",
@@ -709,13 +701,15 @@ mod tests {
     }
 
     #[test]
-    fn cdf_ends_at_one_and_is_monotonic() {
+    fn cdf_is_one_over_one_minus_q_and_ends_at_the_count() {
         let mut h = Hist::new();
         for v in [10.0, 20.0, 20.0, 40.0] {
             h.record(v);
         }
+        // y = 1/(1 - q): a quarter at or below 10, three quarters at or below 20, all (placed at
+        // the count) at or below 40
         let c = cdf(&h);
-        assert_eq!(c, vec![(10.0, 0.25), (20.0, 0.75), (40.0, 1.0)]);
+        assert_eq!(c, vec![(10.0, 4.0 / 3.0), (20.0, 4.0), (40.0, 4.0)]);
     }
 
     fn doc(hist: &Hist) -> Value {
@@ -799,6 +793,89 @@ mod tests {
         );
     }
 
+    /// The texts of an SVG, in order.
+    fn texts(svg: &str) -> Vec<String> {
+        svg.split("<text")
+            .skip(1)
+            .filter_map(|t| {
+                t.split_once('>')
+                    .and_then(|(_, r)| r.split_once("</text>"))
+                    .map(|x| x.0.trim().to_string())
+            })
+            .collect()
+    }
+
+    /// Latency runs of two backends at `sizes`, each with a histogram.
+    fn sized(sizes: &[u64]) -> Value {
+        let mut h = Hist::new();
+        (1..=200).for_each(|i| h.record(900.0 + i as f64));
+        let runs: Vec<Value> = sizes
+            .iter()
+            .flat_map(|&s| {
+                let h = h.encode();
+                ["verbs", "direct"].map(move |b| {
+                    serde_json::json!({"scenario": "lat", "op": "write", "size_bytes": s, "backend": b,
+                        "figure": "one_way", "histogram_ns": h.clone(),
+                        "latency_ns": {"p50": 1000.0 + s as f64 / 100.0, "p99": 3000.0 + s as f64 / 50.0}})
+                })
+            })
+            .collect();
+        serde_json::json!({"environment": {"device": "model0", "software_model": true}, "runs": runs})
+    }
+
+    /// Issue 29 item 18: latency versus size has power-of-two size ticks (not "98K", "977K",
+    /// "10M" from decimal ticks), no label twice, a marker at each measured point (a circle for
+    /// p50, a triangle for p99, beside the legend's), and the p99 dashed: p50 and p99 differed
+    /// only in thickness.
+    #[test]
+    fn latency_versus_size_has_power_of_two_ticks_and_markers() {
+        let figs = figures(&sized(&[2 << 20, 4 << 20, 8 << 20])).unwrap();
+        let f = figs.iter().find(|f| f.file == "lat-write-vs-size.svg").unwrap();
+        let t = texts(&f.svg);
+        for want in ["2M", "4M", "8M"] {
+            assert!(t.iter().any(|x| x == want), "no {want} tick: {t:?}");
+        }
+        for bad in ["977K", "10M", "1000k", "5M"] {
+            assert!(!t.iter().any(|x| x == bad), "{bad}: {t:?}");
+        }
+        let mut sorted = t.clone();
+        sorted.sort();
+        sorted.dedup();
+        assert_eq!(sorted.len(), t.len(), "a text twice: {t:?}");
+        // 2 backends x 3 sizes, plus one in each legend entry
+        assert_eq!(f.svg.matches("<circle").count(), 6 + 2, "p50 markers");
+        assert_eq!(f.svg.matches("<polygon").count(), 6 + 2, "p99 markers");
+        let figs = figures(&sized(&[8, 4096, 65536])).unwrap();
+        let f = figs.iter().find(|f| f.file == "lat-write-vs-size.svg").unwrap();
+        let t = texts(&f.svg);
+        for want in ["8", "512", "1K", "4K", "64K"] {
+            assert!(t.iter().any(|x| x == want), "no {want} tick: {t:?}");
+        }
+        assert!(!t.iter().any(|x| x == "10K" || x == "98K"), "{t:?}");
+        // the curves of a histogram have no markers
+        let sp = figs.iter().find(|f| f.file == "lat-write-spectrum.svg").unwrap();
+        assert_eq!(sp.svg.matches("<circle").count(), 0);
+    }
+
+    /// Issue 29 item 18: the CDF's y axis is the log of 1 − q, labelled as percentiles (on a
+    /// linear axis the tail was squashed into the top line), and the spectrum starts at 0 %.
+    #[test]
+    fn cdf_and_spectrum_have_percentile_axes_from_zero() {
+        let mut h = Hist::new();
+        (1..=1000).for_each(|i| h.record(1000.0 + i as f64));
+        let c = cdf(&h);
+        // q = 0.998 at the third-last sample: 1/(1 - q) = 500
+        assert!((c[c.len() - 3].1 - 500.0).abs() < 1e-6, "{:?}", &c[c.len() - 3..]);
+        assert_eq!(c.last().map(|p| p.1), Some(1000.0));
+        let figs = figures(&doc(&h)).unwrap_or_default();
+        for f in &figs {
+            let t = texts(&f.svg);
+            for want in ["0%", "50%", "90%", "99%", "99.9%"] {
+                assert!(t.iter().any(|x| x == want), "{}: no {want}: {t:?}", f.file);
+            }
+        }
+    }
+
     /// A write that fails after the output directory was created removes what was written and
     /// the directory: a failed plot leaves no empty `--out` behind.
     #[test]
@@ -830,9 +907,10 @@ mod tests {
 
     #[test]
     fn percent_labels() {
-        assert_eq!(fmt_pct(&2.0), "50%");
-        assert_eq!(fmt_pct(&100.0), "99%");
-        assert_eq!(fmt_pct(&1000.0), "99.9%");
-        assert_eq!(fmt_pct(&100000.0), "99.999%");
+        use super::super::axis::pct_label;
+        assert_eq!(pct_label(2.0), "50%");
+        assert_eq!(pct_label(100.0), "99%");
+        assert_eq!(pct_label(1000.0), "99.9%");
+        assert_eq!(pct_label(100000.0), "99.999%");
     }
 }
