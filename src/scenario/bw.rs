@@ -58,7 +58,7 @@ pub struct BwParams {
 /// reposts; at least 1, at most the queue's depth.
 pub fn recv_depth(rx_depth: Option<u32>, tx_depth: u32) -> u32 {
     rx_depth
-        .unwrap_or(tx_depth + 2 * drive::RECV_BATCH)
+        .unwrap_or(tx_depth.saturating_add(2 * drive::RECV_BATCH))
         .clamp(1, crate::backend::setup::DEPTH)
 }
 
