@@ -151,9 +151,10 @@ impl FleetReport {
         let _ = write!(
             h,
             "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>rdmaprobe fleet report</title>\
-             <style>{CSS}</style></head><body>\n<h1>rdmaprobe fleet report</h1>\n<p>{} nodes, {} pairs, pairing {}. \
+             <style>{CSS}{}</style></head><body>\n<h1>rdmaprobe fleet report</h1>\n<p>{} nodes, {} pairs, pairing {}. \
              Outlier: worse than the fleet median by more than {} robust standard deviations (1.4826 x MAD) and \
              by more than {} %.</p>\n",
+            crate::report::pdf::PRINT_CSS,
             self.nodes.len(),
             self.pairs.len(),
             esc(&self.pairing),
