@@ -115,7 +115,8 @@ pub enum PdfError {
 }
 
 /// The browser to print with: [`BROWSER_VAR`]'s value when set (it must be an executable file),
-/// else the first of [`BROWSERS`] on `PATH`. `var` and `path` are those variables' values.
+/// else the first of chromium, chromium-browser, google-chrome, google-chrome-stable on `PATH`.
+/// `var` and `path` are those variables' values.
 pub fn find_browser_in(var: Option<&std::ffi::OsStr>, path: Option<&std::ffi::OsStr>) -> Result<PathBuf, PdfError> {
     if let Some(v) = var.filter(|v| !v.is_empty()) {
         let p = PathBuf::from(v);
