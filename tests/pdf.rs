@@ -1,11 +1,11 @@
 //! `--pdf` (issue 29 item 21): `suite` and `plot` write report.pdf, `fleet-report` writes
 //! fleet-report.pdf, printed by headless Chromium; each PDF is read back with poppler (pdfinfo:
 //! pages and A4; pdftoppm: the first page as a PNG that is not blank and shows its colours;
-//! pdftotext: the title, every figure with its caption on one page, the page numbers). Without
-//! Chromium or poppler the tests that need them skip with the reason, except in CI (`CI` set),
-//! where harness/setup.sh --browser installs them and their absence fails. Without a browser,
-//! `--pdf` is a clear error and exit 2, and nothing is written; without `--pdf` no browser is
-//! looked for.
+//! pdftotext: the title, every figure with its caption on one page, the page numbers, a long
+//! table's header again on the next page). Without Chromium or poppler the tests that need them
+//! skip with the reason, except in CI (`CI` set), where harness/setup.sh --browser installs them
+//! and their absence fails. Without a browser, `--pdf` is a clear error and exit 2, and nothing
+//! is written; without `--pdf` no browser is looked for.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -215,29 +215,31 @@ fn suite_and_plot_write_a_report_pdf_that_reads_back() {
     }
 }
 
-/// A fleet run's directory: four nodes, every pair; n4 unreachable (its pairs skipped), n2's
-/// doctor failing a check, n3's latency an outlier.
-fn fleet(dir: &Path) {
+/// A fleet run's directory: `count` nodes (at least 4), every pair; n4 unreachable (its pairs
+/// skipped), n2's doctor failing a check, n3's latency an outlier.
+fn fleet(dir: &Path, count: usize) {
     use serde_json::{json, Value};
     let _ = std::fs::remove_dir_all(dir);
     let w = |p: PathBuf, v: &Value| {
         std::fs::create_dir_all(p.parent().unwrap()).unwrap();
         std::fs::write(p, v.to_string()).unwrap();
     };
-    let nodes = ["n1", "n2", "n3", "n4"];
+    let nodes: Vec<String> = (1..=count).map(|i| format!("n{i}")).collect();
+    let reachable: Vec<&str> = nodes.iter().map(String::as_str).filter(|n| *n != "n4").collect();
+    let rc: serde_json::Map<String, Value> = reachable
+        .iter()
+        .map(|n| (n.to_string(), json!(i32::from(*n == "n2"))))
+        .collect();
     w(
         dir.join("fleet.json"),
-        &json!({"nodes": nodes, "pairing": "all", "reachable": ["n1", "n2", "n3"],
-                "doctor_rc": {"n1": 0, "n2": 1, "n3": 0}}),
+        &json!({"nodes": nodes, "pairing": "all", "reachable": reachable, "doctor_rc": rc}),
     );
     let ok = json!({"checks": [{"id": "memlock", "status": "pass", "evidence": "unlimited"}]});
     let bad = json!({"checks": [{"id": "pcie_link", "status": "fail",
                                  "evidence": "mlx5_0 at 8GT/s x8, expected 16GT/s x16"}]});
-    for n in ["n1", "n2", "n3"] {
-        w(
-            dir.join("nodes").join(n).join("doctor.json"),
-            if n == "n2" { &bad } else { &ok },
-        );
+    for n in &reachable {
+        let doctor = if *n == "n2" { &bad } else { &ok };
+        w(dir.join("nodes").join(n).join("doctor.json"), doctor);
     }
     let layers: Vec<Value> = (1..=3)
         .map(|l| json!({"layer": l, "status": "pass", "findings": []}))
@@ -246,7 +248,8 @@ fn fleet(dir: &Path) {
     for (i, a) in nodes.iter().enumerate() {
         for b in &nodes[i + 1..] {
             let p = dir.join("pairs").join(format!("{a}--{b}"));
-            if *b == "n4" {
+            let ends = [a.as_str(), b.as_str()];
+            if ends.contains(&"n4") {
                 w(
                     p.join("status.json"),
                     &json!({"server": a, "client": b, "skipped": "n4 unreachable"}),
@@ -260,7 +263,7 @@ fn fleet(dir: &Path) {
             );
             w(p.join("ping-server.json"), &ladder);
             w(p.join("ping-client.json"), &ladder);
-            let lat = if *b == "n3" { 2600.0 } else { 600.0 };
+            let lat = if ends.contains(&"n3") { 2600.0 } else { 600.0 };
             w(p.join("lat.json"), &json!({"runs": [{"latency_ns": {"p50": lat}}]}));
             w(
                 p.join("bw.json"),
@@ -276,7 +279,7 @@ fn fleet_report_writes_a_pdf_that_reads_back() {
         return;
     }
     let dir = tmp("fleet");
-    fleet(&dir);
+    fleet(&dir, 12);
     let (c, o, e) = run(&["fleet-report", dir.to_str().unwrap(), "--pdf"]);
     assert_eq!(c, 1, "n2, n3 and n4 fail: {o}{e}");
     assert!(
@@ -294,6 +297,13 @@ fn fleet_report_writes_a_pdf_that_reads_back() {
     ] {
         assert!(all.contains(&squash(want)), "{want}: {all}");
     }
+    // 66 pairs run onto a second page, under the pairs' header again
+    assert!(pdf.pages >= 2, "{} pages", pdf.pages);
+    let last = &pdf.text[pdf.pages - 1];
+    assert!(
+        last.contains("findings") && last.contains("n12"),
+        "no header on the last page: {last}"
+    );
     // beside a named --html
     let named = dir.join("out").join("sign-off.html");
     std::fs::create_dir_all(named.parent().unwrap()).unwrap();
@@ -361,7 +371,7 @@ fn pdf_without_a_browser_is_a_clear_error_and_writes_nothing() {
     );
     // fleet-report: neither the JSON nor the page written
     let f = dir.join("fleet");
-    fleet(&f);
+    fleet(&f, 4);
     let (c, o, e) = run_env(&["fleet-report", f.to_str().unwrap(), "--pdf"], &none);
     assert_eq!(c, 2, "{o}{e}");
     assert!(e.contains("--pdf needs headless Chromium"), "{e}");
@@ -387,7 +397,7 @@ fn a_failing_browser_is_exit_2_naming_the_command_and_its_stderr() {
     .unwrap();
     std::fs::set_permissions(&fake, std::fs::Permissions::from_mode(0o755)).unwrap();
     let f = dir.join("fleet");
-    fleet(&f);
+    fleet(&f, 4);
     let (c, o, e) = run_env(
         &["fleet-report", f.to_str().unwrap(), "--pdf"],
         &[("RDMAPROBE_CHROMIUM", fake.to_str().unwrap())],
