@@ -149,6 +149,12 @@ fn report_pdf_holds_every_figure(dir: &Path) {
     let pdf = read_back(&dir.join("report.pdf"), Some((0xff, 0xf3, 0xcd))); // the warnings' box
     assert!(pdf.pages >= 2, "{} pages", pdf.pages);
     assert!(pdf.text[0].contains("rdmaprobe report: model0"), "{}", pdf.text[0]);
+    // the memory regions, folded in a <details> on screen, printed open
+    let all = pdf.text.join("\n");
+    assert!(
+        all.contains("page offset") && all.contains("direct.t0.q0.A"),
+        "no memory regions: {all}"
+    );
     for (i, t) in pdf.text.iter().enumerate() {
         assert!(
             t.contains(&format!("page {} of {}", i + 1, pdf.pages)),

@@ -21,14 +21,16 @@ use std::time::{Duration, Instant};
 /// too); the page's full width for the content, the plots scaled to it; a table row, a figure
 /// with its caption and the warnings box never split across pages, no heading left alone at a
 /// page's foot; long values (paths, commands) wrapped instead of widening a table past the
-/// paper; cell colours (pass, FAIL, headers) printed.
+/// paper; cell colours (pass, FAIL, headers) printed; what a `<details>` folds away (the memory
+/// regions) printed open (Chromium 131 and later).
 pub const PRINT_CSS: &str = "@media print{@page{size:A4;margin:14mm 12mm;@bottom-right{content:\"page \" counter(page) \" of \" counter(pages);font:7.5pt sans-serif;color:#666}}\
 *{-webkit-print-color-adjust:exact;print-color-adjust:exact}\
 body{margin:0;max-width:none;font-size:9.5pt}h1{font-size:16pt;margin:0 0 .4em}\
 h2{font-size:12.5pt;break-after:avoid}h3{font-size:10.5pt;break-after:avoid}\
 table{font-size:7.5pt}td,th{padding:1px 4px;overflow-wrap:break-word}td:not(.l){white-space:nowrap}\
 tr,figure,.warn{break-inside:avoid}tr:first-child,h2+p{break-after:avoid}figure{margin:.6em 0}figure svg{width:100%;height:auto;display:block}\
-code{white-space:pre-wrap;overflow-wrap:anywhere}}";
+code{white-space:pre-wrap;overflow-wrap:anywhere}\
+details::details-content{content-visibility:visible;display:block}summary{font-weight:bold;list-style:none;break-after:avoid}}";
 
 /// The environment variable naming the browser (a Chromium or Chrome binary), over the search.
 pub const BROWSER_VAR: &str = "RDMAPROBE_CHROMIUM";
