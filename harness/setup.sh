@@ -2,7 +2,8 @@
 # harness/setup.sh: installs the Debian packages rdmaprobe needs to build and test. Idempotent:
 # checks what is missing first, runs `apt-get update` then installs only when something is.
 #   harness/setup.sh             build (and the main job)
-#   harness/setup.sh --browser   also chromium, for the test that renders report.html
+#   harness/setup.sh --browser   also chromium and poppler-utils (pdfinfo, pdftoppm), for the tests
+#                                that render report.html and check report.pdf, fleet-report.pdf
 #   harness/setup.sh --softroce  also what the Soft-RoCE guest lane needs
 #   harness/setup.sh --cross     also the aarch64 cross compiler (for the aarch64 build check)
 #   harness/setup.sh --fleet     also Ansible and an ssh client (the fleet acceptance playbook)
@@ -13,7 +14,7 @@ build_pkgs=(libibverbs-dev librdmacm-dev ibverbs-providers libclang-dev clang pk
   ibverbs-utils perftest qperf)
 softroce_pkgs=(qemu-system-x86 binutils busybox-static rdma-core ibverbs-utils perftest iproute2 nftables cpio kmod xz-utils zstd)
 cross_pkgs=(gcc-aarch64-linux-gnu libc6-dev-arm64-cross)
-browser_pkgs=(chromium)
+browser_pkgs=(chromium poppler-utils)
 fleet_pkgs=(ansible-core openssh-client)
 
 want=("${build_pkgs[@]}")

@@ -256,16 +256,32 @@ pub fn progress_done() {
     }
 }
 
-/// Runs a suite, prints it as it goes, writes its files into `out` (checked first: exit status
-/// 2 when it cannot be written) and prints the summary; returns the exit status.
-pub fn suite(sp: &probe::SuitePlan, out: &std::path::Path) -> Result<u8, ProbeError> {
+/// Runs a suite, prints it as it goes, writes its files into `out` (checked first, and with
+/// `pdf` the browser found first: exit status 2 when either fails) and prints the summary;
+/// returns the exit status (2 also when report.pdf cannot be made).
+pub fn suite(sp: &probe::SuitePlan, out: &std::path::Path, pdf: bool) -> Result<u8, ProbeError> {
     probe::stop_on_sigint();
-    if let Err(e) = output::check_dir(out) {
-        eprintln!("rdmaprobe: error: {e}");
-        return Ok(2);
-    }
+    let browser = match output::check_dir(out).and_then(|_| pdf_browser(pdf)) {
+        Ok(b) => b,
+        Err(e) => {
+            eprintln!("rdmaprobe: error: {e}");
+            return Ok(2);
+        }
+    };
     let r = probe::suite::run(sp, &mut Printer)?;
-    let (plots, warnings) = r.write(out)?;
+    let (mut plots, warnings) = r.write(out)?;
+    if let Some(b) = &browser {
+        match report_pdf(b, out) {
+            Ok(name) => plots.push(name),
+            Err(e) => {
+                eprintln!(
+                    "rdmaprobe: error: report.pdf not written (the other files are, in {}): {e}",
+                    out.display()
+                );
+                return Ok(2);
+            }
+        }
+    }
     for w in warnings {
         eprintln!("rdmaprobe: warning: {w}");
     }
@@ -282,9 +298,11 @@ pub fn suite(sp: &probe::SuitePlan, out: &std::path::Path) -> Result<u8, ProbeEr
     Ok(0)
 }
 
-/// Writes the plots and report.html of the result file `results` into `out`; returns the exit
-/// status (2: the file cannot be read as a result, or `out` cannot be written).
-pub fn plot(results: &str, out: &std::path::Path) -> u8 {
+/// Writes the plots and report.html of the result file `results` into `out`, and with `pdf`
+/// report.pdf; returns the exit status (2: the file cannot be read as a result or `out` cannot
+/// be written, and nothing is; or the PDF cannot be made: with no browser nothing is written,
+/// with a browser that fails the plots and report.html are, and the error says so).
+pub fn plot(results: &str, out: &std::path::Path, pdf: bool) -> u8 {
     let doc = match rdmaprobe::report::compare::load(results) {
         Ok(d) => d,
         Err(e) => {
@@ -292,19 +310,53 @@ pub fn plot(results: &str, out: &std::path::Path) -> u8 {
             return 2;
         }
     };
-    match output::check_dir(out).and_then(|_| rdmaprobe::report::plot::write_all(&doc, out)) {
-        Ok((names, warnings)) => {
-            for w in warnings {
-                eprintln!("rdmaprobe: warning: {w}");
-            }
-            out!("written in {}: {}", out.display(), names.join(", "));
-            0
+    let browser = match pdf_browser(pdf) {
+        Ok(b) => b,
+        Err(e) => {
+            eprintln!("rdmaprobe: error: {e}");
+            return 2;
         }
+    };
+    let (mut names, warnings) = match output::check_dir(out).and_then(|_| rdmaprobe::report::plot::write_all(&doc, out))
+    {
+        Ok(w) => w,
         Err(e) => {
             eprintln!("rdmaprobe: error: cannot plot {results}: {e}");
-            2
+            return 2;
+        }
+    };
+    for w in warnings {
+        eprintln!("rdmaprobe: warning: {w}");
+    }
+    let mut code = 0;
+    if let Some(b) = &browser {
+        match report_pdf(b, out) {
+            Ok(name) => names.push(name),
+            Err(e) => {
+                eprintln!("rdmaprobe: error: report.pdf not written: {e}");
+                code = 2;
+            }
         }
     }
+    out!("written in {}: {}", out.display(), names.join(", "));
+    code
+}
+
+/// With `pdf`, the browser to print with, found before anything runs or is written.
+fn pdf_browser(pdf: bool) -> Result<Option<PathBuf>, String> {
+    pdf.then(rdmaprobe::report::pdf::find_browser)
+        .transpose()
+        .map_err(|e| e.to_string())
+}
+
+/// `out/report.html` (just written) printed to `out/report.pdf` by `browser`; the file's name.
+fn report_pdf(browser: &std::path::Path, out: &std::path::Path) -> Result<String, String> {
+    let page = out.join("report.html");
+    let html = std::fs::read_to_string(&page).map_err(|e| format!("{}: {e}", page.display()))?;
+    let pdf = rdmaprobe::report::pdf::render_with(browser, &html, rdmaprobe::report::pdf::DEADLINE)
+        .map_err(|e| e.to_string())?;
+    output::write(&out.join("report.pdf"), &pdf).map_err(|e| e.to_string())?;
+    Ok("report.pdf".into())
 }
 
 /// Compares result files (`base` against `new`, each one process run), prints the report in
@@ -424,12 +476,15 @@ pub fn clock(json: bool, window_ms: u64) -> Result<u8, ProbeError> {
 }
 
 /// `fleet-report`: reads a fleet run's directory, prints the verdict, writes the JSON and the
-/// HTML page (into the directory unless given) and returns the exit status: 0 no node failed,
-/// 1 nodes failed, 2 the directory cannot be read or a report cannot be written.
+/// HTML page (into the directory unless given), with `pdf` the page as PDF beside the HTML,
+/// and returns the exit status: 0 no node failed, 1 nodes failed, 2 the directory cannot be
+/// read or a report cannot be written (with `pdf`: no browser found, and nothing written; or
+/// the browser failed).
 pub fn fleet_report(
     dir: &std::path::Path,
     json: Option<&std::path::Path>,
     html: Option<&std::path::Path>,
+    pdf: bool,
     rules: rdmaprobe::report::fleet::Rules,
 ) -> u8 {
     use rdmaprobe::report::fleet;
@@ -440,27 +495,55 @@ pub fn fleet_report(
             return 2;
         }
     };
+    let browser = match pdf_browser(pdf) {
+        Ok(b) => b,
+        Err(e) => {
+            eprintln!("rdmaprobe: error: {e}");
+            return 2;
+        }
+    };
     let r = fleet::judge(&input, &rules);
     let json_path = json.map_or_else(|| dir.join("fleet-report.json"), PathBuf::from);
     let html_path = html.map_or_else(|| dir.join("fleet-report.html"), PathBuf::from);
     let text = serde_json::to_string_pretty(&r.json()).unwrap_or_default() + "\n";
+    let page = r.html();
     // the defaults lie in the directory the nodes' results fill: a link planted there is
     // replaced, never followed; a path the user names is written as output::write writes
-    for (path, named, data) in [
-        (&json_path, json.is_some(), text),
-        (&html_path, html.is_some(), r.html()),
-    ] {
+    let write = |path: &std::path::Path, named: bool, data: &[u8]| {
         let written = if named {
-            output::write(path, data.as_bytes())
+            output::write(path, data)
         } else {
-            output::write_new(path, data.as_bytes())
+            output::write_new(path, data)
         };
-        if let Err(e) = written {
-            eprintln!("rdmaprobe: error: {}: {e}", path.display());
-            return 2;
-        }
+        written.map_err(|e| format!("{}: {e}", path.display()))
+    };
+    let mut paths = vec![json_path.display().to_string(), html_path.display().to_string()];
+    let mut done = write(&json_path, json.is_some(), text.as_bytes())
+        .and_then(|_| write(&html_path, html.is_some(), page.as_bytes()));
+    if let (Ok(()), Some(b)) = (&done, &browser) {
+        let pdf_path = beside(&html_path, "pdf");
+        done = rdmaprobe::report::pdf::render_with(b, &page, rdmaprobe::report::pdf::DEADLINE)
+            .map_err(|e| format!("{} not written: {e}", pdf_path.display()))
+            .and_then(|bytes| write(&pdf_path, html.is_some(), &bytes));
+        paths.push(pdf_path.display().to_string());
+    }
+    if let Err(e) = done {
+        eprintln!("rdmaprobe: error: {e}");
+        return 2;
     }
     outp!("{}", r.text());
-    out!("written: {}, {}", json_path.display(), html_path.display());
+    out!("written: {}", paths.join(", "));
     r.exit_code()
+}
+
+/// `path` with the extension `ext` in place of its own (after it, when it already has `ext`).
+fn beside(path: &std::path::Path, ext: &str) -> PathBuf {
+    if path.extension().is_some_and(|e| e == ext) {
+        let mut s = path.as_os_str().to_owned();
+        s.push(".");
+        s.push(ext);
+        PathBuf::from(s)
+    } else {
+        path.with_extension(ext)
+    }
 }

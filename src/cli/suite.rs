@@ -19,6 +19,10 @@ pub struct SuiteArgs {
     /// Output directory (created).
     #[arg(long, default_value = "rdmaprobe-out")]
     out: std::path::PathBuf,
+    /// Also report.pdf, report.html printed by headless Chromium (chromium on PATH, or
+    /// RDMAPROBE_CHROMIUM): looked for before the run (none: exit 2); exit 2 when it fails.
+    #[arg(long)]
+    pdf: bool,
     /// A small matrix that finishes in well under a minute.
     #[arg(long)]
     quick: bool,
@@ -113,5 +117,5 @@ pub fn suite(a: SuiteArgs) -> Result<ExitCode> {
         quick: a.quick,
         matrix: cli.over(file),
     };
-    Ok(ExitCode::from(console::suite(&sp, &a.out)?))
+    Ok(ExitCode::from(console::suite(&sp, &a.out, a.pdf)?))
 }

@@ -55,6 +55,10 @@ pub struct FleetReportArgs {
     /// Write the HTML page here (default DIR/fleet-report.html).
     #[arg(long)]
     html: Option<std::path::PathBuf>,
+    /// Also the page as PDF, beside it (DIR/fleet-report.pdf), printed by headless Chromium
+    /// (chromium on PATH, or RDMAPROBE_CHROMIUM); exit 2 when there is none or it fails.
+    #[arg(long)]
+    pdf: bool,
     /// An outlier is worse than the fleet's median by more than this many robust standard
     /// deviations (1.4826 x the median absolute deviation)...
     #[arg(long, default_value_t = 3.5, value_parser = positive_f64)]
@@ -96,6 +100,10 @@ pub struct PlotArgs {
     /// Output directory (created): the SVG files and report.html.
     #[arg(long, default_value = "rdmaprobe-plots")]
     out: std::path::PathBuf,
+    /// Also report.pdf, report.html printed by headless Chromium (chromium on PATH, or
+    /// RDMAPROBE_CHROMIUM); exit 2 when there is none (nothing written) or it fails.
+    #[arg(long)]
+    pdf: bool,
 }
 
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq)]
@@ -163,7 +171,7 @@ pub fn compare(a: CompareArgs) -> Result<ExitCode> {
 
 /// `plot`: the plots and report.html of a result file; the exit status.
 pub fn plot(a: PlotArgs) -> Result<ExitCode> {
-    Ok(ExitCode::from(console::plot(&a.results, &a.out)))
+    Ok(ExitCode::from(console::plot(&a.results, &a.out, a.pdf)))
 }
 
 /// `ping`: the ladder's plan (refusing -R and a transport other than RC), run and printed; the
@@ -223,6 +231,7 @@ pub fn fleet_report(a: FleetReportArgs) -> Result<ExitCode> {
         &a.dir,
         a.json.as_deref(),
         a.html.as_deref(),
+        a.pdf,
         rules,
     )))
 }

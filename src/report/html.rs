@@ -97,8 +97,9 @@ fn head(h: &mut String, doc: &Value) {
     let _ = write!(
         h,
         "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>rdmaprobe report: {}</title>\
-         <style>{CSS}</style></head><body>\n<h1>rdmaprobe report: {}</h1>\n",
+         <style>{CSS}{}</style></head><body>\n<h1>rdmaprobe report: {}</h1>\n",
         esc(&dev),
+        super::pdf::PRINT_CSS,
         esc(&dev)
     );
     let when = match doc["created_unix"].as_u64().filter(|t| *t > 0) {

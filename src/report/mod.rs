@@ -8,6 +8,7 @@ pub mod fleet;
 mod hdr;
 pub mod html;
 pub mod output;
+pub mod pdf;
 pub mod plot;
 pub mod png;
 pub mod private;

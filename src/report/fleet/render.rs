@@ -151,9 +151,10 @@ impl FleetReport {
         let _ = write!(
             h,
             "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>rdmaprobe fleet report</title>\
-             <style>{CSS}</style></head><body>\n<h1>rdmaprobe fleet report</h1>\n<p>{} nodes, {} pairs, pairing {}. \
+             <style>{CSS}{}</style></head><body>\n<h1>rdmaprobe fleet report</h1>\n<p>{} nodes, {} pairs, pairing {}. \
              Outlier: worse than the fleet median by more than {} robust standard deviations (1.4826 x MAD) and \
              by more than {} %.</p>\n",
+            crate::report::pdf::PRINT_CSS,
             self.nodes.len(),
             self.pairs.len(),
             esc(&self.pairing),
@@ -177,9 +178,9 @@ impl FleetReport {
     /// The nodes' table, then the evidence of each failed node.
     fn html_nodes(&self, h: &mut String) {
         h.push_str(
-            "<h2>Nodes</h2>\n<table><tr><th class=\"l\">node</th><th>reachable</th><th>doctor</th><th>L1 device</th>\
+            "<h2>Nodes</h2>\n<table><thead><tr><th class=\"l\">node</th><th>reachable</th><th>doctor</th><th>L1 device</th>\
              <th>L2 connection</th><th>L3 performance</th><th>lat p50 (ns)</th><th>bw (MiB/s)</th><th>verdict</th>\
-             <th class=\"l\">why</th></tr>\n",
+             <th class=\"l\">why</th></tr></thead><tbody>\n",
         );
         for n in &self.nodes {
             let doctor = if !n.doctor_ran {
@@ -216,7 +217,7 @@ impl FleetReport {
                 mark(if n.failed { Mark::Fail } else { Mark::Pass }),
             );
         }
-        h.push_str("</table>\n");
+        h.push_str("</tbody></table>\n");
         for n in self.nodes.iter().filter(|n| n.failed && !n.evidence.is_empty()) {
             let ev: String = n.evidence.iter().map(|e| format!("<li>{}</li>", esc(e))).collect();
             let _ = writeln!(h, "<h3>Evidence: {}</h3>\n<ul>{ev}</ul>", esc(&n.node));
@@ -242,8 +243,8 @@ impl FleetReport {
     /// The pairs' table.
     fn html_pairs(&self, h: &mut String) {
         h.push_str(
-            "<h2>Pairs</h2>\n<table><tr><th class=\"l\">server</th><th class=\"l\">client</th><th>L1</th><th>L2</th>\
-             <th>L3</th><th>lat p50 (ns)</th><th>bw (MiB/s)</th><th class=\"l\">findings</th></tr>\n",
+            "<h2>Pairs</h2>\n<table><thead><tr><th class=\"l\">server</th><th class=\"l\">client</th><th>L1</th><th>L2</th>\
+             <th>L3</th><th>lat p50 (ns)</th><th>bw (MiB/s)</th><th class=\"l\">findings</th></tr></thead><tbody>\n",
         );
         for p in &self.pairs {
             let f: String = p.findings.iter().map(|x| format!("<li>{}</li>", esc(x))).collect();
@@ -259,7 +260,7 @@ impl FleetReport {
                 fig(p.bw_avg_mib_s)
             );
         }
-        h.push_str("</table>\n");
+        h.push_str("</tbody></table>\n");
     }
 }
 
