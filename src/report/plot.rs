@@ -147,6 +147,42 @@ fn add(out: &mut Vec<Figure>, file: String, title: String, axes: &Axes, lines: &
     Ok(())
 }
 
+/// Where the legend covers the least of the lines: the corner (upper left first on a tie) whose
+/// box, a third of the width by two fifths of the height, holds the fewest of the lines' points
+/// and of ten steps along each segment between them, on the chart's log axes.
+fn legend_corner(lines: &[Line], x: &Axis, y: &Axis) -> SeriesLabelPosition {
+    let t = |a: &Axis, v: f64| (v.ln() - a.lo.ln()) / (a.hi.ln() - a.lo.ln()).max(f64::MIN_POSITIVE);
+    let mut pts = Vec::new();
+    for (_, _, p) in lines {
+        for w in p.windows(2) {
+            let (a, b) = ((t(x, w[0].0), t(y, w[0].1)), (t(x, w[1].0), t(y, w[1].1)));
+            pts.extend((0..10).map(|k| {
+                let f = f64::from(k) / 10.0;
+                (a.0 + (b.0 - a.0) * f, a.1 + (b.1 - a.1) * f)
+            }));
+        }
+        pts.extend(p.iter().map(|&(px, py)| (t(x, px), t(y, py))));
+    }
+    let (w, h) = (1.0 / 3.0, 0.4);
+    let corners = [
+        (SeriesLabelPosition::UpperLeft, 0.0, 1.0 - h),
+        (SeriesLabelPosition::UpperRight, 1.0 - w, 1.0 - h),
+        (SeriesLabelPosition::LowerRight, 1.0 - w, 0.0),
+        (SeriesLabelPosition::LowerLeft, 0.0, 0.0),
+    ];
+    let inside = |x0: f64, y0: f64| {
+        pts.iter()
+            .filter(|p| p.0 >= x0 && p.0 <= x0 + w && p.1 >= y0 && p.1 <= y0 + h)
+            .count()
+    };
+    corners
+        .into_iter()
+        .map(|(c, x0, y0)| (inside(x0, y0), c))
+        .min_by_key(|(n, _)| *n)
+        .map(|(_, c)| c)
+        .unwrap_or(SeriesLabelPosition::UpperLeft)
+}
+
 fn draw(title: &str, axes: &Axes, lines: &[Line], x: &Axis, y: &Axis) -> Result<String, String> {
     let mut svg = String::new();
     {
@@ -190,7 +226,7 @@ fn draw(title: &str, axes: &Axes, lines: &[Line], x: &Axis, y: &Axis) -> Result<
         }
         chart
             .configure_series_labels()
-            .position(SeriesLabelPosition::UpperLeft)
+            .position(legend_corner(lines, x, y))
             .background_style(WHITE.mix(0.85))
             .border_style(BLACK)
             .draw()
@@ -683,6 +719,23 @@ fn write_into(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_legend_goes_to_the_corner_the_lines_leave_free() {
+        let x = Axis::of(Scale::Pow2, [1.0, 32.0]).unwrap();
+        let y = Axis::of(Scale::Decimal, [2.0, 50.0]).unwrap();
+        let line = |pts: &[(f64, f64)]| ("l".to_string(), BLACK, pts.to_vec());
+        // falling from the upper left (the post-cost plot): not there
+        let falling = [
+            line(&[(1.0, 45.0), (8.0, 18.0), (32.0, 16.0)]),
+            line(&[(1.0, 12.0), (8.0, 4.0), (32.0, 2.3)]),
+        ];
+        let c = legend_corner(&falling, &x, &y);
+        assert!(!matches!(c, SeriesLabelPosition::UpperLeft), "{c:?}");
+        // rising to the upper right (latency versus size): the upper left, as before
+        let rising = [line(&[(1.0, 2.5), (8.0, 3.0), (32.0, 45.0)])];
+        assert!(matches!(legend_corner(&rising, &x, &y), SeriesLabelPosition::UpperLeft));
+    }
 
     #[test]
     fn spectrum_runs_from_the_median_region_to_the_maximum_at_x_equal_count() {
