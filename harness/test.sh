@@ -62,6 +62,8 @@ status=${PIPESTATUS[0]}
 # setup.sh installs ibverbs-utils and perftest: a program the tests did not find is a failure here
 ! grep -q "^SKIPPED" "$pre_log" || die "tests/preload.rs skipped: $(grep '^SKIPPED' "$pre_log" | head -1)"
 rm -f "$pre_log"
+say "perftest beside rdmaprobe on model0 (harness/anchors.sh --short): ratios printed, not yet checked (docs/model0-exec.md)"
+"$repo/harness/anchors.sh" --short || die "harness/anchors.sh --short"
 host_passed=$(sed -nE 's/^test result: ok\. ([0-9]+) passed.*/\1/p' "$host_log" | awk '{s+=$1} END {print s+0}')
 host_ignored=$(sed -nE 's/^test result: .* ([0-9]+) ignored.*/\1/p' "$host_log" | awk '{s+=$1} END {print s+0}')
 
