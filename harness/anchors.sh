@@ -83,7 +83,6 @@ results="$work/results.txt"
 for r in $(seq 1 "$rounds"); do
   for cs in "${cases[@]}"; do
     read -r kind op size api <<<"$cs"
-    pt50='' ptbw=''
     old=(); [[ $api == verbs ]] && old=(--use_old_post_send)
     tag="$kind-$op-$size-$api-$r"
     # A: perftest, B: rdmaprobe; the order swaps every round
@@ -97,15 +96,16 @@ for r in $(seq 1 "$rounds"); do
     }
     if ((r % 2)); then run_pt; run_rp; else run_rp; run_pt; fi
     if [[ $kind == lat ]]; then
-      read -r pt50 ptavg < <(pt_lat "$work/pt-$tag.client")
-      read -r rp50 rpavg < <(rp_lat "$work/rp-$tag.json")
-      echo "$kind $op $size $api $r $pt50 $ptavg $rp50 $rpavg" >>"$results"
+      pt=$(pt_lat "$work/pt-$tag.client") rp=$(rp_lat "$work/rp-$tag.json") || die "no figure in $work/rp-$tag.json"
+      [[ -n $pt ]] || die "no figure parsed from $work/pt-$tag.client"
+      [[ -n $rp ]] || die "no figure in $work/rp-$tag.json"
+      echo "$kind $op $size $api $r $pt $rp" >>"$results"
     else
-      ptbw=$(pt_bw "$work/pt-$tag.client")
-      rpbw=$(rp_bw "$work/rp-$tag.json")
-      echo "$kind $op $size $api $r $ptbw - $rpbw -" >>"$results"
+      pt=$(pt_bw "$work/pt-$tag.client") rp=$(rp_bw "$work/rp-$tag.json") || die "no figure in $work/rp-$tag.json"
+      [[ -n $pt ]] || die "no figure parsed from $work/pt-$tag.client"
+      [[ -n $rp ]] || die "no figure in $work/rp-$tag.json"
+      echo "$kind $op $size $api $r $pt - $rp -" >>"$results"
     fi
-    [[ -n ${pt50:-}${ptbw:-} ]] || die "no figure parsed from $work/pt-$tag.client"
   done
 done
 

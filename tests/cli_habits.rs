@@ -348,6 +348,10 @@ fn rx_depth_is_perftest_s_receive_depth() {
     assert!(out.contains("tx depth 128, rx depth 1,"), "{out}");
     let j = json();
     assert_eq!(j["params"]["rx_depth"], 1, "{}", j["params"]);
+    // in the run too, so compare keeps a -r run apart from one at the default depth
+    assert_eq!(j["runs"][0]["rx_depth"], 1);
+    let with_r = dir.join("r1.json");
+    std::fs::copy(&f, &with_r).unwrap();
     let rnr = j["counters"]["delta"]["rnr_events"].as_u64().unwrap_or(0);
     assert!(
         rnr >= 2000,
@@ -360,6 +364,17 @@ fn rx_depth_is_perftest_s_receive_depth() {
     let (c, out, err) = run(&[]);
     assert_eq!(c, 0, "{out}{err}");
     assert_eq!(json()["params"]["rx_depth"], 128, "the default: -t + 32, at most 128");
+    assert!(
+        json()["runs"][0].get("rx_depth").is_none(),
+        "the default depth keeps the older key"
+    );
+    let (c, out, err) = rdmaprobe(&["compare", with_r.to_str().unwrap(), fs]);
+    assert_eq!(c, 2, "-r 1 against the default: nothing to compare\n{out}{err}");
+    assert!(
+        out.contains("only in BASE: bw send direct 64B") && out.contains("rx_depth=1"),
+        "{out}"
+    );
+    assert!(out.contains("verdict: nothing compared"), "{out}");
     let (c, out, err) = rdmaprobe(&[
         "bw",
         "write",

@@ -1080,10 +1080,8 @@ fn a_write_costs_model0_what_a_read_does() {
         write * 1e9,
         read * 1e9
     );
-    // the data moved: the WRITEs put a's bytes into b, the READs brought them back
+    // the data moved: the WRITEs put a's bytes into b (which held others)
     let mut got = vec![0u8; N];
     p.b.mr.read(0, &mut got);
     assert!(got == pattern(N, 3), "b holds what a wrote");
-    p.a.mr.read(0, &mut got);
-    assert!(got == pattern(N, 3), "a holds what it read");
 }

@@ -416,5 +416,9 @@ fn a_failing_browser_is_exit_2_naming_the_command_and_its_stderr() {
     );
     assert!(e.contains("exit status: 133") && e.contains("no display"), "{e}");
     assert!(f.join("fleet-report.html").exists() && !f.join("fleet-report.pdf").exists());
+    // the fleet's verdict is printed all the same (it was lost with the PDF)
+    let (_, o2, _) = run_env(&["fleet-report", f.to_str().unwrap()], &[]);
+    let verdict = o2.lines().next().unwrap_or("").to_string();
+    assert!(!verdict.is_empty() && o.contains(&verdict), "{verdict:?} not in:\n{o}");
     std::fs::remove_dir_all(&dir).ok();
 }

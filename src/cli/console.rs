@@ -270,16 +270,12 @@ pub fn suite(sp: &probe::SuitePlan, out: &std::path::Path, pdf: bool) -> Result<
     };
     let r = probe::suite::run(sp, &mut Printer)?;
     let (mut plots, warnings) = r.write(out)?;
+    // a PDF that fails is said after the summary, which the measurement still gives
+    let mut pdf_error = None;
     if let Some(b) = &browser {
         match report_pdf(b, out) {
             Ok(name) => plots.push(name),
-            Err(e) => {
-                eprintln!(
-                    "rdmaprobe: error: report.pdf not written (the other files are, in {}): {e}",
-                    out.display()
-                );
-                return Ok(2);
-            }
+            Err(e) => pdf_error = Some(e),
         }
     }
     for w in warnings {
@@ -295,6 +291,13 @@ pub fn suite(sp: &probe::SuitePlan, out: &std::path::Path, pdf: bool) -> Result<
         plots.join(", "),
         r.started.elapsed().as_secs_f64()
     );
+    if let Some(e) = pdf_error {
+        eprintln!(
+            "rdmaprobe: error: report.pdf not written (the other files are, in {}): {e}",
+            out.display()
+        );
+        return Ok(2);
+    }
     Ok(0)
 }
 
@@ -520,19 +523,28 @@ pub fn fleet_report(
     let mut paths = vec![json_path.display().to_string(), html_path.display().to_string()];
     let mut done = write(&json_path, json.is_some(), text.as_bytes())
         .and_then(|_| write(&html_path, html.is_some(), page.as_bytes()));
-    if let (Ok(()), Some(b)) = (&done, &browser) {
-        let pdf_path = beside(&html_path, "pdf");
-        done = rdmaprobe::report::pdf::render_with(b, &page, rdmaprobe::report::pdf::DEADLINE)
-            .map_err(|e| format!("{} not written: {e}", pdf_path.display()))
-            .and_then(|bytes| write(&pdf_path, html.is_some(), &bytes));
-        paths.push(pdf_path.display().to_string());
-    }
     if let Err(e) = done {
         eprintln!("rdmaprobe: error: {e}");
         return 2;
     }
+    // the PDF's name is derived, never named by the user: replaced, never followed, wherever
+    // it lies (a fleet directory others write into); its failure is said after the verdict
+    let pdf = browser.as_ref().map(|b| {
+        let pdf_path = beside(&html_path, "pdf");
+        let r = rdmaprobe::report::pdf::render_with(b, &page, rdmaprobe::report::pdf::DEADLINE)
+            .map_err(|e| format!("{} not written: {e}", pdf_path.display()))
+            .and_then(|bytes| write(&pdf_path, false, &bytes));
+        (pdf_path, r)
+    });
     outp!("{}", r.text());
+    if let Some((p, Ok(()))) = &pdf {
+        paths.push(p.display().to_string());
+    }
     out!("written: {}", paths.join(", "));
+    if let Some((_, Err(e))) = pdf {
+        eprintln!("rdmaprobe: error: {e}");
+        return 2;
+    }
     r.exit_code()
 }
 

@@ -20,7 +20,7 @@ pub(super) struct Payload {
     /// memset of 1 KiB per WQE).
     head: [MaybeUninit<u8>; 1024 + transport::GRH],
     /// A head that did not fit `head` (not reached: inline data is at most the QP's
-    /// `max_inline`, 220 bytes on model0).
+    /// `max_inline`, at most model0's `MAX_INLINE`, 828 bytes, after a 40-byte GRH area).
     big: Vec<u8>,
     nhead: usize,
     /// Resolved gather entries: address in this process's mapping, length. The mappings are
@@ -104,8 +104,10 @@ impl Payload {
     }
 
     /// Copies bytes `[off, off + n)` of the payload to `dst` (`off + n <= len()`), in one pass
-    /// from where they are. The source may overlap `dst` (a WRITE within one region): copied as
-    /// `memmove` does.
+    /// from where they are, piece by piece. A piece that overlaps `dst` (a WRITE within one
+    /// region) is copied as `memmove` does; with several gather entries overlapping the
+    /// destination, an earlier piece may land on a later one's source before it is read (the
+    /// outcome is undefined on a NIC too).
     ///
     /// # Safety
     /// `dst` must be valid for writes of `n` bytes (a resolved region of at least `n` bytes).

@@ -383,6 +383,7 @@ fn flag_of(key: &str) -> Option<&'static str> {
         "rdma_cm" => "-R",
         "transport" => "-c",
         "tx_depth" => "-t",
+        "rx_depth" => "-r",
         "postlist" => "-l",
         "cq_mod" => "-Q",
         "qps" => "-q",

@@ -184,12 +184,12 @@ pub fn title(op: OpKind) -> &'static str {
 /// trip is about a WRITE's one-way figure (measured at 64 KiB: 2.66-2.86 us each, three runs
 /// each), which on a NIC, whose round trip crosses the wire twice, it is not.
 pub(crate) fn model0_timing_line(delay_ns: Option<u64>) -> String {
-    match delay_ns.unwrap_or(0) {
-        0 => " model0 timing: no wire (--model-delay-ns): an operation costs its execution, its data copied once in the \
+    match delay_ns {
+        None => " model0 timing: no wire (--model-delay-ns): an operation costs its execution, its data copied once in the \
               poster's thread after the post; a READ or atomic round trip is one execution, as is a WRITE or SEND one-way figure (half \
               of two), so here READ's round trip is about WRITE's one-way (a NIC's round trip crosses the wire twice)\n"
             .to_string(),
-        d => format!(
+        Some(d) => format!(
             " model0 timing: an operation costs its execution (its data copied once, in the poster's thread after the post) plus {d} ns \
              per wire crossing: a READ or atomic round trip one execution + {} ns, a WRITE or SEND one-way figure one \
              execution + {d} ns\n",

@@ -628,6 +628,7 @@ fn client_result(b: &BwPlan, k: BackendKind, p: &BwParams, summary: crate::scena
         threads: b.threads as usize,
         qps_per_thread: b.qps as usize,
         tx_depth: b.tx_depth,
+        rx_depth: b.rx_depth.and(rx_depth(b)),
         postlist: b.postlist,
         cq_mod: b.cq_mod,
         bidirectional: b.bidirectional,
@@ -725,7 +726,10 @@ fn hello(b: &BwPlan, set: &Setup) -> Hello {
     let own = [
         ("iters", b.iters.to_string()),
         ("tx_depth", b.tx_depth.to_string()),
-        ("rx_depth", format!("{:?}", b.rx_depth)),
+        (
+            "rx_depth",
+            rx_depth(b).map_or_else(|| "none (no receives)".into(), |r| r.to_string()),
+        ),
         ("postlist", b.postlist.to_string()),
         ("cq_mod", b.cq_mod.to_string()),
         ("qps", b.qps.to_string()),

@@ -83,6 +83,7 @@ pub(super) fn key(doc: &Value, r: &Value) -> String {
         "threads",
         "qps_per_thread",
         "tx_depth",
+        "rx_depth",
         "bidirectional",
         "completion",
     ] {

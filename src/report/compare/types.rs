@@ -209,6 +209,9 @@ impl Report {
     /// The whole compare's verdict in one line: regression or not, and how many rows had each
     /// verdict.
     pub fn verdict_line(&self) -> String {
+        if self.rows.is_empty() {
+            return "verdict: nothing compared (no run of BASE matches a run of NEW; exit 2)".into();
+        }
         let [reg, imp, same, nj] = [
             Verdict::Regression,
             Verdict::Improvement,

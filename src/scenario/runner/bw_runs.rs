@@ -31,6 +31,10 @@ pub struct BwResult {
     pub qps_per_thread: usize,
     /// Outstanding operations per QP.
     pub tx_depth: u32,
+    /// Receives kept posted per receiving QP, when -r set them (a run of SENDs or immediates);
+    /// absent at the default depth, so such runs match older files' in `compare`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rx_depth: Option<u32>,
     /// Operations per doorbell.
     pub postlist: u32,
     /// A completion every this many operations.
@@ -221,6 +225,10 @@ impl BwRun<'_> {
             threads: self.threads,
             qps_per_thread: self.qps,
             tx_depth: p.tx_depth,
+            rx_depth: p
+                .rx_depth
+                .filter(|_| p.op.needs_recv())
+                .map(|r| bw::recv_depth(Some(r), p.tx_depth)),
             postlist: p.postlist,
             cq_mod: p.cq_mod,
             bidirectional: p.bidirectional,
