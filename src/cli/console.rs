@@ -521,7 +521,7 @@ pub fn fleet_report(
         written.map_err(|e| format!("{}: {e}", path.display()))
     };
     let mut paths = vec![json_path.display().to_string(), html_path.display().to_string()];
-    let mut done = write(&json_path, json.is_some(), text.as_bytes())
+    let done = write(&json_path, json.is_some(), text.as_bytes())
         .and_then(|_| write(&html_path, html.is_some(), page.as_bytes()));
     if let Err(e) = done {
         eprintln!("rdmaprobe: error: {e}");
