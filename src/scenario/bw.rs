@@ -62,6 +62,14 @@ pub fn recv_depth(rx_depth: Option<u32>, tx_depth: u32) -> u32 {
         .clamp(1, crate::backend::setup::DEPTH)
 }
 
+/// The receive depth of `p` when -r gave one (a run of SENDs or immediates): what a result
+/// records, so `compare` keeps such a run apart from one at the default depth.
+pub fn rx_depth_given(p: &BwParams) -> Option<u32> {
+    p.rx_depth
+        .filter(|_| p.op.needs_recv())
+        .map(|r| recv_depth(Some(r), p.tx_depth))
+}
+
 /// The time grid of a run's windows: its origin (the first thread's first post) and the window
 /// length, in ticks. Shared by the run's threads.
 #[derive(Debug)]

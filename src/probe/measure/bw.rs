@@ -628,7 +628,7 @@ fn client_result(b: &BwPlan, k: BackendKind, p: &BwParams, summary: crate::scena
         threads: b.threads as usize,
         qps_per_thread: b.qps as usize,
         tx_depth: b.tx_depth,
-        rx_depth: b.rx_depth.and(rx_depth(b)),
+        rx_depth: crate::scenario::bw::rx_depth_given(p),
         postlist: b.postlist,
         cq_mod: b.cq_mod,
         bidirectional: b.bidirectional,

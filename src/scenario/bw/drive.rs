@@ -34,6 +34,9 @@ struct Ctl<'a, B> {
     /// Receives posted in this run: never more than its messages, so a run leaves none behind
     /// on a QP the next run uses again (between two processes the QPs stay).
     recvs_posted: u64,
+    /// Receives taken before they are posted again: [`RECV_BATCH`], or the receive depth when
+    /// smaller (set with the first receives, not worked out per completion).
+    repost_batch: u32,
 }
 
 /// What the thread's ends have completed, and when the last completion came.
@@ -125,6 +128,7 @@ fn controls<'a, B>(ends: &'a mut [(&mut B, Role)]) -> Vec<Ctl<'a, B>> {
             received: 0,
             pending_recvs: 0,
             recvs_posted: 0,
+            repost_batch: RECV_BATCH,
         })
         .collect()
 }
@@ -133,7 +137,9 @@ impl<B: Backend> Ctl<'_, B> {
     /// A receiving end's first receives: as many as the queue takes beside the sends in flight
     /// (at most the run's messages).
     fn prime_receives(&mut self, p: &BwParams) -> Result<(), ScenarioError> {
-        let n = u64::from(super::recv_depth(p.rx_depth, p.tx_depth)).min(p.iters) as u32;
+        let depth = super::recv_depth(p.rx_depth, p.tx_depth);
+        self.repost_batch = RECV_BATCH.min(depth);
+        let n = u64::from(depth).min(p.iters) as u32;
         let l = recv_len(&*self.end);
         self.end.post_recv(l, n).map_err(|e| be("receiver", 0, e))?;
         self.recvs_posted = u64::from(n);
@@ -226,7 +232,7 @@ impl<B: Backend> Ctl<'_, B> {
         self.pending_recvs += n;
         // the receives still to post: the run's messages not yet covered by one
         let still = p.iters.saturating_sub(self.recvs_posted);
-        if self.pending_recvs >= RECV_BATCH.min(super::recv_depth(p.rx_depth, p.tx_depth)) && still > 0 {
+        if self.pending_recvs >= self.repost_batch && still > 0 {
             let n = u64::from(self.pending_recvs).min(still) as u32;
             let l = recv_len(&*self.end);
             self.end.post_recv(l, n).map_err(|x| be("receiver", prog.done, x))?;

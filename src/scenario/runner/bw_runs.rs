@@ -225,10 +225,7 @@ impl BwRun<'_> {
             threads: self.threads,
             qps_per_thread: self.qps,
             tx_depth: p.tx_depth,
-            rx_depth: p
-                .rx_depth
-                .filter(|_| p.op.needs_recv())
-                .map(|r| bw::recv_depth(Some(r), p.tx_depth)),
+            rx_depth: bw::rx_depth_given(p),
             postlist: p.postlist,
             cq_mod: p.cq_mod,
             bidirectional: p.bidirectional,
