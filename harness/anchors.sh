@@ -30,7 +30,9 @@ done
 cd "$repo"
 "$repo/harness/setup.sh" >/dev/null
 command -v ib_write_lat >/dev/null || die "perftest is not installed (harness/setup.sh installs it)"
-cargo build --release --quiet --bin rdmaprobe -p rdmaprobe -p rdmaprobe-preload
+# Two builds: a --bin filter would apply to the preload too and leave its library unbuilt.
+cargo build --release --quiet --bin rdmaprobe -p rdmaprobe
+cargo build --release --quiet -p rdmaprobe-preload
 bin="$repo/target/release/rdmaprobe"
 work=${RDMAPROBE_WORK:-/var/tmp/rdmaprobe-work}/anchors
 rm -rf "$work" && mkdir -p "$work"
