@@ -144,15 +144,57 @@ fn from_pkg_config() -> RdmaCore {
 /// The libc functions model0's uverbs device interposes (`src/uverbs/interpose.rs`).
 const INTERPOSED: &[&str] = &["open", "openat", "stat", "close", "write", "ioctl", "mmap"];
 
+/// FNV-1a (64 bits) of `bytes`, continuing from `h`.
+fn fnv1a(mut h: u64, bytes: &[u8]) -> u64 {
+    for &b in bytes {
+        h = (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    h
+}
+
+/// Every file under `dir`, sorted by path.
+fn files_under(dir: &Path, out: &mut Vec<PathBuf>) {
+    let Ok(rd) = fs::read_dir(dir) else { return };
+    for e in rd.flatten() {
+        let p = e.path();
+        if p.is_dir() {
+            files_under(&p, out);
+        } else {
+            out.push(p);
+        }
+    }
+}
+
+/// The identity of the source this binary is built from: FNV-1a over the path and the bytes of
+/// every file under `src/`, `build.rs`, `wrapper.h` and `Cargo.toml`. Two builds of one source
+/// against two rdma-core installs share it (the same direct path); another source does not.
+/// `compare` uses the direct backend as the in-run control only when both sides carry the same.
+fn source_id(manifest: &Path) -> String {
+    let mut files = Vec::new();
+    files_under(&manifest.join("src"), &mut files);
+    files.extend(["build.rs", "wrapper.h", "Cargo.toml"].map(|f| manifest.join(f)));
+    files.sort();
+    let mut h = 0xcbf2_9ce4_8422_2325;
+    for f in &files {
+        let rel = f.strip_prefix(manifest).unwrap_or(f);
+        h = fnv1a(h, rel.to_string_lossy().as_bytes());
+        h = fnv1a(h, &fs::read(f).unwrap_or_default());
+    }
+    format!("fnv1a64:{h:016x}")
+}
+
 fn main() {
     println!("cargo:rerun-if-changed=wrapper.h");
     println!("cargo:rerun-if-changed=build.rs");
+    println!("cargo:rerun-if-changed=src");
+    println!("cargo:rerun-if-changed=Cargo.toml");
     println!("cargo:rerun-if-env-changed=RDMAPROBE_RDMA_CORE_PREFIX");
     println!("cargo:rerun-if-env-changed=PKG_CONFIG_PATH");
 
     let out = PathBuf::from(env::var("OUT_DIR").expect("cargo sets OUT_DIR"));
     let manifest = PathBuf::from(env::var("CARGO_MANIFEST_DIR").expect("cargo sets CARGO_MANIFEST_DIR"));
     let arch = env::var("CARGO_CFG_TARGET_ARCH").unwrap_or_default();
+    println!("cargo:rustc-env=RDMAPROBE_SOURCE_ID={}", source_id(&manifest));
 
     // Cross-compiling (e.g. `cargo check --target aarch64-unknown-linux-gnu`): rdma-core's
     // headers are architecture-independent, so the host's serve; the target's C library headers

@@ -371,6 +371,7 @@ pub fn compare(
     threshold: Option<f64>,
     metrics: &[String],
     adjust: &str,
+    control: bool,
     format: &str,
 ) -> u8 {
     use rdmaprobe::report::compare;
@@ -395,6 +396,7 @@ pub fn compare(
         } else {
             compare::Adjust::Holm
         },
+        control,
         ..compare::Options::default()
     };
     let r = match load(base).and_then(|b| compare::compare_sets(&b, &load(new)?, &opts)) {

@@ -138,6 +138,12 @@ pub struct CompareArgs {
     /// (Benjamini-Hochberg: 5 % of the alarms false).
     #[arg(long, default_value = "holm", value_parser = ["holm", "bh"])]
     adjust: String,
+    /// The in-run control: auto judges verbs and wr by their ratio to direct in the same run
+    /// (verbs-e, wr-e by theirs to verbs, wr) where both sides ran the same rdmaprobe source on
+    /// the same kernel, CPU and device, and says why not where they did not; off judges every
+    /// backend's own rows.
+    #[arg(long, default_value = "auto", value_parser = ["auto", "off"])]
+    control: String,
     /// Output format.
     #[arg(long, value_enum, default_value_t = CmpFormat::Text)]
     format: CmpFormat,
@@ -165,6 +171,7 @@ pub fn compare(a: CompareArgs) -> Result<ExitCode> {
         a.threshold,
         &a.metric,
         &a.adjust,
+        a.control == "auto",
         format,
     )))
 }

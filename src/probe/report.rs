@@ -749,7 +749,7 @@ pub fn result_doc(
 ) -> Result<serde_json::Value, ProbeError> {
     Ok(serde_json::json!({
         "schema_version": crate::report::SCHEMA_VERSION,
-        "tool": { "name": "rdmaprobe", "version": env!("CARGO_PKG_VERSION") },
+        "tool": { "name": "rdmaprobe", "version": env!("CARGO_PKG_VERSION"), "source": env!("RDMAPROBE_SOURCE_ID") },
         "created_unix": std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0),
         "command": std::env::args().collect::<Vec<_>>(),
         "environment": env,

@@ -97,10 +97,84 @@ pub(super) fn key(doc: &Value, r: &Value) -> String {
 /// One process run's figure for one metric.
 #[derive(Debug, Clone, PartialEq)]
 pub struct RunSample {
-    /// The run's value (its p50, p99 or average bandwidth).
+    /// The run's value (its p50, p99 or average bandwidth; a contrast's: the backend's figure
+    /// minus its control's, see [`contrast`]).
     pub value: f64,
-    /// Per-block samples of the same statistic (empty: none).
+    /// Per-block samples of the same statistic (empty: none); a contrast's: per round of
+    /// blocks, the backend's block minus the control's block of the same round.
     pub blocks: Vec<f64>,
+    /// A contrast's: the backend's own figure in the run (the median of its blocks, or its
+    /// value), the scale its change is told in.
+    pub level: Option<f64>,
+}
+
+/// The in-run control of a backend: the backend whose rows in the same run it is measured
+/// against (interleaved with it block by block where the scenario does so).
+pub fn control_of(backend: &str) -> Option<&'static str> {
+    match backend {
+        "verbs" | "wr" => Some("direct"),
+        "verbs-e" => Some("verbs"),
+        "wr-e" => Some("wr"),
+        _ => None,
+    }
+}
+
+/// The control run's key of run `r` (its control backend; on the direct path of a post-cost
+/// run, the BlueFlame doorbell libmlx5 uses), and the contrast row's key: `r`'s key with the
+/// backend written `backend-control`.
+fn control_keys(doc: &Value, r: &Value) -> Option<(String, String)> {
+    let b = r["backend"].as_str()?;
+    let c = control_of(b)?;
+    let mut cr = r.clone();
+    cr["backend"] = Value::from(c);
+    if c == "direct" && r["scenario"] == "post_cost" {
+        cr["db_mode"] = Value::from("bf");
+    }
+    let own = key(doc, r);
+    let contrast_key = own.replacen(&format!(" {b} "), &format!(" {b}-{c} "), 1);
+    Some((key(doc, &cr), contrast_key))
+}
+
+/// Whether a scenario's runs interleave their backends block by block (latency: one block of
+/// each backend per round, the order rotated), so that block `i` of one backend and block `i`
+/// of another ran in the same round. Post-cost and bandwidth runs measure one backend after
+/// another.
+pub fn interleaved(scenario: &str) -> bool {
+    scenario == "lat"
+}
+
+/// Median (the mean of the middle two for an even count). NaN when empty.
+pub(super) fn median(v: &[f64]) -> f64 {
+    let mut v = v.to_vec();
+    v.sort_by(|a, b| a.total_cmp(b));
+    match v.len() {
+        0 => f64::NAN,
+        n if n % 2 == 1 => v[n / 2],
+        n => (v[n / 2 - 1] + v[n / 2]) / 2.0,
+    }
+}
+
+/// A backend's contrast to its control in one run. Interleaved, with as many blocks on both:
+/// per round, the backend's block minus the control's, and the run's value the median of these
+/// (a level change of the host that lasts some blocks falls on both members of a round and
+/// cancels; on model0 such changes double a block's figure, and how many blocks they take moves
+/// a whole run's percentile). Otherwise the run's figures' difference, no blocks.
+fn contrast(own: &RunSample, control: &RunSample, interleaved: bool) -> RunSample {
+    let paired = interleaved && !own.blocks.is_empty() && own.blocks.len() == control.blocks.len();
+    if paired {
+        let d: Vec<f64> = own.blocks.iter().zip(&control.blocks).map(|(a, b)| a - b).collect();
+        RunSample {
+            value: median(&d),
+            blocks: d,
+            level: Some(median(&own.blocks)),
+        }
+    } else {
+        RunSample {
+            value: own.value - control.value,
+            blocks: Vec::new(),
+            level: Some(own.value),
+        }
+    }
 }
 
 /// A metric of a run: name, value, per-block samples, larger is worse.
@@ -162,26 +236,57 @@ fn metrics(r: &Value, wanted: &[String]) -> Result<Vec<Metric>, String> {
                 (true, "p50") => samples(r.get("block_per_wqe_ns"), "block_per_wqe_ns", false)?,
                 (true, _) => Vec::new(),
             };
-            out.push((m.to_string(), RunSample { value: v, blocks: b }, true));
+            out.push((
+                m.to_string(),
+                RunSample {
+                    value: v,
+                    blocks: b,
+                    level: None,
+                },
+                true,
+            ));
         }
     }
     if want("bw") && r["summary"].is_object() {
         let v = value(&r["summary"], "summary", "bw_avg_mib_s")?;
         let w = samples(r["summary"].get("window_mib_s"), "summary.window_mib_s", true)?;
-        out.push(("bw".into(), RunSample { value: v, blocks: w }, false));
+        out.push((
+            "bw".into(),
+            RunSample {
+                value: v,
+                blocks: w,
+                level: None,
+            },
+            false,
+        ));
     }
     Ok(out)
 }
 
-/// One side's rows: (key, metric) -> (the runs' samples, larger is worse); and every run key.
-type SideRows = (BTreeMap<(String, String), (Vec<RunSample>, bool)>, BTreeSet<String>);
+/// A side's rows by (key, metric): the runs' samples, larger is worse.
+pub(super) type Rows = BTreeMap<(String, String), (Vec<RunSample>, bool)>;
+
+/// A contrast row's key -> (the backend's own key, its control's key).
+pub(super) type Controls = BTreeMap<String, (String, String)>;
+
+/// One side's rows; every run key; its contrast rows (a backend against its control in the
+/// same file, under the key [`control_keys`] gives) and what each is made of.
+pub(super) struct SideRows {
+    pub rows: Rows,
+    pub keys: BTreeSet<String>,
+    pub contrasts: Rows,
+    pub controls: Controls,
+}
 
 /// Reads one side's files into rows, checking every value and that no file repeats a run.
 pub(super) fn side(files: &[(String, Value)], wanted: &[String]) -> Result<SideRows, CompareError> {
-    let mut rows: BTreeMap<(String, String), (Vec<RunSample>, bool)> = BTreeMap::new();
+    let mut rows: Rows = BTreeMap::new();
     let mut keys = BTreeSet::new();
+    let (mut contrast_rows, mut controls): (Rows, Controls) = (BTreeMap::new(), BTreeMap::new());
     for (path, doc) in files {
         let mut seen = BTreeSet::new();
+        let mut of_file: BTreeMap<String, Vec<Metric>> = BTreeMap::new();
+        let mut pairs = Vec::new();
         for r in doc["runs"].as_array().into_iter().flatten() {
             let k = key(doc, r);
             if !seen.insert(k.clone()) {
@@ -207,14 +312,38 @@ pub(super) fn side(files: &[(String, Value)], wanted: &[String]) -> Result<SideR
                 run: k.clone(),
                 why,
             })?;
-            for (m, s, worse_up) in ms {
-                rows.entry((k.clone(), m))
-                    .or_insert_with(|| (Vec::new(), worse_up))
+            for (m, s, worse_up) in &ms {
+                rows.entry((k.clone(), m.clone()))
+                    .or_insert_with(|| (Vec::new(), *worse_up))
                     .0
-                    .push(s);
+                    .push(s.clone());
             }
+            if let Some((ck, contrast_key)) = control_keys(doc, r) {
+                pairs.push((k.clone(), ck, contrast_key));
+            }
+            of_file.insert(k.clone(), ms);
             keys.insert(k);
         }
+        for (own, ck, contrast_key) in pairs {
+            let (Some(oms), Some(cms)) = (of_file.get(&own), of_file.get(&ck)) else {
+                continue;
+            };
+            for (m, s, worse_up) in oms {
+                if let Some((_, c, _)) = cms.iter().find(|(cm, _, _)| cm == m) {
+                    contrast_rows
+                        .entry((contrast_key.clone(), m.clone()))
+                        .or_insert_with(|| (Vec::new(), *worse_up))
+                        .0
+                        .push(contrast(s, c, interleaved(own.split(' ').next().unwrap_or(""))));
+                }
+            }
+            controls.insert(contrast_key, (own, ck));
+        }
     }
-    Ok((rows, keys))
+    Ok(SideRows {
+        rows,
+        keys,
+        contrasts: contrast_rows,
+        controls,
+    })
 }

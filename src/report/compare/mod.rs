@@ -8,6 +8,7 @@
 //! Deterministic: the same inputs always give the same verdict.
 #![forbid(unsafe_code)]
 
+mod control;
 mod input;
 mod render;
 mod stats;
@@ -15,10 +16,15 @@ mod stats;
 mod tests;
 mod types;
 
+pub use control::CONTROL_ONE_RUN_THRESHOLDS_PCT;
+pub use input::control_of;
 pub use input::{load, parse, RunSample};
 pub use render::{junit, markdown, text};
-pub use stats::{adjust, hierarchical, paired_difference, point, welch_runs, Boot, Paired, MIN_RUNS_FOR_T};
-pub use types::{Adjust, CompareError, Options, Report, Row, Verdict};
+pub use stats::{
+    adjust, hierarchical, hierarchical_abs, paired_difference, point, welch_abs, welch_runs, Boot, Paired,
+    MIN_RUNS_FOR_T,
+};
+pub use types::{Adjust, CompareError, ControlUse, Options, Report, Role, Row, Verdict};
 
 use input::side;
 use serde_json::Value;
@@ -66,6 +72,27 @@ pub fn default_threshold_pct(scenario: &str, metric: &str, several_runs: bool) -
         one
     }
 }
+/// Default thresholds (percent) of contrasts (a backend minus its in-run control, the change
+/// over the backend's own figure), as [`DEFAULT_THRESHOLDS_PCT`]. Latency, measured on model0
+/// between process runs of one configuration (`lat write --loopback -d model0 -s 8 -n 20000`,
+/// every ordered pair of identical runs): see `docs/ci-recipe.md`. Post-cost and bandwidth
+/// contrasts are of whole runs (not interleaved) and keep their own rows' thresholds.
+#[rustfmt::skip]
+pub const DEFAULT_CONTRAST_THRESHOLDS_PCT: [(&str, &str, f64, f64); 2] = [
+    ("lat",       "p50",   5.0,  10.0),
+    ("lat",       "p99",  20.0,  40.0),
+];
+
+/// The default threshold (percent) of a contrast of `scenario` and `metric`
+/// ([`DEFAULT_CONTRAST_THRESHOLDS_PCT`], else the own rows' [`default_threshold_pct`]).
+pub fn default_contrast_threshold_pct(scenario: &str, metric: &str, several_runs: bool) -> f64 {
+    DEFAULT_CONTRAST_THRESHOLDS_PCT
+        .iter()
+        .find(|(s, m, _, _)| *s == scenario && *m == metric)
+        .map(|&(_, _, a, b)| if several_runs { a } else { b })
+        .unwrap_or_else(|| default_threshold_pct(scenario, metric, several_runs))
+}
+
 const ENV_FIELDS: [&str; 14] = [
     "kernel",
     "cpu_model",
@@ -94,37 +121,54 @@ pub fn compare_sets(base: &[(String, Value)], new: &[(String, Value)], o: &Optio
             why: "a side has no file".into(),
         });
     };
-    let env_diff = ENV_FIELDS
+    let mut env_diff: Vec<(String, String, String)> = ENV_FIELDS
         .iter()
         .filter_map(|f| {
             let (a, b) = (&b0.1["environment"][f], &n0.1["environment"][f]);
             (a != b).then(|| (f.to_string(), a.to_string(), b.to_string()))
         })
         .collect();
-    let side_diff = side_diff(base, new);
-    let (brows, bkeys) = side(base, &o.metrics)?;
-    let (nrows, nkeys) = side(new, &o.metrics)?;
-    let mut rows = Vec::new();
-    for ((k, m), (bs, worse_up)) in &brows {
-        let Some((ns, _)) = nrows.get(&(k.clone(), m.clone())) else {
-            continue;
-        };
-        rows.push(row(k, m, bs, ns, *worse_up, o));
+    let (a, b) = (&b0.1["tool"]["source"], &n0.1["tool"]["source"]);
+    if a != b {
+        env_diff.push(("tool.source (rdmaprobe's)".into(), a.to_string(), b.to_string()));
     }
+    let side_diff = side_diff(base, new);
+    let (b, n) = (side(base, &o.metrics)?, side(new, &o.metrics)?);
+    let mut rows = Vec::new();
+    for (contrasts, (bside, nside)) in [(false, (&b.rows, &n.rows)), (true, (&b.contrasts, &n.contrasts))] {
+        for ((k, m), (bs, worse_up)) in bside {
+            let Some((ns, _)) = nside.get(&(k.clone(), m.clone())) else {
+                continue;
+            };
+            rows.push(match contrasts {
+                false => row(k, m, bs, ns, *worse_up, o),
+                true => contrast_row(k, m, bs, ns, *worse_up, o),
+            });
+        }
+    }
+    let any = rows.iter().any(|r| r.role == Role::Contrast);
+    let control = control::usable(base, new, any, o.control);
+    control::assign(
+        &mut rows,
+        &b.controls,
+        control == ControlUse::Used,
+        o.threshold_pct.is_some(),
+    );
     give_verdicts(&mut rows, o.adjust);
-    // regressions first; within a verdict, the runs' order (stable)
-    rows.sort_by_key(|r| r.verdict.rank());
+    // the rows that count first, regressions first; within a verdict, the runs' order (stable)
+    rows.sort_by_key(|r| (!r.counts, r.verdict.rank()));
     Ok(Report {
         env_diff,
         side_diff,
         files_base: base.len(),
         files_new: new.len(),
         rows,
-        only_base: bkeys.difference(&nkeys).cloned().collect(),
-        only_new: nkeys.difference(&bkeys).cloned().collect(),
+        only_base: b.keys.difference(&n.keys).cloned().collect(),
+        only_new: n.keys.difference(&b.keys).cloned().collect(),
         threshold_pct: o.threshold_pct,
         adjust: o.adjust,
         rounds: o.rounds,
+        control,
     })
 }
 
@@ -188,10 +232,27 @@ fn row(k: &str, m: &str, bs: &[RunSample], ns: &[RunSample], larger_is_worse: bo
         .threshold_pct
         .unwrap_or_else(|| default_threshold_pct(scenario, m, runs >= MIN_RUNS_FOR_T))
         / 100.0;
+    blank_row(k, m, bs, ns, larger_is_worse, threshold, (bv, nv, change, boot))
+}
+
+/// A row of these figures (BASE, NEW, change, interval and p), not adjusted, no verdict yet.
+fn blank_row(
+    k: &str,
+    m: &str,
+    bs: &[RunSample],
+    ns: &[RunSample],
+    larger_is_worse: bool,
+    threshold: f64,
+    (bv, nv, change, boot): (f64, f64, f64, Option<Boot>),
+) -> Row {
+    let scenario = k.split(' ').next().unwrap_or("");
     Row {
         key: k.to_string(),
         metric: m.to_string(),
         unit: unit(scenario, m),
+        role: Role::Own,
+        counts: true,
+        level: None,
         runs_base: bs.len(),
         runs_new: ns.len(),
         base: bv,
@@ -206,6 +267,42 @@ fn row(k: &str, m: &str, bs: &[RunSample], ns: &[RunSample], larger_is_worse: bo
     }
 }
 
+/// The row of a contrast (a backend minus its in-run control, see [`input`]): the runs' mean
+/// differences and Welch's t over them with 3 or more runs on both sides; with fewer, their
+/// median and the hierarchical bootstrap of their blocks. The change and its interval are told
+/// over the backend's own figure in BASE, so that the threshold means what it means for the
+/// backend's own row.
+fn contrast_row(k: &str, m: &str, bs: &[RunSample], ns: &[RunSample], larger_is_worse: bool, o: &Options) -> Row {
+    let level = input::median(&bs.iter().filter_map(|s| s.level).collect::<Vec<_>>());
+    let runs = bs.len().min(ns.len());
+    let mean = |v: &[RunSample]| v.iter().map(|s| s.value).sum::<f64>() / v.len() as f64;
+    let (bv, nv, boot) = match welch_abs(bs, ns) {
+        Some((_, iv, p)) if runs >= MIN_RUNS_FOR_T => (mean(bs), mean(ns), Some(Boot { interval: iv, p })),
+        _ => (point(bs), point(ns), hierarchical_abs(bs, ns, o.rounds)),
+    };
+    let boot = boot.map(|b| Boot {
+        interval: (b.interval.0 / level, b.interval.1 / level),
+        p: b.p,
+    });
+    let scenario = k.split(' ').next().unwrap_or("");
+    let threshold = o
+        .threshold_pct
+        .unwrap_or_else(|| default_contrast_threshold_pct(scenario, m, runs >= MIN_RUNS_FOR_T))
+        / 100.0;
+    let mut r = blank_row(
+        k,
+        m,
+        bs,
+        ns,
+        larger_is_worse,
+        threshold,
+        (bv, nv, (nv - bv) / level, boot),
+    );
+    r.role = Role::Contrast;
+    r.level = Some(level);
+    r
+}
+
 /// The unit of a row's figures, by its scenario and metric.
 fn unit(scenario: &str, metric: &str) -> &'static str {
     match (scenario, metric) {
@@ -215,12 +312,17 @@ fn unit(scenario: &str, metric: &str) -> &'static str {
     }
 }
 
-/// The p-values adjusted over every row that has one, then each row's verdict.
+/// The p-values adjusted, then each row's verdict: those of the rows that count adjusted over
+/// them (the family the exit status rests on), those of the rows shown beside them over these.
 fn give_verdicts(rows: &mut [Row], how: Adjust) {
-    let tested: Vec<usize> = (0..rows.len()).filter(|&i| rows[i].p.is_some()).collect();
-    let ps: Vec<f64> = tested.iter().filter_map(|&i| rows[i].p).collect();
-    for (&i, q) in tested.iter().zip(adjust(&ps, how)) {
-        rows[i].p_adjusted = Some(q);
+    for counts in [true, false] {
+        let tested: Vec<usize> = (0..rows.len())
+            .filter(|&i| rows[i].p.is_some() && rows[i].counts == counts)
+            .collect();
+        let ps: Vec<f64> = tested.iter().filter_map(|&i| rows[i].p).collect();
+        for (&i, q) in tested.iter().zip(adjust(&ps, how)) {
+            rows[i].p_adjusted = Some(q);
+        }
     }
     for r in rows {
         r.verdict = verdict(r.change, r.p_adjusted, r.larger_is_worse, r.threshold);

@@ -1,6 +1,6 @@
 //! Rendering: a report as plain text, Markdown (CI summaries) and JUnit XML.
 
-use super::{Report, Row, Verdict};
+use super::{Report, Role, Row, Verdict};
 
 /// Text from the files (run keys, environment values, paths) made safe for a terminal: control
 /// characters (escape sequences, newlines) are written as escapes.
@@ -52,6 +52,33 @@ fn pv(p: Option<f64>) -> String {
     }
 }
 
+/// A row's verdict with its part in the whole: a row shown beside the counted ones in
+/// parentheses with why; after a contrast's, the figure its change is told over.
+fn verdict_text(r: &Row) -> String {
+    let v = r.verdict.as_str();
+    let mut s = match (r.role, r.counts) {
+        (Role::Control, true) => format!("{v} (the control)"),
+        (_, true) => v.to_string(),
+        (Role::Contrast, false) => format!("({v}; shown)"),
+        (Role::ByContrast, _) => format!("({v}; judged by its contrast)"),
+        (Role::Control, _) => format!("({v}; the control)"),
+        (Role::Own, false) => format!("({v})"),
+    };
+    if let Some(l) = r.level {
+        s.push_str(&format!(", change over the backend's own {l:.2} {}", r.unit));
+    }
+    s
+}
+
+/// A row's figure, to two decimals (a contrast's signed).
+fn fig(r: &Row, x: f64) -> String {
+    if r.role == Role::Contrast {
+        format!("{x:+.2}")
+    } else {
+        format!("{x:.2}")
+    }
+}
+
 fn runs(r: &Row) -> String {
     format!("{}/{}", r.runs_base, r.runs_new)
 }
@@ -84,18 +111,18 @@ pub fn text(r: &Report) -> String {
     ));
     for x in &r.rows {
         s.push_str(&format!(
-            "{:<w$} {:>6} {:>5} {:>12.2} {:>12.2} {:<6} {:>9} {:>22} {:>9} {:>5.0}%  {}\n",
+            "{:<w$} {:>6} {:>5} {:>12} {:>12} {:<6} {:>9} {:>22} {:>9} {:>5.0}%  {}\n",
             clean(&x.key),
             x.metric,
             runs(x),
-            x.base,
-            x.new,
+            fig(x, x.base),
+            fig(x, x.new),
             x.unit,
             pct(x.change),
             iv(x),
             pv(x.p_adjusted),
             x.threshold * 100.0,
-            x.verdict.as_str()
+            verdict_text(x)
         ));
     }
     for k in &r.only_base {
@@ -132,21 +159,21 @@ pub fn markdown(r: &Report) -> String {
     );
     for x in &r.rows {
         s.push_str(&format!(
-            "| {} | {} | {} | {:.2} | {:.2} | {} | {} | {} | {} | {:.0}% | {} |\n",
+            "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {:.0}% | {} |\n",
             md(&x.key),
             x.metric,
             runs(x),
-            x.base,
-            x.new,
+            fig(x, x.base),
+            fig(x, x.new),
             x.unit,
             pct(x.change),
             iv(x),
             pv(x.p_adjusted),
             x.threshold * 100.0,
-            if x.verdict == Verdict::Regression {
-                format!("**{}**", x.verdict.as_str())
+            if x.verdict == Verdict::Regression && x.counts {
+                format!("**{}**", verdict_text(x))
             } else {
-                x.verdict.as_str().to_string()
+                verdict_text(x)
             }
         ));
     }
@@ -173,8 +200,16 @@ fn xml(s: &str) -> String {
 /// JUnit XML: one test case per row, a failure per regression, a skipped case per row not
 /// judged; the notes as properties, each row's figures in its system-out.
 pub fn junit(r: &Report) -> String {
-    let fails = r.rows.iter().filter(|x| x.verdict == Verdict::Regression).count();
-    let skipped = r.rows.iter().filter(|x| x.verdict == Verdict::NoInterval).count();
+    let fails = r
+        .rows
+        .iter()
+        .filter(|x| x.counts && x.verdict == Verdict::Regression)
+        .count();
+    let skipped = r
+        .rows
+        .iter()
+        .filter(|x| !x.counts || x.verdict == Verdict::NoInterval)
+        .count();
     let mut s = format!(
         "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<testsuite name=\"rdmaprobe compare\" tests=\"{}\" failures=\"{fails}\" skipped=\"{skipped}\">\n  <properties>\n",
         r.rows.len()
@@ -190,21 +225,21 @@ pub fn junit(r: &Report) -> String {
     for x in &r.rows {
         let name = xml(&format!("{} {}", x.key, x.metric));
         let figures = format!(
-            "{:.2} -> {:.2} {} ({}, 95% interval {}, adjusted p {}, runs base/new {}, threshold {:.0}%): {}",
-            x.base,
-            x.new,
+            "{} -> {} {} ({}, 95% interval {}, adjusted p {}, runs base/new {}, threshold {:.0}%): {}",
+            fig(x, x.base),
+            fig(x, x.new),
             x.unit,
             pct(x.change),
             iv(x),
             pv(x.p_adjusted),
             runs(x),
             x.threshold * 100.0,
-            x.verdict.as_str()
+            verdict_text(x)
         );
         s.push_str(&format!("  <testcase classname=\"rdmaprobe\" name=\"{name}\">"));
-        match x.verdict {
-            Verdict::Regression => s.push_str(&format!("<failure message=\"{}\"/>", xml(&figures))),
-            Verdict::NoInterval => s.push_str(&format!("<skipped message=\"{}\"/>", xml(&figures))),
+        match (x.counts, x.verdict) {
+            (true, Verdict::Regression) => s.push_str(&format!("<failure message=\"{}\"/>", xml(&figures))),
+            (false, _) | (_, Verdict::NoInterval) => s.push_str(&format!("<skipped message=\"{}\"/>", xml(&figures))),
             _ => {}
         }
         s.push_str(&format!("<system-out>{}</system-out>", xml(&figures)));

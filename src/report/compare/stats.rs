@@ -166,34 +166,98 @@ pub(super) fn geo_mean(runs: &[RunSample]) -> f64 {
     (runs.iter().map(|r| r.value.ln()).sum::<f64>() / runs.len().max(1) as f64).exp()
 }
 
-/// Welch's t-test on the logarithms of the runs' values (the change as a ratio): with several
-/// process runs per side the runs are the units, as their variation is what a repeated
-/// measurement shows (Kalibera and Jones). Returns the change exp(mean ln new - mean ln base) - 1,
-/// its 95 % interval and the two-sided p-value; `None` with fewer than 2 runs on a side.
-pub fn welch_runs(base: &[RunSample], new: &[RunSample]) -> Option<(f64, (f64, f64), f64)> {
-    if base.len() < 2 || new.len() < 2 {
+/// Welch's t on two samples: the difference of the means, its standard error and the degrees
+/// of freedom; `None` with fewer than 2 on a side.
+fn welch(b: &[f64], n: &[f64]) -> Option<(f64, f64, f64)> {
+    if b.len() < 2 || n.len() < 2 {
         return None;
     }
-    let logs = |v: &[RunSample]| v.iter().map(|r| r.value.ln()).collect::<Vec<f64>>();
-    let (b, n) = (logs(base), logs(new));
     let mv = |v: &[f64]| {
         let m = v.iter().sum::<f64>() / v.len() as f64;
         let var = v.iter().map(|x| (x - m) * (x - m)).sum::<f64>() / (v.len() - 1) as f64;
         (m, var / v.len() as f64)
     };
-    let ((mb, vb), (mn, vn)) = (mv(&b), mv(&n));
-    let d = mn - mb;
+    let ((mb, vb), (mn, vn)) = (mv(b), mv(n));
     let se2 = vb + vn;
-    if se2 <= 0.0 {
-        // no spread on either side: the runs agree exactly
-        let p = if d == 0.0 { 1.0 } else { 0.0 };
-        return Some((d.exp() - 1.0, (d.exp() - 1.0, d.exp() - 1.0), p));
+    let df = if se2 > 0.0 {
+        se2 * se2 / (vb * vb / (b.len() - 1) as f64 + vn * vn / (n.len() - 1) as f64)
+    } else {
+        f64::INFINITY
+    };
+    Some((mn - mb, se2.sqrt(), df))
+}
+
+/// The 95 % interval and two-sided p of a difference `d` with standard error `se` on `df`
+/// degrees of freedom (no spread: the interval is the point, p 1 or 0).
+fn t_interval(d: f64, se: f64, df: f64) -> ((f64, f64), f64) {
+    if se <= 0.0 {
+        return ((d, d), if d == 0.0 { 1.0 } else { 0.0 });
     }
-    let df = se2 * se2 / (vb * vb / (b.len() - 1) as f64 + vn * vn / (n.len() - 1) as f64);
-    let se = se2.sqrt();
-    let p = tdist::t_two_sided_p(d / se, df);
     let q = tdist::t_quantile_two_sided(0.05, df);
-    Some((d.exp() - 1.0, ((d - q * se).exp() - 1.0, (d + q * se).exp() - 1.0), p))
+    ((d - q * se, d + q * se), tdist::t_two_sided_p(d / se, df))
+}
+
+/// Welch's t-test on the logarithms of the runs' values (the change as a ratio): with several
+/// process runs per side the runs are the units, as their variation is what a repeated
+/// measurement shows (Kalibera and Jones). Returns the change exp(mean ln new - mean ln base) - 1,
+/// its 95 % interval and the two-sided p-value; `None` with fewer than 2 runs on a side.
+pub fn welch_runs(base: &[RunSample], new: &[RunSample]) -> Option<(f64, (f64, f64), f64)> {
+    let logs = |v: &[RunSample]| v.iter().map(|r| r.value.ln()).collect::<Vec<f64>>();
+    let (d, se, df) = welch(&logs(base), &logs(new))?;
+    let ((lo, hi), p) = t_interval(d, se, df);
+    Some((d.exp() - 1.0, (lo.exp() - 1.0, hi.exp() - 1.0), p))
+}
+
+/// Welch's t-test on the runs' values themselves (a contrast's differences, which may be
+/// negative or near 0): the difference of the means NEW - BASE, its 95 % interval and the
+/// two-sided p-value; `None` with fewer than 2 runs on a side.
+pub fn welch_abs(base: &[RunSample], new: &[RunSample]) -> Option<(f64, (f64, f64), f64)> {
+    let vals = |v: &[RunSample]| v.iter().map(|r| r.value).collect::<Vec<f64>>();
+    let (d, se, df) = welch(&vals(base), &vals(new))?;
+    let (iv, p) = t_interval(d, se, df);
+    Some((d, iv, p))
+}
+
+/// Hierarchical bootstrap of a contrast's change point(new) - point(base), in its unit: each
+/// round resamples each side's runs with replacement, then within each drawn run its blocks
+/// (each a round's difference); a drawn run's figure is the median of its drawn blocks, as its
+/// value is the median of its blocks (a run with fewer than 3 blocks: its value). The side's
+/// figure is the median over the drawn runs. `None` when a side has nothing to resample.
+pub fn hierarchical_abs(base: &[RunSample], new: &[RunSample], rounds: usize) -> Option<Boot> {
+    if !resamplable(base) || !resamplable(new) || rounds == 0 {
+        return None;
+    }
+    let mut rng = Rng(SEED);
+    let (mut drawn, mut blocks) = (Vec::new(), Vec::new());
+    let mut draw = |runs: &[RunSample], rng: &mut Rng| -> f64 {
+        drawn.clear();
+        for _ in 0..runs.len() {
+            let r = &runs[rng.below(runs.len())];
+            let n = r.blocks.len();
+            if n >= MIN_BLOCKS {
+                blocks.clear();
+                blocks.extend((0..n).map(|_| r.blocks[rng.below(n)]));
+                drawn.push(median(&mut blocks));
+            } else {
+                drawn.push(r.value);
+            }
+        }
+        median(&mut drawn)
+    };
+    let mut d: Vec<f64> = (0..rounds)
+        .map(|_| {
+            let b = draw(base, &mut rng);
+            draw(new, &mut rng) - b
+        })
+        .collect();
+    d.sort_by(|a, b| a.total_cmp(b));
+    let below = d.iter().filter(|&&x| x <= 0.0).count();
+    let above = d.iter().filter(|&&x| x >= 0.0).count();
+    let p = (2.0 * (below.min(above) + 1) as f64 / (rounds + 1) as f64).min(1.0);
+    Some(Boot {
+        interval: (percentile(&d, 0.025), percentile(&d, 0.975)),
+        p,
+    })
 }
 
 /// Adjusted p-values, in the input's order. Holm: the i-th smallest p times (m - i + 1), kept

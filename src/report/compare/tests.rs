@@ -10,6 +10,7 @@ fn runs(values: &[f64], blocks: impl Fn(f64) -> Vec<f64>) -> Vec<RunSample> {
         .map(|&v| RunSample {
             value: v,
             blocks: blocks(v),
+            level: None,
         })
         .collect()
 }
@@ -44,6 +45,7 @@ fn welch_on_runs() {
             .map(|&x| RunSample {
                 value: x,
                 blocks: vec![],
+                level: None,
             })
             .collect::<Vec<_>>()
     };
@@ -326,4 +328,119 @@ fn rows_are_sorted_by_verdict_with_units_a_final_verdict_and_no_negative_zero() 
         .ends_with("verdict: no regression (0 regression, 0 improvement, 3 same, 0 not judged, of 3 rows; exit 0)"));
     // post cost per WQE
     assert_eq!(super::unit("post_cost", "p50"), "ns/WQE");
+}
+
+/// A file of three backends' `lat write 8B` runs with these block medians (p50 the median of
+/// the blocks, p99 twice it), from rdmaprobe source `source`.
+fn three(source: &str, verbs: &[f64], wr: &[f64], direct: &[f64]) -> Value {
+    let run = |b: &str, blocks: &[f64]| {
+        let mut s = blocks.to_vec();
+        s.sort_by(f64::total_cmp);
+        let p50 = s[s.len() / 2];
+        json!({"scenario": "lat", "op": "write", "backend": b, "size_bytes": 8,
+               "latency_ns": {"p50": p50, "p99": 2.0 * p50},
+               "block_medians_ns": blocks, "block_p99_ns": blocks.iter().map(|x| 2.0 * x).collect::<Vec<_>>()})
+    };
+    json!({"schema_version": 2, "tool": {"name": "rdmaprobe", "source": source},
+           "environment": {"kernel": "k", "cpu_model": "c", "device": "model0"},
+           "params": {"scenario": "lat"},
+           "runs": [run("verbs", verbs), run("wr", wr), run("direct", direct)]})
+}
+
+/// Ten blocks at `v`, those in `slow` raised by `by` (a state of the host lasting some blocks:
+/// on model0 it doubles a block's figure), with a ±1 % spread.
+fn level(v: f64, slow: std::ops::Range<usize>, by: f64) -> Vec<f64> {
+    (0..10)
+        .map(|i| (v + if slow.contains(&i) { by } else { 0.0 }) * (1.0 + (i as f64 - 4.5) / 450.0))
+        .collect()
+}
+
+#[test]
+fn the_in_run_control_removes_a_host_state_and_finds_a_driver_change() {
+    let o = Options::default();
+    let row = |r: &Report, k: &str, m: &str| r.rows.iter().find(|x| x.key == k && x.metric == m).cloned().unwrap();
+    // BASE all fast; NEW with the host slow for 6 of 10 rounds (+200 ns on every backend):
+    // every own p50 moves far beyond its threshold, the contrasts do not
+    let base = three(
+        "s1",
+        &level(300.0, 0..0, 0.0),
+        &level(310.0, 0..0, 0.0),
+        &level(200.0, 0..0, 0.0),
+    );
+    let slow = three(
+        "s1",
+        &level(300.0, 2..8, 200.0),
+        &level(310.0, 2..8, 200.0),
+        &level(200.0, 2..8, 200.0),
+    );
+    let r = compare(&base, &slow, &o).unwrap();
+    assert_eq!(r.control, ControlUse::Used, "{}", text(&r));
+    assert!(!r.regressed(), "{}", text(&r));
+    let v = row(&r, "lat write verbs 8B", "p50");
+    assert!(v.change > 0.5 && v.verdict == Verdict::Regression, "{v:?}");
+    assert!(v.role == Role::ByContrast && !v.counts, "{v:?}");
+    let c = row(&r, "lat write verbs-direct 8B", "p50");
+    assert!(
+        c.role == Role::Contrast && c.counts && c.verdict == Verdict::Same,
+        "{c:?}"
+    );
+    assert!(c.change.abs() < 0.02 && (c.level.unwrap() - 300.0).abs() < 1.0, "{c:?}");
+    let d = row(&r, "lat write direct 8B", "p50");
+    assert!(d.role == Role::Control && d.counts && d.threshold == 1.5, "{d:?}");
+    // without the control the same files are a regression
+    let off = Options {
+        control: false,
+        ..Options::default()
+    };
+    let r = compare(&base, &slow, &off).unwrap();
+    assert!(r.regressed() && r.control == ControlUse::Off, "{}", text(&r));
+    // verbs 15 % slower in the slow state as well: found by its contrast (+45 ns over 300)
+    let worse = three(
+        "s1",
+        &level(345.0, 2..8, 200.0),
+        &level(310.0, 2..8, 200.0),
+        &level(200.0, 2..8, 200.0),
+    );
+    let r = compare(&base, &worse, &o).unwrap();
+    let c = row(&r, "lat write verbs-direct 8B", "p50");
+    assert!(
+        c.verdict == Verdict::Regression && (c.change - 0.15).abs() < 0.01,
+        "{c:?}"
+    );
+    // p50 only: the p99 contrast's threshold is 40 %
+    assert!(r.regressed() && r.count(Verdict::Regression) == 1, "{}", text(&r));
+    // the control's own row: a host state (+100 %) is not a change, a device's (+300 %) is
+    let dev = three(
+        "s1",
+        &level(900.0, 0..0, 0.0),
+        &level(910.0, 0..0, 0.0),
+        &level(800.0, 0..0, 0.0),
+    );
+    let r = compare(&base, &dev, &o).unwrap();
+    assert_eq!(
+        row(&r, "lat write direct 8B", "p50").verdict,
+        Verdict::Regression,
+        "{}",
+        text(&r)
+    );
+    assert!(text(&r).contains("the control MOVED"), "{}", text(&r));
+    // another source of rdmaprobe: the control is not used, and the report says why
+    let other = three(
+        "s2",
+        &level(300.0, 2..8, 200.0),
+        &level(310.0, 2..8, 200.0),
+        &level(200.0, 2..8, 200.0),
+    );
+    let r = compare(&base, &other, &o).unwrap();
+    assert!(
+        matches!(&r.control, ControlUse::Unusable(w) if w.contains("another source of rdmaprobe")),
+        "{:?}",
+        r.control
+    );
+    assert!(
+        r.regressed() && text(&r).contains("in-run control NOT used"),
+        "{}",
+        text(&r)
+    );
+    assert!(text(&r).contains("tool.source"), "{}", text(&r));
 }

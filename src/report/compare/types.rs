@@ -111,6 +111,39 @@ impl Adjust {
     }
 }
 
+/// A row's part in the verdict.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Role {
+    /// Judged on its own figures.
+    Own,
+    /// A backend against its in-run control (`verbs-direct`): the backend's figure minus the
+    /// control's in each run, round by round of blocks where the run interleaved them; its
+    /// change told as a share of the backend's own figure in BASE.
+    Contrast,
+    /// A backend's own row whose verdict rests on its contrast (shown, not counted).
+    ByContrast,
+    /// The control's own row while it serves as the control with one run on a side: its change
+    /// holds the host's states, which one run per side cannot tell from a change, so it is
+    /// judged against wider thresholds ([`super::CONTROL_ONE_RUN_THRESHOLDS_PCT`]).
+    Control,
+}
+
+/// Whether the in-run control (the direct backend for verbs and wr, the polling backend for
+/// its -e twin) was used.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ControlUse {
+    /// No run of a backend has its control beside it.
+    Absent,
+    /// Turned off (`--control off`).
+    Off,
+    /// Not usable: why (the sides differ in what the control's own speed depends on).
+    Unusable(String),
+    /// Used: the verdicts of the controlled backends rest on their contrasts.
+    Used,
+}
+
 /// How to compare.
 #[derive(Debug, Clone)]
 pub struct Options {
@@ -123,6 +156,9 @@ pub struct Options {
     pub adjust: Adjust,
     /// Bootstrap resamples per row.
     pub rounds: usize,
+    /// Use the in-run control where it can be used (`--control auto`, the default); `false`:
+    /// every row judged on its own (`--control off`).
+    pub control: bool,
 }
 
 impl Default for Options {
@@ -132,6 +168,7 @@ impl Default for Options {
             metrics: vec!["p50".into(), "p99".into(), "bw".into()],
             adjust: Adjust::Holm,
             rounds: ROUNDS,
+            control: true,
         }
     }
 }
@@ -143,17 +180,27 @@ pub struct Row {
     pub key: String,
     /// Metric name (`p50`, `p99`, `bw`).
     pub metric: String,
-    /// The unit of `base` and `new`: `ns` (latency), `ns/WQE` (post cost), `MiB/s` (bandwidth).
+    /// The unit of `base` and `new`: `ns` (latency), `ns/WQE` (post cost), `MiB/s` (bandwidth),
+    /// a contrast's the same as its backend's.
     pub unit: &'static str,
+    /// The row's part in the verdict.
+    pub role: Role,
+    /// Whether its verdict enters the exit status.
+    pub counts: bool,
+    /// A contrast's: the backend's own figure in BASE (the median over the runs), the scale
+    /// of `change`.
+    pub level: Option<f64>,
     /// Runs (files) of BASE that have this row.
     pub runs_base: usize,
     /// Runs (files) of NEW that have this row.
     pub runs_new: usize,
-    /// BASE value: the median over BASE's runs of each run's value.
+    /// BASE value: the median over BASE's runs of each run's value (with 3 or more runs on
+    /// both sides: their geometric mean; a contrast's: their mean).
     pub base: f64,
     /// NEW value: the median over NEW's runs of each run's value.
     pub new: f64,
-    /// Relative change, NEW over BASE minus 1 (positive = larger).
+    /// Relative change, NEW over BASE minus 1 (positive = larger); a contrast's: NEW minus BASE
+    /// over the backend's own figure (`level`).
     pub change: f64,
     /// 95 % bootstrap interval of the relative change (none: nothing to resample).
     pub interval: Option<(f64, f64)>,
@@ -193,17 +240,19 @@ pub struct Report {
     pub adjust: Adjust,
     /// Bootstrap resamples per row.
     pub rounds: usize,
+    /// Whether the in-run control was used, and if not why.
+    pub control: ControlUse,
 }
 
 impl Report {
-    /// Whether any row is a regression.
+    /// Whether any row that counts is a regression.
     pub fn regressed(&self) -> bool {
-        self.rows.iter().any(|r| r.verdict == Verdict::Regression)
+        self.rows.iter().any(|r| r.counts && r.verdict == Verdict::Regression)
     }
 
-    /// The rows of verdict `v`.
+    /// The rows that count of verdict `v`.
     pub fn count(&self, v: Verdict) -> usize {
-        self.rows.iter().filter(|r| r.verdict == v).count()
+        self.rows.iter().filter(|r| r.counts && r.verdict == v).count()
     }
 
     /// The whole compare's verdict in one line: regression or not, and how many rows had each
@@ -219,10 +268,14 @@ impl Report {
             Verdict::NoInterval,
         ]
         .map(|v| self.count(v));
-        let counts = format!(
+        let shown = self.rows.iter().filter(|r| !r.counts).count();
+        let mut counts = format!(
             "{reg} regression, {imp} improvement, {same} same, {nj} not judged, of {} rows",
-            self.rows.len()
+            self.rows.len() - shown
         );
+        if shown > 0 {
+            counts.push_str(&format!(", {shown} more shown beside them"));
+        }
         if reg > 0 {
             format!("verdict: REGRESSION ({counts}; exit 1)")
         } else {
@@ -230,9 +283,9 @@ impl Report {
         }
     }
 
-    /// Rows with a p-value (the family the adjustment runs over).
+    /// Rows that count with a p-value (the family the adjustment runs over).
     pub fn tested(&self) -> usize {
-        self.rows.iter().filter(|r| r.p.is_some()).count()
+        self.rows.iter().filter(|r| r.counts && r.p.is_some()).count()
     }
 
     /// Whether some row has a single run on a side (its interval cannot hold run-to-run
@@ -282,7 +335,7 @@ impl Report {
                 )
             }
         });
-        let untested = self.rows.len() - self.tested();
+        let untested = self.rows.iter().filter(|r| r.counts && r.p.is_none()).count();
         let mut s = format!(
             "significance: {} rows, {}-adjusted at {} % ({})",
             self.tested(),
@@ -301,6 +354,7 @@ impl Report {
         }
         n.push(s);
         n.push("regression: change beyond the threshold in the worse direction and adjusted p below 5 %".into());
+        n.extend(super::control::notes(self));
         n
     }
 }

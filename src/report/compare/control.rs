@@ -1,0 +1,177 @@
+//! The in-run control: whether it can be used between the two sides, each row's part in the
+//! verdict, and the notes that say what the control did.
+
+use super::input::Controls;
+use super::{ControlUse, Report, Role, Row, Verdict, MIN_RUNS_FOR_T};
+use serde_json::Value;
+
+/// What the control's own speed depends on besides the library under test: the sides must
+/// agree on every one (in every file) for a backend's ratio to its control to mean the same on
+/// both.
+const DEPENDS_ON: [(&str, &str); 9] = [
+    ("environment", "kernel"),
+    ("environment", "cpu_model"),
+    ("environment", "device"),
+    ("environment", "firmware"),
+    ("environment", "software_model"),
+    ("environment", "virtualized"),
+    ("environment", "clocksource"),
+    ("environment", "governor"),
+    ("tool", "source"),
+];
+
+/// Thresholds (percent, by scenario and metric) of the control's own rows with one run on a
+/// side: the host's states move them far more than the contrasts between identical runs, and
+/// one run per side cannot tell such a state from a change. Measured on model0, `lat write
+/// --loopback -d model0 -s 8 -n 20000`, 12 identical runs, all 132 ordered pairs: direct's p50
+/// rose up to +95 %, its p99 up to +112 % (the contrasts' p50 up to +9 %): see
+/// `docs/ci-recipe.md`. A change of the device itself larger than these (model0's wire delay of
+/// 2 us: p50 ten times) is still found.
+pub const CONTROL_ONE_RUN_THRESHOLDS_PCT: [(&str, &str, f64); 2] = [("lat", "p50", 150.0), ("lat", "p99", 200.0)];
+
+/// Whether the control can be used between `base` and `new`, given that some row has one
+/// (`any`) and the options allow it (`on`).
+pub(super) fn usable(base: &[(String, Value)], new: &[(String, Value)], any: bool, on: bool) -> ControlUse {
+    if !any {
+        return ControlUse::Absent;
+    }
+    if !on {
+        return ControlUse::Off;
+    }
+    let Some(first) = base.first() else {
+        return ControlUse::Absent;
+    };
+    for (obj, f) in DEPENDS_ON {
+        let v0 = &first.1[obj][f];
+        if (obj, f) == ("tool", "source") && v0.is_null() {
+            return ControlUse::Unusable(format!(
+                "{} does not say which source of rdmaprobe wrote it (tool.source, recorded since this rdmaprobe): \
+                 the direct path may differ between the sides",
+                first.0
+            ));
+        }
+        if let Some((p, d)) = base.iter().chain(new).find(|(_, d)| &d[obj][f] != v0) {
+            let what = match f {
+                "source" => "another source of rdmaprobe (another direct path)".to_string(),
+                "cpu_model" => "another CPU".to_string(),
+                _ => format!("another {f}"),
+            };
+            return ControlUse::Unusable(format!(
+                "{p} was run with {what} than {}: {obj}.{f} {} against {}; the control's own speed may differ",
+                first.0, d[obj][f], v0
+            ));
+        }
+    }
+    ControlUse::Used
+}
+
+/// Each row's role and whether it counts. With the control used, a contrast with an interval
+/// counts and its backend's own row is shown beside it; the control's own row, while it serves
+/// a counting contrast with one run on a side, is judged against
+/// [`CONTROL_ONE_RUN_THRESHOLDS_PCT`] unless a threshold was given (`given`). Otherwise every
+/// own row counts and the contrasts are shown.
+pub(super) fn assign(rows: &mut [Row], controls: &Controls, used: bool, given: bool) {
+    let counting: Vec<(String, String, String)> = rows
+        .iter()
+        .filter(|r| r.role == Role::Contrast && used && r.p.is_some())
+        .filter_map(|r| {
+            controls
+                .get(&r.key)
+                .map(|(own, ctl)| (r.metric.clone(), own.clone(), ctl.clone()))
+        })
+        .collect();
+    for r in rows.iter_mut() {
+        if r.role == Role::Contrast {
+            r.counts = used && r.p.is_some();
+            continue;
+        }
+        let by_contrast = counting.iter().any(|(m, own, _)| *m == r.metric && *own == r.key);
+        let serves = counting.iter().any(|(m, _, ctl)| *m == r.metric && *ctl == r.key);
+        let one_run = r.runs_base.min(r.runs_new) < MIN_RUNS_FOR_T;
+        (r.role, r.counts) = if by_contrast {
+            (Role::ByContrast, false)
+        } else if serves && one_run {
+            let scenario = r.key.split(' ').next().unwrap_or("");
+            if let Some(&(_, _, t)) = CONTROL_ONE_RUN_THRESHOLDS_PCT
+                .iter()
+                .find(|(s, m, _)| *s == scenario && *m == r.metric)
+                .filter(|_| !given)
+            {
+                r.threshold = r.threshold.max(t / 100.0);
+            }
+            (Role::Control, true)
+        } else {
+            (Role::Own, true)
+        };
+    }
+}
+
+/// The control's notes: whether it was used and why not; the rows of the controls, whether
+/// they held or moved; how the pairs were formed.
+pub(super) fn notes(r: &Report) -> Vec<String> {
+    let mut n = Vec::new();
+    match &r.control {
+        ControlUse::Absent => return n,
+        ControlUse::Off => n.push("in-run control: off (--control off): every backend's own rows judged".into()),
+        ControlUse::Unusable(why) => n.push(format!(
+            "in-run control NOT used: {why}; every backend's own rows judged, the contrasts shown beside them"
+        )),
+        ControlUse::Used => {
+            n.push(
+                "in-run control: used (the sides agree on the rdmaprobe source, kernel, CPU and device): verbs and wr \
+                 are judged by their contrast to direct in the same run (rows verbs-direct, wr-direct), verbs-e and \
+                 wr-e by theirs to verbs and wr: the backend's figure minus the control's, its change told as a share \
+                 of the backend's own figure in BASE. Latency runs pair block i of a backend with block i of its \
+                 control (the same round: one block of each backend, the order rotated; a block is the run's \
+                 iterations over its blocks, e.g. 2000 of -n 20000 in the default 10), and a run's contrast is the \
+                 median over its rounds, so a level change of the host that lasts some blocks falls on both members \
+                 of a round; post-cost and bandwidth runs measure one backend after the other, so their contrast is \
+                 of whole runs in one process, with no interval from one run per side (their own rows count then)"
+                    .into(),
+            );
+            let ctl: Vec<&Row> = r.rows.iter().filter(|x| x.role == Role::Control).collect();
+            if !ctl.is_empty() {
+                let moved: Vec<&&Row> = ctl
+                    .iter()
+                    .filter(|x| matches!(x.verdict, Verdict::Regression | Verdict::Improvement))
+                    .collect();
+                let widest = ctl
+                    .iter()
+                    .map(|x| x.change)
+                    .fold(0.0_f64, |a, c| if c.abs() > a.abs() { c } else { a });
+                let t = CONTROL_ONE_RUN_THRESHOLDS_PCT
+                    .iter()
+                    .map(|(s, m, t)| format!("{s} {m} {t} %"))
+                    .collect::<Vec<_>>()
+                    .join(", ");
+                n.push(format!(
+                    "the control's own rows (role control), with one run on a side: judged against wider thresholds \
+                     ({t}, unless --threshold is given): between identical runs the host's states move them far more \
+                     than the contrasts (measured on model0: direct's p50 up to +95 %, its p99 up to +112 %, the \
+                     contrasts' p50 up to +9 %, docs/ci-recipe.md); give 3 or more runs per side for their own thresholds"
+                ));
+                n.push(if moved.is_empty() {
+                    format!(
+                        "the control held: none of its {} rows changed beyond its threshold (largest change {:+.1} %)",
+                        ctl.len(),
+                        widest * 100.0
+                    )
+                } else {
+                    format!(
+                        "the control MOVED: {} of its {} rows changed beyond their thresholds (largest {:+.1} %, e.g. \
+                         {} {}) with the same source, CPU, kernel and device on both sides: the device itself changed \
+                         (model0's wire delay, a NIC's firmware setting), or the library under test changed what the \
+                         control uses too (the queue buffers it allocates); the contrasts of the other backends hold \
+                         neither",
+                        moved.len(),
+                        ctl.len(),
+                        widest * 100.0,
+                        moved[0].key,
+                        moved[0].metric
+                    )
+                });
+            }
+        }
+    }
+    n
+}
