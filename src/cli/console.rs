@@ -362,6 +362,14 @@ fn report_pdf(browser: &std::path::Path, out: &std::path::Path) -> Result<String
     Ok("report.pdf".into())
 }
 
+/// How `compare` judges beyond the threshold and the adjustment.
+pub struct CompareHow {
+    /// The in-run control (`--control auto`).
+    pub control: bool,
+    /// `--target-effect PCT`.
+    pub target_effect_pct: Option<f64>,
+}
+
 /// Compares result files (`base` against `new`, each one process run), prints the report in
 /// `format` (`text`, `markdown`, `junit`) and returns the exit status: 0 no regression, 1
 /// regression, 2 inputs that cannot be compared (said on standard error).
@@ -371,7 +379,7 @@ pub fn compare(
     threshold: Option<f64>,
     metrics: &[String],
     adjust: &str,
-    control: bool,
+    how: CompareHow,
     format: &str,
 ) -> u8 {
     use rdmaprobe::report::compare;
@@ -381,6 +389,9 @@ pub fn compare(
     };
     if let Some(t) = threshold.filter(|t| !(t.is_finite() && *t >= 0.0)) {
         return fail(format!("--threshold must be a percentage >= 0 (got {t})"));
+    }
+    if let Some(t) = how.target_effect_pct.filter(|t| !(t.is_finite() && *t > 0.0)) {
+        return fail(format!("--target-effect must be a percentage above 0 (got {t})"));
     }
     if let Some(m) = metrics.iter().find(|m| !["p50", "p99", "bw"].contains(&m.as_str())) {
         return fail(format!("unknown metric '{m}' (p50, p99, bw)"));
@@ -396,7 +407,8 @@ pub fn compare(
         } else {
             compare::Adjust::Holm
         },
-        control,
+        control: how.control,
+        target_effect_pct: how.target_effect_pct,
         ..compare::Options::default()
     };
     let r = match load(base).and_then(|b| compare::compare_sets(&b, &load(new)?, &opts)) {

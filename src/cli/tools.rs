@@ -144,6 +144,11 @@ pub struct CompareArgs {
     /// backend's own rows.
     #[arg(long, default_value = "auto", value_parser = ["auto", "off"])]
     control: String,
+    /// A change (percent, in the worse direction) to plan for: each row says how many runs per
+    /// side (alternated) would find it with 80 % power, from the spread of the runs given (3 or
+    /// more per side), or that it is within the row's threshold.
+    #[arg(long = "target-effect", value_name = "PCT")]
+    target_effect: Option<f64>,
     /// Output format.
     #[arg(long, value_enum, default_value_t = CmpFormat::Text)]
     format: CmpFormat,
@@ -171,7 +176,10 @@ pub fn compare(a: CompareArgs) -> Result<ExitCode> {
         a.threshold,
         &a.metric,
         &a.adjust,
-        a.control == "auto",
+        console::CompareHow {
+            control: a.control == "auto",
+            target_effect_pct: a.target_effect,
+        },
         format,
     )))
 }

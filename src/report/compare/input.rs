@@ -98,7 +98,7 @@ pub(super) fn key(doc: &Value, r: &Value) -> String {
 #[derive(Debug, Clone, PartialEq)]
 pub struct RunSample {
     /// The run's value (its p50, p99 or average bandwidth; a contrast's: the backend's figure
-    /// minus its control's, see [`contrast`]).
+    /// minus its control's: the median over its rounds of blocks).
     pub value: f64,
     /// Per-block samples of the same statistic (empty: none); a contrast's: per round of
     /// blocks, the backend's block minus the control's block of the same round.

@@ -10,6 +10,7 @@
 
 mod control;
 mod input;
+mod power;
 mod render;
 mod stats;
 #[cfg(test)]
@@ -19,6 +20,7 @@ mod types;
 pub use control::CONTROL_ONE_RUN_THRESHOLDS_PCT;
 pub use input::control_of;
 pub use input::{load, parse, RunSample};
+pub use power::{Needed, Scale, Spread, MAX_RUNS, POWER};
 pub use render::{junit, markdown, text};
 pub use stats::{
     adjust, hierarchical, hierarchical_abs, paired_difference, point, welch_abs, welch_runs, Boot, Paired,
@@ -155,6 +157,7 @@ pub fn compare_sets(base: &[(String, Value)], new: &[(String, Value)], o: &Optio
         o.threshold_pct.is_some(),
     );
     give_verdicts(&mut rows, o.adjust);
+    power::state(&mut rows, o.target_effect_pct.map(|t| t / 100.0));
     // the rows that count first, regressions first; within a verdict, the runs' order (stable)
     rows.sort_by_key(|r| (!r.counts, r.verdict.rank()));
     Ok(Report {
@@ -169,6 +172,7 @@ pub fn compare_sets(base: &[(String, Value)], new: &[(String, Value)], o: &Optio
         adjust: o.adjust,
         rounds: o.rounds,
         control,
+        target_effect_pct: o.target_effect_pct,
     })
 }
 
@@ -232,7 +236,18 @@ fn row(k: &str, m: &str, bs: &[RunSample], ns: &[RunSample], larger_is_worse: bo
         .threshold_pct
         .unwrap_or_else(|| default_threshold_pct(scenario, m, runs >= MIN_RUNS_FOR_T))
         / 100.0;
-    blank_row(k, m, bs, ns, larger_is_worse, threshold, (bv, nv, change, boot))
+    let mut r = blank_row(k, m, bs, ns, larger_is_worse, threshold, (bv, nv, change, boot));
+    let logs = |v: &[RunSample]| v.iter().map(|s| s.value.ln()).collect::<Vec<_>>();
+    r.spread = match stats::run_spread(&logs(bs), &logs(ns)) {
+        Some((se, df, sd)) if runs >= MIN_RUNS_FOR_T => Some(Spread {
+            scale: Scale::Log,
+            se,
+            df,
+            sd: Some(sd),
+        }),
+        _ => boot.map(|b| Spread::from_interval(b.interval)),
+    };
+    r
 }
 
 /// A row of these figures (BASE, NEW, change, interval and p), not adjusted, no verdict yet.
@@ -264,6 +279,9 @@ fn blank_row(
         threshold,
         larger_is_worse,
         verdict: Verdict::NoInterval,
+        spread: None,
+        detectable: None,
+        needed: None,
     }
 }
 
@@ -300,6 +318,16 @@ fn contrast_row(k: &str, m: &str, bs: &[RunSample], ns: &[RunSample], larger_is_
     );
     r.role = Role::Contrast;
     r.level = Some(level);
+    let vals = |v: &[RunSample]| v.iter().map(|s| s.value).collect::<Vec<_>>();
+    r.spread = match stats::run_spread(&vals(bs), &vals(ns)) {
+        Some((se, df, sd)) if runs >= MIN_RUNS_FOR_T => Some(Spread {
+            scale: Scale::Abs(level),
+            se,
+            df,
+            sd: Some(sd),
+        }),
+        _ => boot.map(|b| Spread::from_interval(b.interval)),
+    };
     r
 }
 

@@ -1,6 +1,6 @@
 //! Rendering: a report as plain text, Markdown (CI summaries) and JUnit XML.
 
-use super::{Report, Role, Row, Verdict};
+use super::{Needed, Report, Role, Row, Verdict};
 
 /// Text from the files (run keys, environment values, paths) made safe for a terminal: control
 /// characters (escape sequences, newlines) are written as escapes.
@@ -79,6 +79,30 @@ fn fig(r: &Row, x: f64) -> String {
     }
 }
 
+/// The smallest change the row finds with 80 % power, as a magnitude.
+fn detects(r: &Row) -> String {
+    r.detectable
+        .map(|d| {
+            if d.is_finite() {
+                format!("{:.1}%", d * 100.0)
+            } else {
+                "never".into()
+            }
+        })
+        .unwrap_or_else(|| "n/a".into())
+}
+
+/// The runs per side a row needs for the target effect.
+fn needed(r: &Row) -> String {
+    match r.needed {
+        Some(Needed::Runs(n)) => n.to_string(),
+        Some(Needed::MoreThan(n)) => format!(">{n}"),
+        Some(Needed::BelowThreshold) => "never".into(),
+        Some(Needed::Unknown) => "unknown".into(),
+        None => "n/a".into(),
+    }
+}
+
 fn runs(r: &Row) -> String {
     format!("{}/{}", r.runs_base, r.runs_new)
 }
@@ -105,13 +129,25 @@ pub fn text(r: &Report) -> String {
         s.push_str(&format!("note: {n}\n"));
     }
     let w = r.rows.iter().map(|x| clean(&x.key).len()).max().unwrap_or(0).max(3);
+    let target = r.target_effect_pct.map(|t| format!("runs@{t}%"));
     s.push_str(&format!(
-        "\n{:<w$} {:>6} {:>5} {:>12} {:>12} {:<6} {:>9} {:>22} {:>9} {:>6}  verdict\n",
-        "run", "metric", "runs", "base", "new", "unit", "change", "95% interval", "p adj", "thresh"
+        "\n{:<w$} {:>6} {:>5} {:>12} {:>12} {:<6} {:>9} {:>22} {:>9} {:>6} {:>7}{}  verdict\n",
+        "run",
+        "metric",
+        "runs",
+        "base",
+        "new",
+        "unit",
+        "change",
+        "95% interval",
+        "p adj",
+        "thresh",
+        "detects",
+        target.as_ref().map(|t| format!(" {t:>8}")).unwrap_or_default()
     ));
     for x in &r.rows {
         s.push_str(&format!(
-            "{:<w$} {:>6} {:>5} {:>12} {:>12} {:<6} {:>9} {:>22} {:>9} {:>5.0}%  {}\n",
+            "{:<w$} {:>6} {:>5} {:>12} {:>12} {:<6} {:>9} {:>22} {:>9} {:>5.0}% {:>7}{}  {}\n",
             clean(&x.key),
             x.metric,
             runs(x),
@@ -122,6 +158,11 @@ pub fn text(r: &Report) -> String {
             iv(x),
             pv(x.p_adjusted),
             x.threshold * 100.0,
+            detects(x),
+            target
+                .as_ref()
+                .map(|_| format!(" {:>8}", needed(x)))
+                .unwrap_or_default(),
             verdict_text(x)
         ));
     }
@@ -154,12 +195,12 @@ pub fn markdown(r: &Report) -> String {
         s.push_str(&format!("- {}\n", clean(&n)));
     }
     s.push_str(
-        "\n### Runs\n\n| run | metric | runs base/new | base | new | unit | change | 95% interval | p adj | threshold | verdict |\n\
-         |---|---|---:|---:|---:|---|---:|---|---:|---:|---|\n",
+        "\n### Runs\n\n| run | metric | runs base/new | base | new | unit | change | 95% interval | p adj | threshold | detects | runs needed | verdict |\n\
+         |---|---|---:|---:|---:|---|---:|---|---:|---:|---:|---:|---|\n",
     );
     for x in &r.rows {
         s.push_str(&format!(
-            "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {:.0}% | {} |\n",
+            "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {:.0}% | {} | {} | {} |\n",
             md(&x.key),
             x.metric,
             runs(x),
@@ -170,6 +211,8 @@ pub fn markdown(r: &Report) -> String {
             iv(x),
             pv(x.p_adjusted),
             x.threshold * 100.0,
+            detects(x),
+            needed(x),
             if x.verdict == Verdict::Regression && x.counts {
                 format!("**{}**", verdict_text(x))
             } else {
@@ -225,7 +268,7 @@ pub fn junit(r: &Report) -> String {
     for x in &r.rows {
         let name = xml(&format!("{} {}", x.key, x.metric));
         let figures = format!(
-            "{} -> {} {} ({}, 95% interval {}, adjusted p {}, runs base/new {}, threshold {:.0}%): {}",
+            "{} -> {} {} ({}, 95% interval {}, adjusted p {}, runs base/new {}, threshold {:.0}%, detects {}): {}",
             fig(x, x.base),
             fig(x, x.new),
             x.unit,
@@ -234,6 +277,7 @@ pub fn junit(r: &Report) -> String {
             pv(x.p_adjusted),
             runs(x),
             x.threshold * 100.0,
+            detects(x),
             verdict_text(x)
         );
         s.push_str(&format!("  <testcase classname=\"rdmaprobe\" name=\"{name}\">"));

@@ -187,6 +187,18 @@ fn welch(b: &[f64], n: &[f64]) -> Option<(f64, f64, f64)> {
     Some((mn - mb, se2.sqrt(), df))
 }
 
+/// The standard error and degrees of freedom of Welch's t between samples `b` and `n`, and
+/// each one's standard deviation (what [`super::power`] needs); `None` with fewer than 2 on a
+/// side.
+pub(super) fn run_spread(b: &[f64], n: &[f64]) -> Option<(f64, f64, (f64, f64))> {
+    let (_, se, df) = welch(b, n)?;
+    let sd = |v: &[f64]| {
+        let m = v.iter().sum::<f64>() / v.len() as f64;
+        (v.iter().map(|x| (x - m) * (x - m)).sum::<f64>() / (v.len() - 1) as f64).sqrt()
+    };
+    Some((se, df.min(1e6), (sd(b), sd(n))))
+}
+
 /// The 95 % interval and two-sided p of a difference `d` with standard error `se` on `df`
 /// degrees of freedom (no spread: the interval is the point, p 1 or 0).
 fn t_interval(d: f64, se: f64, df: f64) -> ((f64, f64), f64) {

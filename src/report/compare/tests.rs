@@ -444,3 +444,69 @@ fn the_in_run_control_removes_a_host_state_and_finds_a_driver_change() {
     );
     assert!(text(&r).contains("tool.source"), "{}", text(&r));
 }
+
+#[test]
+fn every_row_says_what_it_could_detect_and_the_runs_a_target_needs() {
+    // three runs per side with a 4 % spread: Welch over the runs; its detectable change is
+    // beyond the threshold, shrinks with more runs, and a target within the threshold is never
+    let mk = |vals: &[f64]| {
+        vals.iter()
+            .map(|&v| {
+                doc(json!([{"op": "write", "backend": "direct", "size": 8,
+                                  "latency": {"p50": v, "p99": 3.0 * v}}]))
+            })
+            .map(|d| ("f".to_string() + &d.to_string(), d))
+            .collect::<Vec<_>>()
+    };
+    let (b3, n3) = (mk(&[100.0, 104.0, 96.0]), mk(&[101.0, 97.0, 105.0]));
+    let o = Options {
+        target_effect_pct: Some(10.0),
+        ..Options::default()
+    };
+    let r = compare_sets(&b3, &n3, &o).unwrap();
+    let p50 = r.rows.iter().find(|x| x.metric == "p50").unwrap();
+    let d3 = p50.detectable.unwrap();
+    assert!(
+        p50.verdict == Verdict::Same && d3 > p50.threshold && d3 < 1.0,
+        "{p50:?}"
+    );
+    let Some(Needed::Runs(n)) = p50.needed else {
+        panic!("{p50:?}")
+    };
+    assert!((3..=MAX_RUNS).contains(&n), "{p50:?}");
+    let (b6, n6) = (
+        mk(&[100.0, 104.0, 96.0, 100.5, 103.5, 96.5]),
+        mk(&[101.0, 97.0, 105.0, 100.0, 96.0, 104.0]),
+    );
+    let r6 = compare_sets(&b6, &n6, &o).unwrap();
+    let d6 = r6.rows.iter().find(|x| x.metric == "p50").unwrap().detectable.unwrap();
+    assert!(d6 < d3, "{d6} {d3}");
+    // a target within the threshold (p99's 20 %): never
+    let o20 = Options {
+        target_effect_pct: Some(15.0),
+        ..Options::default()
+    };
+    let r = compare_sets(&b3, &n3, &o20).unwrap();
+    let p99 = r.rows.iter().find(|x| x.metric == "p99").unwrap();
+    assert_eq!(p99.needed, Some(Needed::BelowThreshold), "{p99:?}");
+    // one run per side: detectable from the bootstrap's width; runs needed for a target above
+    // its 30 % threshold unknown
+    let a = doc(json!([lat_run(json!(100.0))]));
+    let o40 = Options {
+        target_effect_pct: Some(40.0),
+        ..Options::default()
+    };
+    let r = compare(&a, &a, &o40).unwrap();
+    let p50 = r.rows.iter().find(|x| x.metric == "p50").unwrap();
+    assert!(p50.detectable.unwrap() >= p50.threshold, "{p50:?}");
+    assert_eq!(p50.needed, Some(Needed::Unknown));
+    let t = text(&r);
+    assert!(
+        t.contains("detects") && t.contains("runs@40%") && t.contains("unknown"),
+        "{t}"
+    );
+    // the detectable change is found: a shift of that size in every run is a regression
+    let shifted: Vec<f64> = [100.0, 104.0, 96.0].iter().map(|v| v * (1.0 + d3) * 1.02).collect();
+    let r = compare_sets(&b3, &mk(&shifted), &Options::default()).unwrap();
+    assert!(r.regressed(), "{}", text(&r));
+}

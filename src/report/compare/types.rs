@@ -159,6 +159,9 @@ pub struct Options {
     /// Use the in-run control where it can be used (`--control auto`, the default); `false`:
     /// every row judged on its own (`--control off`).
     pub control: bool,
+    /// `--target-effect PCT`: the change (percent, in the worse direction) for which each row
+    /// says how many runs per side would find it with 80 % power.
+    pub target_effect_pct: Option<f64>,
 }
 
 impl Default for Options {
@@ -169,6 +172,7 @@ impl Default for Options {
             adjust: Adjust::Holm,
             rounds: ROUNDS,
             control: true,
+            target_effect_pct: None,
         }
     }
 }
@@ -214,6 +218,15 @@ pub struct Row {
     pub larger_is_worse: bool,
     /// The verdict.
     pub verdict: Verdict,
+    /// What the row's test rests on (its standard error, the runs' spread), for its power.
+    #[serde(skip)]
+    pub spread: Option<super::Spread>,
+    /// The smallest change in the worse direction (a fraction) this comparison finds with 80 %
+    /// power: beyond the threshold and significant at the level its family's adjustment can
+    /// demand (none: the row has no test).
+    pub detectable: Option<f64>,
+    /// With `--target-effect`: the runs per side that find it with 80 % power.
+    pub needed: Option<super::Needed>,
 }
 
 /// The whole comparison.
@@ -242,6 +255,8 @@ pub struct Report {
     pub rounds: usize,
     /// Whether the in-run control was used, and if not why.
     pub control: ControlUse,
+    /// `--target-effect` (percent), if given.
+    pub target_effect_pct: Option<f64>,
 }
 
 impl Report {
@@ -354,6 +369,20 @@ impl Report {
         }
         n.push(s);
         n.push("regression: change beyond the threshold in the worse direction and adjusted p below 5 %".into());
+        n.push(format!(
+            "detects: the smallest change in the worse direction each row would find 4 times in 5 (80 % power): \
+             beyond its threshold and significant at 5 % over its family's tested rows (Bonferroni, the strictest \
+             step of Holm's), from the row's own standard error (Welch's over the runs; with fewer than 3 runs per \
+             side from the bootstrap interval's width, normal). A verdict of same says: no change of at least that{}",
+            match self.target_effect_pct {
+                Some(t) => format!(
+                    "; runs@{t}%: the runs per side (alternated) that would find a change of {t} % with 80 % power, \
+                     from the spread of the runs given (unknown with fewer than 3 per side; never when {t} % is within \
+                     the threshold)"
+                ),
+                None => String::new(),
+            }
+        ));
         n.extend(super::control::notes(self));
         n
     }
