@@ -410,6 +410,8 @@ fn post_cost_on_model0_measures_each_configuration() {
     }
     for r in runs {
         assert_eq!(r["scenario"], "post_cost");
+        // every backend and doorbell mode of a configuration in 10 rounds, interleaved
+        assert_eq!(r["rounds"], 10, "{r}");
         // 200 timed blocks, each the calls that fill 96 WQEs
         assert_eq!(r["call_ns"]["count"], 200);
         assert_eq!(r["block_per_wqe_ns"].as_array().map(|a| a.len()), Some(200));

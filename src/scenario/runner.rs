@@ -22,7 +22,7 @@ pub use bw_runs::{bw_resized, bw_side, run_bw, run_bw_with, BwResult, BW_RESIZES
 pub use lat_runs::{
     figures_ns, finish, lat_prime, lat_side, run_blocks, run_interleaved, Blocks, LatPair, LatResult, Length, OnBlock,
 };
-pub use post_cost_runs::{run_post_cost, tsc_step, PostCostResult};
+pub use post_cost_runs::{run_post_cost, run_post_cost_interleaved, tsc_step, PostCostResult};
 
 /// A registered buffer a run uses, named after its backend and end, and where it sits.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]

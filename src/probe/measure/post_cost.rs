@@ -10,7 +10,7 @@ use crate::probe::check::{counters, diag};
 use crate::probe::report::{Report, Role, Runs};
 use crate::probe::{Observer, Plan, PostCostPlan, ProbeError};
 use crate::scenario::post_cost::{PostCostParams, BLOCK_WQES};
-use crate::scenario::runner::{run_post_cost, tsc_step};
+use crate::scenario::runner::{run_post_cost_interleaved, tsc_step};
 use serde_json::json;
 use std::time::Duration;
 
@@ -36,13 +36,16 @@ pub(in crate::probe) fn run(plan: &Plan, pc: &PostCostPlan, obs: &mut dyn Observ
     let (cal, env) = session::calibrate(&dev, false)?;
     let mut report = new_report(plan, pc, &dev, &kinds, env, cal);
     obs.started(&report);
-    for (k, mode, p) in &configs {
-        let r = run_post_cost(&dev, *k, p, *mode, &report.clock)
+    // one configuration on every backend and doorbell mode at a time, interleaved
+    for (p, members) in groups(&configs) {
+        let rs = run_post_cost_interleaved(&dev, &members, &p, &report.clock)
             .map_err(|e| diag::failed(diag::Bundle::of(plan, &dev, &before, Vec::new()), e.into()))?;
-        if let Runs::PostCost(v) = &mut report.runs {
-            v.push(r);
+        for r in rs {
+            if let Runs::PostCost(v) = &mut report.runs {
+                v.push(r);
+            }
+            obs.finished(&report, report.runs.len() - 1);
         }
-        obs.finished(&report, report.runs.len() - 1);
     }
     report.counters = counters::CounterDelta::since(before, &dev);
     Ok(report)
@@ -79,6 +82,22 @@ fn configs(pc: &PostCostPlan, kinds: &[BackendKind]) -> Vec<(BackendKind, DbMode
         }
     }
     v
+}
+
+/// The configurations grouped by what they measure (operation, postlist, inline, completion
+/// period), in their first one's order, each with the backends and doorbell modes that run it.
+fn groups(configs: &[(BackendKind, DbMode, PostCostParams)]) -> Vec<(PostCostParams, Vec<(BackendKind, DbMode)>)> {
+    let same = |a: &PostCostParams, b: &PostCostParams| {
+        (a.op, a.postlist, a.inline, a.cq_mod) == (b.op, b.postlist, b.inline, b.cq_mod)
+    };
+    let mut g: Vec<(PostCostParams, Vec<(BackendKind, DbMode)>)> = Vec::new();
+    for (k, mode, p) in configs {
+        match g.iter_mut().find(|(q, _)| same(q, p)) {
+            Some((_, m)) => m.push((*k, *mode)),
+            None => g.push((*p, vec![(*k, *mode)])),
+        }
+    }
+    g
 }
 
 /// Every configuration's blocks are kept (their per-WQE figures are in the report): the memory

@@ -17,7 +17,7 @@ use crate::report::{Hist, Interval};
 use crate::scenario::bw::BwParams;
 use crate::scenario::lat::LatParams;
 use crate::scenario::post_cost::PostCostParams;
-use crate::scenario::runner::{run_blocks, run_bw, run_post_cost, AnyPair, LatPair, LatResult, Length};
+use crate::scenario::runner::{run_blocks, run_bw, run_post_cost_interleaved, AnyPair, LatPair, LatResult, Length};
 use serde_json::json;
 use std::time::{Duration, Instant};
 
@@ -259,18 +259,19 @@ impl Suite {
         for postlist in POSTLISTS {
             self.next(obs, &format!("post-cost postlist {postlist}"));
             let mut line = format!("  {:<22}", format!("post-cost postlist {postlist}"));
-            for k in &self.kinds {
-                let p = PostCostParams {
-                    op: OpKind::Write,
-                    size: 8,
-                    postlist,
-                    inline: true,
-                    cq_mod: 32,
-                    blocks: self.m.pc_blocks,
-                    stall: Duration::from_secs(10),
-                };
-                let x = run_post_cost(&d, *k, &p, DbMode::Bf, &self.cal)?;
-                line += &format!(" {}: {:.2}", k.as_str(), x.per_wqe_ns.p50);
+            let p = PostCostParams {
+                op: OpKind::Write,
+                size: 8,
+                postlist,
+                inline: true,
+                cq_mod: 32,
+                blocks: self.m.pc_blocks,
+                stall: Duration::from_secs(10),
+            };
+            // every backend on this postlist, interleaved
+            let members: Vec<_> = self.kinds.iter().map(|&k| (k, DbMode::Bf)).collect();
+            for x in run_post_cost_interleaved(&d, &members, &p, &self.cal)? {
+                line += &format!(" {}: {:.2}", x.backend, x.per_wqe_ns.p50);
                 self.runs.push(tagged(&x, "post_cost")?);
             }
             self.r.pc_summary.push(line);

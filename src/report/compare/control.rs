@@ -125,8 +125,11 @@ pub(super) fn notes(r: &Report) -> Vec<String> {
                  control (the same round: one block of each backend, the order rotated; a block is the run's \
                  iterations over its blocks, e.g. 2000 of -n 20000 in the default 10), and a run's contrast is the \
                  median over its rounds, so a level change of the host that lasts some blocks falls on both members \
-                 of a round; post-cost and bandwidth runs measure one backend after the other, so their contrast is \
-                 of whole runs in one process, with no interval from one run per side (their own rows count then)"
+                 of a round. Post-cost runs (since they record `rounds`) measure each configuration in rounds, \
+                 a turn of blocks of every backend and doorbell mode per round (the order rotated), and pair block i \
+                 of each in the same way, against direct's BlueFlame doorbell (libmlx5's); bandwidth runs measure \
+                 one backend after the other, so their contrast is of whole runs in one process, with no interval \
+                 from one run per side (their own rows count then)"
                     .into(),
             );
             let ctl: Vec<&Row> = r.rows.iter().filter(|x| x.role == Role::Control).collect();

@@ -135,12 +135,17 @@ fn control_keys(doc: &Value, r: &Value) -> Option<(String, String)> {
     Some((key(doc, &cr), contrast_key))
 }
 
-/// Whether a scenario's runs interleave their backends block by block (latency: one block of
-/// each backend per round, the order rotated), so that block `i` of one backend and block `i`
-/// of another ran in the same round. Post-cost and bandwidth runs measure one backend after
+/// Whether run `r` interleaved its backends block by block, so that block `i` of one backend
+/// and block `i` of another ran in the same round: latency runs (one block of each backend per
+/// round, the order rotated) and post-cost runs that say they ran in several rounds (`rounds`,
+/// a turn of every backend each, since this rdmaprobe). Bandwidth runs measure one backend after
 /// another.
-pub fn interleaved(scenario: &str) -> bool {
-    scenario == "lat"
+pub fn interleaved(doc: &Value, r: &Value) -> bool {
+    match r["scenario"].as_str().or_else(|| doc["params"]["scenario"].as_str()) {
+        Some("lat") => true,
+        Some("post_cost") => r["rounds"].as_u64().is_some_and(|n| n > 1),
+        _ => false,
+    }
 }
 
 /// Median (the mean of the middle two for an even count). NaN when empty.
@@ -285,7 +290,7 @@ pub(super) fn side(files: &[(String, Value)], wanted: &[String]) -> Result<SideR
     let (mut contrast_rows, mut controls): (Rows, Controls) = (BTreeMap::new(), BTreeMap::new());
     for (path, doc) in files {
         let mut seen = BTreeSet::new();
-        let mut of_file: BTreeMap<String, Vec<Metric>> = BTreeMap::new();
+        let mut of_file: BTreeMap<String, (Vec<Metric>, bool)> = BTreeMap::new();
         let mut pairs = Vec::new();
         for r in doc["runs"].as_array().into_iter().flatten() {
             let k = key(doc, r);
@@ -321,20 +326,21 @@ pub(super) fn side(files: &[(String, Value)], wanted: &[String]) -> Result<SideR
             if let Some((ck, contrast_key)) = control_keys(doc, r) {
                 pairs.push((k.clone(), ck, contrast_key));
             }
-            of_file.insert(k.clone(), ms);
+            of_file.insert(k.clone(), (ms, interleaved(doc, r)));
             keys.insert(k);
         }
         for (own, ck, contrast_key) in pairs {
-            let (Some(oms), Some(cms)) = (of_file.get(&own), of_file.get(&ck)) else {
+            let (Some((oms, oi)), Some((cms, ci))) = (of_file.get(&own), of_file.get(&ck)) else {
                 continue;
             };
+            let paired = *oi && *ci;
             for (m, s, worse_up) in oms {
                 if let Some((_, c, _)) = cms.iter().find(|(cm, _, _)| cm == m) {
                     contrast_rows
                         .entry((contrast_key.clone(), m.clone()))
                         .or_insert_with(|| (Vec::new(), *worse_up))
                         .0
-                        .push(contrast(s, c, interleaved(own.split(' ').next().unwrap_or(""))));
+                        .push(contrast(s, c, paired));
                 }
             }
             controls.insert(contrast_key, (own, ck));

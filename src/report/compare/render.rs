@@ -52,22 +52,22 @@ fn pv(p: Option<f64>) -> String {
     }
 }
 
-/// A row's verdict with its part in the whole: a row shown beside the counted ones in
-/// parentheses with why; after a contrast's, the figure its change is told over.
+/// A row's verdict with its part in the whole; a row that counts ends with its verdict (what
+/// scripts grep for: ` REGRESSION$`), a row shown beside them is in parentheses with why.
 fn verdict_text(r: &Row) -> String {
     let v = r.verdict.as_str();
-    let mut s = match (r.role, r.counts) {
-        (Role::Control, true) => format!("{v} (the control)"),
+    match (r.role, r.counts) {
+        (Role::Control, true) => format!("control: {v}"),
         (_, true) => v.to_string(),
         (Role::Contrast, false) => format!("({v}; shown)"),
         (Role::ByContrast, _) => format!("({v}; judged by its contrast)"),
-        (Role::Control, _) => format!("({v}; the control)"),
-        (Role::Own, false) => format!("({v})"),
-    };
-    if let Some(l) = r.level {
-        s.push_str(&format!(", change over the backend's own {l:.2} {}", r.unit));
+        (Role::Control, false) | (Role::Own, false) => format!("({v})"),
     }
-    s
+}
+
+/// A contrast's scale: the backend's own figure its change is told over.
+fn of(r: &Row) -> String {
+    r.level.map(|l| format!("{l:.2}")).unwrap_or_else(|| "-".into())
 }
 
 /// A row's figure, to two decimals (a contrast's signed).
@@ -131,7 +131,7 @@ pub fn text(r: &Report) -> String {
     let w = r.rows.iter().map(|x| clean(&x.key).len()).max().unwrap_or(0).max(3);
     let target = r.target_effect_pct.map(|t| format!("runs@{t}%"));
     s.push_str(&format!(
-        "\n{:<w$} {:>6} {:>5} {:>12} {:>12} {:<6} {:>9} {:>22} {:>9} {:>6} {:>7}{}  verdict\n",
+        "\n{:<w$} {:>6} {:>5} {:>12} {:>12} {:<6} {:>9} {:>22} {:>9} {:>6} {:>7}{} {:>9}  verdict\n",
         "run",
         "metric",
         "runs",
@@ -143,11 +143,12 @@ pub fn text(r: &Report) -> String {
         "p adj",
         "thresh",
         "detects",
-        target.as_ref().map(|t| format!(" {t:>8}")).unwrap_or_default()
+        target.as_ref().map(|t| format!(" {t:>8}")).unwrap_or_default(),
+        "over"
     ));
     for x in &r.rows {
         s.push_str(&format!(
-            "{:<w$} {:>6} {:>5} {:>12} {:>12} {:<6} {:>9} {:>22} {:>9} {:>5.0}% {:>7}{}  {}\n",
+            "{:<w$} {:>6} {:>5} {:>12} {:>12} {:<6} {:>9} {:>22} {:>9} {:>5.0}% {:>7}{} {:>9}  {}\n",
             clean(&x.key),
             x.metric,
             runs(x),
@@ -163,6 +164,7 @@ pub fn text(r: &Report) -> String {
                 .as_ref()
                 .map(|_| format!(" {:>8}", needed(x)))
                 .unwrap_or_default(),
+            of(x),
             verdict_text(x)
         ));
     }
@@ -195,12 +197,12 @@ pub fn markdown(r: &Report) -> String {
         s.push_str(&format!("- {}\n", clean(&n)));
     }
     s.push_str(
-        "\n### Runs\n\n| run | metric | runs base/new | base | new | unit | change | 95% interval | p adj | threshold | detects | runs needed | verdict |\n\
-         |---|---|---:|---:|---:|---|---:|---|---:|---:|---:|---:|---|\n",
+        "\n### Runs\n\n| run | metric | runs base/new | base | new | unit | change | 95% interval | p adj | threshold | detects | runs needed | over | verdict |\n\
+         |---|---|---:|---:|---:|---|---:|---|---:|---:|---:|---:|---:|---|\n",
     );
     for x in &r.rows {
         s.push_str(&format!(
-            "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {:.0}% | {} | {} | {} |\n",
+            "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {:.0}% | {} | {} | {} | {} |\n",
             md(&x.key),
             x.metric,
             runs(x),
@@ -213,6 +215,7 @@ pub fn markdown(r: &Report) -> String {
             x.threshold * 100.0,
             detects(x),
             needed(x),
+            of(x),
             if x.verdict == Verdict::Regression && x.counts {
                 format!("**{}**", verdict_text(x))
             } else {

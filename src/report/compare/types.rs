@@ -373,7 +373,8 @@ impl Report {
             "detects: the smallest change in the worse direction each row would find 4 times in 5 (80 % power): \
              beyond its threshold and significant at 5 % over its family's tested rows (Bonferroni, the strictest \
              step of Holm's), from the row's own standard error (Welch's over the runs; with fewer than 3 runs per \
-             side from the bootstrap interval's width, normal). A verdict of same says: no change of at least that{}",
+             side from the bootstrap interval's width, normal). A verdict of same says: no change of at least that. \
+             over: a contrast's change is told over this, the backend's own figure in BASE{}",
             match self.target_effect_pct {
                 Some(t) => format!(
                     "; runs@{t}%: the runs per side (alternated) that would find a change of {t} % with 80 % power, \

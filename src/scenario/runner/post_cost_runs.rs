@@ -54,7 +54,18 @@ pub struct PostCostResult {
     /// The median block, less the timer's own overhead, is within 4 steps of the counter: not a
     /// resolved measurement.
     pub below_overhead: bool,
+    /// The rounds the blocks were measured in: with several backends (and doorbell modes) on
+    /// one configuration, each round gives every one of them a turn of blocks (the order
+    /// rotated), so block i of each ran in the same round; 1: alone; 0 (files from before it
+    /// was recorded): not known.
+    #[serde(default)]
+    pub rounds: u64,
 }
+
+/// Rounds a configuration's blocks are split into when several backends measure it
+/// ([`run_post_cost_interleaved`]): a change of the host's state lasting longer than a round's
+/// turns falls on every backend of the round (`compare`'s in-run control pairs them).
+pub const ROUNDS: u64 = 10;
 
 /// Runs the post-cost scenario for one backend (and doorbell mode) on `dev`.
 pub fn run_post_cost(
@@ -67,7 +78,45 @@ pub fn run_post_cost(
     let buf = (2 * (p.size as usize).max(64)).next_multiple_of(4096);
     let mut pair = AnyPair::new(dev, kind, p.op, buf, mode)?;
     let s = post_cost_on_worker(&mut pair, p)?;
-    Ok(post_cost_result(kind, p, mode, cal, &s)?)
+    Ok(post_cost_result(kind, p, mode, cal, &s, 1)?)
+}
+
+/// Runs one post-cost configuration `p` on every one of `members` (backend and doorbell mode)
+/// on `dev`, interleaved: the blocks in [`ROUNDS`] rounds (fewer with fewer blocks), each round
+/// a turn of every member, the order rotated from round to round; each member's pair is set up
+/// once, and each turn starts with an untimed block as every run does. The results in
+/// `members`' order.
+pub fn run_post_cost_interleaved(
+    dev: &Dev,
+    members: &[(BackendKind, DbMode)],
+    p: &crate::scenario::post_cost::PostCostParams,
+    cal: &Calibration,
+) -> Result<Vec<PostCostResult>, RunError> {
+    let buf = (2 * (p.size as usize).max(64)).next_multiple_of(4096);
+    let mut pairs = members
+        .iter()
+        .map(|&(k, mode)| AnyPair::new(dev, k, p.op, buf, mode))
+        .collect::<Result<Vec<_>, _>>()?;
+    let rounds = ROUNDS.min(p.blocks).max(1);
+    let mut samples = vec![crate::scenario::post_cost::PostCostSamples::default(); members.len()];
+    for round in 0..rounds {
+        // the blocks split as evenly as the count allows
+        let blocks = p.blocks * (round + 1) / rounds - p.blocks * round / rounds;
+        let turn = crate::scenario::post_cost::PostCostParams { blocks, ..*p };
+        for j in 0..pairs.len() {
+            let i = (j + round as usize) % pairs.len();
+            let s = post_cost_on_worker(&mut pairs[i], &turn)?;
+            samples[i].block_ticks.extend(s.block_ticks);
+            samples[i].calls_per_block = s.calls_per_block;
+            samples[i].wqes_per_block = s.wqes_per_block;
+        }
+    }
+    let interleaved = if members.len() > 1 { rounds } else { 1 };
+    members
+        .iter()
+        .zip(&samples)
+        .map(|(&(k, mode), s)| Ok(post_cost_result(k, p, mode, cal, s, interleaved)?))
+        .collect()
 }
 
 /// Times `p`'s blocks of post calls on `pair`, on the process's persistent worker for the first
@@ -105,6 +154,7 @@ fn post_cost_result(
     mode: DbMode,
     cal: &Calibration,
     s: &crate::scenario::post_cost::PostCostSamples,
+    rounds: u64,
 ) -> Result<PostCostResult, ScenarioError> {
     let over = cal.overhead.median_cycles;
     let block_ns: Vec<f64> = s
@@ -141,6 +191,7 @@ fn post_cost_result(
         timer_overhead_ns: cal.overhead_ns(),
         // the block less the timer within a few of the counter's steps: not resolved
         below_overhead: raw_p50 - cal.overhead_ns() < 4.0 * cal.to_ns(tsc_step()),
+        rounds,
     })
 }
 
