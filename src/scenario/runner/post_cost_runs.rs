@@ -82,7 +82,7 @@ pub fn run_post_cost(
 }
 
 /// Runs one post-cost configuration `p` on every one of `members` (backend and doorbell mode)
-/// on `dev`, interleaved: the blocks in [`ROUNDS`] rounds (fewer with fewer blocks), each round
+/// on `dev`, interleaved: the blocks in `ROUNDS` (10) rounds (fewer with fewer blocks), each round
 /// a turn of every member, the order rotated from round to round; each member's pair is set up
 /// once, and each turn starts with an untimed block as every run does. The results in
 /// `members`' order.
