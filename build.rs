@@ -165,16 +165,29 @@ fn files_under(dir: &Path, out: &mut Vec<PathBuf>) {
     }
 }
 
-/// The identity of the source this binary is built from: FNV-1a over the path and the bytes of
-/// every file under `src/`, `build.rs`, `wrapper.h` and `Cargo.toml`. Two builds of one source
-/// against two rdma-core installs share it (the same direct path); another source does not.
-/// `compare` uses the direct backend as the in-run control only when both sides carry the same.
+/// The identity of the source this binary is built from and how: FNV-1a over the path and the
+/// bytes of every file under `src/`, `build.rs`, `wrapper.h`, `Cargo.toml` and `Cargo.lock`
+/// (the workspace's), and the profile, optimisation level, RUSTFLAGS and features. Two builds of
+/// one source against two rdma-core installs share it (the same direct path); another source,
+/// a debug build against a release one, does not. `compare` uses the direct backend as the
+/// in-run control only when both sides carry the same.
 fn source_id(manifest: &Path) -> String {
     let mut files = Vec::new();
     files_under(&manifest.join("src"), &mut files);
-    files.extend(["build.rs", "wrapper.h", "Cargo.toml"].map(|f| manifest.join(f)));
+    files.extend(["build.rs", "wrapper.h", "Cargo.toml", "Cargo.lock"].map(|f| manifest.join(f)));
     files.sort();
     let mut h = 0xcbf2_9ce4_8422_2325;
+    let mut how: Vec<String> = ["PROFILE", "OPT_LEVEL", "DEBUG", "CARGO_ENCODED_RUSTFLAGS"]
+        .iter()
+        .map(|v| format!("{v}={}", env::var(v).unwrap_or_default()))
+        .collect();
+    how.extend(
+        env::vars()
+            .filter(|(k, _)| k.starts_with("CARGO_FEATURE_"))
+            .map(|(k, _)| k),
+    );
+    how.sort();
+    h = fnv1a(h, how.join("\n").as_bytes());
     for f in &files {
         let rel = f.strip_prefix(manifest).unwrap_or(f);
         h = fnv1a(h, rel.to_string_lossy().as_bytes());
@@ -188,6 +201,7 @@ fn main() {
     println!("cargo:rerun-if-changed=build.rs");
     println!("cargo:rerun-if-changed=src");
     println!("cargo:rerun-if-changed=Cargo.toml");
+    println!("cargo:rerun-if-changed=Cargo.lock");
     println!("cargo:rerun-if-env-changed=RDMAPROBE_RDMA_CORE_PREFIX");
     println!("cargo:rerun-if-env-changed=PKG_CONFIG_PATH");
 

@@ -93,8 +93,10 @@ verdict() { # exit status -> words
 rows() { grep -c ' REGRESSION$' "$1" || true; }
 echo "== control: BASE's runs ${runs}x against BASE's other ${runs} runs (the noise floor)"
 ctl=0
-"$work/rdmaprobe-new" compare "${cargs[@]}" --base "${bfiles[@]}" --new "${cfiles[@]}" >"$work/control.txt" || ctl=$?
-"$work/rdmaprobe-new" compare --format markdown "${cargs[@]}" --base "${bfiles[@]}" --new "${cfiles[@]}" \
+# BASE against BASE differs in no library: --control on judges it as the real compare is judged
+# (the in-run control used), so its verdict is that method's noise floor
+"$work/rdmaprobe-new" compare --control on "${cargs[@]}" --base "${bfiles[@]}" --new "${cfiles[@]}" >"$work/control.txt" || ctl=$?
+"$work/rdmaprobe-new" compare --control on --format markdown "${cargs[@]}" --base "${bfiles[@]}" --new "${cfiles[@]}" \
   >"$work/control.md" || true
 echo "== compare: NEW ${runs}x against BASE ${runs}x"
 rc=0

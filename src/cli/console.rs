@@ -364,8 +364,8 @@ fn report_pdf(browser: &std::path::Path, out: &std::path::Path) -> Result<String
 
 /// How `compare` judges beyond the threshold and the adjustment.
 pub struct CompareHow {
-    /// The in-run control (`--control auto`).
-    pub control: bool,
+    /// The in-run control (`--control auto|on|off`).
+    pub control: rdmaprobe::report::compare::ControlMode,
     /// `--target-effect PCT`.
     pub target_effect_pct: Option<f64>,
 }

@@ -134,15 +134,18 @@ pub struct CompareArgs {
     /// Metrics to compare.
     #[arg(long, value_delimiter = ',', default_values_t = ["p50".to_string(), "p99".to_string(), "bw".to_string()])]
     metric: Vec<String>,
-    /// Adjustment of the p-values over all rows: holm (any false alarm at 5 %) or bh
-    /// (Benjamini-Hochberg: 5 % of the alarms false).
+    /// Adjustment of the p-values over the rows that decide the verdict (the rows shown beside
+    /// them are adjusted apart): holm (any false alarm at 5 %) or bh (Benjamini-Hochberg: 5 % of
+    /// the alarms false).
     #[arg(long, default_value = "holm", value_parser = ["holm", "bh"])]
     adjust: String,
-    /// The in-run control: auto judges verbs and wr by their ratio to direct in the same run
-    /// (verbs-e, wr-e by theirs to verbs, wr) where both sides ran the same rdmaprobe source on
-    /// the same kernel, CPU and device, and says why not where they did not; off judges every
-    /// backend's own rows.
-    #[arg(long, default_value = "auto", value_parser = ["auto", "off"])]
+    /// The in-run control. auto: where the sides differ in the library under test (rdma-core,
+    /// libibverbs, the provider) and ran the same rdmaprobe source on the same kernel, CPU and
+    /// device, latency rows of verbs and wr are judged by their contrast to direct in the same
+    /// run; it says why not otherwise. on: also when nothing recorded differs (identical runs, a
+    /// change not recorded that the direct path does not go through). off: every backend's own
+    /// rows judged.
+    #[arg(long, default_value = "auto", value_parser = ["auto", "on", "off"])]
     control: String,
     /// A change (percent, in the worse direction) to plan for: each row says how many runs per
     /// side (alternated) would find it with 80 % power, from the spread of the runs given (3 or
@@ -177,7 +180,11 @@ pub fn compare(a: CompareArgs) -> Result<ExitCode> {
         &a.metric,
         &a.adjust,
         console::CompareHow {
-            control: a.control == "auto",
+            control: match a.control.as_str() {
+                "on" => rdmaprobe::report::compare::ControlMode::On,
+                "off" => rdmaprobe::report::compare::ControlMode::Off,
+                _ => rdmaprobe::report::compare::ControlMode::Auto,
+            },
             target_effect_pct: a.target_effect,
         },
         format,

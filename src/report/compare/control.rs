@@ -29,13 +29,35 @@ const DEPENDS_ON: [(&str, &str); 9] = [
 /// 2 us: p50 ten times) is still found.
 pub const CONTROL_ONE_RUN_THRESHOLDS_PCT: [(&str, &str, f64); 2] = [("lat", "p50", 150.0), ("lat", "p99", 200.0)];
 
+/// What the library under test is: the control is for a change of these, which the direct
+/// path does not go through.
+const LIBRARY: [&str; 4] = [
+    "rdma_core_built",
+    "libibverbs_version",
+    "libibverbs_loaded",
+    "provider_library",
+];
+
+/// How `compare` uses the in-run control.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ControlMode {
+    /// Where the sides differ in the library under test (rdma-core, libibverbs, the provider)
+    /// and in nothing the control depends on.
+    Auto,
+    /// Also between sides that differ in nothing recorded (identical runs, or a change of
+    /// something not recorded that the direct path does not go through).
+    On,
+    /// Never.
+    Off,
+}
+
 /// Whether the control can be used between `base` and `new`, given that some row has one
-/// (`any`) and the options allow it (`on`).
-pub(super) fn usable(base: &[(String, Value)], new: &[(String, Value)], any: bool, on: bool) -> ControlUse {
+/// (`any`) and the mode.
+pub(super) fn usable(base: &[(String, Value)], new: &[(String, Value)], any: bool, mode: ControlMode) -> ControlUse {
     if !any {
         return ControlUse::Absent;
     }
-    if !on {
+    if mode == ControlMode::Off {
         return ControlUse::Off;
     }
     let Some(first) = base.first() else {
@@ -43,12 +65,13 @@ pub(super) fn usable(base: &[(String, Value)], new: &[(String, Value)], any: boo
     };
     for (obj, f) in DEPENDS_ON {
         let v0 = &first.1[obj][f];
-        if (obj, f) == ("tool", "source") && v0.is_null() {
-            return ControlUse::Unusable(format!(
-                "{} does not say which source of rdmaprobe wrote it (tool.source, recorded since this rdmaprobe): \
-                 the direct path may differ between the sides",
-                first.0
-            ));
+        if (obj, f) == ("tool", "source") {
+            if let Some((p, _)) = base.iter().chain(new).find(|(_, d)| d[obj][f].is_null()) {
+                return ControlUse::Unusable(format!(
+                    "{p} does not say which source of rdmaprobe wrote it (tool.source, recorded since this rdmaprobe): \
+                     the direct path may differ between the sides"
+                ));
+            }
         }
         if let Some((p, d)) = base.iter().chain(new).find(|(_, d)| &d[obj][f] != v0) {
             let what = match f {
@@ -62,7 +85,24 @@ pub(super) fn usable(base: &[(String, Value)], new: &[(String, Value)], any: boo
             ));
         }
     }
-    ControlUse::Used
+    let library_differs = LIBRARY.iter().any(|f| {
+        base.iter()
+            .chain(new)
+            .any(|(_, d)| d["environment"][f] != first.1["environment"][f])
+    });
+    if mode == ControlMode::Auto && !library_differs {
+        return ControlUse::Unusable(
+            "the sides do not differ in the library under test (environment.rdma_core_built, libibverbs_version, \
+             libibverbs_loaded, provider_library): a change of something else (firmware, a setting not recorded) \
+             would move the control too, and the contrasts would hide it; --control on uses it anyway"
+                .into(),
+        );
+    }
+    if library_differs {
+        ControlUse::Used
+    } else {
+        ControlUse::Forced
+    }
 }
 
 /// Each row's role and whether it counts. With the control used, a contrast with an interval
@@ -106,6 +146,15 @@ pub(super) fn assign(rows: &mut [Row], controls: &Controls, used: bool, given: b
     }
 }
 
+/// Whether a control row's change passes the threshold its own row would have without the
+/// control, in the worse direction.
+fn own_threshold_passed(r: &Row) -> bool {
+    let scenario = r.key.split(' ').next().unwrap_or("");
+    let own = super::default_threshold_pct(scenario, &r.metric, false) / 100.0;
+    let worse = if r.larger_is_worse { r.change } else { -r.change };
+    worse > own
+}
+
 /// The control's notes: whether it was used and why not; the rows of the controls, whether
 /// they held or moved; how the pairs were formed.
 pub(super) fn notes(r: &Report) -> Vec<String> {
@@ -116,12 +165,13 @@ pub(super) fn notes(r: &Report) -> Vec<String> {
         ControlUse::Unusable(why) => n.push(format!(
             "in-run control NOT used: {why}; every backend's own rows judged, the contrasts shown beside them"
         )),
-        ControlUse::Used => {
-            n.push(
-                "in-run control: used (the sides agree on the rdmaprobe source, kernel, CPU and device): verbs and wr \
-                 are judged by their contrast to direct in the same run (rows verbs-direct, wr-direct), verbs-e and \
-                 wr-e by theirs to verbs and wr: the backend's figure minus the control's, its change told as a share \
-                 of the backend's own figure in BASE. Latency runs pair block i of a backend with block i of its \
+        ControlUse::Used | ControlUse::Forced => {
+            n.push(format!(
+                "in-run control: used (the sides agree on the rdmaprobe source, kernel, CPU and device{}): verbs \
+                 and wr are judged by their contrast to direct in the same run (rows verbs-direct, wr-direct; runs \
+                 waiting for completion events have none): the backend's figure minus the control's, its change told \
+                 as a share of the backend's own figure in its fastest rounds in BASE (column over: the lower quartile \
+                 of its blocks). Latency runs pair block i of a backend with block i of its \
                  control (the same round: one block of each backend, the order rotated; a block is the run's \
                  iterations over its blocks, e.g. 2000 of -n 20000 in the default 10), and a run's contrast is the \
                  median over its rounds, so a level change of the host that lasts some blocks falls on both members \
@@ -129,9 +179,13 @@ pub(super) fn notes(r: &Report) -> Vec<String> {
                  a turn of blocks of every backend and doorbell mode per round (the order rotated), and pair block i \
                  of each in the same way, against direct's BlueFlame doorbell (libmlx5's); bandwidth runs measure \
                  one backend after the other, so their contrast is of whole runs in one process, with no interval \
-                 from one run per side (their own rows count then)"
-                    .into(),
-            );
+                 from one run per side (their own rows count then)",
+                if r.control == ControlUse::Used {
+                    ", and differ in the library under test"
+                } else {
+                    "; --control on: they do not differ in the library under test"
+                }
+            ));
             let ctl: Vec<&Row> = r.rows.iter().filter(|x| x.role == Role::Control).collect();
             if !ctl.is_empty() {
                 let moved: Vec<&&Row> = ctl
@@ -153,11 +207,29 @@ pub(super) fn notes(r: &Report) -> Vec<String> {
                      than the contrasts (measured on model0: direct's p50 up to +95 %, its p99 up to +112 %, the \
                      contrasts' p50 up to +9 %, docs/ci-recipe.md); give 3 or more runs per side for their own thresholds"
                 ));
-                n.push(if moved.is_empty() {
+                // beyond the row's own threshold (what it would be judged against without the
+                // control) but within the control's: a shared change one file per side cannot judge
+                let unjudged: Vec<&&Row> = ctl
+                    .iter()
+                    .filter(|x| x.verdict == Verdict::Same && own_threshold_passed(x))
+                    .collect();
+                n.push(if moved.is_empty() && unjudged.is_empty() {
                     format!(
-                        "the control held: none of its {} rows changed beyond its threshold (largest change {:+.1} %)",
+                        "the control held: none of its {} rows changed beyond its own threshold (largest change {:+.1} %)",
                         ctl.len(),
                         widest * 100.0
+                    )
+                } else if moved.is_empty() {
+                    format!(
+                        "the control NOT JUDGED: {} of its {} rows changed beyond their own thresholds (largest {:+.1} %, \
+                         e.g. {} {}) but within the control's: a change of that size moves every backend alike and the \
+                         host's states make it too, so one file per side cannot judge it, and the contrasts do not see \
+                         it; give 3 or more runs per side",
+                        unjudged.len(),
+                        ctl.len(),
+                        widest * 100.0,
+                        unjudged[0].key,
+                        unjudged[0].metric
                     )
                 } else {
                     format!(

@@ -17,7 +17,7 @@ mod stats;
 mod tests;
 mod types;
 
-pub use control::CONTROL_ONE_RUN_THRESHOLDS_PCT;
+pub use control::{ControlMode, CONTROL_ONE_RUN_THRESHOLDS_PCT};
 pub use input::control_of;
 pub use input::{load, parse, RunSample};
 pub use power::{Needed, Scale, Spread, MAX_RUNS, POWER};
@@ -139,6 +139,18 @@ pub fn compare_sets(base: &[(String, Value)], new: &[(String, Value)], o: &Optio
     }
     let side_diff = side_diff(base, new);
     let (b, n) = (side(base, &o.metrics)?, side(new, &o.metrics)?);
+    // enough resamples that the smallest bootstrap p-value, adjusted over every row, stays well
+    // below ALPHA (Holm's first step multiplies it by the rows: 2 / (rounds + 1) x m)
+    let m = b
+        .rows
+        .keys()
+        .chain(b.contrasts.keys())
+        .filter(|k| n.rows.contains_key(k) || n.contrasts.contains_key(k))
+        .count();
+    let o = &Options {
+        rounds: o.rounds.max(100 * m),
+        ..o.clone()
+    };
     let mut rows = Vec::new();
     for (contrasts, (bside, nside)) in [(false, (&b.rows, &n.rows)), (true, (&b.contrasts, &n.contrasts))] {
         for ((k, m), (bs, worse_up)) in bside {
@@ -156,7 +168,7 @@ pub fn compare_sets(base: &[(String, Value)], new: &[(String, Value)], o: &Optio
     control::assign(
         &mut rows,
         &b.controls,
-        control == ControlUse::Used,
+        matches!(control, ControlUse::Used | ControlUse::Forced),
         o.threshold_pct.is_some(),
     );
     give_verdicts(&mut rows, o.adjust);

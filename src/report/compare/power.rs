@@ -130,7 +130,9 @@ fn needed(target: f64, thr: f64, s: Spread, worse_up: bool, alpha: f64) -> Neede
     let Some((sb, sn)) = s.sd else {
         return Needed::Unknown;
     };
-    for n in 2..=MAX_RUNS {
+    // fewer runs than the run-level test needs are judged another way (the blocks, the one-run
+    // thresholds): the answer starts where the spread of the runs is what decides
+    for n in super::MIN_RUNS_FOR_T..=MAX_RUNS {
         let se = ((sb * sb + sn * sn) / n as f64).sqrt();
         if detectable(thr, se, (2 * n - 2) as f64, alpha) <= t {
             return Needed::Runs(n);

@@ -140,8 +140,11 @@ pub enum ControlUse {
     Off,
     /// Not usable: why (the sides differ in what the control's own speed depends on).
     Unusable(String),
-    /// Used: the verdicts of the controlled backends rest on their contrasts.
+    /// Used (the sides differ in the library under test): the verdicts of the controlled
+    /// backends rest on their contrasts.
     Used,
+    /// Used although the sides do not differ in the library (`--control on`).
+    Forced,
 }
 
 /// How to compare.
@@ -156,9 +159,8 @@ pub struct Options {
     pub adjust: Adjust,
     /// Bootstrap resamples per row.
     pub rounds: usize,
-    /// Use the in-run control where it can be used (`--control auto`, the default); `false`:
-    /// every row judged on its own (`--control off`).
-    pub control: bool,
+    /// How to use the in-run control (`--control auto`, the default; `on`; `off`).
+    pub control: super::ControlMode,
     /// `--target-effect PCT`: the change (percent, in the worse direction) for which each row
     /// says how many runs per side would find it with 80 % power.
     pub target_effect_pct: Option<f64>,
@@ -171,7 +173,7 @@ impl Default for Options {
             metrics: vec!["p50".into(), "p99".into(), "bw".into()],
             adjust: Adjust::Holm,
             rounds: ROUNDS,
-            control: true,
+            control: super::ControlMode::Auto,
             target_effect_pct: None,
         }
     }
