@@ -145,20 +145,28 @@ pub fn hierarchical(base: &[RunSample], new: &[RunSample], rounds: usize) -> Opt
         }
         median(&mut drawn)
     };
-    let mut d: Vec<f64> = (0..rounds)
+    let d: Vec<f64> = (0..rounds)
         .map(|_| {
             let b = draw(base, &means[0], &mut rng);
             draw(new, &means[1], &mut rng) / b - 1.0
         })
         .collect();
+    Some(boot_of(d))
+}
+
+/// The interval and p-value of a bootstrap's resampled changes `d` (one per round): the 2.5th
+/// and 97.5th percentiles, and twice the smaller share on one side of zero, counted with the
+/// observed one ((k + 1) / (rounds + 1)), at most 1.
+fn boot_of(mut d: Vec<f64>) -> Boot {
+    let rounds = d.len();
     d.sort_by(|a, b| a.total_cmp(b));
     let below = d.iter().filter(|&&x| x <= 0.0).count();
     let above = d.iter().filter(|&&x| x >= 0.0).count();
     let p = (2.0 * (below.min(above) + 1) as f64 / (rounds + 1) as f64).min(1.0);
-    Some(Boot {
+    Boot {
         interval: (percentile(&d, 0.025), percentile(&d, 0.975)),
         p,
-    })
+    }
 }
 
 /// The geometric mean of the runs' values.
@@ -256,20 +264,13 @@ pub fn hierarchical_abs(base: &[RunSample], new: &[RunSample], rounds: usize) ->
         }
         median(&mut drawn)
     };
-    let mut d: Vec<f64> = (0..rounds)
+    let d: Vec<f64> = (0..rounds)
         .map(|_| {
             let b = draw(base, &mut rng);
             draw(new, &mut rng) - b
         })
         .collect();
-    d.sort_by(|a, b| a.total_cmp(b));
-    let below = d.iter().filter(|&&x| x <= 0.0).count();
-    let above = d.iter().filter(|&&x| x >= 0.0).count();
-    let p = (2.0 * (below.min(above) + 1) as f64 / (rounds + 1) as f64).min(1.0);
-    Some(Boot {
-        interval: (percentile(&d, 0.025), percentile(&d, 0.975)),
-        p,
-    })
+    Some(boot_of(d))
 }
 
 /// Adjusted p-values, in the input's order. Holm: the i-th smallest p times (m - i + 1), kept
