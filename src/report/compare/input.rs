@@ -158,17 +158,6 @@ pub(super) fn lower_quartile(v: &[f64]) -> f64 {
     crate::report::percentile(&v, 0.25)
 }
 
-/// Median (the mean of the middle two for an even count). NaN when empty.
-pub(super) fn median(v: &[f64]) -> f64 {
-    let mut v = v.to_vec();
-    v.sort_by(|a, b| a.total_cmp(b));
-    match v.len() {
-        0 => f64::NAN,
-        n if n % 2 == 1 => v[n / 2],
-        n => (v[n / 2 - 1] + v[n / 2]) / 2.0,
-    }
-}
-
 /// A backend's contrast to its control in one run. Interleaved, with as many blocks on both:
 /// per round, the backend's block minus the control's, and the run's value the median of these
 /// (a level change of the host that lasts some blocks falls on both members of a round and
@@ -176,11 +165,14 @@ pub(super) fn median(v: &[f64]) -> f64 {
 /// a whole run's percentile). Otherwise the run's figures' difference, no blocks.
 fn contrast(own: &RunSample, control: &RunSample, interleaved: bool) -> RunSample {
     let paired = interleaved && !own.blocks.is_empty() && own.blocks.len() == control.blocks.len();
-    if paired {
-        let d: Vec<f64> = own.blocks.iter().zip(&control.blocks).map(|(a, b)| a - b).collect();
+    // the median of the rounds' differences is the summary's overhead statistic
+    if let Some(p) = paired
+        .then(|| super::paired_difference(&control.blocks, &own.blocks, 0))
+        .flatten()
+    {
         RunSample {
-            value: median(&d),
-            blocks: d,
+            value: p.median,
+            blocks: own.blocks.iter().zip(&control.blocks).map(|(a, b)| a - b).collect(),
             level: Some(lower_quartile(&own.blocks)),
         }
     } else {

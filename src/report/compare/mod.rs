@@ -252,17 +252,29 @@ fn row(k: &str, m: &str, bs: &[RunSample], ns: &[RunSample], larger_is_worse: bo
         .unwrap_or_else(|| default_threshold_pct(scenario, m, runs >= MIN_RUNS_FOR_T))
         / 100.0;
     let mut r = blank_row(k, m, bs, ns, larger_is_worse, threshold, (bv, nv, change, boot));
-    let logs = |v: &[RunSample]| v.iter().map(|s| s.value.ln()).collect::<Vec<_>>();
-    r.spread = match stats::run_spread(&logs(bs), &logs(ns)) {
-        Some((se, df, sd)) if runs >= MIN_RUNS_FOR_T => Some(Spread {
-            scale: Scale::Log,
+    r.spread = spread(bs, ns, |s| s.value.ln(), Scale::Log, boot);
+    r
+}
+
+/// What a row's test rests on, for its power: with 3 or more runs on both sides the runs'
+/// spread of `f` (their values on the test's `scale`), else the bootstrap interval's width.
+fn spread(
+    bs: &[RunSample],
+    ns: &[RunSample],
+    f: fn(&RunSample) -> f64,
+    scale: Scale,
+    boot: Option<Boot>,
+) -> Option<Spread> {
+    let vals = |v: &[RunSample]| v.iter().map(f).collect::<Vec<_>>();
+    match stats::run_spread(&vals(bs), &vals(ns)) {
+        Some((se, df, sd)) if bs.len().min(ns.len()) >= MIN_RUNS_FOR_T => Some(Spread {
+            scale,
             se,
             df,
             sd: Some(sd),
         }),
         _ => boot.map(|b| Spread::from_interval(b.interval)),
-    };
-    r
+    }
 }
 
 /// A row of these figures (BASE, NEW, change, interval and p), not adjusted, no verdict yet.
@@ -306,7 +318,7 @@ fn blank_row(
 /// over the backend's own figure in BASE, so that the threshold means what it means for the
 /// backend's own row.
 fn contrast_row(k: &str, m: &str, bs: &[RunSample], ns: &[RunSample], larger_is_worse: bool, o: &Options) -> Row {
-    let level = input::median(&bs.iter().filter_map(|s| s.level).collect::<Vec<_>>());
+    let level = stats::median(&mut bs.iter().filter_map(|s| s.level).collect::<Vec<_>>());
     let runs = bs.len().min(ns.len());
     let mean = |v: &[RunSample]| v.iter().map(|s| s.value).sum::<f64>() / v.len() as f64;
     let (bv, nv, boot) = match welch_abs(bs, ns) {
@@ -333,16 +345,7 @@ fn contrast_row(k: &str, m: &str, bs: &[RunSample], ns: &[RunSample], larger_is_
     );
     r.role = Role::Contrast;
     r.level = Some(level);
-    let vals = |v: &[RunSample]| v.iter().map(|s| s.value).collect::<Vec<_>>();
-    r.spread = match stats::run_spread(&vals(bs), &vals(ns)) {
-        Some((se, df, sd)) if runs >= MIN_RUNS_FOR_T => Some(Spread {
-            scale: Scale::Abs(level),
-            se,
-            df,
-            sd: Some(sd),
-        }),
-        _ => boot.map(|b| Spread::from_interval(b.interval)),
-    };
+    r.spread = spread(bs, ns, |s| s.value, Scale::Abs(level), boot);
     r
 }
 

@@ -94,7 +94,7 @@ fn resamplable(runs: &[RunSample]) -> bool {
 }
 
 /// Median (the mean of the middle two for an even count); sorts in place. NaN when empty.
-fn median(v: &mut [f64]) -> f64 {
+pub(super) fn median(v: &mut [f64]) -> f64 {
     if v.is_empty() {
         return f64::NAN;
     }
@@ -180,9 +180,9 @@ fn welch(b: &[f64], n: &[f64]) -> Option<(f64, f64, f64)> {
     if b.len() < 2 || n.len() < 2 {
         return None;
     }
+    // each side's mean and the variance of its mean
     let mv = |v: &[f64]| {
-        let m = v.iter().sum::<f64>() / v.len() as f64;
-        let var = v.iter().map(|x| (x - m) * (x - m)).sum::<f64>() / (v.len() - 1) as f64;
+        let (m, var) = mean_var(v);
         (m, var / v.len() as f64)
     };
     let ((mb, vb), (mn, vn)) = (mv(b), mv(n));
@@ -200,11 +200,17 @@ fn welch(b: &[f64], n: &[f64]) -> Option<(f64, f64, f64)> {
 /// side.
 pub(super) fn run_spread(b: &[f64], n: &[f64]) -> Option<(f64, f64, (f64, f64))> {
     let (_, se, df) = welch(b, n)?;
-    let sd = |v: &[f64]| {
-        let m = v.iter().sum::<f64>() / v.len() as f64;
-        (v.iter().map(|x| (x - m) * (x - m)).sum::<f64>() / (v.len() - 1) as f64).sqrt()
-    };
+    let sd = |v: &[f64]| mean_var(v).1.sqrt();
     Some((se, df.min(1e6), (sd(b), sd(n))))
+}
+
+/// The mean and the sample variance (n - 1) of `v` (at least 2 values).
+fn mean_var(v: &[f64]) -> (f64, f64) {
+    let m = mean(v);
+    (
+        m,
+        v.iter().map(|x| (x - m) * (x - m)).sum::<f64>() / (v.len() - 1) as f64,
+    )
 }
 
 /// The 95 % interval and two-sided p of a difference `d` with standard error `se` on `df`
