@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# harness/compare-rdma-core.sh BASE NEW [--runs N] [suite options...]
+# harness/compare-rdma-core.sh BASE NEW [--runs N | --until-decided [--max-runs N]] [suite options...]
 #
 # Builds rdmaprobe twice from this checkout, against two rdma-core (or OFED) installs, runs
 # `rdmaprobe suite --quick` with each build N times (default 3), alternately, with a control:
@@ -18,20 +18,31 @@
 # comparable), or 3 when a build or a run fails. A control that finds a regression is reported
 # (WARNING) but does not change the status: read the real verdict against it.
 #
+# With --until-decided the two builds' suite runs alternate until every row that counts is
+# decided or N runs per side (--max-runs, default 8) are spent (harness/until-decided.sh: a
+# group-sequential rule keeps the false-alarm rate at 5 % over the looks; no BASE-against-BASE
+# control, the rule is the guard); output in $work/until-decided, exit status as that script's
+# (0 no regression, 1 regression, 2 not comparable, 3 a run failed, 4 undecided at the budget).
+#
 # Options after NEW go to every suite run (for example `-d mlx5_0`; `--quick` is the default;
 # pass `--full` to run the whole matrix). COMPARE_ARGS (environment) go to both compares, for
 # example COMPARE_ARGS="--threshold 10 --metric p50,bw".
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
-usage="usage: $0 BASE_PREFIX|system NEW_PREFIX|system [--runs N] [suite options]"
+usage="usage: $0 BASE_PREFIX|system NEW_PREFIX|system [--runs N | --until-decided [--max-runs N]] [suite options]"
 [[ $# -ge 2 ]] || { echo "$usage" >&2; exit 2; }
 base=$1 new=$2
 shift 2
 quick=(--quick)
 suite_args=()
 runs=3
+until=0
+max_runs=8
 while (($#)); do
   case $1 in
+    --until-decided) until=1; shift;;
+    --max-runs) [[ ${2:-} =~ ^[0-9]+$ ]] && ((${2} >= 3)) || { echo "--max-runs: 3 or more; $usage" >&2; exit 2; }
+      max_runs=$2; shift 2;;
     --full) quick=(); shift;;
     --runs) [[ ${2:-} =~ ^[1-9][0-9]*$ ]] || { echo "--runs: a positive integer; $usage" >&2; exit 2; }
       runs=$2; shift 2;;
@@ -74,6 +85,13 @@ suite_run() { # binary out-name
 
 build base "$base"
 build new "$new"
+if ((until)); then
+  rc=0
+  "$repo/harness/until-decided.sh" --max-runs "$max_runs" --rdmaprobe "$work/rdmaprobe-new" --out "$work/until-decided" \
+    -- "$work/rdmaprobe-base" suite "${quick[@]}" "${suite_args[@]}" --out '{dir}' \
+    -- "$work/rdmaprobe-new" suite "${quick[@]}" "${suite_args[@]}" --out '{dir}' || rc=$?
+  exit "$rc"
+fi
 rm -rf "$work"/base-* "$work"/new-* "$work"/control-*
 # alternately, so a change of the machine's load falls on both sides (and the control) alike
 for i in $(seq 1 "$runs"); do

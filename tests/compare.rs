@@ -621,3 +621,54 @@ fn compare_and_plot_read_regular_files_of_a_bounded_size_only() {
     assert!(!out.exists());
     std::fs::remove_dir_all(&dir).ok();
 }
+
+/// `harness/until-decided.sh` with two real commands: a 2 us slowdown of model0's wire is
+/// decided a regression at the first look (3 runs per side), and the script says how many runs
+/// it used; a command that writes no result stops it with exit 3; bad arguments exit 2.
+#[test]
+fn until_decided_stops_at_the_first_look_that_decides() {
+    let _g = serial();
+    let dir = tmpdir("until");
+    let bin = env!("CARGO_BIN_EXE_rdmaprobe");
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/harness/until-decided.sh");
+    let lat = |delay: &'static str| {
+        [
+            bin, "lat", "write", "--loopback", "-d", "model0", "--backend", "direct", "-s", "8", "-n", "20000",
+            "--model-delay-ns", delay, "--json", "{json}",
+        ]
+    };
+    let harness = |args: &[&str]| {
+        let o = std::process::Command::new("bash")
+            .arg(script)
+            .args(["--rdmaprobe", bin, "--out", dir.join("out").to_str().unwrap(), "--max-runs", "6"])
+            .args(args)
+            .env("COMPARE_ARGS", "--metric p50")
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&o.stdout).to_string() + &String::from_utf8_lossy(&o.stderr);
+        (o.status.code().unwrap_or(-1), text)
+    };
+    let mut args = vec!["--"];
+    args.extend(lat("0"));
+    args.push("--");
+    args.extend(lat("2000"));
+    let (c, o) = harness(&args);
+    assert_eq!(c, 1, "{o}");
+    assert!(o.contains("decided after 3 runs per side: REGRESSION"), "{o}");
+    assert!(o.contains("look 1 of 4") && o.contains("3 runs per side: compare exit 1"), "{o}");
+    for i in 1..=3 {
+        assert!(dir.join(format!("out/a-{i}.json")).is_file() && dir.join(format!("out/b-{i}.json")).is_file());
+    }
+    // a B command that writes nothing: exit 3, named
+    let mut args = vec!["--"];
+    args.extend(lat("0"));
+    args.extend(["--", "true", "{json}"]);
+    let (c, o) = harness(&args);
+    assert!(c == 3 && o.contains("run 1 of B wrote no result"), "{c}: {o}");
+    // no B command; a command without {json} or {dir}
+    let (c, o) = harness(&["--", "true", "{json}"]);
+    assert!(c == 2 && o.contains("no B command"), "{c}: {o}");
+    let (c, o) = harness(&["--", "true", "--", "true", "{json}"]);
+    assert!(c == 2 && o.contains("the A command names no {json}"), "{c}: {o}");
+    std::fs::remove_dir_all(&dir).ok();
+}

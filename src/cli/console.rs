@@ -368,11 +368,14 @@ pub struct CompareHow {
     pub control: rdmaprobe::report::compare::ControlMode,
     /// `--target-effect PCT`.
     pub target_effect_pct: Option<f64>,
+    /// `--until-decided MAX`.
+    pub until_decided: Option<usize>,
 }
 
 /// Compares result files (`base` against `new`, each one process run), prints the report in
 /// `format` (`text`, `markdown`, `junit`) and returns the exit status: 0 no regression, 1
-/// regression, 2 inputs that cannot be compared (said on standard error).
+/// regression, 2 inputs that cannot be compared (said on standard error), 3 rows undecided
+/// with `--until-decided`.
 pub fn compare(
     base: &[String],
     new: &[String],
@@ -409,6 +412,7 @@ pub fn compare(
         },
         control: how.control,
         target_effect_pct: how.target_effect_pct,
+        until_decided: how.until_decided,
         ..compare::Options::default()
     };
     let r = match load(base).and_then(|b| compare::compare_sets(&b, &load(new)?, &opts)) {
@@ -425,7 +429,7 @@ pub fn compare(
         "junit" => outp!("{}", compare::junit(&r)),
         _ => outp!("{}", compare::text(&r)),
     }
-    u8::from(r.regressed())
+    r.exit_status()
 }
 
 /// Runs `doctor` and prints it (text or JSON); returns the exit status (1: a check failed).

@@ -139,12 +139,11 @@ pub struct CompareArgs {
     /// the alarms false).
     #[arg(long, default_value = "holm", value_parser = ["holm", "bh"])]
     adjust: String,
-    /// The in-run control. auto: where the sides differ in the library under test (rdma-core,
-    /// libibverbs, the provider) and ran the same rdmaprobe source on the same kernel, CPU and
-    /// device, latency rows of verbs and wr are judged by their contrast to direct in the same
-    /// run; it says why not otherwise. on: also when nothing recorded differs (identical runs, a
-    /// change not recorded that the direct path does not go through). off: every backend's own
-    /// rows judged.
+    /// The in-run control. auto: where both sides ran the same rdmaprobe source on the same
+    /// kernel, CPU and device, latency rows of verbs and wr are judged by their contrast to
+    /// direct in the same run (whether the sides differ in rdma-core or not), direct's own rows
+    /// against wider thresholds with one run per side; it says why not otherwise. on: the same,
+    /// required (exit 2 where it cannot be used). off: every backend's own rows judged.
     #[arg(long, default_value = "auto", value_parser = ["auto", "on", "off"])]
     control: String,
     /// A change (percent, in the worse direction) to plan for: each row says how many runs per
@@ -152,6 +151,12 @@ pub struct CompareArgs {
     /// more per side), or that it is within the row's threshold.
     #[arg(long = "target-effect", value_name = "PCT")]
     target_effect: Option<f64>,
+    /// The files are one look of runs until decided, with at most MAX runs per side (3 or more
+    /// files per side, run alternately): a group-sequential rule spends the 5 % over the looks
+    /// at 3, 4, ... MAX runs; exit 3 while a row that counts is undecided (neither a regression
+    /// nor shown within its threshold). harness/until-decided.sh runs the sides until decided.
+    #[arg(long = "until-decided", value_name = "MAX")]
+    until_decided: Option<usize>,
     /// Output format.
     #[arg(long, value_enum, default_value_t = CmpFormat::Text)]
     format: CmpFormat,
@@ -186,6 +191,7 @@ pub fn compare(a: CompareArgs) -> Result<ExitCode> {
                 _ => rdmaprobe::report::compare::ControlMode::Auto,
             },
             target_effect_pct: a.target_effect,
+            until_decided: a.until_decided,
         },
         format,
     )))

@@ -41,11 +41,12 @@ const LIBRARY: [&str; 4] = [
 /// How `compare` uses the in-run control.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ControlMode {
-    /// Where the sides differ in the library under test (rdma-core, libibverbs, the provider)
-    /// and in nothing the control depends on.
+    /// Wherever the sides agree on everything the control depends on (the
+    /// rdmaprobe source, kernel, CPU, device ...), whether or not they differ in the library
+    /// under test; otherwise every backend's own rows, and why.
     Auto,
-    /// Also between sides that differ in nothing recorded (identical runs, or a change of
-    /// something not recorded that the direct path does not go through).
+    /// As auto, but required: a compare where it cannot be used is refused (exit 2), so a CI
+    /// lane that rests on it learns when it does not.
     On,
     /// Never.
     Off,
@@ -90,18 +91,10 @@ pub(super) fn usable(base: &[(String, Value)], new: &[(String, Value)], any: boo
             .chain(new)
             .any(|(_, d)| d["environment"][f] != first.1["environment"][f])
     });
-    if mode == ControlMode::Auto && !library_differs {
-        return ControlUse::Unusable(
-            "the sides do not differ in the library under test (environment.rdma_core_built, libibverbs_version, \
-             libibverbs_loaded, provider_library): a change of something else (firmware, a setting not recorded) \
-             would move the control too, and the contrasts would hide it; --control on uses it anyway"
-                .into(),
-        );
-    }
     if library_differs {
         ControlUse::Used
     } else {
-        ControlUse::Forced
+        ControlUse::SameLibrary
     }
 }
 
@@ -165,7 +158,7 @@ pub(super) fn notes(r: &Report) -> Vec<String> {
         ControlUse::Unusable(why) => n.push(format!(
             "in-run control NOT used: {why}; every backend's own rows judged, the contrasts shown beside them"
         )),
-        ControlUse::Used | ControlUse::Forced => {
+        ControlUse::Used | ControlUse::SameLibrary => {
             n.push(format!(
                 "in-run control: used (the sides agree on the rdmaprobe source, kernel, CPU and device{}): verbs \
                  and wr are judged by their contrast to direct in the same run (rows verbs-direct, wr-direct; runs \
@@ -183,7 +176,8 @@ pub(super) fn notes(r: &Report) -> Vec<String> {
                 if r.control == ControlUse::Used {
                     ", and differ in the library under test"
                 } else {
-                    "; --control on: they do not differ in the library under test"
+                    "; they do not differ in the library under test either: a change of something not recorded \
+                     that moves every backend alike is judged by the control's own rows alone"
                 }
             ));
             let ctl: Vec<&Row> = r.rows.iter().filter(|x| x.role == Role::Control).collect();

@@ -12,6 +12,7 @@ mod control;
 mod input;
 mod power;
 mod render;
+mod sequential;
 mod stats;
 #[cfg(test)]
 mod tests;
@@ -22,6 +23,7 @@ pub use input::control_of;
 pub use input::{load, parse, RunSample};
 pub use power::{Needed, Scale, Spread, MAX_RUNS, POWER};
 pub use render::{junit, markdown, text};
+pub use sequential::{spent, Look, MAX_LOOK_RUNS};
 pub use stats::{
     adjust, hierarchical, hierarchical_abs, paired_difference, point, welch_abs, welch_runs, Boot, Paired,
     MIN_RUNS_FOR_T,
@@ -138,6 +140,11 @@ pub fn compare_sets(base: &[(String, Value)], new: &[(String, Value)], o: &Optio
         env_diff.push(("tool.source (rdmaprobe's)".into(), a.to_string(), b.to_string()));
     }
     let side_diff = side_diff(base, new);
+    let look = match o.until_decided {
+        Some(max) => Some(sequential::look(base.len(), new.len(), max)?),
+        None => None,
+    };
+    let level = look.map_or(ALPHA, |l| l.alpha);
     let (b, n) = (side(base, &o.metrics)?, side(new, &o.metrics)?);
     // enough resamples that the smallest bootstrap p-value, adjusted over every row, stays well
     // below ALPHA (Holm's first step multiplies it by the rows: 2 / (rounds + 1) x m)
@@ -165,14 +172,28 @@ pub fn compare_sets(base: &[(String, Value)], new: &[(String, Value)], o: &Optio
     }
     let any = rows.iter().any(|r| r.role == Role::Contrast);
     let control = control::usable(base, new, any, o.control);
+    if o.control == ControlMode::On {
+        match &control {
+            ControlUse::Unusable(why) => return Err(CompareError::ControlRequired(why.clone())),
+            ControlUse::Absent => {
+                return Err(CompareError::ControlRequired(
+                    "no run of verbs or wr has the direct backend beside it in the same file".into(),
+                ))
+            }
+            _ => {}
+        }
+    }
     control::assign(
         &mut rows,
         &b.controls,
-        matches!(control, ControlUse::Used | ControlUse::Forced),
+        matches!(control, ControlUse::Used | ControlUse::SameLibrary),
         o.threshold_pct.is_some(),
     );
-    give_verdicts(&mut rows, o.adjust);
-    power::state(&mut rows, o.target_effect_pct.map(|t| t / 100.0));
+    give_verdicts(&mut rows, o.adjust, level);
+    power::state(&mut rows, o.target_effect_pct.map(|t| t / 100.0), level);
+    if look.is_some() {
+        sequential::decide(&mut rows, level);
+    }
     // the rows that count first, regressions first; within a verdict, the runs' order (stable)
     rows.sort_by_key(|r| (!r.counts, r.verdict.rank()));
     Ok(Report {
@@ -188,6 +209,7 @@ pub fn compare_sets(base: &[(String, Value)], new: &[(String, Value)], o: &Optio
         rounds: o.rounds,
         control,
         target_effect_pct: o.target_effect_pct,
+        sequential: look,
     })
 }
 
@@ -309,6 +331,7 @@ fn blank_row(
         spread: None,
         detectable: None,
         needed: None,
+        decided: None,
     }
 }
 
@@ -358,9 +381,10 @@ fn unit(scenario: &str, metric: &str) -> &'static str {
     }
 }
 
-/// The p-values adjusted, then each row's verdict: those of the rows that count adjusted over
-/// them (the family the exit status rests on), those of the rows shown beside them over these.
-fn give_verdicts(rows: &mut [Row], how: Adjust) {
+/// The p-values adjusted, then each row's verdict at `alpha`: those of the rows that count
+/// adjusted over them (the family the exit status rests on), those of the rows shown beside
+/// them over these.
+fn give_verdicts(rows: &mut [Row], how: Adjust, alpha: f64) {
     for counts in [true, false] {
         let tested: Vec<usize> = (0..rows.len())
             .filter(|&i| rows[i].p.is_some() && rows[i].counts == counts)
@@ -371,7 +395,7 @@ fn give_verdicts(rows: &mut [Row], how: Adjust) {
         }
     }
     for r in rows {
-        r.verdict = verdict(r.change, r.p_adjusted, r.larger_is_worse, r.threshold);
+        r.verdict = verdict(r.change, r.p_adjusted, r.larger_is_worse, r.threshold, alpha);
     }
 }
 

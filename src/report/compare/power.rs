@@ -2,7 +2,7 @@
 //! adjustment can demand, beyond its threshold), and with a target effect the runs per side it
 //! would take.
 
-use super::{Row, ALPHA};
+use super::Row;
 use crate::report::tdist::t_quantile_two_sided;
 
 /// The power the detectable change is stated at.
@@ -68,7 +68,7 @@ pub enum Needed {
 }
 
 /// A change in the worse direction (a fraction) on the row's scale.
-fn to_scale(x: f64, worse_up: bool, s: Scale) -> f64 {
+pub(super) fn to_scale(x: f64, worse_up: bool, s: Scale) -> f64 {
     match s {
         Scale::Log if worse_up => x.ln_1p(),
         Scale::Log if x < 1.0 => -(-x).ln_1p(),
@@ -97,17 +97,17 @@ fn detectable(thr: f64, se: f64, df: f64, alpha: f64) -> f64 {
 }
 
 /// Each row's detectable change and, with `target` (a fraction), the runs per side it needs.
-/// A family is the rows that count, or those shown beside them; its level is ALPHA over its
-/// tested rows (Bonferroni: the strictest step of Holm's, so the figure holds for either
-/// adjustment).
-pub fn state(rows: &mut [Row], target: Option<f64>) {
+/// A family is the rows that count, or those shown beside them; its level is `level` (ALPHA,
+/// or a sequential look's) over its tested rows (Bonferroni: the strictest step of Holm's, so
+/// the figure holds for either adjustment).
+pub fn state(rows: &mut [Row], target: Option<f64>, level: f64) {
     for counts in [true, false] {
         let m = rows
             .iter()
             .filter(|r| r.counts == counts && r.p.is_some())
             .count()
             .max(1);
-        let alpha = ALPHA / m as f64;
+        let alpha = level / m as f64;
         for r in rows.iter_mut().filter(|r| r.counts == counts && r.p.is_some()) {
             let Some(s) = r.spread else { continue };
             let thr = to_scale(r.threshold, r.larger_is_worse, s.scale);

@@ -55,7 +55,10 @@ fn pv(p: Option<f64>) -> String {
 /// A row's verdict with its part in the whole; a row that counts ends with its verdict (what
 /// scripts grep for: ` REGRESSION$`), a row shown beside them is in parentheses with why.
 fn verdict_text(r: &Row) -> String {
-    let v = r.verdict.as_str();
+    let v = match (r.decided, r.verdict) {
+        (Some(false), Verdict::Same) => "undecided",
+        _ => r.verdict.as_str(),
+    };
     match (r.role, r.counts) {
         (Role::Control, true) => format!("control: {v}"),
         (_, true) => v.to_string(),

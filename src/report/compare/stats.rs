@@ -1,7 +1,7 @@
 //! Statistics: the paired difference of blocks run in the same rounds (the summary's driver
 //! overhead), the hierarchical bootstrap of runs and their blocks, Welch's t over the runs, Holm and Benjamini–Hochberg adjustment, and the verdict.
 
-use super::{Adjust, RunSample, Verdict, ALPHA};
+use super::{Adjust, RunSample, Verdict};
 use crate::report::{percentile, tdist};
 
 /// A small deterministic generator (SplitMix64).
@@ -306,12 +306,20 @@ pub fn adjust(p: &[f64], how: Adjust) -> Vec<f64> {
     out
 }
 
-pub(super) fn verdict(change: f64, p_adjusted: Option<f64>, larger_is_worse: bool, threshold: f64) -> Verdict {
+/// A row's verdict: a regression (or an improvement) is a change beyond `threshold` in the worse
+/// (better) direction with an adjusted p below `alpha`.
+pub(super) fn verdict(
+    change: f64,
+    p_adjusted: Option<f64>,
+    larger_is_worse: bool,
+    threshold: f64,
+    alpha: f64,
+) -> Verdict {
     let Some(p) = p_adjusted else {
         return Verdict::NoInterval;
     };
     let worse = if larger_is_worse { change } else { -change };
-    if p >= ALPHA {
+    if p >= alpha {
         Verdict::Same
     } else if worse > threshold {
         Verdict::Regression

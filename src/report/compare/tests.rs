@@ -23,18 +23,18 @@ fn ten(v: f64) -> Vec<f64> {
 #[test]
 fn verdicts_need_threshold_and_adjusted_significance() {
     // latency up 10 %, significant: regression
-    assert_eq!(verdict(0.10, Some(0.001), true, 0.05), Verdict::Regression);
+    assert_eq!(verdict(0.10, Some(0.001), true, 0.05, ALPHA), Verdict::Regression);
     // up 10 % but not significant after adjustment: noise
-    assert_eq!(verdict(0.10, Some(0.2), true, 0.05), Verdict::Same);
-    assert_eq!(verdict(0.10, Some(ALPHA), true, 0.05), Verdict::Same);
+    assert_eq!(verdict(0.10, Some(0.2), true, 0.05, ALPHA), Verdict::Same);
+    assert_eq!(verdict(0.10, Some(ALPHA), true, 0.05, ALPHA), Verdict::Same);
     // significant but below the threshold
-    assert_eq!(verdict(0.03, Some(0.001), true, 0.05), Verdict::Same);
+    assert_eq!(verdict(0.03, Some(0.001), true, 0.05, ALPHA), Verdict::Same);
     // bandwidth down 10 %: regression; up: improvement
-    assert_eq!(verdict(-0.10, Some(0.001), false, 0.05), Verdict::Regression);
-    assert_eq!(verdict(0.10, Some(0.001), false, 0.05), Verdict::Improvement);
-    assert_eq!(verdict(-0.10, Some(0.001), true, 0.05), Verdict::Improvement);
+    assert_eq!(verdict(-0.10, Some(0.001), false, 0.05, ALPHA), Verdict::Regression);
+    assert_eq!(verdict(0.10, Some(0.001), false, 0.05, ALPHA), Verdict::Improvement);
+    assert_eq!(verdict(-0.10, Some(0.001), true, 0.05, ALPHA), Verdict::Improvement);
     // nothing to judge the noise by: never a regression
-    assert_eq!(verdict(0.50, None, true, 0.05), Verdict::NoInterval);
+    assert_eq!(verdict(0.50, None, true, 0.05, ALPHA), Verdict::NoInterval);
 }
 
 #[test]
@@ -370,20 +370,22 @@ fn the_in_run_control_removes_a_host_state_and_finds_a_driver_change() {
     // every own p50 moves far beyond its threshold, the contrasts do not
     let base = three("s1", &fast(300.0), &fast(310.0), &fast(200.0));
     let same_lib = three("s1", &slow(300.0), &slow(310.0), &slow(200.0));
-    // the same library on both sides: auto does not use the control (a change of something
-    // else would move direct too, and the contrasts would hide it); on does
+    // the same library on both sides: auto uses the control too (identical runs of one
+    // library are judged as a change of library would be), and says so
     let r = compare(&base, &same_lib, &o).unwrap();
+    assert_eq!(r.control, ControlUse::SameLibrary, "{}", text(&r));
+    assert!(!r.regressed(), "{}", text(&r));
     assert!(
-        matches!(&r.control, ControlUse::Unusable(w) if w.contains("--control on")),
-        "{:?}",
-        r.control
+        text(&r).contains("do not differ in the library under test either"),
+        "{}",
+        text(&r)
     );
-    assert!(r.regressed(), "{}", text(&r));
+    // on: the same, and a compare where it cannot be used is refused
     let on = Options {
         control: ControlMode::On,
         ..Options::default()
     };
-    assert_eq!(compare(&base, &same_lib, &on).unwrap().control, ControlUse::Forced);
+    assert_eq!(compare(&base, &same_lib, &on).unwrap().control, ControlUse::SameLibrary);
     let slow_new = new_lib(same_lib);
     let r = compare(&base, &slow_new, &o).unwrap();
     assert_eq!(r.control, ControlUse::Used, "{}", text(&r));
@@ -453,6 +455,30 @@ fn the_in_run_control_removes_a_host_state_and_finds_a_driver_change() {
 }
 
 #[test]
+fn control_on_refuses_a_compare_where_it_cannot_be_used() {
+    let on = Options {
+        control: ControlMode::On,
+        ..Options::default()
+    };
+    let base = three(
+        "s1",
+        &level(300.0, 0..0, 0.0),
+        &level(310.0, 0..0, 0.0),
+        &level(200.0, 0..0, 0.0),
+    );
+    let mut other = base.clone();
+    other["tool"]["source"] = json!("s2");
+    let refused = compare(&base, &other, &on);
+    assert!(
+        matches!(&refused, Err(CompareError::ControlRequired(w)) if w.contains("another source of rdmaprobe")),
+        "{refused:?}"
+    );
+    // auto compares them, every backend's own rows judged, and says why
+    let r = compare(&base, &other, &Options::default()).unwrap();
+    assert!(matches!(r.control, ControlUse::Unusable(_)), "{:?}", r.control);
+}
+
+#[test]
 fn every_row_says_what_it_could_detect_and_the_runs_a_target_needs() {
     // three runs per side with a 4 % spread: Welch over the runs; its detectable change is
     // beyond the threshold, shrinks with more runs, and a target within the threshold is never
@@ -516,4 +542,90 @@ fn every_row_says_what_it_could_detect_and_the_runs_a_target_needs() {
     let shifted: Vec<f64> = [100.0, 104.0, 96.0].iter().map(|v| v * (1.0 + d3) * 1.02).collect();
     let r = compare_sets(&b3, &mk(&shifted), &Options::default()).unwrap();
     assert!(r.regressed(), "{}", text(&r));
+}
+
+#[test]
+fn runs_until_decided_keep_the_false_alarm_rate_and_decide_a_change() {
+    // the levels of the looks spend ALPHA: they sum to it, early looks the largest
+    let l = |n| sequential::look(n, n, 8).unwrap();
+    let total: f64 = (3..=8).map(|n| l(n).alpha).sum();
+    assert!(
+        (total - ALPHA).abs() < 1e-12 && (l(8).spent - ALPHA).abs() < 1e-12,
+        "{total}"
+    );
+    assert!((3..8).all(|n| l(n).alpha > l(n + 1).alpha) && l(8).last() && !l(7).last());
+    // a look needs 3 runs per side, and no more than the budget
+    for (b, n, max) in [(2, 2, 8), (9, 9, 8), (3, 3, 2)] {
+        assert!(matches!(sequential::look(b, n, max), Err(CompareError::Sequential(_))));
+    }
+    // modelled runs: one direct lat run per file, its p50 lognormal around 100 with a 4 %
+    // spread between runs; NEW shifted by `shift`; the looks at 3..=8 runs per side
+    let mut rng = 0x9e37_79b9_u64;
+    let mut normal = move || {
+        let mut u = || {
+            rng ^= rng << 13;
+            rng ^= rng >> 7;
+            rng ^= rng << 17;
+            (rng >> 11) as f64 / (1u64 << 53) as f64
+        };
+        (-2.0 * u().max(1e-300).ln()).sqrt() * (std::f64::consts::TAU * u()).cos()
+    };
+    let file = |v: f64, i: usize, side: &str| {
+        let d = doc(json!([{"op": "write", "backend": "direct", "size": 8,
+                                "latency": {"p50": v, "p99": 3.0 * v}}]));
+        (format!("{side}{i}"), d)
+    };
+    let o = Options {
+        metrics: vec!["p50".into()],
+        until_decided: Some(8),
+        ..Options::default()
+    };
+    let mut trial = |shift: f64| -> (u8, usize) {
+        let (mut b, mut n) = (Vec::new(), Vec::new());
+        for i in 1..=8 {
+            b.push(file(100.0 * (0.04 * normal()).exp(), i, "b"));
+            n.push(file(100.0 * (1.0 + shift) * (0.04 * normal()).exp(), i, "n"));
+            if i >= 3 {
+                let r = compare_sets(&b, &n, &o).unwrap();
+                let status = r.exit_status();
+                if status != 3 || i == 8 {
+                    return (status, i);
+                }
+            }
+        }
+        unreachable!()
+    };
+    // no change, 400 sequences: regressions at most ALPHA's share (20), plus a margin for the
+    // draw (the rule's bound is 5 %; with Bonferroni over looks it is below)
+    let alarms = (0..400).filter(|_| trial(0.0).0 == 1).count();
+    assert!(alarms <= 24, "{alarms} false alarms in 400");
+    // a change of +15 % (three times the 5 % threshold): found, mostly before the budget
+    let found: Vec<(u8, usize)> = (0..100).map(|_| trial(0.15)).collect();
+    let hits = found.iter().filter(|(s, _)| *s == 1).count();
+    let early = found.iter().filter(|(s, n)| *s == 1 && *n <= 5).count();
+    assert!(hits >= 95 && early >= 80, "{hits} found, {early} by 5 runs");
+    // no change with a 1 % spread: decided same before the budget (the bound within 5 %)
+    let b: Vec<_> = (1..=4).map(|i| file(100.0 + i as f64 * 0.5, i, "b")).collect();
+    let n: Vec<_> = (1..=4).map(|i| file(100.5 + i as f64 * 0.4, i, "n")).collect();
+    let r = compare_sets(&b, &n, &o).unwrap();
+    assert_eq!(r.exit_status(), 0, "{}", text(&r));
+    assert!(r.rows.iter().all(|x| x.decided == Some(true)));
+    // a 4 % spread at 3 runs: undecided, said so, exit 3
+    let b: Vec<_> = [100.0, 104.0, 96.0]
+        .iter()
+        .enumerate()
+        .map(|(i, &v)| file(v, i, "b"))
+        .collect();
+    let n: Vec<_> = [101.0, 97.0, 105.0]
+        .iter()
+        .enumerate()
+        .map(|(i, &v)| file(v, i, "n"))
+        .collect();
+    let r = compare_sets(&b, &n, &o).unwrap();
+    let t = text(&r);
+    assert_eq!(r.exit_status(), 3, "{t}");
+    assert!(
+        t.contains("undecided") && t.contains("look 1 of 6") && t.contains("exit 3"),
+        "{t}"
+    );
 }

@@ -52,6 +52,12 @@ pub enum CompareError {
         /// The second.
         second: String,
     },
+    /// `--until-decided`: the files given make no look of the rule.
+    #[error("--until-decided: {0}")]
+    Sequential(String),
+    /// `--control on` and the in-run control cannot be used between the sides.
+    #[error("--control on: the in-run control cannot be used: {0}")]
+    ControlRequired(String),
 }
 
 /// Verdict of one comparison.
@@ -143,8 +149,10 @@ pub enum ControlUse {
     /// Used (the sides differ in the library under test): the verdicts of the controlled
     /// backends rest on their contrasts.
     Used,
-    /// Used although the sides do not differ in the library (`--control on`).
-    Forced,
+    /// Used, the sides not differing in the library under test either (identical runs, or a
+    /// change of something not recorded): a change that moves every backend alike shows in the
+    /// control's own rows only.
+    SameLibrary,
 }
 
 /// How to compare.
@@ -159,11 +167,14 @@ pub struct Options {
     pub adjust: Adjust,
     /// Bootstrap resamples per row.
     pub rounds: usize,
-    /// How to use the in-run control (`--control auto`, the default; `on`; `off`).
+    /// How to use the in-run control (`--control auto`, the default; `on`: required; `off`).
     pub control: super::ControlMode,
     /// `--target-effect PCT`: the change (percent, in the worse direction) for which each row
     /// says how many runs per side would find it with 80 % power.
     pub target_effect_pct: Option<f64>,
+    /// `--until-decided MAX`: the files are a look of the sequential rule with at most MAX runs
+    /// per side ([`super::Look`]).
+    pub until_decided: Option<usize>,
 }
 
 impl Default for Options {
@@ -175,6 +186,7 @@ impl Default for Options {
             rounds: ROUNDS,
             control: super::ControlMode::Auto,
             target_effect_pct: None,
+            until_decided: None,
         }
     }
 }
@@ -229,6 +241,9 @@ pub struct Row {
     pub detectable: Option<f64>,
     /// With `--target-effect`: the runs per side that find it with 80 % power.
     pub needed: Option<super::Needed>,
+    /// With `--until-decided`, a row that counts: whether it is decided at this look (a
+    /// regression or improvement, or its bound within its threshold; see [`super::Look`]).
+    pub decided: Option<bool>,
 }
 
 /// The whole comparison.
@@ -259,12 +274,31 @@ pub struct Report {
     pub control: ControlUse,
     /// `--target-effect` (percent), if given.
     pub target_effect_pct: Option<f64>,
+    /// The look of the sequential rule (`--until-decided`), if one.
+    pub sequential: Option<super::Look>,
 }
 
 impl Report {
     /// Whether any row that counts is a regression.
     pub fn regressed(&self) -> bool {
         self.rows.iter().any(|r| r.counts && r.verdict == Verdict::Regression)
+    }
+
+    /// The rows that count still undecided at this look of `--until-decided` (0 without it).
+    pub fn undecided(&self) -> usize {
+        self.rows.iter().filter(|r| r.decided == Some(false)).count()
+    }
+
+    /// The exit status: 1 a regression; 3 with `--until-decided`, rows undecided (and no
+    /// regression); else 0.
+    pub fn exit_status(&self) -> u8 {
+        if self.regressed() {
+            1
+        } else if self.undecided() > 0 {
+            3
+        } else {
+            0
+        }
     }
 
     /// The rows that count of verdict `v`.
@@ -293,10 +327,23 @@ impl Report {
         if shown > 0 {
             counts.push_str(&format!(", {shown} more shown beside them"));
         }
-        if reg > 0 {
-            format!("verdict: REGRESSION ({counts}; exit 1)")
-        } else {
-            format!("verdict: no regression ({counts}; exit 0)")
+        if let Some(l) = self.sequential {
+            counts.push_str(&format!(
+                "; {} undecided, at look {} of {} ({} runs per side of at most {})",
+                self.undecided(),
+                l.look,
+                l.looks,
+                l.runs,
+                l.max_runs
+            ));
+        }
+        match self.exit_status() {
+            1 => format!("verdict: REGRESSION ({counts}; exit 1)"),
+            3 if self.sequential.is_some_and(|l| l.last()) => {
+                format!("verdict: no regression, UNDECIDED with the budget spent ({counts}; exit 3)")
+            }
+            3 => format!("verdict: UNDECIDED so far, no regression: run both sides again ({counts}; exit 3)"),
+            _ => format!("verdict: no regression ({counts}; exit 0)"),
         }
     }
 
@@ -357,7 +404,10 @@ impl Report {
             "significance: {} rows, {}-adjusted at {} % ({})",
             self.tested(),
             self.adjust.as_str(),
-            ALPHA * 100.0,
+            match self.sequential {
+                None => format!("{}", ALPHA * 100.0),
+                Some(l) => format!("{:.4}", l.alpha * 100.0),
+            },
             if self.single_run() {
                 format!("{} bootstrap resamples of the blocks per row", self.rounds)
             } else {
@@ -370,13 +420,24 @@ impl Report {
             ));
         }
         n.push(s);
-        n.push("regression: change beyond the threshold in the worse direction and adjusted p below 5 %".into());
+        n.push(match self.sequential {
+            None => "regression: change beyond the threshold in the worse direction and adjusted p below 5 %".into(),
+            Some(_) => {
+                "regression: change beyond the threshold in the worse direction and adjusted p below this look's level"
+                    .into()
+            }
+        });
+        n.extend(super::sequential::note(self));
         n.push(format!(
             "detects: the smallest change in the worse direction each row would find 4 times in 5 (80 % power): \
-             beyond its threshold and significant at 5 % over its family's tested rows (Bonferroni, the strictest \
+             beyond its threshold and significant at {} over its family's tested rows (Bonferroni, the strictest \
              step of Holm's), from the row's own standard error (Welch's over the runs; with fewer than 3 runs per \
              side from the bootstrap interval's width, normal). A verdict of same says: no change of at least that. \
              over: a contrast's change is told over this, the backend's own figure in BASE{}",
+            match self.sequential {
+                None => "5 %".to_string(),
+                Some(l) => format!("this look's {:.4} %", l.alpha * 100.0),
+            },
             match self.target_effect_pct {
                 Some(t) => format!(
                     "; runs@{t}%: the runs per side (alternated) that would find a change of {t} % with 80 % power, \
