@@ -3,7 +3,9 @@
 # then: formatting, clippy (-D warnings), the no_std core build, every host test, the device
 # tests on model0 through libibverbs + libmlx5, ibverbs-utils and perftest on the preloadable
 # model0 (tests/preload.rs), the rdma-core comparison on model0 (rdma-core 44
-# against 56.1 built from source: harness/rdma-core-56.sh, harness/compare-rdma-core.sh), and
+# against 56.1 built from source: harness/rdma-core-56.sh, harness/compare-rdma-core.sh), the
+# regression lane (56.1 with a deliberate cost on libmlx5's send path found by runs until decided,
+# the plain build against itself not flagged: harness/regression-trials.sh), and
 # the Soft-RoCE lane (device tests on rxe0 in a qemu guest, harness/softroce.sh).
 #   RDMAPROBE_SKIP_SOFTROCE=1 skips the guest lane (and says so).
 set -euo pipefail
@@ -85,6 +87,22 @@ grep -q "libibverbs_loaded.*$second/lib/libibverbs.so.1.14.56" "$cmp_log" ||
 grep -q "^post_cost write verbs 8B .*postlist=8 " "$cmp_log" ||
   die "compare has no post-cost row of the verbs backend on model0"
 rm -f "$cmp_log"
+
+say "regression lane: harness/regression-trials.sh --trials 1 --spin 200 --max-runs 5 --same-build (libmlx5 56.1 with 200 dependent additions on its send path must be found; the plain build against itself must not be)"
+# the counts of a kind's line: "KIND T trials: R regression, ..."
+regressions() { awk -v k="$1" '$1 == k { for (i = 1; i <= NF; i++) if ($(i + 1) == "regression,") { print $i; exit } }' "$2"; }
+trial_log=$(mktemp)
+"$repo/harness/regression-trials.sh" --trials 1 --spin 200 --max-runs 5 --same-build 2>&1 | tee "$trial_log"
+((PIPESTATUS[0] == 0)) || die "harness/regression-trials.sh"
+[[ $(regressions slowed "$trial_log") == 1 ]] || die "a libmlx5 slowed by 200 additions per post was not found"
+if [[ $(regressions identical "$trial_log") != 0 ]]; then
+  # the rule allows a false alarm in at most 5 % of trials: a second pair of trials tells a
+  # broken rule from that chance (both again: about 2 x 5 %^2 at worst)
+  say "the identical trial was judged a regression: two more trials"
+  "$repo/harness/regression-trials.sh" --trials 2 --spin 200 --max-runs 5 --same-build 2>&1 | tee "$trial_log"
+  [[ $(regressions identical "$trial_log") == 0 ]] || die "the same libmlx5 build judged a regression against itself again"
+fi
+rm -f "$trial_log"
 
 guest_passed=0
 if [[ "${RDMAPROBE_SKIP_SOFTROCE:-0}" == 1 ]]; then
