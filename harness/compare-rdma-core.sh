@@ -41,7 +41,7 @@ max_runs=8
 while (($#)); do
   case $1 in
     --until-decided) until=1; shift;;
-    --max-runs) [[ ${2:-} =~ ^[0-9]+$ ]] && ((${2} >= 3)) || { echo "--max-runs: 3 or more; $usage" >&2; exit 2; }
+    --max-runs) [[ ${2:-} =~ ^[0-9]+$ ]] && ((10#$2 >= 3 && 10#$2 <= 1000)) || { echo "--max-runs: 3 to 1000; $usage" >&2; exit 2; }
       max_runs=$2; shift 2;;
     --full) quick=(); shift;;
     --runs) [[ ${2:-} =~ ^[1-9][0-9]*$ ]] || { echo "--runs: a positive integer; $usage" >&2; exit 2; }
@@ -111,10 +111,10 @@ verdict() { # exit status -> words
 rows() { grep -c ' REGRESSION$' "$1" || true; }
 echo "== control: BASE's runs ${runs}x against BASE's other ${runs} runs (the noise floor)"
 ctl=0
-# BASE against BASE differs in no library: --control on judges it as the real compare is judged
-# (the in-run control used), so its verdict is that method's noise floor
-"$work/rdmaprobe-new" compare --control on "${cargs[@]}" --base "${bfiles[@]}" --new "${cfiles[@]}" >"$work/control.txt" || ctl=$?
-"$work/rdmaprobe-new" compare --control on --format markdown "${cargs[@]}" --base "${bfiles[@]}" --new "${cfiles[@]}" \
+# BASE against BASE differs in no library: auto uses the in-run control there too, as in the
+# real compare, so its verdict is that method's noise floor
+"$work/rdmaprobe-new" compare "${cargs[@]}" --base "${bfiles[@]}" --new "${cfiles[@]}" >"$work/control.txt" || ctl=$?
+"$work/rdmaprobe-new" compare --format markdown "${cargs[@]}" --base "${bfiles[@]}" --new "${cfiles[@]}" \
   >"$work/control.md" || true
 echo "== compare: NEW ${runs}x against BASE ${runs}x"
 rc=0

@@ -21,16 +21,16 @@ source "$(dirname "$0")/lib.sh"
 trials=20 spin=6 max=8 scenario=post-cost same=0
 while (($#)); do
   case $1 in
-    --trials) trials=$2; shift 2;;
-    --spin) spin=$2; shift 2;;
-    --max-runs) max=$2; shift 2;;
-    --scenario) scenario=$2; shift 2;;
+    --trials) trials=${2:-}; shift $(($# > 1 ? 2 : 1));;
+    --spin) spin=${2:-}; shift $(($# > 1 ? 2 : 1));;
+    --max-runs) max=${2:-}; shift $(($# > 1 ? 2 : 1));;
+    --scenario) scenario=${2:-}; shift $(($# > 1 ? 2 : 1));;
     --same-build) same=1; shift;;
-    *) echo "usage: $0 [--trials T] [--spin N] [--max-runs M] [--scenario post-cost|lat]" >&2; exit 2;;
+    *) echo "usage: $0 [--trials T] [--spin N] [--max-runs M] [--scenario post-cost|lat] [--same-build]" >&2; exit 2;;
   esac
 done
-[[ $trials =~ ^[1-9][0-9]*$ && $spin =~ ^[1-9][0-9]*$ && $max =~ ^[0-9]+$ ]] || { echo "T, N: positive integers; M: 3 or more" >&2; exit 2; }
-((max >= 3)) || { echo "--max-runs: 3 or more" >&2; exit 2; }
+[[ $trials =~ ^[1-9][0-9]*$ && $spin =~ ^[1-9][0-9]*$ && $max =~ ^[1-9][0-9]*$ ]] || { echo "T, N: positive integers; M: 3 to 1000" >&2; exit 2; }
+((max >= 3 && max <= 1000)) || { echo "--max-runs: 3 to 1000" >&2; exit 2; }
 case $scenario in
   post-cost) cmd=(post-cost -d model0 --op write -l 1 -n 1000 --json '{json}');;
   lat) cmd=(lat write --loopback -d model0 -s 8 -n 20000 --json '{json}');;
@@ -73,7 +73,7 @@ for kind in identical slowed; do
   done
 done
 for kind in identical slowed; do
-  printf '%-10s %2d trials: %2d regression, %2d decided same, %2d undecided at %d runs; %.1f runs per side on average\n' \
+  LC_ALL=C printf '%-10s %2d trials: %2d regression, %2d decided same, %2d undecided at %d runs; %.1f runs per side on average\n' \
     "$kind" "$trials" "${tally[$kind-1]:-0}" "${tally[$kind-0]:-0}" "${tally[$kind-4]:-0}" "$max" \
     "$(awk -v a="${tally[$kind-runs]}" -v b="$trials" 'BEGIN{print a / b}')"
 done

@@ -92,14 +92,17 @@ say "regression lane: harness/regression-trials.sh --trials 1 --spin 200 --max-r
 # the counts of a kind's line: "KIND T trials: R regression, ..."
 regressions() { awk -v k="$1" '$1 == k { for (i = 1; i <= NF; i++) if ($(i + 1) == "regression,") { print $i; exit } }' "$2"; }
 trial_log=$(mktemp)
-"$repo/harness/regression-trials.sh" --trials 1 --spin 200 --max-runs 5 --same-build 2>&1 | tee "$trial_log"
-((PIPESTATUS[0] == 0)) || die "harness/regression-trials.sh"
+if ! "$repo/harness/regression-trials.sh" --trials 1 --spin 200 --max-runs 5 --same-build 2>&1 | tee "$trial_log"; then
+  die "harness/regression-trials.sh (its output above)"
+fi
 [[ $(regressions slowed "$trial_log") == 1 ]] || die "a libmlx5 slowed by 200 additions per post was not found"
 if [[ $(regressions identical "$trial_log") != 0 ]]; then
   # the rule allows a false alarm in at most 5 % of trials: a second pair of trials tells a
   # broken rule from that chance (both again: about 2 x 5 %^2 at worst)
   say "the identical trial was judged a regression: two more trials"
-  "$repo/harness/regression-trials.sh" --trials 2 --spin 200 --max-runs 5 --same-build 2>&1 | tee "$trial_log"
+  if ! "$repo/harness/regression-trials.sh" --trials 2 --spin 200 --max-runs 5 --same-build 2>&1 | tee "$trial_log"; then
+    die "harness/regression-trials.sh (its output above)"
+  fi
   [[ $(regressions identical "$trial_log") == 0 ]] || die "the same libmlx5 build judged a regression against itself again"
 fi
 rm -f "$trial_log"

@@ -26,8 +26,8 @@ out=${RDMAPROBE_WORK:-/var/tmp/rdmaprobe-work}/until-decided
 bin=
 while (($#)) && [[ $1 != -- ]]; do
   case $1 in
-    --max-runs) [[ ${2:-} =~ ^[0-9]+$ ]] && ((${2} >= 3)) || { echo "--max-runs: 3 or more; $usage" >&2; exit 2; }
-      max=$2; shift 2;;
+    --max-runs) [[ ${2:-} =~ ^[0-9]+$ ]] && ((10#$2 >= 3 && 10#$2 <= 1000)) || { echo "--max-runs: 3 to 1000; $usage" >&2; exit 2; }
+      max=$((10#$2)); shift 2;;
     --out) [[ -n ${2:-} ]] || { echo "--out: a directory; $usage" >&2; exit 2; }
       out=$2; shift 2;;
     --rdmaprobe) [[ -x ${2:-} ]] || { echo "--rdmaprobe: an executable; $usage" >&2; exit 2; }
@@ -51,15 +51,20 @@ if [[ -z $bin ]]; then
   bin=$repo/target/release/rdmaprobe
 fi
 read -r -a cargs <<<"${COMPARE_ARGS:-}"
-rm -rf "$out" && mkdir -p "$out"
+# the output directory is emptied only when this script made it (its marker), never a user's
+if [[ -e $out && ! -f $out/.until-decided && -n $(ls -A "$out" 2>/dev/null) ]]; then
+  echo "until-decided: $out exists, is not empty and was not made by this script: give another --out" >&2
+  exit 2
+fi
+rm -rf "$out" && mkdir -p "$out" && touch "$out/.until-decided"
 
 run() { # side index: runs the side's command once, its result at $out/side-index(.json)
   local side=$1 i=$2 res="$out/$1-$2" word
   declare -n cmd=$side
   local argv=()
   for word in "${cmd[@]}"; do
-    word=${word//\{json\}/$res.json}
-    argv+=("${word//\{dir\}/$res}")
+    word=${word//\{json\}/"$res.json"}
+    argv+=("${word//\{dir\}/"$res"}")
   done
   if ! "${argv[@]}" >"$res.log" 2>&1; then
     tail -n 20 "$res.log" >&2
@@ -86,7 +91,8 @@ for i in $(seq 1 "$max"); do
   mapfile -t af <"$out/a.files"
   mapfile -t bf <"$out/b.files"
   rc=0
-  "$bin" compare --until-decided "$max" "${cargs[@]}" --base "${af[@]}" --new "${bf[@]}" >"$out/look-$((i - 2)).txt" || rc=$?
+  "$bin" compare --until-decided "$max" "${cargs[@]}" --base "${af[@]}" --new "${bf[@]}" >"$out/look-$((i - 2)).txt" \
+    2>"$out/look-$((i - 2)).err" || rc=$?
   line=$(tail -n 1 "$out/look-$((i - 2)).txt")
   echo "   $i runs per side: compare exit $rc: ${line#verdict: }"
   ((rc == 3)) || break
@@ -99,7 +105,7 @@ case $rc in
   0) echo "== decided after $i runs per side: no regression";;
   1) echo "== decided after $i runs per side: REGRESSION";;
   3) echo "== UNDECIDED after $i runs per side (the budget): rows listed above as undecided"; rc=4;;
-  *) echo "== compare could not compare (exit $rc): $out/compare.txt" >&2;;
+  *) cat "$out/look-$((i - 2)).err" >&2; echo "== compare could not compare (exit $rc): $out/compare.txt" >&2;;
 esac
 echo "== written: $out/{a-*,b-*,look-*.txt,compare.txt,compare.md}"
 exit "$rc"

@@ -16,30 +16,30 @@ fn tmpdir(tag: &str) -> PathBuf {
     dir
 }
 
-/// `lat write` on model0 (8 B, 20000 iterations, 10 blocks, the direct backend) with the wire
-/// delay `delay`.
-fn result(dir: &Path, name: &str, delay: u64) -> String {
-    let p = dir.join(name);
-    let d = delay.to_string();
-    let (c, o, e) = run(&[
-        "lat",
-        "write",
-        "--loopback",
-        "-d",
-        "model0",
-        "--backend",
-        "direct",
-        "-s",
-        "8",
-        "-n",
-        "20000",
-        "--model-delay-ns",
-        &d,
-        "--json",
-        p.to_str().unwrap(),
-    ]);
+/// The arguments of `lat write` on model0 (8 B, 20000 iterations, 10 blocks) with the wire
+/// delay `delay`, its result to `json`; the direct backend alone unless `all`.
+fn lat_args(delay: &str, json: &str, all: bool) -> Vec<String> {
+    let mut a = vec!["lat", "write", "--loopback", "-d", "model0", "-s", "8", "-n", "20000"];
+    if !all {
+        a.extend(["--backend", "direct"]);
+    }
+    a.extend(["--model-delay-ns", delay, "--json", json]);
+    a.into_iter().map(String::from).collect()
+}
+
+/// `lat write` on model0 (see [`lat_args`]) into `dir/name`, the direct backend alone unless
+/// `all`; the file's path.
+fn result_of(dir: &Path, name: &str, delay: u64, all: bool) -> String {
+    let p = dir.join(name).to_str().unwrap().to_string();
+    let args = lat_args(&delay.to_string(), &p, all);
+    let (c, o, e) = run(&args.iter().map(String::as_str).collect::<Vec<_>>());
     assert_eq!(c, 0, "{o}{e}");
-    p.to_str().unwrap().to_string()
+    p
+}
+
+/// [`result_of`], the direct backend.
+fn result(dir: &Path, name: &str, delay: u64) -> String {
+    result_of(dir, name, delay, false)
 }
 
 /// `compare --base B... --new N... ARGS`.
@@ -631,16 +631,22 @@ fn until_decided_stops_at_the_first_look_that_decides() {
     let dir = tmpdir("until");
     let bin = env!("CARGO_BIN_EXE_rdmaprobe");
     let script = concat!(env!("CARGO_MANIFEST_DIR"), "/harness/until-decided.sh");
-    let lat = |delay: &'static str| {
-        [
-            bin, "lat", "write", "--loopback", "-d", "model0", "--backend", "direct", "-s", "8", "-n", "20000",
-            "--model-delay-ns", delay, "--json", "{json}",
-        ]
+    let lat = |delay: &str| {
+        let mut a = vec![bin.to_string()];
+        a.extend(lat_args(delay, "{json}", false));
+        a
     };
     let harness = |args: &[&str]| {
         let o = std::process::Command::new("bash")
             .arg(script)
-            .args(["--rdmaprobe", bin, "--out", dir.join("out").to_str().unwrap(), "--max-runs", "6"])
+            .args([
+                "--rdmaprobe",
+                bin,
+                "--out",
+                dir.join("out").to_str().unwrap(),
+                "--max-runs",
+                "6",
+            ])
             .args(args)
             .env("COMPARE_ARGS", "--metric p50")
             .output()
@@ -648,20 +654,24 @@ fn until_decided_stops_at_the_first_look_that_decides() {
         let text = String::from_utf8_lossy(&o.stdout).to_string() + &String::from_utf8_lossy(&o.stderr);
         (o.status.code().unwrap_or(-1), text)
     };
+    let (plain, slow) = (lat("0"), lat("2000"));
     let mut args = vec!["--"];
-    args.extend(lat("0"));
+    args.extend(plain.iter().map(String::as_str));
     args.push("--");
-    args.extend(lat("2000"));
+    args.extend(slow.iter().map(String::as_str));
     let (c, o) = harness(&args);
     assert_eq!(c, 1, "{o}");
     assert!(o.contains("decided after 3 runs per side: REGRESSION"), "{o}");
-    assert!(o.contains("look 1 of 4") && o.contains("3 runs per side: compare exit 1"), "{o}");
+    assert!(
+        o.contains("look 1 of 4") && o.contains("3 runs per side: compare exit 1"),
+        "{o}"
+    );
     for i in 1..=3 {
         assert!(dir.join(format!("out/a-{i}.json")).is_file() && dir.join(format!("out/b-{i}.json")).is_file());
     }
     // a B command that writes nothing: exit 3, named
     let mut args = vec!["--"];
-    args.extend(lat("0"));
+    args.extend(plain.iter().map(String::as_str));
     args.extend(["--", "true", "{json}"]);
     let (c, o) = harness(&args);
     assert!(c == 3 && o.contains("run 1 of B wrote no result"), "{c}: {o}");
@@ -670,5 +680,31 @@ fn until_decided_stops_at_the_first_look_that_decides() {
     assert!(c == 2 && o.contains("no B command"), "{c}: {o}");
     let (c, o) = harness(&["--", "true", "--", "true", "{json}"]);
     assert!(c == 2 && o.contains("the A command names no {json}"), "{c}: {o}");
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+/// Real runs of the three backends, one file per side, default settings (the in-run control
+/// used between runs of one library): model0's wire 2 us slower is a regression, found by the
+/// control's own rows ("the control MOVED"), while the contrasts hold.
+#[test]
+fn the_control_between_runs_of_one_library_still_finds_the_wire_delay() {
+    let _g = serial();
+    let dir = tmpdir("ctl3");
+    let (a, slow) = (
+        result_of(&dir, "a.json", 0, true),
+        result_of(&dir, "slow.json", 2000, true),
+    );
+    let (c, o, e) = run(&["compare", &a, &slow]);
+    assert_eq!(c, 1, "{o}{e}");
+    assert!(
+        o.contains("in-run control: used") && o.contains("do not differ in the library under test either"),
+        "{o}"
+    );
+    assert!(o.contains("the control MOVED"), "{o}");
+    let direct = o
+        .lines()
+        .find(|l| l.starts_with("lat write direct ") && l.contains(" p50 "))
+        .unwrap();
+    assert!(direct.ends_with("control: REGRESSION"), "{direct}");
     std::fs::remove_dir_all(&dir).ok();
 }

@@ -59,7 +59,9 @@ enum Cmd {
     /// fewer on a side: a bootstrap resampling the runs, then the blocks within each, so one run
     /// per side holds only the noise within the runs), the p-value adjusted over all rows (Holm,
     /// or Benjamini-Hochberg with --adjust bh), and a verdict. Exit 0: no regression; 1:
-    /// regression; 2: the inputs cannot be compared.
+    /// regression; 2: the inputs cannot be compared (or --control on where the control cannot
+    /// be used, --until-decided with fewer than 3 or more than MAX files per side); 3: with
+    /// --until-decided, rows undecided and no regression.
     Compare(CompareArgs),
     /// Plots (SVG) and report.html of a result file: latency percentile spectrum and CDF,
     /// latency versus size, bandwidth versus size, one line per backend. Exit 2 when the file

@@ -141,7 +141,7 @@ pub(super) fn assign(rows: &mut [Row], controls: &Controls, used: bool, given: b
 
 /// Whether a control row's change passes the threshold its own row would have without the
 /// control, in the worse direction.
-fn own_threshold_passed(r: &Row) -> bool {
+pub(super) fn own_threshold_passed(r: &Row) -> bool {
     let scenario = r.key.split(' ').next().unwrap_or("");
     let own = super::default_threshold_pct(scenario, &r.metric, false) / 100.0;
     let worse = if r.larger_is_worse { r.change } else { -r.change };

@@ -140,10 +140,7 @@ pub fn compare_sets(base: &[(String, Value)], new: &[(String, Value)], o: &Optio
         env_diff.push(("tool.source (rdmaprobe's)".into(), a.to_string(), b.to_string()));
     }
     let side_diff = side_diff(base, new);
-    let look = match o.until_decided {
-        Some(max) => Some(sequential::look(base.len(), new.len(), max)?),
-        None => None,
-    };
+    let look = sequential::look_of(o, base.len(), new.len())?;
     let level = look.map_or(ALPHA, |l| l.alpha);
     let (b, n) = (side(base, &o.metrics)?, side(new, &o.metrics)?);
     // enough resamples that the smallest bootstrap p-value, adjusted over every row, stays well
@@ -189,6 +186,9 @@ pub fn compare_sets(base: &[(String, Value)], new: &[(String, Value)], o: &Optio
         matches!(control, ControlUse::Used | ControlUse::SameLibrary),
         o.threshold_pct.is_some(),
     );
+    if look.is_some() {
+        sequential::too_few_runs(&mut rows);
+    }
     give_verdicts(&mut rows, o.adjust, level);
     power::state(&mut rows, o.target_effect_pct.map(|t| t / 100.0), level);
     if look.is_some() {

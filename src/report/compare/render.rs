@@ -257,7 +257,7 @@ pub fn junit(r: &Report) -> String {
     let skipped = r
         .rows
         .iter()
-        .filter(|x| !x.counts || x.verdict == Verdict::NoInterval)
+        .filter(|x| !x.counts || x.verdict == Verdict::NoInterval || x.decided == Some(false))
         .count();
     let mut s = format!(
         "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<testsuite name=\"rdmaprobe compare\" tests=\"{}\" failures=\"{fails}\" skipped=\"{skipped}\">\n  <properties>\n",
@@ -290,6 +290,7 @@ pub fn junit(r: &Report) -> String {
         match (x.counts, x.verdict) {
             (true, Verdict::Regression) => s.push_str(&format!("<failure message=\"{}\"/>", xml(&figures))),
             (false, _) | (_, Verdict::NoInterval) => s.push_str(&format!("<skipped message=\"{}\"/>", xml(&figures))),
+            _ if x.decided == Some(false) => s.push_str(&format!("<skipped message=\"{}\"/>", xml(&figures))),
             _ => {}
         }
         s.push_str(&format!("<system-out>{}</system-out>", xml(&figures)));

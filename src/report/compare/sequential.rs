@@ -8,10 +8,13 @@
 //! from their correlation would be less strict). A row is decided when it is a regression or an
 //! improvement at the look's level, or when its one-sided bound of the change in the worse
 //! direction (at the look's level over the family's tested rows) is within its threshold: then
-//! no further run can make it a regression worth reporting, with that confidence.
+//! the change is below the threshold with that confidence. The looks are counted by runs per
+//! side (t = look / looks, not a measured information fraction): the bound rests on the
+//! Bonferroni sum, whatever the spending function's shape. Holm within a look (Benjamini–
+//! Hochberg is refused: it bounds another rate).
 
 use super::power::to_scale;
-use super::{CompareError, Report, Row, Verdict, ALPHA, MIN_RUNS_FOR_T};
+use super::{Adjust, CompareError, Options, Report, Row, Verdict, ALPHA, MIN_RUNS_FOR_T};
 use crate::report::tdist::t_quantile_two_sided;
 
 /// Most runs per side `--until-decided` takes.
@@ -47,6 +50,20 @@ pub fn spent(t: f64) -> f64 {
     ALPHA * (1.0 + (std::f64::consts::E - 1.0) * t.clamp(0.0, 1.0)).ln()
 }
 
+/// The look of `--until-decided` (none without it) that `files_base` and `files_new` files per
+/// side make; refused with Benjamini–Hochberg, which bounds another rate.
+pub(super) fn look_of(o: &Options, files_base: usize, files_new: usize) -> Result<Option<Look>, CompareError> {
+    match o.until_decided {
+        Some(_) if o.adjust == Adjust::BenjaminiHochberg => Err(CompareError::Sequential(
+            "--adjust bh controls the share of false alarms among the alarms, not the chance of any: \
+             the rule's bound needs holm"
+                .into(),
+        )),
+        Some(max) => look(files_base, files_new, max).map(Some),
+        None => Ok(None),
+    }
+}
+
 /// The look that `base` and `new` files per side make with at most `max_runs` per side.
 pub(super) fn look(files_base: usize, files_new: usize, max_runs: usize) -> Result<Look, CompareError> {
     let runs = files_base.min(files_new);
@@ -75,6 +92,15 @@ pub(super) fn look(files_base: usize, files_new: usize, max_runs: usize) -> Resu
         alpha: at(look) - at(look - 1),
         spent: at(look),
     })
+}
+
+/// At a look, a row with fewer than 3 runs on a side (its run missing from some files) is
+/// shown, not counted: its interval would rest on the blocks within its runs, which cannot
+/// hold the run-to-run variation the rule's bound assumes.
+pub(super) fn too_few_runs(rows: &mut [Row]) {
+    for r in rows.iter_mut().filter(|r| r.runs_base.min(r.runs_new) < MIN_RUNS_FOR_T) {
+        r.counts = false;
+    }
 }
 
 /// Marks each row that counts decided or not at a look of level `alpha` (see the module).
@@ -119,7 +145,9 @@ pub(super) fn note(r: &Report) -> Option<String> {
          {:.4} % ({:.4} % spent through it), so over every look the chance of any false alarm stays below 5 % \
          (Bonferroni over the looks). A row is decided when it is a regression or an improvement at this \
          level, or when its one-sided bound of the change in the worse direction, at this level over the {} \
-         tested rows, is within its threshold. {}",
+         tested rows, is within its threshold: then the change is below the threshold with confidence \
+         1 - that level. The rows' intervals stay 95 %; rows with fewer than 3 runs on a side are shown, \
+         not counted. {}",
         l.look,
         l.looks,
         l.runs,

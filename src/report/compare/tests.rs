@@ -479,6 +479,35 @@ fn control_on_refuses_a_compare_where_it_cannot_be_used() {
 }
 
 #[test]
+fn with_the_same_library_the_control_still_finds_a_device_change_and_says_what_it_cannot_judge() {
+    let o = Options::default();
+    let fast = |v: f64| level(v, 0..0, 0.0);
+    let base = three("s1", &fast(300.0), &fast(310.0), &fast(200.0));
+    // every backend +600 ns (direct +300 %): beyond the control's 150 %, a regression
+    let dev = three("s1", &fast(900.0), &fast(910.0), &fast(800.0));
+    let r = compare(&base, &dev, &o).unwrap();
+    assert_eq!(r.control, ControlUse::SameLibrary);
+    assert!(r.regressed() && text(&r).contains("the control MOVED"), "{}", text(&r));
+    // every backend +100 ns (direct +50 %): one file per side cannot judge it; the verdict
+    // line says so
+    let shared = three("s1", &fast(400.0), &fast(410.0), &fast(300.0));
+    let r = compare(&base, &shared, &o).unwrap();
+    assert!(!r.regressed(), "{}", text(&r));
+    assert!(
+        r.verdict_line().contains("the control NOT JUDGED in 1 row(s)"),
+        "{}",
+        r.verdict_line()
+    );
+    // --until-decided refuses Benjamini-Hochberg (its bound is for any false alarm)
+    let bh = Options {
+        adjust: Adjust::BenjaminiHochberg,
+        until_decided: Some(5),
+        ..Options::default()
+    };
+    assert!(matches!(compare(&base, &base, &bh), Err(CompareError::Sequential(w)) if w.contains("holm")));
+}
+
+#[test]
 fn every_row_says_what_it_could_detect_and_the_runs_a_target_needs() {
     // three runs per side with a 4 % spread: Welch over the runs; its detectable change is
     // beyond the threshold, shrinks with more runs, and a target within the threshold is never
@@ -598,12 +627,14 @@ fn runs_until_decided_keep_the_false_alarm_rate_and_decide_a_change() {
     // no change, 400 sequences: regressions at most ALPHA's share (20), plus a margin for the
     // draw (the rule's bound is 5 %; with Bonferroni over looks it is below)
     let alarms = (0..400).filter(|_| trial(0.0).0 == 1).count();
-    assert!(alarms <= 24, "{alarms} false alarms in 400");
+    // (deterministic draw: 1 of 400 here)
+    assert!(alarms <= 20, "{alarms} false alarms in 400");
     // a change of +15 % (three times the 5 % threshold): found, mostly before the budget
     let found: Vec<(u8, usize)> = (0..100).map(|_| trial(0.15)).collect();
     let hits = found.iter().filter(|(s, _)| *s == 1).count();
     let early = found.iter().filter(|(s, n)| *s == 1 && *n <= 5).count();
-    assert!(hits >= 95 && early >= 80, "{hits} found, {early} by 5 runs");
+    // (deterministic draw: 100, 94 of them by 5 runs)
+    assert!(hits >= 95 && early >= 90, "{hits} found, {early} by 5 runs");
     // no change with a 1 % spread: decided same before the budget (the bound within 5 %)
     let b: Vec<_> = (1..=4).map(|i| file(100.0 + i as f64 * 0.5, i, "b")).collect();
     let n: Vec<_> = (1..=4).map(|i| file(100.5 + i as f64 * 0.4, i, "n")).collect();

@@ -320,8 +320,14 @@ impl Report {
         ]
         .map(|v| self.count(v));
         let shown = self.rows.iter().filter(|r| !r.counts).count();
+        let undecided_same = self
+            .rows
+            .iter()
+            .filter(|r| r.decided == Some(false) && r.verdict == Verdict::Same)
+            .count();
         let mut counts = format!(
-            "{reg} regression, {imp} improvement, {same} same, {nj} not judged, of {} rows",
+            "{reg} regression, {imp} improvement, {} same, {nj} not judged, of {} rows",
+            same - undecided_same,
             self.rows.len() - shown
         );
         if shown > 0 {
@@ -335,6 +341,18 @@ impl Report {
                 l.looks,
                 l.runs,
                 l.max_runs
+            ));
+        }
+        let unjudged = self
+            .rows
+            .iter()
+            .filter(|r| {
+                r.role == Role::Control && r.verdict == Verdict::Same && super::control::own_threshold_passed(r)
+            })
+            .count();
+        if unjudged > 0 {
+            counts.push_str(&format!(
+                "; the control NOT JUDGED in {unjudged} row(s): a change of every backend alike, see the notes"
             ));
         }
         match self.exit_status() {
