@@ -63,6 +63,8 @@ for kind in identical slowed; do
   [[ $kind == slowed ]] && other=$slowed
   for t in $(seq 1 "$trials"); do
     rc=0
+    # this script's own trial directory (an earlier run's, perhaps of an older until-decided.sh)
+    rm -rf "$work/$kind-$t"
     "$repo/harness/until-decided.sh" --max-runs "$max" --rdmaprobe "$plain" --out "$work/$kind-$t" \
       -- "$plain" "${cmd[@]}" -- "$other" "${cmd[@]}" >"$work/$kind-$t.log" 2>&1 || rc=$?
     ((rc != 3 && rc != 2)) || { tail -n 20 "$work/$kind-$t.log" >&2; echo "regression-trials: trial $t failed" >&2; exit 3; }
