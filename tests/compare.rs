@@ -343,9 +343,11 @@ fn bad_values_and_duplicate_runs_exit_2_naming_file_and_run() {
 /// Two post-cost runs of one configuration are not a regression. With one run per side the
 /// per-WQE p50 of a row moves by up to a factor of 2 between processes on these shared VMs (two
 /// states a process lands in; 11 pairs here: the worst row of a pair +72 % to +100 %) against a
-/// threshold of 150 %, and a busy host can push a row past it now and then (seen once in about
-/// six pairs while other work ran). A compare that judges identical runs wrong does so in every
-/// pair; noise does not: the test fails when 3 fresh pairs in a row each have a regression row.
+/// threshold of 300 % (since 2026-12-04: one whole process in the host's slow state measured
+/// direct +218 % at postlist 32), and a busy host can push a row past it now and then (with
+/// 150 %, seen once in about six pairs while other work ran). A compare that judges identical
+/// runs wrong does so in every pair; noise does not: the test fails when 3 fresh pairs in a row
+/// each have a regression row.
 #[test]
 fn post_cost_runs_of_one_configuration_have_no_regression_row() {
     let _g = serial();
@@ -380,6 +382,54 @@ fn post_cost_runs_of_one_configuration_have_no_regression_row() {
     }
     panic!(
         "identical post-cost runs judged a regression in 3 pairs in a row:\n{}",
+        seen.join("\n--\n")
+    );
+}
+
+/// Identical back-to-back `suite --quick` runs, one file per side, are not a regression (issue
+/// 29 item 7): four runs, all 12 ordered pairs compared. Before 2026-12-04's one-run thresholds
+/// 18 of 30 such pairs were exit 1; since, 0 of 120 over four sets (`docs/ci-recipe.md`). One
+/// run in the host's slowest state takes part in 6 of the 12 pairs, so the test fails only when
+/// 3 or more pairs are exit 1 in two fresh sets in a row.
+#[test]
+fn identical_quick_suites_one_file_per_side_are_not_a_regression() {
+    let _g = serial();
+    let dir = tmpdir("quick");
+    let mut seen = Vec::new();
+    for set in 0..2 {
+        let f: Vec<String> = (0..4)
+            .map(|i| {
+                let p = dir.join(format!("q{set}-{i}"));
+                let (c, o, e) = run(&["suite", "--quick", "-d", "model0", "--out", p.to_str().unwrap()]);
+                assert_eq!(c, 0, "{o}{e}");
+                p.join("results.json").to_str().unwrap().to_string()
+            })
+            .collect();
+        let mut alarms = Vec::new();
+        for a in &f {
+            for b in f.iter().filter(|b| *b != a) {
+                let (c, o, e) = run(&["compare", a, b]);
+                assert!(c <= 1, "compare {a} {b}: exit {c}\n{o}{e}");
+                let counted = o.lines().any(|l| l.ends_with(" REGRESSION"));
+                assert_eq!(counted, c == 1, "exit {c} and the rows disagree:\n{o}{e}");
+                if c == 1 {
+                    let rows: Vec<&str> = o.lines().filter(|l| l.ends_with(" REGRESSION")).collect();
+                    alarms.push(format!("{a} {b}:\n{}", rows.join("\n")));
+                }
+            }
+        }
+        if alarms.len() < 3 {
+            std::fs::remove_dir_all(&dir).ok();
+            return;
+        }
+        seen.push(format!(
+            "set {set}: {} of 12 pairs exit 1\n{}",
+            alarms.len(),
+            alarms.join("\n")
+        ));
+    }
+    panic!(
+        "identical suite --quick runs judged a regression in 3+ of 12 pairs, twice:\n{}",
         seen.join("\n--\n")
     );
 }

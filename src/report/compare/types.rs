@@ -385,8 +385,10 @@ impl Report {
         if self.single_run() {
             n.push(
                 "fewer than 3 runs on a side: the interval resamples the blocks within the runs, so it CANNOT \
-                 contain the run-to-run variation (on model0 larger than the noise within a run); give at least 3 \
-                 files per side (--base F1 F2 F3 --new G1 G2 G3, run alternately) for an interval that does"
+                 contain the run-to-run variation (on model0 larger than the noise within a run: identical runs' \
+                 latency points up to 2.7 times apart), and only a change beyond the wide one-run thresholds \
+                 below is judged; give at least 3 files per side (--base F1 F2 F3 --new G1 G2 G3, run \
+                 alternately; or --until-decided) for an interval that does and the smaller thresholds"
                     .into(),
             );
         } else {
