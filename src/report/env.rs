@@ -11,11 +11,23 @@ fn read_trim(p: &str) -> Option<String> {
         .filter(|s| !s.is_empty())
 }
 
+/// The environment variable that sets the host name results record: a label of the user's
+/// choice, or empty for none (results shared outside the site); unset, the kernel's host name.
+pub const HOST_NAME_VAR: &str = "RDMAPROBE_HOST_NAME";
+
+/// The host name to record, given [`HOST_NAME_VAR`]'s value (`var`).
+fn host_name(var: Option<std::ffi::OsString>) -> Option<String> {
+    match var {
+        Some(v) => Some(v.to_string_lossy().trim().to_string()).filter(|v| !v.is_empty()),
+        None => read_trim("/proc/sys/kernel/hostname"),
+    }
+}
+
 /// What the results were measured on.
 #[derive(Debug, Clone, serde::Serialize, serde::Deserialize, PartialEq)]
 pub struct Fingerprint {
-    /// The machine's host name (`/proc/sys/kernel/hostname`), when it could be read; a file
-    /// written before it was recorded has none.
+    /// The machine's host name (`/proc/sys/kernel/hostname`), when it could be read, or the label
+    /// [`HOST_NAME_VAR`] gives (empty: none); a file written before it was recorded has none.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub host: Option<String>,
     /// Kernel release.
@@ -84,7 +96,7 @@ impl Fingerprint {
             .collect();
         env_vars.sort();
         Fingerprint {
-            host: read_trim("/proc/sys/kernel/hostname"),
+            host: host_name(std::env::var_os(HOST_NAME_VAR)),
             kernel: read_trim("/proc/sys/kernel/osrelease").unwrap_or_else(|| "unknown".into()),
             cpu_model,
             cpus: std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1),
@@ -148,5 +160,23 @@ impl Fingerprint {
             );
         }
         w
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::host_name;
+    use std::ffi::OsString;
+
+    #[test]
+    fn the_host_name_is_the_kernels_unless_the_user_gives_a_label_or_none() {
+        assert_eq!(host_name(Some(OsString::from(" lab-a "))), Some("lab-a".into()));
+        assert_eq!(host_name(Some(OsString::from(""))), None);
+        assert_eq!(host_name(Some(OsString::from("  "))), None);
+        let kernel = std::fs::read_to_string("/proc/sys/kernel/hostname").ok();
+        assert_eq!(
+            host_name(None),
+            kernel.map(|k| k.trim().to_string()).filter(|k| !k.is_empty())
+        );
     }
 }

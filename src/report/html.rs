@@ -123,7 +123,7 @@ fn head(h: &mut String, doc: &Value) {
 
 /// `secs` since the epoch as `YYYY-MM-DD HH:MM:SS UTC` (the civil calendar from the day count,
 /// as in Howard Hinnant's `civil_from_days`).
-fn utc(secs: u64) -> String {
+pub(crate) fn utc(secs: u64) -> String {
     let z = (secs / 86400) as i64 + 719_468;
     let era = z.div_euclid(146_097);
     let doe = z - era * 146_097;
@@ -162,7 +162,7 @@ fn counters(h: &mut String, doc: &Value) {
     if let Some(delta) = doc["counters"]["delta"].as_object() {
         let _ = write!(
             h,
-            "<h2>Device counters</h2>\n<p>change over the run, from {}</p>\n<table id=\"counters\"><tr><th class=\"l\">counter</th><th>change</th></tr>",
+            "<h2>Device counters</h2>\n<p>change over the run, from {}</p>\n<table id=\"counters\"><thead><tr><th class=\"l\">counter</th><th>change</th></tr></thead><tbody>",
             esc(doc["counters"]["source"].as_str().unwrap_or("?"))
         );
         for (k, v) in delta {
@@ -173,7 +173,7 @@ fn counters(h: &mut String, doc: &Value) {
                 esc(&v.to_string())
             );
         }
-        h.push_str("</table>\n");
+        h.push_str("</tbody></table>\n");
     }
 }
 
@@ -206,8 +206,8 @@ fn regions(h: &mut String, doc: &Value) {
         "<details id=\"memory-regions\"><summary>Memory regions ({} registered buffers)</summary>\n\
          <p>where each registered buffer sits (alignment: the largest power of two \
          dividing the address; the physical address, from /proc/self/pagemap, needs root)</p>\n<table id=\"regions\">\
-         <tr><th class=\"l\">region</th><th>address</th><th>page offset</th><th>alignment [B]</th><th>huge pages</th>\
-         <th>physical address</th></tr>",
+         <thead><tr><th class=\"l\">region</th><th>address</th><th>page offset</th><th>alignment [B]</th><th>huge pages</th>\
+         <th>physical address</th></tr></thead><tbody>",
         rows.len()
     );
     let hex = |v: &Value| v.as_u64().map(|a| format!("{a:#x}"));
@@ -230,7 +230,7 @@ fn regions(h: &mut String, doc: &Value) {
             esc(&phys)
         );
     }
-    h.push_str("</table>\n");
+    h.push_str("</tbody></table>\n");
     if more > 0 {
         let _ = writeln!(
             h,
@@ -271,7 +271,7 @@ const ENV_ITEMS: [(&str, &str); 22] = [
 /// The environment's table, with the timer overhead, after the results.
 fn environment(h: &mut String, doc: &Value) {
     h.push_str(
-        "<h2>Environment</h2>\n<table id=\"environment\"><tr><th class=\"l\">item</th><th class=\"l\">value</th></tr>",
+        "<h2>Environment</h2>\n<table id=\"environment\"><thead><tr><th class=\"l\">item</th><th class=\"l\">value</th></tr></thead><tbody>",
     );
     if let Some(env) = doc["environment"].as_object() {
         let known = ENV_ITEMS
@@ -296,7 +296,7 @@ fn environment(h: &mut String, doc: &Value) {
             "<tr><td class=\"l\">timer overhead</td><td class=\"l\">{o:.1} ns</td></tr>"
         );
     }
-    h.push_str("</table>\n");
+    h.push_str("</tbody></table>\n");
 }
 
 /// An environment item's value as text (not yet escaped): the TSC rate in GHz or MHz, yes or
@@ -355,14 +355,14 @@ fn latency(h: &mut String, lat: &[&Value]) {
         "<h2>Latency</h2>\n<p>ns; no direct run among them, so no driver's overhead.</p>\n"
     });
     h.push_str(
-        "<table id=\"latency\"><tr><th class=\"l\">op</th><th>size (B)</th>\
+        "<table id=\"latency\"><thead><tr><th class=\"l\">op</th><th>size (B)</th>\
          <th class=\"l\">figure</th><th class=\"l\">backend</th><th>min</th><th>p50</th><th>mean</th><th>stdev</th>\
          <th>p99</th><th>p99.9</th><th>max</th><th>samples</th>",
     );
     h.push_str(if has_direct {
-        "<th>− direct (p50) [95 % interval]</th></tr>"
+        "<th>− direct (p50) [95 % interval]</th></tr></thead><tbody>"
     } else {
-        "</tr>"
+        "</tr></thead><tbody>"
     });
     for r in lat {
         let l = &r["latency_ns"];
@@ -383,7 +383,7 @@ fn latency(h: &mut String, lat: &[&Value]) {
         }
         h.push_str("</tr>");
     }
-    h.push_str("</table>\n");
+    h.push_str("</tbody></table>\n");
 }
 
 /// A run's backend as its line in the plots: `-e` when it waited for completion events.
@@ -436,9 +436,9 @@ fn bandwidth(h: &mut String, bw: &[&Value]) {
         return;
     }
     h.push_str(
-        "<h2>Bandwidth</h2>\n<table id=\"bandwidth\"><tr><th class=\"l\">op</th><th>size (B)</th><th class=\"l\">backend</th>\
+        "<h2>Bandwidth</h2>\n<table id=\"bandwidth\"><thead><tr><th class=\"l\">op</th><th>size (B)</th><th class=\"l\">backend</th>\
          <th>Gbit/s</th><th>MiB/s</th><th>peak (perftest) MiB/s</th><th>slowest window MiB/s</th><th>window ms</th>\
-         <th>Mpps</th><th>threads × QPs</th></tr>",
+         <th>Mpps</th><th>threads × QPs</th></tr></thead><tbody>",
     );
     for r in bw {
         let s = &r["summary"];
@@ -460,7 +460,7 @@ fn bandwidth(h: &mut String, bw: &[&Value]) {
             cell(&r["qps_per_thread"]),
         );
     }
-    h.push_str("</table>\n");
+    h.push_str("</tbody></table>\n");
 }
 
 /// The post-cost runs' table, when there are some: ns and TSC ticks per WQE to a tenth each
@@ -470,9 +470,9 @@ fn post_cost(h: &mut String, pc: &[&Value]) {
         return;
     }
     h.push_str(
-        "<h2>Post cost</h2>\n<table id=\"post_cost\"><tr><th class=\"l\">op</th><th>postlist</th>\
+        "<h2>Post cost</h2>\n<table id=\"post_cost\"><thead><tr><th class=\"l\">op</th><th>postlist</th>\
          <th class=\"l\">backend</th><th class=\"l\">doorbell</th><th>ns per WQE p50</th><th>p99</th>\
-         <th>TSC ticks per WQE p50</th><th>below timer overhead</th></tr>",
+         <th>TSC ticks per WQE p50</th><th>below timer overhead</th></tr></thead><tbody>",
     );
     for r in pc {
         let ticks = if r["per_wqe_ticks_p50"].is_null() {
@@ -500,7 +500,7 @@ fn post_cost(h: &mut String, pc: &[&Value]) {
             yes_no(&r["below_overhead"]),
         );
     }
-    h.push_str("</table>\n");
+    h.push_str("</tbody></table>\n");
 }
 
 /// The plots, each SVG inline (its XML declaration left out) with its caption.
@@ -665,6 +665,23 @@ mod tests {
         assert!(report(&d, &[]).contains("measured at a time not recorded on a host not recorded"));
         assert_eq!(utc(951_868_799), "2000-02-29 23:59:59 UTC");
         assert_eq!(utc(0), "1970-01-01 00:00:00 UTC");
+    }
+
+    /// Every table's header row in a `<thead>` (a printed page, report.pdf, repeats it at the
+    /// top of each page a long table runs onto), its rows in a `<tbody>`.
+    #[test]
+    fn every_table_has_its_header_in_a_thead_and_its_rows_in_a_tbody() {
+        let page = report(&suite_doc(), &[]);
+        let tables: Vec<&str> = page.split("<table").skip(1).collect();
+        assert!(tables.len() >= 5, "{page}");
+        for t in tables {
+            let t = &t[..t.find("</table>").expect("a closed table")];
+            let head = t.find("<thead><tr><th").unwrap_or_else(|| panic!("no thead: {t}"));
+            let body = t.find("</thead><tbody>").unwrap_or_else(|| panic!("no tbody: {t}"));
+            assert!(head < body && t.ends_with("</tbody>"), "{t}");
+            assert!(!t[body..].contains("<th"), "a header cell among the rows: {t}");
+        }
+        assert!(crate::report::pdf::PRINT_CSS.contains("thead{display:table-header-group}"));
     }
 
     /// Issue 29 item 17: the TSC rate in GHz (not 2000000014.077), latency with min, mean and

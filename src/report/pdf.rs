@@ -28,7 +28,7 @@ pub const PRINT_CSS: &str = "@media print{@page{size:A4;margin:14mm 12mm;@bottom
 body{margin:0;max-width:none;font-size:9.5pt}h1{font-size:16pt;margin:0 0 .4em}\
 h2{font-size:12.5pt;break-after:avoid}h3{font-size:10.5pt;break-after:avoid}\
 table{font-size:7.5pt}td,th{padding:1px 4px;overflow-wrap:break-word}td:not(.l){white-space:nowrap}\
-tr,figure,.warn{break-inside:avoid}tr:first-child,h2+p{break-after:avoid}figure{margin:.6em 0}figure svg{width:100%;height:auto;display:block}\
+thead{display:table-header-group}tr,figure,.warn{break-inside:avoid}tr:first-child,h2+p{break-after:avoid}figure{margin:.6em 0}figure svg{width:100%;height:auto;display:block}\
 code{white-space:pre-wrap;overflow-wrap:anywhere}\
 details::details-content{content-visibility:visible;display:block}summary{font-weight:bold;list-style:none;break-after:avoid}}";
 
@@ -198,6 +198,22 @@ impl Drop for Scratch {
     }
 }
 
+/// `path` (absolute) as a `file://` URL: every byte but the unreserved ones (RFC 3986) and `/`
+/// percent-encoded, so that a directory with a space, a `#`, a `?` or a `%` in its name (a
+/// `TMPDIR` the user chose) names that file and not another.
+fn file_url(path: &Path) -> String {
+    use std::os::unix::ffi::OsStrExt;
+    let mut u = String::from("file://");
+    for &b in path.as_os_str().as_bytes() {
+        if b.is_ascii_alphanumeric() || b"-._~/".contains(&b) {
+            u.push(b as char);
+        } else {
+            u.push_str(&format!("%{b:02X}"));
+        }
+    }
+    u
+}
+
 /// The page `html` (a self-contained page) printed to PDF by `browser` within `deadline`; the
 /// PDF's bytes, checked to be a whole PDF.
 pub fn render_with(browser: &Path, html: &str, deadline: Duration) -> Result<Vec<u8>, PdfError> {
@@ -220,7 +236,7 @@ pub fn render_with(browser: &Path, html: &str, deadline: Duration) -> Result<Vec
     ])
     .arg(format!("--user-data-dir={}", scratch.0.join("profile").display()))
     .arg(format!("--print-to-pdf={}", out.display()))
-    .arg(format!("file://{}", page.display()))
+    .arg(file_url(&page))
     // the browser's caches and settings stay in the scratch directory too
     .env("HOME", &scratch.0)
     .env("XDG_CONFIG_HOME", scratch.0.join("config"))
@@ -404,6 +420,21 @@ mod tests {
 
     /// The script's `--print-to-pdf=` argument, for `body` to write to.
     const OUT: &str = r#"for a in "$@"; do case "$a" in --print-to-pdf=*) out="${a#--print-to-pdf=}";; esac; done"#;
+
+    #[test]
+    fn the_page_is_named_by_a_url_that_names_it_whatever_the_directory_is_called() {
+        assert_eq!(
+            file_url(Path::new("/tmp/a b/#1?x%/page.html")),
+            "file:///tmp/a%20b/%231%3Fx%25/page.html"
+        );
+        assert_eq!(
+            file_url(Path::new("/tmp/rdmaprobe-pdf.X_~/p.html")),
+            "file:///tmp/rdmaprobe-pdf.X_~/p.html"
+        );
+        // a byte that is not UTF-8, as it is
+        use std::os::unix::ffi::OsStrExt;
+        assert_eq!(file_url(Path::new(OsStr::from_bytes(b"/t\xff"))), "file:///t%FF");
+    }
 
     #[test]
     fn a_whole_pdf_is_handed_back() {

@@ -191,7 +191,19 @@ pub fn judge(f: &FleetIn, rules: &Rules) -> FleetReport {
         failed,
         missing_pairs: missing,
         notes,
+        measured_unix: measured(f),
     }
+}
+
+/// The earliest and the latest `created_unix` of the pairs' lat and bw documents.
+fn measured(f: &FleetIn) -> Option<[u64; 2]> {
+    let t: Vec<u64> = f
+        .pairs
+        .iter()
+        .flat_map(|p| [&p.lat, &p.bw])
+        .filter_map(|d| d.as_ref()?["created_unix"].as_u64().filter(|t| *t > 0))
+        .collect();
+    Some([*t.iter().min()?, *t.iter().max()?])
 }
 
 /// A node judged on what is its own: whether it answered, its doctor, the pairs it is in

@@ -149,4 +149,19 @@ pub struct FleetReport {
     pub missing_pairs: Vec<String>,
     /// Remarks (too few nodes to judge outliers, ...).
     pub notes: Vec<String>,
+    /// When the pairs' results were measured: the earliest and the latest `created_unix` of
+    /// their lat and bw documents (`None`: none says).
+    pub measured_unix: Option<[u64; 2]>,
+}
+
+impl FleetReport {
+    /// When the results were measured, in words: `from A to B UTC`, `at A`, or not recorded.
+    pub fn measured(&self) -> String {
+        use crate::report::html::utc;
+        match self.measured_unix {
+            Some([a, b]) if a == b => format!("measured {}", utc(a)),
+            Some([a, b]) => format!("measured from {} to {}", utc(a), utc(b)),
+            None => "measured at a time the results do not record".into(),
+        }
+    }
 }

@@ -42,10 +42,11 @@ impl FleetReport {
     /// As text: the nodes' table, the pairs' table, the verdict.
     pub fn text(&self) -> String {
         let mut s = format!(
-            "rdmaprobe fleet-report: {} nodes, {} pairs (pairing: {})\n",
+            "rdmaprobe fleet-report: {} nodes, {} pairs (pairing: {}), {}\n",
             self.nodes.len(),
             self.pairs.len(),
-            self.pairing
+            self.pairing,
+            self.measured()
         );
         let _ = writeln!(
             s,
@@ -151,10 +152,11 @@ impl FleetReport {
         let _ = write!(
             h,
             "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>rdmaprobe fleet report</title>\
-             <style>{CSS}{}</style></head><body>\n<h1>rdmaprobe fleet report</h1>\n<p>{} nodes, {} pairs, pairing {}. \
+             <style>{CSS}{}</style></head><body>\n<h1>rdmaprobe fleet report</h1>\n<p id=\"measured\">{}</p>\n<p>{} nodes, {} pairs, pairing {}. \
              Outlier: worse than the fleet median by more than {} robust standard deviations (1.4826 x MAD) and \
              by more than {} %.</p>\n",
             crate::report::pdf::PRINT_CSS,
+            esc(&self.measured()),
             self.nodes.len(),
             self.pairs.len(),
             esc(&self.pairing),

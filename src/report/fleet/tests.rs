@@ -431,3 +431,43 @@ fn a_node_with_160000_warnings_is_judged_in_linear_time() {
     println!("judged 160,000 warnings in {s:.2} s");
     assert!(s < 10.0, "{s:.1} s: quadratic again?");
 }
+
+/// Issue 29 (the fleet PDF goes to the people who sign a fleet off): the report says when its
+/// results were measured, from the pairs' documents, in the text, the page and the JSON.
+#[test]
+fn the_report_says_when_its_results_were_measured() {
+    let stamp = |mut p: PairIn, lat: u64, bw: u64| {
+        p.lat.as_mut().unwrap()["created_unix"] = json!(lat);
+        p.bw.as_mut().unwrap()["created_unix"] = json!(bw);
+        p
+    };
+    let f = fleet(
+        &["a", "b", "c"],
+        &["a", "b", "c"],
+        vec![
+            stamp(pair("a", "b", 600.0, 9000.0), 1_796_292_607, 1_796_292_640),
+            stamp(pair("a", "c", 610.0, 9100.0), 1_796_292_700, 1_796_292_745),
+            skipped("b", "c"),
+        ],
+    );
+    let r = judge(&f, &Rules::default());
+    assert_eq!(r.measured_unix, Some([1_796_292_607, 1_796_292_745]));
+    let when = "measured from 2026-12-03 10:10:07 UTC to 2026-12-03 10:12:25 UTC";
+    assert!(r.text().lines().next().unwrap().ends_with(when), "{}", r.text());
+    assert!(
+        r.html().contains(&format!("<p id=\"measured\">{when}</p>")),
+        "{}",
+        r.html()
+    );
+    assert_eq!(r.json()["measured_unix"], json!([1_796_292_607u64, 1_796_292_745u64]));
+    // documents without a time (older rdmaprobe): said so
+    let r = judge(
+        &fleet(&["a", "b"], &["a", "b"], vec![pair("a", "b", 600.0, 9000.0)]),
+        &Rules::default(),
+    );
+    assert!(
+        r.text().contains("measured at a time the results do not record"),
+        "{}",
+        r.text()
+    );
+}
