@@ -34,6 +34,58 @@ pub fn pinning() -> bool {
     (CHOSEN.get().is_some() || cpus().len() > 1) && std::env::var_os("RDMAPROBE_NO_PIN").is_none()
 }
 
+/// The steal time of CPUs `ids` (the hypervisor running something else while their vCPUs were
+/// ready to run), summed, ns: the `steal` column of `/proc/stat`'s `cpuN` lines, in USER_HZ ticks
+/// (10 ms on Debian). `None` where there is no such file or column (not Linux, a CPU not listed).
+pub fn steal_ns(ids: &[usize]) -> Option<u64> {
+    // SAFETY: sysconf takes a constant name and returns a value or -1; it touches no memory of ours.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+    parse_steal(
+        &std::fs::read_to_string("/proc/stat").ok()?,
+        ids,
+        u64::try_from(hz).ok()?,
+    )
+}
+
+/// [`steal_ns`] from `/proc/stat`'s text `stat`, `hz` ticks per second.
+fn parse_steal(stat: &str, ids: &[usize], hz: u64) -> Option<u64> {
+    if hz == 0 || ids.is_empty() {
+        return None;
+    }
+    let mut ticks = 0u64;
+    for id in ids {
+        let name = format!("cpu{id}");
+        let line = stat
+            .lines()
+            .find(|l| l.split_whitespace().next() == Some(name.as_str()))?;
+        // cpuN user nice system idle iowait irq softirq steal guest guest_nice
+        ticks += line.split_whitespace().nth(8)?.parse::<u64>().ok()?;
+    }
+    Some(ticks.saturating_mul(1_000_000_000) / hz)
+}
+
+/// The CPUs the slots `0..n` take, each once: counted from the start ([`cpu_from_start`]) or
+/// from the end ([`cpu_from_end`]).
+pub fn slot_ids(n: usize, from_end: bool) -> Vec<usize> {
+    let slot = |i| if from_end { cpu_from_end(i) } else { cpu_from_start(i) };
+    let mut ids: Vec<usize> = (0..n).filter_map(|i| cpus().get(slot(i)).map(|c| c.id)).collect();
+    ids.sort_unstable();
+    ids.dedup();
+    ids
+}
+
+/// [`run`], and the steal time of CPUs `ids` from just before the jobs were handed out to just
+/// after they ended, ns (read on the calling thread, which only waits meanwhile).
+pub(crate) fn run_with_steal(
+    jobs: Vec<Placed<'_>>,
+    start_deadline: Duration,
+    ids: &[usize],
+) -> Result<Option<u64>, WorkerError> {
+    let before = steal_ns(ids);
+    run(jobs, start_deadline)?;
+    Ok(before.and_then(|a| Some(steal_ns(ids)?.saturating_sub(a))))
+}
+
 /// The CPU numbers the measuring threads are pinned to, in the order they are taken (empty: not
 /// pinned).
 pub fn pinned_ids() -> Vec<usize> {
@@ -503,6 +555,23 @@ pub(crate) fn run(jobs: Vec<Placed<'_>>, start_deadline: Duration) -> Result<(),
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn steal_is_read_from_the_cpus_lines_in_ticks() {
+        let stat = "cpu  84286 0 6376 133712 654 0 225 129 0 0\n\
+                    cpu0 31534 0 2090 78779 91 0 99 67 0 0\n\
+                    cpu1 52751 0 4286 54932 562 0 126 62 0 0\nintr 1 2 3\n";
+        assert_eq!(parse_steal(stat, &[0], 100), Some(670_000_000));
+        assert_eq!(parse_steal(stat, &[0, 1], 100), Some(1_290_000_000));
+        assert_eq!(parse_steal(stat, &[1], 1000), Some(62_000_000));
+        // a CPU not listed, no CPUs, a line without the column: unknown, not 0
+        assert_eq!(parse_steal(stat, &[2], 100), None);
+        assert_eq!(parse_steal(stat, &[], 100), None);
+        assert_eq!(parse_steal("cpu0 1 2 3 4\n", &[0], 100), None);
+        // this machine's own file answers for the CPUs the workers take
+        assert!(steal_ns(&slot_ids(1, false)).is_some());
+        assert_eq!(slot_ids(5, false), slot_ids(5, true));
+    }
 
     #[test]
     fn cpu_lists_keep_the_order_named() {

@@ -1153,6 +1153,14 @@ fn bw_counts_one_doorbell_per_post_call() {
         let d = &v["counters"]["delta"];
         assert_eq!(d["doorbells"].as_u64(), Some(want), "{extra:?}: {d}");
         assert_eq!(d["wqes_executed"].as_u64(), Some(8000), "{extra:?}: {d}");
+        // the run's steal (issue 29 item 2's windows): this Linux's /proc/stat has the column,
+        // so a figure, in whole 10 ms ticks (USER_HZ 100 on Debian)
+        let steal = v["runs"][0]["summary"]["steal_ms"].as_f64();
+        assert!(
+            steal.is_some_and(|ms| ms >= 0.0 && (ms / 10.0).fract() == 0.0),
+            "{:?}",
+            v["runs"][0]["summary"]
+        );
     }
     std::fs::remove_file(&json).ok();
 }

@@ -10,6 +10,8 @@ use crate::scenario::runner::{tsc_step, BwResult, LatResult, PostCostResult};
 use std::fmt::Write;
 
 mod qps;
+mod steal;
+use steal::steal_warning;
 
 /// Which side of a measurement this report is.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -511,6 +513,7 @@ impl Report {
                         self.short_runs.join(", ")
                     );
                 }
+                s += &steal_warning(rs);
                 s += &self
                     .counters
                     .as_ref()

@@ -141,6 +141,9 @@ pub struct ThreadResult {
     pub event_waits: Option<u64>,
     /// The CPU time the thread used from its first post to its last completion, ns.
     pub cpu_ns: u64,
+    /// The steal time of the run's CPUs (all of them, the same in every thread's result) from
+    /// just before its threads started to just after they ended, ns ([`crate::workers::steal_ns`]).
+    pub steal_ns: Option<u64>,
 }
 
 /// What one end does in a run: send `iters` operations (`sends`), take `iters` SENDs
@@ -218,6 +221,7 @@ pub fn run<B: Backend + Send>(
     // perftest's peak is defined for one stream of posts and completions
     let trace_peak = threads.len() == 1 && threads[0].len() == 1 && !p.bidirectional && !p.no_peak;
     let mut out: Vec<Option<Result<ThreadResult, ScenarioError>>> = threads.iter().map(|_| None).collect();
+    let ids = crate::workers::slot_ids(threads.len(), false);
     let jobs = threads
         .iter_mut()
         .zip(out.iter_mut())
@@ -232,9 +236,10 @@ pub fn run<B: Backend + Send>(
             }
         })
         .collect();
-    crate::workers::run(jobs, p.stall)?;
+    let steal = crate::workers::run_with_steal(jobs, p.stall, &ids)?;
     out.into_iter()
         .map(|r| r.unwrap_or(Err(ScenarioError::PeerFailed { side: "bw thread" })))
+        .map(|r| r.map(|t| ThreadResult { steal_ns: steal, ..t }))
         .collect()
 }
 
@@ -292,6 +297,12 @@ pub struct BwSummary {
     /// thread drives both ends of its QPs, so the figure is both sides'.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cpu_pct: Option<f64>,
+    /// The time the hypervisor ran something else on the run's CPUs while the run went on
+    /// (`/proc/stat`'s steal, 10 ms ticks, from just before the threads started to just after
+    /// they ended), ms: a window without completions in a run with steal is the host's, not the
+    /// device's. 0 on a machine that is not a VM; absent where the kernel does not say.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub steal_ms: Option<f64>,
 }
 
 /// The threads' CPU time over their runs, percent of the runs' length (`None`: no such thread).
@@ -361,6 +372,26 @@ pub fn perftest_peak_rate(t: &PeakTrace) -> Option<f64> {
     best.map(|(n, dt)| n as f64 / dt as f64)
 }
 
+/// perftest's peak of a run (MiB/s; one thread with one sending end), or why there is none.
+fn perftest_peak(rs: &[ThreadResult], size: u32, hz: f64) -> (Option<f64>, Option<String>) {
+    let peak = match rs {
+        [r] => r
+            .peak_trace
+            .as_ref()
+            .and_then(perftest_peak_rate)
+            .map(|per_tick| per_tick * hz * f64::from(size) / (1024.0 * 1024.0)),
+        _ => None,
+    };
+    let missing = match rs {
+        [r] if r.peak_overflowed => Some(format!(
+            "not traced past {MAX_TRACE} post calls (16 B each): a shorter run (-n, -D) has it"
+        )),
+        [r] if r.streams <= 1 => None,
+        _ => Some("several sending QPs, threads or directions: perftest's peak is one QP's".into()),
+    };
+    (peak, missing)
+}
+
 /// Fewest completion periods (`cq_mod` messages) a bandwidth window holds on average: a window's
 /// figure moves in steps of one completion, 1/16 of it (6 %) at this many.
 pub const MIN_COMPLETIONS: f64 = 16.0;
@@ -422,25 +453,12 @@ pub fn summarize(rs: &[ThreadResult], size: u32, cq_mod: u32, hz: f64) -> BwSumm
         ));
         (prev_t, prev_m) = (t, m);
     }
-    let peak = match rs {
-        [r] => r
-            .peak_trace
-            .as_ref()
-            .and_then(perftest_peak_rate)
-            .map(|per_tick| per_tick * hz * f64::from(size) / (1024.0 * 1024.0)),
-        _ => None,
-    };
-    let peak_missing = match rs {
-        [r] if r.peak_overflowed => Some(format!(
-            "not traced past {MAX_TRACE} post calls (16 B each): a shorter run (-n, -D) has it"
-        )),
-        [r] if r.streams <= 1 => None,
-        _ => Some("several sending QPs, threads or directions: perftest's peak is one QP's".into()),
-    };
+    let (peak, peak_missing) = perftest_peak(rs, size, hz);
     let received: u64 = rs.iter().map(|r| r.received).sum();
     let event_waits = rs.iter().filter_map(|r| r.event_waits).reduce(|a, b| a + b);
     BwSummary {
         cpu_pct: cpu_pct(rs.iter(), hz),
+        steal_ms: rs.iter().filter_map(|r| r.steal_ns).max().map(|ns| ns as f64 / 1e6),
         messages_received: (received > 0).then_some(received),
         event_waits,
         messages,
@@ -485,7 +503,21 @@ mod tests {
             received: 0,
             event_waits: None,
             cpu_ns: 0,
+            steal_ns: None,
         }
+    }
+
+    #[test]
+    fn a_runs_steal_is_in_its_summary_in_ms() {
+        let r = |steal| ThreadResult {
+            steal_ns: steal,
+            ..thread(1000, 0, 1000, 250, vec![250, 500, 750])
+        };
+        assert_eq!(summarize(&[r(None)], 1024, 1, 1000.0).steal_ms, None);
+        // every thread carries the run's one figure (its CPUs' steal): not summed
+        let s = summarize(&[r(Some(30_000_000)), r(Some(30_000_000))], 1024, 1, 1000.0);
+        assert_eq!(s.steal_ms, Some(30.0));
+        assert!(serde_json::to_value(&s).unwrap()["steal_ms"] == 30.0);
     }
 
     #[test]

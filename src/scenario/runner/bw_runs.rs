@@ -258,6 +258,7 @@ pub fn bw_side(
     let (rc, rs) = bw::roles(p);
     let role = if client { rc } else { rs };
     let mut out: Vec<Option<Result<bw::ThreadResult, ScenarioError>>> = threads.iter().map(|_| None).collect();
+    let ids = crate::workers::slot_ids(threads.len(), !client);
     let jobs = threads
         .iter_mut()
         .zip(out.iter_mut())
@@ -292,8 +293,9 @@ pub fn bw_side(
             }),
         })
         .collect();
-    crate::workers::run(jobs, p.stall)?;
+    let steal = crate::workers::run_with_steal(jobs, p.stall, &ids)?;
     out.into_iter()
         .map(|r| r.unwrap_or(Err(ScenarioError::PeerFailed { side: "bw thread" })))
+        .map(|r| r.map(|t| bw::ThreadResult { steal_ns: steal, ..t }))
         .collect()
 }
