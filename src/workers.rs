@@ -65,8 +65,12 @@ fn parse_steal(stat: &str, ids: &[usize], hz: u64) -> Option<u64> {
 }
 
 /// The CPUs the slots `0..n` take, each once: counted from the start ([`cpu_from_start`]) or
-/// from the end ([`cpu_from_end`]).
+/// from the end ([`cpu_from_end`]); every CPU of the process's set when threads are not pinned
+/// (they may run on any).
 pub fn slot_ids(n: usize, from_end: bool) -> Vec<usize> {
+    if !pinning() {
+        return cpus().iter().map(|c| c.id).collect();
+    }
     let slot = |i| if from_end { cpu_from_end(i) } else { cpu_from_start(i) };
     let mut ids: Vec<usize> = (0..n).filter_map(|i| cpus().get(slot(i)).map(|c| c.id)).collect();
     ids.sort_unstable();
@@ -570,7 +574,9 @@ mod tests {
         assert_eq!(parse_steal("cpu0 1 2 3 4\n", &[0], 100), None);
         // this machine's own file answers for the CPUs the workers take
         assert!(steal_ns(&slot_ids(1, false)).is_some());
-        assert_eq!(slot_ids(5, false), slot_ids(5, true));
+        // as many slots as CPUs: every CPU, whichever end they are counted from
+        let n = cpus().len();
+        assert_eq!(slot_ids(n, false), slot_ids(n, true));
     }
 
     #[test]

@@ -125,9 +125,14 @@ fn help_says_what_the_program_does() {
         "{out}"
     );
     assert!(out.contains("Benjamini-Hochberg with --adjust bh"), "{out}");
+    // the help's one-run thresholds are the table's (lat p50, lat p99, bw, post_cost p50)
+    let one: Vec<String> = [("lat", "p50"), ("lat", "p99"), ("bw", "bw"), ("post_cost", "p50")]
+        .iter()
+        .map(|(s, m)| rdmaprobe::report::compare::default_threshold_pct(s, m, false).to_string())
+        .collect();
     assert!(
-        out.contains("30, 75, 50, 150"),
-        "the thresholds of one run per side: {out}"
+        out.contains(&format!("{} (p99 100)", one.join(", "))),
+        "the thresholds of one run per side, {one:?}: {out}"
     );
 }
 

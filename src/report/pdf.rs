@@ -236,7 +236,8 @@ pub fn render_with(browser: &Path, html: &str, deadline: Duration) -> Result<Vec
     ])
     .arg(format!("--user-data-dir={}", scratch.0.join("profile").display()))
     .arg(format!("--print-to-pdf={}", out.display()))
-    .arg(file_url(&page))
+    // TMPDIR may be relative: the URL names the page from the root
+    .arg(file_url(&std::path::absolute(&page).unwrap_or_else(|_| page.clone())))
     // the browser's caches and settings stay in the scratch directory too
     .env("HOME", &scratch.0)
     .env("XDG_CONFIG_HOME", scratch.0.join("config"))

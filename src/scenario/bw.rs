@@ -299,8 +299,8 @@ pub struct BwSummary {
     pub cpu_pct: Option<f64>,
     /// The time the hypervisor ran something else on the run's CPUs while the run went on
     /// (`/proc/stat`'s steal, 10 ms ticks, from just before the threads started to just after
-    /// they ended), ms: a window without completions in a run with steal is the host's, not the
-    /// device's. 0 on a machine that is not a VM; absent where the kernel does not say.
+    /// they ended), ms: a window without completions in a run with steal may be the host's, not
+    /// the device's. 0 on a machine that is not a VM; absent where the kernel does not say.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub steal_ms: Option<f64>,
 }

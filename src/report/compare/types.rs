@@ -347,7 +347,9 @@ impl Report {
             .rows
             .iter()
             .filter(|r| {
-                r.role == Role::Control && r.verdict == Verdict::Same && super::control::own_threshold_passed(r)
+                r.role == Role::Control
+                    && r.verdict == Verdict::Same
+                    && super::control::own_threshold_passed(r, self.threshold_pct.is_some())
             })
             .count();
         if unjudged > 0 {
@@ -386,7 +388,7 @@ impl Report {
             n.push(
                 "fewer than 3 runs on a side: the interval resamples the blocks within the runs, so it CANNOT \
                  contain the run-to-run variation (on model0 larger than the noise within a run: identical runs' \
-                 latency points up to 2.7 times apart), and only a change beyond the wide one-run thresholds \
+                 latency points up to 3.2 times apart), and only a change beyond the wide one-run thresholds \
                  below is judged; give at least 3 files per side (--base F1 F2 F3 --new G1 G2 G3, run \
                  alternately; or --until-decided) for an interval that does and the smaller thresholds"
                     .into(),

@@ -155,7 +155,8 @@ pub struct FleetReport {
 }
 
 impl FleetReport {
-    /// When the results were measured, in words: `from A to B UTC`, `at A`, or not recorded.
+    /// When the results were measured (the documents are stamped as a run ends), in words:
+    /// `measured from A to B`, `measured A`, or not recorded.
     pub fn measured(&self) -> String {
         use crate::report::html::utc;
         match self.measured_unix {
