@@ -124,6 +124,16 @@ pub fn thread_cpu_ns() -> u64 {
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
+/// The times the kernel took the calling thread off its CPU to run something else (involuntary
+/// context switches, `getrusage(RUSAGE_THREAD)`'s `ru_nivcsw`); `None` when it cannot be read.
+pub fn thread_involuntary_switches() -> Option<u64> {
+    // SAFETY: an all-zero rusage is a valid value of the plain C struct.
+    let mut ru: libc::rusage = unsafe { core::mem::zeroed() };
+    // SAFETY: getrusage writes one rusage into `ru`, a valid local.
+    let rc = unsafe { libc::getrusage(libc::RUSAGE_THREAD, &mut ru) };
+    (rc == 0).then_some(ru.ru_nivcsw as u64)
+}
+
 fn errno() -> i32 {
     // SAFETY: __errno_location returns the calling thread's errno slot, always valid.
     unsafe { *libc::__errno_location() }

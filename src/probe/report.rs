@@ -11,7 +11,7 @@ use std::fmt::Write;
 
 mod qps;
 mod steal;
-use steal::steal_warning;
+use steal::{stall_warning, steal_warning};
 
 /// Which side of a measurement this report is.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -514,6 +514,7 @@ impl Report {
                     );
                 }
                 s += &steal_warning(rs);
+                s += &stall_warning(rs);
                 s += &self
                     .counters
                     .as_ref()

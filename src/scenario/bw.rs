@@ -144,6 +144,12 @@ pub struct ThreadResult {
     /// The steal time of the run's CPUs (all of them, the same in every thread's result) from
     /// just before its threads started to just after they ended, ns ([`crate::workers::steal_ns`]).
     pub steal_ns: Option<u64>,
+    /// The longest time between two turns of the thread's loop (ticks) and the tick it began
+    /// at: a thread the kernel or the hypervisor took off its CPU, or a call that blocked.
+    pub longest_turn: (u64, u64),
+    /// The times the kernel took the thread off its CPU during the run (involuntary context
+    /// switches; `None`: not readable).
+    pub involuntary_switches: Option<u64>,
 }
 
 /// What one end does in a run: send `iters` operations (`sends`), take `iters` SENDs
@@ -303,6 +309,19 @@ pub struct BwSummary {
     /// the device's. 0 on a machine that is not a VM; absent where the kernel does not say.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub steal_ms: Option<f64>,
+    /// The longest time one of this side's measuring threads went between two turns of its
+    /// loop (each turn posts, polls and reads the clock), ms, and when it began, ms from the
+    /// run's start: a window without completions falls within such a gap when the thread was
+    /// off its CPU (or blocked for an event, with -e).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub longest_turn_ms: Option<f64>,
+    /// When [`Self::longest_turn_ms`] began, ms from the run's start.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub longest_turn_at_ms: Option<f64>,
+    /// The times the kernel took this side's measuring threads off their CPUs during the run
+    /// (involuntary context switches, summed over the threads; `getrusage`'s `ru_nivcsw`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub involuntary_switches: Option<u64>,
 }
 
 /// The threads' CPU time over their runs, percent of the runs' length (`None`: no such thread).
@@ -456,7 +475,12 @@ pub fn summarize(rs: &[ThreadResult], size: u32, cq_mod: u32, hz: f64) -> BwSumm
     let (peak, peak_missing) = perftest_peak(rs, size, hz);
     let received: u64 = rs.iter().map(|r| r.received).sum();
     let event_waits = rs.iter().filter_map(|r| r.event_waits).reduce(|a, b| a + b);
+    let longest = rs.iter().map(|r| r.longest_turn).max_by_key(|&(len, _)| len);
+    let ms = |t: u64| t as f64 / hz * 1e3;
     BwSummary {
+        longest_turn_ms: longest.map(|(len, _)| ms(len)),
+        longest_turn_at_ms: longest.map(|(_, at)| ms(at.saturating_sub(start))),
+        involuntary_switches: rs.iter().map(|r| r.involuntary_switches).sum(),
         cpu_pct: cpu_pct(rs.iter(), hz),
         steal_ms: rs.iter().filter_map(|r| r.steal_ns).max().map(|ns| ns as f64 / 1e6),
         messages_received: (received > 0).then_some(received),
@@ -504,6 +528,8 @@ mod tests {
             event_waits: None,
             cpu_ns: 0,
             steal_ns: None,
+            longest_turn: (0, start),
+            involuntary_switches: None,
         }
     }
 
@@ -518,6 +544,22 @@ mod tests {
         let s = summarize(&[r(Some(30_000_000)), r(Some(30_000_000))], 1024, 1, 1000.0);
         assert_eq!(s.steal_ms, Some(30.0));
         assert!(serde_json::to_value(&s).unwrap()["steal_ms"] == 30.0);
+    }
+
+    #[test]
+    fn the_longest_turn_and_the_switches_are_in_the_summary() {
+        // hz 1000: a tick is 1 ms; the run starts at 100
+        let r = |turn, sw| ThreadResult {
+            longest_turn: turn,
+            involuntary_switches: sw,
+            ..thread(1000, 100, 1100, 250, vec![250, 500, 750])
+        };
+        let s = summarize(&[r((3, 400), Some(2)), r((7, 900), Some(5))], 1024, 1, 1000.0);
+        assert_eq!((s.longest_turn_ms, s.longest_turn_at_ms), (Some(7.0), Some(800.0)));
+        assert_eq!(s.involuntary_switches, Some(7));
+        // one thread that could not read its switches: no sum
+        let s = summarize(&[r((3, 400), Some(2)), r((1, 900), None)], 1024, 1, 1000.0);
+        assert_eq!((s.longest_turn_ms, s.involuntary_switches), (Some(3.0), None));
     }
 
     #[test]

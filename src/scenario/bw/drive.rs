@@ -330,6 +330,7 @@ pub fn drive_ends<B: Backend>(
     let total: u64 = ctl.iter().map(|c| u64::from(c.role.sends) * p.iters).sum();
     let mut tracer = Tracer::new(&ctl, p, trace_peak);
     let cpu0 = clock::thread_cpu_ns();
+    let switches0 = clock::thread_involuntary_switches();
     let start = clock::start();
     let origin = grid.origin(start);
     let mut out = ThreadResult {
@@ -351,6 +352,8 @@ pub fn drive_ends<B: Backend>(
         out.event_waits = Some(0);
     }
     let mut armed = false;
+    let mut turn = start;
+    out.longest_turn = (0, start);
     loop {
         let mut moved = false;
         let sent = ctl.iter().all(|c| !c.role.sends || c.dir.completed >= p.iters);
@@ -369,6 +372,10 @@ pub fn drive_ends<B: Backend>(
             moved |= c.poll_completions(p, (traced, &mut tracer), &mut prog)?;
         }
         let now = clock::stop();
+        if now.wrapping_sub(turn) > out.longest_turn.0 {
+            out.longest_turn = (now.wrapping_sub(turn), turn);
+        }
+        turn = now;
         while now >= next_boundary {
             out.windows.push(messages(&ctl, total, prog.done));
             next_boundary = next_boundary.wrapping_add(grid.window_ticks);
@@ -380,6 +387,8 @@ pub fn drive_ends<B: Backend>(
     }
     out.end = clock::stop();
     out.cpu_ns = clock::thread_cpu_ns().saturating_sub(cpu0);
+    out.involuntary_switches =
+        switches0.and_then(|a| clock::thread_involuntary_switches().map(|b| b.saturating_sub(a)));
     if p.unreliable {
         // the drain after the last completion is no part of the run: nor are its windows
         out.end = prog.last_tick;
