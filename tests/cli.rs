@@ -1111,7 +1111,7 @@ fn results_carry_the_counters_of_the_run() {
     let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
     let d = &v["counters"]["delta"];
     assert_eq!(v["counters"]["source"], "model0");
-    for k in ["wqes_executed", "doorbells", "blueflame_writes"] {
+    for k in ["wqes_executed", "doorbells", "blueflame_writes_checked"] {
         assert_eq!(d[k].as_u64(), Some(2200), "{k}: {d}");
     }
     assert!(d["cqes"].as_u64().is_some_and(|c| c > 0), "{d}");

@@ -58,7 +58,7 @@ fn add_qp(c: &mut Counters, s: &Shm) {
         "doorbell_record_moves_seen",
         h.ctr_dbrec_moves.load(Ordering::Relaxed),
     );
-    add(c, "blueflame_writes", h.ctr_bf_writes.load(Ordering::Relaxed));
+    add(c, "blueflame_writes_checked", h.ctr_bf_writes.load(Ordering::Relaxed));
     add(c, "rnr_events", h.ctr_rnr.load(Ordering::Relaxed) as u64);
     add(c, "dropped_messages", h.ctr_dropped.load(Ordering::Relaxed) as u64);
     add(c, "bad_doorbells", h.bad_doorbells.load(Ordering::Relaxed) as u64);
