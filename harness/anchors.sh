@@ -10,6 +10,8 @@
 #   latency: write, send, read at 8 B and 4 KiB: perftest's t_typical (its median) and t_avg
 #            against rdmaprobe's p50 and mean, both one-way (half the round trip) for write and
 #            send, the round trip for read;
+#            and, by the same definition as perftest's (from each post to the next, the loop's
+#            bookkeeping after the response included), rdmaprobe's perftest_ns of the same run;
 #   bandwidth: write at 64 KiB, perftest's BW average against rdmaprobe's average, both MiB/s.
 # Prints per case the ratio rdmaprobe / perftest of every round and their median [range].
 # --short: 2 rounds, write and send 8 B and bw (CI). --check: exit 1 when a p50 or bandwidth
@@ -66,7 +68,8 @@ pair() {
 # perftest's figures from its client output: lat -> "t_typical t_avg" (ns); bw -> "avg" (MiB/s)
 pt_lat() { awk '/t_typical/ {h=1; next} h && $1 ~ /^[0-9]+$/ {printf "%.1f %.1f\n", $5 * 1000, $6 * 1000; exit}' "$1"; }
 pt_bw() { awk '/BW average/ {h=1; next} h && $1 ~ /^[0-9]+$/ {print $4; exit}' "$1"; }
-rp_lat() { python3 -c 'import json,sys; r=json.load(open(sys.argv[1]))["runs"][0]["latency_ns"]; print(r["p50"], r["mean"])' "$1"; }
+# rdmaprobe's p50 and mean, then its perftest figures of the same run (post to next post)
+rp_lat() { python3 -c 'import json,sys; x=json.load(open(sys.argv[1]))["runs"][0]; r, p = x["latency_ns"], x["perftest_ns"]; print(r["p50"], r["mean"], p["typical"], p["avg"])' "$1"; }
 rp_bw() { python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["runs"][0]["summary"]["bw_avg_mib_s"])' "$1"; }
 
 cases=()
@@ -106,7 +109,7 @@ for r in $(seq 1 "$rounds"); do
       pt=$(pt_bw "$work/pt-$tag.client") rp=$(rp_bw "$work/rp-$tag.json") || die "no figure in $work/rp-$tag.json"
       [[ -n $pt ]] || die "no figure parsed from $work/pt-$tag.client"
       [[ -n $rp ]] || die "no figure in $work/rp-$tag.json"
-      echo "$kind $op $size $api $r $pt - $rp -" >>"$results"
+      echo "$kind $op $size $api $r $pt - $rp - - -" >>"$results"
     fi
   done
 done
@@ -118,22 +121,27 @@ import sys, statistics as st
 path, check, mhz, tsc = sys.argv[1], sys.argv[2] == "1", sys.argv[3], sys.argv[4]
 rows = {}
 for line in open(path):
-    kind, op, size, api, r, a1, a2, b1, b2 = line.split()
-    rows.setdefault((kind, op, int(size), api), []).append((float(a1), None if a2 == "-" else float(a2), float(b1), None if b2 == "-" else float(b2)))
+    kind, op, size, api, r, a1, a2, b1, b2, c1, c2 = line.split()
+    f = lambda x: None if x == "-" else float(x)
+    rows.setdefault((kind, op, int(size), api), []).append((float(a1), f(a2), float(b1), f(b2), f(c1), f(c2)))
 def cell(xs):
     return f"{st.median(xs):.3f} [{min(xs):.3f}-{max(xs):.3f}]"
 bad = []
 print(f"clocks: rdmaprobe's calibrated TSC {tsc} MHz; /proc/cpuinfo 'cpu MHz' {mhz} (what perftest's get_cpu_mhz reads and checks)")
-print("rdmaprobe / perftest per round; median [lowest-highest] over the rounds; the two tools' own medians beside\n")
-print(f"| case | API (perftest / rdmaprobe) | p50 ratio | mean ratio | perftest p50 | rdmaprobe p50 |")
-print("|---|---|---|---|---|---|")
+print("rdmaprobe / perftest per round; median [lowest-highest] over the rounds; the two tools' own medians beside")
+print("p50, mean: rdmaprobe's table (post to completion) over perftest's t_typical, t_avg (post to next post);")
+print("same definition: rdmaprobe's perftest figures of the same run (its perftest_ns: post to next post) over them\n")
+print(f"| case | API (perftest / rdmaprobe) | p50 ratio | mean ratio | same definition t_typical | t_avg | perftest p50 | rdmaprobe p50 |")
+print("|---|---|---|---|---|---|---|---|")
 for (kind, op, size, api), v in rows.items():
     pt_api = "ibv_wr_* / wr" if api == "wr" else "--use_old_post_send / verbs"
-    r50 = [b1 / a1 for a1, _, b1, _ in v]
+    r50 = [x[2] / x[0] for x in v]
     unit = "ns" if kind == "lat" else "MiB/s"
-    rm = [b2 / a2 for _, a2, _, b2 in v if a2 and b2]
+    rm = [x[3] / x[1] for x in v if x[1] and x[3]]
+    rt = [x[4] / x[0] for x in v if x[4]]
+    ra = [x[5] / x[1] for x in v if x[1] and x[5]]
     name = f"{kind} {op} {size} B" + (" (one-way)" if kind == "lat" and op != "read" else " (round trip)" if kind == "lat" else " (average)")
-    print(f"| {name} | {pt_api} | {cell(r50)} | {cell(rm) if rm else '-'} | {st.median([x[0] for x in v]):.1f} {unit} | {st.median([x[2] for x in v]):.1f} {unit} |")
+    print(f"| {name} | {pt_api} | {cell(r50)} | {cell(rm) if rm else '-'} | {cell(rt) if rt else '-'} | {cell(ra) if ra else '-'} | {st.median([x[0] for x in v]):.1f} {unit} | {st.median([x[2] for x in v]):.1f} {unit} |")
     if any(not 0.8 <= x <= 1.25 for x in r50):
         bad.append(f"{name} {api}: ratios {', '.join(f'{x:.3f}' for x in r50)}")
 if bad:

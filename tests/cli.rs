@@ -174,6 +174,19 @@ fn lat_on_model0_prints_the_table_and_writes_json() {
         (Some("lat"), Some("write"))
     );
     assert_eq!(r["block_medians_ns"].as_array().map(|a| a.len()), Some(3));
+    // perftest's figures of the same run: from each post to the next within a block (one
+    // fewer per block than the iterations), never below the shortest one-way figure
+    let p = &r["perftest_ns"];
+    assert_eq!(p["samples"], 297, "{p}");
+    let min = r["latency_ns"]["min"].as_f64().unwrap();
+    assert!(
+        p["typical"].as_f64().is_some_and(|t| t >= min) && p["avg"].as_f64().is_some_and(|a| a >= min),
+        "{p}"
+    );
+    assert!(
+        out.contains(" perftest's t_typical/t_avg [ns] of the same runs (as ib_*_lat: from each post to the next"),
+        "{out}"
+    );
     let h = rdmaprobe::report::Hist::decode(r["histogram_ns"].as_str().unwrap()).unwrap();
     assert_eq!(h.len(), 300);
     assert!(v["timer_overhead_ns"].as_f64().is_some_and(|o| o > 0.0));

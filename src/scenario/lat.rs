@@ -44,6 +44,10 @@ pub struct LatSamples {
     pub post: Vec<u64>,
     /// From the end of the post to the response.
     pub wait: Vec<u64>,
+    /// From each measured post to the next one in the same block (the loop's whole turn: the
+    /// round trip and the bookkeeping after it): perftest's latency sample (`ib_*_lat` takes
+    /// `tposted[i + 1] - tposted[i]`), one fewer than `rtt` per block.
+    pub period: Vec<u64>,
     /// The client thread's CPU time over its blocks (warm-up included), ns.
     pub cpu_ns: u64,
     /// Those blocks' length, TSC ticks.
@@ -56,6 +60,7 @@ impl LatSamples {
         self.rtt.extend(s.rtt);
         self.post.extend(s.post);
         self.wait.extend(s.wait);
+        self.period.extend(s.period);
         self.cpu_ns += s.cpu_ns;
         self.wall_ticks += s.wall_ticks;
     }
@@ -447,10 +452,12 @@ pub fn client_loop<B: Backend>(
         rtt: Vec::with_capacity(n),
         post: Vec::with_capacity(n),
         wait: Vec::with_capacity(n),
+        period: Vec::with_capacity(n),
         cpu_ns: 0,
         wall_ticks: 0,
     };
     let mut outst = Outstanding { n: 0 };
+    let mut last_t0 = 0u64;
     if p.op.needs_recv() && prime {
         b.post_recv(recv_len(b), RECV_DEPTH).map_err(be(side, first))?;
     }
@@ -468,6 +475,10 @@ pub fn client_loop<B: Backend>(
         // period still leaves the send queue empty
         let signal = signalled(p.op, k - first) || k + 1 == first + total;
         let t0 = clock::start();
+        if k > first + warmup {
+            out.period.push(t0.wrapping_sub(last_t0));
+        }
+        last_t0 = t0;
         b.post(p.op, p.size, 1, p.inline, signal).map_err(be(side, k))?;
         let t1 = clock::stop();
         // a device model executes the WQE here, after the post's timestamp (on hardware: nothing)

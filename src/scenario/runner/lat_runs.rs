@@ -110,6 +110,40 @@ pub struct LatResult {
     /// `ibv_get_cq_event`) instead of polling; absent: polling.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub completion: Option<String>,
+    /// perftest's figures of the same run, as `ib_*_lat` computes them: from each post to the
+    /// next (the loop's whole turn, its bookkeeping after the response included), halved where
+    /// the figure is one-way; absent in files written before it was recorded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub perftest_ns: Option<PerftestLat>,
+}
+
+/// perftest's latency figures (`ib_*_lat`'s `t_typical` and `t_avg`) of a run, from the time
+/// between consecutive posts within each block, halved for a one-way figure, ns.
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct PerftestLat {
+    /// The median (perftest's `t_typical`: the sorted samples' element at half their count).
+    pub typical: f64,
+    /// The mean (`t_avg`).
+    pub avg: f64,
+    /// Samples: one fewer per block than the measured iterations.
+    pub samples: u64,
+}
+
+impl PerftestLat {
+    /// From post-to-post periods (ticks), halved when `one_way`; `None` without any.
+    pub fn of(period: &[u64], one_way: bool, cal: &Calibration) -> Option<Self> {
+        let half = if one_way { 2.0 } else { 1.0 };
+        let mut v: Vec<f64> = period.iter().map(|&t| cal.to_ns(t) / half).collect();
+        if v.is_empty() {
+            return None;
+        }
+        v.sort_by(|a, b| a.total_cmp(b));
+        Some(PerftestLat {
+            typical: v[v.len() / 2],
+            avg: v.iter().sum::<f64>() / v.len() as f64,
+            samples: v.len() as u64,
+        })
+    }
 }
 
 /// Each block's median and 99th percentile of the figure: the samples of the statistics across
@@ -172,6 +206,7 @@ pub fn finish(
         post_below_overhead: post_stats.p50 <= cal.overhead_ns(),
         cpu_pct: (s.wall_ticks > 0).then(|| 100.0 * s.cpu_ns as f64 / cal.to_ns(s.wall_ticks)),
         completion: None,
+        perftest_ns: PerftestLat::of(&s.period, lat::one_way(p.op), cal),
     })
 }
 
@@ -364,4 +399,31 @@ fn lat_results(
         out.push(r);
     }
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::PerftestLat;
+    use crate::clock::{Calibration, Overhead, TscSource};
+
+    #[test]
+    fn perftests_figures_are_the_median_and_mean_of_the_periods_halved_for_one_way() {
+        // a tick is 1 ns
+        let cal = Calibration {
+            hz: 1e9,
+            source: TscSource::Calibrated,
+            invariant_tsc: true,
+            cpuid_hz: None,
+            calibrated_hz: 1e9,
+            calibration_residual_ns: 0.0,
+            calibration_window_ns: 0,
+            overhead: Overhead::default(),
+        };
+        // perftest's t_typical is the sorted samples' element at half their count: of 4, the third
+        let p = PerftestLat::of(&[400, 100, 300, 200], true, &cal).unwrap();
+        assert_eq!((p.typical, p.avg, p.samples), (150.0, 125.0, 4));
+        let p = PerftestLat::of(&[400, 100, 300, 200], false, &cal).unwrap();
+        assert_eq!((p.typical, p.avg), (300.0, 250.0));
+        assert_eq!(PerftestLat::of(&[], true, &cal), None);
+    }
 }
