@@ -11,6 +11,7 @@
 mod commands;
 mod dispatch;
 mod frame;
+mod qps;
 #[cfg(test)]
 mod tests;
 
@@ -22,6 +23,7 @@ use frame::{frame, legacy, Cmd};
 use std::cell::Cell;
 use std::collections::HashMap;
 use std::ffi::{c_int, c_void};
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, TryLockError, Weak};
 
 /// The uverbs device's name in the fake sysfs and under `/dev/infiniband`.
@@ -85,9 +87,7 @@ struct Ctx {
 unsafe impl Send for Ctx {}
 
 static CTXS: Mutex<Vec<(c_int, Option<Ctx>)>> = Mutex::new(Vec::new());
-/// The QPs made through this device in this process: number, the model's QP, and the last send
-/// doorbell record [`progress`] delivered for it.
-static QPS: Mutex<Vec<(u32, Weak<ModelQp>, u32)>> = Mutex::new(Vec::new());
+use qps::{with_qps, QPS};
 static MODEL: Mutex<Option<Model>> = Mutex::new(None);
 /// The pages pinned for registered regions, all contexts of the process: (region start, first
 /// page, end of last page).
@@ -140,11 +140,7 @@ pub fn set_model(m: &Model) {
 /// The model QP behind a QP number created through this device (this process).
 pub fn model_qp(qpn: u32) -> Option<Weak<ModelQp>> {
     let _in = inside();
-    QPS.lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .iter()
-        .find(|(n, _, _)| *n == qpn)
-        .map(|(_, w, _)| w.clone())
+    with_qps(|qs| qs.iter().find(|(n, _, _)| *n == qpn).map(|(_, w, _)| w.clone()))
 }
 
 /// The program armed the CQ of handle `handle` on device descriptor `fd` (after libmlx5's
@@ -168,41 +164,35 @@ pub fn cq_armed(fd: c_int, handle: u32) {
 /// verbs layer's CQ polling calls it on model0; the measured backends use their own hooks.
 pub fn progress() {
     let _in = inside();
-    let qps: Vec<(usize, Arc<ModelQp>, u32)> = QPS
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .iter()
-        .enumerate()
-        .filter_map(|(i, (_, w, seen))| Some((i, w.upgrade()?, *seen)))
-        .collect();
-    for (i, q, mut seen) in qps {
-        q.deliver_if_rung(&mut seen);
-        let mut t = QPS.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(e) = t.get_mut(i).filter(|e| e.0 == q.qpn()) {
-            e.2 = seen;
+    with_qps(|qs| {
+        for (_, w, seen) in qs {
+            if let Some(q) = w.upgrade() {
+                deliver(&q, seen);
+            }
         }
-    }
+    });
+}
+
+/// What `q` rang since `seen`, delivered; `seen` moved to it.
+fn deliver(q: &ModelQp, seen: &AtomicU32) {
+    let mut s = seen.load(Ordering::Acquire);
+    q.deliver_if_rung(&mut s);
+    seen.store(s, Ordering::Release);
 }
 
 /// [`progress`] for one QP (number `qpn`, made through this device in this process): what a post
 /// on it rang, executed now; a QP model0 does not know is left alone.
 pub fn progress_qp(qpn: u32) {
     let _in = inside();
-    let found = {
-        let t = QPS.lock().unwrap_or_else(|p| p.into_inner());
-        t.iter()
-            .enumerate()
-            .find(|(_, e)| e.0 == qpn)
-            .and_then(|(i, (_, w, seen))| Some((i, w.upgrade()?, *seen)))
-    };
-    let Some((i, q, mut seen)) = found else {
-        return;
-    };
-    q.deliver_if_rung(&mut seen);
-    let mut t = QPS.lock().unwrap_or_else(|p| p.into_inner());
-    if let Some(e) = t.get_mut(i).filter(|e| e.0 == qpn) {
-        e.2 = seen;
-    }
+    with_qps(|qs| {
+        if let Some(q) = qs
+            .iter()
+            .find(|e| e.0 == qpn)
+            .and_then(|e| Some((e.1.upgrade()?, &e.2)))
+        {
+            deliver(&q.0, q.1);
+        }
+    });
 }
 
 /// Closes every model0 device descriptor of this process (their objects' files are removed):

@@ -14,8 +14,9 @@
 
 use super::device;
 use crate::sys;
+use std::cell::Cell;
 use std::ffi::{c_int, c_void, CStr};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Mutex;
 
 /// Which provider function an entry of [`ORIG`] saves.
@@ -46,20 +47,49 @@ type CreateCqExFn = unsafe extern "C" fn(*mut sys::ibv_context, *mut sys::ibv_cq
 type WrCompleteFn = unsafe extern "C" fn(*mut sys::ibv_qp_ex) -> c_int;
 type StartPollFn = unsafe extern "C" fn(*mut sys::ibv_cq_ex, *mut sys::ibv_poll_cq_attr) -> c_int;
 
+/// Moves on each change of [`ORIG`]: a thread's [`LAST`] found at another value is looked up
+/// again.
+static ORIG_GEN: AtomicU64 = AtomicU64::new(1);
+
+thread_local! {
+    /// This thread's last lookup of each slot: (object, function, [`ORIG_GEN`] then; 0: none),
+    /// so a program's hot loop (perftest's `ibv_poll_cq`) takes no lock per call.
+    static LAST: Cell<[(usize, usize, u64); SLOTS]> = const { Cell::new([(0, 0, 0); SLOTS]) };
+}
+
+/// The number of [`Slot`]s.
+const SLOTS: usize = 8;
+
 fn save(slot: Slot, obj: usize, f: usize) {
     let mut t = ORIG.lock().unwrap_or_else(|p| p.into_inner());
     match t.iter_mut().find(|e| e.0 == slot && e.1 == obj) {
         Some(e) => e.2 = f,
         None => t.push((slot, obj, f)),
     }
+    ORIG_GEN.fetch_add(1, Ordering::Release);
 }
 
 fn orig(slot: Slot, obj: usize) -> Option<usize> {
-    ORIG.lock()
+    let gen = ORIG_GEN.load(Ordering::Acquire);
+    let i = slot as usize;
+    let last = LAST.try_with(|l| l.get()[i]).ok();
+    if let Some((o, f, g)) = last {
+        if o == obj && g == gen {
+            return Some(f);
+        }
+    }
+    let f = ORIG
+        .lock()
         .unwrap_or_else(|p| p.into_inner())
         .iter()
         .find(|e| e.0 == slot && e.1 == obj)
-        .map(|e| e.2)
+        .map(|e| e.2)?;
+    let _ = LAST.try_with(|l| {
+        let mut v = l.get();
+        v[i] = (obj, f, gen);
+        l.set(v);
+    });
+    Some(f)
 }
 
 /// The preload's constructor: installs the fake sysfs (`SYSFS_PATH`) before `main`, so the

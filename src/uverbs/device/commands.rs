@@ -16,6 +16,7 @@ use crate::sys::{
 };
 use std::ffi::{c_int, c_void};
 use std::mem::size_of;
+use std::sync::atomic::AtomicU32;
 use std::sync::Arc;
 
 /// Answers GET_CONTEXT; returns how many low-latency BlueFlame registers libmlx5 asked for.
@@ -328,7 +329,8 @@ pub(super) fn create_qp(ctx: &mut Ctx, c: &Cmd<'_>, q: &k::ib_uverbs_ex_create_q
     let qpn = qp.qpn();
     QPS.lock()
         .unwrap_or_else(|p| p.into_inner())
-        .push((qpn, Arc::downgrade(&qp), 0));
+        .push((qpn, Arc::downgrade(&qp), Arc::new(AtomicU32::new(0))));
+    super::qps::changed();
     // a thread-domain QP names its dynamic register itself (MLX5_QP_FLAG_BFREG_INDEX): it takes
     // none of the static ones
     let (bfreg, bfreg_index) = if d.flags & k::MLX5_QP_FLAG_BFREG_INDEX != 0 {
@@ -461,10 +463,11 @@ fn answer_create_qp(
 }
 
 /// Destroys QP handle `h` of `ctx`; `qps` is [`QPS`](super::QPS), locked by the caller.
-pub(super) fn destroy_qp_ent(ctx: &mut Ctx, h: u32, qps: &mut Vec<(u32, std::sync::Weak<crate::model::ModelQp>, u32)>) {
+pub(super) fn destroy_qp_ent(ctx: &mut Ctx, h: u32, qps: &mut Vec<super::qps::QpEntry>) {
     if let Some(e) = ctx.qps.remove(&h) {
         let qpn = e.qp.qpn();
         qps.retain(|(n, _, _)| *n != qpn);
+        super::qps::changed();
         // libmlx5 frees the buffer when this command returns: the memory goes back now, whoever
         // still holds the QP (a concurrent progress call, a backend) keeps only the model's file
         e.qp.release_user_memory();
