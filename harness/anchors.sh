@@ -69,7 +69,7 @@ pair() {
 pt_lat() { awk '/t_typical/ {h=1; next} h && $1 ~ /^[0-9]+$/ {printf "%.1f %.1f\n", $5 * 1000, $6 * 1000; exit}' "$1"; }
 pt_bw() { awk '/BW average/ {h=1; next} h && $1 ~ /^[0-9]+$/ {print $4; exit}' "$1"; }
 # rdmaprobe's p50 and mean, then its perftest figures of the same run (post to next post)
-rp_lat() { python3 -c 'import json,sys; x=json.load(open(sys.argv[1]))["runs"][0]; r, p = x["latency_ns"], x["perftest_ns"]; print(r["p50"], r["mean"], p["typical"], p["avg"])' "$1"; }
+rp_lat() { python3 -c 'import json,sys; x=json.load(open(sys.argv[1]))["runs"][0]; r, p = x["latency_ns"], x.get("perftest_ns") or {}; print(r["p50"], r["mean"], p.get("typical", "-"), p.get("avg", "-"))' "$1"; }
 rp_bw() { python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["runs"][0]["summary"]["bw_avg_mib_s"])' "$1"; }
 
 cases=()

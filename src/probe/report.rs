@@ -9,6 +9,7 @@ use crate::report::Interval;
 use crate::scenario::runner::{tsc_step, BwResult, LatResult, PostCostResult};
 use std::fmt::Write;
 
+mod perftest;
 mod qps;
 mod steal;
 use steal::{stall_warning, steal_warning};
@@ -480,7 +481,7 @@ impl Report {
                 if n < 1000 { ", p99.9 below 1000" } else { "" }
             );
         }
-        *s += &perftest_lat_lines(rs);
+        *s += &perftest::perftest_lat_lines(rs);
         if let Scenario::Lat(l) = &self.plan.scenario {
             lat_cpu_lines(s, l, rs);
         }
@@ -608,39 +609,6 @@ fn cpu_line(s: &mut String, size: u32, backend: &str, completion: Option<&str>, 
         " cpu_util {size} B {backend}{e}: {} ({whose}; 100 % = on a CPU throughout)",
         pct.map_or("-".to_string(), |v| format!("{v:.1} %")),
     );
-}
-
-/// perftest's figures of each latency run (`t_typical`/`t_avg`, from each post to the next),
-/// one line per size: what to set beside `ib_*_lat`'s report, with how it differs from the
-/// table's. Empty when no run has them.
-pub(super) fn perftest_lat_lines(rs: &[LatResult]) -> String {
-    let mut sizes: Vec<u32> = rs.iter().filter(|r| r.perftest_ns.is_some()).map(|r| r.size).collect();
-    sizes.dedup();
-    if sizes.is_empty() {
-        return String::new();
-    }
-    let mut s = String::from(
-        " perftest's t_typical/t_avg [ns] of the same runs (as ib_*_lat: from each post to the next, so the round \
-         trip plus the loop's bookkeeping after it (receive reposts, reaping), which the table leaves out; \
-         halved for write and send):\n",
-    );
-    for size in sizes {
-        let cells: Vec<String> = rs
-            .iter()
-            .filter(|r| r.size == size)
-            .filter_map(|r| {
-                let p = r.perftest_ns?;
-                let e = if r.completion.as_deref() == Some("events") {
-                    "-e"
-                } else {
-                    ""
-                };
-                Some(format!("{}{e} {:.1}/{:.1}", r.backend, p.typical, p.avg))
-            })
-            .collect();
-        let _ = writeln!(s, "  {size} B: {}", cells.join(", "));
-    }
-    s
 }
 
 /// --cpu_util: each latency run's CPU use, its client thread's.

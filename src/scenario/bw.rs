@@ -147,6 +147,9 @@ pub struct ThreadResult {
     /// The longest time between two turns of the thread's loop (ticks) and the tick it began
     /// at: a thread the kernel or the hypervisor took off its CPU, or a call that blocked.
     pub longest_turn: (u64, u64),
+    /// The gaps between two turns of the loop longer than a grid window (start and end ticks):
+    /// a window inside one had no poll of this thread at all.
+    pub gaps: Vec<(u64, u64)>,
     /// The times the kernel took the thread off its CPU during the run (involuntary context
     /// switches; `None`: not readable).
     pub involuntary_switches: Option<u64>,
@@ -322,6 +325,13 @@ pub struct BwSummary {
     /// (involuntary context switches, summed over the threads; `getrusage`'s `ru_nivcsw`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub involuntary_switches: Option<u64>,
+    /// Windows in which nothing completed.
+    #[serde(default)]
+    pub empty_windows: u64,
+    /// Of those, the windows wholly inside a gap of every measuring thread's loop (no thread
+    /// polled in them: this side was off its CPUs or blocked, so they say nothing of the device).
+    #[serde(default)]
+    pub empty_windows_unpolled: u64,
 }
 
 /// The threads' CPU time over their runs, percent of the runs' length (`None`: no such thread).
@@ -465,7 +475,13 @@ pub fn summarize(rs: &[ThreadResult], size: u32, cq_mod: u32, hz: f64) -> BwSumm
     bounds.push(end.max(origin));
     let mut rates = Vec::with_capacity(cum.len());
     let (mut prev_t, mut prev_m) = (origin, 0u64);
+    let (mut empty, mut unpolled) = (0u64, 0u64);
     for (&t, &m) in bounds.iter().zip(&cum) {
+        if m == prev_m {
+            empty += 1;
+            let inside = |r: &ThreadResult| r.gaps.iter().any(|&(a, b)| a <= prev_t && b >= t);
+            unpolled += u64::from(!rs.is_empty() && rs.iter().all(inside));
+        }
         rates.push(mib(
             (m.saturating_sub(prev_m) * u64::from(size)) as f64,
             t.saturating_sub(prev_t) as f64 / hz,
@@ -481,6 +497,8 @@ pub fn summarize(rs: &[ThreadResult], size: u32, cq_mod: u32, hz: f64) -> BwSumm
         longest_turn_ms: longest.map(|(len, _)| ms(len)),
         longest_turn_at_ms: longest.map(|(_, at)| ms(at.saturating_sub(start))),
         involuntary_switches: rs.iter().map(|r| r.involuntary_switches).sum(),
+        empty_windows: empty,
+        empty_windows_unpolled: unpolled,
         cpu_pct: cpu_pct(rs.iter(), hz),
         steal_ms: rs.iter().filter_map(|r| r.steal_ns).max().map(|ns| ns as f64 / 1e6),
         messages_received: (received > 0).then_some(received),
@@ -529,6 +547,7 @@ mod tests {
             cpu_ns: 0,
             steal_ns: None,
             longest_turn: (0, start),
+            gaps: Vec::new(),
             involuntary_switches: None,
         }
     }
@@ -560,6 +579,25 @@ mod tests {
         // one thread that could not read its switches: no sum
         let s = summarize(&[r((3, 400), Some(2)), r((1, 900), None)], 1024, 1, 1000.0);
         assert_eq!((s.longest_turn_ms, s.involuntary_switches), (Some(3.0), None));
+    }
+
+    #[test]
+    fn an_empty_window_is_unpolled_only_inside_a_gap_of_every_thread() {
+        // 1000 ticks in windows of 250; nothing completes in [250, 500)
+        let r = |gaps: Vec<(u64, u64)>| ThreadResult {
+            gaps,
+            ..thread(1000, 0, 1000, 250, vec![250, 250, 600])
+        };
+        let s = summarize(&[r(vec![])], 1024, 1, 1000.0);
+        assert_eq!((s.empty_windows, s.empty_windows_unpolled), (1, 0));
+        // a gap over the whole window: no poll in it
+        let s = summarize(&[r(vec![(240, 510)])], 1024, 1, 1000.0);
+        assert_eq!((s.empty_windows, s.empty_windows_unpolled), (1, 1));
+        // a gap over part of it, or one thread's gap only: the threads polled and found nothing
+        let s = summarize(&[r(vec![(260, 510)])], 1024, 1, 1000.0);
+        assert_eq!(s.empty_windows_unpolled, 0);
+        let s = summarize(&[r(vec![(240, 510)]), r(vec![])], 1024, 1, 1000.0);
+        assert_eq!(s.empty_windows_unpolled, 0);
     }
 
     #[test]

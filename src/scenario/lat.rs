@@ -476,7 +476,8 @@ pub fn client_loop<B: Backend>(
         let signal = signalled(p.op, k - first) || k + 1 == first + total;
         let t0 = clock::start();
         if k > first + warmup {
-            out.period.push(t0.wrapping_sub(last_t0));
+            // saturating: a TSC read going backwards (another CPU's) is a 0, not 2^64 ticks
+            out.period.push(t0.saturating_sub(last_t0));
         }
         last_t0 = t0;
         b.post(p.op, p.size, 1, p.inline, signal).map_err(be(side, k))?;

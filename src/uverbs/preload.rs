@@ -57,8 +57,8 @@ thread_local! {
     static LAST: Cell<[(usize, usize, u64); SLOTS]> = const { Cell::new([(0, 0, 0); SLOTS]) };
 }
 
-/// The number of [`Slot`]s.
-const SLOTS: usize = 8;
+/// The number of [`Slot`]s (the last one's index + 1: a new last slot moves it).
+const SLOTS: usize = Slot::StartPoll as usize + 1;
 
 fn save(slot: Slot, obj: usize, f: usize) {
     let mut t = ORIG.lock().unwrap_or_else(|p| p.into_inner());

@@ -103,7 +103,7 @@ impl CounterDelta {
                   wr) ring a register nothing watches, so model0 counts the moves of their doorbell record it sees \
                   when polled, several doorbells between two polls as one)\n";
         }
-        if self.delta.contains_key("doorbells") {
+        if self.delta.contains_key("blueflame_writes_checked") {
             s += "  (blueflame_writes_checked: the BlueFlame writes model0 compared byte for byte with their WQE, \
                   those that were the only doorbell since it last ran the QP; after several (as in bw) it checks the \
                   last one's first 8 bytes alone, so this counts fewer than the BlueFlame writes made)\n";
@@ -127,12 +127,15 @@ mod tests {
             .into(),
         };
         assert!(!d.line().contains("one by one"), "{}", d.line());
+        assert!(!d.line().contains("(blueflame_writes_checked:"), "{}", d.line());
+        d.delta.insert("blueflame_writes_checked".into(), 7);
         assert!(
             d.line()
                 .contains("(blueflame_writes_checked: the BlueFlame writes model0 compared"),
             "{}",
             d.line()
         );
+        d.delta.remove("blueflame_writes_checked");
         d.delta.insert("doorbell_record_moves_seen".into(), 2000);
         let l = d.line();
         assert!(

@@ -399,8 +399,9 @@ pub fn buffer_len(sizes: &[u32]) -> usize {
 }
 
 /// Bytes a latency run keeps per iteration and backend: the round trip, post and wait
-/// timestamps (3 x 8), the figure in ns (8), and the histograms' and blocks' share.
-pub const LAT_SAMPLE_BYTES: u64 = 48;
+/// timestamps and the post-to-post period (4 x 8), the figure in ns (8), the sorted copy of the
+/// periods for perftest's figures (8), and the histograms' and blocks' share.
+pub const LAT_SAMPLE_BYTES: u64 = 64;
 /// Bytes a bandwidth run keeps per message (its post and completion times).
 pub const BW_SAMPLE_BYTES: u64 = 16;
 /// The fastest a ping-pong iteration (a round trip) can be, for the memory a `-D` run may need

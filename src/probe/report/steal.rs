@@ -24,25 +24,19 @@ pub(super) fn steal_warning(rs: &[BwResult]) -> String {
 }
 
 /// A warning naming the bandwidth runs with windows in which nothing completed, how many, and
-/// what this side's measuring threads did: the longest time one went between two turns of its
-/// loop (off its CPU, or blocked), the kernel's involuntary context switches, the steal. Empty
-/// when no run had an empty window.
+/// what was measured of this side meanwhile: how many of those windows no measuring thread
+/// polled in (each was inside a gap of its loop: off its CPU or blocked), the longest gap, the
+/// kernel's involuntary context switches and the steal over the run. Empty when no run had an
+/// empty window.
 pub(super) fn stall_warning(rs: &[BwResult]) -> String {
     let lines: Vec<String> = rs
         .iter()
-        .filter_map(|x| {
-            let s = &x.summary;
-            let empty = s.window_mib_s.iter().filter(|&&w| w <= 0.0).count();
-            if empty == 0 {
-                return None;
-            }
+        .filter(|x| x.summary.empty_windows > 0)
+        .map(|x| {
             let events = x.completion.as_deref() == Some("events");
             let label = format!("{} B {}{}", x.size, x.backend, if events { "-e" } else { "" });
-            Some(format!(
-                "  {label}: {empty} of {} windows; {}",
-                s.window_mib_s.len(),
-                stall_cause(s, events)
-            ))
+            // "run": a line of its own must not read as a table row (which starts with the size)
+            format!("  run {label}: {}", stall_cause(&x.summary, events))
         })
         .collect();
     if lines.is_empty() {
@@ -55,8 +49,9 @@ pub(super) fn stall_warning(rs: &[BwResult]) -> String {
     )
 }
 
-/// What the measuring threads did in a run with an empty window, from what was measured.
+/// What was measured of a run with empty windows.
 fn stall_cause(s: &crate::scenario::bw::BwSummary, events: bool) -> String {
+    let (empty, unpolled) = (s.empty_windows, s.empty_windows_unpolled);
     let switches = s
         .involuntary_switches
         .map(|n| format!("{n} involuntary context switch(es)"))
@@ -65,22 +60,33 @@ fn stall_cause(s: &crate::scenario::bw::BwSummary, events: bool) -> String {
         .steal_ms
         .map(|ms| format!("steal {ms:.0} ms"))
         .unwrap_or_else(|| "steal unknown".into());
-    match (s.longest_turn_ms, s.longest_turn_at_ms) {
-        (Some(len), Some(at)) if len >= s.window_ms / 2.0 => format!(
-            "a measuring thread went {len:.2} ms without a turn of its loop from {at:.1} ms into the run \
-             ({}; {switches}, {steal}): the window is this side's, not the device's",
-            if events {
-                "blocked for a completion event, or off its CPU"
+    let longest = match (s.longest_turn_ms, s.longest_turn_at_ms) {
+        (Some(len), Some(at)) => {
+            format!("the longest gap between two turns of a measuring thread's loop {len:.2} ms from {at:.1} ms; ")
+        }
+        _ => String::new(),
+    };
+    let mut out = format!("{empty} of {} windows empty", s.window_mib_s.len());
+    if events {
+        // a thread blocked for an event because nothing had completed: its gaps say nothing
+        out += " (-e: the threads block for a completion event when nothing moves, so a window without a \
+                completion is the device's, the wire's or the peer's, or the thread's wake-up)";
+    } else if unpolled == empty {
+        out += ", each inside a gap of every measuring thread's loop (no poll in it: the threads were off their CPUs \
+                or blocked): this side's, not the device's";
+    } else {
+        out += &format!(
+            "; {} while the measuring threads polled and found no completion (the device, the wire or the peer \
+             completed nothing then){}",
+            empty - unpolled,
+            if unpolled > 0 {
+                format!(", {unpolled} inside gaps of every thread's loop (this side's)")
             } else {
-                "off its CPU, or in a call that blocked"
+                String::new()
             }
-        ),
-        (Some(len), _) => format!(
-            "the measuring threads kept turning (longest gap {len:.3} ms; {switches}, {steal}): \
-             the device completed nothing"
-        ),
-        _ => format!("{switches}, {steal}"),
+        );
     }
+    format!("{out} ({longest}over the run: {switches}, {steal})")
 }
 
 /// The steal a run must show to be named: two of `/proc/stat`'s 10 ms ticks. A difference of
@@ -114,15 +120,16 @@ mod tests {
     use crate::scenario::bw::{summarize, ThreadResult};
 
     /// A run of 1000 ticks (hz 1000: 1 ms each) in windows of 250 with nothing completed in
-    /// the second, whose thread's longest turn was `turn` (ticks, from tick 0).
-    fn stalled(turn: (u64, u64)) -> crate::scenario::bw::BwSummary {
+    /// the second, whose thread's loop had the gaps `gaps`.
+    fn stalled(gaps: Vec<(u64, u64)>) -> crate::scenario::bw::BwSummary {
         let r = ThreadResult {
             messages: 1000,
             streams: 1,
             end: 1000,
             grid: (0, 250),
             windows: vec![250, 250, 600],
-            longest_turn: turn,
+            longest_turn: gaps.iter().map(|&(a, b)| (b - a, a)).max().unwrap_or((1, 0)),
+            gaps,
             involuntary_switches: Some(4),
             steal_ns: Some(0),
             ..Default::default()
@@ -131,21 +138,25 @@ mod tests {
     }
 
     #[test]
-    fn an_empty_window_says_what_the_measuring_thread_did() {
-        let s = stalled((260, 240));
-        assert_eq!(s.window_mib_s.iter().filter(|&&w| w == 0.0).count(), 1);
-        let c = stall_cause(&s, false);
+    fn an_empty_window_says_what_was_measured_of_this_side() {
+        // the window inside a gap of the loop: no poll in it
+        let c = stall_cause(&stalled(vec![(240, 500)]), false);
         assert!(
-            c.contains("went 260.00 ms without a turn of its loop from 240.0 ms into the run")
-                && c.contains("off its CPU, or in a call that blocked; 4 involuntary context switch(es), steal 0 ms")
-                && c.ends_with("this side's, not the device's"),
+            c.starts_with("1 of 4 windows empty, each inside a gap of every measuring thread's loop")
+                && c.contains("this side's, not the device's")
+                && c.ends_with("(the longest gap between two turns of a measuring thread's loop 260.00 ms from 240.0 ms; over the run: 4 involuntary context switch(es), steal 0 ms)"),
             "{c}"
         );
-        assert!(stall_cause(&s, true).contains("blocked for a completion event"));
-        // a thread that kept turning: the device's
-        let c = stall_cause(&stalled((2, 500)), false);
+        // the threads kept polling: the device's, the wire's or the peer's
+        let c = stall_cause(&stalled(vec![]), false);
         assert!(
-            c.contains("kept turning (longest gap 2.000 ms") && c.ends_with("the device completed nothing"),
+            c.contains("1 while the measuring threads polled and found no completion") && !c.contains("this side's"),
+            "{c}"
+        );
+        // -e: a gap is a wait for an event, never blamed on this side
+        let c = stall_cause(&stalled(vec![(240, 500)]), true);
+        assert!(
+            c.contains("-e: the threads block for a completion event") && !c.contains("this side's"),
             "{c}"
         );
     }

@@ -372,8 +372,13 @@ pub fn drive_ends<B: Backend>(
             moved |= c.poll_completions(p, (traced, &mut tracer), &mut prog)?;
         }
         let now = clock::stop();
-        if now.wrapping_sub(turn) > out.longest_turn.0 {
-            out.longest_turn = (now.wrapping_sub(turn), turn);
+        let gap = now.wrapping_sub(turn);
+        if gap > out.longest_turn.0 {
+            out.longest_turn = (gap, turn);
+        }
+        // a gap longer than a window may hold one whole (rare: kept)
+        if gap > grid.window_ticks && out.gaps.len() < MAX_GAPS {
+            out.gaps.push((turn, now));
         }
         turn = now;
         while now >= next_boundary {
@@ -404,6 +409,9 @@ pub fn drive_ends<B: Backend>(
 
 /// Receives cover the whole incoming half of the buffer, so they fit every message size (the
 /// sizes of a run change while receives posted for earlier ones are still outstanding).
+/// Most gaps longer than a window a thread records (each 16 bytes).
+const MAX_GAPS: usize = 100_000;
+
 fn recv_len<B: Backend>(b: &B) -> u32 {
     (b.mem().len() - b.rx_offset()).min(u32::MAX as usize) as u32
 }

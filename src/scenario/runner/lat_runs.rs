@@ -121,27 +121,43 @@ pub struct LatResult {
 /// between consecutive posts within each block, halved for a one-way figure, ns.
 #[derive(Debug, Clone, Copy, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct PerftestLat {
-    /// The median (perftest's `t_typical`: the sorted samples' element at half their count).
+    /// The median as perftest takes it (`get_median`): of the sorted samples without the two
+    /// largest, the middle one, or the mean of the two middle ones when their count is even.
     pub typical: f64,
-    /// The mean (`t_avg`).
+    /// The mean of the same samples (`t_avg`).
     pub avg: f64,
-    /// Samples: one fewer per block than the measured iterations.
+    /// Those samples: the periods (one fewer per block than the measured iterations) without
+    /// perftest's two largest (`LAT_MEASURE_TAIL`).
     pub samples: u64,
 }
 
+/// The largest samples perftest leaves out of its latency figures (`LAT_MEASURE_TAIL`).
+const PERFTEST_TAIL: usize = 2;
+
 impl PerftestLat {
-    /// From post-to-post periods (ticks), halved when `one_way`; `None` without any.
+    /// From post-to-post periods (ticks), as perftest's `print_report_lat`: sorted, the two
+    /// largest left out, its median rule and the mean, halved when `one_way`; `None` when no
+    /// sample is left.
     pub fn of(period: &[u64], one_way: bool, cal: &Calibration) -> Option<Self> {
         let half = if one_way { 2.0 } else { 1.0 };
-        let mut v: Vec<f64> = period.iter().map(|&t| cal.to_ns(t) / half).collect();
-        if v.is_empty() {
+        let mut v = period.to_vec();
+        v.sort_unstable();
+        v.truncate(v.len().saturating_sub(PERFTEST_TAIL));
+        let n = v.len();
+        if n == 0 {
             return None;
         }
-        v.sort_by(|a, b| a.total_cmp(b));
+        // perftest's get_median(n): (n - 1) odd, i.e. n even, takes the two middle samples
+        let median = if n % 2 == 0 {
+            (v[n / 2] as f64 + v[n / 2 - 1] as f64) / 2.0
+        } else {
+            v[n / 2] as f64
+        };
+        let ns = |t: f64| cal.to_ns(1) * t / half;
         Some(PerftestLat {
-            typical: v[v.len() / 2],
-            avg: v.iter().sum::<f64>() / v.len() as f64,
-            samples: v.len() as u64,
+            typical: ns(median),
+            avg: ns(v.iter().map(|&t| t as f64).sum::<f64>() / n as f64),
+            samples: n as u64,
         })
     }
 }
@@ -356,6 +372,7 @@ fn sample_room(pairs: usize, len: Length) -> Result<Vec<(LatSamples, Blocks)>, S
                 .try_reserve_exact(n)
                 .and_then(|()| s.post.try_reserve_exact(n))
                 .and_then(|()| s.wait.try_reserve_exact(n))
+                .and_then(|()| s.period.try_reserve_exact(n))
                 .map_err(|e| {
                     ScenarioError::Invalid(format!("-n {iters}: no memory for the samples ({e}): lower -n"))
                 })?;
@@ -419,11 +436,14 @@ mod tests {
             calibration_window_ns: 0,
             overhead: Overhead::default(),
         };
-        // perftest's t_typical is the sorted samples' element at half their count: of 4, the third
-        let p = PerftestLat::of(&[400, 100, 300, 200], true, &cal).unwrap();
-        assert_eq!((p.typical, p.avg, p.samples), (150.0, 125.0, 4));
-        let p = PerftestLat::of(&[400, 100, 300, 200], false, &cal).unwrap();
-        assert_eq!((p.typical, p.avg), (300.0, 250.0));
+        // perftest drops the two largest, then its median: 5 left, the third (one-way: halved)
+        let p = PerftestLat::of(&[700, 100, 500, 300, 9000, 200, 400], true, &cal).unwrap();
+        assert_eq!((p.typical, p.avg, p.samples), (150.0, 150.0, 5));
+        // 4 left: the mean of the two middle ones; a round trip is not halved
+        let p = PerftestLat::of(&[400, 100, 8000, 300, 200, 9000], false, &cal).unwrap();
+        assert_eq!((p.typical, p.avg, p.samples), (250.0, 250.0, 4));
+        // two samples or fewer leave none
+        assert_eq!(PerftestLat::of(&[100, 200], true, &cal), None);
         assert_eq!(PerftestLat::of(&[], true, &cal), None);
     }
 }

@@ -64,19 +64,34 @@ mod tests {
 
     #[test]
     fn a_threads_copy_follows_the_table_and_a_nested_call_reads_it_under_the_lock() {
+        use std::sync::mpsc::channel;
         let qpn = 0x00ff_fe01;
-        assert!(!has(qpn));
+        // another thread with a copy made before the change
+        let (ask, asked) = channel::<()>();
+        let (tell, told) = channel::<bool>();
+        let other = std::thread::spawn(move || {
+            while asked.recv().is_ok() {
+                if tell.send(has(qpn)).is_err() {
+                    break;
+                }
+            }
+        });
+        let other_has = || {
+            ask.send(()).unwrap();
+            told.recv().unwrap()
+        };
+        assert!(!has(qpn) && !other_has());
         QPS.lock()
             .unwrap()
             .push((qpn, Weak::new(), Arc::new(AtomicU32::new(0))));
         changed();
-        assert!(has(qpn));
+        assert!(has(qpn) && other_has());
         // inside a call this thread's copy is in use: the nested one takes the table's
         assert!(with_qps(|outer| outer.iter().any(|e| e.0 == qpn) && has(qpn)));
         QPS.lock().unwrap().retain(|e| e.0 != qpn);
         changed();
-        assert!(!has(qpn));
-        // another thread makes its own copy
-        assert!(!std::thread::spawn(move || has(qpn)).join().unwrap());
+        assert!(!has(qpn) && !other_has());
+        drop(ask);
+        other.join().unwrap();
     }
 }
