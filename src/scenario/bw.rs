@@ -147,8 +147,9 @@ pub struct ThreadResult {
     /// The longest time between two turns of the thread's loop (ticks) and the tick it began
     /// at: a thread the kernel or the hypervisor took off its CPU, or a call that blocked.
     pub longest_turn: (u64, u64),
-    /// The gaps between two turns of the loop longer than a grid window (start and end ticks):
-    /// a window inside one had no poll of this thread at all.
+    /// The turns of the loop longer than a grid window (the clock readings that end the turn
+    /// before and this one): the thread counts its completions once per turn, so a window
+    /// whose two boundaries fall within one such turn gets none of them.
     pub gaps: Vec<(u64, u64)>,
     /// The times the kernel took the thread off its CPU during the run (involuntary context
     /// switches; `None`: not readable).
@@ -328,8 +329,9 @@ pub struct BwSummary {
     /// Windows in which nothing completed.
     #[serde(default)]
     pub empty_windows: u64,
-    /// Of those, the windows wholly inside a gap of every measuring thread's loop (no thread
-    /// polled in them: this side was off its CPUs or blocked, so they say nothing of the device).
+    /// Of those, the windows wholly inside one turn of every measuring thread's loop longer than
+    /// the window (a thread counts its completions once per turn, so such a window shows none
+    /// whatever the device did: the threads were off their CPUs or in a call that blocked).
     #[serde(default)]
     pub empty_windows_unpolled: u64,
 }
@@ -479,7 +481,8 @@ pub fn summarize(rs: &[ThreadResult], size: u32, cq_mod: u32, hz: f64) -> BwSumm
     for (&t, &m) in bounds.iter().zip(&cum) {
         if m == prev_m {
             empty += 1;
-            let inside = |r: &ThreadResult| r.gaps.iter().any(|&(a, b)| a <= prev_t && b >= t);
+            // both boundaries within one turn of the thread: it took both counts at that turn's end
+            let inside = |r: &ThreadResult| r.gaps.iter().any(|&(a, b)| a < prev_t && b >= t);
             unpolled += u64::from(!rs.is_empty() && rs.iter().all(inside));
         }
         rates.push(mib(

@@ -24,8 +24,8 @@ pub(super) fn steal_warning(rs: &[BwResult]) -> String {
 }
 
 /// A warning naming the bandwidth runs with windows in which nothing completed, how many, and
-/// what was measured of this side meanwhile: how many of those windows no measuring thread
-/// polled in (each was inside a gap of its loop: off its CPU or blocked), the longest gap, the
+/// what was measured of this side meanwhile: how many of those windows lay inside one turn of
+/// every measuring thread's loop (which counts completions once per turn), the longest turn, the
 /// kernel's involuntary context switches and the steal over the run. Empty when no run had an
 /// empty window.
 pub(super) fn stall_warning(rs: &[BwResult]) -> String {
@@ -62,7 +62,7 @@ fn stall_cause(s: &crate::scenario::bw::BwSummary, events: bool) -> String {
         .unwrap_or_else(|| "steal unknown".into());
     let longest = match (s.longest_turn_ms, s.longest_turn_at_ms) {
         (Some(len), Some(at)) => {
-            format!("the longest gap between two turns of a measuring thread's loop {len:.2} ms from {at:.1} ms; ")
+            format!("the longest turn of a measuring thread's loop {len:.2} ms from {at:.1} ms; ")
         }
         _ => String::new(),
     };
@@ -72,15 +72,16 @@ fn stall_cause(s: &crate::scenario::bw::BwSummary, events: bool) -> String {
         out += " (-e: the threads block for a completion event when nothing moves, so a window without a \
                 completion is the device's, the wire's or the peer's, or the thread's wake-up)";
     } else if unpolled == empty {
-        out += ", each inside a gap of every measuring thread's loop (no poll in it: the threads were off their CPUs \
-                or blocked): this side's, not the device's";
+        out += ", each inside one turn of every measuring thread's loop longer than the window (a thread counts its \
+                completions once per turn, so the window shows none whatever the device did; the threads were off \
+                their CPUs or in a call that blocked): this side's, not the device's";
     } else {
         out += &format!(
-            "; {} while the measuring threads polled and found no completion (the device, the wire or the peer \
+            "; {} while the measuring threads turned and found no completion (the device, the wire or the peer \
              completed nothing then){}",
             empty - unpolled,
             if unpolled > 0 {
-                format!(", {unpolled} inside gaps of every thread's loop (this side's)")
+                format!(", {unpolled} inside one long turn of every thread's loop (this side's)")
             } else {
                 String::new()
             }
@@ -142,15 +143,15 @@ mod tests {
         // the window inside a gap of the loop: no poll in it
         let c = stall_cause(&stalled(vec![(240, 500)]), false);
         assert!(
-            c.starts_with("1 of 4 windows empty, each inside a gap of every measuring thread's loop")
+            c.starts_with("1 of 4 windows empty, each inside one turn of every measuring thread's loop longer than the window")
                 && c.contains("this side's, not the device's")
-                && c.ends_with("(the longest gap between two turns of a measuring thread's loop 260.00 ms from 240.0 ms; over the run: 4 involuntary context switch(es), steal 0 ms)"),
+                && c.ends_with("(the longest turn of a measuring thread's loop 260.00 ms from 240.0 ms; over the run: 4 involuntary context switch(es), steal 0 ms)"),
             "{c}"
         );
         // the threads kept polling: the device's, the wire's or the peer's
         let c = stall_cause(&stalled(vec![]), false);
         assert!(
-            c.contains("1 while the measuring threads polled and found no completion") && !c.contains("this side's"),
+            c.contains("1 while the measuring threads turned and found no completion") && !c.contains("this side's"),
             "{c}"
         );
         // -e: a gap is a wait for an event, never blamed on this side
