@@ -175,9 +175,10 @@ fn lat_on_model0_prints_the_table_and_writes_json() {
     );
     assert_eq!(r["block_medians_ns"].as_array().map(|a| a.len()), Some(3));
     // perftest's figures of the same run: from each post to the next within a block (one
-    // fewer per block than the iterations), never below the shortest one-way figure
+    // fewer per block than the iterations: 297), perftest's two largest left out, never below
+    // the shortest one-way figure
     let p = &r["perftest_ns"];
-    assert_eq!(p["samples"], 297, "{p}");
+    assert_eq!(p["samples"], 295, "{p}");
     let min = r["latency_ns"]["min"].as_f64().unwrap();
     assert!(
         p["typical"].as_f64().is_some_and(|t| t >= min) && p["avg"].as_f64().is_some_and(|a| a >= min),

@@ -147,10 +147,15 @@ pub struct ThreadResult {
     /// The longest time between two turns of the thread's loop (ticks) and the tick it began
     /// at: a thread the kernel or the hypervisor took off its CPU, or a call that blocked.
     pub longest_turn: (u64, u64),
-    /// The turns of the loop longer than a grid window (the clock readings that end the turn
-    /// before and this one): the thread counts its completions once per turn, so a window
-    /// whose two boundaries fall within one such turn gets none of them.
-    pub gaps: Vec<(u64, u64)>,
+    /// The turns of the loop that passed two or more grid boundaries (the clock readings that
+    /// end the turn before and this one): the thread counts its completions at each turn's
+    /// end, so a window whose two boundaries fall within one such turn gets none of them. Not
+    /// recorded with -e (a turn there holds a wait for an event).
+    pub turns_over_a_window: Vec<(u64, u64)>,
+    /// More such turns than were kept ([`Self::turns_over_a_window`] is then a prefix).
+    pub long_turns_overflowed: bool,
+    /// The last turn (as in [`Self::turns_over_a_window`]): the final counts are its.
+    pub last_turn: (u64, u64),
     /// The times the kernel took the thread off its CPU during the run (involuntary context
     /// switches; `None`: not readable).
     pub involuntary_switches: Option<u64>,
@@ -329,11 +334,15 @@ pub struct BwSummary {
     /// Windows in which nothing completed.
     #[serde(default)]
     pub empty_windows: u64,
-    /// Of those, the windows wholly inside one turn of every measuring thread's loop longer than
-    /// the window (a thread counts its completions once per turn, so such a window shows none
-    /// whatever the device did: the threads were off their CPUs or in a call that blocked).
+    /// Of those, the windows within one turn of every measuring thread's loop (a thread counts
+    /// its completions at each turn's end, so such a window shows none whatever the device did:
+    /// the thread was off its CPU, in a call that blocked, or, on model0, in the model's own
+    /// execution); 0 with -e. A lower bound when more long turns came than were kept.
     #[serde(default)]
-    pub empty_windows_unpolled: u64,
+    pub empty_windows_within_a_turn: u64,
+    /// A thread had more long turns than it kept: `empty_windows_within_a_turn` is a lower bound.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub long_turns_overflowed: bool,
 }
 
 /// The threads' CPU time over their runs, percent of the runs' length (`None`: no such thread).
@@ -423,6 +432,35 @@ fn perftest_peak(rs: &[ThreadResult], size: u32, hz: f64) -> (Option<f64>, Optio
     (peak, missing)
 }
 
+/// The empty windows of a run (its window boundaries after the origin, `bounds`, and the
+/// cumulative messages at each, `cum`; the windows `m` grid windows long from `origin`), and how
+/// many of them lie within one turn of every thread's loop: for each thread, both the counts
+/// that bound the window are those of one turn's end (0 with -e).
+fn empty_windows(rs: &[ThreadResult], (origin, m): (u64, u64), bounds: &[u64], cum: &[u64]) -> (u64, u64) {
+    let events = rs.iter().any(|r| r.event_waits.is_some());
+    let last_window = bounds.len().saturating_sub(1);
+    let (mut empty, mut within) = (0u64, 0u64);
+    let (mut prev_t, mut prev_m) = (origin, 0u64);
+    for (j, (&t, &c)) in bounds.iter().zip(cum).enumerate() {
+        if c == prev_m {
+            empty += 1;
+            // the thread's count at t: its own at grid boundary (j + 1) m, or its final one
+            let is_final =
+                |r: &ThreadResult| j == last_window || r.windows.get(((j as u64 + 1) * m - 1) as usize).is_none();
+            let inside = |r: &ThreadResult| {
+                if is_final(r) {
+                    r.last_turn.0 < prev_t
+                } else {
+                    r.turns_over_a_window.iter().any(|&(a, b)| a < prev_t && b >= t)
+                }
+            };
+            within += u64::from(!events && !rs.is_empty() && rs.iter().all(inside));
+        }
+        (prev_t, prev_m) = (t, c);
+    }
+    (empty, within)
+}
+
 /// Fewest completion periods (`cq_mod` messages) a bandwidth window holds on average: a window's
 /// figure moves in steps of one completion, 1/16 of it (6 %) at this many.
 pub const MIN_COMPLETIONS: f64 = 16.0;
@@ -477,14 +515,8 @@ pub fn summarize(rs: &[ThreadResult], size: u32, cq_mod: u32, hz: f64) -> BwSumm
     bounds.push(end.max(origin));
     let mut rates = Vec::with_capacity(cum.len());
     let (mut prev_t, mut prev_m) = (origin, 0u64);
-    let (mut empty, mut unpolled) = (0u64, 0u64);
+    let (empty, within) = empty_windows(rs, (origin, m), &bounds, &cum);
     for (&t, &m) in bounds.iter().zip(&cum) {
-        if m == prev_m {
-            empty += 1;
-            // both boundaries within one turn of the thread: it took both counts at that turn's end
-            let inside = |r: &ThreadResult| r.gaps.iter().any(|&(a, b)| a < prev_t && b >= t);
-            unpolled += u64::from(!rs.is_empty() && rs.iter().all(inside));
-        }
         rates.push(mib(
             (m.saturating_sub(prev_m) * u64::from(size)) as f64,
             t.saturating_sub(prev_t) as f64 / hz,
@@ -501,7 +533,8 @@ pub fn summarize(rs: &[ThreadResult], size: u32, cq_mod: u32, hz: f64) -> BwSumm
         longest_turn_at_ms: longest.map(|(_, at)| ms(at.saturating_sub(start))),
         involuntary_switches: rs.iter().map(|r| r.involuntary_switches).sum(),
         empty_windows: empty,
-        empty_windows_unpolled: unpolled,
+        empty_windows_within_a_turn: within,
+        long_turns_overflowed: rs.iter().any(|r| r.long_turns_overflowed),
         cpu_pct: cpu_pct(rs.iter(), hz),
         steal_ms: rs.iter().filter_map(|r| r.steal_ns).max().map(|ns| ns as f64 / 1e6),
         messages_received: (received > 0).then_some(received),
@@ -550,7 +583,9 @@ mod tests {
             cpu_ns: 0,
             steal_ns: None,
             longest_turn: (0, start),
-            gaps: Vec::new(),
+            turns_over_a_window: Vec::new(),
+            long_turns_overflowed: false,
+            last_turn: (end.saturating_sub(1), end),
             involuntary_switches: None,
         }
     }
@@ -585,22 +620,65 @@ mod tests {
     }
 
     #[test]
-    fn an_empty_window_is_unpolled_only_inside_a_gap_of_every_thread() {
+    fn an_empty_window_is_within_a_turn_only_when_every_threads_counts_come_from_one_turn() {
         // 1000 ticks in windows of 250; nothing completes in [250, 500)
-        let r = |gaps: Vec<(u64, u64)>| ThreadResult {
-            gaps,
+        let r = |turns: Vec<(u64, u64)>| ThreadResult {
+            turns_over_a_window: turns,
             ..thread(1000, 0, 1000, 250, vec![250, 250, 600])
         };
         let s = summarize(&[r(vec![])], 1024, 1, 1000.0);
-        assert_eq!((s.empty_windows, s.empty_windows_unpolled), (1, 0));
-        // a gap over the whole window: no poll in it
+        assert_eq!((s.empty_windows, s.empty_windows_within_a_turn), (1, 0));
+        // one turn from before the window to after it: both counts from its end
         let s = summarize(&[r(vec![(240, 510)])], 1024, 1, 1000.0);
-        assert_eq!((s.empty_windows, s.empty_windows_unpolled), (1, 1));
-        // a gap over part of it, or one thread's gap only: the threads polled and found nothing
-        let s = summarize(&[r(vec![(260, 510)])], 1024, 1, 1000.0);
-        assert_eq!(s.empty_windows_unpolled, 0);
+        assert_eq!((s.empty_windows, s.empty_windows_within_a_turn), (1, 1));
+        // a turn ending at the window's start took that count itself; one thread's turn only
+        assert_eq!(
+            summarize(&[r(vec![(250, 510)])], 1024, 1, 1000.0).empty_windows_within_a_turn,
+            0
+        );
+        assert_eq!(
+            summarize(&[r(vec![(260, 510)])], 1024, 1, 1000.0).empty_windows_within_a_turn,
+            0
+        );
         let s = summarize(&[r(vec![(240, 510)]), r(vec![])], 1024, 1, 1000.0);
-        assert_eq!(s.empty_windows_unpolled, 0);
+        assert_eq!(s.empty_windows_within_a_turn, 0);
+        // -e: a turn holds a wait for an event: never this side's
+        let e = ThreadResult {
+            event_waits: Some(3),
+            ..r(vec![(240, 510)])
+        };
+        assert_eq!(summarize(&[e], 1024, 1, 1000.0).empty_windows_within_a_turn, 0);
+    }
+
+    #[test]
+    fn the_last_window_and_a_finished_thread_take_their_final_counts_from_the_last_turn() {
+        // nothing completes after 600: the last window [750, 1000] is empty
+        let r = |last: (u64, u64), end: u64| ThreadResult {
+            last_turn: last,
+            ..thread(600, 0, end, 250, vec![250, 500, 600])
+        };
+        // the last turn began before the window: its counts are that turn's end
+        let s = summarize(&[r((700, 1000), 1000)], 1024, 1, 1000.0);
+        assert_eq!((s.empty_windows, s.empty_windows_within_a_turn), (1, 1));
+        // it began in the window: the thread turned there and found nothing
+        assert_eq!(
+            summarize(&[r((800, 1000), 1000)], 1024, 1, 1000.0).empty_windows_within_a_turn,
+            0
+        );
+        // a thread that finished at 700 (no count past its third boundary) beside one whose
+        // turn covers the window [750, 1000)... of a longer run: both counts of each are one turn's
+        let long = |turns| ThreadResult {
+            turns_over_a_window: turns,
+            ..thread(1000, 0, 1250, 250, vec![250, 500, 700, 700])
+        };
+        let done = ThreadResult {
+            last_turn: (690, 700),
+            ..thread(300, 0, 700, 250, vec![100, 200])
+        };
+        let s = summarize(&[long(vec![(740, 1010)]), done.clone()], 1024, 1, 1000.0);
+        assert_eq!((s.empty_windows, s.empty_windows_within_a_turn), (1, 1));
+        let s = summarize(&[long(vec![]), done], 1024, 1, 1000.0);
+        assert_eq!((s.empty_windows, s.empty_windows_within_a_turn), (1, 0));
     }
 
     #[test]

@@ -604,10 +604,12 @@ fn run_network(
     cal: &Calibration,
 ) -> Result<Vec<LatResult>, ProbeError> {
     let blocks = blocks.clamp(1, p.iters.max(1));
-    let mut all: Vec<(LatSamples, Blocks)> = ends
-        .iter()
-        .map(|_| (LatSamples::default(), Blocks::default()))
-        .collect();
+    // the samples' room reserved up front, as in one process: a -n the memory check let through
+    // must not fail by growing them
+    let mut all: Vec<(LatSamples, Blocks)> = crate::scenario::runner::sample_room(
+        ends.len(),
+        crate::scenario::runner::Length::Iterations { iters: p.iters, blocks },
+    )?;
     for b in 0..blocks {
         let iters = p.iters / blocks + u64::from(b < p.iters % blocks);
         let warmup = if b == 0 { p.warmup } else { 0 };

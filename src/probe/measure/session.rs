@@ -398,10 +398,13 @@ pub fn buffer_len(sizes: &[u32]) -> usize {
     (2 * (max.max(64) + 64)).next_multiple_of(4096)
 }
 
-/// Bytes a latency run keeps per iteration and backend: the round trip, post and wait
-/// timestamps and the post-to-post period (4 x 8), the figure in ns (8), the sorted copy of the
-/// periods for perftest's figures (8), and the histograms' and blocks' share.
-pub const LAT_SAMPLE_BYTES: u64 = 64;
+/// Bytes a latency run may need per iteration and backend: its samples kept, the round trip,
+/// post and wait timestamps and the post-to-post period (4 x 8, reserved up front); a block's
+/// own samples before they join them (4 x 8 for one backend's block: the whole run with
+/// `--blocks 1`); and while one backend's result is made, its figures, post and wait times in
+/// ns and the sorted copy of its periods (4 x 8). Over-counted with several backends (the last
+/// two are one backend's at a time).
+pub const LAT_SAMPLE_BYTES: u64 = 96;
 /// Bytes a bandwidth run keeps per message (its post and completion times).
 pub const BW_SAMPLE_BYTES: u64 = 16;
 /// The fastest a ping-pong iteration (a round trip) can be, for the memory a `-D` run may need

@@ -24,8 +24,8 @@ pub(super) fn steal_warning(rs: &[BwResult]) -> String {
 }
 
 /// A warning naming the bandwidth runs with windows in which nothing completed, how many, and
-/// what was measured of this side meanwhile: how many of those windows lay inside one turn of
-/// every measuring thread's loop (which counts completions once per turn), the longest turn, the
+/// what was measured of this side meanwhile: how many of those windows lay within one turn of
+/// every measuring thread's loop (which counts completions at each turn's end), the longest turn, the
 /// kernel's involuntary context switches and the steal over the run. Empty when no run had an
 /// empty window.
 pub(super) fn stall_warning(rs: &[BwResult]) -> String {
@@ -51,7 +51,7 @@ pub(super) fn stall_warning(rs: &[BwResult]) -> String {
 
 /// What was measured of a run with empty windows.
 fn stall_cause(s: &crate::scenario::bw::BwSummary, events: bool) -> String {
-    let (empty, unpolled) = (s.empty_windows, s.empty_windows_unpolled);
+    let (empty, unpolled) = (s.empty_windows, s.empty_windows_within_a_turn);
     let switches = s
         .involuntary_switches
         .map(|n| format!("{n} involuntary context switch(es)"))
@@ -67,27 +67,32 @@ fn stall_cause(s: &crate::scenario::bw::BwSummary, events: bool) -> String {
         _ => String::new(),
     };
     let mut out = format!("{empty} of {} windows empty", s.window_mib_s.len());
+    let bound = if s.long_turns_overflowed {
+        " (at least: more long turns than were kept)"
+    } else {
+        ""
+    };
     if events {
         // a thread blocked for an event because nothing had completed: its gaps say nothing
         out += " (-e: the threads block for a completion event when nothing moves, so a window without a \
                 completion is the device's, the wire's or the peer's, or the thread's wake-up)";
     } else if unpolled == empty {
-        out += ", each inside one turn of every measuring thread's loop longer than the window (a thread counts its \
-                completions once per turn, so the window shows none whatever the device did; the threads were off \
-                their CPUs or in a call that blocked): this side's, not the device's";
+        out += ", each within one turn of every measuring thread's loop (a thread counts its completions at each \
+                turn's end, so the window shows none whatever the device did; the thread was off its CPU, in a call \
+                that blocked or, on model0, in the model's own execution): this side's, not the device's";
     } else {
         out += &format!(
-            "; {} while the measuring threads turned and found no completion (the device, the wire or the peer \
-             completed nothing then){}",
+            "; {} with a turn of a measuring thread ending in it without a new completion (nothing completed \
+             by then: the device, the wire or the peer, or a thread's own long turn before it){}",
             empty - unpolled,
             if unpolled > 0 {
-                format!(", {unpolled} inside one long turn of every thread's loop (this side's)")
+                format!(", {unpolled} within one turn of every thread's loop (this side's)")
             } else {
                 String::new()
             }
         );
     }
-    format!("{out} ({longest}over the run: {switches}, {steal})")
+    format!("{out}{bound} ({longest}over the run: {switches}, {steal})")
 }
 
 /// The steal a run must show to be named: two of `/proc/stat`'s 10 ms ticks. A difference of
@@ -130,7 +135,8 @@ mod tests {
             grid: (0, 250),
             windows: vec![250, 250, 600],
             longest_turn: gaps.iter().map(|&(a, b)| (b - a, a)).max().unwrap_or((1, 0)),
-            gaps,
+            turns_over_a_window: gaps,
+            last_turn: (999, 1000),
             involuntary_switches: Some(4),
             steal_ns: Some(0),
             ..Default::default()
@@ -143,7 +149,7 @@ mod tests {
         // the window inside a gap of the loop: no poll in it
         let c = stall_cause(&stalled(vec![(240, 500)]), false);
         assert!(
-            c.starts_with("1 of 4 windows empty, each inside one turn of every measuring thread's loop longer than the window")
+            c.starts_with("1 of 4 windows empty, each within one turn of every measuring thread's loop")
                 && c.contains("this side's, not the device's")
                 && c.ends_with("(the longest turn of a measuring thread's loop 260.00 ms from 240.0 ms; over the run: 4 involuntary context switch(es), steal 0 ms)"),
             "{c}"
@@ -151,7 +157,8 @@ mod tests {
         // the threads kept polling: the device's, the wire's or the peer's
         let c = stall_cause(&stalled(vec![]), false);
         assert!(
-            c.contains("1 while the measuring threads turned and found no completion") && !c.contains("this side's"),
+            c.contains("1 with a turn of a measuring thread ending in it without a new completion")
+                && !c.contains("this side's"),
             "{c}"
         );
         // -e: a gap is a wait for an event, never blamed on this side

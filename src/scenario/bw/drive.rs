@@ -352,8 +352,10 @@ pub fn drive_ends<B: Backend>(
         out.event_waits = Some(0);
     }
     let mut armed = false;
-    let mut turn = start;
-    out.longest_turn = (0, start);
+    // the first turn from the grid's origin: its counts stand for every boundary from there (a
+    // thread that started late)
+    let (mut before, mut turn) = (start, origin.min(start));
+    out.longest_turn = (0, turn);
     loop {
         let mut moved = false;
         let sent = ctl.iter().all(|c| !c.role.sends || c.dir.completed >= p.iters);
@@ -372,24 +374,21 @@ pub fn drive_ends<B: Backend>(
             moved |= c.poll_completions(p, (traced, &mut tracer), &mut prog)?;
         }
         let now = clock::stop();
-        let gap = now.wrapping_sub(turn);
-        if gap > out.longest_turn.0 {
-            out.longest_turn = (gap, turn);
-        }
-        // a gap longer than a window may hold one whole (rare: kept)
-        if gap > grid.window_ticks && out.gaps.len() < MAX_GAPS {
-            out.gaps.push((turn, now));
-        }
-        turn = now;
+        (before, turn) = (turn, now);
+        let mut crossed = 0u32;
         while now >= next_boundary {
             out.windows.push(messages(&ctl, total, prog.done));
             next_boundary = next_boundary.wrapping_add(grid.window_ticks);
+            crossed += 1;
         }
+        note_turn(&mut out, (before, now), crossed, events);
         check_deadlines(&prog, p, intr)?;
         if events && !moved {
             wait_when_idle(&mut ctl, &mut armed, &mut out.event_waits, prog.done)?;
         }
     }
+    // the final counts are this turn's
+    out.last_turn = (before, turn);
     out.end = clock::stop();
     out.cpu_ns = clock::thread_cpu_ns().saturating_sub(cpu0);
     out.involuntary_switches =
@@ -407,11 +406,30 @@ pub fn drive_ends<B: Backend>(
     Ok(out)
 }
 
+/// Notes the turn of the loop from `before` to `now`, which passed `crossed` grid boundaries:
+/// the longest turn, and a turn past two boundaries, which holds a whole window whose counts
+/// both come from this turn's end (rare; with -e, `events`, a turn holds a wait for an event:
+/// not recorded).
+#[inline(always)]
+fn note_turn(out: &mut ThreadResult, (before, now): (u64, u64), crossed: u32, events: bool) {
+    let len = now.wrapping_sub(before);
+    if len > out.longest_turn.0 {
+        out.longest_turn = (len, before);
+    }
+    if crossed >= 2 && !events {
+        if out.turns_over_a_window.len() < MAX_LONG_TURNS {
+            out.turns_over_a_window.push((before, now));
+        } else {
+            out.long_turns_overflowed = true;
+        }
+    }
+}
+
+/// Most turns over a whole window a thread records (each 16 bytes).
+const MAX_LONG_TURNS: usize = 100_000;
+
 /// Receives cover the whole incoming half of the buffer, so they fit every message size (the
 /// sizes of a run change while receives posted for earlier ones are still outstanding).
-/// Most gaps longer than a window a thread records (each 16 bytes).
-const MAX_GAPS: usize = 100_000;
-
 fn recv_len<B: Backend>(b: &B) -> u32 {
     (b.mem().len() - b.rx_offset()).min(u32::MAX as usize) as u32
 }

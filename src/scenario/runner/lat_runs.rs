@@ -148,11 +148,12 @@ impl PerftestLat {
             return None;
         }
         // perftest's get_median(n): (n - 1) odd, i.e. n even, takes the two middle samples
+        // in whole ticks, as perftest's cycles_t
         let median = if n % 2 == 0 {
-            (v[n / 2] as f64 + v[n / 2 - 1] as f64) / 2.0
+            (v[n / 2] + v[n / 2 - 1]) / 2
         } else {
-            v[n / 2] as f64
-        };
+            v[n / 2]
+        } as f64;
         let ns = |t: f64| cal.to_ns(1) * t / half;
         Some(PerftestLat {
             typical: ns(median),
@@ -363,7 +364,7 @@ pub fn run_blocks(
 
 /// Each of `pairs` pairs' samples and blocks, none yet: with a number of iterations every
 /// sample is kept, so the room for them is taken now, not found missing at the end.
-fn sample_room(pairs: usize, len: Length) -> Result<Vec<(LatSamples, Blocks)>, ScenarioError> {
+pub fn sample_room(pairs: usize, len: Length) -> Result<Vec<(LatSamples, Blocks)>, ScenarioError> {
     let mut all: Vec<(LatSamples, Blocks)> = (0..pairs).map(|_| (LatSamples::default(), Blocks::default())).collect();
     if let Length::Iterations { iters, .. } = len {
         for (s, _) in &mut all {
@@ -442,6 +443,9 @@ mod tests {
         // 4 left: the mean of the two middle ones; a round trip is not halved
         let p = PerftestLat::of(&[400, 100, 8000, 300, 200, 9000], false, &cal).unwrap();
         assert_eq!((p.typical, p.avg, p.samples), (250.0, 250.0, 4));
+        // skewed: the median is not the mean; an odd sum of the middle two is truncated
+        let p = PerftestLat::of(&[100, 201, 300, 1000, 9000, 9000], false, &cal).unwrap();
+        assert_eq!((p.typical, p.avg, p.samples), (250.0, 400.25, 4));
         // two samples or fewer leave none
         assert_eq!(PerftestLat::of(&[100, 200], true, &cal), None);
         assert_eq!(PerftestLat::of(&[], true, &cal), None);
