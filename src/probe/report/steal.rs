@@ -73,7 +73,7 @@ fn stall_cause(s: &crate::scenario::bw::BwSummary, events: bool) -> String {
         ""
     };
     if events {
-        // a thread blocked for an event because nothing had completed: its gaps say nothing
+        // a thread blocked for an event because nothing had completed: its turns say nothing
         out += " (-e: the threads block for a completion event when nothing moves, so a window without a \
                 completion is the device's, the wire's or the peer's, or the thread's wake-up)";
     } else if unpolled == empty {
@@ -126,7 +126,7 @@ mod tests {
     use crate::scenario::bw::{summarize, ThreadResult};
 
     /// A run of 1000 ticks (hz 1000: 1 ms each) in windows of 250 with nothing completed in
-    /// the second, whose thread's loop had the gaps `gaps`.
+    /// the second, whose thread's loop had the long turns `gaps`.
     fn stalled(gaps: Vec<(u64, u64)>) -> crate::scenario::bw::BwSummary {
         let r = ThreadResult {
             messages: 1000,
@@ -146,7 +146,7 @@ mod tests {
 
     #[test]
     fn an_empty_window_says_what_was_measured_of_this_side() {
-        // the window inside a gap of the loop: no poll in it
+        // the window within one turn of the loop: both its counts are that turn's end
         let c = stall_cause(&stalled(vec![(240, 500)]), false);
         assert!(
             c.starts_with("1 of 4 windows empty, each within one turn of every measuring thread's loop")
@@ -154,14 +154,14 @@ mod tests {
                 && c.ends_with("(the longest turn of a measuring thread's loop 260.00 ms from 240.0 ms; over the run: 4 involuntary context switch(es), steal 0 ms)"),
             "{c}"
         );
-        // the threads kept polling: the device's, the wire's or the peer's
+        // a turn ended in the window without a completion: the device's, the wire's or the peer's
         let c = stall_cause(&stalled(vec![]), false);
         assert!(
             c.contains("1 with a turn of a measuring thread ending in it without a new completion")
                 && !c.contains("this side's"),
             "{c}"
         );
-        // -e: a gap is a wait for an event, never blamed on this side
+        // -e: a long turn is a wait for an event, never put on this side
         let c = stall_cause(&stalled(vec![(240, 500)]), true);
         assert!(
             c.contains("-e: the threads block for a completion event") && !c.contains("this side's"),
