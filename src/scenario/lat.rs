@@ -475,11 +475,6 @@ pub fn client_loop<B: Backend>(
         // period still leaves the send queue empty
         let signal = signalled(p.op, k - first) || k + 1 == first + total;
         let t0 = clock::start();
-        if k > first + warmup {
-            // saturating: a TSC read going backwards (another CPU's) is a 0, not 2^64 ticks
-            out.period.push(t0.saturating_sub(last_t0));
-        }
-        last_t0 = t0;
         b.post(p.op, p.size, 1, p.inline, signal).map_err(be(side, k))?;
         let t1 = clock::stop();
         // a device model executes the WQE here, after the post's timestamp (on hardware: nothing)
@@ -506,6 +501,12 @@ pub fn client_loop<B: Backend>(
             }
         }
         let t2 = clock::stop();
+        // perftest's sample, from the previous post to this one (outside the timed region);
+        // saturating: a TSC read going backwards is a 0, not 2^64 ticks
+        if k > first + warmup {
+            out.period.push(t0.saturating_sub(last_t0));
+        }
+        last_t0 = t0;
         if k >= first + warmup {
             out.rtt.push(t2 - t0);
             out.post.push(t1 - t0);

@@ -51,7 +51,7 @@ pub(super) fn stall_warning(rs: &[BwResult]) -> String {
 
 /// What was measured of a run with empty windows.
 fn stall_cause(s: &crate::scenario::bw::BwSummary, events: bool) -> String {
-    let (empty, unpolled) = (s.empty_windows, s.empty_windows_within_a_turn);
+    let (empty, within) = (s.empty_windows, s.empty_windows_within_a_turn);
     let switches = s
         .involuntary_switches
         .map(|n| format!("{n} involuntary context switch(es)"))
@@ -76,7 +76,7 @@ fn stall_cause(s: &crate::scenario::bw::BwSummary, events: bool) -> String {
         // a thread blocked for an event because nothing had completed: its turns say nothing
         out += " (-e: the threads block for a completion event when nothing moves, so a window without a \
                 completion is the device's, the wire's or the peer's, or the thread's wake-up)";
-    } else if unpolled == empty {
+    } else if within == empty {
         out += ", each within one turn of every measuring thread's loop (a thread counts its completions at each \
                 turn's end, so the window shows none whatever the device did; the thread was off its CPU, in a call \
                 that blocked or, on model0, in the model's own execution): this side's, not the device's";
@@ -84,9 +84,9 @@ fn stall_cause(s: &crate::scenario::bw::BwSummary, events: bool) -> String {
         out += &format!(
             "; {} with a turn of a measuring thread ending in it without a new completion (nothing completed \
              by then: the device, the wire or the peer, or a thread's own long turn before it){}",
-            empty - unpolled,
-            if unpolled > 0 {
-                format!(", {unpolled} within one turn of every thread's loop (this side's)")
+            empty - within,
+            if within > 0 {
+                format!(", {within} within one turn of every thread's loop (this side's)")
             } else {
                 String::new()
             }
