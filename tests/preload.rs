@@ -764,3 +764,118 @@ fn until_qps(d: &ModelDir, n: usize) {
         std::thread::sleep(Duration::from_millis(20));
     }
 }
+
+/// perftest's t_typical of its one-size table (µs), and its #iterations.
+fn perftest_typical(out: &str) -> Option<(u64, f64)> {
+    let mut lines = out.lines().skip_while(|l| !l.contains("t_typical"));
+    let row: Vec<&str> = lines.nth(1)?.split_whitespace().collect();
+    Some((row.get(1)?.parse().ok()?, row.get(4)?.parse().ok()?))
+}
+
+/// `rdmaprobe lat write --peer perftest` against an unmodified `ib_write_lat` under
+/// `model0 exec`, each side the server in turn, every backend (issue 23): both exit 0, both
+/// count the iterations perftest's conventions give (perftest its -n, rdmaprobe -n - 1 round
+/// trips), rdmaprobe names the peer, and rdmaprobe's figure of perftest's definition
+/// (`perftest_ns.typical`) is perftest's own t_typical of the same run within 2x (they time the
+/// same ping-pong, each from its own end: measured 0.98-1.04 here; a broken handshake or
+/// data path ends in an error or a stall, not in a figure).
+#[test]
+fn rdmaprobe_and_ib_write_lat_run_against_each_other_on_every_backend() {
+    if !have("ib_write_lat", "perftest") || !have("taskset", "util-linux") {
+        return;
+    }
+    let _one = PAIRS.lock().unwrap_or_else(|p| p.into_inner());
+    let d = ModelDir::new("perftest-peer");
+    let limit = Duration::from_secs(DEADLINE_S + 10);
+    let n = "2000";
+    for backend in ["verbs", "wr", "direct"] {
+        for rdmaprobe_serves in [true, false] {
+            let port = free_port().to_string();
+            let json = d.0.join(format!("{backend}-{rdmaprobe_serves}.json"));
+            let mut rp = Command::new(EXE);
+            rp.args([
+                "lat", "write", "--peer", "perftest", "-d", "model0", "-s", "8", "-n", n, "-p", &port,
+            ])
+            .args(["--backend", backend, "--oob-timeout", "60", "--json"])
+            .arg(&json)
+            .env("RDMAPROBE_MODEL_DIR", &d.0);
+            // rdmaprobe pins its client to the first CPU, its server to the last: perftest on
+            // the other one
+            let cpu = if rdmaprobe_serves { "0" } else { "1" };
+            let pt = |client: bool| {
+                let mut a = vec![
+                    "taskset",
+                    "-c",
+                    cpu,
+                    "ib_write_lat",
+                    "-d",
+                    "model0",
+                    "-s",
+                    "8",
+                    "-n",
+                    n,
+                    "-p",
+                    &port,
+                ];
+                if client {
+                    a.push("127.0.0.1");
+                }
+                exec(&d, &a)
+            };
+            let (server, client) = if rdmaprobe_serves {
+                (rp, pt(true))
+            } else {
+                rp.arg("127.0.0.1");
+                (pt(false), rp)
+            };
+            let s = { server }
+                .stdin(Stdio::null())
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .expect("starting the server");
+            let start = Instant::now();
+            while !listening(port.parse().unwrap_or(0)) && start.elapsed() < Duration::from_secs(60) {
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            let c = run_until(client, limit);
+            let s = finish(s, limit);
+            let (rp_out, pt_out) = if rdmaprobe_serves { (&s, &c) } else { (&c, &s) };
+            let what = format!(
+                "{backend}, rdmaprobe the {}",
+                if rdmaprobe_serves { "server" } else { "client" }
+            );
+            let show = |o: &Output| format!("status {:?}\n{}{}", o.status, text(&o.stdout), text(&o.stderr));
+            assert!(
+                s.status.success() && c.status.success(),
+                "{what}:\nrdmaprobe {}\nperftest {}",
+                show(rp_out),
+                show(pt_out)
+            );
+            let (pt_iters, typical_us) = perftest_typical(&text(&pt_out.stdout))
+                .unwrap_or_else(|| panic!("{what}: no perftest table:\n{}", show(pt_out)));
+            assert_eq!(pt_iters, 2000, "{what}");
+            let doc: serde_json::Value =
+                serde_json::from_str(&std::fs::read_to_string(&json).expect("rdmaprobe's JSON")).expect("JSON");
+            let run = &doc["runs"][0];
+            assert_eq!(run["iterations"], 1999, "{what}");
+            assert_eq!(run["backend"], backend, "{what}");
+            assert_eq!(doc["params"]["peer_tool"]["name"], "perftest", "{what}");
+            assert!(
+                text(&rp_out.stdout).contains(" peer: perftest "),
+                "{what}: {}",
+                show(rp_out)
+            );
+            let ours = run["perftest_ns"]["typical"].as_f64().unwrap_or(0.0);
+            let ratio = ours / (typical_us * 1000.0);
+            assert!(
+                (0.5..=2.0).contains(&ratio),
+                "{what}: rdmaprobe's perftest_ns.typical {ours:.1} ns against perftest's t_typical {typical_us} us\n{}\n{}",
+                show(rp_out),
+                show(pt_out)
+            );
+            let _ = std::fs::remove_file(&json);
+            assert_eq!(d.objects(), Vec::<String>::new(), "{what}: model0 objects left behind");
+        }
+    }
+}

@@ -121,6 +121,21 @@ pub struct PeerArgs {
         conflicts_with = "loopback"
     )]
     pub rdma_cm: bool,
+    /// The program at the other end: another rdmaprobe (default), or an unmodified perftest
+    /// (`lat write` against `ib_write_lat`, either side the server; one --backend per run, -p
+    /// as perftest's, 18515). perftest's own conventions are followed: its handshake, the server
+    /// writing first, no warm-up.
+    #[arg(long = "peer", value_enum, default_value_t = PeerToolArg::Rdmaprobe, conflicts_with_all = ["loopback", "rdma_cm"])]
+    pub peer_tool: PeerToolArg,
+}
+
+/// `--peer`'s values.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PeerToolArg {
+    /// Another rdmaprobe.
+    Rdmaprobe,
+    /// An unmodified perftest (Debian 12's 6.06, or any before 6.28).
+    Perftest,
 }
 
 impl DevArgs {
@@ -235,7 +250,11 @@ pub fn plan(scenario: Scenario, r: &RunArgs, p: &PeerArgs) -> Result<Plan> {
     Ok(Plan {
         scenario,
         device: r.dev.spec(),
-        backends: r.backend.unwrap_or(BackendArg::All).backends(),
+        // against perftest one backend per run: without --backend perftest's own post path
+        backends: match (r.backend, p.peer_tool) {
+            (None, PeerToolArg::Perftest) => rdmaprobe::probe::Backends::Perftest,
+            (b, _) => b.unwrap_or(BackendArg::All).backends(),
+        },
         db_mode: r.db_mode.into(),
         peer,
         oob_timeout: Duration::from_secs(p.oob_timeout),
@@ -245,5 +264,9 @@ pub fn plan(scenario: Scenario, r: &RunArgs, p: &PeerArgs) -> Result<Plan> {
         huge_pages: r.use_hugepages,
         transport: r.transport(),
         rdma_cm: p.rdma_cm,
+        peer_tool: match p.peer_tool {
+            PeerToolArg::Rdmaprobe => rdmaprobe::probe::PeerTool::Rdmaprobe,
+            PeerToolArg::Perftest => rdmaprobe::probe::PeerTool::Perftest,
+        },
     })
 }

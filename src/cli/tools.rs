@@ -212,6 +212,13 @@ pub fn ping(a: PingArgs) -> Result<ExitCode> {
         )
         .into());
     }
+    if a.peer.peer_tool != super::plan::PeerToolArg::Rdmaprobe {
+        return Err(ProbeError::Usage(
+            "ping --peer perftest: the ladder's layers are rdmaprobe's own exchange; use lat write --peer perftest"
+                .into(),
+        )
+        .into());
+    }
     if a.run.transport() != Transport::Rc {
         return Err(ProbeError::Usage(format!(
             "ping -c {}: the ladder checks an RC connection (its layers are WRITEs and a bandwidth run over one); \

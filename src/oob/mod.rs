@@ -13,6 +13,7 @@ use std::io::{BufRead, BufReader, Write};
 use std::net::{TcpListener, TcpStream, ToSocketAddrs};
 use std::time::{Duration, Instant};
 
+pub mod perftest;
 mod rendezvous;
 pub use rendezvous::Rendezvous;
 
@@ -301,52 +302,64 @@ impl Peer {
         parse(&line, &self.addr)
     }
 
+    /// Waits until the reader holds bytes, within `deadline` (`awaiting` names what for a
+    /// timeout, `closed` the peer's hang-up), in slices of 200 ms so that a stop asked by a
+    /// signal is seen: `Ok(false)` when a slice passed without bytes.
+    pub(crate) fn fill(
+        &mut self,
+        deadline: Instant,
+        awaiting: &str,
+        closed: impl FnOnce() -> String,
+    ) -> Result<bool, OobError> {
+        let now = Instant::now();
+        if now >= deadline {
+            return Err(OobError::Timeout {
+                peer: self.addr.clone(),
+                secs: self.timeout.as_secs_f64().ceil() as u64,
+                awaiting: awaiting.into(),
+            });
+        }
+        stopped(&self.addr)?;
+        // the deadline is the message's: each read may wait only for what is left of it
+        self.stream
+            .set_read_timeout(Some((deadline - now).min(Duration::from_millis(200))))
+            .map_err(|source| OobError::Io {
+                what: "configuring",
+                peer: self.addr.clone(),
+                source,
+            })?;
+        match self.reader.fill_buf() {
+            Ok([]) => Err(OobError::Protocol {
+                peer: self.addr.clone(),
+                why: closed(),
+            }),
+            Ok(_) => Ok(true),
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut | std::io::ErrorKind::Interrupted
+                ) =>
+            {
+                Ok(false)
+            }
+            Err(source) => Err(OobError::Io {
+                what: "receiving from",
+                peer: self.addr.clone(),
+                source,
+            }),
+        }
+    }
+
     fn recv_line(&mut self) -> Result<String, OobError> {
         let deadline = Instant::now() + self.timeout;
         let mut buf = Vec::new();
         loop {
-            let now = Instant::now();
-            if now >= deadline {
-                return Err(OobError::Timeout {
-                    peer: self.addr.clone(),
-                    secs: self.timeout.as_secs_f64().ceil() as u64,
-                    awaiting: "message".into(),
-                });
+            if !self.fill(deadline, "message", || {
+                "closed the connection (it stopped or failed)".into()
+            })? {
+                continue;
             }
-            stopped(&self.addr)?;
-            // the deadline is the message's: each read may wait only for what is left of it (in
-            // slices, so a stop asked by a signal is seen)
-            self.stream
-                .set_read_timeout(Some((deadline - now).min(Duration::from_millis(200))))
-                .map_err(|source| OobError::Io {
-                    what: "configuring",
-                    peer: self.addr.clone(),
-                    source,
-                })?;
-            let chunk = match self.reader.fill_buf() {
-                Ok(c) => c,
-                Err(e)
-                    if matches!(
-                        e.kind(),
-                        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut | std::io::ErrorKind::Interrupted
-                    ) =>
-                {
-                    continue
-                }
-                Err(source) => {
-                    return Err(OobError::Io {
-                        what: "receiving from",
-                        peer: self.addr.clone(),
-                        source,
-                    })
-                }
-            };
-            if chunk.is_empty() {
-                return Err(OobError::Protocol {
-                    peer: self.addr.clone(),
-                    why: "closed the connection (it stopped or failed)".into(),
-                });
-            }
+            let chunk = self.reader.buffer();
             let (take, end) = match chunk.iter().position(|&b| b == b'\n') {
                 Some(i) => (i, true),
                 None => (chunk.len(), false),

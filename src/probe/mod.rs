@@ -31,7 +31,9 @@ pub mod suite;
 pub use suite::{SuitePlan, SuiteReport};
 
 pub use crate::backend::setup::PathOpts;
-pub use plan::{Backends, BwPlan, DeviceSpec, LatPlan, PeerSpec, Plan, PostCostPlan, Scenario, Sizes, MAX_THREADS};
+pub use plan::{
+    Backends, BwPlan, DeviceSpec, LatPlan, PeerSpec, PeerTool, Plan, PostCostPlan, Scenario, Sizes, MAX_THREADS,
+};
 pub use report::{Region, Report, Role, Runs};
 
 use crate::backend::setup::SetupError;

@@ -34,6 +34,19 @@ pub struct Plan {
     pub transport: crate::backend::Transport,
     /// Client/server: the QPs connected through the RDMA connection manager (perftest's -R).
     pub rdma_cm: bool,
+    /// What the peer is: another rdmaprobe, or an unmodified perftest (`--peer perftest`).
+    pub peer_tool: PeerTool,
+}
+
+/// The program at the other end of a client/server run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum PeerTool {
+    /// Another rdmaprobe, over rdmaprobe's own exchange.
+    #[default]
+    Rdmaprobe,
+    /// An unmodified perftest (`ib_write_lat` ...), over perftest's exchange and on its
+    /// data-path conventions.
+    Perftest,
 }
 
 impl Plan {
@@ -52,6 +65,7 @@ impl Plan {
             transport: Default::default(),
             rdma_cm: false,
             diag: None,
+            peer_tool: PeerTool::Rdmaprobe,
         }
     }
 }

@@ -302,7 +302,10 @@ impl Report {
             s += " post p50: the post call alone; model0 executes each WQE after it returns (in the completion wait)\n";
             s += &model0_timing_line(l.model_delay_ns);
         }
-        if matches!(self.role, Role::Server(_)) {
+        if let Some(d) = self.params["peer_tool"]["describe"].as_str() {
+            s += &format!(" peer: {d}\n");
+        }
+        if matches!(self.role, Role::Server(_)) && self.params["rows_from"] == "client" {
             s += " server: the rows are the client's measurement (it times the round trips), sent over as the run ends\n";
         }
         self.qp_line(&mut s);

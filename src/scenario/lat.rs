@@ -13,6 +13,8 @@ use crate::clock;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
+pub mod perftest;
+
 /// What to run.
 #[derive(Debug, Clone, Copy)]
 pub struct LatParams {
@@ -55,6 +57,18 @@ pub struct LatSamples {
 }
 
 impl LatSamples {
+    /// No samples yet, room for `n` of each.
+    pub fn with_capacity(n: usize) -> Self {
+        LatSamples {
+            rtt: Vec::with_capacity(n),
+            post: Vec::with_capacity(n),
+            wait: Vec::with_capacity(n),
+            period: Vec::with_capacity(n),
+            cpu_ns: 0,
+            wall_ticks: 0,
+        }
+    }
+
     /// Adds another block's samples and CPU time.
     pub fn extend(&mut self, s: LatSamples) {
         self.rtt.extend(s.rtt);
@@ -448,14 +462,7 @@ pub fn client_loop<B: Backend>(
     let rx = b.rx_offset();
     let n = (total - warmup) as usize;
     let (cpu0, wall0) = (clock::thread_cpu_ns(), clock::start());
-    let mut out = LatSamples {
-        rtt: Vec::with_capacity(n),
-        post: Vec::with_capacity(n),
-        wait: Vec::with_capacity(n),
-        period: Vec::with_capacity(n),
-        cpu_ns: 0,
-        wall_ticks: 0,
-    };
+    let mut out = LatSamples::with_capacity(n);
     let mut outst = Outstanding { n: 0 };
     let mut last_t0 = 0u64;
     if p.op.needs_recv() && prime {

@@ -16,6 +16,8 @@ use crate::scenario::runner::{figures_ns, finish, lat_side, run_blocks, AnyPair,
 use crate::scenario::ScenarioError;
 use serde_json::json;
 
+pub(in crate::probe) mod perftest;
+
 /// Each backend's end, connected to the peer's.
 type Ends = Vec<(BackendKind, AnyEnd)>;
 

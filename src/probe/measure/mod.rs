@@ -23,6 +23,22 @@ pub(super) fn run(
     if let Some(dir) = &plan.diag {
         crate::probe::check::diag::check(dir)?;
     }
+    if plan.peer_tool == crate::probe::PeerTool::Perftest {
+        return match (&plan.scenario, peer, &plan.peer) {
+            (_, _, crate::probe::PeerSpec::Loopback) => Err(ProbeError::Usage(
+                "--peer perftest: perftest is another process; give its HOST (it is the server) or none (it is the client)"
+                    .into(),
+            )),
+            (Scenario::Lat(l), None, _) => lat::perftest::run(plan, l, obs),
+            (Scenario::Lat(_), Some(_), _) => Err(ProbeError::Invalid(
+                "--peer perftest speaks perftest's own exchange over TCP: no other rendezvous".into(),
+            )),
+            (Scenario::Bw(_), ..) => Err(ProbeError::Usage(
+                "--peer perftest: bw against ib_*_bw is not in this version (lat write against ib_write_lat is)".into(),
+            )),
+            (Scenario::PostCost(_), ..) => Err(ProbeError::Usage("post-cost runs in one process: no peer".into())),
+        };
+    }
     match (&plan.scenario, peer) {
         (Scenario::Lat(l), peer) => lat::run(plan, l, peer, obs),
         (Scenario::Bw(b), peer) => bw::run(plan, b, peer, obs),
