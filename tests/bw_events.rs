@@ -80,6 +80,7 @@ impl Backend for LateEnd {
         Ok(Polled {
             sends: self.cq.done.swap(0, Ordering::SeqCst),
             recvs: 0,
+            recv_len: 0,
         })
     }
     fn mem(&self) -> &MemView {

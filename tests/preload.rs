@@ -772,30 +772,33 @@ fn perftest_typical(out: &str) -> Option<(u64, f64)> {
     Some((row.get(1)?.parse().ok()?, row.get(4)?.parse().ok()?))
 }
 
-/// `rdmaprobe lat write --peer perftest` against an unmodified `ib_write_lat` under
-/// `model0 exec`, each side the server in turn, every backend (issue 23): both exit 0, both
-/// count the iterations perftest's conventions give (perftest its -n, rdmaprobe -n - 1 round
-/// trips), rdmaprobe names the peer, and rdmaprobe's figure of perftest's definition
-/// (`perftest_ns.typical`) is perftest's own t_typical of the same run within 2x (they time the
-/// same ping-pong, each from its own end: measured 0.98-1.04 here; a broken handshake or
-/// data path ends in an error or a stall, not in a figure).
-#[test]
-fn rdmaprobe_and_ib_write_lat_run_against_each_other_on_every_backend() {
-    if !have("ib_write_lat", "perftest") || !have("taskset", "util-linux") {
+/// One perftest latency program against `rdmaprobe lat OP --peer perftest` under `model0 exec`,
+/// each side the server in turn, every backend (issue 23): both exit 0 (perftest's closing
+/// exchange included), perftest counts its -n, rdmaprobe the round trips perftest's conventions
+/// give it (a ping-pong: -n - 1 each side; READ and atomics: -n as the client, none as the
+/// server, which the NIC answers), rdmaprobe names the peer, and where both time the same run
+/// (the ping-pongs) rdmaprobe's figure of perftest's definition (`perftest_ns.typical`) is
+/// perftest's own t_typical within 2x (they time the same ping-pong, each from its own end:
+/// measured 0.98-1.04 here; a broken handshake or data path ends in an error or a stall, not in a
+/// figure). `extra`: flags both sides take (atomics: -A).
+fn perftest_peer_case(op: &str, program: &str, extra: &[&str]) {
+    if !have(program, "perftest") || !have("taskset", "util-linux") {
         return;
     }
     let _one = PAIRS.lock().unwrap_or_else(|p| p.into_inner());
     let d = ModelDir::new("perftest-peer");
     let limit = Duration::from_secs(DEADLINE_S + 10);
     let n = "2000";
+    let ping_pong = matches!(op, "write" | "send");
     for backend in ["verbs", "wr", "direct"] {
         for rdmaprobe_serves in [true, false] {
             let port = free_port().to_string();
-            let json = d.0.join(format!("{backend}-{rdmaprobe_serves}.json"));
+            let json = d.0.join(format!("{op}-{backend}-{rdmaprobe_serves}.json"));
             let mut rp = Command::new(EXE);
             rp.args([
-                "lat", "write", "--peer", "perftest", "-d", "model0", "-s", "8", "-n", n, "-p", &port,
+                "lat", op, "--peer", "perftest", "-d", "model0", "-s", "8", "-n", n, "-p", &port,
             ])
+            .args(extra)
             .args(["--backend", backend, "--oob-timeout", "60", "--json"])
             .arg(&json)
             .env("RDMAPROBE_MODEL_DIR", &d.0);
@@ -804,19 +807,9 @@ fn rdmaprobe_and_ib_write_lat_run_against_each_other_on_every_backend() {
             let cpu = if rdmaprobe_serves { "0" } else { "1" };
             let pt = |client: bool| {
                 let mut a = vec![
-                    "taskset",
-                    "-c",
-                    cpu,
-                    "ib_write_lat",
-                    "-d",
-                    "model0",
-                    "-s",
-                    "8",
-                    "-n",
-                    n,
-                    "-p",
-                    &port,
+                    "taskset", "-c", cpu, program, "-d", "model0", "-s", "8", "-n", n, "-p", &port,
                 ];
+                a.extend(extra);
                 if client {
                     a.push("127.0.0.1");
                 }
@@ -842,7 +835,7 @@ fn rdmaprobe_and_ib_write_lat_run_against_each_other_on_every_backend() {
             let s = finish(s, limit);
             let (rp_out, pt_out) = if rdmaprobe_serves { (&s, &c) } else { (&c, &s) };
             let what = format!(
-                "{backend}, rdmaprobe the {}",
+                "{op} {backend}, rdmaprobe the {}",
                 if rdmaprobe_serves { "server" } else { "client" }
             );
             let show = |o: &Output| format!("status {:?}\n{}{}", o.status, text(&o.stdout), text(&o.stderr));
@@ -852,30 +845,352 @@ fn rdmaprobe_and_ib_write_lat_run_against_each_other_on_every_backend() {
                 show(rp_out),
                 show(pt_out)
             );
-            let (pt_iters, typical_us) = perftest_typical(&text(&pt_out.stdout))
-                .unwrap_or_else(|| panic!("{what}: no perftest table:\n{}", show(pt_out)));
-            assert_eq!(pt_iters, 2000, "{what}");
             let doc: serde_json::Value =
                 serde_json::from_str(&std::fs::read_to_string(&json).expect("rdmaprobe's JSON")).expect("JSON");
-            let run = &doc["runs"][0];
-            assert_eq!(run["iterations"], 1999, "{what}");
-            assert_eq!(run["backend"], backend, "{what}");
             assert_eq!(doc["params"]["peer_tool"]["name"], "perftest", "{what}");
+            assert_eq!(doc["params"]["peer_tool"]["program"], program, "{what}");
             assert!(
                 text(&rp_out.stdout).contains(" peer: perftest "),
                 "{what}: {}",
                 show(rp_out)
             );
-            let ours = run["perftest_ns"]["typical"].as_f64().unwrap_or(0.0);
-            let ratio = ours / (typical_us * 1000.0);
-            assert!(
-                (0.5..=2.0).contains(&ratio),
-                "{what}: rdmaprobe's perftest_ns.typical {ours:.1} ns against perftest's t_typical {typical_us} us\n{}\n{}",
-                show(rp_out),
+            // perftest prints its table where it timed: both ends of a ping-pong, the client of
+            // READ and atomics
+            let pt_times = ping_pong || rdmaprobe_serves;
+            let pt_table = perftest_typical(&text(&pt_out.stdout));
+            assert_eq!(
+                pt_table.is_some(),
+                pt_times,
+                "{what}: perftest's table\n{}",
                 show(pt_out)
             );
+            if let Some((pt_iters, _)) = pt_table {
+                assert_eq!(pt_iters, 2000, "{what}");
+            }
+            let runs = doc["runs"].as_array().expect("runs");
+            if !ping_pong && rdmaprobe_serves {
+                assert!(runs.is_empty(), "{what}: the passive server timed something: {runs:?}");
+                assert_eq!(doc["params"]["peer_tool"]["timed"], 0, "{what}");
+            } else {
+                let run = &runs[0];
+                let expect = if ping_pong { 1999 } else { 2000 };
+                assert_eq!(run["iterations"], expect, "{what}");
+                assert_eq!(run["backend"], backend, "{what}");
+                if let (true, Some((_, typical_us))) = (ping_pong, pt_table) {
+                    let ours = run["perftest_ns"]["typical"].as_f64().unwrap_or(0.0);
+                    let ratio = ours / (typical_us * 1000.0);
+                    assert!(
+                        (0.5..=2.0).contains(&ratio),
+                        "{what}: rdmaprobe's perftest_ns.typical {ours:.1} ns against perftest's t_typical {typical_us} us\n{}\n{}",
+                        show(rp_out),
+                        show(pt_out)
+                    );
+                }
+            }
             let _ = std::fs::remove_file(&json);
             assert_eq!(d.objects(), Vec::<String>::new(), "{what}: model0 objects left behind");
         }
     }
+}
+
+#[test]
+fn rdmaprobe_and_ib_write_lat_run_against_each_other_on_every_backend() {
+    perftest_peer_case("write", "ib_write_lat", &[]);
+}
+
+#[test]
+fn rdmaprobe_and_ib_send_lat_run_against_each_other_on_every_backend() {
+    perftest_peer_case("send", "ib_send_lat", &[]);
+}
+
+#[test]
+fn rdmaprobe_and_ib_read_lat_run_against_each_other_on_every_backend() {
+    perftest_peer_case("read", "ib_read_lat", &[]);
+}
+
+#[test]
+fn rdmaprobe_and_ib_atomic_lat_run_against_each_other_on_every_backend() {
+    perftest_peer_case("atomic", "ib_atomic_lat", &[]);
+    perftest_peer_case("atomic", "ib_atomic_lat", &["-A", "CMP_AND_SWAP"]);
+}
+
+/// A perftest peer given another -s or -n than rdmaprobe (perftest 6.06 exchanges neither): the
+/// run ends with an error naming the flags, within the stall deadline, never a figure or a hang.
+/// ib_send_lat -s 64 against rdmaprobe's -s 8: the first SEND's length; -n 1000 against 2000:
+/// the stall after perftest's last message.
+#[test]
+fn a_perftest_peer_given_other_flags_is_named_not_waited_for() {
+    if !have("ib_send_lat", "perftest") {
+        return;
+    }
+    let _one = PAIRS.lock().unwrap_or_else(|p| p.into_inner());
+    let d = ModelDir::new("perftest-mismatch");
+    let limit = Duration::from_secs(DEADLINE_S + 10);
+    for (pt_flags, expect) in [
+        (["-s", "64", "-n", "2000"], "carried 64 B, this side's -s is 8"),
+        (["-s", "8", "-n", "1000"], "give both sides the same -s and -n"),
+    ] {
+        let port = free_port().to_string();
+        let mut a = vec!["ib_send_lat", "-d", "model0", "-p", &port];
+        a.extend(pt_flags);
+        let s = exec(&d, &a)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("starting perftest");
+        let start = Instant::now();
+        while !listening(port.parse().unwrap_or(0)) && start.elapsed() < Duration::from_secs(60) {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let mut rp = Command::new(EXE);
+        rp.args([
+            "lat", "send", "--peer", "perftest", "-d", "model0", "-s", "8", "-n", "2000", "-p", &port,
+        ])
+        .args(["--backend", "direct", "--oob-timeout", "60", "127.0.0.1"])
+        .env("RDMAPROBE_MODEL_DIR", &d.0);
+        let started = Instant::now();
+        let c = run_until(rp, limit);
+        let took = started.elapsed();
+        // perftest has no deadline of its own: its side of a ping-pong whose peer left spins until
+        // model0 exec's --timeout; ended here
+        let mut s = s;
+        let _ = s.kill();
+        let _ = finish(s, limit);
+        let err = text(&c.stderr);
+        // the stall deadline (10 s) and the start, not the exec's timeout
+        assert!(took < Duration::from_secs(60), "perftest {pt_flags:?}: took {took:?}");
+        assert_eq!(c.status.code(), Some(1), "perftest {pt_flags:?}: {err}");
+        assert!(err.contains(expect), "perftest {pt_flags:?}: {err}");
+        assert!(
+            !text(&c.stdout).contains("perftest's t_typical"),
+            "perftest {pt_flags:?}: a figure"
+        );
+    }
+}
+
+/// perftest's bandwidth table's one row: size, iterations, peak, average, message rate.
+fn perftest_bw_row(out: &str) -> Option<(u64, u64, f64, f64, f64)> {
+    let mut lines = out.lines().skip_while(|l| !l.contains("BW peak"));
+    let row: Vec<&str> = lines.nth(1)?.split_whitespace().collect();
+    Some((
+        row.first()?.parse().ok()?,
+        row.get(1)?.parse().ok()?,
+        row.get(2)?.parse().ok()?,
+        row.get(3)?.parse().ok()?,
+        row.get(4)?.parse().ok()?,
+    ))
+}
+
+/// One perftest bandwidth program against `rdmaprobe bw OP --peer perftest` under `model0
+/// exec`, each side the server in turn, every backend (issue 23): both exit 0 (perftest's
+/// report exchange and closing included); the client's figures reach the server intact: as
+/// rdmaprobe the client, perftest's server prints exactly the report rdmaprobe sent (its
+/// table's figures: `params.peer_tool.report_sent`), and as rdmaprobe the server, the report it
+/// took (`params.peer_tool.report`) is what perftest's client printed, to the printed digits.
+fn perftest_bw_case(op: &str, program: &str, extra: &[&str]) {
+    if !have(program, "perftest") || !have("taskset", "util-linux") {
+        return;
+    }
+    let _one = PAIRS.lock().unwrap_or_else(|p| p.into_inner());
+    let d = ModelDir::new("perftest-bw");
+    let limit = Duration::from_secs(DEADLINE_S + 10);
+    let (size, n) = ("65536", "2000");
+    let qps: u64 = extra
+        .windows(2)
+        .find(|w| w[0] == "-q")
+        .and_then(|w| w[1].parse().ok())
+        .unwrap_or(1);
+    for backend in ["verbs", "wr", "direct"] {
+        for rdmaprobe_serves in [true, false] {
+            let port = free_port().to_string();
+            let json = d.0.join(format!("{op}-{backend}-{rdmaprobe_serves}.json"));
+            let mut rp = Command::new(EXE);
+            rp.args([
+                "bw", op, "--peer", "perftest", "-d", "model0", "-s", size, "-n", n, "-p", &port,
+            ])
+            .args(extra)
+            .args(["--backend", backend, "--oob-timeout", "60", "--json"])
+            .arg(&json)
+            .env("RDMAPROBE_MODEL_DIR", &d.0);
+            let cpu = if rdmaprobe_serves { "0" } else { "1" };
+            let pt = |client: bool| {
+                let mut a = vec![
+                    "taskset", "-c", cpu, program, "-d", "model0", "-s", size, "-n", n, "-p", &port,
+                ];
+                a.extend(extra);
+                if client {
+                    a.push("127.0.0.1");
+                }
+                exec(&d, &a)
+            };
+            let (server, client) = if rdmaprobe_serves {
+                (rp, pt(true))
+            } else {
+                rp.arg("127.0.0.1");
+                (pt(false), rp)
+            };
+            let s = { server }
+                .stdin(Stdio::null())
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .expect("starting the server");
+            let start = Instant::now();
+            while !listening(port.parse().unwrap_or(0)) && start.elapsed() < Duration::from_secs(60) {
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            let c = run_until(client, limit);
+            let s = finish(s, limit);
+            let (rp_out, pt_out) = if rdmaprobe_serves { (&s, &c) } else { (&c, &s) };
+            let what = format!(
+                "{op} {extra:?} {backend}, rdmaprobe the {}",
+                if rdmaprobe_serves { "server" } else { "client" }
+            );
+            let show = |o: &Output| format!("status {:?}\n{}{}", o.status, text(&o.stdout), text(&o.stderr));
+            assert!(
+                s.status.success() && c.status.success(),
+                "{what}:\nrdmaprobe {}\nperftest {}",
+                show(rp_out),
+                show(pt_out)
+            );
+            let doc: serde_json::Value =
+                serde_json::from_str(&std::fs::read_to_string(&json).expect("rdmaprobe's JSON")).expect("JSON");
+            let tool = &doc["params"]["peer_tool"];
+            assert_eq!(tool["program"], program, "{what}");
+            let row = perftest_bw_row(&text(&pt_out.stdout))
+                .unwrap_or_else(|| panic!("{what}: no perftest table:\n{}", show(pt_out)));
+            let messages = 2000 * qps;
+            assert_eq!((row.0, row.1), (65536, messages), "{what}");
+            let rep = if rdmaprobe_serves {
+                assert_eq!(
+                    doc["runs"].as_array().map(Vec::len),
+                    Some(0),
+                    "{what}: the server measured"
+                );
+                &tool["report"]
+            } else {
+                let run = &doc["runs"][0];
+                assert_eq!(run["summary"]["messages"], messages, "{what}");
+                let avg = run["summary"]["bw_avg_mib_s"].as_f64().unwrap_or(0.0);
+                assert!(avg > 0.0, "{what}");
+                assert_eq!(tool["report_sent"]["bw_avg"].as_f64(), Some(avg), "{what}");
+                &tool["report_sent"]
+            };
+            assert_eq!(
+                (rep["size"].as_u64(), rep["iters"].as_u64()),
+                (Some(65536), Some(messages)),
+                "{what}"
+            );
+            // perftest prints two decimals of MB/s and six of Mpps
+            let near = |k: &str, printed: f64, digits: f64| {
+                let v = rep[k].as_f64().unwrap_or(f64::NAN);
+                assert!(
+                    (v - printed).abs() <= 0.51 * digits,
+                    "{what}: {k} {v} against perftest's {printed}"
+                );
+            };
+            near("bw_peak", row.2, 0.01);
+            near("bw_avg", row.3, 0.01);
+            near("msg_rate", row.4, 1e-6);
+            let _ = std::fs::remove_file(&json);
+            assert_eq!(d.objects(), Vec::<String>::new(), "{what}: model0 objects left behind");
+        }
+    }
+}
+
+#[test]
+fn rdmaprobe_and_ib_write_bw_exchange_their_reports_on_every_backend() {
+    perftest_bw_case("write", "ib_write_bw", &[]);
+    perftest_bw_case("write", "ib_write_bw", &["-q", "4"]);
+}
+
+#[test]
+fn rdmaprobe_and_ib_read_bw_exchange_their_reports_on_every_backend() {
+    perftest_bw_case("read", "ib_read_bw", &[]);
+}
+
+/// A perftest bandwidth client given another -n than rdmaprobe's server (perftest 6.06 does not
+/// exchange it): the server names both from the report perftest sends, exit 1; a perftest
+/// server given a smaller -s than rdmaprobe's client: its first WRITE is refused and the error
+/// says that -s must match.
+#[test]
+fn a_perftest_bandwidth_peer_given_other_flags_is_named() {
+    if !have("ib_write_bw", "perftest") {
+        return;
+    }
+    let _one = PAIRS.lock().unwrap_or_else(|p| p.into_inner());
+    let d = ModelDir::new("perftest-bw-mismatch");
+    let limit = Duration::from_secs(DEADLINE_S + 10);
+    let rdmaprobe = |port: &str, client: bool| {
+        let mut rp = Command::new(EXE);
+        rp.args([
+            "bw", "write", "--peer", "perftest", "-d", "model0", "-s", "65536", "-n", "2000", "-p", port,
+        ])
+        .args(["--backend", "direct", "--oob-timeout", "60"])
+        .env("RDMAPROBE_MODEL_DIR", &d.0);
+        if client {
+            rp.arg("127.0.0.1");
+        }
+        rp
+    };
+    let wait_port = |port: &str| {
+        let start = Instant::now();
+        while !listening(port.parse().unwrap_or(0)) && start.elapsed() < Duration::from_secs(60) {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    };
+    // perftest's client with -n 1000
+    let port = free_port().to_string();
+    let s = rdmaprobe(&port, false)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("starting rdmaprobe");
+    wait_port(&port);
+    let c = run_until(
+        exec(
+            &d,
+            &[
+                "ib_write_bw",
+                "-d",
+                "model0",
+                "-s",
+                "65536",
+                "-n",
+                "1000",
+                "-p",
+                &port,
+                "127.0.0.1",
+            ],
+        ),
+        limit,
+    );
+    let s = finish(s, limit);
+    assert!(c.status.success(), "perftest: {}", text(&c.stderr));
+    let err = text(&s.stderr);
+    assert_eq!(s.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("reported 1000 messages of 65536 B, this side was given 2000"),
+        "{err}"
+    );
+    // perftest's server with -s 4096
+    let port = free_port().to_string();
+    let mut s = exec(
+        &d,
+        &["ib_write_bw", "-d", "model0", "-s", "4096", "-n", "2000", "-p", &port],
+    )
+    .stdin(Stdio::null())
+    .stdout(Stdio::piped())
+    .stderr(Stdio::piped())
+    .spawn()
+    .expect("starting perftest");
+    wait_port(&port);
+    let c = run_until(rdmaprobe(&port, true), limit);
+    let _ = s.kill();
+    let _ = finish(s, limit);
+    let err = text(&c.stderr);
+    assert_eq!(c.status.code(), Some(1), "{err}");
+    assert!(err.contains("give both sides the same -s"), "{err}");
 }

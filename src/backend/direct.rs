@@ -342,6 +342,7 @@ impl<Q: DirectQueues> Backend for DirectEnd<Q> {
                     }
                 }
                 p.recvs += 1;
+                p.recv_len = c.byte_cnt;
                 rq.retire(c.wqe_counter);
             }
         }

@@ -179,6 +179,9 @@ pub struct Polled {
     pub sends: u32,
     /// Receive completions.
     pub recvs: u32,
+    /// The byte length of the last receive completion of this poll (0 with none): what the
+    /// peer's SEND carried.
+    pub recv_len: u32,
 }
 
 /// Errors of a backend during a run, with where they happened.

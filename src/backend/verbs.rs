@@ -533,6 +533,7 @@ impl VerbsEnd {
                     }
                 }
                 p.recvs += 1;
+                p.recv_len = wc.byte_len;
             } else {
                 p.sends += 1;
             }

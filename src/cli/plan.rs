@@ -122,9 +122,9 @@ pub struct PeerArgs {
     )]
     pub rdma_cm: bool,
     /// The program at the other end: another rdmaprobe (default), or an unmodified perftest
-    /// (`lat write` against `ib_write_lat`, either side the server; one --backend per run, -p
-    /// as perftest's, 18515). perftest's own conventions are followed: its handshake, the server
-    /// writing first, no warm-up.
+    /// (`lat write|send|read|atomic` against `ib_*_lat`, either side the server; one --backend
+    /// per run, -p as perftest's, 18515; give both the same -s and -n). perftest's own
+    /// conventions are followed: its handshake, which side sends first, no warm-up, its closing.
     #[arg(long = "peer", value_enum, default_value_t = PeerToolArg::Rdmaprobe, conflicts_with_all = ["loopback", "rdma_cm"])]
     pub peer_tool: PeerToolArg,
 }

@@ -289,6 +289,71 @@ impl Peer {
     }
 }
 
+/// perftest's bandwidth report as its ends exchange it (`xchg_bw_reports`: the fields of
+/// `struct bw_report_data` it sends without `--report-per-port`), in the sender's units: MB/s
+/// (2^20 bytes) or with `--report_gbits` Gb/s, and millions of messages per second.
+#[derive(Debug, Clone, Copy, Default, PartialEq, serde::Serialize)]
+pub struct BwReport {
+    /// Message size, bytes.
+    pub size: u64,
+    /// Messages, over every QP.
+    pub iters: u64,
+    /// Peak bandwidth.
+    pub bw_peak: f64,
+    /// Average bandwidth.
+    pub bw_avg: f64,
+    /// Average message rate, Mpps.
+    pub msg_rate: f64,
+}
+
+impl BwReport {
+    /// The five messages of 8 bytes each, in their order: the integers big-endian
+    /// (`hton_long`; the iterations are 8 bytes to a peer of 5.33 or later, and an older one is
+    /// refused at the opening), the doubles' bits big-endian (`hton_double`: bswap_64 of the
+    /// host's little-endian bits).
+    pub fn encode(&self) -> [[u8; 8]; 5] {
+        [
+            self.size.to_be_bytes(),
+            self.iters.to_be_bytes(),
+            self.bw_peak.to_bits().to_be_bytes(),
+            self.bw_avg.to_bits().to_be_bytes(),
+            self.msg_rate.to_bits().to_be_bytes(),
+        ]
+    }
+
+    /// The report from its five messages.
+    pub fn decode(m: &[[u8; 8]; 5]) -> BwReport {
+        let f = |b: [u8; 8]| f64::from_bits(u64::from_be_bytes(b));
+        BwReport {
+            size: u64::from_be_bytes(m[0]),
+            iters: u64::from_be_bytes(m[1]),
+            bw_peak: f(m[2]),
+            bw_avg: f(m[3]),
+            msg_rate: f(m[4]),
+        }
+    }
+}
+
+impl Peer {
+    /// perftest's report exchange after a bandwidth test: ours sent, the peer's taken (a passive
+    /// server's report is whatever its memory held: perftest sends its uninitialised struct).
+    pub fn perftest_bw_reports(&mut self, mine: &BwReport) -> Result<BwReport, OobError> {
+        let names = [
+            "size",
+            "iterations",
+            "peak bandwidth",
+            "average bandwidth",
+            "message rate",
+        ];
+        let mut theirs = [[0u8; 8]; 5];
+        for ((m, t), name) in mine.encode().iter().zip(theirs.iter_mut()).zip(names) {
+            let b = self.perftest_xchg(m, &format!("perftest's bandwidth report ({name})"))?;
+            t.copy_from_slice(&b);
+        }
+        Ok(BwReport::decode(&theirs))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -397,5 +462,22 @@ mod tests {
         assert_eq!(o.version, VERSION);
         assert_eq!(theirs.qpn, 7);
         assert_eq!(sk, mine);
+    }
+
+    #[test]
+    fn bandwidth_reports_are_big_endian_integers_and_swapped_doubles() {
+        let r = BwReport {
+            size: 65536,
+            iters: 5000,
+            bw_peak: 1234.5,
+            bw_avg: 1000.25,
+            msg_rate: 0.016004,
+        };
+        let m = r.encode();
+        assert_eq!(m[0], [0, 0, 0, 0, 0, 1, 0, 0]);
+        assert_eq!(m[1], [0, 0, 0, 0, 0, 0, 0x13, 0x88]);
+        // 1000.25 is 0x408f420000000000: perftest's hton_double puts its high byte first
+        assert_eq!(m[3], [0x40, 0x8f, 0x42, 0, 0, 0, 0, 0]);
+        assert_eq!(BwReport::decode(&m), r);
     }
 }

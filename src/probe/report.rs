@@ -313,7 +313,10 @@ impl Report {
         self.cm_line(&mut s);
         self.warnings_lines(&mut s);
         s += &rule(118);
-        s += &lat_columns();
+        // the server of perftest's READ or atomic test times nothing: no columns for no rows
+        if self.params["peer_tool"]["timed"] != 0 {
+            s += &lat_columns();
+        }
         s
     }
 
@@ -347,12 +350,25 @@ impl Report {
             self.clock.hz / 1e6,
             self.clock.source.as_str()
         );
+        if let Some(d) = self.params["peer_tool"]["describe"].as_str() {
+            s += &format!(" peer: {d}\n");
+        }
         self.qp_line(&mut s);
         self.regions_lines(&mut s);
         self.cm_line(&mut s);
         s += self.bidirectional_note(b);
         self.warnings_lines(&mut s);
         s += &rule(118);
+        // the server of perftest's bandwidth test measures nothing: no columns for no rows
+        if self.params["peer_tool"]["timed"] != 0 {
+            s += &self.bw_columns(b);
+        }
+        s
+    }
+
+    /// What a bandwidth table's windows and lengths are, and its columns.
+    fn bw_columns(&self, b: &super::BwPlan) -> String {
+        let mut s = String::new();
         let _ = writeln!(
             s,
             " windows of {:.3} ms, or the multiple that holds at least 16 completions of every sending QP (win[ms]: the length used; a window moves in steps of one completion, window_step_mib_s in the JSON: the window columns are printed to it), partition each run (the last up to 1.5 windows); peak: perftest's (shortest time per message from a post to a later completion; one QP, one direction only); {}",
@@ -405,6 +421,8 @@ impl Report {
                 "-D: every run lasts at least {min_ms} ms (the client sizes it from a short first run and gives the \
                  server the count)"
             )
+        } else if self.role != Role::Loopback && min_ms == 0 {
+            "runs are -n messages per QP (client and server agree on them)".to_string()
         } else if self.role != Role::Loopback {
             format!("runs are -n messages per QP (client and server agree on them); runs under {min_ms} ms are flagged")
         } else if b.run_infinitely {
@@ -499,7 +517,7 @@ impl Report {
     /// The table's foot: the footnotes the rows call for, the closing rule. A server without
     /// rows has none.
     pub fn footer(&self) -> String {
-        let mut s = String::new();
+        let mut s = perftest::perftest_bw_report_lines(&self.params["peer_tool"], &self.plan.scenario);
         if matches!(self.role, Role::Server(_)) && self.runs.is_empty() {
             return s;
         }

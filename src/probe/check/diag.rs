@@ -230,7 +230,10 @@ pub fn failed(b: Bundle<'_>, error: ProbeError) -> ProbeError {
         ..b
     };
     let written = bundle_dir(b.plan.diag.as_deref()).and_then(|dir| write(&dir, &b).map(|()| dir));
-    let note = stall_note(&error, b.plan.transport);
+    let note = match perftest_note(&error, b.plan) {
+        "" => stall_note(&error, b.plan.transport, b.plan.peer_tool),
+        n => n,
+    };
     match written {
         Ok(dir) => ProbeError::Bundled {
             source: Box::new(error),
@@ -245,10 +248,34 @@ pub fn failed(b: Bundle<'_>, error: ProbeError) -> ProbeError {
     }
 }
 
+/// What a completion error at the first message means against a perftest peer, which does not
+/// exchange -s: its receives (lat SEND) and its buffer (bw WRITE, READ: a cycle buffer or one
+/// message) are of its own -s, and a larger message is refused (remote invalid request or
+/// remote access error on this side).
+fn perftest_note(error: &ProbeError, plan: &crate::probe::Plan) -> &'static str {
+    let first = match &plan.scenario {
+        crate::probe::Scenario::Lat(l) if l.op == crate::backend::OpKind::Send => 1,
+        crate::probe::Scenario::Bw(_) => 0,
+        _ => return "",
+    };
+    let at_first = matches!(error, ProbeError::Scenario(ScenarioError::Backend { index, .. }) if *index == first);
+    if at_first && plan.peer_tool == crate::probe::PeerTool::Perftest {
+        "; perftest does not exchange -s: a peer given a smaller -s refuses this side's first message so: \
+         give both sides the same -s"
+    } else {
+        ""
+    }
+}
+
 /// What a stall means on an unreliable transport: UC and UD never retransmit, so one message
 /// lost (a switch, a full receive queue, a software stack's drop) stops a ping-pong for good.
-fn stall_note(error: &ProbeError, transport: Transport) -> &'static str {
+fn stall_note(error: &ProbeError, transport: Transport, peer: crate::probe::PeerTool) -> &'static str {
     let stalled = matches!(error, ProbeError::Scenario(ScenarioError::Stalled { .. }));
+    if stalled && peer == crate::probe::PeerTool::Perftest {
+        return "; perftest does not exchange -s and -n: a peer given another size or count stalls the run \
+                (at the first message for another -s of WRITE, after the peer's last for another -n): \
+                give both sides the same -s and -n";
+    }
     match transport {
         Transport::Uc | Transport::Ud if stalled => {
             "; UC and UD do not retransmit: one message lost stops the run for good (the bundle's counters show where it went)"
@@ -260,6 +287,7 @@ fn stall_note(error: &ProbeError, transport: Transport) -> &'static str {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::probe::PeerTool;
     use std::time::Duration;
 
     #[test]
@@ -273,19 +301,77 @@ mod tests {
             })
         };
         for t in [Transport::Uc, Transport::Ud] {
-            assert!(stall_note(&stall(), t).contains("do not retransmit"), "{t:?}");
+            assert!(
+                stall_note(&stall(), t, PeerTool::Rdmaprobe).contains("do not retransmit"),
+                "{t:?}"
+            );
         }
         // RC retransmits: a stall there is the peer or the link, as the error says
-        assert_eq!(stall_note(&stall(), Transport::Rc), "");
+        assert_eq!(stall_note(&stall(), Transport::Rc, PeerTool::Rdmaprobe), "");
         // only a stall: another failure on UC is what it says
-        assert_eq!(stall_note(&ProbeError::Peer("x".into()), Transport::Uc), "");
+        assert_eq!(
+            stall_note(&ProbeError::Peer("x".into()), Transport::Uc, PeerTool::Perftest),
+            ""
+        );
         let e = ProbeError::Bundled {
             source: Box::new(stall()),
-            note: stall_note(&stall(), Transport::Uc),
+            note: stall_note(&stall(), Transport::Uc, PeerTool::Rdmaprobe),
             dir: "/tmp/d".into(),
         };
         let text = e.to_string();
         assert!(text.starts_with("client: no progress for 60s at operation 220 (the server's SEND); the peer stopped or the link is down; UC and UD do not retransmit"), "{text}");
         assert!(text.ends_with(" (diagnostics: /tmp/d)"), "{text}");
+    }
+
+    #[test]
+    fn a_stall_against_perftest_names_the_flags_both_must_share() {
+        let stall = ProbeError::Scenario(ScenarioError::Stalled {
+            side: "client",
+            index: 1001,
+            what: "the perftest server's SEND",
+            waited: Duration::from_secs(10),
+        });
+        for t in [Transport::Rc, Transport::Ud] {
+            let note = stall_note(&stall, t, PeerTool::Perftest);
+            assert!(note.contains("give both sides the same -s and -n"), "{t:?}: {note}");
+        }
+        // a failure that is not a stall is what it says, perftest or not
+        assert_eq!(
+            stall_note(&ProbeError::Peer("x".into()), Transport::Rc, PeerTool::Perftest),
+            ""
+        );
+    }
+
+    #[test]
+    fn a_refused_first_send_against_perftest_names_the_size() {
+        use crate::backend::{BackendError, OpKind};
+        use crate::probe::{LatPlan, Plan, Scenario};
+        let refused = |index| {
+            ProbeError::Scenario(ScenarioError::Backend {
+                side: "client",
+                index,
+                source: BackendError::Invalid {
+                    backend: "direct",
+                    why: "requester error CQE".into(),
+                },
+            })
+        };
+        let plan = |op, tool| Plan {
+            peer_tool: tool,
+            ..Plan::loopback(Scenario::Lat(LatPlan::new(op, 64)))
+        };
+        let send = plan(OpKind::Send, PeerTool::Perftest);
+        assert!(perftest_note(&refused(1), &send).contains("give both sides the same -s"));
+        // later messages, another operation or rdmaprobe's own peer: the error as it is
+        assert_eq!(perftest_note(&refused(2), &send), "");
+        assert_eq!(perftest_note(&refused(1), &plan(OpKind::Write, PeerTool::Perftest)), "");
+        assert_eq!(perftest_note(&refused(1), &plan(OpKind::Send, PeerTool::Rdmaprobe)), "");
+        // bw: the first WRITE or READ into a buffer of perftest's -s
+        let bw = Plan {
+            peer_tool: PeerTool::Perftest,
+            ..Plan::loopback(Scenario::Bw(crate::probe::BwPlan::new(OpKind::Write, 65536)))
+        };
+        assert!(perftest_note(&refused(0), &bw).contains("give both sides the same -s"));
+        assert_eq!(perftest_note(&refused(7), &bw), "");
     }
 }

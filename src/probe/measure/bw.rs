@@ -1,5 +1,7 @@
 //! A bandwidth measurement from plan to report: set-up, the peer, every thread's QPs, the sizes.
 
+pub(in crate::probe) mod perftest;
+
 use super::cm::CmLink;
 use super::session;
 use crate::backend::setup::{AnyEnd, Dev, HalfEnd, INLINE};

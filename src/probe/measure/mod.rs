@@ -33,8 +33,9 @@ pub(super) fn run(
             (Scenario::Lat(_), Some(_), _) => Err(ProbeError::Invalid(
                 "--peer perftest speaks perftest's own exchange over TCP: no other rendezvous".into(),
             )),
-            (Scenario::Bw(_), ..) => Err(ProbeError::Usage(
-                "--peer perftest: bw against ib_*_bw is not in this version (lat write against ib_write_lat is)".into(),
+            (Scenario::Bw(b), None, _) => bw::perftest::run(plan, b, obs),
+            (Scenario::Bw(_), Some(_), _) => Err(ProbeError::Invalid(
+                "--peer perftest speaks perftest's own exchange over TCP: no other rendezvous".into(),
             )),
             (Scenario::PostCost(_), ..) => Err(ProbeError::Usage("post-cost runs in one process: no peer".into())),
         };

@@ -1,5 +1,6 @@
 //! The latency table's perftest line: perftest's figures of the same runs, as `ib_*_lat`
-//! computes them, to set beside its report.
+//! computes them, to set beside its report; and against a perftest peer of a bandwidth test,
+//! the report the two ends exchanged.
 
 use crate::scenario::runner::LatResult;
 use std::fmt::Write as _;
@@ -33,6 +34,41 @@ pub(super) fn perftest_lat_lines(rs: &[LatResult]) -> String {
             })
             .collect();
         let _ = writeln!(s, "  {size} B: {}", cells.join(", "));
+    }
+    s
+}
+
+/// Against a perftest peer of a bandwidth test (`peer_tool`): the report perftest's client sent
+/// (this side the server), or the one this side sent (the client), in the units both used.
+/// Empty otherwise.
+pub(super) fn perftest_bw_report_lines(peer_tool: &serde_json::Value, scenario: &crate::probe::Scenario) -> String {
+    let crate::probe::Scenario::Bw(b) = scenario else {
+        return String::new();
+    };
+    let unit = if b.gbits { "Gb/sec" } else { "MB/sec" };
+    let line = |r: &serde_json::Value, whose: &str| {
+        let f = |k: &str| r[k].as_f64().unwrap_or(f64::NAN);
+        format!(
+            " {whose}: {} B x {} messages, peak {:.2} {unit}, average {:.2} {unit}, message rate {:.6} Mpps\n",
+            r["size"],
+            r["iters"],
+            f("bw_peak"),
+            f("bw_avg"),
+            f("msg_rate")
+        )
+    };
+    let mut s = String::new();
+    if peer_tool["report"].is_object() {
+        s += &line(
+            &peer_tool["report"],
+            "perftest's report (its client's run, as it printed it; this side measured nothing)",
+        );
+    }
+    if peer_tool["report_sent"].is_object() {
+        s += &line(
+            &peer_tool["report_sent"],
+            "sent to perftest as this run's report (its server prints it; the table's figures, as perftest computes them)",
+        );
     }
     s
 }

@@ -1,9 +1,15 @@
-//! `lat write --peer perftest`: rdmaprobe as the client or the server of an unmodified
-//! `ib_write_lat` (perftest before 6.28: Debian 12's 6.06), one backend per run (a perftest
-//! server serves one connection). perftest's exchange (`crate::oob::perftest`) in its order for
-//! a WRITE latency test: version, cycle buffer, cache line, MTU; then the key message four times
-//! (twice before the QP is connected, twice after: perftest's `ctx_hand_shake` calls), then the
-//! ping-pong on perftest's conventions (`crate::scenario::lat::perftest`); no closing exchange.
+//! `lat write|send|read|atomic --peer perftest`: rdmaprobe as the client or the server of an
+//! unmodified `ib_write_lat`, `ib_send_lat`, `ib_read_lat` or `ib_atomic_lat` (perftest before
+//! 6.28: Debian 12's 6.06), one backend per run (a perftest server serves one connection).
+//! perftest's exchange (`crate::oob::perftest`) in its order for each test (its `main`s'
+//! `ctx_hand_shake` calls): version, cycle buffer, cache line, MTU; then the key message
+//! - WRITE, READ, atomics: twice before the QP is connected, twice after;
+//! - SEND: once before, twice after, once more after the receives are posted;
+//!
+//! then the test on perftest's conventions (`crate::scenario::lat::perftest`), and its closing
+//! (`ctx_close_connection`: the key message once more, then "done"), which `ib_write_lat` does
+//! not have. The server of READ and atomics runs nothing: it goes to the closing at once and
+//! waits there for the client's end.
 
 use super::{check, open};
 use crate::backend::setup::{AnyEnd, Dev, HalfEnd, INLINE};
@@ -23,18 +29,16 @@ use serde_json::json;
 /// opened (exit 2).
 fn refuse(plan: &Plan, l: &LatPlan) -> Result<(), ProbeError> {
     let no = |what: &str| Err(ProbeError::Usage(format!("--peer perftest: {what}")));
-    if l.op != OpKind::Write {
-        return no(&format!(
-            "lat {} against ib_{}_lat is not in this version; lat write against ib_write_lat is",
-            l.op.cli_name(),
-            l.op.cli_name()
-        ));
+    if matches!(l.op, OpKind::WriteImm | OpKind::SendImm) {
+        return no("--write-with-imm and --send-with-imm are not in this version");
     }
     if plan.transport != crate::backend::Transport::Rc {
-        return no("ib_write_lat's default connection, RC, only in this version (no -c)");
+        return no("perftest's default connection, RC, only in this version (no -c)");
     }
     if l.iters < 2 {
-        return no("-n 1: each side times the round trips after the first WRITE each way: give -n 2 or more");
+        return no(
+            "-n 1: a ping-pong's follower times the round trips after the first message each way: give -n 2 or more",
+        );
     }
     if !matches!(l.sizes, Sizes::One(_)) {
         return no("one size (-s) in this version, not -a");
@@ -52,11 +56,13 @@ fn refuse(plan: &Plan, l: &LatPlan) -> Result<(), ProbeError> {
 }
 
 /// The key message describing this side's QP `info` (its buffer's second half is where the
-/// peer writes) in the form the GID index calls for.
-fn our_key(info: &QpInfo, gid: bool) -> Key {
+/// peer writes or reads) in the form the GID index calls for; `out_reads`: the READs and atomics
+/// this side's QP takes at once as their responder (perftest's peer sets its own initiator
+/// depth to it; 1 for WRITE and SEND, as perftest sends).
+pub(in crate::probe) fn our_key(info: &QpInfo, gid: bool, out_reads: u32) -> Key {
     Key {
         lid: info.lid,
-        out_reads: 1,
+        out_reads,
         qpn: info.qpn,
         psn: info.psn,
         rkey: info.rkey,
@@ -66,19 +72,65 @@ fn our_key(info: &QpInfo, gid: bool) -> Key {
     }
 }
 
-/// The peer's QP and buffer as rdmaprobe's ends take them: a WRITE goes to `addr + len / 2`,
-/// so the buffer is described as starting `room` bytes before the address perftest gave, with
-/// `room` bytes after it (perftest's `BUFF_SIZE(size, cycle_buffer)`).
-fn their_info(k: &Key, room: u64) -> QpInfo {
+/// The peer's QP and buffer as rdmaprobe's ends take them for `op`: a WRITE or an atomic goes
+/// to `addr + len / 2`, so the buffer is described as starting `room` bytes before the address
+/// perftest gave, with `room` bytes after it (perftest's `BUFF_SIZE(size, cycle_buffer)`); a
+/// READ reads from `addr`, so there it starts at the address given.
+pub(in crate::probe) fn their_info(k: &Key, room: u64, op: OpKind) -> QpInfo {
     QpInfo {
         qpn: k.qpn,
         psn: k.psn,
         lid: k.lid,
         gid: k.gid.unwrap_or([0; 16]),
-        addr: k.vaddr.wrapping_sub(room),
+        addr: if op == OpKind::Read {
+            k.vaddr
+        } else {
+            k.vaddr.wrapping_sub(room)
+        },
         rkey: k.rkey,
         len: 2 * room,
     }
+}
+
+/// perftest's opening exchanges (version, cycle buffer, cache line, MTU) with this side's page
+/// size as its cycle buffer (perftest's `sysconf`; both keep the larger), a 64-byte cache line
+/// and its path MTU; a smaller MTU of the peer's is taken for this side's QPs (said in
+/// `warnings`).
+pub(in crate::probe) fn opening(
+    tcp: &mut crate::oob::Peer,
+    plan: &Plan,
+    dev: &mut Dev,
+    warnings: &mut Vec<String>,
+) -> Result<Opening, ProbeError> {
+    let ours_mtu = plan.path.mtu.or(session::active_mtu(dev)).unwrap_or(4096).min(4096);
+    // SAFETY: sysconf only reads a value of the system; it takes no pointer
+    let page = u32::try_from(unsafe { libc::sysconf(libc::_SC_PAGESIZE) }).unwrap_or(4096);
+    let opening = tcp.perftest_open(page, 64, ours_mtu)?;
+    if opening.mtu < ours_mtu {
+        dev.opts_mut().path.mtu = Some(opening.mtu);
+        warnings.push(format!(
+            "path MTU {} B: perftest's ({} B) is smaller than this side's and both use the smaller",
+            opening.mtu, opening.peer_mtu
+        ));
+    }
+    Ok(opening)
+}
+
+/// Whether this side's keys carry the GID: perftest uses the GID form when its GID index is
+/// set (RoCE, or -x), as this side does.
+pub(in crate::probe) fn gid_form(dev: &Dev) -> bool {
+    dev.verbs_parts().and_then(|(_, _, g)| g).is_some()
+}
+
+/// The key's `out_reads` for `op`: the READs and atomics this side's QPs answer at once (the
+/// device's `max_qp_rd_atom`, model0's own limit) for READ and atomics, 1 otherwise, as
+/// perftest sends.
+pub(in crate::probe) fn out_reads(dev: &Dev, op: OpKind) -> Result<u32, ProbeError> {
+    Ok(match dev.verbs_parts() {
+        _ if op.carries_payload() => 1,
+        Some((ctx, _, _)) => u32::from(crate::backend::setup::rd_atomic(ctx)?),
+        None => u32::from(crate::backend::setup::MAX_RD_ATOMIC),
+    })
 }
 
 /// This side connected to perftest: the end, both key messages, what the opening settled.
@@ -93,46 +145,49 @@ struct Link {
     opening: Opening,
 }
 
-/// perftest's exchange for a WRITE latency test on `tcp`, this side's QP made (`kind` on
-/// `dev`, its buffer for `size`) and connected between the second and third key messages; a
-/// smaller MTU of the peer's is taken (said in `warnings`).
+/// perftest's exchange for a latency test of `op` on `tcp`, this side's QP made (`kind` on
+/// `dev`, its buffer for `size`) and connected between the key messages as perftest's `main`
+/// does (module text); for SEND the receives are posted before the last one. A smaller MTU of
+/// the peer's is taken, and a responder depth for READs and atomics smaller than this side's
+/// initiator depth is said (both in `warnings`).
 fn connect(
     tcp: &mut crate::oob::Peer,
     (plan, dev): (&Plan, &mut Dev),
-    (kind, size, mode): (BackendKind, u32, DbMode),
+    (kind, op, size, mode): (BackendKind, OpKind, u32, DbMode),
     warnings: &mut Vec<String>,
 ) -> Result<Link, ProbeError> {
-    let ours_mtu = plan.path.mtu.or(session::active_mtu(dev)).unwrap_or(4096).min(4096);
-    // perftest's cycle buffer is the page size (sysconf); both sides keep the larger
-    // SAFETY: sysconf only reads a value of the system; it takes no pointer
-    let page = u32::try_from(unsafe { libc::sysconf(libc::_SC_PAGESIZE) }).unwrap_or(4096);
-    let opening = tcp.perftest_open(page, 64, ours_mtu)?;
-    if opening.mtu < ours_mtu {
-        dev.opts_mut().path.mtu = Some(opening.mtu);
+    let opening = opening(tcp, plan, dev, warnings)?;
+    let half = HalfEnd::new(dev, kind, op, session::buffer_len(&[size]), mode)?;
+    let info = half.info(dev)?;
+    let depth = out_reads(dev, op)?;
+    let mine = our_key(&info, gid_form(dev), depth);
+    let theirs = tcp.perftest_keys(&mine)?;
+    if op != OpKind::Send {
+        let again = tcp.perftest_keys(&mine)?;
+        if again != theirs {
+            return Err(ProbeError::Peer(format!(
+                "perftest described its QP twice, differently ({theirs:?}, then {again:?})"
+            )));
+        }
+    }
+    if !op.carries_payload() && theirs.out_reads < depth {
         warnings.push(format!(
-            "path MTU {} B: perftest's ({} B) is smaller than this side's and both use the smaller",
-            opening.mtu, opening.peer_mtu
+            "perftest's QP answers {} READs or atomics at once, this side's issues up to {depth}: one at a time \
+             here, as a latency test posts, within both",
+            theirs.out_reads
         ));
     }
-    let half = HalfEnd::new(dev, kind, OpKind::Write, session::buffer_len(&[size]), mode)?;
-    let info = half.info(dev)?;
-    // perftest uses the GID form when its GID index is set (RoCE, or -x), as this side does
-    let gid = dev.verbs_parts().and_then(|(_, _, g)| g).is_some();
-    let mine = our_key(&info, gid);
-    let theirs = tcp.perftest_keys(&mine)?;
-    let again = tcp.perftest_keys(&mine)?;
-    if again != theirs {
-        return Err(ProbeError::Peer(format!(
-            "perftest described its QP twice, differently ({theirs:?}, then {again:?})"
-        )));
-    }
     let room = u64::from(size.max(opening.cycle_buffer));
-    let remote = their_info(&theirs, room);
-    let end = half.connect(dev, OpKind::Write, &remote)?;
+    let remote = their_info(&theirs, room, op);
+    let mut end = half.connect(dev, op, &remote)?;
     // after connecting: perftest's two more hand-shakes; the last tells its peer this side's QP
-    // takes its WRITEs (in RTS, the buffer zeroed)
+    // takes its messages (in RTS, the buffer zeroed, for SEND the receives posted)
     tcp.perftest_keys(&mine)?;
     tcp.perftest_keys(&mine)?;
+    if op == OpKind::Send {
+        crate::scenario::lat::perftest::prime(&mut end).map_err(ProbeError::from)?;
+        tcp.perftest_keys(&mine)?;
+    }
     Ok(Link {
         end,
         info,
@@ -144,9 +199,25 @@ fn connect(
     })
 }
 
-/// Runs `lat write` against a perftest peer: connects (or waits for it), speaks its exchange,
-/// runs its ping-pong and returns this side's rows (both sides time their own round trips, as
-/// perftest's two ends do).
+/// perftest's `ctx_close_connection` after a SEND, READ or atomic test: the key message once
+/// more (the peer's end of the test), then "done" with its NUL (which perftest writes and does
+/// not read: this side reads nothing more either). `ib_write_lat` has no closing. The server of
+/// READ and atomics waits here for the client's whole run: up to `-n` iterations of 1 ms
+/// each beyond the out-of-band timeout and the stall deadline.
+fn close(tcp: &mut crate::oob::Peer, plan: &Plan, l: &LatPlan, mine: &Key) -> Result<(), ProbeError> {
+    if l.op == OpKind::Write {
+        return Ok(());
+    }
+    let run = std::time::Duration::from_millis(l.iters.min(u64::MAX / 2));
+    tcp.set_timeout(plan.oob_timeout + plan.stall + run)?;
+    tcp.perftest_keys(mine)?;
+    tcp.send_raw(b"done\0")?;
+    Ok(())
+}
+
+/// Runs `lat` against a perftest peer: connects (or waits for it), speaks its exchange, runs
+/// its test and returns this side's rows (both sides of a ping-pong time their own round trips,
+/// as perftest's two ends do; the server of READ and atomics has none).
 pub(in crate::probe) fn run(plan: &Plan, l: &LatPlan, obs: &mut dyn Observer) -> Result<Report, ProbeError> {
     refuse(plan, l)?;
     let mut l = l.clone();
@@ -165,14 +236,14 @@ pub(in crate::probe) fn run(plan: &Plan, l: &LatPlan, obs: &mut dyn Observer) ->
     let mut warnings = env.warnings();
     let server = matches!(plan.peer, PeerSpec::Listen { .. });
     let mut tcp = session::tcp_peer(plan, obs)?.ok_or_else(|| ProbeError::Invalid("no peer".into()))?;
-    let mut link = connect(&mut tcp, (plan, &mut dev), (kind, size, mode), &mut warnings)?;
+    let mut link = connect(&mut tcp, (plan, &mut dev), (kind, l.op, size, mode), &mut warnings)?;
     let inline_limit = l.inline_size.unwrap_or(INLINE);
     let p = LatParams {
-        op: OpKind::Write,
+        op: l.op,
         size,
         iters: l.iters,
         warmup: 0,
-        inline: size <= inline_limit,
+        inline: l.op.carries_payload() && size <= inline_limit,
         stall: plan.stall,
     };
     let peer_addr = crate::oob::Rendezvous::peer_name(&tcp);
@@ -184,7 +255,7 @@ pub(in crate::probe) fn run(plan: &Plan, l: &LatPlan, obs: &mut dyn Observer) ->
     let mut params = params(plan, &l, &dev, (kind, mode, inline_limit), &link);
     params["role"] = role.as_str().into();
     params["peer"] = peer_addr.into();
-    params["peer_tool"] = peer_json(&link.opening, server, &link.theirs, l.iters);
+    params["peer_tool"] = peer_json(&link.opening, (l.op, server), &link.theirs, l.iters);
     let region = Region {
         name: kind.as_str().into(),
         placement: link.end.placement(),
@@ -211,20 +282,23 @@ pub(in crate::probe) fn run(plan: &Plan, l: &LatPlan, obs: &mut dyn Observer) ->
         regions: vec![region],
     };
     obs.started(&report);
-    let end = &mut link.end;
-    let samples = crate::scenario::lat::perftest::write_side(end, server, &p, &INTERRUPTED).map_err(|e| {
-        diag::failed(
-            diag::Bundle::of(plan, &dev, &before, vec![end.describe()]),
-            ProbeError::from(e),
-        )
-    })?;
-    let mut blocks = Blocks::default();
-    blocks.add(figures_ns(&p, &samples.rtt, &report.clock));
-    let r = finish(kind, &p, &samples, blocks, &report.clock)?;
-    if let Runs::Lat(v) = &mut report.runs {
-        v.push(r);
+    if crate::scenario::lat::perftest::timed(l.op, server, l.iters) > 0 {
+        let end = &mut link.end;
+        let samples = crate::scenario::lat::perftest::side(end, server, &p, &INTERRUPTED).map_err(|e| {
+            diag::failed(
+                diag::Bundle::of(plan, &dev, &before, vec![end.describe()]),
+                ProbeError::from(e),
+            )
+        })?;
+        let mut blocks = Blocks::default();
+        blocks.add(figures_ns(&p, &samples.rtt, &report.clock));
+        let r = finish(kind, &p, &samples, blocks, &report.clock)?;
+        if let Runs::Lat(v) = &mut report.runs {
+            v.push(r);
+        }
+        obs.finished(&report, 0);
     }
-    obs.finished(&report, 0);
+    close(&mut tcp, plan, &l, &link.mine)?;
     report.counters = counters::CounterDelta::since(before, &dev);
     Ok(report)
 }
@@ -246,7 +320,7 @@ fn params(
         session::psn_lid_gid_unused(false, dev, kind),
     )];
     json!({
-        "scenario": "lat", "op": "write", "iters": l.iters, "warmup": 0, "blocks": 1, "events": false,
+        "scenario": "lat", "op": l.op.as_str(), "iters": l.iters, "warmup": 0, "blocks": 1, "events": false,
         "backends": [kind.as_str()], "db_mode": mode.as_str(), "inline_limit": inline_limit,
         "port_active_mtu_bytes": session::active_mtu(dev), "loopback": false,
         "model_delay_ns": l.model_delay_ns, "qp_max_inline_data": INLINE, "qp_max_inline_data_source": "requested",
@@ -258,34 +332,68 @@ fn params(
 
 /// The JSON's `params.peer_tool`: which perftest, what the exchange settled, how its samples
 /// relate to this side's.
-fn peer_json(o: &Opening, server: bool, theirs: &Key, iters: u64) -> serde_json::Value {
+fn peer_json(o: &Opening, (op, server): (OpKind, bool), theirs: &Key, iters: u64) -> serde_json::Value {
     json!({
         "name": "perftest",
         "version": o.version,
-        "program": "ib_write_lat",
+        "program": program(op),
         "cycle_buffer": o.cycle_buffer,
         "cache_line": o.cache_line,
         "mtu": o.mtu,
         "peer_mtu": o.peer_mtu,
         "peer_qpn": theirs.qpn,
-        "describe": describe(o, server, iters),
+        "peer_out_reads": theirs.out_reads,
+        "timed": crate::scenario::lat::perftest::timed(op, server, iters),
+        "describe": describe(o, (op, server), iters),
     })
 }
 
+/// The perftest program of `op`'s latency test.
+fn program(op: OpKind) -> &'static str {
+    match op {
+        OpKind::Write => "ib_write_lat",
+        OpKind::Send => "ib_send_lat",
+        OpKind::Read => "ib_read_lat",
+        _ => "ib_atomic_lat",
+    }
+}
+
 /// The header's line about the peer.
-fn describe(o: &Opening, server: bool, iters: u64) -> String {
+fn describe(o: &Opening, (op, server): (OpKind, bool), iters: u64) -> String {
+    use crate::scenario::lat::perftest::{leads, timed};
+    let name = if op.is_atomic() {
+        "atomic".to_string()
+    } else {
+        op.as_str().to_uppercase()
+    };
+    let conventions = if op.carries_payload() {
+        format!(
+            "the {} sends the first {name}, {iters} each way, no warm-up",
+            if leads(op, true) { "server" } else { "client" }
+        )
+    } else {
+        format!("the client's {iters} {name}s one at a time, the server passive, no warm-up")
+    };
+    let side = if server { "server" } else { "client" };
+    let n = timed(op, server, iters);
+    let lead = leads(op, server);
+    let what = if n == 0 {
+        "nothing: the device answers READs and atomics; it waited for the client's end".to_string()
+    } else if !op.carries_payload() {
+        format!("{n} round trips")
+    } else if lead {
+        format!(
+            "{n} round trips (its opening {name}'s answer waits for perftest's loop to start, which first measures \
+             the CPU clock: not a round trip, not in the table)"
+        )
+    } else {
+        format!("{n} round trips (its last {name} has no answer)")
+    };
     format!(
-        "perftest {} (ib_write_lat, its conventions: the server writes first, {iters} WRITEs each way, no warm-up; \
-         it does not exchange -s and -n: a peer given others stalls the run); \
-         this side, the {}, timed {} round trips ({})",
+        "perftest {} ({}, its conventions: {conventions}; it does not exchange -s and -n: a peer given others stalls \
+         the run); this side, the {side}, timed {what}",
         o.version,
-        if server { "server" } else { "client" },
-        iters - 1,
-        if server {
-            "its opening WRITE's answer waits for the client's start: not a round trip, not in the table"
-        } else {
-            "its last WRITE has no answer"
-        }
+        program(op)
     )
 }
 
@@ -304,13 +412,57 @@ mod tests {
             rkey: 9,
             len: 8192,
         };
-        let k = our_key(&info, false);
+        let k = our_key(&info, false, 1);
         assert_eq!(k.vaddr, 0x10_0000 + 4096);
         assert_eq!(k.gid, None);
-        assert_eq!(our_key(&info, true).gid, Some([7; 16]));
-        // the peer's address is where rdmaprobe's end writes: addr + len / 2
-        let r = their_info(&k, 4096);
-        assert_eq!(r.addr + r.len / 2, k.vaddr);
+        assert_eq!(our_key(&info, true, 1).gid, Some([7; 16]));
+        assert_eq!(our_key(&info, false, 16).out_reads, 16);
+        // the peer's address is where rdmaprobe's end writes, or an atomic goes: addr + len / 2
+        for op in [OpKind::Write, OpKind::FetchAdd, OpKind::CmpSwap] {
+            let r = their_info(&k, 4096, op);
+            assert_eq!(r.addr + r.len / 2, k.vaddr);
+        }
+        // and a READ reads from addr, with room for the size after it
+        let r = their_info(&k, 4096, OpKind::Read);
+        assert_eq!((r.addr, r.len / 2), (k.vaddr, 4096));
         assert_eq!((r.qpn, r.psn, r.rkey), (0x12, 0x34, 9));
+    }
+
+    #[test]
+    fn every_latency_test_of_perftest_is_taken_and_what_it_cannot_do_is_refused_by_name() {
+        use crate::probe::{Backends, PeerTool, Scenario};
+        let plan = |l: &LatPlan| Plan {
+            peer_tool: PeerTool::Perftest,
+            backends: Backends::Only(BackendKind::Direct),
+            ..Plan::loopback(Scenario::Lat(l.clone()))
+        };
+        for op in [
+            OpKind::Write,
+            OpKind::Send,
+            OpKind::Read,
+            OpKind::FetchAdd,
+            OpKind::CmpSwap,
+        ] {
+            let l = LatPlan::new(op, 8);
+            assert!(refuse(&plan(&l), &l).is_ok(), "{op:?}");
+        }
+        let refused = |l: &LatPlan, p: &Plan| match refuse(p, l) {
+            Err(ProbeError::Usage(m)) => m,
+            other => panic!("{other:?}"),
+        };
+        let l = LatPlan::new(OpKind::SendImm, 8);
+        assert!(refused(&l, &plan(&l)).contains("--send-with-imm"));
+        let mut l = LatPlan::new(OpKind::Send, 8);
+        l.sizes = Sizes::All;
+        assert!(refused(&l, &plan(&l)).contains("not -a"));
+        l.sizes = Sizes::One(8);
+        l.iters = 1;
+        assert!(refused(&l, &plan(&l)).contains("-n 2 or more"));
+        l.iters = 1000;
+        let all = Plan {
+            backends: Backends::All,
+            ..plan(&l)
+        };
+        assert!(refused(&l, &all).contains("one backend per run"));
     }
 }

@@ -1,0 +1,423 @@
+//! `bw write|read --peer perftest`: rdmaprobe as the client or the server of an unmodified
+//! `ib_write_bw` or `ib_read_bw` (perftest before 6.28: Debian 12's 6.06), one backend per run
+//! (a perftest server serves one connection), `-q` QPs driven from one thread as perftest does.
+//! perftest's exchange (`crate::oob::perftest`) in its order for these tests (`write_bw.c`,
+//! `read_bw.c`): the opening (version, cycle buffer, cache line, MTU), the key message once per
+//! QP, the QPs connected, once more per QP, once more for QP 0; then the client runs while the
+//! server waits in one more key message for the client's end; both exchange their bandwidth
+//! reports (`xchg_bw_reports`) and close (`ctx_close_connection`: the key message, "done").
+//!
+//! The server of these one-sided tests is passive and measures nothing; perftest's server
+//! prints the report its client sends. So rdmaprobe as the client measures as it always does
+//! and sends the figures of its run as perftest computes them (which perftest's server prints
+//! as its own result), and rdmaprobe as the server shows the report perftest's client sent (in
+//! the output and `params.peer_tool.report`).
+
+use super::{client_result, Setup};
+use crate::backend::setup::{AnyEnd, HalfEnd};
+use crate::backend::{BackendKind, OpKind};
+use crate::oob::perftest::{BwReport, Key, Opening};
+use crate::oob::QpInfo;
+use crate::probe::check::{counters, diag};
+use crate::probe::measure::lat::perftest::{gid_form, opening, our_key, out_reads, their_info};
+use crate::probe::measure::session;
+use crate::probe::report::{Report, Role, Runs};
+use crate::probe::{Backends, BwPlan, Observer, PeerSpec, Plan, ProbeError, Sizes, INTERRUPTED};
+use crate::scenario::bw::{summarize, BwParams, BwSummary};
+use crate::scenario::runner::bw_side;
+use serde_json::json;
+use std::time::Duration;
+
+/// What a perftest peer cannot do with rdmaprobe's bandwidth test in this version, refused
+/// before anything is opened (exit 2).
+fn refuse(plan: &Plan, b: &BwPlan) -> Result<(), ProbeError> {
+    let no = |what: String| Err(ProbeError::Usage(format!("--peer perftest: {what}")));
+    if !matches!(b.op, OpKind::Write | OpKind::Read) {
+        return no(format!(
+            "bw {} against ib_*_bw is not in this version; bw write and read against ib_write_bw and ib_read_bw are",
+            b.op.cli_name()
+        ));
+    }
+    if plan.transport != crate::backend::Transport::Rc {
+        return no("perftest's default connection, RC, only in this version (no -c)".into());
+    }
+    if !matches!(b.sizes, Sizes::One(_)) {
+        return no("one size (-s) in this version, not -a".into());
+    }
+    if b.threads != 1 {
+        return no("perftest drives its QPs from one thread: no --threads (-q gives the QPs)".into());
+    }
+    if b.bidirectional || b.duration.is_some() || b.run_infinitely || b.events {
+        return no("-b, -D, --run-infinitely and -e are not in this version".into());
+    }
+    if plan.backends == Backends::All {
+        return no(
+            "a perftest server serves one connection: one backend per run (--backend verbs, wr or direct; \
+                   harness/perftest-peer.sh runs each in turn)"
+                .into(),
+        );
+    }
+    Ok(())
+}
+
+/// This side connected to perftest: its ends (one per QP), the key messages, what the opening
+/// settled.
+struct Link {
+    ends: Vec<AnyEnd>,
+    infos: Vec<QpInfo>,
+    mine: Vec<Key>,
+    theirs: Vec<Key>,
+    /// The bytes perftest's buffer holds from each address it gave (and this side's).
+    room: u64,
+    opening: Opening,
+}
+
+/// The bytes of this side's buffer per QP for `size` against a cycle buffer of `cycle`: two
+/// halves of `room` (the peer writes or reads the second from its start), where perftest's
+/// WRITE client goes up to a cycle buffer past the address given (it advances by the message
+/// rounded up to the cache line, wrapping within the cycle buffer), whole pages.
+fn buffer_len(size: u32, cycle: u32, base: usize) -> (usize, u64) {
+    let room = u64::from(size.max(cycle));
+    ((2 * room as usize).max(base).next_multiple_of(4096), room)
+}
+
+/// perftest's exchange for a bandwidth test on `tcp`: the opening, `b.qps` QPs of `kind` made
+/// and connected between the key messages as perftest's `main` does (module text).
+fn connect(
+    tcp: &mut crate::oob::Peer,
+    (plan, b, set): (&Plan, &BwPlan, &mut Setup),
+    (kind, size): (BackendKind, u32),
+    warnings: &mut Vec<String>,
+) -> Result<Link, ProbeError> {
+    let opening = opening(tcp, plan, &mut set.dev, warnings)?;
+    let (len, room) = buffer_len(size, opening.cycle_buffer, set.buf_len);
+    let dev = &set.dev;
+    let depth = out_reads(dev, b.op)?;
+    let (mut halves, mut infos, mut mine) = (Vec::new(), Vec::new(), Vec::new());
+    for _ in 0..b.qps {
+        let half = HalfEnd::new(dev, kind, b.op, len, set.mode)?;
+        let info = half.info(dev)?;
+        mine.push(our_key(&info, gid_form(dev), depth));
+        infos.push(info);
+        halves.push(half);
+    }
+    let mut theirs = Vec::new();
+    for k in &mine {
+        theirs.push(tcp.perftest_keys(k)?);
+    }
+    if b.op == OpKind::Read && theirs[0].out_reads < depth {
+        warnings.push(format!(
+            "perftest's QPs answer {} READs at once, this side's issue up to {depth}: give perftest -o {depth} \
+             (a responder given more than it allows refuses them on a NIC)",
+            theirs[0].out_reads
+        ));
+    }
+    let mut ends = Vec::new();
+    for (half, t) in halves.into_iter().zip(&theirs) {
+        ends.push(half.connect(dev, b.op, &their_info(t, room, b.op))?);
+    }
+    for (k, t) in mine.iter().zip(&theirs) {
+        let again = tcp.perftest_keys(k)?;
+        if again != *t {
+            return Err(ProbeError::Peer(format!(
+                "perftest described its QP twice, differently ({t:?}, then {again:?})"
+            )));
+        }
+    }
+    // perftest's additional hand-shake "after moving qp to RTR": then its client posts
+    tcp.perftest_keys(&mine[0])?;
+    Ok(Link {
+        ends,
+        infos,
+        mine,
+        theirs,
+        room,
+        opening,
+    })
+}
+
+/// The report perftest's client would make of rdmaprobe's run (`print_report_bw`): the average
+/// from the first post to the last completion and the message rate; the peak as perftest
+/// defines it (0 where rdmaprobe has none: several QPs, or a run too long to trace, said in the
+/// header); MB/s of 2^20 bytes, or Gb/s of 125000000 bytes with --report-gbits.
+fn report_of(s: &BwSummary, size: u32, gbits: bool) -> BwReport {
+    let unit = |mib_s: f64| if gbits { mib_s * 1_048_576.0 / 125e6 } else { mib_s };
+    BwReport {
+        size: u64::from(size),
+        iters: s.messages,
+        bw_peak: s.bw_peak_perftest_mib_s.map_or(0.0, unit),
+        bw_avg: unit(s.bw_avg_mib_s),
+        msg_rate: s.msg_rate_mpps,
+    }
+}
+
+/// Runs `bw` against a perftest peer: connects (or waits for it), speaks its exchange; the
+/// client runs the test and sends its figures as perftest's report, the server waits for the
+/// client's end and takes its report; both close as perftest does.
+pub(in crate::probe) fn run(plan: &Plan, b: &BwPlan, obs: &mut dyn Observer) -> Result<Report, ProbeError> {
+    refuse(plan, b)?;
+    let mut set = Setup::open(plan, b, obs)?;
+    let &[kind] = &set.kinds[..] else {
+        return Err(ProbeError::Usage("--peer perftest: one backend per run".into()));
+    };
+    let size = set.sizes[0];
+    let before = counters::sample(&set.dev);
+    let (cal, env) = session::calibrate(&set.dev, true)?;
+    let mut warnings = set.warnings(plan, b, env.warnings())?;
+    let server = matches!(plan.peer, PeerSpec::Listen { .. });
+    let mut tcp = session::tcp_peer(plan, obs)?.ok_or_else(|| ProbeError::Invalid("no peer".into()))?;
+    let mut link = connect(&mut tcp, (plan, b, &mut set), (kind, size), &mut warnings)?;
+    let peer_addr = crate::oob::Rendezvous::peer_name(&tcp);
+    let role = if server {
+        Role::Server(peer_addr.clone())
+    } else {
+        Role::Client(peer_addr.clone())
+    };
+    let mut report = new_report(plan, b, &set, (kind, size), &link, role, (env, cal, warnings));
+    obs.started(&report);
+    let mine = if server {
+        BwReport::default()
+    } else {
+        let p = params(plan, b, &set, size);
+        let mut ends = vec![std::mem::take(&mut link.ends)];
+        let out = bw_side(&mut ends, &p, true, &report.clock, &INTERRUPTED).map_err(|e| {
+            let states = ends.iter().flatten().map(|e| e.describe()).collect();
+            diag::failed(diag::Bundle::of(plan, &set.dev, &before, states), e.into())
+        })?;
+        let r = client_result(b, kind, &p, summarize(&out, size, b.cq_mod, report.clock.hz));
+        let mine = report_of(&r.summary, size, b.gbits);
+        if let Runs::Bw(v) = &mut report.runs {
+            v.push(r);
+        }
+        obs.finished(&report, 0);
+        mine
+    };
+    // the server waits here for the client's run: -n messages per QP of up to 10 ms each
+    // beyond the out-of-band timeout and the stall deadline
+    let run = Duration::from_millis(b.iters.saturating_mul(b.qps).saturating_mul(10).min(u64::MAX / 2));
+    tcp.set_timeout(plan.oob_timeout + plan.stall + run)?;
+    tcp.perftest_keys(&link.mine[0])?;
+    tcp.set_timeout(plan.oob_timeout)?;
+    let theirs = tcp.perftest_bw_reports(&mine)?;
+    tcp.perftest_keys(&link.mine[0])?;
+    tcp.send_raw(b"done\0")?;
+    report.params["peer_tool"]["report_sent"] = json!((!server).then_some(mine));
+    report.params["peer_tool"]["report"] = json!(server.then_some(theirs));
+    if server {
+        check_report(&theirs, size, b.iters.saturating_mul(b.qps))?;
+    }
+    report.counters = counters::CounterDelta::since(before, &set.dev);
+    Ok(report)
+}
+
+/// A perftest client's report that does not describe the run this side was given is an error
+/// naming both (perftest 6.06 exchanges neither -s nor -n: a client given others ran another
+/// test into this side's buffer).
+fn check_report(r: &BwReport, size: u32, messages: u64) -> Result<(), ProbeError> {
+    if r.size != u64::from(size) || r.iters != messages {
+        return Err(ProbeError::Invalid(format!(
+            "perftest's client reported {} messages of {} B, this side was given {messages} of {size} B \
+             (-n x -q, -s): perftest does not exchange them; give both sides the same",
+            r.iters, r.size
+        )));
+    }
+    Ok(())
+}
+
+/// The run's parameters: the plan's, between two processes (no resizing).
+fn params(plan: &Plan, b: &BwPlan, set: &Setup, size: u32) -> BwParams {
+    BwParams {
+        op: b.op,
+        size,
+        iters: b.iters,
+        tx_depth: b.tx_depth,
+        rx_depth: b.rx_depth,
+        postlist: b.postlist,
+        cq_mod: b.cq_mod,
+        inline: b.op.carries_payload() && size <= set.inline_limit,
+        bidirectional: false,
+        stall: plan.stall,
+        window: b.window,
+        min_duration: Duration::ZERO,
+        no_peak: b.no_peak,
+        unreliable: false,
+    }
+}
+
+/// The report before the run: a bandwidth run's params, the QPs as exchanged, and the peer.
+fn new_report(
+    plan: &Plan,
+    b: &BwPlan,
+    set: &Setup,
+    (kind, size): (BackendKind, u32),
+    link: &Link,
+    role: Role,
+    (env, clock, warnings): (crate::report::env::Fingerprint, crate::clock::Calibration, Vec<String>),
+) -> Report {
+    let server = matches!(role, Role::Server(_));
+    let shown = |q: &QpInfo, vaddr: u64| QpInfo {
+        addr: vaddr,
+        len: link.room,
+        ..*q
+    };
+    let qps: Vec<serde_json::Value> = (link.infos.iter().zip(&link.mine).zip(&link.theirs))
+        .map(|((info, mine), theirs)| {
+            let remote = their_info(theirs, link.room, b.op);
+            session::qp_addrs_json(
+                kind.as_str(),
+                &shown(info, mine.vaddr),
+                &shown(&remote, theirs.vaddr),
+                session::psn_lid_gid_unused(false, &set.dev, kind),
+            )
+        })
+        .collect();
+    let o = &link.opening;
+    let program = if b.op == OpKind::Read {
+        "ib_read_bw"
+    } else {
+        "ib_write_bw"
+    };
+    let params = json!({
+        "scenario": "bw", "window_ms": b.window.as_micros() as f64 / 1e3, "min_duration_ms": 0,
+        "inline_limit": set.inline_limit, "port_active_mtu_bytes": session::active_mtu(&set.dev),
+        "model_exec": set.dev.is_model().then_some("after_post"), "op": b.op.as_str(), "iters": b.iters,
+        "tx_depth": b.tx_depth, "rx_depth": serde_json::Value::Null, "postlist": b.postlist, "cq_mod": b.cq_mod,
+        "qps_per_thread": b.qps, "threads": 1, "bidirectional": false, "backends": [kind.as_str()],
+        "db_mode": set.mode.as_str(), "loopback": false, "path": crate::probe::report::path_json(&plan.path),
+        "huge_pages": plan.huge_pages, "mr_per_qp": true, "run_infinitely": false, "duration_s": null,
+        "events": false, "transport": plan.transport.as_str(), "rdma_cm": null, "qps": qps,
+        "role": role.as_str(),
+        "peer": match &role { Role::Loopback => None, Role::Client(p) | Role::Server(p) => Some(p.clone()) },
+        "peer_tool": {
+            "name": "perftest", "version": o.version, "program": program, "cycle_buffer": o.cycle_buffer,
+            "cache_line": o.cache_line, "mtu": o.mtu, "peer_mtu": o.peer_mtu,
+            "peer_qpns": link.theirs.iter().map(|k| k.qpn).collect::<Vec<_>>(),
+            "peer_out_reads": link.theirs[0].out_reads,
+            "timed": if server { 0 } else { b.iters * b.qps },
+            "describe": describe(o, (program, b, size), server),
+        },
+    });
+    Report {
+        plan: plan.clone(),
+        role,
+        device: set.dev.name(),
+        provider: set.dev.provider(),
+        is_model: set.dev.is_model(),
+        backends: vec![kind],
+        env,
+        clock,
+        warnings,
+        params,
+        runs: Runs::Bw(Vec::new()),
+        intervals: Vec::new(),
+        short_runs: Vec::new(),
+        end_error: None,
+        counters: None,
+        regions: link
+            .ends
+            .iter()
+            .enumerate()
+            .map(|(j, e)| crate::probe::Region {
+                name: format!("{}.t0.q{j}", kind.as_str()),
+                placement: e.placement(),
+            })
+            .collect(),
+    }
+}
+
+/// The header's line about the peer.
+fn describe(o: &Opening, (program, b, size): (&str, &BwPlan, u32), server: bool) -> String {
+    let what = if server {
+        "the server, measured nothing (perftest's client posts, the device answers); perftest's report follows \
+         the run"
+            .to_string()
+    } else {
+        format!(
+            "the client, measured its run as the table says and sent perftest its figures as perftest computes \
+             them (peak, average, message rate{}), which perftest's server prints",
+            if b.qps > 1 {
+                "; the peak as 0: rdmaprobe takes perftest's peak of one QP only"
+            } else {
+                ""
+            }
+        )
+    };
+    format!(
+        "perftest {} ({program}, {} QP(s), {} messages of {size} B per QP; it does not exchange -s, -n and -q: \
+         give both sides the same); this side, {what}",
+        o.version, b.qps, b.iters
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_buffer_holds_a_cycle_buffer_past_the_address_given() {
+        // perftest's WRITE client goes up to a cycle buffer past the address this side gave
+        assert_eq!(buffer_len(64, 4096, 4096), (8192, 4096));
+        assert_eq!(buffer_len(65536, 4096, 4096), (131072, 65536));
+        // never below what the run's own sizes take
+        assert_eq!(buffer_len(8, 4096, 16384), (16384, 4096));
+    }
+
+    #[test]
+    fn perftests_report_of_a_run_is_in_its_units() {
+        let s = BwSummary {
+            messages: 5000,
+            bytes: 5000 * 65536,
+            seconds: 0.01,
+            msg_rate_mpps: 0.5,
+            bw_avg_mib_s: 31250.0,
+            bw_avg_gbit_s: 262.144,
+            bw_peak_perftest_mib_s: Some(40000.0),
+            bw_peak_perftest_missing: None,
+            bw_peak_window_mib_s: 0.0,
+            bw_min_window_mib_s: 0.0,
+            window_ms: 1.0,
+            window_step_mib_s: 0.0,
+            window_requested_ms: 1.0,
+            window_mib_s: Vec::new(),
+            messages_received: None,
+            event_waits: None,
+            cpu_pct: None,
+            steal_ms: None,
+            longest_turn_ms: None,
+            longest_turn_at_ms: None,
+            involuntary_switches: None,
+            empty_windows: 0,
+            empty_windows_within_a_turn: 0,
+            long_turns_overflowed: false,
+        };
+        let r = report_of(&s, 65536, false);
+        assert_eq!(
+            (r.size, r.iters, r.bw_peak, r.bw_avg, r.msg_rate),
+            (65536, 5000, 40000.0, 31250.0, 0.5)
+        );
+        // Gb/s as perftest's format_factor: 125000000 bytes per second
+        let g = report_of(&s, 65536, true);
+        assert!((g.bw_avg - 31250.0 * 1_048_576.0 / 125e6).abs() < 1e-9);
+        assert!((g.bw_peak - 40000.0 * 1_048_576.0 / 125e6).abs() < 1e-9);
+        // no peak (several QPs): 0, as the header says
+        let none = BwSummary {
+            bw_peak_perftest_mib_s: None,
+            ..s
+        };
+        assert_eq!(report_of(&none, 65536, false).bw_peak, 0.0);
+    }
+
+    #[test]
+    fn a_client_report_of_another_size_or_count_is_an_error() {
+        let r = BwReport {
+            size: 65536,
+            iters: 5000,
+            ..Default::default()
+        };
+        assert!(check_report(&r, 65536, 5000).is_ok());
+        for (size, n) in [(4096, 5000), (65536, 20000)] {
+            let e = check_report(&r, size, n).expect_err("a mismatch").to_string();
+            assert!(e.contains("give both sides the same"), "{e}");
+        }
+    }
+}
