@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # harness/softroce.sh: the Soft-RoCE lane. Boots Debian's own kernel under qemu with a busybox
 # initramfs, loads rdma_rxe, creates rxe0 on a dummy netdev (no packet can leave the guest) and
-# runs there: `rdmaprobe devices`, every scenario on rxe0 with perftest beside it, every device
+# runs there: `rdmaprobe devices`, every scenario on rxe0 with perftest beside it, rdmaprobe
+# against perftest (`--peer perftest`: lat write/send/read and bw write, verbs and wr, each the
+# server in turn, both tools' figures on PEER lines), every device
 # test (`tests/device.rs`, the #[ignore]d ones) on rxe0, `ping`'s ladder between rxe1 and rxe2
 # on a veth pair (traffic through the IP stack, as between two hosts) with three faults (a wrong
 # GID index, the link down, UDP 4791 dropped by nftables), and the rdma-core version comparison:
@@ -309,6 +311,44 @@ wait \$srv
 echo "--- perftest ib_write_bw:"
 grep -A1 '#bytes' /tmp/pt-bw.txt
 echo "SIDE-BY-SIDE bw rdmaprobe: \$(grep -E '^ +16384 +(verbs|wr) ' /tmp/bw.txt | awk '{printf "%s %s msgs avg=%sMB/s; ", \$2, \$3, \$7}') perftest: \$(grep -A1 '#bytes' /tmp/pt-bw.txt | tail -1 | awk '{printf "%s bytes %s iters avg=%sMB/s", \$1, \$2, \$4}')"
+echo "===== rdmaprobe against perftest (--peer perftest): each the server in turn, lat write, send, read 64 B x 500, bw write 16 KiB x 1000; verbs, wr"
+peer_rc=0
+peer_port=18560
+ppair() { # SCEN OP BACKEND RDMAPROBE-SERVES SIZE N: one run, both tools' figures on a PEER line
+  sc=\$1; op=\$2; be=\$3; sv=\$4; sz=\$5; n=\$6
+  peer_port=\$((peer_port+1))
+  rp="/opt/rdmaprobe \$sc \$op --peer perftest -d rxe0 -x 1 -s \$sz -n \$n -p \$peer_port --backend \$be --stall-secs 60"
+  pt="ib_\${op}_\${sc} -d rxe0 -x 1 -s \$sz -n \$n -p \$peer_port"
+  ok=1
+  if [ \$sv = 1 ]; then
+    \$rp > /tmp/pp-rp.txt 2>&1 &
+    srv=\$!; listening \$peer_port || ok=0
+    \$pt 127.0.0.1 > /tmp/pp-pt.txt 2>&1 || ok=0
+  else
+    \$pt > /tmp/pp-pt.txt 2>&1 &
+    srv=\$!; listening \$peer_port || ok=0
+    \$rp 127.0.0.1 > /tmp/pp-rp.txt 2>&1 || ok=0
+  fi
+  wait \$srv || ok=0
+  [ \$ok = 1 ] || { peer_rc=1; echo "PEER-FAILED \$sc \$op \$be serves=\$sv"; cat /tmp/pp-rp.txt /tmp/pp-pt.txt; }
+  if [ \$sc = lat ]; then
+    ptf=\$(grep -A1 't_typical' /tmp/pp-pt.txt | tail -1 | awk '{printf "%s iters t_typical=%sus", \$2, \$5}')
+    rpf=\$(grep -A1 "perftest's t_typical" /tmp/pp-rp.txt | tail -1 | sed 's/^ *//')
+    p50=\$(grep -E "^ +\$sz +\$be " /tmp/pp-rp.txt | awk '{printf "%s iters p50=%sns", \$3, \$5}')
+    echo "PEER lat \$op \$be rdmaprobe-serves=\$sv perftest: \${ptf:-none} rdmaprobe: \${p50:-none} perftest-def \${rpf:-none}"
+  else
+    ptf=\$(grep -A1 'BW peak' /tmp/pp-pt.txt | tail -1 | awk '{printf "%s iters avg=%sMB/s", \$2, \$4}')
+    rpf=\$(grep -E "^ (sent to perftest|perftest's report \\()" /tmp/pp-rp.txt | sed 's/.*: //')
+    echo "PEER bw \$op \$be rdmaprobe-serves=\$sv perftest: \${ptf:-none} rdmaprobe's report line: \${rpf:-none}"
+  fi
+}
+for be in verbs wr; do
+  for sv in 1 0; do
+    for op in write send read; do ppair lat \$op \$be \$sv 64 500; done
+    ppair bw write \$be \$sv 16384 1000
+  done
+done
+echo "RDMAPROBE-PEER-RESULT peer=\$peer_rc"
 echo "===== post cost: rdmaprobe post-cost (verbs, wr; write, send, read)"
 /opt/rdmaprobe post-cost -d rxe0 -x 1 -n 20 -l 1,8 > /tmp/pc.txt 2>&1 || lat_rc=1
 cat /tmp/pc.txt
@@ -486,6 +526,23 @@ done
 line=$(grep "^SIDE-BY-SIDE bw " "$log.txt" || true)
 [[ "$line" == *"verbs 1000 msgs"* && "$line" == *"wr 1000 msgs"* && "$line" == *"perftest: 16384 bytes 1000 iters"* ]] ||
   { echo "FAIL: bandwidth side by side incomplete: ${line:-missing}"; fail=1; }
+grep -q 'RDMAPROBE-PEER-RESULT peer=0' "$log.txt" || { echo "FAIL: rdmaprobe against perftest (--peer perftest) failed in the guest"; fail=1; }
+# every pair ran and both tools counted what perftest's conventions give: perftest -n, rdmaprobe
+# -n - 1 round trips in a ping-pong, -n READs as the client and none as the server; bw: the
+# client's report (perftest's printed table, rdmaprobe's report line) of 1000 messages
+peer_lines=$(grep -c '^PEER ' "$log.txt" || true)
+[[ "$peer_lines" == 16 ]] || { echo "FAIL: $peer_lines of 16 rdmaprobe/perftest pairs ran in the guest"; fail=1; }
+while IFS= read -r line; do
+  case "$line" in
+    "PEER lat read "*"rdmaprobe-serves=1 "*) want=("perftest: 500 iters" "rdmaprobe: none");;
+    "PEER lat read "*) want=("rdmaprobe: 500 iters");;
+    "PEER lat "*) want=("perftest: 500 iters" "rdmaprobe: 499 iters");;
+    "PEER bw "*) want=("perftest: 1000 iters" "16384 B x 1000 messages");;
+  esac
+  for w in "${want[@]}"; do
+    [[ "$line" == *"$w"* ]] || { echo "FAIL: '$w' missing: $line"; fail=1; }
+  done
+done < <(grep '^PEER ' "$log.txt")
 grep -q '^DOCTOR-JSON "kind": "soft_roce"$' "$log.txt" || { echo "FAIL: doctor did not name rxe0 as Soft-RoCE"; fail=1; }
 grep -qE '^  pass +roce.gid +RoCE v2 GID index [0-9]+ for 192.0.2.1' "$log.txt" ||
   { echo "FAIL: doctor did not find rxe0's RoCE v2 GID for 192.0.2.1"; fail=1; }
