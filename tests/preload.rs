@@ -915,23 +915,27 @@ fn rdmaprobe_and_ib_atomic_lat_run_against_each_other_on_every_backend() {
 }
 
 /// A perftest peer given another -s or -n than rdmaprobe (perftest 6.06 exchanges neither): the
-/// run ends with an error naming the flags, within the stall deadline, never a figure or a hang.
-/// ib_send_lat -s 64 against rdmaprobe's -s 8: the first SEND's length; -n 1000 against 2000:
-/// the stall after perftest's last message.
+/// run ends with an error naming the flags, within the stall deadline (10 s), never a figure or
+/// a hang. ib_send_lat -s 64 against rdmaprobe's -s 8: the first SEND's length; -n 1000
+/// against 2000: the stall after perftest's last message; -n 3000 against 2000, SEND and WRITE
+/// (which has no closing exchange): perftest does not end when rdmaprobe does.
 #[test]
 fn a_perftest_peer_given_other_flags_is_named_not_waited_for() {
-    if !have("ib_send_lat", "perftest") {
+    if !have("ib_send_lat", "perftest") || !have("ib_write_lat", "perftest") {
         return;
     }
     let _one = PAIRS.lock().unwrap_or_else(|p| p.into_inner());
     let d = ModelDir::new("perftest-mismatch");
     let limit = Duration::from_secs(DEADLINE_S + 10);
-    for (pt_flags, expect) in [
-        (["-s", "64", "-n", "2000"], "carried 64 B, this side's -s is 8"),
-        (["-s", "8", "-n", "1000"], "give both sides the same -s and -n"),
+    for (op, pt_flags, expect) in [
+        ("send", ["-s", "64", "-n", "2000"], "carried 64 B, this side's -s is 8"),
+        ("send", ["-s", "8", "-n", "1000"], "give both sides the same -s and -n"),
+        ("send", ["-s", "8", "-n", "3000"], "was it given a larger -n?"),
+        ("write", ["-s", "8", "-n", "3000"], "was it given a larger -n?"),
     ] {
         let port = free_port().to_string();
-        let mut a = vec!["ib_send_lat", "-d", "model0", "-p", &port];
+        let program = format!("ib_{op}_lat");
+        let mut a = vec![program.as_str(), "-d", "model0", "-p", &port];
         a.extend(pt_flags);
         let s = exec(&d, &a)
             .stdin(Stdio::null())
@@ -945,7 +949,7 @@ fn a_perftest_peer_given_other_flags_is_named_not_waited_for() {
         }
         let mut rp = Command::new(EXE);
         rp.args([
-            "lat", "send", "--peer", "perftest", "-d", "model0", "-s", "8", "-n", "2000", "-p", &port,
+            "lat", op, "--peer", "perftest", "-d", "model0", "-s", "8", "-n", "2000", "-p", &port,
         ])
         .args(["--backend", "direct", "--oob-timeout", "60", "127.0.0.1"])
         .env("RDMAPROBE_MODEL_DIR", &d.0);
@@ -958,14 +962,14 @@ fn a_perftest_peer_given_other_flags_is_named_not_waited_for() {
         let _ = s.kill();
         let _ = finish(s, limit);
         let err = text(&c.stderr);
-        // the stall deadline (10 s) and the start, not the exec's timeout
-        assert!(took < Duration::from_secs(60), "perftest {pt_flags:?}: took {took:?}");
-        assert_eq!(c.status.code(), Some(1), "perftest {pt_flags:?}: {err}");
-        assert!(err.contains(expect), "perftest {pt_flags:?}: {err}");
-        assert!(
-            !text(&c.stdout).contains("perftest's t_typical"),
-            "perftest {pt_flags:?}: a figure"
-        );
+        let what = format!("{program} {pt_flags:?}");
+        // the stall deadline (10 s) and the start, not the oob timeout (60 s) nor the exec's
+        assert!(took < Duration::from_secs(40), "{what}: took {took:?}");
+        assert_eq!(c.status.code(), Some(1), "{what}: {err}");
+        assert!(err.contains(expect), "{what}: {err}");
+        let out = text(&c.stdout);
+        assert!(!out.contains("perftest's t_typical"), "{what}: a figure\n{out}");
+        assert!(!out.contains("    8  direct "), "{what}: a row\n{out}");
     }
 }
 
@@ -1192,5 +1196,33 @@ fn a_perftest_bandwidth_peer_given_other_flags_is_named() {
     let _ = finish(s, limit);
     let err = text(&c.stderr);
     assert_eq!(c.status.code(), Some(1), "{err}");
-    assert!(err.contains("give both sides the same -s"), "{err}");
+    assert!(err.contains("refuses this side's messages"), "{err}");
+    // another -q: perftest's client with 1 QP, rdmaprobe's server with 2; and the other way
+    for (rp_q, pt_q, expect) in [("2", "1", "fewer QPs than this side's -q 2"), ("1", "2", "more QPs")] {
+        let port = free_port().to_string();
+        let mut rp = rdmaprobe(&port, false);
+        rp.args(["-q", rp_q]);
+        let s = rp
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("starting rdmaprobe");
+        wait_port(&port);
+        let mut c = exec(
+            &d,
+            &["ib_write_bw", "-d", "model0", "-s", "65536", "-n", "2000", "-q", pt_q, "-p", &port, "127.0.0.1"],
+        )
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("starting perftest");
+        let s = finish(s, limit);
+        let _ = c.kill();
+        let _ = finish(c, limit);
+        let err = text(&s.stderr);
+        assert_eq!(s.status.code(), Some(1), "-q {rp_q} against {pt_q}: {err}");
+        assert!(err.contains(expect) && err.contains("give both sides the same"), "-q {rp_q} against {pt_q}: {err}");
+    }
 }

@@ -21,6 +21,10 @@ pub struct PathOpts {
     pub retry_count: u8,
     /// P_Key index.
     pub pkey_index: u16,
+    /// At most this many outstanding READs and atomics as the initiator (`max_rd_atomic`);
+    /// `None`: as many as the device allows (up to 16). A peer whose responder takes fewer (a
+    /// perftest peer's `out_reads`) sets it.
+    pub max_rd_atomic: Option<u8>,
 }
 
 impl Default for PathOpts {
@@ -34,6 +38,7 @@ impl Default for PathOpts {
             timeout: 14,
             retry_count: 7,
             pkey_index: 0,
+            max_rd_atomic: None,
         }
     }
 }

@@ -13,17 +13,26 @@
 //!   (when the side's GID index is set: RoCE, or `-x`), each side choosing by its own GID
 //!   index, so both must agree.
 //!
-//! rdmaprobe says it is perftest [`VERSION`]: below 6.28, so a newer peer skips the negotiation
-//! struct it would otherwise send (and expect).
+//! - a peer of 6.28 or later (perftest 26.01 on) negotiates after the MTU: both send their
+//!   parameters and device limits (`negotiate`), and a difference ends the run naming it.
+//!
+//! rdmaprobe says it is perftest [`VERSION`] (6.29): a peer of 6.28 or later negotiates with it,
+//! so it learns that rdmaprobe's QPs do not use mlx5's enhanced reorder and turns its own off
+//! (which a peer that skipped the negotiation would not); an older peer does not negotiate,
+//! and nothing else in its exchange depends on the version beyond what 6.06 already said.
 #![forbid(unsafe_code)]
+
+mod negotiate;
+
+pub use negotiate::{negotiate_offsets, Negotiation, DEF_DURATION, NEGOTIATION_BYTES};
 
 use super::{OobError, Peer};
 use std::io::{BufRead, Write};
 use std::time::Instant;
 
-/// The version rdmaprobe announces: the protocol it speaks is 6.06's (no negotiation struct,
-/// which peers of 6.28 and later send only to a peer of 6.28 or later).
-pub const VERSION: &str = "6.06";
+/// The version rdmaprobe announces (the newest whose exchange it speaks: 6.29's negotiation
+/// struct, which a 6.28 peer reads as its own).
+pub const VERSION: &str = "6.29";
 /// The size of the version message (perftest's `MAX_VERSION`).
 pub const VERSION_BYTES: usize = 16;
 /// A key message without the GID (perftest's `KEY_MSG_SIZE`).
@@ -164,6 +173,8 @@ pub fn version_value(v: &str) -> f64 {
 /// What the opening exchanges settled.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Opening {
+    /// The peer's negotiation struct (a peer of 6.28 or later; it agreed with this side's).
+    pub negotiated: Option<Negotiation>,
     /// The peer's version string (escaped for display).
     pub version: String,
     /// The cycle buffer both sides use (the larger), bytes.
@@ -222,10 +233,15 @@ impl Peer {
         }
     }
 
-    /// The opening exchanges (version; cycle buffer and cache line; MTU) with our `cycle_buffer`,
-    /// `cache_line` and `mtu` (bytes); a peer older than perftest accepts, or one that sends
-    /// what perftest does not, is refused naming it.
-    pub fn perftest_open(&mut self, cycle_buffer: u32, cache_line: u32, mtu: u32) -> Result<Opening, OobError> {
+    /// The opening exchanges (version; cycle buffer and cache line; MTU; with a peer of 6.28 or
+    /// later the negotiation, `mine`) with our `cycle_buffer`, `cache_line` and `mtu` (bytes); a
+    /// peer older than perftest accepts, one that sends what perftest does not, or one whose
+    /// negotiated parameters differ from `mine` is refused naming it.
+    pub fn perftest_open(
+        &mut self,
+        (cycle_buffer, cache_line, mtu): (u32, u32, u32),
+        mine: &Negotiation,
+    ) -> Result<Opening, OobError> {
         let refuse = |peer: &Peer, why: String| OobError::Protocol {
             peer: peer.addr.clone(),
             why,
@@ -242,15 +258,6 @@ impl Peer {
                 format!("says it is perftest version '{version}': perftest talks to {OLDEST:.2} and later only (is it perftest?)"),
             ));
         }
-        if value >= NEGOTIATES {
-            return Err(refuse(
-                self,
-                format!(
-                    "is perftest {version}: 6.28 and later negotiate parameters in a struct rdmaprobe does not speak yet; \
-                     use a perftest older than 6.28"
-                ),
-            ));
-        }
         let be = |b: Vec<u8>| u32::from_be_bytes([b[0], b[1], b[2], b[3]]);
         let cb = be(self.perftest_xchg(&cycle_buffer.to_be_bytes(), "perftest's cycle buffer")?);
         let cl = be(self.perftest_xchg(&cache_line.to_be_bytes(), "perftest's cache line size")?);
@@ -262,13 +269,24 @@ impl Peer {
             .and_then(|d| d.parse::<u32>().ok())
             .and_then(mtu_bytes)
             .ok_or_else(|| refuse(self, format!("sent an MTU that is not an ibv_mtu value ({m:02x?})")))?;
-        if !(1..=1 << 30).contains(&cb) || !(1..=1 << 20).contains(&cl) {
+        // perftest's cycle buffer is the page size (sysconf), its cache line the CPU's
+        if !(1..=1 << 21).contains(&cb) || !(1..=1 << 12).contains(&cl) {
             return Err(refuse(
                 self,
                 format!("sent a cycle buffer of {cb} bytes and a cache line of {cl}: not plausible"),
             ));
         }
+        let negotiated = if value >= NEGOTIATES {
+            let theirs = self.perftest_negotiate(mine)?;
+            if let Some(m) = mine.mismatch(&theirs, value) {
+                return Err(refuse(self, format!("is perftest {version}, which negotiates: {m}")));
+            }
+            Some(theirs)
+        } else {
+            None
+        };
         Ok(Opening {
+            negotiated,
             version,
             cycle_buffer: cb.max(cycle_buffer),
             cache_line: cl.max(cache_line),
@@ -286,6 +304,39 @@ impl Peer {
                 "sent {why} (both ends must use a GID, or neither: -x on both, or on neither over InfiniBand)"
             ),
         })
+    }
+}
+
+impl Peer {
+    /// Waits up to `within` for perftest to close the connection (its process ending: after
+    /// `ib_write_lat`'s last message, which has no closing exchange): `Ok(true)` when it closed,
+    /// `Ok(false)` when it was still open then. Bytes from it, which perftest does not send
+    /// there, are an error.
+    pub fn perftest_await_close(&mut self, within: std::time::Duration) -> Result<bool, OobError> {
+        let deadline = Instant::now() + within;
+        loop {
+            if Instant::now() >= deadline {
+                return Ok(false);
+            }
+            const CLOSED: &str = "closed the connection (its process ended)";
+            match self.fill(deadline, "perftest's end", || CLOSED.to_string()) {
+                Ok(false) => continue,
+                Ok(true) => {
+                    return Err(OobError::Protocol {
+                        peer: self.addr.clone(),
+                        why: "sent bytes after its test, where perftest sends none".into(),
+                    })
+                }
+                // the end of the stream (or a reset: perftest's process ended); a stop asked by
+                // a signal is an error of its own
+                Err(OobError::Protocol { why, .. }) if why == CLOSED => return Ok(true),
+                Err(OobError::Io { source, .. }) if source.kind() == std::io::ErrorKind::ConnectionReset => {
+                    return Ok(true)
+                }
+                Err(OobError::Timeout { .. }) => return Ok(false),
+                Err(e) => return Err(e),
+            }
+        }
     }
 }
 
@@ -307,6 +358,24 @@ pub struct BwReport {
 }
 
 impl BwReport {
+    /// The unit the sender's bandwidths are in, read from the report itself (perftest does not
+    /// exchange --report_gbits): MB/s of 2^20 bytes put an average of about 0.954 x rate x size
+    /// (Mpps x bytes), Gb/s 0.008 x; `None` when it cannot tell (no messages).
+    pub fn unit(&self) -> Option<&'static str> {
+        let per = self.msg_rate * self.size as f64;
+        if !(per > 0.0 && self.bw_avg > 0.0) {
+            return None;
+        }
+        let r = self.bw_avg / per;
+        let (mb, gb) = (1e6 / 1_048_576.0, 8e6 / 1e9);
+        // the nearer on a log scale
+        Some(if (r / mb).ln().abs() <= (r / gb).ln().abs() {
+            "MB/sec"
+        } else {
+            "Gb/sec"
+        })
+    }
+
     /// The five messages of 8 bytes each, in their order: the integers big-endian
     /// (`hton_long`; the iterations are 8 bytes to a peer of 5.33 or later, and an older one is
     /// refused at the opening), the doubles' bits big-endian (`hton_double`: bswap_64 of the
@@ -422,7 +491,7 @@ mod tests {
         let port: u16 = l.local_addr().rsplit(':').next().unwrap().parse().unwrap();
         let srv = std::thread::spawn(move || {
             let mut p = l.accept(std::time::Duration::from_secs(10)).unwrap();
-            let o = p.perftest_open(4096, 64, 1024).unwrap();
+            let o = p.perftest_open((4096, 64, 1024), &negotiation(64)).unwrap();
             let k = p
                 .perftest_keys(&Key {
                     lid: 2,
@@ -438,7 +507,7 @@ mod tests {
             (o, k)
         });
         let mut c = Peer::connect("127.0.0.1", port, std::time::Duration::from_secs(10)).unwrap();
-        let o = c.perftest_open(8192, 128, 4096).unwrap();
+        let o = c.perftest_open((8192, 128, 4096), &negotiation(64)).unwrap();
         let mine = Key {
             lid: 1,
             out_reads: 1,
@@ -460,8 +529,49 @@ mod tests {
             (8192, 128, 1024, 4096)
         );
         assert_eq!(o.version, VERSION);
+        // both said 6.29: they negotiated, and agreed
+        assert_eq!(o.negotiated, Some(negotiation(64)));
+        assert_eq!(so.negotiated, Some(negotiation(64)));
         assert_eq!(theirs.qpn, 7);
         assert_eq!(sk, mine);
+    }
+
+    /// A negotiation struct of a WRITE latency test of `size` bytes, 1000 iterations.
+    fn negotiation(size: u64) -> Negotiation {
+        let mut fields = [0u64; 17];
+        fields[2] = 2;
+        fields[6] = 1;
+        fields[7] = size;
+        fields[8] = 1000;
+        fields[10] = 1;
+        fields[11] = 5;
+        Negotiation {
+            fields,
+            max_qp_rd_atom: 16,
+            mlx5dv_comp_mask: 0,
+        }
+    }
+
+    #[test]
+    fn a_negotiation_that_differs_ends_the_opening_on_both_sides_naming_it() {
+        let l = super::super::Listener::bind("127.0.0.1", 0).unwrap();
+        let port: u16 = l.local_addr().rsplit(':').next().unwrap().parse().unwrap();
+        let srv = std::thread::spawn(move || {
+            let mut p = l.accept(std::time::Duration::from_secs(10)).unwrap();
+            p.perftest_open((4096, 64, 4096), &negotiation(8))
+                .map(|_| ())
+                .unwrap_err()
+                .to_string()
+        });
+        let mut c = Peer::connect("127.0.0.1", port, std::time::Duration::from_secs(10)).unwrap();
+        let e = c
+            .perftest_open((4096, 64, 4096), &negotiation(64))
+            .map(|_| ())
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("is perftest 6.29, which negotiates: size mismatch: rdmaprobe 64, perftest 8: give both sides the same -s"), "{e}");
+        let e = srv.join().unwrap();
+        assert!(e.contains("size mismatch: rdmaprobe 8, perftest 64"), "{e}");
     }
 
     #[test]
@@ -479,5 +589,13 @@ mod tests {
         // 1000.25 is 0x408f420000000000: perftest's hton_double puts its high byte first
         assert_eq!(m[3], [0x40, 0x8f, 0x42, 0, 0, 0, 0, 0]);
         assert_eq!(BwReport::decode(&m), r);
+        // 0.016004 Mpps x 65536 B = 1000.26 MB/s: MB/s
+        assert_eq!(r.unit(), Some("MB/sec"));
+        let g = BwReport {
+            bw_avg: 0.016004 * 65536.0 * 8e6 / 1e9,
+            ..r
+        };
+        assert_eq!(g.unit(), Some("Gb/sec"));
+        assert_eq!(BwReport::default().unit(), None);
     }
 }

@@ -421,6 +421,8 @@ impl Report {
                 "-D: every run lasts at least {min_ms} ms (the client sizes it from a short first run and gives the \
                  server the count)"
             )
+        } else if self.params["peer_tool"]["name"] == "perftest" {
+            "runs are -n messages per QP (perftest does not exchange -n: give both sides the same)".to_string()
         } else if self.role != Role::Loopback && min_ms == 0 {
             "runs are -n messages per QP (client and server agree on them)".to_string()
         } else if self.role != Role::Loopback {

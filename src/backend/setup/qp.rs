@@ -53,7 +53,7 @@ pub(super) fn connect_opts(
         port: port.port,
         gid_index: gid,
         access: access_for(op),
-        max_rd_atomic: rd,
+        max_rd_atomic: path.max_rd_atomic.map_or(rd, |m| m.clamp(1, rd)),
         max_dest_rd_atomic: rd,
         mtu: path.mtu,
         sl: path.sl,

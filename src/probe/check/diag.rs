@@ -253,17 +253,22 @@ pub fn failed(b: Bundle<'_>, error: ProbeError) -> ProbeError {
 /// message) are of its own -s, and a larger message is refused (remote invalid request or
 /// remote access error on this side).
 fn perftest_note(error: &ProbeError, plan: &crate::probe::Plan) -> &'static str {
-    let first = match &plan.scenario {
-        crate::probe::Scenario::Lat(l) if l.op == crate::backend::OpKind::Send => 1,
-        crate::probe::Scenario::Bw(_) => 0,
-        _ => return "",
+    if plan.peer_tool != crate::probe::PeerTool::Perftest {
+        return "";
+    }
+    let ProbeError::Scenario(ScenarioError::Backend { index, .. }) = error else {
+        return "";
     };
-    let at_first = matches!(error, ProbeError::Scenario(ScenarioError::Backend { index, .. }) if *index == first);
-    if at_first && plan.peer_tool == crate::probe::PeerTool::Perftest {
-        "; perftest does not exchange -s: a peer given a smaller -s refuses this side's first message so: \
-         give both sides the same -s"
-    } else {
-        ""
+    match &plan.scenario {
+        crate::probe::Scenario::Lat(l) if l.op == crate::backend::OpKind::Send && *index == 1 => {
+            "; perftest does not exchange -s: a peer given another -s refuses this side's first message so \
+             (its receives are of its own -s): give both sides the same -s"
+        }
+        crate::probe::Scenario::Bw(_) => {
+            "; perftest does not exchange -s: a peer given a smaller -s refuses this side's messages so (its \
+             buffer holds its own -s, or a page): give both sides the same -s"
+        }
+        _ => "",
     }
 }
 
@@ -361,7 +366,7 @@ mod tests {
             ..Plan::loopback(Scenario::Lat(LatPlan::new(op, 64)))
         };
         let send = plan(OpKind::Send, PeerTool::Perftest);
-        assert!(perftest_note(&refused(1), &send).contains("give both sides the same -s"));
+        assert!(perftest_note(&refused(1), &send).contains("refuses this side's first message"));
         // later messages, another operation or rdmaprobe's own peer: the error as it is
         assert_eq!(perftest_note(&refused(2), &send), "");
         assert_eq!(perftest_note(&refused(1), &plan(OpKind::Write, PeerTool::Perftest)), "");
@@ -371,7 +376,15 @@ mod tests {
             peer_tool: PeerTool::Perftest,
             ..Plan::loopback(Scenario::Bw(crate::probe::BwPlan::new(OpKind::Write, 65536)))
         };
-        assert!(perftest_note(&refused(0), &bw).contains("give both sides the same -s"));
-        assert_eq!(perftest_note(&refused(7), &bw), "");
+        assert!(perftest_note(&refused(0), &bw).contains("refuses this side's messages"));
+        // any QP's, whichever message (with -q over 1, another QP's may have completed first)
+        assert!(perftest_note(&refused(7), &bw).contains("refuses this side's messages"));
+        let stall = ProbeError::Scenario(ScenarioError::Stalled {
+            side: "client",
+            index: 0,
+            what: "completions",
+            waited: Duration::from_secs(10),
+        });
+        assert_eq!(perftest_note(&stall, &bw), "");
     }
 }

@@ -45,16 +45,26 @@ pub(super) fn perftest_bw_report_lines(peer_tool: &serde_json::Value, scenario: 
     let crate::probe::Scenario::Bw(b) = scenario else {
         return String::new();
     };
-    let unit = if b.gbits { "Gb/sec" } else { "MB/sec" };
+    let ours = if b.gbits { "Gb/sec" } else { "MB/sec" };
     let line = |r: &serde_json::Value, whose: &str| {
         let f = |k: &str| r[k].as_f64().unwrap_or(f64::NAN);
+        // perftest does not exchange --report_gbits: the unit as the report's own figures say
+        let rep = crate::oob::perftest::BwReport {
+            size: r["size"].as_u64().unwrap_or(0),
+            iters: r["iters"].as_u64().unwrap_or(0),
+            bw_peak: f("bw_peak"),
+            bw_avg: f("bw_avg"),
+            msg_rate: f("msg_rate"),
+        };
+        let unit = rep.unit().unwrap_or(ours);
+        let note = if unit == ours {
+            String::new()
+        } else {
+            format!(" (in {unit}, where this side's are in {ours}: give both sides the same --report_gbits)")
+        };
         format!(
-            " {whose}: {} B x {} messages, peak {:.2} {unit}, average {:.2} {unit}, message rate {:.6} Mpps\n",
-            r["size"],
-            r["iters"],
-            f("bw_peak"),
-            f("bw_avg"),
-            f("msg_rate")
+            " {whose}: {} B x {} messages, peak {:.2} {unit}, average {:.2} {unit}, message rate {:.6} Mpps{note}\n",
+            rep.size, rep.iters, rep.bw_peak, rep.bw_avg, rep.msg_rate
         )
     };
     let mut s = String::new();

@@ -5,7 +5,7 @@
 //!   a value too) in its last byte, `size - 1`; the receiver watches that byte of the address
 //!   it gave the peer.
 //! - SEND (`ib_send_lat`): the CLIENT sends first; each side waits for a receive completion and
-//!   answers; receives are posted before the last key exchange (perftest's server sends its
+//!   answers; receives are posted before the last key exchange (perftest's client sends its
 //!   first message right after it) and one is posted again after each one taken.
 //! - READ and atomics (`ib_read_lat`, `ib_atomic_lat`): the client posts, each one signalled,
 //!   and waits for its completion; the server takes no part (the device answers) and only waits
@@ -180,7 +180,7 @@ pub fn pingpong<B: Backend>(
 }
 
 /// Posts the receives this side keeps for perftest's SEND ping-pong (before the last key
-/// exchange: perftest's server sends as soon as it has it).
+/// exchange: perftest's client sends as soon as it has it).
 pub fn prime(end: &mut AnyEnd) -> Result<(), ScenarioError> {
     fn one<B: Backend>(b: &mut B) -> Result<(), ScenarioError> {
         b.post_recv(recv_len(b), RECV_DEPTH).map_err(be("this side", 0))

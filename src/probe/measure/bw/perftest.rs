@@ -1,6 +1,7 @@
 //! `bw write|read --peer perftest`: rdmaprobe as the client or the server of an unmodified
-//! `ib_write_bw` or `ib_read_bw` (perftest before 6.28: Debian 12's 6.06), one backend per run
-//! (a perftest server serves one connection), `-q` QPs driven from one thread as perftest does.
+//! `ib_write_bw` or `ib_read_bw` (Debian 12's perftest 6.06, or 6.28 and later with their
+//! negotiation), one backend per run (a perftest server serves one connection), `-q` QPs driven
+//! from one thread as perftest does.
 //! perftest's exchange (`crate::oob::perftest`) in its order for these tests (`write_bw.c`,
 //! `read_bw.c`): the opening (version, cycle buffer, cache line, MTU), the key message once per
 //! QP, the QPs connected, once more per QP, once more for QP 0; then the client runs while the
@@ -19,7 +20,7 @@ use crate::backend::{BackendKind, OpKind};
 use crate::oob::perftest::{BwReport, Key, Opening};
 use crate::oob::QpInfo;
 use crate::probe::check::{counters, diag};
-use crate::probe::measure::lat::perftest::{gid_form, opening, our_key, out_reads, their_info};
+use crate::probe::measure::lat::perftest::{gid_form, negotiation, opening, our_key, out_reads, their_info};
 use crate::probe::measure::session;
 use crate::probe::report::{Report, Role, Runs};
 use crate::probe::{Backends, BwPlan, Observer, PeerSpec, Plan, ProbeError, Sizes, INTERRUPTED};
@@ -89,10 +90,11 @@ fn connect(
     (kind, size): (BackendKind, u32),
     warnings: &mut Vec<String>,
 ) -> Result<Link, ProbeError> {
-    let opening = opening(tcp, plan, &mut set.dev, warnings)?;
+    let ours = negotiation(&set.dev, (b.op, true), (size, b.iters, b.qps), b.gbits)?;
+    let opening = opening(tcp, plan, &mut set.dev, &ours, warnings)?;
     let (len, room) = buffer_len(size, opening.cycle_buffer, set.buf_len);
+    let depth = out_reads(&set.dev, b.op)?;
     let dev = &set.dev;
-    let depth = out_reads(dev, b.op)?;
     let (mut halves, mut infos, mut mine) = (Vec::new(), Vec::new(), Vec::new());
     for _ in 0..b.qps {
         let half = HalfEnd::new(dev, kind, b.op, len, set.mode)?;
@@ -101,17 +103,30 @@ fn connect(
         infos.push(info);
         halves.push(half);
     }
-    let mut theirs = Vec::new();
+    let mut theirs: Vec<Key> = Vec::new();
     for k in &mine {
-        theirs.push(tcp.perftest_keys(k)?);
+        let t = tcp.perftest_keys(k)?;
+        // perftest sends one key per QP, then the first again after connecting: a QP named
+        // twice is a perftest with fewer QPs
+        if theirs.iter().any(|p| p.qpn == t.qpn) {
+            return Err(ProbeError::Invalid(format!(
+                "perftest has fewer QPs than this side's -q {}: it does not exchange -q; give both sides the same",
+                b.qps
+            )));
+        }
+        theirs.push(t);
     }
     if b.op == OpKind::Read && theirs[0].out_reads < depth {
+        // perftest's responder takes its own -o at once: this side's initiator goes no further
+        // (perftest does the same with this side's out_reads)
+        let peer = u8::try_from(theirs[0].out_reads.max(1)).unwrap_or(u8::MAX);
+        set.dev.opts_mut().path.max_rd_atomic = Some(peer);
         warnings.push(format!(
-            "perftest's QPs answer {} READs at once, this side's issue up to {depth}: give perftest -o {depth} \
-             (a responder given more than it allows refuses them on a NIC)",
+            "perftest's QPs answer {} READs at once (its -o): this side's issue as many (its device takes {depth})",
             theirs[0].out_reads
         ));
     }
+    let dev = &set.dev;
     let mut ends = Vec::new();
     for (half, t) in halves.into_iter().zip(&theirs) {
         ends.push(half.connect(dev, b.op, &their_info(t, room, b.op))?);
@@ -119,8 +134,10 @@ fn connect(
     for (k, t) in mine.iter().zip(&theirs) {
         let again = tcp.perftest_keys(k)?;
         if again != *t {
-            return Err(ProbeError::Peer(format!(
-                "perftest described its QP twice, differently ({t:?}, then {again:?})"
+            return Err(ProbeError::Invalid(format!(
+                "perftest described its QP twice, differently ({t:?}, then {again:?}): a perftest with more QPs \
+                 than this side's -q {} does so; it does not exchange -q: give both sides the same",
+                b.qps
             )));
         }
     }
@@ -334,11 +351,12 @@ fn describe(o: &Opening, (program, b, size): (&str, &BwPlan, u32), server: bool)
     } else {
         format!(
             "the client, measured its run as the table says and sent perftest its figures as perftest computes \
-             them (peak, average, message rate{}), which perftest's server prints",
+             them (peak, average, message rate; the peak as 0 where the table has none{}), which perftest's \
+             server prints",
             if b.qps > 1 {
-                "; the peak as 0: rdmaprobe takes perftest's peak of one QP only"
+                ": rdmaprobe takes perftest's peak of one QP only"
             } else {
-                ""
+                ": -N, or a run too long to trace"
             }
         )
     };

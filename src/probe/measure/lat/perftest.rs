@@ -1,6 +1,7 @@
 //! `lat write|send|read|atomic --peer perftest`: rdmaprobe as the client or the server of an
-//! unmodified `ib_write_lat`, `ib_send_lat`, `ib_read_lat` or `ib_atomic_lat` (perftest before
-//! 6.28: Debian 12's 6.06), one backend per run (a perftest server serves one connection).
+//! unmodified `ib_write_lat`, `ib_send_lat`, `ib_read_lat` or `ib_atomic_lat` (Debian 12's
+//! perftest 6.06, or 6.28 and later with their negotiation), one backend per run (a perftest
+//! server serves one connection).
 //! perftest's exchange (`crate::oob::perftest`) in its order for each test (its `main`s'
 //! `ctx_hand_shake` calls): version, cycle buffer, cache line, MTU; then the key message
 //! - WRITE, READ, atomics: twice before the QP is connected, twice after;
@@ -15,7 +16,7 @@ use super::{check, open};
 use crate::backend::setup::{AnyEnd, Dev, HalfEnd, INLINE};
 use crate::backend::{BackendKind, OpKind};
 use crate::mlx5::sq::DbMode;
-use crate::oob::perftest::{Key, Opening};
+use crate::oob::perftest::{Key, Negotiation, Opening};
 use crate::oob::QpInfo;
 use crate::probe::check::{counters, diag};
 use crate::probe::measure::session;
@@ -100,12 +101,13 @@ pub(in crate::probe) fn opening(
     tcp: &mut crate::oob::Peer,
     plan: &Plan,
     dev: &mut Dev,
+    mine: &Negotiation,
     warnings: &mut Vec<String>,
 ) -> Result<Opening, ProbeError> {
     let ours_mtu = plan.path.mtu.or(session::active_mtu(dev)).unwrap_or(4096).min(4096);
     // SAFETY: sysconf only reads a value of the system; it takes no pointer
     let page = u32::try_from(unsafe { libc::sysconf(libc::_SC_PAGESIZE) }).unwrap_or(4096);
-    let opening = tcp.perftest_open(page, 64, ours_mtu)?;
+    let opening = tcp.perftest_open((page, 64, ours_mtu), mine)?;
     if opening.mtu < ours_mtu {
         dev.opts_mut().path.mtu = Some(opening.mtu);
         warnings.push(format!(
@@ -126,10 +128,56 @@ pub(in crate::probe) fn gid_form(dev: &Dev) -> bool {
 /// device's `max_qp_rd_atom`, model0's own limit) for READ and atomics, 1 otherwise, as
 /// perftest sends.
 pub(in crate::probe) fn out_reads(dev: &Dev, op: OpKind) -> Result<u32, ProbeError> {
+    if op.carries_payload() {
+        return Ok(1);
+    }
+    rd_atom(dev)
+}
+
+/// The READs and atomics this side's QPs take at once: the device's limit (up to 16, as
+/// rdmaprobe's QPs are made), model0's own.
+fn rd_atom(dev: &Dev) -> Result<u32, ProbeError> {
     Ok(match dev.verbs_parts() {
-        _ if op.carries_payload() => 1,
         Some((ctx, _, _)) => u32::from(crate::backend::setup::rd_atomic(ctx)?),
         None => u32::from(crate::backend::setup::MAX_RD_ATOMIC),
+    })
+}
+
+/// What this side tells a perftest of 6.28 or later in its negotiation: the test as perftest's
+/// own parameters would say it (`op`; latency or bandwidth: `bw`; -s, -n, -q; --report_gbits),
+/// perftest's defaults for the rest (by iterations, its default -D, RC, no -R), the READs and
+/// atomics its QPs take at once, and no mlx5dv capability (rdmaprobe's QPs use no enhanced
+/// reorder, so perftest turns its own off).
+pub(in crate::probe) fn negotiation(
+    dev: &Dev,
+    (op, bw): (OpKind, bool),
+    (size, iters, qps): (u32, u64, u64),
+    gbits: bool,
+) -> Result<Negotiation, ProbeError> {
+    // perftest's VerbType and AtomicType (a test other than atomics leaves it 0: its zeroed struct)
+    let verb = match op {
+        OpKind::Send => 0,
+        OpKind::SendImm => 1,
+        OpKind::Write => 2,
+        OpKind::WriteImm => 3,
+        OpKind::Read => 4,
+        OpKind::FetchAdd | OpKind::CmpSwap => 5,
+    };
+    let atomic = u64::from(op == OpKind::FetchAdd);
+    let mut fields = [0u64; 17];
+    fields[2] = verb;
+    fields[3] = u64::from(bw);
+    fields[4] = atomic;
+    // report_fmt: GBS 0, MBS 1
+    fields[6] = u64::from(!gbits);
+    fields[7] = u64::from(size);
+    fields[8] = iters;
+    fields[10] = qps;
+    fields[11] = u64::from(crate::oob::perftest::DEF_DURATION);
+    Ok(Negotiation {
+        fields,
+        max_qp_rd_atom: rd_atom(dev)?,
+        mlx5dv_comp_mask: 0,
     })
 }
 
@@ -154,9 +202,11 @@ fn connect(
     tcp: &mut crate::oob::Peer,
     (plan, dev): (&Plan, &mut Dev),
     (kind, op, size, mode): (BackendKind, OpKind, u32, DbMode),
+    iters: u64,
     warnings: &mut Vec<String>,
 ) -> Result<Link, ProbeError> {
-    let opening = opening(tcp, plan, dev, warnings)?;
+    let mine = negotiation(dev, (op, false), (size, iters, 1), false)?;
+    let opening = opening(tcp, plan, dev, &mine, warnings)?;
     let half = HalfEnd::new(dev, kind, op, session::buffer_len(&[size]), mode)?;
     let info = half.info(dev)?;
     let depth = out_reads(dev, op)?;
@@ -199,18 +249,40 @@ fn connect(
     })
 }
 
-/// perftest's `ctx_close_connection` after a SEND, READ or atomic test: the key message once
-/// more (the peer's end of the test), then "done" with its NUL (which perftest writes and does
-/// not read: this side reads nothing more either). `ib_write_lat` has no closing. The server of
-/// READ and atomics waits here for the client's whole run: up to `-n` iterations of 1 ms
-/// each beyond the out-of-band timeout and the stall deadline.
+/// The end of perftest's test, and what it says of the peer's -n. A ping-pong's two ends finish
+/// together, so perftest's end must come within the stall deadline of this side's: a perftest
+/// given a larger -n is still waiting for a message (or for the answer to one), and that is an
+/// error naming -n, not a run. `ib_write_lat` has no closing exchange: its end is its process
+/// closing the connection. The others close with `ctx_close_connection`: the key message once
+/// more, then "done" with its NUL (which perftest 6.06 writes and does not read: this side
+/// reads nothing more either). The server of READ and atomics waits here for the client's
+/// whole run: up to `-n` iterations of 1 ms each beyond the out-of-band timeout and the stall
+/// deadline.
 fn close(tcp: &mut crate::oob::Peer, plan: &Plan, l: &LatPlan, mine: &Key) -> Result<(), ProbeError> {
+    let ping_pong = matches!(l.op, OpKind::Write | OpKind::Send);
+    let larger_n = || {
+        ProbeError::Invalid(format!(
+            "perftest did not end its test within {:?} of this side's end after -n {} messages: was it given a \
+             larger -n? perftest does not exchange -n; give both sides the same",
+            plan.stall, l.iters
+        ))
+    };
     if l.op == OpKind::Write {
-        return Ok(());
+        return match tcp.perftest_await_close(plan.stall)? {
+            true => Ok(()),
+            false => Err(larger_n()),
+        };
     }
     let run = std::time::Duration::from_millis(l.iters.min(u64::MAX / 2));
-    tcp.set_timeout(plan.oob_timeout + plan.stall + run)?;
-    tcp.perftest_keys(mine)?;
+    tcp.set_timeout(if ping_pong {
+        plan.stall
+    } else {
+        plan.oob_timeout + plan.stall + run
+    })?;
+    match tcp.perftest_keys(mine) {
+        Err(crate::oob::OobError::Timeout { .. }) if ping_pong => return Err(larger_n()),
+        r => r?,
+    };
     tcp.send_raw(b"done\0")?;
     Ok(())
 }
@@ -236,7 +308,13 @@ pub(in crate::probe) fn run(plan: &Plan, l: &LatPlan, obs: &mut dyn Observer) ->
     let mut warnings = env.warnings();
     let server = matches!(plan.peer, PeerSpec::Listen { .. });
     let mut tcp = session::tcp_peer(plan, obs)?.ok_or_else(|| ProbeError::Invalid("no peer".into()))?;
-    let mut link = connect(&mut tcp, (plan, &mut dev), (kind, l.op, size, mode), &mut warnings)?;
+    let mut link = connect(
+        &mut tcp,
+        (plan, &mut dev),
+        (kind, l.op, size, mode),
+        l.iters,
+        &mut warnings,
+    )?;
     let inline_limit = l.inline_size.unwrap_or(INLINE);
     let p = LatParams {
         op: l.op,
@@ -296,9 +374,12 @@ pub(in crate::probe) fn run(plan: &Plan, l: &LatPlan, obs: &mut dyn Observer) ->
         if let Runs::Lat(v) = &mut report.runs {
             v.push(r);
         }
+    }
+    // perftest's end first: the rows of a run whose peer was given another -n are not figures
+    close(&mut tcp, plan, &l, &link.mine)?;
+    if !report.runs.is_empty() {
         obs.finished(&report, 0);
     }
-    close(&mut tcp, plan, &l, &link.mine)?;
     report.counters = counters::CounterDelta::since(before, &dev);
     Ok(report)
 }
@@ -426,6 +507,18 @@ mod tests {
         let r = their_info(&k, 4096, OpKind::Read);
         assert_eq!((r.addr, r.len / 2), (k.vaddr, 4096));
         assert_eq!((r.qpn, r.psn, r.rkey), (0x12, 0x34, 9));
+    }
+
+    #[test]
+    fn the_negotiation_struct_holds_the_device_attributes_as_libibverbs_lays_them_out() {
+        use crate::oob::perftest::NEGOTIATION_BYTES;
+        // perftest's struct: the attributes at 80, the mlx5dv mask right after them at 312
+        assert_eq!(std::mem::size_of::<crate::sys::ibv_device_attr>(), 312 - 80);
+        assert_eq!(
+            std::mem::offset_of!(crate::sys::ibv_device_attr, max_qp_rd_atom),
+            crate::oob::perftest::negotiate_offsets().1
+        );
+        assert_eq!(NEGOTIATION_BYTES, 320);
     }
 
     #[test]
