@@ -1211,7 +1211,20 @@ fn a_perftest_bandwidth_peer_given_other_flags_is_named() {
         wait_port(&port);
         let mut c = exec(
             &d,
-            &["ib_write_bw", "-d", "model0", "-s", "65536", "-n", "2000", "-q", pt_q, "-p", &port, "127.0.0.1"],
+            &[
+                "ib_write_bw",
+                "-d",
+                "model0",
+                "-s",
+                "65536",
+                "-n",
+                "2000",
+                "-q",
+                pt_q,
+                "-p",
+                &port,
+                "127.0.0.1",
+            ],
         )
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
@@ -1223,6 +1236,9 @@ fn a_perftest_bandwidth_peer_given_other_flags_is_named() {
         let _ = finish(c, limit);
         let err = text(&s.stderr);
         assert_eq!(s.status.code(), Some(1), "-q {rp_q} against {pt_q}: {err}");
-        assert!(err.contains(expect) && err.contains("give both sides the same"), "-q {rp_q} against {pt_q}: {err}");
+        assert!(
+            err.contains(expect) && err.contains("give both sides the same"),
+            "-q {rp_q} against {pt_q}: {err}"
+        );
     }
 }

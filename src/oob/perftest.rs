@@ -170,6 +170,13 @@ pub fn version_value(v: &str) -> f64 {
     v[..end].parse().unwrap_or(0.0)
 }
 
+/// Whether a GID is an IPv4-mapped address (RoCE v2 over IPv4; perftest's `ipv6_addr_v4mapped`:
+/// `::ffff:a.b.c.d`, or an IPv4-encoded multicast address `ff0e::ffff:a.b.c.d`).
+pub fn v4_mapped(gid: &[u8; 16]) -> bool {
+    let tail = gid[8..12] == [0, 0, 0xff, 0xff];
+    tail && (gid[..8] == [0; 8] || gid[..8] == [0xff, 0x0e, 0, 0, 0, 0, 0, 0])
+}
+
 /// What the opening exchanges settled.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Opening {
@@ -591,6 +598,15 @@ mod tests {
         assert_eq!(BwReport::decode(&m), r);
         // 0.016004 Mpps x 65536 B = 1000.26 MB/s: MB/s
         assert_eq!(r.unit(), Some("MB/sec"));
+        // perftest's GID types: IPv4-mapped (unicast or multicast) or not
+        let mut g = [0u8; 16];
+        assert!(!v4_mapped(&g));
+        g[10..].copy_from_slice(&[0xff, 0xff, 192, 0, 2, 1]);
+        assert!(v4_mapped(&g));
+        g[..2].copy_from_slice(&[0xff, 0x0e]);
+        assert!(v4_mapped(&g));
+        g[..2].copy_from_slice(&[0xfe, 0x80]);
+        assert!(!v4_mapped(&g));
         let g = BwReport {
             bw_avg: 0.016004 * 65536.0 * 8e6 / 1e9,
             ..r

@@ -252,7 +252,9 @@ mod tests {
         // data_validation: compared with 6.29, padding in 6.28
         let mut b = perftest_write_bw();
         b[76..80].copy_from_slice(&1i32.to_be_bytes());
-        assert!(ours().mismatch(&Negotiation::decode(&b), super::super::NEGOTIATES).is_none());
+        assert!(ours()
+            .mismatch(&Negotiation::decode(&b), super::super::NEGOTIATES)
+            .is_none());
         let m = ours().mismatch(&Negotiation::decode(&b), 6.29).expect("a mismatch");
         assert!(
             m.starts_with("data_validation mismatch: rdmaprobe OFF, perftest ON"),

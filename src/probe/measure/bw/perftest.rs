@@ -20,7 +20,9 @@ use crate::backend::{BackendKind, OpKind};
 use crate::oob::perftest::{BwReport, Key, Opening};
 use crate::oob::QpInfo;
 use crate::probe::check::{counters, diag};
-use crate::probe::measure::lat::perftest::{gid_form, negotiation, opening, our_key, out_reads, their_info};
+use crate::probe::measure::lat::perftest::{
+    gid_form, gid_types_match, negotiation, opening, our_key, out_reads, their_info,
+};
 use crate::probe::measure::session;
 use crate::probe::report::{Report, Role, Runs};
 use crate::probe::{Backends, BwPlan, Observer, PeerSpec, Plan, ProbeError, Sizes, INTERRUPTED};
@@ -116,6 +118,7 @@ fn connect(
         }
         theirs.push(t);
     }
+    gid_types_match(&mine[0], &theirs[0])?;
     if b.op == OpKind::Read && theirs[0].out_reads < depth {
         // perftest's responder takes its own -o at once: this side's initiator goes no further
         // (perftest does the same with this side's out_reads)

@@ -181,6 +181,29 @@ pub(in crate::probe) fn negotiation(
     })
 }
 
+/// perftest's own check after the first key message (`ctx_check_gid_compatibility`): both GIDs
+/// IPv4-mapped (RoCE v2 over IPv4) or neither; perftest stops otherwise, and so does this side,
+/// naming both.
+pub(in crate::probe) fn gid_types_match(mine: &Key, theirs: &Key) -> Result<(), ProbeError> {
+    let kind = |k: &Key| crate::oob::perftest::v4_mapped(&k.gid.unwrap_or([0; 16]));
+    if kind(mine) == kind(theirs) {
+        return Ok(());
+    }
+    let say = |v4: bool| {
+        if v4 {
+            "IPv4-mapped (RoCE v2 over IPv4)"
+        } else {
+            "not IPv4-mapped"
+        }
+    };
+    Err(ProbeError::Invalid(format!(
+        "the GID types differ, as perftest checks them: this side's GID is {}, perftest's {}: give both sides a \
+         GID of the same IP version (-x)",
+        say(kind(mine)),
+        say(kind(theirs))
+    )))
+}
+
 /// This side connected to perftest: the end, both key messages, what the opening settled.
 struct Link {
     end: AnyEnd,
@@ -212,6 +235,7 @@ fn connect(
     let depth = out_reads(dev, op)?;
     let mine = our_key(&info, gid_form(dev), depth);
     let theirs = tcp.perftest_keys(&mine)?;
+    gid_types_match(&mine, &theirs)?;
     if op != OpKind::Send {
         let again = tcp.perftest_keys(&mine)?;
         if again != theirs {
@@ -507,6 +531,33 @@ mod tests {
         let r = their_info(&k, 4096, OpKind::Read);
         assert_eq!((r.addr, r.len / 2), (k.vaddr, 4096));
         assert_eq!((r.qpn, r.psn, r.rkey), (0x12, 0x34, 9));
+    }
+
+    #[test]
+    fn gid_types_are_checked_as_perftest_checks_them() {
+        let key = |gid: Option<[u8; 16]>| Key {
+            lid: 0,
+            out_reads: 1,
+            qpn: 1,
+            psn: 1,
+            rkey: 1,
+            vaddr: 0,
+            srqn: 0,
+            gid,
+        };
+        let mut v4 = [0u8; 16];
+        v4[10..].copy_from_slice(&[0xff, 0xff, 192, 0, 2, 1]);
+        let mut v6 = [0u8; 16];
+        v6[..2].copy_from_slice(&[0xfe, 0x80]);
+        assert!(gid_types_match(&key(Some(v4)), &key(Some(v4))).is_ok());
+        assert!(gid_types_match(&key(Some(v6)), &key(None)).is_ok());
+        let e = gid_types_match(&key(Some(v4)), &key(Some(v6)))
+            .expect_err("types differ")
+            .to_string();
+        assert!(
+            e.contains("this side's GID is IPv4-mapped (RoCE v2 over IPv4), perftest's not"),
+            "{e}"
+        );
     }
 
     #[test]
