@@ -930,8 +930,8 @@ fn a_perftest_peer_given_other_flags_is_named_not_waited_for() {
     for (op, pt_flags, expect) in [
         ("send", ["-s", "64", "-n", "2000"], "carried 64 B, this side's -s is 8"),
         ("send", ["-s", "8", "-n", "1000"], "give both sides the same -s and -n"),
-        ("send", ["-s", "8", "-n", "3000"], "was it given a larger -n?"),
-        ("write", ["-s", "8", "-n", "3000"], "was it given a larger -n?"),
+        ("send", ["-s", "8", "-n", "3000"], "was it given a larger -n"),
+        ("write", ["-s", "8", "-n", "3000"], "was it given a larger -n"),
     ] {
         let port = free_port().to_string();
         let program = format!("ib_{op}_lat");

@@ -16,10 +16,11 @@
 //! - a peer of 6.28 or later (perftest 26.01 on) negotiates after the MTU: both send their
 //!   parameters and device limits (`negotiate`), and a difference ends the run naming it.
 //!
-//! rdmaprobe says it is perftest [`VERSION`] (6.29): a peer of 6.28 or later negotiates with it,
-//! so it learns that rdmaprobe's QPs do not use mlx5's enhanced reorder and turns its own off
-//! (which a peer that skipped the negotiation would not); an older peer does not negotiate,
-//! and nothing else in its exchange depends on the version beyond what 6.06 already said.
+//! rdmaprobe says it is perftest [`VERSION`] (6.29): a peer of 6.28 or later negotiates with it
+//! (6.28 as released does with every peer, 6.29 with one of 6.28 or later), so it learns that
+//! rdmaprobe's QPs do not use mlx5's enhanced reorder and turns its own off (which a 6.29 that
+//! skipped the negotiation would not); an older peer does not negotiate, and nothing else in its
+//! exchange depends on the version beyond what 6.06 already said.
 #![forbid(unsafe_code)]
 
 mod negotiate;

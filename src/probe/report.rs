@@ -422,7 +422,7 @@ impl Report {
                  server the count)"
             )
         } else if self.params["peer_tool"]["name"] == "perftest" {
-            "runs are -n messages per QP (perftest does not exchange -n: give both sides the same)".to_string()
+            "runs are -n messages per QP (as perftest was given)".to_string()
         } else if self.role != Role::Loopback && min_ms == 0 {
             "runs are -n messages per QP (client and server agree on them)".to_string()
         } else if self.role != Role::Loopback {

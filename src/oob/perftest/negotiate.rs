@@ -3,7 +3,11 @@
 //! `struct perftest_parameters_negotiate` (320 bytes: perftest built with mlx5dv, as every
 //! build on an rdma-core with it) to a peer of 6.28 or later, compares the peer's field by
 //! field and exits on the first that differs (`"<name> mismatch: local=..., remote=..."`).
-//! Layout (x86-64, read from perftest 6.28's and 6.29's `perftest_parameters.h`):
+//! perftest 6.28 as released (26.01) sends it to every peer; 6.29 only to a peer of 6.28 or
+//! later. Without mlx5dv (a perftest built on an rdma-core without it) the struct is 312 bytes,
+//! which rdmaprobe does not speak: the exchange then falls out of step at the next key message.
+//! Layout (x86-64, read from perftest 6.28's and 6.29's `perftest_parameters.h`; the device
+//! attributes in the sender's byte order, little-endian on x86-64 and arm64):
 //!
 //! | offset | field | encoding |
 //! |---|---|---|
@@ -38,54 +42,86 @@ pub fn negotiate_offsets() -> (usize, usize) {
 /// perftest's default `-D` (`DEF_DURATION`), which it sends when the test runs by iterations.
 pub const DEF_DURATION: u32 = 5;
 
-/// The fields perftest compares, as it names them, with the flag that sets each on its command
-/// line (and rdmaprobe's, where it has one) and the names of its values (`None`: a number).
+/// The fields perftest compares, as it names them, with what to do where they differ (the flag
+/// on its command line, and rdmaprobe's) and the names of its values (`None`: a number).
 const FIELDS: [(&str, &str, Option<&[&str]>); 17] = [
-    ("test_method", "-a", Some(&["RUN_REGULAR", "RUN_ALL", "RUN_INFINITELY"])),
+    (
+        "test_method",
+        "give perftest no -a (rdmaprobe runs one size against it)",
+        Some(&["RUN_REGULAR", "RUN_ALL", "RUN_INFINITELY"]),
+    ),
     (
         "connection_type",
-        "-c",
+        "give perftest no -c (RC only against it)",
         Some(&["RC", "UC", "UD", "RawEth", "XRC", "DC", "SRD"]),
     ),
     (
         "verb",
-        "the test (ib_write_*, ib_send_*, ib_read_*, ib_atomic_* against write, send, read, atomic)",
+        "run the same test (ib_write_*, ib_send_*, ib_read_*, ib_atomic_* against write, send, read, atomic)",
         Some(&["SEND", "SEND_IMM", "WRITE", "WRITE_IMM", "READ", "ATOMIC"]),
     ),
     (
         "tst",
-        "the test (ib_*_lat against lat, ib_*_bw against bw)",
+        "run the same test (ib_*_lat against lat, ib_*_bw against bw)",
         Some(&["LAT", "BW", "LAT_BY_BW", "FS_RATE"]),
     ),
-    ("atomicType", "-A", Some(&["CMP_AND_SWAP", "FETCH_AND_ADD"])),
-    ("test_type", "-D", Some(&["ITERATIONS", "DURATION"])),
-    ("report_fmt", "--report_gbits", Some(&["GBS", "MBS"])),
-    ("size", "-s", None),
-    ("iters", "-n", None),
+    (
+        "atomicType",
+        "give both sides the same -A",
+        Some(&["CMP_AND_SWAP", "FETCH_AND_ADD"]),
+    ),
+    (
+        "test_type",
+        "give perftest no -D (rdmaprobe runs by -n against it)",
+        Some(&["ITERATIONS", "DURATION"]),
+    ),
+    (
+        "report_fmt",
+        "give both sides the same --report_gbits (lat: give perftest none)",
+        Some(&["GBS", "MBS"]),
+    ),
+    ("size", "give both sides the same -s", None),
+    ("iters", "give both sides the same -n", None),
     (
         "aes_xts",
-        "--aes_xts (rdmaprobe does not take it)",
+        "give perftest no --aes_xts (rdmaprobe does not take it)",
         Some(&["OFF", "ON"]),
     ),
-    ("num_of_qps", "-q", None),
-    ("duration", "-D", None),
-    ("use_rdma_cm", "-R", Some(&["OFF", "ON"])),
-    ("use_write_with_imm", "--write_with_imm", Some(&["OFF", "ON"])),
+    (
+        "num_of_qps",
+        "give both sides the same -q (lat: give perftest none)",
+        None,
+    ),
+    (
+        "duration",
+        "give perftest no -D (rdmaprobe runs by -n against it)",
+        None,
+    ),
+    (
+        "use_rdma_cm",
+        "give perftest no -R (rdmaprobe connects out of band against it)",
+        Some(&["OFF", "ON"]),
+    ),
+    (
+        "use_write_with_imm",
+        "give perftest none of the options rdmaprobe does not take",
+        Some(&["OFF", "ON"]),
+    ),
     (
         "no_enhanced_reorder",
-        "--no_enhanced_reorder (rdmaprobe does not take it: its QPs never use enhanced reorder, and its mlx5dv mask \
-         in this struct has no OOO_RECV_WRS bit, so perftest turns enhanced reorder off by itself: give perftest no \
-         --no_enhanced_reorder)",
+        "give perftest no --no_enhanced_reorder (rdmaprobe does not take it: its QPs never use enhanced reorder, \
+         and its mlx5dv mask in this struct has no OOO_RECV_WRS bit, so perftest turns enhanced reorder off by \
+         itself)",
         Some(&["OFF", "ON"]),
     ),
     (
         "sig_offload",
-        "--sig_offload (rdmaprobe does not take it)",
+        "give perftest no --sig_offload (rdmaprobe does not take it)",
         Some(&["OFF", "ON"]),
     ),
     (
         "data_validation",
-        "--data_validation (rdmaprobe does not take it)",
+        "give perftest no --data_validation (rdmaprobe does not take it)",
         Some(&["OFF", "ON"]),
     ),
 ];
@@ -95,7 +131,7 @@ const FIELDS: [(&str, &str, Option<&[&str]>); 17] = [
 /// device's `max_qp_rd_atom` and its mlx5dv comp mask.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Negotiation {
-    /// `test_method` .. `data_validation`, in [`FIELDS`]' order.
+    /// `test_method` .. `data_validation`, in perftest's order (the module's table).
     pub fields: [u64; 17],
     /// `attr.max_qp_rd_atom`.
     pub max_qp_rd_atom: u32,
@@ -153,13 +189,13 @@ impl Negotiation {
     pub fn mismatch(&self, theirs: &Negotiation, peer_version: f64) -> Option<String> {
         let compared = if peer_version >= 6.29 { 17 } else { 16 };
         (0..compared).find(|&i| self.fields[i] != theirs.fields[i]).map(|i| {
-            let (name, flag, names) = FIELDS[i];
+            let (name, hint, names) = FIELDS[i];
             let show = |v: u64| match names.and_then(|n| n.get(v as usize)) {
                 Some(s) => (*s).to_string(),
                 None => v.to_string(),
             };
             format!(
-                "{name} mismatch: rdmaprobe {}, perftest {}: give both sides the same {flag}",
+                "{name} mismatch: rdmaprobe {}, perftest {}: {hint}",
                 show(self.fields[i]),
                 show(theirs.fields[i])
             )

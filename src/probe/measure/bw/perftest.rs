@@ -84,6 +84,14 @@ fn buffer_len(size: u32, cycle: u32, base: usize) -> (usize, u64) {
     ((2 * room as usize).max(base).next_multiple_of(4096), room)
 }
 
+/// The outstanding READs this side's QPs may issue against a responder that takes `peer` at
+/// once: the largest power of two not above it (a device keeps a power of two: mlx5 and rxe
+/// round a value up, which would exceed the peer's), at least 1, at most 128.
+fn initiator_depth(peer: u32) -> u8 {
+    let p = peer.clamp(1, 128);
+    (1u32 << (31 - p.leading_zeros())) as u8
+}
+
 /// perftest's exchange for a bandwidth test on `tcp`: the opening, `b.qps` QPs of `kind` made
 /// and connected between the key messages as perftest's `main` does (module text).
 fn connect(
@@ -119,13 +127,16 @@ fn connect(
         theirs.push(t);
     }
     gid_types_match(&mine[0], &theirs[0])?;
-    if b.op == OpKind::Read && theirs[0].out_reads < depth {
+    let client = !matches!(plan.peer, PeerSpec::Listen { .. });
+    if client && b.op == OpKind::Read && theirs[0].out_reads < depth {
         // perftest's responder takes its own -o at once: this side's initiator goes no further
-        // (perftest does the same with this side's out_reads)
-        let peer = u8::try_from(theirs[0].out_reads.max(1)).unwrap_or(u8::MAX);
-        set.dev.opts_mut().path.max_rd_atomic = Some(peer);
+        // (perftest does the same with this side's out_reads). Devices keep a power of two
+        // (mlx5 and rxe round up): the largest not above the peer's
+        let cap = initiator_depth(theirs[0].out_reads);
+        set.dev.opts_mut().path.max_rd_atomic = Some(cap);
         warnings.push(format!(
-            "perftest's QPs answer {} READs at once (its -o): this side's issue as many (its device takes {depth})",
+            "perftest's QPs answer {} READs at once (its -o): this side's issue at most {cap} (the power of two \
+             within it; its device takes {depth})",
             theirs[0].out_reads
         ));
     }
@@ -297,7 +308,16 @@ fn new_report(
     } else {
         "ib_write_bw"
     };
-    let params = json!({
+    let peer_tool = json!({
+            "name": "perftest", "version": o.version, "program": program, "cycle_buffer": o.cycle_buffer,
+            "cache_line": o.cache_line, "mtu": o.mtu, "peer_mtu": o.peer_mtu,
+            "peer_qpns": link.theirs.iter().map(|k| k.qpn).collect::<Vec<_>>(),
+            "peer_out_reads": link.theirs[0].out_reads,
+            "timed": if server { 0 } else { b.iters * b.qps },
+            "negotiated": o.negotiated.is_some(),
+            "describe": describe(o, (program, b, size), server),
+    });
+    let mut params = json!({
         "scenario": "bw", "window_ms": b.window.as_micros() as f64 / 1e3, "min_duration_ms": 0,
         "inline_limit": set.inline_limit, "port_active_mtu_bytes": session::active_mtu(&set.dev),
         "model_exec": set.dev.is_model().then_some("after_post"), "op": b.op.as_str(), "iters": b.iters,
@@ -308,15 +328,8 @@ fn new_report(
         "events": false, "transport": plan.transport.as_str(), "rdma_cm": null, "qps": qps,
         "role": role.as_str(),
         "peer": match &role { Role::Loopback => None, Role::Client(p) | Role::Server(p) => Some(p.clone()) },
-        "peer_tool": {
-            "name": "perftest", "version": o.version, "program": program, "cycle_buffer": o.cycle_buffer,
-            "cache_line": o.cache_line, "mtu": o.mtu, "peer_mtu": o.peer_mtu,
-            "peer_qpns": link.theirs.iter().map(|k| k.qpn).collect::<Vec<_>>(),
-            "peer_out_reads": link.theirs[0].out_reads,
-            "timed": if server { 0 } else { b.iters * b.qps },
-            "describe": describe(o, (program, b, size), server),
-        },
     });
+    params["peer_tool"] = peer_tool;
     Report {
         plan: plan.clone(),
         role,
@@ -363,9 +376,13 @@ fn describe(o: &Opening, (program, b, size): (&str, &BwPlan, u32), server: bool)
             }
         )
     };
+    let flags = if o.negotiated.is_some() {
+        "it negotiated -s, -n and -q with this side"
+    } else {
+        "it does not exchange -s, -n and -q: give both sides the same"
+    };
     format!(
-        "perftest {} ({program}, {} QP(s), {} messages of {size} B per QP; it does not exchange -s, -n and -q: \
-         give both sides the same); this side, {what}",
+        "perftest {} ({program}, {} QP(s), {} messages of {size} B per QP; {flags}); this side, {what}",
         o.version, b.qps, b.iters
     )
 }
@@ -373,6 +390,15 @@ fn describe(o: &Opening, (program, b, size): (&str, &BwPlan, u32), server: bool)
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_initiator_depth_is_the_power_of_two_within_the_peers() {
+        let got: Vec<u8> = [0, 1, 2, 3, 5, 6, 8, 15, 16, 1000]
+            .into_iter()
+            .map(initiator_depth)
+            .collect();
+        assert_eq!(got, [1, 1, 2, 2, 4, 4, 8, 8, 16, 128]);
+    }
 
     #[test]
     fn the_buffer_holds_a_cycle_buffer_past_the_address_given() {

@@ -278,28 +278,32 @@ fn connect(
 /// given a larger -n is still waiting for a message (or for the answer to one), and that is an
 /// error naming -n, not a run. `ib_write_lat` has no closing exchange: its end is its process
 /// closing the connection. The others close with `ctx_close_connection`: the key message once
-/// more, then "done" with its NUL (which perftest 6.06 writes and does not read: this side
-/// reads nothing more either). The server of READ and atomics waits here for the client's
-/// whole run: up to `-n` iterations of 1 ms each beyond the out-of-band timeout and the stall
-/// deadline.
+/// more, then "done" with its NUL (which perftest 6.06 writes and does not read, and 6.17 and
+/// later neither write nor read: unread, it does them no harm; this side reads nothing more
+/// either). perftest ends after its report, which sorts its samples (and with -U or -H prints
+/// a line each): its end may take the stall deadline and 2 us a sample. The server of READ and
+/// atomics waits here for the client's whole run: up to `-n` iterations of 1 ms each beyond the
+/// out-of-band timeout and the stall deadline.
 fn close(tcp: &mut crate::oob::Peer, plan: &Plan, l: &LatPlan, mine: &Key) -> Result<(), ProbeError> {
     let ping_pong = matches!(l.op, OpKind::Write | OpKind::Send);
+    let end = plan.stall + std::time::Duration::from_micros(l.iters.saturating_mul(2).min(u64::MAX / 2));
     let larger_n = || {
         ProbeError::Invalid(format!(
-            "perftest did not end its test within {:?} of this side's end after -n {} messages: was it given a \
-             larger -n? perftest does not exchange -n; give both sides the same",
-            plan.stall, l.iters
+            "perftest did not end its test within {end:?} of this side's end after -n {} messages: was it given a \
+             larger -n (perftest 6.06 does not exchange it: give both sides the same), or is it still printing \
+             its report (-U, -H: a larger --stall-secs gives it longer)?",
+            l.iters
         ))
     };
     if l.op == OpKind::Write {
-        return match tcp.perftest_await_close(plan.stall)? {
+        return match tcp.perftest_await_close(end)? {
             true => Ok(()),
             false => Err(larger_n()),
         };
     }
     let run = std::time::Duration::from_millis(l.iters.min(u64::MAX / 2));
     tcp.set_timeout(if ping_pong {
-        plan.stall
+        end
     } else {
         plan.oob_timeout + plan.stall + run
     })?;
@@ -449,6 +453,7 @@ fn peer_json(o: &Opening, (op, server): (OpKind, bool), theirs: &Key, iters: u64
         "peer_qpn": theirs.qpn,
         "peer_out_reads": theirs.out_reads,
         "timed": crate::scenario::lat::perftest::timed(op, server, iters),
+        "negotiated": o.negotiated.is_some(),
         "describe": describe(o, (op, server), iters),
     })
 }
@@ -494,9 +499,13 @@ fn describe(o: &Opening, (op, server): (OpKind, bool), iters: u64) -> String {
     } else {
         format!("{n} round trips (its last {name} has no answer)")
     };
+    let flags = if o.negotiated.is_some() {
+        "it negotiated -s and -n with this side"
+    } else {
+        "it does not exchange -s and -n: give both sides the same"
+    };
     format!(
-        "perftest {} ({}, its conventions: {conventions}; it does not exchange -s and -n: a peer given others stalls \
-         the run); this side, the {side}, timed {what}",
+        "perftest {} ({}, its conventions: {conventions}; {flags}); this side, the {side}, timed {what}",
         o.version,
         program(op)
     )
