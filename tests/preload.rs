@@ -772,6 +772,56 @@ fn perftest_typical(out: &str) -> Option<(u64, f64)> {
     Some((row.get(1)?.parse().ok()?, row.get(4)?.parse().ok()?))
 }
 
+/// rdmaprobe (`rp`: its command but the peer's address) against perftest (`pt`: the program
+/// and its flags but the address, under `model0 exec`), `rdmaprobe_serves` choosing the server;
+/// rdmaprobe pins its client to the first CPU and its server to the last, perftest goes on the
+/// other one. Both run to their end (or the deadline): rdmaprobe's output, then perftest's.
+fn against_perftest(
+    d: &ModelDir,
+    mut rp: Command,
+    pt: &[&str],
+    port: &str,
+    rdmaprobe_serves: bool,
+) -> (Output, Output) {
+    let limit = Duration::from_secs(DEADLINE_S + 10);
+    let cpu = if rdmaprobe_serves { "0" } else { "1" };
+    let mut a = vec!["taskset", "-c", cpu];
+    a.extend(pt);
+    if rdmaprobe_serves {
+        a.push("127.0.0.1");
+    } else {
+        rp.arg("127.0.0.1");
+    }
+    let perftest = exec(d, &a);
+    let (server, client) = if rdmaprobe_serves {
+        (rp, perftest)
+    } else {
+        (perftest, rp)
+    };
+    let s = { server }
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("starting the server");
+    wait_listening(port);
+    let c = run_until(client, limit);
+    let s = finish(s, limit);
+    if rdmaprobe_serves {
+        (s, c)
+    } else {
+        (c, s)
+    }
+}
+
+/// Waits (60 s at most) until something listens on `port` (perftest's client tries once).
+fn wait_listening(port: &str) {
+    let start = Instant::now();
+    while !listening(port.parse().unwrap_or(0)) && start.elapsed() < Duration::from_secs(60) {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
 /// One perftest latency program against `rdmaprobe lat OP --peer perftest` under `model0 exec`,
 /// each side the server in turn, every backend (issue 23): both exit 0 (perftest's closing
 /// exchange included), perftest counts its -n, rdmaprobe the round trips perftest's conventions
@@ -787,7 +837,6 @@ fn perftest_peer_case(op: &str, program: &str, extra: &[&str]) {
     }
     let _one = PAIRS.lock().unwrap_or_else(|p| p.into_inner());
     let d = ModelDir::new("perftest-peer");
-    let limit = Duration::from_secs(DEADLINE_S + 10);
     let n = "2000";
     let ping_pong = matches!(op, "write" | "send");
     for backend in ["verbs", "wr", "direct"] {
@@ -802,38 +851,14 @@ fn perftest_peer_case(op: &str, program: &str, extra: &[&str]) {
             .args(["--backend", backend, "--oob-timeout", "60", "--json"])
             .arg(&json)
             .env("RDMAPROBE_MODEL_DIR", &d.0);
-            // rdmaprobe pins its client to the first CPU, its server to the last: perftest on
-            // the other one
-            let cpu = if rdmaprobe_serves { "0" } else { "1" };
-            let pt = |client: bool| {
-                let mut a = vec![
-                    "taskset", "-c", cpu, program, "-d", "model0", "-s", "8", "-n", n, "-p", &port,
-                ];
-                a.extend(extra);
-                if client {
-                    a.push("127.0.0.1");
-                }
-                exec(&d, &a)
-            };
-            let (server, client) = if rdmaprobe_serves {
-                (rp, pt(true))
+            let mut pt = vec![program, "-d", "model0", "-s", "8", "-n", n, "-p", &port];
+            pt.extend(extra);
+            let (rp_out, pt_out) = &against_perftest(&d, rp, &pt, &port, rdmaprobe_serves);
+            let (s, c) = if rdmaprobe_serves {
+                (rp_out, pt_out)
             } else {
-                rp.arg("127.0.0.1");
-                (pt(false), rp)
+                (pt_out, rp_out)
             };
-            let s = { server }
-                .stdin(Stdio::null())
-                .stdout(Stdio::piped())
-                .stderr(Stdio::piped())
-                .spawn()
-                .expect("starting the server");
-            let start = Instant::now();
-            while !listening(port.parse().unwrap_or(0)) && start.elapsed() < Duration::from_secs(60) {
-                std::thread::sleep(Duration::from_millis(20));
-            }
-            let c = run_until(client, limit);
-            let s = finish(s, limit);
-            let (rp_out, pt_out) = if rdmaprobe_serves { (&s, &c) } else { (&c, &s) };
             let what = format!(
                 "{op} {backend}, rdmaprobe the {}",
                 if rdmaprobe_serves { "server" } else { "client" }
@@ -943,10 +968,7 @@ fn a_perftest_peer_given_other_flags_is_named_not_waited_for() {
             .stderr(Stdio::piped())
             .spawn()
             .expect("starting perftest");
-        let start = Instant::now();
-        while !listening(port.parse().unwrap_or(0)) && start.elapsed() < Duration::from_secs(60) {
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        wait_listening(&port);
         let mut rp = Command::new(EXE);
         rp.args([
             "lat", op, "--peer", "perftest", "-d", "model0", "-s", "8", "-n", "2000", "-p", &port,
@@ -998,7 +1020,6 @@ fn perftest_bw_case(op: &str, program: &str, extra: &[&str]) {
     }
     let _one = PAIRS.lock().unwrap_or_else(|p| p.into_inner());
     let d = ModelDir::new("perftest-bw");
-    let limit = Duration::from_secs(DEADLINE_S + 10);
     let (size, n) = ("65536", "2000");
     let qps: u64 = extra
         .windows(2)
@@ -1017,36 +1038,14 @@ fn perftest_bw_case(op: &str, program: &str, extra: &[&str]) {
             .args(["--backend", backend, "--oob-timeout", "60", "--json"])
             .arg(&json)
             .env("RDMAPROBE_MODEL_DIR", &d.0);
-            let cpu = if rdmaprobe_serves { "0" } else { "1" };
-            let pt = |client: bool| {
-                let mut a = vec![
-                    "taskset", "-c", cpu, program, "-d", "model0", "-s", size, "-n", n, "-p", &port,
-                ];
-                a.extend(extra);
-                if client {
-                    a.push("127.0.0.1");
-                }
-                exec(&d, &a)
-            };
-            let (server, client) = if rdmaprobe_serves {
-                (rp, pt(true))
+            let mut pt = vec![program, "-d", "model0", "-s", size, "-n", n, "-p", &port];
+            pt.extend(extra);
+            let (rp_out, pt_out) = &against_perftest(&d, rp, &pt, &port, rdmaprobe_serves);
+            let (s, c) = if rdmaprobe_serves {
+                (rp_out, pt_out)
             } else {
-                rp.arg("127.0.0.1");
-                (pt(false), rp)
+                (pt_out, rp_out)
             };
-            let s = { server }
-                .stdin(Stdio::null())
-                .stdout(Stdio::piped())
-                .stderr(Stdio::piped())
-                .spawn()
-                .expect("starting the server");
-            let start = Instant::now();
-            while !listening(port.parse().unwrap_or(0)) && start.elapsed() < Duration::from_secs(60) {
-                std::thread::sleep(Duration::from_millis(20));
-            }
-            let c = run_until(client, limit);
-            let s = finish(s, limit);
-            let (rp_out, pt_out) = if rdmaprobe_serves { (&s, &c) } else { (&c, &s) };
             let what = format!(
                 "{op} {extra:?} {backend}, rdmaprobe the {}",
                 if rdmaprobe_serves { "server" } else { "client" }
@@ -1138,12 +1137,6 @@ fn a_perftest_bandwidth_peer_given_other_flags_is_named() {
         }
         rp
     };
-    let wait_port = |port: &str| {
-        let start = Instant::now();
-        while !listening(port.parse().unwrap_or(0)) && start.elapsed() < Duration::from_secs(60) {
-            std::thread::sleep(Duration::from_millis(20));
-        }
-    };
     // perftest's client with -n 1000
     let port = free_port().to_string();
     let s = rdmaprobe(&port, false)
@@ -1152,7 +1145,7 @@ fn a_perftest_bandwidth_peer_given_other_flags_is_named() {
         .stderr(Stdio::piped())
         .spawn()
         .expect("starting rdmaprobe");
-    wait_port(&port);
+    wait_listening(&port);
     let c = run_until(
         exec(
             &d,
@@ -1190,7 +1183,7 @@ fn a_perftest_bandwidth_peer_given_other_flags_is_named() {
     .stderr(Stdio::piped())
     .spawn()
     .expect("starting perftest");
-    wait_port(&port);
+    wait_listening(&port);
     let c = run_until(rdmaprobe(&port, true), limit);
     let _ = s.kill();
     let _ = finish(s, limit);
@@ -1208,7 +1201,7 @@ fn a_perftest_bandwidth_peer_given_other_flags_is_named() {
             .stderr(Stdio::piped())
             .spawn()
             .expect("starting rdmaprobe");
-        wait_port(&port);
+        wait_listening(&port);
         let mut c = exec(
             &d,
             &[
