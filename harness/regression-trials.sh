@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# harness/regression-trials.sh [--trials T] [--spin N] [--max-runs M] [--scenario post-cost|lat] [--same-build]
+# harness/regression-trials.sh [--trials T] [--spin N] [--max-runs M] [--scenario post-cost|lat] [--same-build] [--only identical|slowed]
 #
 # The false-alarm and detection rates of runs until decided against a real libmlx5 change, on
 # model0. Builds rdma-core 56.1 three times from Debian's source (harness/rdma-core-56.sh,
@@ -14,11 +14,11 @@
 # COMPARE_ARGS default "--metric p50 --threshold 2" (a threshold below the change to find: the
 # rule's significance, not the threshold, keeps the false alarms). Prints each trial's exit and
 # runs per side, then the rates. --same-build: the identical trials run the plain build on both
-# sides (no second build: CI's smaller version). Exit 0 when the trials ran (the rates are the result), 3 when a
+# sides (no second build: CI's smaller version); --only runs one kind's trials. Exit 0 when the trials ran (the rates are the result), 3 when a
 # build or a run failed.
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
-trials=20 spin=6 max=8 scenario=post-cost same=0
+trials=20 spin=6 max=8 scenario=post-cost same=0 only=
 while (($#)); do
   case $1 in
     --trials) trials=${2:-}; shift $(($# > 1 ? 2 : 1));;
@@ -26,9 +26,16 @@ while (($#)); do
     --max-runs) max=${2:-}; shift $(($# > 1 ? 2 : 1));;
     --scenario) scenario=${2:-}; shift $(($# > 1 ? 2 : 1));;
     --same-build) same=1; shift;;
-    *) echo "usage: $0 [--trials T] [--spin N] [--max-runs M] [--scenario post-cost|lat] [--same-build]" >&2; exit 2;;
+    --only) only=${2:-}; shift $(($# > 1 ? 2 : 1));;
+    *) echo "usage: $0 [--trials T] [--spin N] [--max-runs M] [--scenario post-cost|lat] [--same-build] [--only identical|slowed]" >&2; exit 2;;
   esac
 done
+kinds=(identical slowed)
+case $only in
+  "") ;;
+  identical|slowed) kinds=("$only");;
+  *) echo "--only: identical or slowed" >&2; exit 2;;
+esac
 [[ $trials =~ ^[1-9][0-9]*$ && $spin =~ ^[1-9][0-9]*$ && $max =~ ^[1-9][0-9]*$ ]] || { echo "T, N: positive integers; M: 3 to 1000" >&2; exit 2; }
 ((max >= 3 && max <= 1000)) || { echo "--max-runs: 3 to 1000" >&2; exit 2; }
 case $scenario in
@@ -58,7 +65,7 @@ plain=${bins[0]} again=${bins[1]} slowed=${bins[-1]}
 ((same)) && again=$plain
 say "regression-trials: $trials trials each, $scenario, at most $max runs per side, COMPARE_ARGS=$COMPARE_ARGS"
 declare -A tally
-for kind in identical slowed; do
+for kind in "${kinds[@]}"; do
   other=$again
   [[ $kind == slowed ]] && other=$slowed
   for t in $(seq 1 "$trials"); do
@@ -74,7 +81,7 @@ for kind in identical slowed; do
     tally[$kind-runs]=$((${tally[$kind-runs]:-0} + used))
   done
 done
-for kind in identical slowed; do
+for kind in "${kinds[@]}"; do
   LC_ALL=C printf '%-10s %2d trials: %2d regression, %2d decided same, %2d undecided at %d runs; %.1f runs per side on average\n' \
     "$kind" "$trials" "${tally[$kind-1]:-0}" "${tally[$kind-0]:-0}" "${tally[$kind-4]:-0}" "$max" \
     "$(awk -v a="${tally[$kind-runs]}" -v b="$trials" 'BEGIN{print a / b}')"
