@@ -939,6 +939,94 @@ fn rdmaprobe_and_ib_atomic_lat_run_against_each_other_on_every_backend() {
     perftest_peer_case("atomic", "ib_atomic_lat", &["-A", "CMP_AND_SWAP"]);
 }
 
+/// perftest's latency table's rows: size, #iterations, t_typical (µs).
+fn perftest_lat_rows(out: &str) -> Vec<(u64, u64, f64)> {
+    out.lines()
+        .skip_while(|l| !l.contains("t_typical"))
+        .skip(1)
+        .map_while(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            Some((
+                f.first()?.parse().ok()?,
+                f.get(1)?.parse().ok()?,
+                f.get(4)?.parse().ok()?,
+            ))
+        })
+        .collect()
+}
+
+/// `-a` on both sides (issue 23): perftest's 23 sizes, 2 B to 8 MiB, one after the other with
+/// its counters restarted at each (WRITE and READ with nothing between sizes, SEND with a key
+/// exchange after its receives are posted). Each tool the server of WRITE and SEND on some
+/// backend, rdmaprobe the READ client: both exit 0, perftest's table has a row of -n per size,
+/// rdmaprobe's JSON a run per size in perftest's order with the round trips its conventions
+/// give it (READ's server, perftest, is passive and prints none), and where both time the same ping-pong, rdmaprobe's figure of perftest's definition
+/// is perftest's t_typical within 2x at every size (measured 0.96-1.04 here).
+#[test]
+fn rdmaprobe_and_perftest_run_every_size_with_a() {
+    if !have("ib_write_lat", "perftest") || !have("taskset", "util-linux") {
+        return;
+    }
+    let _one = PAIRS.lock().unwrap_or_else(|p| p.into_inner());
+    let d = ModelDir::new("perftest-all");
+    let sizes: Vec<u64> = (1..=23).map(|e| 1u64 << e).collect();
+    for (op, backend, rdmaprobe_serves) in [
+        ("write", "verbs", true),
+        ("write", "direct", false),
+        ("send", "wr", true),
+        ("send", "direct", false),
+        ("read", "verbs", false),
+    ] {
+        let port = free_port().to_string();
+        let json = d.0.join(format!("all-{op}-{backend}.json"));
+        let mut rp = Command::new(EXE);
+        rp.args([
+            "lat", op, "--peer", "perftest", "-d", "model0", "-a", "-n", "200", "-p", &port,
+        ])
+        .args(["--backend", backend, "--oob-timeout", "60", "--json"])
+        .arg(&json)
+        .env("RDMAPROBE_MODEL_DIR", &d.0);
+        let program = format!("ib_{op}_lat");
+        let pt = [program.as_str(), "-d", "model0", "-a", "-n", "200", "-p", &port];
+        let (rp_out, pt_out) = &against_perftest(&d, rp, &pt, &port, rdmaprobe_serves);
+        let what = format!("-a {op} {backend}, rdmaprobe serves: {rdmaprobe_serves}");
+        let show = |o: &Output| format!("status {:?}\n{}{}", o.status, text(&o.stdout), text(&o.stderr));
+        assert!(
+            rp_out.status.success() && pt_out.status.success(),
+            "{what}:\nrdmaprobe {}\nperftest {}",
+            show(rp_out),
+            show(pt_out)
+        );
+        let ping_pong = op != "read";
+        let pt_rows = perftest_lat_rows(&text(&pt_out.stdout));
+        let pt_sizes: Vec<u64> = pt_rows.iter().map(|r| r.0).collect();
+        // the server of READ is passive: its perftest prints no table
+        let pt_expect = if ping_pong { sizes.clone() } else { Vec::new() };
+        assert_eq!(pt_sizes, pt_expect, "{what}: perftest's table\n{}", show(pt_out));
+        assert!(pt_rows.iter().all(|r| r.1 == 200), "{what}: {pt_rows:?}");
+        let doc: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(&json).expect("rdmaprobe's JSON")).expect("JSON");
+        let runs = doc["runs"].as_array().expect("runs");
+        let ours: Vec<u64> = runs.iter().map(|r| r["size_bytes"].as_u64().unwrap_or(0)).collect();
+        assert_eq!(ours, sizes, "{what}: rdmaprobe's runs");
+        for (i, r) in runs.iter().enumerate() {
+            assert_eq!(r["iterations"], if ping_pong { 199 } else { 200 }, "{what}");
+            if let Some(pt) = pt_rows.get(i) {
+                let typical = r["perftest_ns"]["typical"].as_f64().unwrap_or(0.0);
+                let ratio = typical / (pt.2 * 1000.0);
+                assert!(
+                    (0.5..=2.0).contains(&ratio),
+                    "{what}: {} B: rdmaprobe's perftest_ns.typical {typical:.1} ns, perftest's t_typical {} us",
+                    pt.0,
+                    pt.2
+                );
+            }
+        }
+        let _ = std::fs::remove_file(&json);
+        assert_eq!(d.objects(), Vec::<String>::new(), "{what}: model0 objects left behind");
+    }
+}
+
 /// A perftest peer given another -s or -n than rdmaprobe (perftest 6.06 exchanges neither): the
 /// run ends with an error naming the flags, within the stall deadline (10 s), never a figure or
 /// a hang. ib_send_lat -s 64 against rdmaprobe's -s 8: the first SEND's length; -n 1000
@@ -957,11 +1045,13 @@ fn a_perftest_peer_given_other_flags_is_named_not_waited_for() {
         ("send", ["-s", "8", "-n", "1000"], "give both sides the same -s and -n"),
         ("send", ["-s", "8", "-n", "3000"], "was it given a larger -n"),
         ("write", ["-s", "8", "-n", "3000"], "was it given a larger -n"),
+        // -a on one side only: perftest's first size, 2 B, is not this side's -s 8
+        ("write", ["-a", "-n", "2000", ""], "-a to both or neither"),
     ] {
         let port = free_port().to_string();
         let program = format!("ib_{op}_lat");
         let mut a = vec![program.as_str(), "-d", "model0", "-p", &port];
-        a.extend(pt_flags);
+        a.extend(pt_flags.iter().filter(|f| !f.is_empty()));
         let s = exec(&d, &a)
             .stdin(Stdio::null())
             .stdout(Stdio::piped())

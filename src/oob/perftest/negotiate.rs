@@ -47,7 +47,7 @@ pub const DEF_DURATION: u32 = 5;
 const FIELDS: [(&str, &str, Option<&[&str]>); 17] = [
     (
         "test_method",
-        "give perftest no -a (rdmaprobe runs one size against it)",
+        "give both sides -a, or neither (bw: give perftest no -a)",
         Some(&["RUN_REGULAR", "RUN_ALL", "RUN_INFINITELY"]),
     ),
     (
@@ -80,7 +80,7 @@ const FIELDS: [(&str, &str, Option<&[&str]>); 17] = [
         "give both sides the same --report_gbits (lat: give perftest none)",
         Some(&["GBS", "MBS"]),
     ),
-    ("size", "give both sides the same -s", None),
+    ("size", "give both sides the same -s (-a: 8388608)", None),
     ("iters", "give both sides the same -n", None),
     (
         "aes_xts",
@@ -279,7 +279,7 @@ mod tests {
         let m = ours().mismatch(&Negotiation::decode(&b), 6.29).expect("a mismatch");
         assert_eq!(
             m,
-            "size mismatch: rdmaprobe 65536, perftest 8: give both sides the same -s"
+            "size mismatch: rdmaprobe 65536, perftest 8: give both sides the same -s (-a: 8388608)"
         );
         let mut b = perftest_write_bw();
         b[12..16].copy_from_slice(&0i32.to_be_bytes());

@@ -277,9 +277,10 @@ fn perftest_note(error: &ProbeError, plan: &crate::probe::Plan) -> &'static str 
 fn stall_note(error: &ProbeError, transport: Transport, peer: crate::probe::PeerTool) -> &'static str {
     let stalled = matches!(error, ProbeError::Scenario(ScenarioError::Stalled { .. }));
     if stalled && peer == crate::probe::PeerTool::Perftest {
-        return "; perftest does not exchange -s and -n: a peer given another size or count stalls the run \
-                (at the first message for another -s of WRITE, after the peer's last for another -n): \
-                give both sides the same -s and -n";
+        return "; perftest does not exchange -s, -a and -n: a peer given another size or count stalls the run \
+                (at the first message for another -s of WRITE, after the peer's last for another -n, at the next \
+                size where one side has -a and the other not): give both sides the same -s and -n, and -a to both or \
+                neither";
     }
     match transport {
         Transport::Uc | Transport::Ud if stalled => {

@@ -15,15 +15,17 @@
 use super::{check, open};
 use crate::backend::setup::{AnyEnd, Dev, HalfEnd, INLINE};
 use crate::backend::{BackendKind, OpKind};
+use crate::clock::Calibration;
 use crate::mlx5::sq::DbMode;
+use crate::model::Counters;
 use crate::oob::perftest::{Key, Negotiation, Opening};
-use crate::oob::QpInfo;
+use crate::oob::{Peer, QpInfo};
 use crate::probe::check::{counters, diag};
 use crate::probe::measure::session;
 use crate::probe::report::{Region, Report, Role, Runs};
 use crate::probe::{Backends, LatPlan, Observer, PeerSpec, Plan, ProbeError, Scenario, Sizes, INTERRUPTED};
 use crate::scenario::lat::LatParams;
-use crate::scenario::runner::{figures_ns, finish, Blocks};
+use crate::scenario::runner::{figures_ns, finish, Blocks, LatResult};
 use serde_json::json;
 
 /// What a perftest peer cannot do with rdmaprobe in this version, refused before anything is
@@ -41,8 +43,8 @@ fn refuse(plan: &Plan, l: &LatPlan) -> Result<(), ProbeError> {
             "-n 1: a ping-pong's follower times the round trips after the first message each way: give -n 2 or more",
         );
     }
-    if !matches!(l.sizes, Sizes::One(_)) {
-        return no("one size (-s) in this version, not -a");
+    if l.sizes == Sizes::All && l.op.is_atomic() {
+        return no("-a: perftest's atomic test moves 8 bytes and refuses -a (\"Message size cannot be changed\")");
     }
     if l.events || l.duration.is_some() || l.intervals {
         return no("-e, -D and --hdr are not in this version");
@@ -225,10 +227,14 @@ fn connect(
     tcp: &mut crate::oob::Peer,
     (plan, dev): (&Plan, &mut Dev),
     (kind, op, size, mode): (BackendKind, OpKind, u32, DbMode),
-    iters: u64,
+    (iters, all): (u64, bool),
     warnings: &mut Vec<String>,
 ) -> Result<Link, ProbeError> {
-    let mine = negotiation(dev, (op, false), (size, iters, 1), false)?;
+    let mut mine = negotiation(dev, (op, false), (size, iters, 1), false)?;
+    if all {
+        // perftest's -a: its test_method RUN_ALL (1), its size MAX_SIZE, the largest of -a
+        mine.fields[0] = 1;
+    }
     let opening = opening(tcp, plan, dev, &mine, warnings)?;
     let half = HalfEnd::new(dev, kind, op, session::buffer_len(&[size]), mode)?;
     let info = half.info(dev)?;
@@ -290,9 +296,10 @@ fn close(tcp: &mut crate::oob::Peer, plan: &Plan, l: &LatPlan, mine: &Key) -> Re
     let larger_n = || {
         ProbeError::Invalid(format!(
             "perftest did not end its test within {end:?} of this side's end after -n {} messages: was it given a \
-             larger -n (perftest 6.06 does not exchange it: give both sides the same), or is it still printing \
+             larger -n{} (perftest 6.06 does not exchange -n or -a: give both sides the same), or is it still printing \
              its report (-U, -H: a larger --stall-secs gives it longer)?",
-            l.iters
+            l.iters,
+            if l.sizes == Sizes::All { "" } else { " or -a" }
         ))
     };
     if l.op == OpKind::Write {
@@ -325,7 +332,9 @@ pub(in crate::probe) fn run(plan: &Plan, l: &LatPlan, obs: &mut dyn Observer) ->
     l.warmup = 0;
     l.blocks = 1;
     let sizes = check(plan, &l, obs)?;
-    let size = sizes[0];
+    // the buffers hold the largest (with -a perftest's MAX_SIZE, 8 MiB: its buffers' too)
+    let size = sizes.iter().copied().max().unwrap_or(8);
+    let all = l.sizes == Sizes::All;
     let (mut dev, kinds) = open(plan, &l, &sizes, obs)?;
     let &[kind] = &kinds[..] else {
         return Err(ProbeError::Usage("--peer perftest: one backend per run".into()));
@@ -340,18 +349,10 @@ pub(in crate::probe) fn run(plan: &Plan, l: &LatPlan, obs: &mut dyn Observer) ->
         &mut tcp,
         (plan, &mut dev),
         (kind, l.op, size, mode),
-        l.iters,
+        (l.iters, all),
         &mut warnings,
     )?;
     let inline_limit = l.inline_size.unwrap_or(INLINE);
-    let p = LatParams {
-        op: l.op,
-        size,
-        iters: l.iters,
-        warmup: 0,
-        inline: l.op.carries_payload() && size <= inline_limit,
-        stall: plan.stall,
-    };
     let peer_addr = crate::oob::Rendezvous::peer_name(&tcp);
     let role = if server {
         Role::Server(peer_addr.clone())
@@ -388,28 +389,68 @@ pub(in crate::probe) fn run(plan: &Plan, l: &LatPlan, obs: &mut dyn Observer) ->
         regions: vec![region],
     };
     obs.started(&report);
-    if crate::scenario::lat::perftest::timed(l.op, server, l.iters) > 0 {
+    let sides = (kind, server, inline_limit);
+    let rows = each_size(
+        &mut tcp,
+        &mut link,
+        (plan, &l, &dev, &before),
+        sides,
+        &sizes,
+        &report.clock,
+    )?;
+    // perftest's end first: the rows of a run whose peer was given another -n are not figures
+    close(&mut tcp, plan, &l, &link.mine)?;
+    for (i, r) in rows.into_iter().enumerate() {
+        if let Runs::Lat(v) = &mut report.runs {
+            v.push(r);
+        }
+        obs.finished(&report, i);
+    }
+    report.counters = counters::CounterDelta::since(before, &dev);
+    Ok(report)
+}
+
+/// Runs perftest's test at each size in turn (one with `-s`, 2 B to 8 MiB with `-a`) on the one
+/// connection and returns this side's rows (none for the passive server of READ and atomics).
+fn each_size(
+    tcp: &mut Peer,
+    link: &mut Link,
+    (plan, l, dev, before): (&Plan, &LatPlan, &Dev, &Option<(&'static str, Counters)>),
+    (kind, server, inline_limit): (BackendKind, bool, u32),
+    sizes: &[u32],
+    clock: &Calibration,
+) -> Result<Vec<LatResult>, ProbeError> {
+    let mut rows = Vec::new();
+    for (i, &size) in sizes.iter().enumerate() {
+        let p = LatParams {
+            op: l.op,
+            size,
+            iters: l.iters,
+            warmup: 0,
+            inline: l.op.carries_payload() && size <= inline_limit,
+            stall: plan.stall,
+        };
+        if i > 0 && l.op == OpKind::Send {
+            // perftest's -a: before each size after the first, its receives posted, a key
+            // exchange (this side's receives, of the largest size, are still posted: each one
+            // taken was posted again)
+            tcp.perftest_keys(&link.mine)?;
+        }
+        if crate::scenario::lat::perftest::timed(l.op, server, l.iters) == 0 {
+            continue;
+        }
         let end = &mut link.end;
         let samples = crate::scenario::lat::perftest::side(end, server, &p, &INTERRUPTED).map_err(|e| {
             diag::failed(
-                diag::Bundle::of(plan, &dev, &before, vec![end.describe()]),
+                diag::Bundle::of(plan, dev, before, vec![end.describe()]),
                 ProbeError::from(e),
             )
         })?;
         let mut blocks = Blocks::default();
-        blocks.add(figures_ns(&p, &samples.rtt, &report.clock));
-        let r = finish(kind, &p, &samples, blocks, &report.clock)?;
-        if let Runs::Lat(v) = &mut report.runs {
-            v.push(r);
-        }
+        blocks.add(figures_ns(&p, &samples.rtt, clock));
+        rows.push(finish(kind, &p, &samples, blocks, clock)?);
     }
-    // perftest's end first: the rows of a run whose peer was given another -n are not figures
-    close(&mut tcp, plan, &l, &link.mine)?;
-    if !report.runs.is_empty() {
-        obs.finished(&report, 0);
-    }
-    report.counters = counters::CounterDelta::since(before, &dev);
-    Ok(report)
+    Ok(rows)
 }
 
 /// The JSON's `params` as a latency run's (the role, the peer and `peer_tool` set after).
@@ -502,7 +543,7 @@ fn describe(o: &Opening, (op, server): (OpKind, bool), iters: u64) -> String {
     let flags = if o.negotiated.is_some() {
         "it negotiated -s and -n with this side"
     } else {
-        "it does not exchange -s and -n: give both sides the same"
+        "it does not exchange -s, -a and -n: give both sides the same"
     };
     format!(
         "perftest {} ({}, its conventions: {conventions}; {flags}); this side, the {side}, timed {what}",
@@ -607,7 +648,10 @@ mod tests {
         assert!(refused(&l, &plan(&l)).contains("--send-with-imm"));
         let mut l = LatPlan::new(OpKind::Send, 8);
         l.sizes = Sizes::All;
-        assert!(refused(&l, &plan(&l)).contains("not -a"));
+        assert!(refuse(&plan(&l), &l).is_ok(), "send -a");
+        let mut atomic = LatPlan::new(OpKind::FetchAdd, 8);
+        atomic.sizes = Sizes::All;
+        assert!(refused(&atomic, &plan(&atomic)).contains("refuses -a"));
         l.sizes = Sizes::One(8);
         l.iters = 1;
         assert!(refused(&l, &plan(&l)).contains("-n 2 or more"));
