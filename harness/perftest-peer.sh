@@ -3,7 +3,7 @@
 #
 # rdmaprobe on one end, an unmodified perftest on the other (issue 23): `rdmaprobe lat OP --peer
 # perftest` against `ib_OP_lat` and `rdmaprobe bw OP --peer perftest` against `ib_OP_bw`, OP in
-# LIST (default write,send,read,atomic,bw-write,bw-read; bw at 64 KiB), on model0 (perftest
+# LIST (default write,send,read,atomic,bw-write,bw-read,bw-send; bw at 64 KiB), on model0 (perftest
 # run under `rdmaprobe model0 exec`), every backend (verbs, wr, direct: one per perftest run, a
 # perftest server serves one connection), each tool the server in turn, N rounds (default 3).
 # WRITE and SEND are ping-pongs both tools time, each from its own end: the script prints, per
@@ -14,20 +14,22 @@
 # (the server is passive): their ratio is rdmaprobe as the client over perftest as the client,
 # two runs of the same round, round-trip ns. Bandwidth is measured by the client alone too (the
 # server is passive; perftest's server prints the report its client sends): the ratio is
-# rdmaprobe's average over perftest's, each the client of its own run, MB/s.
+# rdmaprobe's average over perftest's, each the client of its own run, MB/s (bw-send: perftest's
+# server prints its own figure, from its receives, and rdmaprobe's server its own in
+# params.peer_tool.received; the ratio is still of the clients').
 # rdmaprobe pins its client to the first CPU and its server to the last; perftest runs on the
 # other one (taskset).
 # Work files: $RDMAPROBE_WORK/perftest-peer (default /var/tmp/rdmaprobe-work).
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
-rounds=3 iters=5000 size=8 ops=write,send,read,atomic,bw-write,bw-read
+rounds=3 iters=5000 size=8 ops=write,send,read,atomic,bw-write,bw-read,bw-send
 while (($#)); do
   case $1 in
     --rounds) [[ ${2:-} =~ ^[1-9][0-9]*$ ]] || die "--rounds: a positive integer"; rounds=$2; shift 2;;
     --iters) [[ ${2:-} =~ ^[1-9][0-9]*$ ]] && (($2 >= 2)) || die "--iters: an integer of 2 or more"; iters=$2; shift 2;;
     --size) [[ ${2:-} =~ ^[1-9][0-9]*$ ]] || die "--size: a positive integer (bytes)"; size=$2; shift 2;;
-    --ops) [[ ${2:-} =~ ^(write|send|read|atomic|bw-write|bw-read)(,(write|send|read|atomic|bw-write|bw-read))*$ ]] ||
-      die "--ops: a comma-separated list of write, send, read, atomic, bw-write, bw-read"; ops=$2; shift 2;;
+    --ops) [[ ${2:-} =~ ^(write|send|read|atomic|bw-write|bw-read|bw-send)(,(write|send|read|atomic|bw-write|bw-read|bw-send))*$ ]] ||
+      die "--ops: a comma-separated list of write, send, read, atomic, bw-write, bw-read, bw-send"; ops=$2; shift 2;;
     *) die "unknown option $1 (usage: $0 [--rounds N] [--iters N] [--size B] [--ops LIST])";;
   esac
 done

@@ -1155,6 +1155,12 @@ fn perftest_bw_case(op: &str, program: &str, extra: &[&str]) {
                 .unwrap_or_else(|| panic!("{what}: no perftest table:\n{}", show(pt_out)));
             let messages = 2000 * qps;
             assert_eq!((row.0, row.1), (65536, messages), "{what}");
+            if op == "send" {
+                send_bw_figures(&doc, row, messages, rdmaprobe_serves, &what);
+                let _ = std::fs::remove_file(&json);
+                assert_eq!(d.objects(), Vec::<String>::new(), "{what}: model0 objects left behind");
+                continue;
+            }
             let rep = if rdmaprobe_serves {
                 assert_eq!(
                     doc["runs"].as_array().map(Vec::len),
@@ -1190,6 +1196,53 @@ fn perftest_bw_case(op: &str, program: &str, extra: &[&str]) {
             assert_eq!(d.objects(), Vec::<String>::new(), "{what}: model0 objects left behind");
         }
     }
+}
+
+/// ib_send_bw exchanges no report: each side prints its own. As the server rdmaprobe took every
+/// message (`params.peer_tool.received`, as perftest's server computes its figures) and measured
+/// nothing in its table; as the client its table counts every message and perftest's server
+/// took them all (its table's row, no peak: perftest's SEND server has none). The two averages
+/// time the same transfer from its two ends: within 4x of each other (they differ by where each
+/// end starts and stops its clock, not by a unit: a MB/s against Gb/s slip is 8x).
+fn send_bw_figures(doc: &serde_json::Value, row: (u64, u64, f64, f64, f64), messages: u64, serves: bool, what: &str) {
+    let tool = &doc["params"]["peer_tool"];
+    assert!(
+        tool["report"].is_null() && tool["report_sent"].is_null(),
+        "{what}: {tool}"
+    );
+    let ours = if serves {
+        assert_eq!(
+            doc["runs"].as_array().map(Vec::len),
+            Some(0),
+            "{what}: the server measured"
+        );
+        let r = &tool["received"];
+        assert_eq!(
+            (r["size"].as_u64(), r["iters"].as_u64()),
+            (Some(65536), Some(messages)),
+            "{what}"
+        );
+        r["bw_avg"].as_f64().unwrap_or(0.0)
+    } else {
+        assert!(tool["received"].is_null(), "{what}");
+        assert_eq!(row.2, 0.0, "{what}: perftest's SEND server prints no peak");
+        let run = &doc["runs"][0];
+        assert_eq!(run["summary"]["messages"], messages, "{what}");
+        run["summary"]["bw_avg_mib_s"].as_f64().unwrap_or(0.0)
+    };
+    assert!(ours > 0.0 && row.3 > 0.0, "{what}: {ours} and perftest's {}", row.3);
+    let ratio = ours / row.3;
+    assert!(
+        (0.25..=4.0).contains(&ratio),
+        "{what}: {ours} against perftest's {}",
+        row.3
+    );
+}
+
+#[test]
+fn rdmaprobe_and_ib_send_bw_run_against_each_other_on_every_backend() {
+    perftest_bw_case("send", "ib_send_bw", &[]);
+    perftest_bw_case("send", "ib_send_bw", &["-q", "2"]);
 }
 
 #[test]
@@ -1323,5 +1376,53 @@ fn a_perftest_bandwidth_peer_given_other_flags_is_named() {
             err.contains(expect) && err.contains("give both sides the same"),
             "-q {rp_q} against {pt_q}: {err}"
         );
+    }
+}
+
+/// rdmaprobe's `bw send` against an ib_send_bw given another -n or -s (perftest 6.06 exchanges
+/// neither): each ends in an error naming the flag, exit 1, within the stall deadline (3 s
+/// here), never a hang. rdmaprobe the server: a client with a larger -n (its end never comes), a
+/// smaller -n (no SEND after its last), a smaller -s (each message's length is checked); the
+/// client: a server with a smaller -s refuses its SENDs.
+#[test]
+fn a_perftest_send_bw_peer_given_other_flags_is_named() {
+    if !have("ib_send_bw", "perftest") || !have("taskset", "util-linux") {
+        return;
+    }
+    let _one = PAIRS.lock().unwrap_or_else(|p| p.into_inner());
+    let d = ModelDir::new("perftest-send-bw-mismatch");
+    for (serves, theirs, expect) in [
+        (true, ["-s", "4096", "-n", "3000"], "was it given a larger -n"),
+        (true, ["-s", "4096", "-n", "1000"], "after 1000 of 2000 per QP"),
+        (
+            true,
+            ["-s", "1024", "-n", "2000"],
+            "carried 1024 B (the last of them), this side's -s is 4096",
+        ),
+        (false, ["-s", "1024", "-n", "2000"], "refuses this side's messages"),
+    ] {
+        let port = free_port().to_string();
+        let mut rp = Command::new(EXE);
+        rp.args([
+            "bw", "send", "--peer", "perftest", "-d", "model0", "-s", "4096", "-n", "2000",
+        ])
+        .args([
+            "-p",
+            &port,
+            "--backend",
+            "direct",
+            "--stall-secs",
+            "3",
+            "--oob-timeout",
+            "60",
+        ])
+        .env("RDMAPROBE_MODEL_DIR", &d.0);
+        let mut pt = vec!["ib_send_bw", "-d", "model0", "-p", &port];
+        pt.extend(theirs);
+        let (r, _) = against_perftest(&d, rp, &pt, &port, serves);
+        let err = text(&r.stderr);
+        let what = format!("rdmaprobe serves {serves}, perftest {theirs:?}");
+        assert_eq!(r.status.code(), Some(1), "{what}: {err}");
+        assert!(err.contains(expect), "{what}: {err}");
     }
 }

@@ -122,9 +122,9 @@ pub struct PeerArgs {
     )]
     pub rdma_cm: bool,
     /// The program at the other end: another rdmaprobe (default), or an unmodified perftest
-    /// (`lat write|send|read|atomic` against `ib_*_lat`, `bw write|read` against `ib_*_bw`,
+    /// (`lat write|send|read|atomic` against `ib_*_lat`, `bw write|read|send` against `ib_*_bw`,
     /// either side the server; one --backend per run, -p as perftest's, 18515; give both the
-    /// same -s, -n and -q). perftest's own conventions are followed: its handshake, which side
+    /// same -s (or -a), -n and -q). perftest's own conventions are followed: its handshake, which side
     /// sends first, no warm-up, its report and closing.
     #[arg(long = "peer", value_enum, default_value_t = PeerToolArg::Rdmaprobe, conflicts_with_all = ["loopback", "rdma_cm"])]
     pub peer_tool: PeerToolArg,

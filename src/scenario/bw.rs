@@ -15,6 +15,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 mod drive;
+pub mod perftest;
 
 pub use drive::drive_ends;
 

@@ -35,9 +35,10 @@ use std::time::Duration;
 /// before anything is opened (exit 2).
 fn refuse(plan: &Plan, b: &BwPlan) -> Result<(), ProbeError> {
     let no = |what: String| Err(ProbeError::Usage(format!("--peer perftest: {what}")));
-    if !matches!(b.op, OpKind::Write | OpKind::Read) {
+    if !matches!(b.op, OpKind::Write | OpKind::Read | OpKind::Send) {
         return no(format!(
-            "bw {} against ib_*_bw is not in this version; bw write and read against ib_write_bw and ib_read_bw are",
+            "bw {} against ib_*_bw is not in this version; bw write, read and send against ib_write_bw, ib_read_bw \
+             and ib_send_bw are",
             b.op.cli_name()
         ));
     }
@@ -66,6 +67,8 @@ fn refuse(plan: &Plan, b: &BwPlan) -> Result<(), ProbeError> {
 /// This side connected to perftest: its ends (one per QP), the key messages, what the opening
 /// settled.
 struct Link {
+    /// SEND's server: the receives posted on each QP before the run.
+    posted: Vec<u64>,
     ends: Vec<AnyEnd>,
     infos: Vec<QpInfo>,
     mine: Vec<Key>,
@@ -145,6 +148,10 @@ fn connect(
     for (half, t) in halves.into_iter().zip(&theirs) {
         ends.push(half.connect(dev, b.op, &their_info(t, room, b.op))?);
     }
+    if b.op == OpKind::Send {
+        // send_bw.c: one more for QP 0 right after connecting, before the one per QP
+        tcp.perftest_keys(&mine[0])?;
+    }
     for (k, t) in mine.iter().zip(&theirs) {
         let again = tcp.perftest_keys(k)?;
         if again != *t {
@@ -155,9 +162,18 @@ fn connect(
             )));
         }
     }
+    // SEND: the server's receives posted before the last key (perftest's client posts as soon
+    // as it has it)
+    let posted = if b.op == OpKind::Send && !client {
+        let depth = crate::scenario::bw::recv_depth(b.rx_depth, b.tx_depth);
+        crate::scenario::bw::perftest::prime(&mut ends, depth, b.iters).map_err(ProbeError::from)?
+    } else {
+        Vec::new()
+    };
     // perftest's additional hand-shake "after moving qp to RTR": then its client posts
     tcp.perftest_keys(&mine[0])?;
     Ok(Link {
+        posted,
         ends,
         infos,
         mine,
@@ -206,39 +222,111 @@ pub(in crate::probe) fn run(plan: &Plan, b: &BwPlan, obs: &mut dyn Observer) -> 
     };
     let mut report = new_report(plan, b, &set, (kind, size), &link, role, (env, cal, warnings));
     obs.started(&report);
-    let mine = if server {
-        BwReport::default()
-    } else {
+    let bundle = |ends: &[AnyEnd], e: crate::scenario::ScenarioError| {
+        let states = ends.iter().map(|e| e.describe()).collect();
+        diag::failed(diag::Bundle::of(plan, &set.dev, &before, states), e.into())
+    };
+    let mine = if !server {
         let p = params(plan, b, &set, size);
         let mut ends = vec![std::mem::take(&mut link.ends)];
-        let out = bw_side(&mut ends, &p, true, &report.clock, &INTERRUPTED).map_err(|e| {
-            let states = ends.iter().flatten().map(|e| e.describe()).collect();
-            diag::failed(diag::Bundle::of(plan, &set.dev, &before, states), e.into())
-        })?;
+        let out = bw_side(&mut ends, &p, true, &report.clock, &INTERRUPTED).map_err(|e| bundle(&ends[0], e))?;
         let r = client_result(b, kind, &p, summarize(&out, size, b.cq_mod, report.clock.hz));
         let mine = report_of(&r.summary, size, b.gbits);
         if let Runs::Bw(v) = &mut report.runs {
             v.push(r);
         }
         obs.finished(&report, 0);
-        mine
+        Some(mine)
+    } else if b.op == OpKind::Send {
+        let got = crate::scenario::bw::perftest::serve(
+            &mut link.ends,
+            &link.posted,
+            (size, b.iters),
+            plan.stall,
+            &INTERRUPTED,
+        )
+        .map_err(|e| bundle(&link.ends, e))?;
+        report.params["peer_tool"]["received"] = json!(received_report(&got, size, b.gbits, report.clock.hz));
+        None
+    } else {
+        None
     };
-    // the server waits here for the client's run: -n messages per QP of up to 10 ms each
-    // beyond the out-of-band timeout and the stall deadline
-    let run = Duration::from_millis(b.iters.saturating_mul(b.qps).saturating_mul(10).min(u64::MAX / 2));
-    tcp.set_timeout(plan.oob_timeout + plan.stall + run)?;
-    tcp.perftest_keys(&link.mine[0])?;
-    tcp.set_timeout(plan.oob_timeout)?;
-    let theirs = tcp.perftest_bw_reports(&mine)?;
-    tcp.perftest_keys(&link.mine[0])?;
-    tcp.send_raw(b"done\0")?;
-    report.params["peer_tool"]["report_sent"] = json!((!server).then_some(mine));
-    report.params["peer_tool"]["report"] = json!(server.then_some(theirs));
-    if server {
-        check_report(&theirs, size, b.iters.saturating_mul(b.qps))?;
+    if b.op == OpKind::Send {
+        close_send(&mut tcp, plan, b, &link.mine[0])?;
+        report.params["peer_tool"]["report_sent"] = serde_json::Value::Null;
+        report.params["peer_tool"]["report"] = serde_json::Value::Null;
+    } else {
+        let theirs = end_one_sided(&mut tcp, plan, b, &link.mine[0], mine.unwrap_or_default())?;
+        report.params["peer_tool"]["report_sent"] = json!(mine);
+        report.params["peer_tool"]["report"] = json!(server.then_some(theirs));
+        if server {
+            check_report(&theirs, size, b.iters.saturating_mul(b.qps))?;
+        }
     }
     report.counters = counters::CounterDelta::since(before, &set.dev);
     Ok(report)
+}
+
+/// The end of WRITE and READ (`write_bw.c`, `read_bw.c`): the server waits in one more key
+/// message for the client's run (`-n` messages per QP of up to 10 ms each beyond the
+/// out-of-band timeout and the stall deadline), both exchange their reports (`mine`: the
+/// server's is zeros, as perftest's passive server's) and close. Returns the peer's report.
+fn end_one_sided(
+    tcp: &mut crate::oob::Peer,
+    plan: &Plan,
+    b: &BwPlan,
+    key: &Key,
+    mine: BwReport,
+) -> Result<BwReport, ProbeError> {
+    let run = Duration::from_millis(b.iters.saturating_mul(b.qps).saturating_mul(10).min(u64::MAX / 2));
+    tcp.set_timeout(plan.oob_timeout + plan.stall + run)?;
+    tcp.perftest_keys(key)?;
+    tcp.set_timeout(plan.oob_timeout)?;
+    let theirs = tcp.perftest_bw_reports(&mine)?;
+    tcp.perftest_keys(key)?;
+    tcp.send_raw(b"done\0")?;
+    Ok(theirs)
+}
+
+/// The end of SEND (`send_bw.c`): no reports exchanged (each side prints its own); the closing
+/// (`ctx_close_connection`: the key message, "done") when both are done: perftest's server
+/// once it took its `-n` per QP, its client once its sends completed (and it computed its
+/// report). Not within the stall deadline and 2 us a message, or the connection closed: the
+/// peer was given a larger `-n` (a smaller one stalls the run first).
+fn close_send(tcp: &mut crate::oob::Peer, plan: &Plan, b: &BwPlan, key: &Key) -> Result<(), ProbeError> {
+    let n = b.iters.saturating_mul(b.qps);
+    let wait = plan.stall + Duration::from_micros(n.saturating_mul(2).min(u64::MAX / 2));
+    tcp.set_timeout(wait)?;
+    let larger_n = |what: String| {
+        ProbeError::Invalid(format!(
+            "perftest did not end its test within {wait:?} of this side's end after -n {} messages per QP ({what}): \
+             was it given a larger -n (perftest 6.06 does not exchange it: give both sides the same)?",
+            b.iters
+        ))
+    };
+    match tcp.perftest_keys(key) {
+        Err(crate::oob::OobError::Timeout { .. }) => return Err(larger_n("no closing from it".into())),
+        Err(e) => return Err(larger_n(e.to_string())),
+        Ok(_) => {}
+    };
+    tcp.send_raw(b"done\0")?;
+    Ok(())
+}
+
+/// This side's figures of what it received, as perftest's `ib_send_bw` server computes its
+/// report (`print_report_bw` with no peak: the messages over the time from the first poll that
+/// found receives to the last message), in the run's unit.
+fn received_report(r: &crate::scenario::bw::perftest::Received, size: u32, gbits: bool, hz: f64) -> BwReport {
+    let secs = r.last.saturating_sub(r.first) as f64 / hz;
+    let per_s = |x: f64| if secs > 0.0 { x / secs } else { 0.0 };
+    let bytes = per_s(r.messages as f64 * f64::from(size));
+    BwReport {
+        size: u64::from(size),
+        iters: r.messages,
+        bw_peak: 0.0,
+        bw_avg: if gbits { bytes / 125e6 } else { bytes / 1_048_576.0 },
+        msg_rate: per_s(r.messages as f64) / 1e6,
+    }
 }
 
 /// A perftest client's report that does not describe the run this side was given is an error
@@ -303,10 +391,10 @@ fn new_report(
         })
         .collect();
     let o = &link.opening;
-    let program = if b.op == OpKind::Read {
-        "ib_read_bw"
-    } else {
-        "ib_write_bw"
+    let program = match b.op {
+        OpKind::Read => "ib_read_bw",
+        OpKind::Send => "ib_send_bw",
+        _ => "ib_write_bw",
     };
     let peer_tool = json!({
             "name": "perftest", "version": o.version, "program": program, "cycle_buffer": o.cycle_buffer,
@@ -360,9 +448,18 @@ fn new_report(
 
 /// The header's line about the peer.
 fn describe(o: &Opening, (program, b, size): (&str, &BwPlan, u32), server: bool) -> String {
-    let what = if server {
+    let what = if server && b.op == OpKind::Send {
+        "the server, took the client's SENDs (each checked to be -s long) and times them as perftest's server \
+         does (from the first poll that found receives to the last message); ib_send_bw exchanges no report: \
+         perftest's client prints its own"
+            .to_string()
+    } else if server {
         "the server, measured nothing (perftest's client posts, the device answers); perftest's report follows \
          the run"
+            .to_string()
+    } else if b.op == OpKind::Send {
+        "the client, measured its run as the table says; ib_send_bw exchanges no report: perftest's server prints \
+         its own (from its first receive to its last)"
             .to_string()
     } else {
         format!(
@@ -452,6 +549,55 @@ mod tests {
             ..s
         };
         assert_eq!(report_of(&none, 65536, false).bw_peak, 0.0);
+    }
+
+    #[test]
+    fn write_read_and_send_are_taken_and_the_rest_refused_by_name() {
+        use crate::probe::{PeerTool, Scenario};
+        let plan = |b: &BwPlan| Plan {
+            peer_tool: PeerTool::Perftest,
+            backends: Backends::Only(BackendKind::Direct),
+            ..Plan::loopback(Scenario::Bw(b.clone()))
+        };
+        for op in [OpKind::Write, OpKind::Read, OpKind::Send] {
+            let b = BwPlan::new(op, 4096);
+            assert!(refuse(&plan(&b), &b).is_ok(), "{op:?}");
+        }
+        let refused = |b: &BwPlan| match refuse(&plan(b), b) {
+            Err(ProbeError::Usage(m)) => m,
+            other => panic!("{other:?}"),
+        };
+        for op in [OpKind::SendImm, OpKind::WriteImm, OpKind::FetchAdd] {
+            let m = refused(&BwPlan::new(op, 8));
+            assert!(
+                m.contains("not in this version") && m.contains("ib_send_bw"),
+                "{op:?}: {m}"
+            );
+        }
+        let mut b = BwPlan::new(OpKind::Send, 4096);
+        b.sizes = Sizes::All;
+        assert!(refused(&b).contains("not -a"));
+    }
+
+    #[test]
+    fn the_receivers_figures_are_perftests_servers() {
+        use crate::scenario::bw::perftest::Received;
+        // 1000 messages of 64 KiB over 1e9 ticks at 1 GHz: 1 s
+        let r = Received {
+            messages: 1000,
+            first: 5_000_000_000,
+            last: 6_000_000_000,
+        };
+        let mb = received_report(&r, 65536, false, 1e9);
+        assert_eq!((mb.size, mb.iters, mb.bw_peak), (65536, 1000, 0.0));
+        assert!((mb.bw_avg - 62.5).abs() < 1e-9, "{}", mb.bw_avg);
+        assert!((mb.msg_rate - 0.001).abs() < 1e-12, "{}", mb.msg_rate);
+        // Gb/s as perftest's format_factor: 125000000 bytes per second
+        let gb = received_report(&r, 65536, true, 1e9);
+        assert!((gb.bw_avg - 65_536_000.0 / 125e6).abs() < 1e-9, "{}", gb.bw_avg);
+        // no time between the first and the last: no figure, not infinity
+        let none = Received { last: r.first, ..r };
+        assert_eq!(received_report(&none, 65536, false, 1e9).bw_avg, 0.0);
     }
 
     #[test]
