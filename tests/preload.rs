@@ -929,6 +929,11 @@ fn rdmaprobe_and_ib_send_lat_run_against_each_other_on_every_backend() {
 }
 
 #[test]
+fn rdmaprobe_and_ib_send_lat_run_over_ud_on_every_backend() {
+    perftest_peer_case("send", "ib_send_lat", &["-c", "UD"]);
+}
+
+#[test]
 fn rdmaprobe_and_ib_read_lat_run_against_each_other_on_every_backend() {
     perftest_peer_case("read", "ib_read_lat", &[]);
 }
@@ -955,7 +960,7 @@ fn perftest_lat_rows(out: &str) -> Vec<(u64, u64, f64)> {
         .collect()
 }
 
-/// `-a` on both sides (issue 23): perftest's 23 sizes, 2 B to 8 MiB, one after the other with
+/// `-a` on both sides (issue 23): perftest's 23 sizes, 2 B to 8 MiB (over UD 12, to the MTU), one after the other with
 /// its counters restarted at each (WRITE and READ with nothing between sizes, SEND with a key
 /// exchange after its receives are posted). Each tool the server of WRITE and SEND on some
 /// backend, rdmaprobe the READ client: both exit 0, perftest's table has a row of -n per size,
@@ -969,27 +974,42 @@ fn rdmaprobe_and_perftest_run_every_size_with_a() {
     }
     let _one = PAIRS.lock().unwrap_or_else(|p| p.into_inner());
     let d = ModelDir::new("perftest-all");
-    let sizes: Vec<u64> = (1..=23).map(|e| 1u64 << e).collect();
-    for (op, backend, rdmaprobe_serves) in [
-        ("write", "verbs", true),
-        ("write", "direct", false),
-        ("send", "wr", true),
-        ("send", "direct", false),
-        ("read", "verbs", false),
+    for (op, backend, rdmaprobe_serves, conn) in [
+        ("write", "verbs", true, "RC"),
+        ("write", "direct", false, "RC"),
+        ("send", "wr", true, "RC"),
+        ("send", "direct", false, "RC"),
+        ("read", "verbs", false, "RC"),
+        ("send", "verbs", true, "UD"),
+        ("send", "direct", false, "UD"),
     ] {
+        // over UD both stop at the port's MTU, 4096 B on model0
+        let top = if conn == "UD" { 12 } else { 23 };
+        let sizes: Vec<u64> = (1..=top).map(|e| 1u64 << e).collect();
         let port = free_port().to_string();
-        let json = d.0.join(format!("all-{op}-{backend}.json"));
+        let json = d.0.join(format!("all-{op}-{backend}-{conn}.json"));
         let mut rp = Command::new(EXE);
         rp.args([
-            "lat", op, "--peer", "perftest", "-d", "model0", "-a", "-n", "200", "-p", &port,
+            "lat", op, "--peer", "perftest", "-d", "model0", "-a", "-n", "200", "-p", &port, "-c", conn,
         ])
         .args(["--backend", backend, "--oob-timeout", "60", "--json"])
         .arg(&json)
         .env("RDMAPROBE_MODEL_DIR", &d.0);
         let program = format!("ib_{op}_lat");
-        let pt = [program.as_str(), "-d", "model0", "-a", "-n", "200", "-p", &port];
+        let pt = [
+            program.as_str(),
+            "-d",
+            "model0",
+            "-a",
+            "-n",
+            "200",
+            "-p",
+            &port,
+            "-c",
+            conn,
+        ];
         let (rp_out, pt_out) = &against_perftest(&d, rp, &pt, &port, rdmaprobe_serves);
-        let what = format!("-a {op} {backend}, rdmaprobe serves: {rdmaprobe_serves}");
+        let what = format!("-a {op} -c {conn} {backend}, rdmaprobe serves: {rdmaprobe_serves}");
         let show = |o: &Output| format!("status {:?}\n{}{}", o.status, text(&o.stdout), text(&o.stderr));
         assert!(
             rp_out.status.success() && pt_out.status.success(),
@@ -1040,18 +1060,25 @@ fn a_perftest_peer_given_other_flags_is_named_not_waited_for() {
     let _one = PAIRS.lock().unwrap_or_else(|p| p.into_inner());
     let d = ModelDir::new("perftest-mismatch");
     let limit = Duration::from_secs(DEADLINE_S + 10);
-    for (op, pt_flags, expect) in [
-        ("send", ["-s", "64", "-n", "2000"], "carried 64 B, this side's -s is 8"),
-        ("send", ["-s", "8", "-n", "1000"], "give both sides the same -s and -n"),
-        ("send", ["-s", "8", "-n", "3000"], "was it given a larger -n"),
-        ("write", ["-s", "8", "-n", "3000"], "was it given a larger -n"),
+    let cases: [(&str, &[&str], &str); 6] = [
+        ("send", &["-s", "64", "-n", "2000"], "carried 64 B, this side's -s is 8"),
+        (
+            "send",
+            &["-s", "8", "-n", "1000"],
+            "give both sides the same -s, -n and -c",
+        ),
+        ("send", &["-s", "8", "-n", "3000"], "was it given a larger -n"),
+        ("write", &["-s", "8", "-n", "3000"], "was it given a larger -n"),
         // -a on one side only: perftest's first size, 2 B, is not this side's -s 8
-        ("write", ["-a", "-n", "2000", ""], "-a to both or neither"),
-    ] {
+        ("write", &["-a", "-n", "2000"], "-a to both or neither"),
+        // perftest over UD, this side RC: perftest's first SEND never lands
+        ("send", &["-s", "8", "-n", "2000", "-c", "UD"], "the same -s, -n and -c"),
+    ];
+    for (op, pt_flags, expect) in cases {
         let port = free_port().to_string();
         let program = format!("ib_{op}_lat");
         let mut a = vec![program.as_str(), "-d", "model0", "-p", &port];
-        a.extend(pt_flags.iter().filter(|f| !f.is_empty()));
+        a.extend(pt_flags);
         let s = exec(&d, &a)
             .stdin(Stdio::null())
             .stdout(Stdio::piped())

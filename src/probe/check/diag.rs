@@ -277,10 +277,10 @@ fn perftest_note(error: &ProbeError, plan: &crate::probe::Plan) -> &'static str 
 fn stall_note(error: &ProbeError, transport: Transport, peer: crate::probe::PeerTool) -> &'static str {
     let stalled = matches!(error, ProbeError::Scenario(ScenarioError::Stalled { .. }));
     if stalled && peer == crate::probe::PeerTool::Perftest {
-        return "; perftest does not exchange -s, -a and -n: a peer given another size or count stalls the run \
-                (at the first message for another -s of WRITE, after the peer's last for another -n, at the next \
-                size where one side has -a and the other not): give both sides the same -s and -n, and -a to both or \
-                neither";
+        return "; perftest does not exchange -s, -a, -n and -c: a peer given another size, count or connection \
+                stalls the run (at the first message for another -s of WRITE or another -c, after the peer's last for \
+                another -n, at the next size where one side has -a and the other not): give both sides the same -s, -n \
+                and -c, and -a to both or neither";
     }
     match transport {
         Transport::Uc | Transport::Ud if stalled => {
@@ -339,7 +339,7 @@ mod tests {
         });
         for t in [Transport::Rc, Transport::Ud] {
             let note = stall_note(&stall, t, PeerTool::Perftest);
-            assert!(note.contains("give both sides the same -s and -n"), "{t:?}: {note}");
+            assert!(note.contains("give both sides the same -s, -n and -c"), "{t:?}: {note}");
         }
         // a failure that is not a stall is what it says, perftest or not
         assert_eq!(

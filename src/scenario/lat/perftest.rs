@@ -51,12 +51,13 @@ pub fn timed(op: OpKind, server: bool, iters: u64) -> u64 {
 
 /// Waits for the peer's `k`-th message: its WRITE's marker at byte `at`, or a receive
 /// completion (a receive posted again after it, by the caller, outside the timed region) of
-/// `size` bytes: perftest does not exchange -s, so a SEND of another length is the sign that
-/// the two sides were given different sizes (an error naming both, not a figure).
+/// `size` bytes and `grh` more (UD: the 40-byte GRH area each receive's length counts): perftest
+/// does not exchange -s, so a SEND of another length is the sign that the two sides were given
+/// different sizes (an error naming both, not a figure).
 #[inline(always)]
 fn await_peer<B: Backend>(
     b: &mut B,
-    (op, size): (OpKind, u32),
+    (op, size, grh): (OpKind, u32, u32),
     spin: &Spin<'_>,
     outst: &mut Outstanding,
     (k, at): (u64, usize),
@@ -74,9 +75,10 @@ fn await_peer<B: Backend>(
         }
         Ok(q.recvs > 0)
     })?;
-    if len != size {
+    if len != size + grh {
         return Err(ScenarioError::Invalid(format!(
-            "{what} {k} carried {len} B, this side's -s is {size}: perftest does not exchange -s; give both sides the same"
+            "{what} {k} carried {} B, this side's -s is {size}: perftest does not exchange -s; give both sides the same",
+            len.saturating_sub(grh)
         )));
     }
     Ok(())
@@ -84,11 +86,11 @@ fn await_peer<B: Backend>(
 
 /// Runs this side of perftest's WRITE or SEND ping-pong of `p.iters` messages on `b`,
 /// connected to the perftest peer (for WRITE, at the address the peer gave; for SEND, its
-/// receives posted: [`prime`]).
+/// receives posted: [`prime`]); `grh`: 40 over UD (see [`await_peer`]), else 0.
 pub fn pingpong<B: Backend>(
     b: &mut B,
     p: &LatParams,
-    server: bool,
+    (server, grh): (bool, u32),
     interrupt: &AtomicBool,
 ) -> Result<LatSamples, ScenarioError> {
     if !matches!(p.op, OpKind::Write | OpKind::Send) || p.size == 0 || p.iters < 2 {
@@ -128,7 +130,7 @@ pub fn pingpong<B: Backend>(
     };
     if !leader {
         // the leader's first message opens the ping-pong (not timed: nothing of ours preceded it)
-        await_peer(b, (op, p.size), &spin, &mut outst, (1, at), peer_msg)?;
+        await_peer(b, (op, p.size, grh), &spin, &mut outst, (1, at), peer_msg)?;
         repost(b, 1)?;
     }
     // the leader's first message: its answer waits for perftest's start
@@ -155,7 +157,7 @@ pub fn pingpong<B: Backend>(
             (i < p.iters).then_some(i + 1)
         };
         if let Some(a) = answer {
-            await_peer(b, (op, p.size), &spin, &mut outst, (a, at), peer_msg)?;
+            await_peer(b, (op, p.size, grh), &spin, &mut outst, (a, at), peer_msg)?;
             let t2 = clock::stop();
             if i > untimed {
                 if i > untimed + 1 {
@@ -196,10 +198,10 @@ pub fn prime(end: &mut AnyEnd) -> Result<(), ScenarioError> {
 /// rdmaprobe's own client (the first CPU) or server (the last): the WRITE or SEND ping-pong,
 /// or as the client of READ and atomics, `p.iters` of them one at a time (perftest's
 /// `run_iter_lat`: the same loop as rdmaprobe's own client, without warm-up). The server of
-/// READ and atomics has nothing to run: not called for it.
+/// READ and atomics has nothing to run: not called for it. `grh`: 40 over UD, else 0.
 pub fn side(
     end: &mut AnyEnd,
-    server: bool,
+    (server, grh): (bool, u32),
     p: &LatParams,
     interrupt: &AtomicBool,
 ) -> Result<LatSamples, ScenarioError> {
@@ -210,12 +212,12 @@ pub fn side(
     }
     fn run<B: Backend>(
         b: &mut B,
-        server: bool,
+        (server, grh): (bool, u32),
         p: &LatParams,
         interrupt: &AtomicBool,
     ) -> Result<LatSamples, ScenarioError> {
         if matches!(p.op, OpKind::Write | OpKind::Send) {
-            return pingpong(b, p, server, interrupt);
+            return pingpong(b, p, (server, grh), interrupt);
         }
         if server {
             return Err(ScenarioError::Invalid(format!(
@@ -230,9 +232,9 @@ pub fn side(
         client_loop(b, p, 0, p.iters, 0, false, &flags)
     }
     match end {
-        AnyEnd::Verbs(b) => run(&mut **b, server, p, interrupt),
-        AnyEnd::Model(b) => run(&mut **b, server, p, interrupt),
-        AnyEnd::Mlx5(b) => run(&mut **b, server, p, interrupt),
+        AnyEnd::Verbs(b) => run(&mut **b, (server, grh), p, interrupt),
+        AnyEnd::Model(b) => run(&mut **b, (server, grh), p, interrupt),
+        AnyEnd::Mlx5(b) => run(&mut **b, (server, grh), p, interrupt),
     }
 }
 

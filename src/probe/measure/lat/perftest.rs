@@ -35,8 +35,10 @@ fn refuse(plan: &Plan, l: &LatPlan) -> Result<(), ProbeError> {
     if matches!(l.op, OpKind::WriteImm | OpKind::SendImm) {
         return no("--write-with-imm and --send-with-imm are not in this version");
     }
-    if plan.transport != crate::backend::Transport::Rc {
-        return no("perftest's default connection, RC, only in this version (no -c)");
+    if plan.transport != crate::backend::Transport::Rc
+        && !(plan.transport == crate::backend::Transport::Ud && l.op == OpKind::Send)
+    {
+        return no("RC, or UD for send, only in this version (perftest's -c UC is not)");
     }
     if l.iters < 2 {
         return no(
@@ -233,7 +235,12 @@ fn connect(
     let mut mine = negotiation(dev, (op, false), (size, iters, 1), false)?;
     if all {
         // perftest's -a: its test_method RUN_ALL (1), its size MAX_SIZE, the largest of -a
+        // (over UD the MTU: perftest clamps its size to it before it negotiates)
         mine.fields[0] = 1;
+    }
+    if plan.transport == crate::backend::Transport::Ud {
+        // perftest's connection_type: RC 0, UC 1, UD 2
+        mine.fields[1] = 2;
     }
     let opening = opening(tcp, plan, dev, &mine, warnings)?;
     let half = HalfEnd::new(dev, kind, op, session::buffer_len(&[size]), mode)?;
@@ -331,11 +338,13 @@ pub(in crate::probe) fn run(plan: &Plan, l: &LatPlan, obs: &mut dyn Observer) ->
     // perftest's latency tests have no warm-up: every one of -n iterations is measured
     l.warmup = 0;
     l.blocks = 1;
-    let sizes = check(plan, &l, obs)?;
-    // the buffers hold the largest (with -a perftest's MAX_SIZE, 8 MiB: its buffers' too)
-    let size = sizes.iter().copied().max().unwrap_or(8);
+    let mut sizes = check(plan, &l, obs)?;
     let all = l.sizes == Sizes::All;
     let (mut dev, kinds) = open(plan, &l, &sizes, obs)?;
+    // UD: -a up to the MTU, a larger -s the MTU, as perftest's (said in a warning)
+    let ud_note = session::ud_checks(&dev, plan, &mut sizes, all)?;
+    // the buffers hold the largest (with -a perftest's MAX_SIZE, 8 MiB: its buffers' too)
+    let size = sizes.iter().copied().max().unwrap_or(8);
     let &[kind] = &kinds[..] else {
         return Err(ProbeError::Usage("--peer perftest: one backend per run".into()));
     };
@@ -343,6 +352,7 @@ pub(in crate::probe) fn run(plan: &Plan, l: &LatPlan, obs: &mut dyn Observer) ->
     let before = counters::sample(&dev);
     let (cal, env) = session::calibrate(&dev, true)?;
     let mut warnings = env.warnings();
+    warnings.extend(ud_note);
     let server = matches!(plan.peer, PeerSpec::Listen { .. });
     let mut tcp = session::tcp_peer(plan, obs)?.ok_or_else(|| ProbeError::Invalid("no peer".into()))?;
     let mut link = connect(
@@ -420,6 +430,12 @@ fn each_size(
     sizes: &[u32],
     clock: &Calibration,
 ) -> Result<Vec<LatResult>, ProbeError> {
+    // UD: each receive's length counts the 40-byte GRH area before the message
+    let grh = if plan.transport == crate::backend::Transport::Ud {
+        40
+    } else {
+        0
+    };
     let mut rows = Vec::new();
     for (i, &size) in sizes.iter().enumerate() {
         let p = LatParams {
@@ -440,7 +456,7 @@ fn each_size(
             continue;
         }
         let end = &mut link.end;
-        let samples = crate::scenario::lat::perftest::side(end, server, &p, &INTERRUPTED).map_err(|e| {
+        let samples = crate::scenario::lat::perftest::side(end, (server, grh), &p, &INTERRUPTED).map_err(|e| {
             diag::failed(
                 diag::Bundle::of(plan, dev, before, vec![end.describe()]),
                 ProbeError::from(e),
@@ -543,7 +559,7 @@ fn describe(o: &Opening, (op, server): (OpKind, bool), iters: u64) -> String {
     let flags = if o.negotiated.is_some() {
         "it negotiated -s and -n with this side"
     } else {
-        "it does not exchange -s, -a and -n: give both sides the same"
+        "it does not exchange -s, -a, -n and -c: give both sides the same"
     };
     format!(
         "perftest {} ({}, its conventions: {conventions}; {flags}); this side, the {side}, timed {what}",
@@ -653,6 +669,22 @@ mod tests {
         atomic.sizes = Sizes::All;
         assert!(refused(&atomic, &plan(&atomic)).contains("refuses -a"));
         l.sizes = Sizes::One(8);
+        // UD for send only; UC not
+        use crate::backend::Transport;
+        let over = |t: Transport, l: &LatPlan| Plan {
+            transport: t,
+            ..plan(l)
+        };
+        assert!(refuse(&over(Transport::Ud, &l), &l).is_ok());
+        let w = LatPlan::new(OpKind::Write, 8);
+        assert!(refuse(&over(Transport::Ud, &w), &w)
+            .unwrap_err()
+            .to_string()
+            .contains("UD for send"));
+        assert!(refuse(&over(Transport::Uc, &l), &l)
+            .unwrap_err()
+            .to_string()
+            .contains("-c UC"));
         l.iters = 1;
         assert!(refused(&l, &plan(&l)).contains("-n 2 or more"));
         l.iters = 1000;
