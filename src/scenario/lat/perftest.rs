@@ -86,7 +86,7 @@ fn await_peer<B: Backend>(
 
 /// Runs this side of perftest's WRITE or SEND ping-pong of `p.iters` messages on `b`,
 /// connected to the perftest peer (for WRITE, at the address the peer gave; for SEND, its
-/// receives posted: [`prime`]); `grh`: 40 over UD (see [`await_peer`]), else 0.
+/// receives posted: [`prime`]); `grh`: 40 over UD (the GRH area a receive's length counts), else 0.
 pub fn pingpong<B: Backend>(
     b: &mut B,
     p: &LatParams,
