@@ -1243,7 +1243,8 @@ fn send_bw_figures(doc: &serde_json::Value, row: (u64, u64, f64, f64, f64), mess
             Some(0),
             "{what}: the server measured"
         );
-        let r = &tool["received"];
+        assert_eq!(tool["received"].as_array().map(Vec::len), Some(1), "{what}: {tool}");
+        let r = &tool["received"][0];
         assert_eq!(
             (r["size"].as_u64(), r["iters"].as_u64()),
             (Some(65536), Some(messages)),
@@ -1424,7 +1425,7 @@ fn a_perftest_send_bw_peer_given_other_flags_is_named() {
         (
             true,
             ["-s", "1024", "-n", "2000"],
-            "carried 1024 B (the last of them), this side's -s is 4096",
+            "carried 1024 B (the last of them), this side's size is 4096",
         ),
         (false, ["-s", "1024", "-n", "2000"], "refuses this side's messages"),
     ] {
@@ -1451,5 +1452,94 @@ fn a_perftest_send_bw_peer_given_other_flags_is_named() {
         let what = format!("rdmaprobe serves {serves}, perftest {theirs:?}");
         assert_eq!(r.status.code(), Some(1), "{what}: {err}");
         assert!(err.contains(expect), "{what}: {err}");
+    }
+}
+
+/// perftest's bandwidth table's rows: size and iterations.
+fn perftest_bw_rows(out: &str) -> Vec<(u64, u64)> {
+    out.lines()
+        .skip_while(|l| !l.contains("BW peak"))
+        .skip(1)
+        .map_while(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            Some((f.first()?.parse().ok()?, f.get(1)?.parse().ok()?))
+        })
+        .collect()
+}
+
+/// `bw -a` on both sides (issue 23): perftest's 23 sizes, 2 B to 8 MiB, each of -n messages. The
+/// client (either tool) measures every size; WRITE and READ go from size to size with nothing
+/// between and exchange the last size's report at the end (a passive perftest server prints
+/// that one row; rdmaprobe's server takes it, `params.peer_tool.report`); SEND exchanges the key
+/// message around each size, and each server takes and times every size (rdmaprobe's:
+/// `params.peer_tool.received`, 23 entries).
+#[test]
+fn rdmaprobe_and_perftest_bw_run_every_size_with_a() {
+    if !have("ib_write_bw", "perftest") || !have("taskset", "util-linux") {
+        return;
+    }
+    let _one = PAIRS.lock().unwrap_or_else(|p| p.into_inner());
+    let d = ModelDir::new("perftest-bw-all");
+    let sizes: Vec<u64> = (1..=23).map(|e| 1u64 << e).collect();
+    for (op, backend, serves) in [
+        ("write", "direct", false),
+        ("write", "verbs", true),
+        ("read", "wr", false),
+        ("read", "direct", true),
+        ("send", "verbs", false),
+        ("send", "direct", true),
+    ] {
+        let port = free_port().to_string();
+        let json = d.0.join(format!("bw-all-{op}-{backend}.json"));
+        let mut rp = Command::new(EXE);
+        rp.args([
+            "bw", op, "--peer", "perftest", "-d", "model0", "-a", "-n", "100", "-p", &port,
+        ])
+        .args(["--backend", backend, "--oob-timeout", "60", "--json"])
+        .arg(&json)
+        .env("RDMAPROBE_MODEL_DIR", &d.0);
+        let program = format!("ib_{op}_bw");
+        let pt = [program.as_str(), "-d", "model0", "-a", "-n", "100", "-p", &port];
+        let (rp_out, pt_out) = &against_perftest(&d, rp, &pt, &port, serves);
+        let what = format!("bw -a {op} {backend}, rdmaprobe serves: {serves}");
+        let show = |o: &Output| format!("status {:?}\n{}{}", o.status, text(&o.stdout), text(&o.stderr));
+        assert!(
+            rp_out.status.success() && pt_out.status.success(),
+            "{what}:\nrdmaprobe {}\nperftest {}",
+            show(rp_out),
+            show(pt_out)
+        );
+        let doc: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(&json).expect("rdmaprobe's JSON")).expect("JSON");
+        let tool = &doc["params"]["peer_tool"];
+        let runs = doc["runs"].as_array().expect("runs");
+        let ours: Vec<u64> = runs.iter().map(|r| r["size_bytes"].as_u64().unwrap_or(0)).collect();
+        let pt_rows = perftest_bw_rows(&text(&pt_out.stdout));
+        let every: Vec<(u64, u64)> = sizes.iter().map(|&s| (s, 100)).collect();
+        if serves {
+            assert!(ours.is_empty(), "{what}: the server measured {ours:?}");
+            assert_eq!(pt_rows, every, "{what}: perftest's client\n{}", show(pt_out));
+            if op == "send" {
+                let got: Vec<(u64, u64)> = (tool["received"].as_array().expect("received").iter())
+                    .map(|r| (r["size"].as_u64().unwrap_or(0), r["iters"].as_u64().unwrap_or(0)))
+                    .collect();
+                assert_eq!(got, every, "{what}");
+            } else {
+                let r = &tool["report"];
+                assert_eq!(
+                    (r["size"].as_u64(), r["iters"].as_u64()),
+                    (Some(1 << 23), Some(100)),
+                    "{what}"
+                );
+            }
+        } else {
+            assert_eq!(ours, sizes, "{what}: rdmaprobe's runs");
+            assert!(runs.iter().all(|r| r["summary"]["messages"] == 100), "{what}");
+            // a passive perftest server prints the one report it takes, of the last size
+            let expect = if op == "send" { every } else { vec![(1 << 23, 100)] };
+            assert_eq!(pt_rows, expect, "{what}: perftest's server\n{}", show(pt_out));
+        }
+        let _ = std::fs::remove_file(&json);
+        assert_eq!(d.objects(), Vec::<String>::new(), "{what}: model0 objects left behind");
     }
 }

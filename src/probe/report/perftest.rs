@@ -74,17 +74,19 @@ pub(super) fn perftest_bw_report_lines(peer_tool: &serde_json::Value, scenario: 
             "perftest's report (its client's run, as it printed it; this side measured nothing)",
         );
     }
-    if peer_tool["received"].is_object() {
-        let r = &peer_tool["received"];
-        let f = |k: &str| r[k].as_f64().unwrap_or(f64::NAN);
-        s += &format!(
-            " this side received: {} B x {} messages, average {:.2} {ours}, message rate {:.6} Mpps (as perftest's \
-             ib_send_bw server computes its own: from the first poll that found receives to the last message)\n",
-            r["size"].as_u64().unwrap_or(0),
-            r["iters"].as_u64().unwrap_or(0),
-            f("bw_avg"),
-            f("msg_rate")
-        );
+    if let Some(all) = peer_tool["received"].as_array() {
+        s += " this side received (as perftest's ib_send_bw server computes its own figures: from the first poll that \
+               found receives to the last message):\n";
+        for r in all {
+            let f = |k: &str| r[k].as_f64().unwrap_or(f64::NAN);
+            s += &format!(
+                "  {} B x {} messages, average {:.2} {ours}, message rate {:.6} Mpps\n",
+                r["size"].as_u64().unwrap_or(0),
+                r["iters"].as_u64().unwrap_or(0),
+                f("bw_avg"),
+                f("msg_rate")
+            );
+        }
     }
     if peer_tool["report_sent"].is_object() {
         s += &line(

@@ -72,8 +72,8 @@ impl<B: Backend> Qp<'_, B> {
         }
         if q.recv_len != size {
             return Err(ScenarioError::Invalid(format!(
-                "the perftest client's SENDs {}..{} on QP {:#x} carried {} B (the last of them), this side's -s is \
-                 {size}: perftest does not exchange -s; give both sides the same",
+                "the perftest client's SENDs {}..{} on QP {:#x} carried {} B (the last of them), this side's size \
+                 is {size}: perftest 6.06 does not exchange -s or -a; give both sides the same",
                 self.taken + 1,
                 self.taken + u64::from(q.recvs),
                 self.b.qpn(),
@@ -122,7 +122,7 @@ pub fn serve(
                     let taken: Vec<String> = qps.iter().map(|q| q.taken.to_string()).collect();
                     return Err(ScenarioError::Invalid(format!(
                         "no SEND from the perftest client for {stall:?} after {} of {iters} per QP (-n; per QP: {}): \
-                         perftest does not exchange -n; give both sides the same (or the client stopped)",
+                         perftest 6.06 does not exchange -n or -a; give both sides the same (or the client stopped)",
                         qps.iter().map(|q| q.taken).min().unwrap_or(0),
                         taken.join(", ")
                     )));

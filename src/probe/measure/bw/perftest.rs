@@ -45,9 +45,6 @@ fn refuse(plan: &Plan, b: &BwPlan) -> Result<(), ProbeError> {
     if plan.transport != crate::backend::Transport::Rc {
         return no("perftest's default connection, RC, only in this version (no -c)".into());
     }
-    if !matches!(b.sizes, Sizes::One(_)) {
-        return no("one size (-s) in this version, not -a".into());
-    }
     if b.threads != 1 {
         return no("perftest drives its QPs from one thread: no --threads (-q gives the QPs)".into());
     }
@@ -67,8 +64,6 @@ fn refuse(plan: &Plan, b: &BwPlan) -> Result<(), ProbeError> {
 /// This side connected to perftest: its ends (one per QP), the key messages, what the opening
 /// settled.
 struct Link {
-    /// SEND's server: the receives posted on each QP before the run.
-    posted: Vec<u64>,
     ends: Vec<AnyEnd>,
     infos: Vec<QpInfo>,
     mine: Vec<Key>,
@@ -103,7 +98,11 @@ fn connect(
     (kind, size): (BackendKind, u32),
     warnings: &mut Vec<String>,
 ) -> Result<Link, ProbeError> {
-    let ours = negotiation(&set.dev, (b.op, true), (size, b.iters, b.qps), b.gbits)?;
+    let mut ours = negotiation(&set.dev, (b.op, true), (size, b.iters, b.qps), b.gbits)?;
+    if b.sizes == Sizes::All {
+        // perftest's -a: its test_method RUN_ALL (1), its size MAX_SIZE (8 MiB, this side's largest)
+        ours.fields[0] = 1;
+    }
     let opening = opening(tcp, plan, &mut set.dev, &ours, warnings)?;
     let (len, room) = buffer_len(size, opening.cycle_buffer, set.buf_len);
     let depth = out_reads(&set.dev, b.op)?;
@@ -162,18 +161,12 @@ fn connect(
             )));
         }
     }
-    // SEND: the server's receives posted before the last key (perftest's client posts as soon
-    // as it has it)
-    let posted = if b.op == OpKind::Send && !client {
-        let depth = crate::scenario::bw::recv_depth(b.rx_depth, b.tx_depth);
-        crate::scenario::bw::perftest::prime(&mut ends, depth, b.iters).map_err(ProbeError::from)?
-    } else {
-        Vec::new()
-    };
-    // perftest's additional hand-shake "after moving qp to RTR": then its client posts
-    tcp.perftest_keys(&mine[0])?;
+    if b.op != OpKind::Send {
+        // perftest's additional hand-shake "after moving qp to RTR": then its client posts
+        // (SEND's is made before each size, after the server's receives are posted)
+        tcp.perftest_keys(&mine[0])?;
+    }
     Ok(Link {
-        posted,
         ends,
         infos,
         mine,
@@ -207,7 +200,11 @@ pub(in crate::probe) fn run(plan: &Plan, b: &BwPlan, obs: &mut dyn Observer) -> 
     let &[kind] = &set.kinds[..] else {
         return Err(ProbeError::Usage("--peer perftest: one backend per run".into()));
     };
-    let size = set.sizes[0];
+    let sizes = set.sizes.clone();
+    // the buffers and the negotiation: the largest size (-a: 8 MiB, perftest's MAX_SIZE);
+    // perftest's report is of the last
+    let size = sizes.iter().copied().max().unwrap_or(8);
+    let last = sizes.last().copied().unwrap_or(size);
     let before = counters::sample(&set.dev);
     let (cal, env) = session::calibrate(&set.dev, true)?;
     let mut warnings = set.warnings(plan, b, env.warnings())?;
@@ -222,63 +219,104 @@ pub(in crate::probe) fn run(plan: &Plan, b: &BwPlan, obs: &mut dyn Observer) -> 
     };
     let mut report = new_report(plan, b, &set, (kind, size), &link, role, (env, cal, warnings));
     obs.started(&report);
-    let bundle = |ends: &[AnyEnd], e: crate::scenario::ScenarioError| {
-        let states = ends.iter().map(|e| e.describe()).collect();
-        diag::failed(diag::Bundle::of(plan, &set.dev, &before, states), e.into())
-    };
-    let mine = if !server {
-        let p = params(plan, b, &set, size);
-        let mut ends = vec![std::mem::take(&mut link.ends)];
-        let out = bw_side(&mut ends, &p, true, &report.clock, &INTERRUPTED).map_err(|e| bundle(&ends[0], e))?;
-        let r = client_result(b, kind, &p, summarize(&out, size, b.cq_mod, report.clock.hz));
-        let mine = report_of(&r.summary, size, b.gbits);
-        if let Runs::Bw(v) = &mut report.runs {
-            v.push(r);
-        }
-        obs.finished(&report, 0);
-        Some(mine)
-    } else if b.op == OpKind::Send {
-        let got = crate::scenario::bw::perftest::serve(
-            &mut link.ends,
-            &link.posted,
-            (size, b.iters),
-            plan.stall,
-            &INTERRUPTED,
-        )
-        .map_err(|e| bundle(&link.ends, e))?;
-        report.params["peer_tool"]["received"] = json!(received_report(&got, size, b.gbits, report.clock.hz));
-        None
-    } else {
-        None
-    };
+    let mine = each_size(
+        &mut tcp,
+        &mut link,
+        (plan, b, &set, &before),
+        (kind, server),
+        &mut report,
+        obs,
+    )?;
     if b.op == OpKind::Send {
         close_send(&mut tcp, plan, b, &link.mine[0])?;
         report.params["peer_tool"]["report_sent"] = serde_json::Value::Null;
         report.params["peer_tool"]["report"] = serde_json::Value::Null;
     } else {
-        let theirs = end_one_sided(&mut tcp, plan, b, &link.mine[0], mine.unwrap_or_default())?;
+        let theirs = end_one_sided(
+            &mut tcp,
+            (plan, b, sizes.len()),
+            &link.mine[0],
+            mine.unwrap_or_default(),
+        )?;
         report.params["peer_tool"]["report_sent"] = json!(mine);
         report.params["peer_tool"]["report"] = json!(server.then_some(theirs));
         if server {
-            check_report(&theirs, size, b.iters.saturating_mul(b.qps))?;
+            check_report(&theirs, last, b.iters.saturating_mul(b.qps))?;
         }
     }
     report.counters = counters::CounterDelta::since(before, &set.dev);
     Ok(report)
 }
 
+/// This side's part at each size in turn (one with `-s`; with `-a` 2 B to 8 MiB, as perftest's
+/// `RUN_ALL`): the client runs and records each (perftest's WRITE and READ clients go from one
+/// size to the next with nothing between; its SEND exchanges the key message before and after
+/// each size); SEND's server posts its receives before the key (perftest's client posts as soon
+/// as it has it) and takes the client's messages (`params.peer_tool.received`, one per size).
+/// Returns the client's report of its last size, as perftest's client sends it.
+fn each_size(
+    tcp: &mut crate::oob::Peer,
+    link: &mut Link,
+    (plan, b, set, before): (&Plan, &BwPlan, &Setup, &Option<(&'static str, crate::model::Counters)>),
+    (kind, server): (BackendKind, bool),
+    report: &mut Report,
+    obs: &mut dyn Observer,
+) -> Result<Option<BwReport>, ProbeError> {
+    let send = b.op == OpKind::Send;
+    let bundle = |ends: &[AnyEnd], e: crate::scenario::ScenarioError| {
+        let states = ends.iter().map(|e| e.describe()).collect();
+        diag::failed(diag::Bundle::of(plan, &set.dev, before, states), e.into())
+    };
+    let mut ends = vec![std::mem::take(&mut link.ends)];
+    let (mut mine, mut received) = (None, Vec::new());
+    for &size in &set.sizes {
+        let posted = if send && server {
+            let depth = crate::scenario::bw::recv_depth(b.rx_depth, b.tx_depth);
+            crate::scenario::bw::perftest::prime(&mut ends[0], depth, b.iters)?
+        } else {
+            Vec::new()
+        };
+        if send {
+            tcp.perftest_keys(&link.mine[0])?;
+        }
+        if !server {
+            let p = params(plan, b, set, size);
+            let out = bw_side(&mut ends, &p, true, &report.clock, &INTERRUPTED).map_err(|e| bundle(&ends[0], e))?;
+            let r = client_result(b, kind, &p, summarize(&out, size, b.cq_mod, report.clock.hz));
+            mine = Some(report_of(&r.summary, size, b.gbits));
+            if let Runs::Bw(v) = &mut report.runs {
+                v.push(r);
+            }
+            obs.finished(report, report.runs.len() - 1);
+        } else if send {
+            let limits = ((size, b.iters), plan.stall);
+            let got = crate::scenario::bw::perftest::serve(&mut ends[0], &posted, limits.0, limits.1, &INTERRUPTED)
+                .map_err(|e| bundle(&ends[0], e))?;
+            received.push(received_report(&got, size, b.gbits, report.clock.hz));
+        }
+        if send && b.sizes == Sizes::All {
+            tcp.perftest_keys(&link.mine[0])?;
+        }
+    }
+    link.ends = ends.pop().unwrap_or_default();
+    if send && server {
+        report.params["peer_tool"]["received"] = json!(received);
+    }
+    Ok(mine)
+}
+
 /// The end of WRITE and READ (`write_bw.c`, `read_bw.c`): the server waits in one more key
-/// message for the client's run (`-n` messages per QP of up to 10 ms each beyond the
+/// message for the client's run (`-n` messages per QP and size of up to 10 ms each beyond the
 /// out-of-band timeout and the stall deadline), both exchange their reports (`mine`: the
 /// server's is zeros, as perftest's passive server's) and close. Returns the peer's report.
 fn end_one_sided(
     tcp: &mut crate::oob::Peer,
-    plan: &Plan,
-    b: &BwPlan,
+    (plan, b, sizes): (&Plan, &BwPlan, usize),
     key: &Key,
     mine: BwReport,
 ) -> Result<BwReport, ProbeError> {
-    let run = Duration::from_millis(b.iters.saturating_mul(b.qps).saturating_mul(10).min(u64::MAX / 2));
+    let messages = b.iters.saturating_mul(b.qps).saturating_mul(sizes as u64);
+    let run = Duration::from_millis(messages.saturating_mul(10).min(u64::MAX / 2));
     tcp.set_timeout(plan.oob_timeout + plan.stall + run)?;
     tcp.perftest_keys(key)?;
     tcp.set_timeout(plan.oob_timeout)?;
@@ -336,7 +374,8 @@ fn check_report(r: &BwReport, size: u32, messages: u64) -> Result<(), ProbeError
     if r.size != u64::from(size) || r.iters != messages {
         return Err(ProbeError::Invalid(format!(
             "perftest's client reported {} messages of {} B, this side was given {messages} of {size} B \
-             (-n x -q, -s): perftest does not exchange them; give both sides the same",
+             (-n x -q, -s; with -a the last size): perftest 6.06 does not exchange them; give both sides the same \
+             (-a to both or neither)",
             r.iters, r.size
         )));
     }
@@ -478,8 +517,13 @@ fn describe(o: &Opening, (program, b, size): (&str, &BwPlan, u32), server: bool)
     } else {
         "it does not exchange -s, -n and -q: give both sides the same"
     };
+    let sizes = if b.sizes == Sizes::All {
+        format!("each size from 2 B to {size} B in turn (-a)")
+    } else {
+        format!("{size} B")
+    };
     format!(
-        "perftest {} ({program}, {} QP(s), {} messages of {size} B per QP; {flags}); this side, {what}",
+        "perftest {} ({program}, {} QP(s), {} messages of {sizes} per QP; {flags}); this side, {what}",
         o.version, b.qps, b.iters
     )
 }
@@ -576,7 +620,7 @@ mod tests {
         }
         let mut b = BwPlan::new(OpKind::Send, 4096);
         b.sizes = Sizes::All;
-        assert!(refused(&b).contains("not -a"));
+        assert!(refuse(&plan(&b), &b).is_ok(), "send -a");
     }
 
     #[test]
