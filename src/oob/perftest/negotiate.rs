@@ -47,12 +47,12 @@ pub const DEF_DURATION: u32 = 5;
 const FIELDS: [(&str, &str, Option<&[&str]>); 17] = [
     (
         "test_method",
-        "give both sides -a, or neither (bw: give perftest no -a)",
+        "give both sides -a, or neither",
         Some(&["RUN_REGULAR", "RUN_ALL", "RUN_INFINITELY"]),
     ),
     (
         "connection_type",
-        "give perftest no -c (RC only against it)",
+        "give both sides the same -c (RC, or UD for send, against perftest)",
         Some(&["RC", "UC", "UD", "RawEth", "XRC", "DC", "SRD"]),
     ),
     (
