@@ -2,8 +2,8 @@
 # harness/softroce.sh: the Soft-RoCE lane. Boots Debian's own kernel under qemu with a busybox
 # initramfs, loads rdma_rxe, creates rxe0 on a dummy netdev (no packet can leave the guest) and
 # runs there: `rdmaprobe devices`, every scenario on rxe0 with perftest beside it, rdmaprobe
-# against perftest (`--peer perftest`: lat write/send/read and bw write, verbs and wr, each the
-# server in turn, both tools' figures on PEER lines), every device
+# against perftest (`--peer perftest`: lat write/send/read and send over UD, bw write/read/send,
+# verbs and wr, each the server in turn, both tools' figures on PEER lines), every device
 # test (`tests/device.rs`, the #[ignore]d ones) on rxe0, `ping`'s ladder between rxe1 and rxe2
 # on a veth pair (traffic through the IP stack, as between two hosts) with three faults (a wrong
 # GID index, the link down, UDP 4791 dropped by nftables), and the rdma-core version comparison:
@@ -132,7 +132,7 @@ copy_libs() { # the ldd closure of each argument into the initramfs
 cp -L /lib64/ld-linux-x86-64.so.2 "$root/usr/lib64/"
 cp -L /usr/lib/x86_64-linux-gnu/libgcc_s.so.1 "$root/usr/lib/x86_64-linux-gnu/" # dlopen'ed by glibc
 progs=("$(command -v ip)" "$(command -v rdma)" "$(command -v ibv_devinfo)" "$(command -v nft)")
-for t in ib_write_lat ib_send_lat ib_read_lat ib_write_bw; do progs+=("$(command -v $t)"); done
+for t in ib_write_lat ib_send_lat ib_read_lat ib_write_bw ib_read_bw ib_send_bw; do progs+=("$(command -v $t)"); done
 for p in "${progs[@]}"; do cp -L "$p" "$root/usr/bin/"; done
 # without their debug sections (symbols stay, for backtraces): a smaller image boots faster
 objcopy --strip-debug "$repo/target/debug/rdmaprobe" "$root/opt/rdmaprobe"
@@ -311,14 +311,14 @@ wait \$srv
 echo "--- perftest ib_write_bw:"
 grep -A1 '#bytes' /tmp/pt-bw.txt
 echo "SIDE-BY-SIDE bw rdmaprobe: \$(grep -E '^ +16384 +(verbs|wr) ' /tmp/bw.txt | awk '{printf "%s %s msgs avg=%sMB/s; ", \$2, \$3, \$7}') perftest: \$(grep -A1 '#bytes' /tmp/pt-bw.txt | tail -1 | awk '{printf "%s bytes %s iters avg=%sMB/s", \$1, \$2, \$4}')"
-echo "===== rdmaprobe against perftest (--peer perftest): each the server in turn, lat write, send, read 64 B x 500, bw write 16 KiB x 1000; verbs, wr"
+echo "===== rdmaprobe against perftest (--peer perftest): each the server in turn, lat write, send, read, send -c UD 64 B x 500, bw write, read, send 16 KiB x 1000; verbs, wr"
 peer_rc=0
 peer_port=18560
-ppair() { # SCEN OP BACKEND RDMAPROBE-SERVES SIZE N: one run, both tools' figures on a PEER line
-  sc=\$1; op=\$2; be=\$3; sv=\$4; sz=\$5; n=\$6
+ppair() { # SCEN OP BACKEND RDMAPROBE-SERVES SIZE N [FLAGS]: one run, both tools' figures on a PEER line
+  sc=\$1; op=\$2; be=\$3; sv=\$4; sz=\$5; n=\$6; fl=\${7:-}
   peer_port=\$((peer_port+1))
-  rp="/opt/rdmaprobe \$sc \$op --peer perftest -d rxe0 -x 1 -s \$sz -n \$n -p \$peer_port --backend \$be --stall-secs 60"
-  pt="ib_\${op}_\${sc} -d rxe0 -x 1 -s \$sz -n \$n -p \$peer_port"
+  rp="/opt/rdmaprobe \$sc \$op --peer perftest -d rxe0 -x 1 -s \$sz -n \$n -p \$peer_port --backend \$be --stall-secs 60 \$fl"
+  pt="ib_\${op}_\${sc} -d rxe0 -x 1 -s \$sz -n \$n -p \$peer_port \$fl"
   ok=1
   if [ \$sv = 1 ]; then
     \$rp > /tmp/pp-rp.txt 2>&1 &
@@ -335,17 +335,22 @@ ppair() { # SCEN OP BACKEND RDMAPROBE-SERVES SIZE N: one run, both tools' figure
     ptf=\$(grep -A1 't_typical' /tmp/pp-pt.txt | tail -1 | awk '{printf "%s iters t_typical=%sus", \$2, \$5}')
     rpf=\$(grep -A1 "perftest's t_typical" /tmp/pp-rp.txt | tail -1 | sed 's/^ *//')
     p50=\$(grep -E "^ +\$sz +\$be " /tmp/pp-rp.txt | awk '{printf "%s iters p50=%sns", \$3, \$5}')
-    echo "PEER lat \$op \$be rdmaprobe-serves=\$sv perftest: \${ptf:-none} rdmaprobe: \${p50:-none} perftest-def \${rpf:-none}"
+    echo "PEER lat \$op\${fl:+ \$fl} \$be rdmaprobe-serves=\$sv perftest: \${ptf:-none} rdmaprobe: \${p50:-none} perftest-def \${rpf:-none}"
   else
     ptf=\$(grep -A1 'BW peak' /tmp/pp-pt.txt | tail -1 | awk '{printf "%s iters avg=%sMB/s", \$2, \$4}')
     rpf=\$(grep -E "^ (sent to perftest|perftest's report \\()" /tmp/pp-rp.txt | sed 's/.*: //')
+    # ib_send_bw exchanges no report: rdmaprobe's server's own figures, its client's table row
+    [ \$op = send ] && [ \$sv = 1 ] && rpf=\$(grep -A1 '^ this side received' /tmp/pp-rp.txt | tail -1 | sed 's/^ *//')
+    [ \$op = send ] && [ \$sv = 0 ] &&
+      rpf=\$(grep -E "^ +\$sz +\$be " /tmp/pp-rp.txt | awk '{printf "%s B x %s messages, average %s MB/sec", \$1, \$3, \$7}')
     echo "PEER bw \$op \$be rdmaprobe-serves=\$sv perftest: \${ptf:-none} rdmaprobe's report line: \${rpf:-none}"
   fi
 }
 for be in verbs wr; do
   for sv in 1 0; do
     for op in write send read; do ppair lat \$op \$be \$sv 64 500; done
-    ppair bw write \$be \$sv 16384 1000
+    ppair lat send \$be \$sv 64 500 "-c UD"
+    for op in write read send; do ppair bw \$op \$be \$sv 16384 1000; done
   done
 done
 echo "RDMAPROBE-PEER-RESULT peer=\$peer_rc"
@@ -531,7 +536,7 @@ grep -q 'RDMAPROBE-PEER-RESULT peer=0' "$log.txt" || { echo "FAIL: rdmaprobe aga
 # -n - 1 round trips in a ping-pong, -n READs as the client and none as the server; bw: the
 # client's report (perftest's printed table, rdmaprobe's report line) of 1000 messages
 peer_lines=$(grep -c '^PEER ' "$log.txt" || true)
-[[ "$peer_lines" == 16 ]] || { echo "FAIL: $peer_lines of 16 rdmaprobe/perftest pairs ran in the guest"; fail=1; }
+[[ "$peer_lines" == 28 ]] || { echo "FAIL: $peer_lines of 28 rdmaprobe/perftest pairs ran in the guest"; fail=1; }
 while IFS= read -r line; do
   case "$line" in
     "PEER lat read "*"rdmaprobe-serves=1 "*) want=("perftest: 500 iters" "rdmaprobe: none");;
