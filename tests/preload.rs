@@ -814,6 +814,40 @@ fn against_perftest(
     }
 }
 
+/// As [`against_perftest`], for runs whose perftest may never end (a mismatch leaves it
+/// spinning, and it has no deadline of its own): rdmaprobe's output once it ended, perftest
+/// stopped then.
+fn rdmaprobe_against_stuck_perftest(d: &ModelDir, mut rp: Command, pt: &[&str], port: &str, serves: bool) -> Output {
+    let limit = Duration::from_secs(DEADLINE_S + 10);
+    let mut a = vec!["taskset", "-c", if serves { "0" } else { "1" }];
+    a.extend(pt);
+    if serves {
+        a.push("127.0.0.1");
+    } else {
+        rp.arg("127.0.0.1");
+    }
+    let piped = |mut c: Command, what: &str| {
+        c.stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap_or_else(|e| panic!("starting {what}: {e}"))
+    };
+    let (ours, mut theirs) = if serves {
+        let s = piped(rp, "rdmaprobe");
+        wait_listening(port);
+        (s, piped(exec(d, &a), "perftest"))
+    } else {
+        let s = piped(exec(d, &a), "perftest");
+        wait_listening(port);
+        (piped(rp, "rdmaprobe"), s)
+    };
+    let out = finish(ours, limit);
+    let _ = theirs.kill();
+    let _ = finish(theirs, limit);
+    out
+}
+
 /// Waits (60 s at most) until something listens on `port` (perftest's client tries once).
 fn wait_listening(port: &str) {
     let start = Instant::now();
@@ -1447,7 +1481,7 @@ fn a_perftest_send_bw_peer_given_other_flags_is_named() {
         .env("RDMAPROBE_MODEL_DIR", &d.0);
         let mut pt = vec!["ib_send_bw", "-d", "model0", "-p", &port];
         pt.extend(theirs);
-        let (r, _) = against_perftest(&d, rp, &pt, &port, serves);
+        let r = rdmaprobe_against_stuck_perftest(&d, rp, &pt, &port, serves);
         let err = text(&r.stderr);
         let what = format!("rdmaprobe serves {serves}, perftest {theirs:?}");
         assert_eq!(r.status.code(), Some(1), "{what}: {err}");
@@ -1541,5 +1575,44 @@ fn rdmaprobe_and_perftest_bw_run_every_size_with_a() {
         }
         let _ = std::fs::remove_file(&json);
         assert_eq!(d.objects(), Vec::<String>::new(), "{what}: model0 objects left behind");
+    }
+}
+
+/// perftest given `-a`, rdmaprobe `-s 2` (perftest's first size): SEND exchanges the key message
+/// between two sizes as it does at its closing, so that key alone cannot tell rdmaprobe that
+/// perftest is done. rdmaprobe waits for perftest's end after it (6.06's "done" and the
+/// connection closed) and, where a perftest with more sizes sends its next key or waits for
+/// one, ends with an error naming -a, exit 1 within the stall deadline (3 s here), never 0.
+#[test]
+fn a_perftest_given_a_alone_is_named_not_taken_for_its_end() {
+    if !have("ib_send_lat", "perftest") || !have("taskset", "util-linux") {
+        return;
+    }
+    let _one = PAIRS.lock().unwrap_or_else(|p| p.into_inner());
+    let d = ModelDir::new("perftest-a-alone");
+    for (scen, serves) in [("lat", true), ("lat", false), ("bw", true), ("bw", false)] {
+        let port = free_port().to_string();
+        let mut rp = Command::new(EXE);
+        rp.args([
+            scen, "send", "--peer", "perftest", "-d", "model0", "-s", "2", "-n", "100",
+        ])
+        .args([
+            "-p",
+            &port,
+            "--backend",
+            "verbs",
+            "--stall-secs",
+            "3",
+            "--oob-timeout",
+            "60",
+        ])
+        .env("RDMAPROBE_MODEL_DIR", &d.0);
+        let program = format!("ib_send_{scen}");
+        let pt = [program.as_str(), "-d", "model0", "-a", "-n", "100", "-p", &port];
+        let r = rdmaprobe_against_stuck_perftest(&d, rp, &pt, &port, serves);
+        let err = text(&r.stderr);
+        let what = format!("{scen} send, rdmaprobe serves {serves}");
+        assert_eq!(r.status.code(), Some(1), "{what}: {err}");
+        assert!(err.contains("was it given -a"), "{what}: {err}");
     }
 }

@@ -316,6 +316,45 @@ impl Peer {
 }
 
 impl Peer {
+    /// After perftest's closing key message, its end within `within`: perftest 6.06 writes
+    /// "done" with its NUL and closes the connection, 6.17 and later close it (a reset is an end
+    /// too). `None`: it ended. `Some(what)`: it did not, and `what` says what came instead: more
+    /// bytes (a perftest with more to run: the key message of its `-a`'s next size, where this
+    /// side took the one between two sizes for its closing) or nothing.
+    pub fn perftest_await_end(&mut self, within: std::time::Duration) -> Result<Option<String>, OobError> {
+        const CLOSED: &str = "closed the connection (its process ended)";
+        let deadline = Instant::now() + within;
+        let mut seen: Vec<u8> = Vec::new();
+        loop {
+            if Instant::now() >= deadline {
+                return Ok(Some(format!("it did not close the connection within {within:?}")));
+            }
+            match self.fill(deadline, "perftest's end", || CLOSED.to_string()) {
+                Ok(false) => continue,
+                Ok(true) => {
+                    let got = self.reader.buffer().to_vec();
+                    self.reader.consume(got.len());
+                    seen.extend_from_slice(&got);
+                    if !b"done\0".starts_with(&seen) {
+                        return Ok(Some(format!(
+                            "it sent {} bytes more ({:?}), not its end",
+                            seen.len(),
+                            String::from_utf8_lossy(&seen[..seen.len().min(24)])
+                        )));
+                    }
+                }
+                Err(OobError::Protocol { why, .. }) if why == CLOSED => return Ok(None),
+                Err(OobError::Io { source, .. }) if source.kind() == std::io::ErrorKind::ConnectionReset => {
+                    return Ok(None)
+                }
+                Err(OobError::Timeout { .. }) => {
+                    return Ok(Some(format!("it did not close the connection within {within:?}")))
+                }
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
     /// Waits up to `within` for perftest to close the connection (its process ending: after
     /// `ib_write_lat`'s last message, which has no closing exchange): `Ok(true)` when it closed,
     /// `Ok(false)` when it was still open then. Bytes from it, which perftest does not send

@@ -261,12 +261,14 @@ fn perftest_note(error: &ProbeError, plan: &crate::probe::Plan) -> &'static str 
     };
     match &plan.scenario {
         crate::probe::Scenario::Lat(l) if l.op == crate::backend::OpKind::Send && *index == 1 => {
-            "; perftest does not exchange -s: a peer given another -s refuses this side's first message so \
-             (its receives are of its own -s): give both sides the same -s"
+            "; perftest does not exchange -s or -a: a peer given another -s refuses this side's first message so \
+             (its receives are of its own -s), and one given no -a has ended after its one size where this side's \
+             -a goes on: give both sides the same -s, and -a to both or neither"
         }
         crate::probe::Scenario::Bw(_) => {
-            "; perftest does not exchange -s: a peer given a smaller -s refuses this side's messages so (its \
-             buffer holds its own -s, or a page): give both sides the same -s"
+            "; perftest does not exchange -s or -a: a peer given a smaller -s, or no -a where this side's -a goes \
+             past its size, refuses this side's messages so (its buffer holds its own -s, or a page): give both \
+             sides the same -s, and -a to both or neither"
         }
         _ => "",
     }

@@ -162,7 +162,7 @@ pub fn ud_checks(dev: &Dev, plan: &Plan, sizes: &mut Vec<u32>, all: bool) -> Res
         sizes.dedup();
         return Ok(Some(format!(
             "-c UD: messages of {mtu} bytes instead of {s}, the port's MTU on {} (a UD message is at most that; \
-             perftest clamps so too)",
+             perftest clamps so its -a and its default size, and refuses a -s above it)",
             dev.name()
         )));
     }

@@ -6,7 +6,8 @@
 //! `read_bw.c`): the opening (version, cycle buffer, cache line, MTU), the key message once per
 //! QP, the QPs connected, once more per QP, once more for QP 0; then the client runs while the
 //! server waits in one more key message for the client's end; both exchange their bandwidth
-//! reports (`xchg_bw_reports`) and close (`ctx_close_connection`: the key message, "done").
+//! reports (`xchg_bw_reports`) and close (`ctx_close_connection`: the key message, then the
+//! connection's end, perftest 6.06's "done" before it).
 //!
 //! The server of these one-sided tests is passive and measures nothing; perftest's server
 //! prints the report its client sends. So rdmaprobe as the client measures as it always does
@@ -37,9 +38,19 @@ fn refuse(plan: &Plan, b: &BwPlan) -> Result<(), ProbeError> {
     let no = |what: String| Err(ProbeError::Usage(format!("--peer perftest: {what}")));
     if !matches!(b.op, OpKind::Write | OpKind::Read | OpKind::Send) {
         return no(format!(
-            "bw {} against ib_*_bw is not in this version; bw write, read and send against ib_write_bw, ib_read_bw \
-             and ib_send_bw are",
-            b.op.cli_name()
+            "{} against ib_*_bw is not in this version; bw write, read and send (without immediates) against \
+             ib_write_bw, ib_read_bw and ib_send_bw are",
+            match b.op {
+                OpKind::SendImm => "--send-with-imm".to_string(),
+                OpKind::WriteImm => "--write-with-imm".to_string(),
+                op => format!("bw {}", op.cli_name()),
+            }
+        ));
+    }
+    if b.iters < 5 {
+        return no(format!(
+            "-n {}: perftest's bandwidth tests take 5 or more (\"Iteration num should be between 5 and ...\")",
+            b.iters
         ));
     }
     if plan.transport != crate::backend::Transport::Rc {
@@ -225,7 +236,6 @@ pub(in crate::probe) fn run(plan: &Plan, b: &BwPlan, obs: &mut dyn Observer) -> 
         (plan, b, &set, &before),
         (kind, server),
         &mut report,
-        obs,
     )?;
     if b.op == OpKind::Send {
         close_send(&mut tcp, plan, b, &link.mine[0])?;
@@ -244,6 +254,11 @@ pub(in crate::probe) fn run(plan: &Plan, b: &BwPlan, obs: &mut dyn Observer) -> 
             check_report(&theirs, last, b.iters.saturating_mul(b.qps))?;
         }
     }
+    // the rows once perftest's end is seen: those of a run whose peer was given another -n or
+    // -a are not figures
+    for i in 0..report.runs.len() {
+        obs.finished(&report, i);
+    }
     report.counters = counters::CounterDelta::since(before, &set.dev);
     Ok(report)
 }
@@ -260,7 +275,6 @@ fn each_size(
     (plan, b, set, before): (&Plan, &BwPlan, &Setup, &Option<(&'static str, crate::model::Counters)>),
     (kind, server): (BackendKind, bool),
     report: &mut Report,
-    obs: &mut dyn Observer,
 ) -> Result<Option<BwReport>, ProbeError> {
     let send = b.op == OpKind::Send;
     let bundle = |ends: &[AnyEnd], e: crate::scenario::ScenarioError| {
@@ -277,7 +291,8 @@ fn each_size(
             Vec::new()
         };
         if send {
-            tcp.perftest_keys(&link.mine[0])?;
+            tcp.perftest_keys(&link.mine[0])
+                .map_err(|e| crate::probe::measure::lat::perftest::went_on(e, size))?;
         }
         if !server {
             let p = params(plan, b, set, size);
@@ -287,7 +302,6 @@ fn each_size(
             if let Runs::Bw(v) = &mut report.runs {
                 v.push(r);
             }
-            obs.finished(report, report.runs.len() - 1);
         } else if send {
             let limits = ((size, b.iters), plan.stall);
             let got = crate::scenario::bw::perftest::serve(&mut ends[0], &posted, limits.0, limits.1, &INTERRUPTED)
@@ -322,12 +336,17 @@ fn end_one_sided(
     tcp.set_timeout(plan.oob_timeout)?;
     let theirs = tcp.perftest_bw_reports(&mine)?;
     tcp.perftest_keys(key)?;
-    tcp.send_raw(b"done\0")?;
+    // no "done" of this side's: perftest reads none (6.06 writes its own and closes)
+    if let Some(what) = tcp.perftest_await_end(plan.stall)? {
+        return Err(ProbeError::Invalid(format!(
+            "perftest did not end its test after its closing key message ({what})"
+        )));
+    }
     Ok(theirs)
 }
 
 /// The end of SEND (`send_bw.c`): no reports exchanged (each side prints its own); the closing
-/// (`ctx_close_connection`: the key message, "done") when both are done: perftest's server
+/// (`ctx_close_connection`: the key message, then perftest's end) when both are done: perftest's server
 /// once it took its `-n` per QP, its client once its sends completed (and it computed its
 /// report). Not within the stall deadline and 2 us a message, or the connection closed: the
 /// peer was given a larger `-n` (a smaller one stalls the run first).
@@ -347,8 +366,18 @@ fn close_send(tcp: &mut crate::oob::Peer, plan: &Plan, b: &BwPlan, key: &Key) ->
         Err(e) => return Err(larger_n(e.to_string())),
         Ok(_) => {}
     };
-    tcp.send_raw(b"done\0")?;
-    Ok(())
+    // no "done" of this side's: perftest reads none (6.06 writes its own and closes), and a
+    // perftest server waiting for the next key of its -a would take it for one and end as if
+    // all went well
+    // the key message perftest's SEND exchanges after each size of its -a is its closing's:
+    // its end must follow
+    match tcp.perftest_await_end(plan.stall)? {
+        None => Ok(()),
+        Some(what) => Err(ProbeError::Invalid(format!(
+            "perftest did not end its test after its closing key message ({what}): was it given -a (perftest 6.06 \
+             does not exchange it: give it to both or neither)?"
+        ))),
+    }
 }
 
 /// This side's figures of what it received, as perftest's `ib_send_bw` server computes its
@@ -611,13 +640,20 @@ mod tests {
             Err(ProbeError::Usage(m)) => m,
             other => panic!("{other:?}"),
         };
-        for op in [OpKind::SendImm, OpKind::WriteImm, OpKind::FetchAdd] {
+        for (op, named) in [
+            (OpKind::SendImm, "--send-with-imm"),
+            (OpKind::WriteImm, "--write-with-imm"),
+            (OpKind::FetchAdd, "bw atomic"),
+        ] {
             let m = refused(&BwPlan::new(op, 8));
-            assert!(
-                m.contains("not in this version") && m.contains("ib_send_bw"),
-                "{op:?}: {m}"
-            );
+            assert!(m.contains(named) && m.contains("not in this version"), "{op:?}: {m}");
         }
+        // perftest's bandwidth tests take -n of 5 or more
+        let mut few = BwPlan::new(OpKind::Write, 4096);
+        few.iters = 4;
+        assert!(refused(&few).contains("-n 4"));
+        few.iters = 5;
+        assert!(refuse(&plan(&few), &few).is_ok());
         let mut b = BwPlan::new(OpKind::Send, 4096);
         b.sizes = Sizes::All;
         assert!(refuse(&plan(&b), &b).is_ok(), "send -a");

@@ -8,7 +8,7 @@
 //! - SEND: once before, twice after, once more after the receives are posted;
 //!
 //! then the test on perftest's conventions (`crate::scenario::lat::perftest`), and its closing
-//! (`ctx_close_connection`: the key message once more, then "done"), which `ib_write_lat` does
+//! (`ctx_close_connection`: the key message once more, then its end), which `ib_write_lat` does
 //! not have. The server of READ and atomics runs nothing: it goes to the closing at once and
 //! waits there for the client's end.
 
@@ -291,9 +291,10 @@ fn connect(
 /// given a larger -n is still waiting for a message (or for the answer to one), and that is an
 /// error naming -n, not a run. `ib_write_lat` has no closing exchange: its end is its process
 /// closing the connection. The others close with `ctx_close_connection`: the key message once
-/// more, then "done" with its NUL (which perftest 6.06 writes and does not read, and 6.17 and
-/// later neither write nor read: unread, it does them no harm; this side reads nothing more
-/// either). perftest ends after its report, which sorts its samples (and with -U or -H prints
+/// more, then perftest's end: 6.06 writes "done" with its NUL and closes the connection, 6.17
+/// and later close it; neither reads anything after the key, so this side writes nothing and
+/// waits for that end within the stall deadline (a perftest that sends another key instead, or
+/// waits for one, has more to run: its -a). perftest ends after its report, which sorts its samples (and with -U or -H prints
 /// a line each): its end may take the stall deadline and 2 us a sample. The server of READ and
 /// atomics waits here for the client's whole run: up to `-n` iterations of 1 ms each beyond the
 /// out-of-band timeout and the stall deadline.
@@ -325,8 +326,18 @@ fn close(tcp: &mut crate::oob::Peer, plan: &Plan, l: &LatPlan, mine: &Key) -> Re
         Err(crate::oob::OobError::Timeout { .. }) if ping_pong => return Err(larger_n()),
         r => r?,
     };
-    tcp.send_raw(b"done\0")?;
-    Ok(())
+    // no "done" of this side's: perftest reads none (6.06 writes its own and closes), and a
+    // perftest server waiting for the next key of its -a would take it for one and end as if
+    // all went well
+    // the key message perftest's SEND exchanges between two sizes of its -a is its closing's:
+    // its end must follow
+    match tcp.perftest_await_end(plan.stall)? {
+        None => Ok(()),
+        Some(what) => Err(ProbeError::Invalid(format!(
+            "perftest did not end its test after its closing key message ({what}): was it given -a, or a larger -n \
+             (perftest 6.06 does not exchange them: give -a to both or neither, and the same -n)?"
+        ))),
+    }
 }
 
 /// Runs `lat` against a perftest peer: connects (or waits for it), speaks its exchange, runs
@@ -343,6 +354,16 @@ pub(in crate::probe) fn run(plan: &Plan, l: &LatPlan, obs: &mut dyn Observer) ->
     let (mut dev, kinds) = open(plan, &l, &sizes, obs)?;
     // UD: -a up to the MTU, a larger -s the MTU, as perftest's (said in a warning)
     let ud_note = session::ud_checks(&dev, plan, &mut sizes, all)?;
+    if let (Some(_), Sizes::One(s)) = (&ud_note, l.sizes) {
+        // perftest 6.06 clamps a UD size to the MTU with -a only: a -s above it it refuses
+        // (the sizes are the MTU now)
+        let mtu = sizes.iter().copied().max().unwrap_or(0);
+        return Err(ProbeError::Usage(format!(
+            "--peer perftest: -c UD -s {s}: above the port's MTU ({mtu} bytes on {}), which perftest refuses over \
+             UD (\"Max message size in UD cannot be greater than MTU\"): give -s {mtu} or less",
+            dev.name()
+        )));
+    }
     // the buffers hold the largest (with -a perftest's MAX_SIZE, 8 MiB: its buffers' too)
     let size = sizes.iter().copied().max().unwrap_or(8);
     let &[kind] = &kinds[..] else {
@@ -449,8 +470,8 @@ fn each_size(
         if i > 0 && l.op == OpKind::Send {
             // perftest's -a: before each size after the first, its receives posted, a key
             // exchange (this side's receives, of the largest size, are still posted: each one
-            // taken was posted again)
-            tcp.perftest_keys(&link.mine)?;
+            // taken was posted again); a perftest without -a ends here instead
+            tcp.perftest_keys(&link.mine).map_err(|e| went_on(e, size))?;
         }
         if crate::scenario::lat::perftest::timed(l.op, server, l.iters) == 0 {
             continue;
@@ -467,6 +488,15 @@ fn each_size(
         rows.push(finish(kind, &p, &samples, blocks, clock)?);
     }
     Ok(rows)
+}
+
+/// A key exchange before size `size` of this side's `-a` that failed: a perftest without `-a`
+/// ends where this side goes on (its closing "done", or the connection closed).
+pub(in crate::probe) fn went_on(e: crate::oob::OobError, size: u32) -> ProbeError {
+    ProbeError::Invalid(format!(
+        "perftest ended where this side's -a goes on to {size} B ({e}): was it given no -a (perftest 6.06 does \
+         not exchange it: give -a to both or neither)?"
+    ))
 }
 
 /// The JSON's `params` as a latency run's (the role, the peer and `peer_tool` set after).
