@@ -1024,7 +1024,7 @@ fn rdmaprobe_and_perftest_run_every_size_with_a() {
         let json = d.0.join(format!("all-{op}-{backend}-{conn}.json"));
         let mut rp = Command::new(EXE);
         rp.args([
-            "lat", op, "--peer", "perftest", "-d", "model0", "-a", "-n", "200", "-p", &port, "-c", conn,
+            "lat", op, "--peer", "perftest", "-d", "model0", "-a", "-n", "100", "-p", &port, "-c", conn,
         ])
         .args(["--backend", backend, "--oob-timeout", "60", "--json"])
         .arg(&json)
@@ -1036,7 +1036,7 @@ fn rdmaprobe_and_perftest_run_every_size_with_a() {
             "model0",
             "-a",
             "-n",
-            "200",
+            "100",
             "-p",
             &port,
             "-c",
@@ -1057,14 +1057,14 @@ fn rdmaprobe_and_perftest_run_every_size_with_a() {
         // the server of READ is passive: its perftest prints no table
         let pt_expect = if ping_pong { sizes.clone() } else { Vec::new() };
         assert_eq!(pt_sizes, pt_expect, "{what}: perftest's table\n{}", show(pt_out));
-        assert!(pt_rows.iter().all(|r| r.1 == 200), "{what}: {pt_rows:?}");
+        assert!(pt_rows.iter().all(|r| r.1 == 100), "{what}: {pt_rows:?}");
         let doc: serde_json::Value =
             serde_json::from_str(&std::fs::read_to_string(&json).expect("rdmaprobe's JSON")).expect("JSON");
         let runs = doc["runs"].as_array().expect("runs");
         let ours: Vec<u64> = runs.iter().map(|r| r["size_bytes"].as_u64().unwrap_or(0)).collect();
         assert_eq!(ours, sizes, "{what}: rdmaprobe's runs");
         for (i, r) in runs.iter().enumerate() {
-            assert_eq!(r["iterations"], if ping_pong { 199 } else { 200 }, "{what}");
+            assert_eq!(r["iterations"], if ping_pong { 99 } else { 100 }, "{what}");
             if let Some(pt) = pt_rows.get(i) {
                 let typical = r["perftest_ns"]["typical"].as_f64().unwrap_or(0.0);
                 let ratio = typical / (pt.2 * 1000.0);
@@ -1527,13 +1527,13 @@ fn rdmaprobe_and_perftest_bw_run_every_size_with_a() {
         let json = d.0.join(format!("bw-all-{op}-{backend}.json"));
         let mut rp = Command::new(EXE);
         rp.args([
-            "bw", op, "--peer", "perftest", "-d", "model0", "-a", "-n", "100", "-p", &port,
+            "bw", op, "--peer", "perftest", "-d", "model0", "-a", "-n", "20", "-p", &port,
         ])
         .args(["--backend", backend, "--oob-timeout", "60", "--json"])
         .arg(&json)
         .env("RDMAPROBE_MODEL_DIR", &d.0);
         let program = format!("ib_{op}_bw");
-        let pt = [program.as_str(), "-d", "model0", "-a", "-n", "100", "-p", &port];
+        let pt = [program.as_str(), "-d", "model0", "-a", "-n", "20", "-p", &port];
         let (rp_out, pt_out) = &against_perftest(&d, rp, &pt, &port, serves);
         let what = format!("bw -a {op} {backend}, rdmaprobe serves: {serves}");
         let show = |o: &Output| format!("status {:?}\n{}{}", o.status, text(&o.stdout), text(&o.stderr));
@@ -1549,7 +1549,7 @@ fn rdmaprobe_and_perftest_bw_run_every_size_with_a() {
         let runs = doc["runs"].as_array().expect("runs");
         let ours: Vec<u64> = runs.iter().map(|r| r["size_bytes"].as_u64().unwrap_or(0)).collect();
         let pt_rows = perftest_bw_rows(&text(&pt_out.stdout));
-        let every: Vec<(u64, u64)> = sizes.iter().map(|&s| (s, 100)).collect();
+        let every: Vec<(u64, u64)> = sizes.iter().map(|&s| (s, 20)).collect();
         if serves {
             assert!(ours.is_empty(), "{what}: the server measured {ours:?}");
             assert_eq!(pt_rows, every, "{what}: perftest's client\n{}", show(pt_out));
@@ -1562,15 +1562,15 @@ fn rdmaprobe_and_perftest_bw_run_every_size_with_a() {
                 let r = &tool["report"];
                 assert_eq!(
                     (r["size"].as_u64(), r["iters"].as_u64()),
-                    (Some(1 << 23), Some(100)),
+                    (Some(1 << 23), Some(20)),
                     "{what}"
                 );
             }
         } else {
             assert_eq!(ours, sizes, "{what}: rdmaprobe's runs");
-            assert!(runs.iter().all(|r| r["summary"]["messages"] == 100), "{what}");
+            assert!(runs.iter().all(|r| r["summary"]["messages"] == 20), "{what}");
             // a passive perftest server prints the one report it takes, of the last size
-            let expect = if op == "send" { every } else { vec![(1 << 23, 100)] };
+            let expect = if op == "send" { every } else { vec![(1 << 23, 20)] };
             assert_eq!(pt_rows, expect, "{what}: perftest's server\n{}", show(pt_out));
         }
         let _ = std::fs::remove_file(&json);
