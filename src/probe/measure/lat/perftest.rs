@@ -352,7 +352,7 @@ pub(in crate::probe) fn run(plan: &Plan, l: &LatPlan, obs: &mut dyn Observer) ->
     let mut sizes = check(plan, &l, obs)?;
     let all = l.sizes == Sizes::All;
     let (mut dev, kinds) = open(plan, &l, &sizes, obs)?;
-    // UD: -a up to the MTU, a larger -s the MTU, as perftest's (said in a warning)
+    // UD: -a up to the MTU, as perftest's (said in a warning); a -s above it is refused below
     let ud_note = session::ud_checks(&dev, plan, &mut sizes, all)?;
     if let (Some(_), Sizes::One(s)) = (&ud_note, l.sizes) {
         // perftest 6.06 clamps a UD size to the MTU with -a only: a -s above it it refuses
