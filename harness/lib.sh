@@ -5,3 +5,19 @@ for d in "$HOME/.cargo/bin" /usr/local/cargo/bin; do
 done
 say() { printf '%s\n' "[$(date +%H:%M:%S)] $*"; }
 die() { printf 'FAILED: %s\n' "$*" >&2; exit 1; }
+
+# model0_peer_work NAME: for a script that runs rdmaprobe against another program under
+# `rdmaprobe model0 exec`: builds rdmaprobe and the preloadable model0, and sets bin (the
+# binary), work ($RDMAPROBE_WORK/NAME, made anew), RDMAPROBE_MODEL_DIR (exported, 0700), port
+# (a random start) and last (the last CPU).
+model0_peer_work() {
+  cargo build --release --quiet --bin rdmaprobe -p rdmaprobe
+  cargo build --release --quiet -p rdmaprobe-preload
+  bin="$repo/target/release/rdmaprobe"
+  work=${RDMAPROBE_WORK:-/var/tmp/rdmaprobe-work}/$1
+  rm -rf "$work" && mkdir -p "$work"
+  export RDMAPROBE_MODEL_DIR="$work/model"
+  mkdir -m 0700 -p "$RDMAPROBE_MODEL_DIR"
+  port=$((20000 + RANDOM % 20000))
+  last=$(($(nproc) - 1))
+}

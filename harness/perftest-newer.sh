@@ -27,15 +27,7 @@ say "building perftest in $src"
   die "perftest did not build in $src (run its ./autogen.sh, ./configure and make there to see why)"
 version=$("$src/ib_write_lat" --version 2>&1 | awk '/Version/ {print $2}' || true)
 say "perftest $version"
-cargo build --release --quiet --bin rdmaprobe -p rdmaprobe
-cargo build --release --quiet -p rdmaprobe-preload
-bin="$repo/target/release/rdmaprobe"
-work=${RDMAPROBE_WORK:-/var/tmp/rdmaprobe-work}/perftest-newer
-rm -rf "$work" && mkdir -p "$work"
-export RDMAPROBE_MODEL_DIR="$work/model"
-mkdir -m 0700 -p "$RDMAPROBE_MODEL_DIR"
-port=$((20000 + RANDOM % 20000))
-last=$(($(nproc) - 1))
+model0_peer_work perftest-newer
 
 # run SERVES SCEN OP BACKEND 'RDMAPROBE FLAGS' 'PERFTEST FLAGS': both ends of one run; sets rc, prc
 run() {

@@ -36,15 +36,7 @@ done
 cd "$repo"
 "$repo/harness/setup.sh" >/dev/null
 command -v ib_write_lat >/dev/null || die "perftest is not installed (harness/setup.sh installs it)"
-cargo build --release --quiet --bin rdmaprobe -p rdmaprobe
-cargo build --release --quiet -p rdmaprobe-preload
-bin="$repo/target/release/rdmaprobe"
-work=${RDMAPROBE_WORK:-/var/tmp/rdmaprobe-work}/perftest-peer
-rm -rf "$work" && mkdir -p "$work"
-export RDMAPROBE_MODEL_DIR="$work/model"
-mkdir -m 0700 -p "$RDMAPROBE_MODEL_DIR"
-port=$((20000 + RANDOM % 20000))
-last=$(($(nproc) - 1))
+model0_peer_work perftest-peer
 
 # one run: run NAME OP RDMAPROBE-SERVES(0|1) BACKEND
 run() {

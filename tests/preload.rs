@@ -978,19 +978,22 @@ fn rdmaprobe_and_ib_atomic_lat_run_against_each_other_on_every_backend() {
     perftest_peer_case("atomic", "ib_atomic_lat", &["-A", "CMP_AND_SWAP"]);
 }
 
+/// The rows of perftest's table under the header line holding `header`, each split into its
+/// fields, up to the first line that is not a row (its first field not a number).
+fn perftest_table<'a>(out: &'a str, header: &str) -> Vec<Vec<&'a str>> {
+    out.lines()
+        .skip_while(|l| !l.contains(header))
+        .skip(1)
+        .map(|l| l.split_whitespace().collect::<Vec<_>>())
+        .take_while(|f| f.first().is_some_and(|x| x.parse::<u64>().is_ok()))
+        .collect()
+}
+
 /// perftest's latency table's rows: size, #iterations, t_typical (µs).
 fn perftest_lat_rows(out: &str) -> Vec<(u64, u64, f64)> {
-    out.lines()
-        .skip_while(|l| !l.contains("t_typical"))
-        .skip(1)
-        .map_while(|l| {
-            let f: Vec<&str> = l.split_whitespace().collect();
-            Some((
-                f.first()?.parse().ok()?,
-                f.get(1)?.parse().ok()?,
-                f.get(4)?.parse().ok()?,
-            ))
-        })
+    perftest_table(out, "t_typical")
+        .iter()
+        .map_while(|f| Some((f[0].parse().ok()?, f.get(1)?.parse().ok()?, f.get(4)?.parse().ok()?)))
         .collect()
 }
 
@@ -1491,13 +1494,9 @@ fn a_perftest_send_bw_peer_given_other_flags_is_named() {
 
 /// perftest's bandwidth table's rows: size and iterations.
 fn perftest_bw_rows(out: &str) -> Vec<(u64, u64)> {
-    out.lines()
-        .skip_while(|l| !l.contains("BW peak"))
-        .skip(1)
-        .map_while(|l| {
-            let f: Vec<&str> = l.split_whitespace().collect();
-            Some((f.first()?.parse().ok()?, f.get(1)?.parse().ok()?))
-        })
+    perftest_table(out, "BW peak")
+        .iter()
+        .map_while(|f| Some((f[0].parse().ok()?, f.get(1)?.parse().ok()?)))
         .collect()
 }
 

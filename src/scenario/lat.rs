@@ -177,7 +177,7 @@ impl Spin<'_> {
 
 /// Receives cover the whole incoming half of the buffer, so they fit every message size (the
 /// sizes of a run change while receives posted for earlier ones are still outstanding).
-fn recv_len<B: Backend>(b: &B) -> u32 {
+pub(crate) fn recv_len<B: Backend>(b: &B) -> u32 {
     (b.mem().len() - b.rx_offset()).min(u32::MAX as usize) as u32
 }
 

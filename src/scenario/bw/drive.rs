@@ -4,6 +4,7 @@
 use super::{BwParams, Grid, PeakTrace, Role, ThreadResult, MAX_TRACE};
 use crate::backend::Backend;
 use crate::clock;
+use crate::scenario::lat::recv_len;
 use crate::scenario::ScenarioError;
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -427,12 +428,6 @@ fn note_turn(out: &mut ThreadResult, (before, now): (u64, u64), crossed: u32, ev
 
 /// Most turns over a whole window a thread records (each 16 bytes).
 const MAX_LONG_TURNS: usize = 100_000;
-
-/// Receives cover the whole incoming half of the buffer, so they fit every message size (the
-/// sizes of a run change while receives posted for earlier ones are still outstanding).
-fn recv_len<B: Backend>(b: &B) -> u32 {
-    (b.mem().len() - b.rx_offset()).min(u32::MAX as usize) as u32
-}
 
 fn be(side: &'static str, index: u64, source: crate::backend::BackendError) -> ScenarioError {
     ScenarioError::Backend { side, index, source }

@@ -6,7 +6,7 @@
 //! receives (its `set_on_first_rx_packet`) and the end of the loop. Each message's length is
 //! checked: perftest 6.06 does not exchange `-s`.
 
-use super::super::lat::pin_from_end;
+use super::super::lat::{pin_from_end, recv_len};
 use crate::backend::setup::AnyEnd;
 use crate::backend::{Backend, BackendError};
 use crate::clock;
@@ -23,11 +23,6 @@ pub struct Received {
     pub first: u64,
     /// TSC when the last message was taken (its `tcompleted[0]`).
     pub last: u64,
-}
-
-/// The bytes a receive of `b` takes: its buffer's receiving half.
-fn recv_len<B: Backend>(b: &B) -> u32 {
-    (b.mem().len() - b.rx_offset()).min(u32::MAX as usize) as u32
 }
 
 fn be(index: u64) -> impl Fn(BackendError) -> ScenarioError {
