@@ -35,7 +35,10 @@ else
   say "aarch64 check SKIPPED: the aarch64-unknown-linux-gnu target could not be installed here"
 fi
 
-say "host tests: cargo test"
+say "host tests: cargo test (tests/preload.rs among them: ibverbs-utils and perftest under rdmaprobe model0 exec; CI set, so a program it needs that is missing fails)"
+# tests/pdf.rs and tests/preload.rs skip a test whose program is missing only where CI is unset;
+# setup.sh has installed every one, so here a missing one is a failure
+export CI="${CI:-true}"
 host_log=$(mktemp)
 trap 'rm -f "$host_log"' EXIT
 cargo test 2>&1 | tee "$host_log"
@@ -55,15 +58,6 @@ say "device tests on model0 through libibverbs + libmlx5 (the same tests the gue
 RDMAPROBE_TEST_DEVICE=model0 cargo test --test device -- --ignored 2>&1 | tee -a "$host_log"
 status=${PIPESTATUS[0]}
 ((status == 0)) || die "device tests on model0"
-say "model0 for other programs: ibverbs-utils and perftest under rdmaprobe model0 exec (tests/preload.rs)"
-cargo build -p rdmaprobe-preload
-pre_log=$(mktemp)
-cargo test --test preload -- --nocapture --test-threads 1 2>&1 | tee "$pre_log"
-status=${PIPESTATUS[0]}
-((status == 0)) || die "tests/preload.rs"
-# setup.sh installs ibverbs-utils and perftest: a program the tests did not find is a failure here
-! grep -q "^SKIPPED" "$pre_log" || die "tests/preload.rs skipped: $(grep '^SKIPPED' "$pre_log" | head -1)"
-rm -f "$pre_log"
 say "perftest beside rdmaprobe on model0 (harness/anchors.sh --short): ratios printed, not yet checked (docs/model0-exec.md)"
 "$repo/harness/anchors.sh" --short || die "harness/anchors.sh --short"
 host_passed=$(sed -nE 's/^test result: ok\. ([0-9]+) passed.*/\1/p' "$host_log" | awk '{s+=$1} END {print s+0}')

@@ -2,8 +2,8 @@
 //! programs of Debian's ibverbs-utils and perftest run on model0, server and client as two
 //! processes over 127.0.0.1, each under a deadline; programs that open no device behave as
 //! without the preload; a stopped program's objects are removed, a killed one's swept. A test
-//! whose program is not installed says so and which package has it (harness/setup.sh installs
-//! them); the preload itself is built here when it is missing.
+//! whose program is not installed says so and which package has it, and fails where `CI` is set
+//! (harness/setup.sh installs them all); the preload itself is built here when it is missing.
 
 use std::io::Read as _;
 use std::path::{Path, PathBuf};
@@ -38,13 +38,22 @@ fn lib() -> PathBuf {
     .clone()
 }
 
+/// A program a test needs is missing: in CI (`CI` set, as `.ci/run` and harness/test.sh set it) a
+/// failure, since harness/setup.sh installs every one; elsewhere the test skips and says why.
+fn missing(why: String) -> bool {
+    if std::env::var_os("CI").is_some_and(|v| !v.is_empty()) {
+        panic!("{why}; CI must have it (harness/setup.sh installs it)");
+    }
+    println!("SKIPPED: {why} (CI is unset)");
+    false
+}
+
 /// Whether `/usr/bin/PROG` is there; if not, says which package has it.
 fn have(prog: &str, package: &str) -> bool {
-    let ok = Path::new("/usr/bin").join(prog).is_file();
-    if !ok {
-        println!("SKIPPED: {prog} is not installed (Debian package {package}; harness/setup.sh installs it)");
-    }
-    ok
+    Path::new("/usr/bin").join(prog).is_file()
+        || missing(format!(
+            "{prog} is not installed (Debian package {package}; harness/setup.sh installs it)"
+        ))
 }
 
 fn text(b: &[u8]) -> String {
@@ -244,12 +253,9 @@ fn base(args: &[String]) -> Command {
 }
 
 fn have_cmd(prog: &str) -> bool {
-    let ok = Path::new(prog).is_absolute()
-        || std::env::var_os("PATH").is_some_and(|p| std::env::split_paths(&p).any(|d| d.join(prog).is_file()));
-    if !ok {
-        println!("SKIPPED: {prog} not found on PATH");
-    }
-    ok
+    Path::new(prog).is_absolute()
+        || std::env::var_os("PATH").is_some_and(|p| std::env::split_paths(&p).any(|d| d.join(prog).is_file()))
+        || missing(format!("{prog} not found on PATH"))
 }
 
 #[test]
