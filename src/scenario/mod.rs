@@ -2,6 +2,7 @@
 #![forbid(unsafe_code)]
 
 pub mod bw;
+pub mod kv;
 pub mod lat;
 pub mod post_cost;
 pub mod runner;
