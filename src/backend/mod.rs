@@ -4,6 +4,7 @@
 //! Work requests are prepared once and only patched per post: what is timed is the post path.
 
 pub mod direct;
+pub mod kv;
 pub mod path;
 pub mod setup;
 pub mod verbs;

@@ -65,6 +65,16 @@ pub(super) fn connect_opts(
     })
 }
 
+/// How the key-value workload's UC QPs connect (as a WRITE scenario's).
+pub fn kv_connect_opts(
+    ctx: &Context,
+    port: &PortInfo,
+    gid: Option<u8>,
+    path: PathOpts,
+) -> Result<ConnectOpts, SetupError> {
+    connect_opts(ctx, port, gid, OpKind::Write, path)
+}
+
 /// As many outstanding READs and atomics as the device allows, up to [`MAX_RD_ATOMIC`].
 pub fn rd_atomic(ctx: &Context) -> Result<u8, SetupError> {
     let d = ctx.query()?;

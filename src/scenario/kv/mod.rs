@@ -5,4 +5,5 @@
 pub mod engine;
 pub mod keys;
 pub mod op;
+pub mod run;
 pub mod store;

@@ -6,7 +6,7 @@
 use super::keys;
 
 /// Bytes of one request slot (`sizeof(struct mica_op)`).
-pub const SLOT: usize = 64;
+pub const SLOT: usize = crate::backend::kv::SLOT;
 /// Where the opcode lies in a slot.
 pub const OPCODE_AT: usize = 16;
 /// Where the value length lies in a slot.

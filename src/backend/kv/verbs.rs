@@ -1,0 +1,566 @@
+//! The key-value workload over libibverbs (`ibv_post_send`, as HERD posts): each client has a UC
+//! QP connected to a server UC QP of its own, through which it writes requests inline into the
+//! server's request region, and a UD QP on which it receives responses (each receive into a
+//! buffer of its own: the 40-byte GRH area, then the response); each worker has a UD QP with an
+//! address handle for every client and posts a batch of SEND_WITH_IMM responses, inline, as one
+//! chain (one doorbell). On model0 (through libmlx5) the model executes each QP's work after its
+//! post and before its poll, as the verbs backend lets it.
+
+use super::{ClientLink, Reply, Response, WorkerLink, SLOT};
+use crate::backend::setup::{Dev, SetupError, DEPTH};
+use crate::backend::{BackendError, BackendKind, MemView, QKEY};
+use crate::scenario::kv::op::Layout;
+use crate::sys;
+use crate::sys::inline::{poll_cq, post_recv, post_send};
+use crate::verbs::cq::Completion;
+use crate::verbs::{Ah, Cq, Ctx, Mr, MrAccess, Pd, Qp, QpCaps, RemoteBuf, VerbsError};
+use std::sync::Arc;
+
+/// The GRH area before a UD receive's data.
+const GRH: usize = 40;
+/// One response receive buffer: the GRH area and a slot.
+const RECV_BUF: usize = 128;
+/// Most responses one worker post chains (MICA's batch).
+const MAX_CHAIN: usize = 32;
+
+/// model0 through libmlx5: the model's QP, executed after a post and before a poll (libmlx5
+/// rings a register page nothing watches). Elsewhere nothing.
+struct Hook {
+    #[cfg(target_os = "linux")]
+    q: Option<(std::sync::Weak<crate::model::ModelQp>, crate::model::ExecMode, u32)>,
+}
+
+impl Hook {
+    fn of(qp: &Qp, device: &str) -> Hook {
+        #[cfg(target_os = "linux")]
+        {
+            let q = (device == crate::uverbs::IBDEV)
+                .then(|| crate::uverbs::model_qp(qp.qpn()))
+                .flatten()
+                .and_then(|w| {
+                    let mode = w.upgrade()?.exec_mode();
+                    Some((w, mode, 0))
+                });
+            Hook { q }
+        }
+        #[cfg(not(target_os = "linux"))]
+        {
+            let _ = (qp, device);
+            Hook {}
+        }
+    }
+
+    #[inline]
+    fn run(&mut self) {
+        #[cfg(target_os = "linux")]
+        if let Some((w, mode, seen)) = &mut self.q {
+            if let Some(q) = w.upgrade() {
+                match mode {
+                    crate::model::ExecMode::Deferred => q.progress(),
+                    _ => q.deliver_if_rung(seen),
+                }
+            }
+        }
+    }
+
+    fn receives_posted(&self) {
+        #[cfg(target_os = "linux")]
+        if let Some(q) = self.q.as_ref().and_then(|m| m.0.upgrade()) {
+            q.receives_posted();
+        }
+    }
+}
+
+fn verbs_err(kind: BackendKind, verb: &'static str, rc: i32, device: &str, qpn: u32, what: &str) -> BackendError {
+    let ctx = Ctx::dev(device).qpn(qpn).detail(what.to_string());
+    let source = crate::verbs::error::check_rc(rc, verb, || ctx)
+        .err()
+        .unwrap_or(VerbsError::Invalid {
+            ctx: Ctx::dev(device),
+            why: format!("{verb} failed"),
+        });
+    BackendError::Verbs {
+        backend: kind.as_str(),
+        source: Box::new(source),
+    }
+}
+
+/// Polls `cq` once into `wc`; an error completion becomes the verbs error it is.
+fn poll(kind: BackendKind, cq: &Cq, wc: &mut [sys::ibv_wc; 16], device: &str) -> Result<usize, BackendError> {
+    // SAFETY: a live CQ and room for 16 completions.
+    let n = unsafe { poll_cq(cq.as_ptr(), 16, wc.as_mut_ptr()) };
+    if n < 0 {
+        return Err(verbs_err(kind, "ibv_poll_cq", n, device, 0, "kv"));
+    }
+    for w in &wc[..n as usize] {
+        if w.status != sys::IBV_WC_SUCCESS {
+            let c = Completion {
+                wr_id: w.wr_id,
+                status: w.status,
+                opcode: w.opcode,
+                vendor_err: w.vendor_err,
+                byte_len: w.byte_len,
+                qp_num: w.qp_num,
+                imm: None,
+            };
+            let source = c.check(device).err().unwrap_or(VerbsError::Invalid {
+                ctx: Ctx::dev(device).qpn(w.qp_num),
+                why: "completion error".into(),
+            });
+            return Err(BackendError::Verbs {
+                backend: kind.as_str(),
+                source: Box::new(source),
+            });
+        }
+    }
+    Ok(n as usize)
+}
+
+/// A client's end: its UC QP to the server's region and its UD QP for responses.
+pub struct KvClient {
+    kind: BackendKind,
+    device: String,
+    region: RemoteBuf,
+    wr: sys::ibv_send_wr,
+    sge: sys::ibv_sge,
+    rwrs: Vec<sys::ibv_recv_wr>,
+    rsges: Vec<sys::ibv_sge>,
+    wc: [sys::ibv_wc; 16],
+    /// Receive buffers in the ring, the next to post and the next to complete.
+    ring: usize,
+    posted: u64,
+    done: u64,
+    rx: MemView,
+    uc_hook: Hook,
+    ud_hook: Hook,
+    /// The workers' UD QP numbers (a response from another QP is a stranger's).
+    workers: Vec<u32>,
+    // owners, dropped after the raw pointers above
+    uc: Qp,
+    uc_cq: Cq,
+    ud: Qp,
+    ud_cq: Cq,
+    rx_mr: Mr,
+}
+
+// SAFETY: the raw pointers in the WRs point into this end's own vectors and MR; one thread uses
+// the end at a time.
+unsafe impl Send for KvClient {}
+
+impl KvClient {
+    fn post_write(&mut self, slot: usize, bytes: &[u8], signal: bool) -> Result<(), BackendError> {
+        if (slot + 1) * SLOT > self.region.len as usize || bytes.len() > SLOT {
+            return Err(BackendError::Invalid {
+                backend: self.kind.as_str(),
+                why: format!(
+                    "slot {slot} ({} B) outside the {}-byte region",
+                    bytes.len(),
+                    self.region.len
+                ),
+            });
+        }
+        self.sge = sys::ibv_sge {
+            addr: bytes.as_ptr() as u64,
+            length: bytes.len() as u32,
+            lkey: 0,
+        };
+        self.wr.sg_list = &mut self.sge;
+        self.wr.num_sge = 1;
+        self.wr.next = std::ptr::null_mut();
+        self.wr.opcode = sys::IBV_WR_RDMA_WRITE;
+        self.wr.send_flags = sys::IBV_SEND_INLINE | if signal { sys::IBV_SEND_SIGNALED } else { 0 };
+        self.wr.wr.rdma = sys::ibv_send_wr__bindgen_ty_2__bindgen_ty_1 {
+            remote_addr: self.region.addr + (slot * SLOT) as u64,
+            rkey: self.region.rkey,
+        };
+        let mut bad = std::ptr::null_mut();
+        // SAFETY: a live QP; one WR whose inline SGE points at `bytes` (read during the call).
+        let rc = unsafe { post_send(self.uc.as_ptr(), &mut self.wr, &mut bad) };
+        if rc != 0 {
+            return Err(verbs_err(
+                self.kind,
+                "ibv_post_send",
+                rc,
+                &self.device,
+                self.uc.qpn(),
+                "kv request",
+            ));
+        }
+        self.uc_hook.run();
+        Ok(())
+    }
+}
+
+impl ClientLink for KvClient {
+    fn write(&mut self, slot: usize, bytes: &[u8], signal: bool) -> Result<(), BackendError> {
+        self.post_write(slot, bytes, signal)
+    }
+
+    fn post_recvs(&mut self, n: u32) -> Result<(), BackendError> {
+        let n = n as usize;
+        if n == 0 || n > self.rwrs.len() || self.posted - self.done + n as u64 > self.ring as u64 {
+            return Err(BackendError::Invalid {
+                backend: self.kind.as_str(),
+                why: format!("{n} more receives beyond the ring of {}", self.ring),
+            });
+        }
+        let base = self.rx_mr.addr();
+        let rp = self.rwrs.as_mut_ptr();
+        for i in 0..n {
+            let b = ((self.posted + i as u64) % self.ring as u64) as usize;
+            self.rsges[i] = sys::ibv_sge {
+                addr: base + (b * RECV_BUF) as u64,
+                length: RECV_BUF as u32,
+                lkey: self.rx_mr.lkey(),
+            };
+            self.rwrs[i].wr_id = b as u64;
+            self.rwrs[i].next = if i + 1 < n {
+                // SAFETY: i + 1 < n <= rwrs.len(): the next receive WR inside the vector.
+                unsafe { rp.add(i + 1) }
+            } else {
+                std::ptr::null_mut()
+            };
+        }
+        let mut bad = std::ptr::null_mut();
+        // SAFETY: a live QP; the chain of n receive WRs points into the registered ring.
+        let rc = unsafe { post_recv(self.ud.as_ptr(), self.rwrs.as_mut_ptr(), &mut bad) };
+        if rc != 0 {
+            return Err(verbs_err(
+                self.kind,
+                "ibv_post_recv",
+                rc,
+                &self.device,
+                self.ud.qpn(),
+                "kv responses",
+            ));
+        }
+        self.posted += n as u64;
+        self.ud_hook.receives_posted();
+        Ok(())
+    }
+
+    fn poll_sends(&mut self) -> Result<u32, BackendError> {
+        self.uc_hook.run();
+        Ok(poll(self.kind, &self.uc_cq, &mut self.wc, &self.device)? as u32)
+    }
+
+    fn poll_responses(&mut self, out: &mut Vec<Response>) -> Result<(), BackendError> {
+        self.ud_hook.run();
+        let n = poll(self.kind, &self.ud_cq, &mut self.wc, &self.device)?;
+        for w in &self.wc[..n] {
+            if !self.workers.contains(&w.src_qp) {
+                return Err(crate::backend::stray_datagram(
+                    self.kind.as_str(),
+                    w.qp_num,
+                    w.src_qp,
+                    self.workers[0],
+                ));
+            }
+            let len = (w.byte_len as usize).saturating_sub(GRH);
+            if len > SLOT || w.wc_flags & sys::IBV_WC_WITH_IMM == 0 {
+                return Err(BackendError::Invalid {
+                    backend: self.kind.as_str(),
+                    why: format!(
+                        "QP {:#x}: a response of {len} B without an immediate or above {SLOT} B",
+                        w.qp_num
+                    ),
+                });
+            }
+            let b = w.wr_id as usize * RECV_BUF + GRH;
+            let mut data = [0u8; SLOT];
+            for (i, d) in data[..len].iter_mut().enumerate() {
+                *d = self.rx.load(b + i);
+            }
+            // SAFETY: a completion with IBV_WC_WITH_IMM set carries imm_data in this union.
+            let imm = u32::from_be(unsafe { w.__bindgen_anon_1.imm_data });
+            out.push(Response {
+                imm,
+                len: len as u32,
+                data,
+            });
+            self.done += 1;
+        }
+        Ok(())
+    }
+}
+
+/// A worker's end: its UD QP, an address handle for every client, and the request region.
+pub struct KvWorker {
+    kind: BackendKind,
+    device: String,
+    region: MemView,
+    wrs: Vec<sys::ibv_send_wr>,
+    sges: Vec<sys::ibv_sge>,
+    wc: [sys::ibv_wc; 16],
+    hook: Hook,
+    /// Each client's UD QP number.
+    clients: Vec<u32>,
+    // owners, dropped after the raw pointers above
+    ahs: Vec<Ah>,
+    ud: Qp,
+    cq: Cq,
+    _region: Arc<Mr>,
+}
+
+// SAFETY: as KvClient's; the region view points into the MR this end holds an Arc of.
+unsafe impl Send for KvWorker {}
+
+impl WorkerLink for KvWorker {
+    fn read_slot(&self, slot: usize, out: &mut [u8; SLOT]) {
+        for (i, b) in out.iter_mut().enumerate() {
+            *b = self.region.load(slot * SLOT + i);
+        }
+    }
+
+    fn opcode(&self, slot: usize) -> u8 {
+        self.region.load(slot * SLOT + crate::scenario::kv::op::OPCODE_AT)
+    }
+
+    fn set_opcode(&self, slot: usize, v: u8) {
+        self.region.store(slot * SLOT + crate::scenario::kv::op::OPCODE_AT, v)
+    }
+
+    fn respond(&mut self, batch: &[Reply<'_>]) -> Result<(), BackendError> {
+        let n = batch.len();
+        if n == 0 || n > MAX_CHAIN {
+            return Err(BackendError::Invalid {
+                backend: self.kind.as_str(),
+                why: format!("a batch of {n} responses (1 to {MAX_CHAIN})"),
+            });
+        }
+        let wp = self.wrs.as_mut_ptr();
+        for (i, r) in batch.iter().enumerate() {
+            let Some(ah) = self.ahs.get(r.to as usize) else {
+                return Err(BackendError::Invalid {
+                    backend: self.kind.as_str(),
+                    why: format!("a response to client {} of {}", r.to, self.ahs.len()),
+                });
+            };
+            self.sges[i] = sys::ibv_sge {
+                addr: r.data.as_ptr() as u64,
+                length: r.data.len() as u32,
+                lkey: 0,
+            };
+            let w = &mut self.wrs[i];
+            w.num_sge = i32::from(!r.data.is_empty());
+            w.opcode = sys::IBV_WR_SEND_WITH_IMM;
+            w.__bindgen_anon_1.imm_data = r.imm.to_be();
+            w.send_flags = sys::IBV_SEND_INLINE | if r.signal { sys::IBV_SEND_SIGNALED } else { 0 };
+            w.wr.ud = sys::ibv_send_wr__bindgen_ty_2__bindgen_ty_3 {
+                ah: ah.as_ptr(),
+                remote_qpn: self.clients[r.to as usize],
+                remote_qkey: QKEY,
+            };
+            w.next = if i + 1 < n {
+                // SAFETY: i + 1 < n <= MAX_CHAIN: the next WR inside the vector.
+                unsafe { wp.add(i + 1) }
+            } else {
+                std::ptr::null_mut()
+            };
+        }
+        let mut bad = std::ptr::null_mut();
+        // SAFETY: a live QP; a chain of n WRs whose inline SGEs point at the batch's bytes (read
+        // during the call) and whose address handles this end owns.
+        let rc = unsafe { post_send(self.ud.as_ptr(), self.wrs.as_mut_ptr(), &mut bad) };
+        if rc != 0 {
+            return Err(verbs_err(
+                self.kind,
+                "ibv_post_send",
+                rc,
+                &self.device,
+                self.ud.qpn(),
+                "kv responses",
+            ));
+        }
+        self.hook.run();
+        Ok(())
+    }
+
+    fn poll_sends(&mut self) -> Result<u32, BackendError> {
+        self.hook.run();
+        Ok(poll(self.kind, &self.cq, &mut self.wc, &self.device)? as u32)
+    }
+}
+
+/// The server's side of the requests: a UC QP for each client and the region they write.
+struct Server {
+    _qps: Vec<(Qp, Cq)>,
+    _region: Arc<Mr>,
+}
+
+/// Every client's and worker's end of a loopback run, and the server side they reach. The
+/// clients and the workers are dropped before the server's QPs and region.
+pub struct KvPaths {
+    /// The clients' ends.
+    pub clients: Vec<KvClient>,
+    /// The workers' ends.
+    pub workers: Vec<KvWorker>,
+    _server: Server,
+}
+
+/// A UC or UD QP with a CQ of its own.
+fn qp_with_cq(pd: &Pd, ctx: &crate::verbs::Context, ud: bool) -> Result<(Qp, Cq), SetupError> {
+    let cq = Cq::new(ctx, 2 * DEPTH)?;
+    let caps = QpCaps {
+        max_send_wr: DEPTH,
+        max_recv_wr: DEPTH,
+        max_send_sge: 1,
+        max_recv_sge: 1,
+        max_inline_data: 64,
+    };
+    let qp = if ud {
+        Qp::new_ud(pd, &cq, &cq, caps, false)?
+    } else {
+        Qp::new_uc(pd, &cq, &cq, caps, false)?
+    };
+    if qp.granted_caps().max_inline_data < SLOT as u32 {
+        return Err(SetupError::from(BackendError::Unsupported {
+            backend: "verbs",
+            why: format!(
+                "QP {:#x}: {} B of inline data granted; the key-value workload sends requests and responses of up to {SLOT} B inline",
+                qp.qpn(),
+                qp.granted_caps().max_inline_data
+            ),
+        }));
+    }
+    Ok((qp, cq))
+}
+
+/// The device's parts a client's or a worker's QPs are made with.
+type Parts<'a> = (
+    &'a Pd,
+    &'a crate::verbs::Context,
+    &'a crate::verbs::PortInfo,
+    Option<u8>,
+);
+
+/// One client's ends: its server UC QP, its own UC QP connected to it, its UD QP with `ring`
+/// receive buffers (and that QP's address, for the workers).
+fn client(
+    kind: BackendKind,
+    (pd, ctx, port, gid): Parts<'_>,
+    opts: &crate::verbs::ConnectOpts,
+    region: &Arc<Mr>,
+    ring: usize,
+) -> Result<((Qp, Cq), KvClient, crate::verbs::Endpoint), SetupError> {
+    let device = ctx.name().to_string();
+    let (mut s, scq) = qp_with_cq(pd, ctx, false)?;
+    let (mut c, ccq) = qp_with_cq(pd, ctx, false)?;
+    let (es, ec) = (s.endpoint(port, gid)?, c.endpoint(port, gid)?);
+    crate::backend::path::path_taken(ctx, s.connect(port, opts, &ec)?)?;
+    crate::backend::path::path_taken(ctx, c.connect(port, opts, &es)?)?;
+    let (mut u, ucq) = qp_with_cq(pd, ctx, true)?;
+    u.connect_ud(port, opts.pkey_index, QKEY)?;
+    let ud = u.endpoint(port, gid)?;
+    let rx_mr = Mr::new(pd, ring * RECV_BUF, MrAccess::LOCAL_WRITE, false)?;
+    // SAFETY: the MR's buffer lives as long as `rx_mr`, which the client owns.
+    let rx = unsafe { MemView::new(rx_mr.as_ptr(), rx_mr.len()) };
+    let mut rsges = vec![sys::ibv_sge::default(); ring];
+    let rwrs = rsges
+        .iter_mut()
+        .map(|g| sys::ibv_recv_wr {
+            num_sge: 1,
+            sg_list: g,
+            ..Default::default()
+        })
+        .collect();
+    let (uc_hook, ud_hook) = (Hook::of(&c, &device), Hook::of(&u, &device));
+    let me = KvClient {
+        kind,
+        device,
+        region: region.remote(0),
+        wr: sys::ibv_send_wr::default(),
+        sge: sys::ibv_sge::default(),
+        rwrs,
+        rsges,
+        wc: [sys::ibv_wc::default(); 16],
+        ring,
+        posted: 0,
+        done: 0,
+        rx,
+        uc_hook,
+        ud_hook,
+        workers: Vec::new(),
+        uc: c,
+        uc_cq: ccq,
+        ud: u,
+        ud_cq: ucq,
+        rx_mr,
+    };
+    Ok(((s, scq), me, ud))
+}
+
+/// Builds a loopback run's ends on `dev` (both sides on one device): for each client a UC QP
+/// connected to a server UC QP of its own and a UD QP with `2 * window` receive buffers; for each
+/// worker a UD QP with an address handle for every client; the request region of `layout`.
+pub fn loopback(dev: &Dev, kind: BackendKind, layout: Layout) -> Result<KvPaths, SetupError> {
+    if kind != BackendKind::Verbs {
+        return Err(SetupError::from(BackendError::Unsupported {
+            backend: kind.as_str(),
+            why: "the key-value workload runs on the verbs backend so far".into(),
+        }));
+    }
+    let Some((ctx, port, gid)) = dev.verbs_parts() else {
+        return Err(SetupError::from(BackendError::Unsupported {
+            backend: kind.as_str(),
+            why: "the device has no verbs context".into(),
+        }));
+    };
+    let (device, path) = (ctx.name().to_string(), dev.path());
+    let pd = Pd::new(ctx)?;
+    let access = MrAccess::LOCAL_WRITE | MrAccess::REMOTE_WRITE;
+    let region = Arc::new(Mr::new(&pd, layout.bytes(), access, dev.huge_pages())?);
+    let opts = crate::backend::setup::kv_connect_opts(ctx, port, gid, path)?;
+    let ring = 2 * layout.window as usize;
+    let mut server = Vec::new();
+    let mut clients = Vec::new();
+    let mut uds = Vec::new();
+    for _ in 0..layout.clients {
+        let (s, c, ud) = client(kind, (&pd, ctx, port, gid), &opts, &region, ring)?;
+        server.push(s);
+        clients.push(c);
+        uds.push(ud);
+    }
+    let mut workers = Vec::new();
+    for _ in 0..layout.workers {
+        let (mut u, cq) = qp_with_cq(&pd, ctx, true)?;
+        u.connect_ud(port, path.pkey_index, QKEY)?;
+        let ahs = uds
+            .iter()
+            .map(|e| Ah::new(&pd, port, e, gid, (path.sl, path.traffic_class)))
+            .collect::<Result<Vec<_>, _>>()?;
+        // SAFETY: the region lives as long as the Arc the worker holds.
+        let view = unsafe { MemView::new(region.as_ptr(), region.len()) };
+        let mut wrs = vec![sys::ibv_send_wr::default(); MAX_CHAIN];
+        let mut sges = vec![sys::ibv_sge::default(); MAX_CHAIN];
+        for (w, s) in wrs.iter_mut().zip(sges.iter_mut()) {
+            w.sg_list = s;
+        }
+        workers.push(KvWorker {
+            kind,
+            device: device.clone(),
+            region: view,
+            wrs,
+            sges,
+            wc: [sys::ibv_wc::default(); 16],
+            hook: Hook::of(&u, &device),
+            clients: uds.iter().map(|e| e.qpn).collect(),
+            ahs,
+            ud: u,
+            cq,
+            _region: region.clone(),
+        });
+    }
+    let wq: Vec<u32> = workers.iter().map(|w| w.ud.qpn()).collect();
+    for c in &mut clients {
+        c.workers = wq.clone();
+    }
+    Ok(KvPaths {
+        clients,
+        workers,
+        _server: Server {
+            _qps: server,
+            _region: region,
+        },
+    })
+}
