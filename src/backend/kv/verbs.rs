@@ -1,4 +1,5 @@
-//! The key-value workload over libibverbs (`ibv_post_send`, as HERD posts): each client has a UC
+//! The key-value workload over libibverbs, posted with `ibv_post_send` (as HERD posts: the
+//! `verbs` backend) or `ibv_wr_start` .. `ibv_wr_complete` (the `wr` backend): each client has a UC
 //! QP connected to a server UC QP of its own, through which it writes requests inline into the
 //! server's request region, and a UD QP on which it receives responses (each receive into a
 //! buffer of its own: the 40-byte GRH area, then the response); each worker has a UD QP with an
@@ -11,7 +12,7 @@ use crate::backend::setup::{Dev, SetupError, DEPTH};
 use crate::backend::{BackendError, BackendKind, MemView, QKEY};
 use crate::scenario::kv::op::Layout;
 use crate::sys;
-use crate::sys::inline::{poll_cq, post_recv, post_send};
+use crate::sys::inline::{poll_cq, post_recv, post_send, WrOps};
 use crate::verbs::cq::Completion;
 use crate::verbs::{Ah, Cq, Ctx, Mr, MrAccess, Pd, Qp, QpCaps, RemoteBuf, VerbsError};
 use std::sync::Arc;
@@ -121,6 +122,8 @@ pub struct KvClient {
     kind: BackendKind,
     device: String,
     region: RemoteBuf,
+    /// The wr backend: the UC QP's `ibv_wr_*` entry points.
+    wr_api: Option<(WrOps, *mut sys::ibv_qp_ex)>,
     wr: sys::ibv_send_wr,
     sge: sys::ibv_sge,
     rwrs: Vec<sys::ibv_recv_wr>,
@@ -159,6 +162,37 @@ impl KvClient {
                 ),
             });
         }
+        let raddr = self.region.addr + (slot * SLOT) as u64;
+        if let Some((ops, q)) = self.wr_api {
+            let Some(write) = ops.rdma_write else {
+                return Err(BackendError::Unsupported {
+                    backend: "wr",
+                    why: "the UC QP has no ibv_wr_rdma_write".into(),
+                });
+            };
+            // SAFETY: q is this end's live extended QP and `ops` its entry points; between start
+            // and complete only the builder and its setter run; `bytes` is read during the call.
+            let rc = unsafe {
+                (ops.start)(q);
+                (*q).wr_id = slot as u64;
+                (*q).wr_flags = sys::IBV_SEND_INLINE | if signal { sys::IBV_SEND_SIGNALED } else { 0 };
+                write(q, self.region.rkey, raddr);
+                (ops.set_inline_data)(q, bytes.as_ptr() as *mut _, bytes.len());
+                (ops.complete)(q)
+            };
+            if rc != 0 {
+                return Err(verbs_err(
+                    self.kind,
+                    "ibv_wr_complete",
+                    rc,
+                    &self.device,
+                    self.uc.qpn(),
+                    "kv request",
+                ));
+            }
+            self.uc_hook.run();
+            return Ok(());
+        }
         self.sge = sys::ibv_sge {
             addr: bytes.as_ptr() as u64,
             length: bytes.len() as u32,
@@ -170,7 +204,7 @@ impl KvClient {
         self.wr.opcode = sys::IBV_WR_RDMA_WRITE;
         self.wr.send_flags = sys::IBV_SEND_INLINE | if signal { sys::IBV_SEND_SIGNALED } else { 0 };
         self.wr.wr.rdma = sys::ibv_send_wr__bindgen_ty_2__bindgen_ty_1 {
-            remote_addr: self.region.addr + (slot * SLOT) as u64,
+            remote_addr: raddr,
             rkey: self.region.rkey,
         };
         let mut bad = std::ptr::null_mut();
@@ -288,6 +322,8 @@ impl ClientLink for KvClient {
 pub struct KvWorker {
     kind: BackendKind,
     device: String,
+    /// The wr backend: the UD QP's `ibv_wr_*` entry points.
+    wr_api: Option<(WrOps, *mut sys::ibv_qp_ex)>,
     region: MemView,
     wrs: Vec<sys::ibv_send_wr>,
     sges: Vec<sys::ibv_sge>,
@@ -327,6 +363,15 @@ impl WorkerLink for KvWorker {
                 backend: self.kind.as_str(),
                 why: format!("a batch of {n} responses (1 to {MAX_CHAIN})"),
             });
+        }
+        if let Some(bad) = batch.iter().find(|r| r.to as usize >= self.ahs.len()) {
+            return Err(BackendError::Invalid {
+                backend: self.kind.as_str(),
+                why: format!("a response to client {} of {}", bad.to, self.ahs.len()),
+            });
+        }
+        if self.wr_api.is_some() {
+            return self.respond_wr(batch);
         }
         let wp = self.wrs.as_mut_ptr();
         for (i, r) in batch.iter().enumerate() {
@@ -382,6 +427,51 @@ impl WorkerLink for KvWorker {
     }
 }
 
+impl KvWorker {
+    /// The batch through `ibv_wr_*`: one start, a SEND_WITH_IMM with its inline data and its
+    /// address per response, one complete.
+    fn respond_wr(&mut self, batch: &[Reply<'_>]) -> Result<(), BackendError> {
+        let Some((ops, q)) = self.wr_api else {
+            return Err(BackendError::Unsupported {
+                backend: "wr",
+                why: "no ibv_wr_* API on this QP".into(),
+            });
+        };
+        let Some(set_ud) = ops.set_ud_addr else {
+            return Err(BackendError::Unsupported {
+                backend: "wr",
+                why: "the UD QP has no ibv_wr_set_ud_addr".into(),
+            });
+        };
+        // SAFETY: q is this end's live extended QP and `ops` its entry points; between start and
+        // complete only builders and setters run; the address handles are this end's (bounds
+        // checked by the caller) and each response's bytes are read during the call.
+        let rc = unsafe {
+            (ops.start)(q);
+            for r in batch {
+                (*q).wr_id = u64::from(r.to);
+                (*q).wr_flags = sys::IBV_SEND_INLINE | if r.signal { sys::IBV_SEND_SIGNALED } else { 0 };
+                (ops.send_imm)(q, r.imm.to_be());
+                set_ud(q, self.ahs[r.to as usize].as_ptr(), self.clients[r.to as usize], QKEY);
+                (ops.set_inline_data)(q, r.data.as_ptr() as *mut _, r.data.len());
+            }
+            (ops.complete)(q)
+        };
+        if rc != 0 {
+            return Err(verbs_err(
+                self.kind,
+                "ibv_wr_complete",
+                rc,
+                &self.device,
+                self.ud.qpn(),
+                "kv responses",
+            ));
+        }
+        self.hook.run();
+        Ok(())
+    }
+}
+
 /// The server's side of the requests: a UC QP for each client and the region they write.
 struct Server {
     _qps: Vec<(Qp, Cq)>,
@@ -399,7 +489,7 @@ pub struct KvPaths {
 }
 
 /// A UC or UD QP with a CQ of its own.
-fn qp_with_cq(pd: &Pd, ctx: &crate::verbs::Context, ud: bool) -> Result<(Qp, Cq), SetupError> {
+fn qp_with_cq(pd: &Pd, ctx: &crate::verbs::Context, ud: bool, wr: bool) -> Result<(Qp, Cq), SetupError> {
     let cq = Cq::new(ctx, 2 * DEPTH)?;
     let caps = QpCaps {
         max_send_wr: DEPTH,
@@ -409,9 +499,9 @@ fn qp_with_cq(pd: &Pd, ctx: &crate::verbs::Context, ud: bool) -> Result<(Qp, Cq)
         max_inline_data: 64,
     };
     let qp = if ud {
-        Qp::new_ud(pd, &cq, &cq, caps, false)?
+        Qp::new_ud(pd, &cq, &cq, caps, wr)?
     } else {
-        Qp::new_uc(pd, &cq, &cq, caps, false)?
+        Qp::new_uc(pd, &cq, &cq, caps, wr)?
     };
     if qp.granted_caps().max_inline_data < SLOT as u32 {
         return Err(SetupError::from(BackendError::Unsupported {
@@ -424,6 +514,16 @@ fn qp_with_cq(pd: &Pd, ctx: &crate::verbs::Context, ud: bool) -> Result<(Qp, Cq)
         }));
     }
     Ok((qp, cq))
+}
+
+/// The `ibv_wr_*` entry points of a QP made with them.
+fn wr_ops(qp: &Qp) -> Result<(WrOps, *mut sys::ibv_qp_ex), SetupError> {
+    qp.wr_ops().ok_or_else(|| {
+        SetupError::from(BackendError::Unsupported {
+            backend: "wr",
+            why: format!("QP {:#x} was not created with the ibv_wr_* API", qp.qpn()),
+        })
+    })
 }
 
 /// The device's parts a client's or a worker's QPs are made with.
@@ -444,12 +544,13 @@ fn client(
     ring: usize,
 ) -> Result<((Qp, Cq), KvClient, crate::verbs::Endpoint), SetupError> {
     let device = ctx.name().to_string();
-    let (mut s, scq) = qp_with_cq(pd, ctx, false)?;
-    let (mut c, ccq) = qp_with_cq(pd, ctx, false)?;
+    let wr = kind == BackendKind::Wr;
+    let (mut s, scq) = qp_with_cq(pd, ctx, false, false)?;
+    let (mut c, ccq) = qp_with_cq(pd, ctx, false, wr)?;
     let (es, ec) = (s.endpoint(port, gid)?, c.endpoint(port, gid)?);
     crate::backend::path::path_taken(ctx, s.connect(port, opts, &ec)?)?;
     crate::backend::path::path_taken(ctx, c.connect(port, opts, &es)?)?;
-    let (mut u, ucq) = qp_with_cq(pd, ctx, true)?;
+    let (mut u, ucq) = qp_with_cq(pd, ctx, true, false)?;
     u.connect_ud(port, opts.pkey_index, QKEY)?;
     let ud = u.endpoint(port, gid)?;
     let rx_mr = Mr::new(pd, ring * RECV_BUF, MrAccess::LOCAL_WRITE, false)?;
@@ -469,6 +570,7 @@ fn client(
         kind,
         device,
         region: region.remote(0),
+        wr_api: if wr { Some(wr_ops(&c)?) } else { None },
         wr: sys::ibv_send_wr::default(),
         sge: sys::ibv_sge::default(),
         rwrs,
@@ -494,10 +596,10 @@ fn client(
 /// connected to a server UC QP of its own and a UD QP with `2 * window` receive buffers; for each
 /// worker a UD QP with an address handle for every client; the request region of `layout`.
 pub fn loopback(dev: &Dev, kind: BackendKind, layout: Layout) -> Result<KvPaths, SetupError> {
-    if kind != BackendKind::Verbs {
+    if kind == BackendKind::Direct {
         return Err(SetupError::from(BackendError::Unsupported {
             backend: kind.as_str(),
-            why: "the key-value workload runs on the verbs backend so far".into(),
+            why: "the key-value workload runs on the verbs and wr backends so far".into(),
         }));
     }
     let Some((ctx, port, gid)) = dev.verbs_parts() else {
@@ -523,7 +625,7 @@ pub fn loopback(dev: &Dev, kind: BackendKind, layout: Layout) -> Result<KvPaths,
     }
     let mut workers = Vec::new();
     for _ in 0..layout.workers {
-        let (mut u, cq) = qp_with_cq(&pd, ctx, true)?;
+        let (mut u, cq) = qp_with_cq(&pd, ctx, true, kind == BackendKind::Wr)?;
         u.connect_ud(port, path.pkey_index, QKEY)?;
         let ahs = uds
             .iter()
@@ -539,6 +641,11 @@ pub fn loopback(dev: &Dev, kind: BackendKind, layout: Layout) -> Result<KvPaths,
         workers.push(KvWorker {
             kind,
             device: device.clone(),
+            wr_api: if kind == BackendKind::Wr {
+                Some(wr_ops(&u)?)
+            } else {
+                None
+            },
             region: view,
             wrs,
             sges,
