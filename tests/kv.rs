@@ -11,6 +11,9 @@ use rdmaprobe::scenario::kv::op::Layout;
 use rdmaprobe::scenario::kv::run::{self, KvParams};
 use std::time::Duration;
 
+mod cmd;
+use cmd::run as rdmaprobe;
+
 fn dev() -> Dev {
     Dev::open(Some("model0"), 1, None, ModelConfig::default()).unwrap().0
 }
@@ -95,4 +98,84 @@ fn the_direct_backend_is_refused_by_name_for_now() {
     };
     let e = loopback(&dev(), BackendKind::Direct, l).err().expect("refused");
     assert!(e.to_string().contains("verbs and wr backends so far"), "{e}");
+}
+
+#[test]
+fn kv_runs_from_the_command_line_with_its_table_and_json() {
+    let dir = std::env::temp_dir().join(format!("rdmaprobe-kv-cli-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let json = dir.join("kv.json");
+    let j = json.to_str().unwrap();
+    let args = [
+        "kv",
+        "--loopback",
+        "-d",
+        "model0",
+        "-n",
+        "1500",
+        "--keys",
+        "4096",
+        "--update",
+        "50",
+        "--json",
+        j,
+    ];
+    let (code, out, err) = rdmaprobe(&args);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.contains("figures are model0's"), "{out}");
+    assert!(out.contains("key-value (HERD over MICA stores)"), "{out}");
+    for b in ["verbs", "wr"] {
+        assert!(
+            out.lines()
+                .any(|l| l.trim_start().starts_with(b) && l.contains("Mops per client")),
+            "{out}"
+        );
+    }
+    let v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let runs = v["runs"].as_array().expect("runs");
+    assert_eq!(runs.len(), 2, "{v}");
+    for r in runs {
+        assert_eq!(r["scenario"], "kv");
+        let n = |k: &str| r[k].as_u64().unwrap_or_else(|| panic!("{k} in {r}"));
+        // 2 clients x 1500 requests, every one answered and counted once
+        assert_eq!(n("get_hits") + n("get_misses") + n("puts"), 3000, "{r}");
+        assert_eq!(r["latency_ns"]["count"].as_u64(), Some(3000), "{r}");
+        assert!(r["latency_ns"]["p50"].as_f64().unwrap() > 0.0);
+        assert!(!r["histogram_ns"].as_str().unwrap().is_empty());
+        assert!(r["mops"].as_f64().unwrap() > 0.0);
+        assert_eq!(r["client_mops"].as_array().unwrap().len(), 2);
+        assert_eq!(r["worker_mops"].as_array().unwrap().len(), 2);
+        assert!((1000..2000).contains(&n("puts")), "{r}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn bad_kv_input_exits_2_naming_the_flag() {
+    let base = ["kv", "--loopback", "-d", "model0", "-n", "10"];
+    let cases: [(&[&str], &str); 8] = [
+        (&["--window", "65"], "--window 65"),
+        (&["--window", "0"], "--window 0"),
+        (&["--value-size", "47"], "--value-size 47"),
+        (&["--postlist", "33"], "--postlist 33"),
+        (&["--update", "101"], "--update 101"),
+        (
+            &["--clients", "300", "--workers", "16", "--window", "64"],
+            "the request region holds at most",
+        ),
+        (&["--backend", "direct"], "verbs and wr backends so far"),
+        (&["--keys", "20000000"], "--keys 20000000"),
+    ];
+    for (extra, want) in cases {
+        let mut a: Vec<&str> = base.to_vec();
+        a.extend_from_slice(extra);
+        let (code, out, err) = rdmaprobe(&a);
+        assert_eq!(code, 2, "{extra:?}: {out}{err}");
+        assert!(err.contains(want), "{extra:?}: {err}");
+        assert!(!err.contains("panicked"), "{err}");
+    }
+    let (code, _, err) = rdmaprobe(&["kv", "-d", "model0"]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("--loopback"), "{err}");
 }

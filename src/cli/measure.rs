@@ -7,7 +7,7 @@ use super::values::{positive_secs, size, size_1m, threads, BackendArg, OpArg};
 use anyhow::Result;
 use clap::builder::TypedValueParser as _;
 use rdmaprobe::backend::OpKind;
-use rdmaprobe::probe::{Backends, BwPlan, LatPlan, Plan, PostCostPlan, ProbeError, Scenario, Sizes};
+use rdmaprobe::probe::{Backends, BwPlan, KvPlan, LatPlan, Plan, PostCostPlan, ProbeError, Scenario, Sizes};
 use std::process::ExitCode;
 use std::time::Duration;
 
@@ -252,6 +252,75 @@ pub struct PostCostArgs {
     /// Write the results as JSON.
     #[arg(long)]
     json: Option<std::path::PathBuf>,
+}
+
+/// `kv`'s arguments: HERD's key-value workload (requests over UC, responses over UD, MICA stores).
+#[derive(clap::Args)]
+pub struct KvArgs {
+    /// Both sides in this process (needed: the server and its clients as two processes are not
+    /// built yet).
+    #[arg(long)]
+    loopback: bool,
+    /// Worker threads of the server, each with its MICA store and UD QP.
+    #[arg(long, default_value_t = KvPlan::default().workers)]
+    workers: u32,
+    /// Clients, each with a UC QP (requests) and a UD QP (responses).
+    #[arg(long, default_value_t = KvPlan::default().clients)]
+    clients: u32,
+    /// Requests a client writes before it waits for their responses (HERD's WINDOW_SIZE, 1 to 64).
+    #[arg(long, default_value_t = KvPlan::default().window)]
+    window: u32,
+    /// Most requests a worker answers with one post (doorbell batching; 1 to 32).
+    #[arg(long = "postlist", default_value_t = KvPlan::default().postlist)]
+    postlist: u32,
+    /// PUTs in 100 requests (HERD's --update-percentage).
+    #[arg(long = "update", default_value_t = KvPlan::default().update_pct)]
+    update: u32,
+    /// Bytes of a value (1 to 46: what fits a 64-byte request slot).
+    #[arg(long = "value-size", default_value_t = KvPlan::default().value_size)]
+    value_size: u32,
+    /// Keys in each worker's store (HERD's HERD_NUM_KEYS is 8 Mi).
+    #[arg(long, default_value_t = KvPlan::default().keys)]
+    keys: u32,
+    /// Requests per client.
+    #[arg(short = 'n', long = "requests", default_value_t = KvPlan::default().requests)]
+    requests: u64,
+    /// Device, port and GID index.
+    #[command(flatten)]
+    dev: DevArgs,
+    /// Post path(s): verbs and wr (the direct path's key-value path is not built yet).
+    #[arg(long, value_enum, default_value_t = BackendArg::All)]
+    backend: BackendArg,
+    /// Write the results as JSON.
+    #[arg(long)]
+    json: Option<std::path::PathBuf>,
+}
+
+/// `kv`: the key-value plan from its arguments, measured and printed; the exit status.
+pub fn kv(a: KvArgs) -> Result<ExitCode> {
+    if !a.loopback {
+        return Err(ProbeError::Usage(
+            "kv runs in one process so far: give --loopback (the server and its clients as two processes are not built yet)"
+                .into(),
+        )
+        .into());
+    }
+    let k = KvPlan {
+        workers: a.workers,
+        clients: a.clients,
+        window: a.window,
+        postlist: a.postlist,
+        update_pct: a.update,
+        value_size: a.value_size,
+        keys: a.keys,
+        requests: a.requests,
+    };
+    let p = Plan {
+        device: a.dev.spec(),
+        backends: a.backend.backends(),
+        ..Plan::loopback(Scenario::Kv(k))
+    };
+    Ok(ExitCode::from(console::measure(&p, a.json.as_ref(), None, None)?))
 }
 
 /// --output prints one number per size: refused with -e (two per verbs backend).

@@ -12,7 +12,7 @@ mod values;
 
 use anyhow::Result;
 use clap::{Parser, Subcommand};
-use measure::{BwArgs, LatArgs, PostCostArgs};
+use measure::{BwArgs, KvArgs, LatArgs, PostCostArgs};
 use std::process::ExitCode;
 use suite::SuiteArgs;
 use tools::{ClockArgs, CompareArgs, DevicesArgs, DoctorArgs, FleetReportArgs, PingArgs, PlotArgs};
@@ -48,6 +48,11 @@ enum Cmd {
     /// The cost of posting alone, per backend (and per doorbell mode on the direct path):
     /// cycles and ns per WQE for each postlist, inline or not, a completion every WQE or every N.
     PostCost(PostCostArgs),
+    /// HERD's key-value workload (as efficient/rdma_bench runs it): clients write GET and PUT
+    /// requests inline over UC into the server's request region, workers answer from their MICA
+    /// stores over UD, a batch per post; every GET's value is checked, every request timed.
+    /// In one process (--loopback); verbs and wr backends.
+    Kv(KvArgs),
     /// The standard matrix in one run: latency (send, write, read, atomic), bandwidth (write,
     /// send) and post cost, on every backend the device runs, backends interleaved; writes
     /// results.json and an HdrHistogram interval log into --out and prints the driver's overhead
@@ -104,6 +109,7 @@ impl Cli {
             Cmd::Lat(a) => measure::lat(a),
             Cmd::Bw(a) => measure::bw(a),
             Cmd::PostCost(a) => measure::post_cost(a),
+            Cmd::Kv(a) => measure::kv(a),
             Cmd::Compare(a) => tools::compare(a),
             Cmd::Suite(a) => suite::suite(a),
             Cmd::Plot(a) => tools::plot(a),

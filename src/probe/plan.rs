@@ -79,6 +79,8 @@ pub enum Scenario {
     Bw(BwPlan),
     /// The cost of the post call alone.
     PostCost(PostCostPlan),
+    /// HERD's key-value workload over a MICA store.
+    Kv(KvPlan),
 }
 
 /// The device (`-d`, `-i`, `-x`).
@@ -278,6 +280,45 @@ impl BwPlan {
             run_infinitely: false,
             cpu_util: false,
             events: false,
+        }
+    }
+}
+
+/// HERD's key-value workload (`scenario::kv`): workers with a MICA store each, clients writing
+/// requests into the region and checking every response.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct KvPlan {
+    /// Worker threads of the server (each a store and a UD QP).
+    pub workers: u32,
+    /// Clients (each a UC QP and a UD QP).
+    pub clients: u32,
+    /// Requests a client writes before it waits for their responses (HERD's WINDOW_SIZE).
+    pub window: u32,
+    /// Most requests a worker takes into one batch and one post of responses.
+    pub postlist: u32,
+    /// PUTs in 100 requests.
+    pub update_pct: u32,
+    /// Bytes of a value.
+    pub value_size: u32,
+    /// Keys in each store.
+    pub keys: u32,
+    /// Requests per client.
+    pub requests: u64,
+}
+
+impl Default for KvPlan {
+    /// rdma_bench's HERD where one machine allows it: 32 B values, a window of 32, postlist 32,
+    /// no updates; 2 workers and 2 clients, 1 Mi keys, 100 000 requests per client.
+    fn default() -> Self {
+        KvPlan {
+            workers: 2,
+            clients: 2,
+            window: 32,
+            postlist: 32,
+            update_pct: 0,
+            value_size: 32,
+            keys: 1 << 20,
+            requests: 100_000,
         }
     }
 }

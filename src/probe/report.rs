@@ -9,9 +9,14 @@ use crate::report::Interval;
 use crate::scenario::runner::{tsc_step, BwResult, LatResult, PostCostResult};
 use std::fmt::Write;
 
+mod kv;
 mod perftest;
 mod qps;
+mod regions;
 mod steal;
+
+use regions::bw_region_lines;
+pub use regions::region_lines;
 use steal::{stall_warning, steal_warning};
 
 /// Which side of a measurement this report is.
@@ -45,6 +50,8 @@ pub enum Runs {
     Bw(Vec<BwResult>),
     /// Post cost, one per configuration.
     PostCost(Vec<PostCostResult>),
+    /// The key-value workload, one per backend.
+    Kv(Vec<crate::scenario::kv::result::KvResult>),
 }
 
 impl Runs {
@@ -54,6 +61,7 @@ impl Runs {
             Runs::Lat(r) => r.len(),
             Runs::Bw(r) => r.len(),
             Runs::PostCost(r) => r.len(),
+            Runs::Kv(r) => r.len(),
         }
     }
     /// Whether there are none.
@@ -101,74 +109,6 @@ pub struct Report {
 
 pub use crate::scenario::runner::Region;
 
-/// The most regions listed one per line; beyond it the first two are and the rest summed up.
-const REGIONS_LISTED: usize = 6;
-
-/// A line per region (` MR NAME: addr ..., page offset ..., aligned ..., huge pages ..., phys
-/// ...`); more than `REGIONS_LISTED`: the first two, then one line for the rest.
-pub fn region_lines(regions: &[Region], s: &mut String) {
-    let listed = if regions.len() <= REGIONS_LISTED {
-        regions.len()
-    } else {
-        2
-    };
-    for r in &regions[..listed] {
-        let _ = writeln!(s, " MR {}: {}", r.name, r.placement.line());
-    }
-    let rest = &regions[listed..];
-    let (Some(first), Some(last)) = (rest.first(), rest.last()) else {
-        return;
-    };
-    let mut offsets: Vec<u64> = rest.iter().map(|r| r.placement.page_offset).collect();
-    offsets.sort_unstable();
-    offsets.dedup();
-    let align = rest.iter().map(|r| r.placement.align).min().unwrap_or(0);
-    let huge = rest.iter().filter(|r| r.placement.huge).count();
-    let phys = rest.iter().filter(|r| r.placement.phys_addr.is_some()).count();
-    let mut why: Vec<&str> = rest
-        .iter()
-        .filter_map(|r| r.placement.phys_unreadable.as_deref())
-        .collect();
-    why.sort_unstable();
-    why.dedup();
-    let _ = writeln!(
-        s,
-        " MR {} .. {} ({} more): page offset {}, aligned {} or more, huge pages {}, phys {} of {} read{} (the JSON lists each)",
-        first.name,
-        last.name,
-        rest.len(),
-        offsets.iter().map(|o| o.to_string()).collect::<Vec<_>>().join("/"),
-        crate::backend::MrPlacement::size_label(align),
-        match huge {
-            0 => "no".to_string(),
-            h if h == rest.len() => "yes".to_string(),
-            h => format!("in {h}"),
-        },
-        phys,
-        rest.len(),
-        if why.is_empty() { String::new() } else { format!(", unreadable: {}", why.join("; ")) }
-    );
-}
-
-/// In one process a bandwidth run makes its buffers afresh: where those of each backend's first
-/// run sat.
-fn bw_region_lines(rs: &[crate::scenario::runner::BwResult], s: &mut String) {
-    let mut seen = Vec::new();
-    for r in rs.iter().filter(|r| !r.memory_regions.is_empty()) {
-        let label = (r.backend.as_str(), r.completion.is_some());
-        if seen.contains(&label) {
-            continue;
-        }
-        if seen.is_empty() {
-            s.push_str(
-                " memory regions of each backend's first run (every run makes its own; the JSON has each run's):\n",
-            );
-        }
-        seen.push(label);
-        region_lines(&r.memory_regions, s);
-    }
-}
-
 /// The operation's name in perftest's banner style.
 pub fn title(op: OpKind) -> &'static str {
     match op {
@@ -213,6 +153,7 @@ impl Report {
             Scenario::Lat(l) => self.lat_header(l),
             Scenario::Bw(b) => self.bw_header(b),
             Scenario::PostCost(p) => self.post_cost_header(p),
+            Scenario::Kv(k) => self.kv_header(k),
         }
     }
 
@@ -488,6 +429,7 @@ impl Report {
                 _ => String::new(),
             },
             Runs::PostCost(rs) => rs.get(i).map(post_cost_row).unwrap_or_default(),
+            Runs::Kv(rs) => rs.get(i).map(kv::row).unwrap_or_default(),
         }
     }
 
@@ -558,6 +500,7 @@ impl Report {
                     .unwrap_or_default();
                 s += &rule(112);
             }
+            Runs::Kv(rs) => self.kv_footer(&mut s, rs),
         }
         s
     }
@@ -576,6 +519,7 @@ impl Report {
         let runs = match &self.runs {
             Runs::Lat(r) => serde_json::to_value(r),
             Runs::Bw(r) => serde_json::to_value(r),
+            Runs::Kv(r) => serde_json::to_value(r),
             Runs::PostCost(r) => r
                 .iter()
                 .map(|r| {

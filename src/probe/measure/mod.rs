@@ -5,6 +5,7 @@
 
 pub(in crate::probe) mod bw;
 pub(in crate::probe) mod cm;
+pub(in crate::probe) mod kv;
 pub(in crate::probe) mod lat;
 pub(in crate::probe) mod post_cost;
 pub mod session;
@@ -38,6 +39,7 @@ pub(super) fn run(
                 "--peer perftest speaks perftest's own exchange over TCP: no other rendezvous".into(),
             )),
             (Scenario::PostCost(_), ..) => Err(ProbeError::Usage("post-cost runs in one process: no peer".into())),
+            (Scenario::Kv(_), ..) => Err(ProbeError::Usage("kv has no perftest peer (perftest has no such test)".into())),
         };
     }
     match (&plan.scenario, peer) {
@@ -45,5 +47,10 @@ pub(super) fn run(
         (Scenario::Bw(b), peer) => bw::run(plan, b, peer, obs),
         (Scenario::PostCost(p), None) => post_cost::run(plan, p, obs),
         (Scenario::PostCost(_), Some(_)) => Err(ProbeError::Invalid("post-cost runs in one process: no peer".into())),
+        (Scenario::Kv(k), None) if plan.peer == crate::probe::PeerSpec::Loopback => kv::run(plan, k, obs),
+        (Scenario::Kv(_), _) => Err(ProbeError::Usage(
+            "kv runs in one process so far (--loopback): its client and server as two processes are not built yet"
+                .into(),
+        )),
     }
 }

@@ -47,7 +47,7 @@ pub fn open_device(plan: &Plan, model: ModelConfig, obs: &mut dyn Observer) -> R
     let op = match &plan.scenario {
         crate::probe::Scenario::Lat(l) => Some(l.op),
         crate::probe::Scenario::Bw(b) => Some(b.op),
-        crate::probe::Scenario::PostCost(_) => None,
+        crate::probe::Scenario::PostCost(_) | crate::probe::Scenario::Kv(_) => None,
     };
     if let Some(op) = op.filter(|op| !plan.transport.allows(*op)) {
         return Err(ProbeError::Usage(format!(

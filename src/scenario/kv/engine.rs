@@ -15,7 +15,7 @@
 //! `postlist` of them go to the store as one batch and their responses (the GET hit's value,
 //! else no bytes; the immediate is the worker's number) leave as one post, signalled 1 in 64.
 //! Beyond HERD, a PUT's value is checked against its key before it is stored, and a GET miss in a
-//! store that never evicted nor wrapped is an error naming the key.
+//! store that never lost a key (no eviction, no wrap, no tag collision) is an error naming the key.
 
 use super::keys::{self, FastRand};
 use super::op::{self, Layout, HERD_MICA_OFFSET, HERD_OP_GET, SLOT};
@@ -480,7 +480,8 @@ impl Worker {
                 source,
             })?;
         let after = self.store.stats();
-        if after.get_misses > before.get_misses && after.evictions == 0 && after.wraps == 0 {
+        let lost = after.evictions + after.wraps + after.collisions;
+        if after.get_misses > before.get_misses && lost == 0 {
             let i = self.out.iter().position(|o| *o == Outcome::GetMiss).unwrap_or(0);
             let mut k = [0u8; 16];
             k.copy_from_slice(&self.slots[i][..16]);

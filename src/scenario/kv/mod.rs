@@ -5,5 +5,6 @@
 pub mod engine;
 pub mod keys;
 pub mod op;
+pub mod result;
 pub mod run;
 pub mod store;

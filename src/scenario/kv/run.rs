@@ -1,4 +1,5 @@
-//! One key-value run in one thread (`--loopback`): every client and worker stepped in turn, on
+//! One key-value run in one thread (`--loopback`): every client and worker stepped in turn (a
+//! client until it waits, a worker one pass over its clients), on
 //! whatever path ends it is given, until each client has its requests answered; a run in which
 //! nothing moves for the stall deadline, or that outlives its deadline, stops with an error that
 //! says who waited for what.
@@ -84,16 +85,21 @@ pub fn loopback<C: ClientLink, W: WorkerLink>(
     loop {
         let mut moved = false;
         let mut done = 0;
+        // each client goes on until it waits (a window written, or a completion owed), as a
+        // client thread would, so the workers find several requests a pass
         for (i, (c, l)) in cs.iter_mut().zip(clients.iter_mut()).enumerate() {
-            match c.step(l, clock::start())? {
-                Step::Done => {
-                    done += 1;
-                    if finished[i] == 0 {
-                        finished[i] = clock::stop();
+            for _ in 0..=p.shape.layout.window {
+                match c.step(l, clock::start())? {
+                    Step::Done => {
+                        done += 1;
+                        if finished[i] == 0 {
+                            finished[i] = clock::stop();
+                        }
+                        break;
                     }
+                    Step::Progress => moved = true,
+                    Step::Idle => break,
                 }
-                Step::Progress => moved = true,
-                Step::Idle => {}
             }
         }
         if done == cs.len() {

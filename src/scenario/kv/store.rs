@@ -35,6 +35,9 @@ pub struct StoreStats {
     pub put_inserts: u64,
     /// Inserts that found no free slot with their tag and evicted one.
     pub evictions: u64,
+    /// Inserts that took the slot of another key with the same tag (MICA compares tags only
+    /// there): that key is lost from the index, as by an eviction.
+    pub collisions: u64,
     /// Times the log wrapped.
     pub wraps: u64,
 }
@@ -211,6 +214,17 @@ impl Store {
             self.stats.evictions += 1;
             usize::from(f.tag) & 7
         });
+        let old = bkt[i];
+        if chosen.is_some() && in_use(old) {
+            // the slot of the same tag: the same key, or another one lost (when its entry is
+            // still in the log and holds another key)
+            let age = self.head.wrapping_sub(offset_of(old)) & (LOG_SPACE - 1);
+            let at = (offset_of(old) & self.log_mask) as usize;
+            if age <= self.log_mask && self.log[at..at + 16] != key[..] {
+                self.stats.collisions += 1;
+            }
+        }
+        let bkt = &mut self.index[(f.bkt & self.bkt_mask) as usize];
         bkt[i] = slot_word(f.tag, self.head);
         self.stats.put_inserts += 1;
         let at = (self.head & self.log_mask) as usize;

@@ -171,3 +171,24 @@ fn what_a_store_refuses_is_named() {
     let many: Vec<&[u8]> = vec![&g; 33];
     assert_eq!(st.batch(&many, &mut out), Err(StoreError::Batch(33)));
 }
+
+#[test]
+fn a_key_of_the_same_tag_takes_the_slot_and_is_counted() {
+    // two keys with one tag in a store of one bucket: MICA compares tags only when it inserts
+    let mut seen = std::collections::HashMap::new();
+    let (a, b) = (0..)
+        .find_map(|i| seen.insert(keys::fields(&keys::key(i)).tag, i).map(|j| (j, i)))
+        .unwrap();
+    let mut st = Store::new(1, 1 << 16, 8).unwrap();
+    for id in [a, b] {
+        let k = keys::key(id);
+        st.insert(&k, &value(&k, 8));
+    }
+    assert_eq!((st.stats().collisions, st.stats().evictions), (1, 0));
+    assert_eq!(get(&mut st, a).0, Outcome::GetMiss, "key {a} lost to key {b}");
+    assert!(matches!(get(&mut st, b).0, Outcome::GetHit { .. }));
+    // the same key again is an update of its slot, not a collision
+    let kb = keys::key(b);
+    st.insert(&kb, &value(&kb, 8));
+    assert_eq!(st.stats().collisions, 1);
+}

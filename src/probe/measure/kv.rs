@@ -1,0 +1,185 @@
+//! A key-value measurement from plan to report: the plan checked, the device and its backends,
+//! the clock, then on each backend the loopback's QPs built and the run stepped in this thread.
+
+use super::session;
+use crate::backend::kv::verbs;
+use crate::backend::setup::{Dev, DEPTH};
+use crate::backend::BackendKind;
+use crate::model::ModelConfig;
+use crate::probe::check::{counters, diag};
+use crate::probe::report::{Report, Role, Runs};
+use crate::probe::{Backends, KvPlan, Observer, Plan, ProbeError};
+use crate::scenario::kv::engine::Shape;
+use crate::scenario::kv::op::{Layout, MAX_VALUE, SLOT};
+use crate::scenario::kv::result::KvResult;
+use crate::scenario::kv::run::{self, KvParams};
+use crate::scenario::kv::store::MAX_BATCH;
+use serde_json::json;
+use std::time::Duration;
+
+/// The largest request region (rdma_bench's RR_SIZE, 16 MiB).
+pub const MAX_REGION: usize = 16 << 20;
+/// The most keys a store holds (MICA's index of 16 Mi buckets).
+pub const MAX_KEYS: u32 = 16 << 20;
+
+/// What the plan asks that cannot run, named by its flag.
+fn check(kp: &KvPlan) -> Result<(), ProbeError> {
+    let bad = |s: String| Err(ProbeError::Usage(s));
+    if kp.workers == 0 || kp.clients == 0 || kp.requests == 0 || kp.keys == 0 {
+        return bad("--workers, --clients, -n and --keys must be at least 1".into());
+    }
+    if kp.window == 0 || kp.window > DEPTH / 2 {
+        return bad(format!(
+            "--window {}: 1 to {} (a client keeps two windows of receives posted on a queue of {DEPTH})",
+            kp.window,
+            DEPTH / 2
+        ));
+    }
+    if kp.postlist == 0 || kp.postlist as usize > MAX_BATCH {
+        return bad(format!(
+            "--postlist {}: 1 to {MAX_BATCH} (MICA's largest batch)",
+            kp.postlist
+        ));
+    }
+    if kp.value_size == 0 || kp.value_size as usize > MAX_VALUE {
+        return bad(format!(
+            "--value-size {}: 1 to {MAX_VALUE} B (what fits a {SLOT}-byte request slot after the key, opcode and length)",
+            kp.value_size
+        ));
+    }
+    if kp.update_pct > 100 {
+        return bad(format!("--update {}: a percentage, 0 to 100", kp.update_pct));
+    }
+    if kp.keys > MAX_KEYS {
+        return bad(format!("--keys {}: at most {MAX_KEYS} (MICA's index)", kp.keys));
+    }
+    let region = kp.workers as usize * kp.clients as usize * kp.window as usize * SLOT;
+    if region > MAX_REGION {
+        return bad(format!(
+            "--clients {} x --workers {} x --window {} slots of {SLOT} B is {region} B: the request region holds at most {MAX_REGION} B",
+            kp.clients, kp.workers, kp.window
+        ));
+    }
+    session::check_memory(memory(kp), || {
+        format!(
+            "--keys {} in each of --workers {} stores, --clients {} x -n {} latency samples",
+            kp.keys, kp.workers, kp.clients, kp.requests
+        )
+    })
+}
+
+/// Bytes a run takes: each worker's store (index and log, as `Shape::store` sizes them), each
+/// client's permutation of the keys, every request's latency sample.
+fn memory(kp: &KvPlan) -> u64 {
+    let buckets = u64::from(kp.keys).next_power_of_two() * 64;
+    let entry = (18 + u64::from(kp.value_size) + 7) & !7;
+    let log = (u64::from(kp.keys) * entry * 2)
+        .next_power_of_two()
+        .clamp(4096, 1 << 30);
+    let stores = u64::from(kp.workers) * (buckets + log);
+    let clients = u64::from(kp.clients) * (u64::from(kp.keys) * 4 + kp.requests.saturating_mul(16));
+    stores.saturating_add(clients)
+}
+
+/// The scenario's parameters of a plan.
+fn params(kp: &KvPlan) -> KvParams {
+    let layout = Layout {
+        workers: kp.workers,
+        clients: kp.clients,
+        window: kp.window,
+    };
+    KvParams {
+        shape: Shape {
+            layout,
+            keys: kp.keys,
+            update_pct: kp.update_pct,
+            val_len: kp.value_size as u8,
+        },
+        postlist: kp.postlist,
+        requests: kp.requests,
+        stall: Duration::from_secs(10),
+        deadline: Duration::from_secs(3600),
+    }
+}
+
+/// Runs a key-value plan (see [`crate::probe::run`]) in one process.
+pub(in crate::probe) fn run(plan: &Plan, kp: &KvPlan, obs: &mut dyn Observer) -> Result<Report, ProbeError> {
+    check(kp)?;
+    let dev = session::open_device(plan, ModelConfig::default(), obs)?;
+    let kinds = kinds(&dev, plan.backends)?;
+    let p = params(kp);
+    let before = counters::sample(&dev);
+    let (cal, env) = session::calibrate(&dev, false)?;
+    let mut report = new_report(plan, kp, &dev, &kinds, env, cal);
+    obs.started(&report);
+    for k in &kinds {
+        let bundle = || diag::Bundle::of(plan, &dev, &before, Vec::new());
+        let mut paths = verbs::loopback(&dev, *k, p.shape.layout).map_err(|e| diag::failed(bundle(), e.into()))?;
+        let r = run::loopback(&mut paths.clients, &mut paths.workers, &p)
+            .map_err(|e| diag::failed(bundle(), ProbeError::Invalid(format!("kv on {}: {e}", k.as_str()))))?;
+        if let Runs::Kv(v) = &mut report.runs {
+            v.push(KvResult::of(k.as_str(), &p, &r, &report.clock));
+        }
+        obs.finished(&report, report.runs.len() - 1);
+    }
+    report.counters = counters::CounterDelta::since(before, &dev);
+    Ok(report)
+}
+
+/// The backends the workload runs on: verbs and wr (the direct path's is not built yet: asked
+/// for by name it is refused, and `all` says it is left out).
+fn kinds(dev: &Dev, sel: Backends) -> Result<Vec<BackendKind>, ProbeError> {
+    if sel == Backends::Only(BackendKind::Direct) {
+        return Err(ProbeError::Usage(
+            "kv --backend direct: the key-value workload runs on the verbs and wr backends so far".into(),
+        ));
+    }
+    let kinds: Vec<BackendKind> = session::backends(dev, sel)?
+        .into_iter()
+        .filter(|k| *k != BackendKind::Direct)
+        .collect();
+    if kinds.is_empty() {
+        return Err(ProbeError::Usage(format!(
+            "kv: neither verbs nor wr runs on {}",
+            dev.name()
+        )));
+    }
+    Ok(kinds)
+}
+
+/// The report before the runs: what runs, on what (in one process).
+fn new_report(
+    plan: &Plan,
+    kp: &KvPlan,
+    dev: &Dev,
+    kinds: &[BackendKind],
+    env: crate::report::env::Fingerprint,
+    cal: crate::clock::Calibration,
+) -> Report {
+    let mut warnings = env.warnings();
+    if plan.backends == Backends::All {
+        warnings.push("the direct backend is not measured: its key-value path is not built yet".into());
+    }
+    Report {
+        plan: plan.clone(),
+        role: Role::Loopback,
+        device: dev.name(),
+        provider: dev.provider(),
+        is_model: dev.is_model(),
+        backends: kinds.to_vec(),
+        warnings,
+        env,
+        clock: cal,
+        params: json!({ "scenario": "kv", "workers": kp.workers, "clients": kp.clients, "window": kp.window,
+            "postlist": kp.postlist, "update_pct": kp.update_pct, "value_size_bytes": kp.value_size,
+            "keys": kp.keys, "requests_per_client": kp.requests, "key_distribution": "uniform (HERD's permutation)",
+            "requests": "inline RDMA WRITE over UC", "responses": "inline SEND_WITH_IMM over UD",
+            "one_thread": true }),
+        runs: Runs::Kv(Vec::new()),
+        intervals: Vec::new(),
+        short_runs: Vec::new(),
+        end_error: None,
+        counters: None,
+        regions: Vec::new(),
+    }
+}

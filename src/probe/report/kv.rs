@@ -1,0 +1,90 @@
+//! The key-value table: its heading (the workload's shape, the device, the clock), a row per
+//! backend (throughput, latency percentiles, the doorbell batching, the checked counts) and a
+//! footer with each client's and worker's throughput.
+
+use super::{rule, Report};
+use crate::probe::KvPlan;
+use crate::scenario::kv::result::KvResult;
+use std::fmt::Write as _;
+
+const WIDTH: usize = 118;
+
+impl Report {
+    /// The heading of a key-value run.
+    pub(super) fn kv_header(&self, k: &KvPlan) -> String {
+        let mut s = rule(WIDTH);
+        let _ = writeln!(
+            s,
+            " key-value (HERD over MICA stores), {}: {} workers, {} clients, window {}, postlist {}, {} % PUT, {} B values, {} keys; {} requests per client",
+            self.device_label(),
+            k.workers,
+            k.clients,
+            k.window,
+            k.postlist,
+            k.update_pct,
+            k.value_size,
+            k.keys,
+            k.requests
+        );
+        s += " requests: inline RDMA WRITE over UC into the request region; responses: inline SEND_WITH_IMM over UD, a batch per post\n";
+        s += " in one process: one thread steps every client and worker in turn; every GET's value checked by its client\n";
+        if self.is_model {
+            s += " figures are model0's (a software model executing in this thread), not a NIC's\n";
+        }
+        let _ = writeln!(
+            s,
+            " latency: a request's post to its response's completion, TSC {:.3} MHz (timer overhead {:.1} ns, not taken off)",
+            self.clock.hz / 1e6,
+            self.clock.overhead_ns()
+        );
+        self.warnings_lines(&mut s);
+        s += &rule(WIDTH);
+        let _ = writeln!(
+            s,
+            " {:>7} {:>8} {:>10} {:>10} {:>10} {:>10} {:>9} {:>10} {:>9} {:>9}",
+            "backend",
+            "Mops",
+            "p50 [ns]",
+            "p99 [ns]",
+            "p99.9 [ns]",
+            "max [ns]",
+            "per post",
+            "GET hits",
+            "GET miss",
+            "PUTs"
+        );
+        s
+    }
+
+    /// Each client's and worker's throughput, and the counters.
+    pub(super) fn kv_footer(&self, s: &mut String, rs: &[KvResult]) {
+        let list = |v: &[f64]| v.iter().map(|m| format!("{m:.3}")).collect::<Vec<_>>().join(" ");
+        for r in rs {
+            let _ = writeln!(
+                s,
+                " {}: Mops per client {}; per worker {}; {} PUT inserts, {} index evictions, {} keys lost to a tag collision",
+                r.backend,
+                list(&r.client_mops),
+                list(&r.worker_mops),
+                r.put_inserts,
+                r.evictions,
+                r.collisions
+            );
+        }
+        *s += &self
+            .counters
+            .as_ref()
+            .map(|c| c.rnr_warning() + &c.line())
+            .unwrap_or_default();
+        *s += &rule(WIDTH);
+    }
+}
+
+/// A backend's row.
+pub(super) fn row(r: &KvResult) -> String {
+    let l = &r.latency;
+    format!(
+        " {:>7} {:>8.3} {:>10.0} {:>10.0} {:>10.0} {:>10.0} {:>9.2} {:>10} {:>9} {:>9}\n",
+        r.backend, r.mops, l.p50, l.p99, l.p99_9, l.max, r.mean_batch, r.get_hits, r.get_misses, r.puts
+    )
+}
