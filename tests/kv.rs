@@ -2,11 +2,14 @@
 //! requests as inline UC WRITEs into the region, responses as UD SEND_WITH_IMM, every GET's
 //! value checked by its client, in one process.
 
-use rdmaprobe::backend::kv::verbs::loopback;
+use rdmaprobe::backend::kv::verbs::{loopback, KvClient};
+use rdmaprobe::backend::kv::{ClientLink, Response};
 use rdmaprobe::backend::setup::Dev;
+use rdmaprobe::backend::BackendError;
 use rdmaprobe::backend::BackendKind;
 use rdmaprobe::model::ModelConfig;
 use rdmaprobe::scenario::kv::engine::Shape;
+use rdmaprobe::scenario::kv::keys::KeyDist;
 use rdmaprobe::scenario::kv::op::Layout;
 use rdmaprobe::scenario::kv::run::{self, KvParams};
 use std::time::Duration;
@@ -29,6 +32,7 @@ fn params(workers: u32, clients: u32, window: u32, update_pct: u32, requests: u6
             keys: 4096,
             update_pct,
             val_len: 32,
+            dist: KeyDist::Uniform,
         },
         postlist,
         requests,
@@ -154,7 +158,9 @@ fn kv_runs_from_the_command_line_with_its_table_and_json() {
 #[test]
 fn bad_kv_input_exits_2_naming_the_flag() {
     let base = ["kv", "--loopback", "-d", "model0", "-n", "10"];
-    let cases: [(&[&str], &str); 8] = [
+    let cases: [(&[&str], &str); 10] = [
+        (&["--zipf", "-1"], "--zipf -1"),
+        (&["--zipf", "nan"], "--zipf NaN"),
         (&["--window", "65"], "--window 65"),
         (&["--window", "0"], "--window 0"),
         (&["--value-size", "47"], "--value-size 47"),
@@ -169,6 +175,7 @@ fn bad_kv_input_exits_2_naming_the_flag() {
     ];
     for (extra, want) in cases {
         let mut a: Vec<&str> = base.to_vec();
+        a.extend_from_slice(&["--keys", "64"][..usize::from(extra[0] != "--keys") * 2]);
         a.extend_from_slice(extra);
         let (code, out, err) = rdmaprobe(&a);
         assert_eq!(code, 2, "{extra:?}: {out}{err}");
@@ -178,4 +185,68 @@ fn bad_kv_input_exits_2_naming_the_flag() {
     let (code, _, err) = rdmaprobe(&["kv", "-d", "model0"]);
     assert_eq!(code, 2, "{err}");
     assert!(err.contains("--loopback"), "{err}");
+}
+
+/// A client's path that flips a byte of the first GET value it receives (a forged response).
+struct Forge<'a> {
+    inner: &'a mut KvClient,
+    armed: bool,
+}
+
+impl ClientLink for Forge<'_> {
+    fn write(&mut self, slot: usize, bytes: &[u8], signal: bool) -> Result<(), BackendError> {
+        self.inner.write(slot, bytes, signal)
+    }
+    fn post_recvs(&mut self, n: u32) -> Result<(), BackendError> {
+        self.inner.post_recvs(n)
+    }
+    fn poll_sends(&mut self) -> Result<u32, BackendError> {
+        self.inner.poll_sends()
+    }
+    fn poll_responses(&mut self, out: &mut Vec<Response>) -> Result<(), BackendError> {
+        let from = out.len();
+        self.inner.poll_responses(out)?;
+        if let (true, Some(r)) = (self.armed, out[from..].iter_mut().find(|r| r.len > 0)) {
+            r.data[7] ^= 1;
+            self.armed = false;
+        }
+        Ok(())
+    }
+}
+
+#[test]
+fn a_forged_value_on_model0_is_caught_naming_the_key() {
+    let d = dev();
+    let p = params(1, 2, 8, 0, 200, 8);
+    let mut paths = loopback(&d, BackendKind::Verbs, p.shape.layout).unwrap();
+    let (a, b) = paths.clients.split_at_mut(1);
+    let mut links = [
+        Forge {
+            inner: &mut a[0],
+            armed: false,
+        },
+        Forge {
+            inner: &mut b[0],
+            armed: true,
+        },
+    ];
+    let e = run::loopback(&mut links, &mut paths.workers, &p).unwrap_err();
+    let s = e.to_string();
+    assert!(s.contains("client 1, response from worker 0: key "), "{s}");
+    assert!(s.contains("value byte 7 is"), "{s}");
+}
+
+#[test]
+fn zipf_keys_run_and_repeat_the_hot_ones() {
+    let d = dev();
+    let mut p = params(2, 2, 16, 50, 3000, 16);
+    p.shape.dist = KeyDist::zipf(p.shape.keys, 0.99).unwrap();
+    let mut paths = loopback(&d, BackendKind::Wr, p.shape.layout).unwrap();
+    let r = run::loopback(&mut paths.clients, &mut paths.workers, &p).unwrap();
+    let puts: u64 = r.clients.iter().map(|c| c.puts).sum();
+    let hits: u64 = r.clients.iter().map(|c| c.get_hits).sum();
+    assert_eq!(puts + hits + r.clients.iter().map(|c| c.get_misses).sum::<u64>(), 6000);
+    // 50 % PUTs of Zipf keys: the hot keys are updated in place, not inserted
+    assert!((2500..3500).contains(&puts), "{puts}");
+    assert_eq!(r.workers.iter().map(|w| w.store.put_hits).sum::<u64>(), puts);
 }

@@ -285,6 +285,9 @@ pub struct KvArgs {
     /// Requests per client.
     #[arg(short = 'n', long = "requests", default_value_t = KvPlan::default().requests)]
     requests: u64,
+    /// Keys drawn Zipf-distributed with this exponent (0.99 as YCSB), not uniformly as HERD.
+    #[arg(long, allow_negative_numbers = true)]
+    zipf: Option<f64>,
     /// Device, port and GID index.
     #[command(flatten)]
     dev: DevArgs,
@@ -314,6 +317,7 @@ pub fn kv(a: KvArgs) -> Result<ExitCode> {
         value_size: a.value_size,
         keys: a.keys,
         requests: a.requests,
+        zipf: a.zipf,
     };
     let p = Plan {
         device: a.dev.spec(),

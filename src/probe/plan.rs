@@ -286,7 +286,7 @@ impl BwPlan {
 
 /// HERD's key-value workload (`scenario::kv`): workers with a MICA store each, clients writing
 /// requests into the region and checking every response.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq)]
 pub struct KvPlan {
     /// Worker threads of the server (each a store and a UD QP).
     pub workers: u32,
@@ -304,6 +304,9 @@ pub struct KvPlan {
     pub keys: u32,
     /// Requests per client.
     pub requests: u64,
+    /// Keys drawn Zipf-distributed with this exponent (0.99 as YCSB); `None`: uniformly, as
+    /// HERD.
+    pub zipf: Option<f64>,
 }
 
 impl Default for KvPlan {
@@ -319,6 +322,7 @@ impl Default for KvPlan {
             value_size: 32,
             keys: 1 << 20,
             requests: 100_000,
+            zipf: None,
         }
     }
 }

@@ -10,6 +10,7 @@ use crate::probe::check::{counters, diag};
 use crate::probe::report::{Report, Role, Runs};
 use crate::probe::{Backends, KvPlan, Observer, Plan, ProbeError};
 use crate::scenario::kv::engine::Shape;
+use crate::scenario::kv::keys::KeyDist;
 use crate::scenario::kv::op::{Layout, MAX_VALUE, SLOT};
 use crate::scenario::kv::result::KvResult;
 use crate::scenario::kv::run::{self, KvParams};
@@ -81,25 +82,35 @@ fn memory(kp: &KvPlan) -> u64 {
     stores.saturating_add(clients)
 }
 
-/// The scenario's parameters of a plan.
-fn params(kp: &KvPlan) -> KvParams {
+/// The scenario's parameters of a plan (checked: its Zipf exponent is one rand_distr takes).
+fn params(kp: &KvPlan) -> Result<KvParams, ProbeError> {
+    let dist = match kp.zipf {
+        None => KeyDist::Uniform,
+        Some(t) if !(0.0..=10.0).contains(&t) => {
+            return Err(ProbeError::Usage(format!(
+                "--zipf {t}: an exponent from 0 to 10 (YCSB's is 0.99)"
+            )))
+        }
+        Some(t) => KeyDist::zipf(kp.keys, t).map_err(|e| ProbeError::Usage(format!("--zipf {t}: {e}")))?,
+    };
     let layout = Layout {
         workers: kp.workers,
         clients: kp.clients,
         window: kp.window,
     };
-    KvParams {
+    Ok(KvParams {
         shape: Shape {
             layout,
             keys: kp.keys,
             update_pct: kp.update_pct,
             val_len: kp.value_size as u8,
+            dist,
         },
         postlist: kp.postlist,
         requests: kp.requests,
         stall: Duration::from_secs(10),
         deadline: Duration::from_secs(3600),
-    }
+    })
 }
 
 /// Runs a key-value plan (see [`crate::probe::run`]) in one process.
@@ -107,7 +118,7 @@ pub(in crate::probe) fn run(plan: &Plan, kp: &KvPlan, obs: &mut dyn Observer) ->
     check(kp)?;
     let dev = session::open_device(plan, ModelConfig::default(), obs)?;
     let kinds = kinds(&dev, plan.backends)?;
-    let p = params(kp);
+    let p = params(kp)?;
     let before = counters::sample(&dev);
     let (cal, env) = session::calibrate(&dev, false)?;
     let mut report = new_report(plan, kp, &dev, &kinds, env, cal);
@@ -172,7 +183,10 @@ fn new_report(
         clock: cal,
         params: json!({ "scenario": "kv", "workers": kp.workers, "clients": kp.clients, "window": kp.window,
             "postlist": kp.postlist, "update_pct": kp.update_pct, "value_size_bytes": kp.value_size,
-            "keys": kp.keys, "requests_per_client": kp.requests, "key_distribution": "uniform (HERD's permutation)",
+            "keys": kp.keys, "requests_per_client": kp.requests, "key_distribution": match kp.zipf {
+                None => "uniform (HERD's draws over its permutation)".to_string(),
+                Some(t) => format!("zipf {t} (rand_distr over HERD's generator, ranks through its permutation)"),
+            }, "zipf_theta": kp.zipf,
             "requests": "inline RDMA WRITE over UC", "responses": "inline SEND_WITH_IMM over UD",
             "one_thread": true }),
         runs: Runs::Kv(Vec::new()),

@@ -15,7 +15,7 @@ impl Report {
         let mut s = rule(WIDTH);
         let _ = writeln!(
             s,
-            " key-value (HERD over MICA stores), {}: {} workers, {} clients, window {}, postlist {}, {} % PUT, {} B values, {} keys; {} requests per client",
+            " key-value (HERD over MICA stores), {}: {} workers, {} clients, window {}, postlist {}, {} % PUT, {} B values, {} keys{}; {} requests per client",
             self.device_label(),
             k.workers,
             k.clients,
@@ -24,6 +24,7 @@ impl Report {
             k.update_pct,
             k.value_size,
             k.keys,
+            k.zipf.map(|t| format!(" (Zipf {t})")).unwrap_or_else(|| " (uniform)".into()),
             k.requests
         );
         s += " requests: inline RDMA WRITE over UC into the request region; responses: inline SEND_WITH_IMM over UD, a batch per post\n";

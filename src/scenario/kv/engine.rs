@@ -118,6 +118,8 @@ pub struct Shape {
     pub update_pct: u32,
     /// Bytes of a value.
     pub val_len: u8,
+    /// How a request's key is drawn.
+    pub dist: keys::KeyDist,
 }
 
 impl Shape {
@@ -257,7 +259,13 @@ impl Client {
 
     fn issue(&mut self, link: &mut impl ClientLink, now: u64) -> Result<(), KvError> {
         let (l, n) = (self.shape.layout, self.stats.issued);
-        let d = keys::draw(&mut self.rng, l.workers, self.shape.update_pct, self.shape.keys);
+        let d = keys::draw_from(
+            &mut self.rng,
+            l.workers,
+            self.shape.update_pct,
+            self.shape.keys,
+            &self.shape.dist,
+        );
         let id = self.perm[d.index as usize];
         let k = keys::key(id);
         let mut v = [0u8; op::MAX_VALUE];

@@ -56,6 +56,49 @@ impl FastRand {
     }
 }
 
+/// HERD's generator as a `rand_core` generator, so a distribution of `rand_distr` (the Zipf of
+/// `--zipf`) draws from it: 32 bits are one draw, 64 bits two (high, then low).
+impl rand_core::TryRng for FastRand {
+    type Error = core::convert::Infallible;
+
+    fn try_next_u32(&mut self) -> Result<u32, Self::Error> {
+        Ok(self.next_u32())
+    }
+
+    fn try_next_u64(&mut self) -> Result<u64, Self::Error> {
+        let hi = u64::from(self.next_u32());
+        Ok(hi << 32 | u64::from(self.next_u32()))
+    }
+
+    fn try_fill_bytes(&mut self, dst: &mut [u8]) -> Result<(), Self::Error> {
+        for c in dst.chunks_mut(4) {
+            let w = self.next_u32().to_le_bytes();
+            c.copy_from_slice(&w[..c.len()]);
+        }
+        Ok(())
+    }
+}
+
+/// How the key index of a request is drawn.
+#[derive(Debug, Clone, Copy)]
+pub enum KeyDist {
+    /// HERD's: `draw % n`.
+    Uniform,
+    /// Zipf over the ranks `0..n` (rank 0 the most drawn), rand_distr's sampler over HERD's
+    /// generator; a rank is an index into the client's permutation, so each client's hot keys
+    /// are its own.
+    Zipf(rand_distr::Zipf<f64>),
+}
+
+impl KeyDist {
+    /// Zipf with exponent `theta` over `n` ranks (`theta` 0 is uniform; YCSB's is 0.99).
+    pub fn zipf(n: u32, theta: f64) -> Result<KeyDist, String> {
+        rand_distr::Zipf::new(f64::from(n.max(1)), theta)
+            .map(KeyDist::Zipf)
+            .map_err(|e| format!("Zipf over {n} keys with exponent {theta}: {e}"))
+    }
+}
+
 /// HERD's permutation of the key numbers `0..n` for client `client` (its global id): the
 /// generator first skips `client * n` draws (rdma_bench skips `clt_gid * HERD_NUM_KEYS`, its `n`),
 /// then a Fisher–Yates shuffle from the top, `j = draw % (i + 1)`. The generator is left where the
@@ -85,9 +128,21 @@ pub struct Draw {
 /// `draw % 100 < update_pct`, key index `draw % n`.
 #[inline]
 pub fn draw(rng: &mut FastRand, workers: u32, update_pct: u32, n: u32) -> Draw {
+    draw_from(rng, workers, update_pct, n, &KeyDist::Uniform)
+}
+
+/// As [`draw`], the key index from `dist`.
+#[inline]
+pub fn draw_from(rng: &mut FastRand, workers: u32, update_pct: u32, n: u32, dist: &KeyDist) -> Draw {
     let worker = rng.next_u32() % workers;
     let update = rng.next_u32() % 100 < update_pct;
-    let index = rng.next_u32() % n;
+    let index = match dist {
+        KeyDist::Uniform => rng.next_u32() % n,
+        KeyDist::Zipf(z) => {
+            let r: f64 = rand_distr::Distribution::sample(z, rng);
+            (r as u32).clamp(1, n) - 1
+        }
+    };
     Draw { worker, update, index }
 }
 
@@ -233,6 +288,30 @@ mod tests {
                 assert_eq!(key(p[d.index as usize]), unhex(bytes), "client {client} request {n}");
             }
         }
+    }
+
+    #[test]
+    fn zipf_draws_are_skewed_and_repeatable() {
+        let n = 1000;
+        let count = |theta: f64| {
+            let d = KeyDist::zipf(n, theta).unwrap();
+            let mut r = FastRand::new(HERD_SEED);
+            let mut c = vec![0u32; n as usize];
+            for _ in 0..100_000 {
+                let x = draw_from(&mut r, 4, 0, n, &d);
+                assert!(x.index < n && x.worker < 4);
+                c[x.index as usize] += 1;
+            }
+            c
+        };
+        let (z, u) = (count(0.99), count(0.0));
+        assert_eq!(z, count(0.99), "the same seed, the same draws");
+        // theta 0.99 over 1000 ranks: rank 0 takes 1/H(1000, 0.99) ~ 13 % of the draws, rank 9
+        // a tenth of that; theta 0 is uniform (0.1 % each)
+        assert!((11_000..15_500).contains(&z[0]), "rank 0: {}", z[0]);
+        assert!(z[0] > 7 * z[9] && z[9] > z[99], "{} {} {}", z[0], z[9], z[99]);
+        assert!(u.iter().all(|&c| (40..170).contains(&c)), "uniform: {:?}", &u[..10]);
+        assert!(KeyDist::zipf(n, -1.0).is_err());
     }
 
     #[test]

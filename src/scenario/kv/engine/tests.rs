@@ -111,6 +111,7 @@ fn shape(workers: u32, clients: u32, window: u32, keys: u32, update_pct: u32) ->
         keys,
         update_pct,
         val_len: 32,
+        dist: keys::KeyDist::Uniform,
     }
 }
 
