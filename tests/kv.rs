@@ -1,7 +1,9 @@
-//! The key-value workload on model0 through libibverbs + libmlx5 (the verbs and wr backends): HERD's
+//! The key-value workload on model0: through libibverbs + libmlx5 (the verbs and wr backends)
+//! and on model0's own QPs (the direct backend): HERD's
 //! requests as inline UC WRITEs into the region, responses as UD SEND_WITH_IMM, every GET's
 //! value checked by its client, in one process.
 
+use rdmaprobe::backend::kv::direct;
 use rdmaprobe::backend::kv::verbs::{loopback, KvClient};
 use rdmaprobe::backend::kv::{ClientLink, Response};
 use rdmaprobe::backend::setup::Dev;
@@ -94,14 +96,37 @@ fn a_run_whose_requests_go_unanswered_stops_at_the_stall_deadline() {
 }
 
 #[test]
-fn the_direct_backend_is_refused_by_name_for_now() {
-    let l = Layout {
-        workers: 1,
-        clients: 1,
-        window: 8,
+fn the_direct_path_runs_on_model0_s_own_qps() {
+    let d = dev();
+    let Dev::Model(m) = &d else {
+        panic!("model0 is Dev::Model")
     };
-    let e = loopback(&dev(), BackendKind::Direct, l).err().expect("refused");
-    assert!(e.to_string().contains("verbs and wr backends so far"), "{e}");
+    for (update, postlist, zipf) in [(0, 32, false), (50, 1, true)] {
+        let mut p = params(2, 3, 16, update, 2000, postlist);
+        if zipf {
+            p.shape.dist = KeyDist::zipf(p.shape.keys, 0.99).unwrap();
+        }
+        let mut paths = direct::model_loopback(&m.model, p.shape.layout).unwrap();
+        let r = run::loopback(&mut paths.clients, &mut paths.workers, &p).unwrap();
+        assert!(
+            r.clients.iter().all(|c| (c.issued, c.answered) == (2000, 2000)),
+            "{:?}",
+            r.clients
+        );
+        let hits: u64 = r.clients.iter().map(|c| c.get_hits).sum();
+        let puts: u64 = r.clients.iter().map(|c| c.puts).sum();
+        assert_eq!(hits, r.workers.iter().map(|w| w.store.get_hits).sum::<u64>());
+        if update == 0 {
+            assert_eq!((hits, puts), (6000, 0));
+        } else {
+            assert!((2500..3500).contains(&puts), "{puts}");
+            assert_eq!(
+                r.workers.iter().map(|w| w.batches).sum::<u64>(),
+                6000,
+                "postlist 1: a post per response"
+            );
+        }
+    }
 }
 
 #[test]
@@ -129,7 +154,7 @@ fn kv_runs_from_the_command_line_with_its_table_and_json() {
     assert_eq!(code, 0, "{out}{err}");
     assert!(out.contains("figures are model0's"), "{out}");
     assert!(out.contains("key-value (HERD over MICA stores)"), "{out}");
-    for b in ["verbs", "wr"] {
+    for b in ["verbs", "wr", "direct"] {
         assert!(
             out.lines()
                 .any(|l| l.trim_start().starts_with(b) && l.contains("Mops per client")),
@@ -138,7 +163,7 @@ fn kv_runs_from_the_command_line_with_its_table_and_json() {
     }
     let v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
     let runs = v["runs"].as_array().expect("runs");
-    assert_eq!(runs.len(), 2, "{v}");
+    assert_eq!(runs.len(), 3, "{v}");
     for r in runs {
         assert_eq!(r["scenario"], "kv");
         let n = |k: &str| r[k].as_u64().unwrap_or_else(|| panic!("{k} in {r}"));
@@ -158,7 +183,7 @@ fn kv_runs_from_the_command_line_with_its_table_and_json() {
 #[test]
 fn bad_kv_input_exits_2_naming_the_flag() {
     let base = ["kv", "--loopback", "-d", "model0", "-n", "10"];
-    let cases: [(&[&str], &str); 10] = [
+    let cases: [(&[&str], &str); 9] = [
         (&["--zipf", "-1"], "--zipf -1"),
         (&["--zipf", "nan"], "--zipf NaN"),
         (&["--window", "65"], "--window 65"),
@@ -170,7 +195,6 @@ fn bad_kv_input_exits_2_naming_the_flag() {
             &["--clients", "300", "--workers", "16", "--window", "64"],
             "the request region holds at most",
         ),
-        (&["--backend", "direct"], "verbs and wr backends so far"),
         (&["--keys", "20000000"], "--keys 20000000"),
     ];
     for (extra, want) in cases {

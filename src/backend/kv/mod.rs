@@ -4,6 +4,7 @@
 //! immediate. `verbs`: these over libibverbs (`ibv_post_send`), UC for the requests and UD for
 //! the responses.
 
+pub mod direct;
 pub mod verbs;
 
 use super::BackendError;
