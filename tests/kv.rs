@@ -211,10 +211,12 @@ fn bad_kv_input_exits_2_naming_the_flag() {
     assert!(err.contains("--loopback"), "{err}");
 }
 
-/// A client's path that flips a byte of the first GET value it receives (a forged response).
+/// A client's path that forges the first GET value it receives: a byte flipped, or (with
+/// `empty`) its bytes dropped.
 struct Forge<'a> {
     inner: &'a mut KvClient,
     armed: bool,
+    empty: bool,
 }
 
 impl ClientLink for Forge<'_> {
@@ -231,7 +233,11 @@ impl ClientLink for Forge<'_> {
         let from = out.len();
         self.inner.poll_responses(out)?;
         if let (true, Some(r)) = (self.armed, out[from..].iter_mut().find(|r| r.len > 0)) {
-            r.data[7] ^= 1;
+            if self.empty {
+                r.len = 0;
+            } else {
+                r.data[7] ^= 1;
+            }
             self.armed = false;
         }
         Ok(())
@@ -248,10 +254,12 @@ fn a_forged_value_on_model0_is_caught_naming_the_key() {
         Forge {
             inner: &mut a[0],
             armed: false,
+            empty: false,
         },
         Forge {
             inner: &mut b[0],
             armed: true,
+            empty: false,
         },
     ];
     let e = run::loopback(&mut links, &mut paths.workers, &p).unwrap_err();
@@ -261,7 +269,7 @@ fn a_forged_value_on_model0_is_caught_naming_the_key() {
 }
 
 #[test]
-fn zipf_keys_run_and_repeat_the_hot_ones() {
+fn zipf_keys_run_with_their_updates_in_place() {
     let d = dev();
     let mut p = params(2, 2, 16, 50, 3000, 16);
     p.shape.dist = KeyDist::zipf(p.shape.keys, 0.99).unwrap();
@@ -273,4 +281,20 @@ fn zipf_keys_run_and_repeat_the_hot_ones() {
     // 50 % PUTs of Zipf keys: the hot keys are updated in place, not inserted
     assert!((2500..3500).contains(&puts), "{puts}");
     assert_eq!(r.workers.iter().map(|w| w.store.put_hits).sum::<u64>(), puts);
+}
+
+#[test]
+fn a_get_answered_empty_where_the_store_had_the_value_is_caught() {
+    let d = dev();
+    let p = params(1, 1, 8, 0, 200, 8);
+    let mut paths = loopback(&d, BackendKind::Verbs, p.shape.layout).unwrap();
+    let mut links = [Forge {
+        inner: &mut paths.clients[0],
+        armed: true,
+        empty: true,
+    }];
+    let e = run::loopback(&mut links, &mut paths.workers, &p).unwrap_err();
+    let s = e.to_string();
+    assert!(matches!(e, run::KvRunError::Counts(_)), "{s}");
+    assert!(s.contains("the clients counted 199 GET hits, 1 GET misses"), "{s}");
 }

@@ -283,7 +283,8 @@ pub struct KvArgs {
     #[arg(long, default_value_t = KvPlan::default().keys)]
     keys: u32,
     /// Requests per client.
-    #[arg(short = 'n', long = "requests", default_value_t = KvPlan::default().requests)]
+    #[arg(short = 'n', long = "requests", default_value_t = KvPlan::default().requests,
+          value_parser = clap::value_parser!(u64).range(1..=1_000_000_000))]
     requests: u64,
     /// Keys drawn Zipf-distributed with this exponent (0.99 as YCSB), not uniformly as HERD.
     #[arg(long, allow_negative_numbers = true)]

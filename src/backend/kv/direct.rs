@@ -139,8 +139,15 @@ impl<Q: DirectQueues> ClientLink for KvDirectClient<Q> {
             for (i, d) in data[..len].iter_mut().enumerate() {
                 *d = rx.load(b + i);
             }
+            let imm = u32::from_be(c.imm);
+            if workers.get(imm as usize) != Some(&c.src_qp) {
+                return Err(invalid(format!(
+                    "QP {:#x}: a response with immediate {imm} from QP {:#x}, which is not worker {imm}'s UD QP",
+                    c.qpn, c.src_qp
+                )));
+            }
             out.push(Response {
-                imm: u32::from_be(c.imm),
+                imm,
                 len: len as u32,
                 data,
             });

@@ -307,6 +307,15 @@ impl ClientLink for KvClient {
             }
             // SAFETY: a completion with IBV_WC_WITH_IMM set carries imm_data in this union.
             let imm = u32::from_be(unsafe { w.__bindgen_anon_1.imm_data });
+            if self.workers.get(imm as usize) != Some(&w.src_qp) {
+                return Err(BackendError::Invalid {
+                    backend: self.kind.as_str(),
+                    why: format!(
+                        "QP {:#x}: a response with immediate {imm} from QP {:#x}, which is not worker {imm}'s UD QP",
+                        w.qp_num, w.src_qp
+                    ),
+                });
+            }
             out.push(Response {
                 imm,
                 len: len as u32,
@@ -331,10 +340,11 @@ pub struct KvWorker {
     hook: Hook,
     /// Each client's UD QP number.
     clients: Vec<u32>,
-    // owners, dropped after the raw pointers above
-    ahs: Vec<Ah>,
+    // owners, dropped after the raw pointers above: the QP before the address handles its
+    // queued work requests name
     ud: Qp,
     cq: Cq,
+    ahs: Vec<Ah>,
     _region: Arc<Mr>,
 }
 

@@ -54,6 +54,19 @@ fn check(kp: &KvPlan) -> Result<(), ProbeError> {
     if kp.keys > MAX_KEYS {
         return bad(format!("--keys {}: at most {MAX_KEYS} (MICA's index)", kp.keys));
     }
+    // the log holds every populated entry twice over (so it does not wrap at populate, nor soon
+    // after), within MICA's largest log
+    let entry = entry_bytes(kp.value_size);
+    if u64::from(kp.keys) * entry * 2 > MAX_LOG {
+        return bad(format!(
+            "--keys {} with --value-size {}: {} entries of {entry} B twice over exceed a log of {} MiB (MICA's largest); at most {} keys",
+            kp.keys,
+            kp.value_size,
+            kp.keys,
+            MAX_LOG >> 20,
+            MAX_LOG / (2 * entry)
+        ));
+    }
     let region = kp.workers as usize * kp.clients as usize * kp.window as usize * SLOT;
     if region > MAX_REGION {
         return bad(format!(
@@ -69,17 +82,25 @@ fn check(kp: &KvPlan) -> Result<(), ProbeError> {
     })
 }
 
+/// The largest log (MICA's `log_cap` bound).
+const MAX_LOG: u64 = 1 << 30;
+
+/// Bytes of a log entry for values of `value_size` bytes (key, opcode, length, value; 8-aligned).
+fn entry_bytes(value_size: u32) -> u64 {
+    (18 + u64::from(value_size) + 7) & !7
+}
+
 /// Bytes a run takes: each worker's store (index and log, as `Shape::store` sizes them), each
-/// client's permutation of the keys, every request's latency sample.
+/// client's permutation of the keys, every request's latency sample (kept, then copied twice
+/// into the result).
 fn memory(kp: &KvPlan) -> u64 {
     let buckets = u64::from(kp.keys).next_power_of_two() * 64;
-    let entry = (18 + u64::from(kp.value_size) + 7) & !7;
-    let log = (u64::from(kp.keys) * entry * 2)
+    let log = (u64::from(kp.keys) * entry_bytes(kp.value_size) * 2)
         .next_power_of_two()
-        .clamp(4096, 1 << 30);
-    let stores = u64::from(kp.workers) * (buckets + log);
-    let clients = u64::from(kp.clients) * (u64::from(kp.keys) * 4 + kp.requests.saturating_mul(16));
-    stores.saturating_add(clients)
+        .clamp(4096, MAX_LOG);
+    let stores = u64::from(kp.workers).saturating_mul(buckets + log);
+    let per_client = (u64::from(kp.keys) * 4).saturating_add(kp.requests.saturating_mul(24));
+    stores.saturating_add(u64::from(kp.clients).saturating_mul(per_client))
 }
 
 /// The scenario's parameters of a plan (checked: its Zipf exponent is one rand_distr takes).

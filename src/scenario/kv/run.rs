@@ -6,7 +6,6 @@
 
 use super::engine::{Client, ClientStats, KvError, Shape, Step, Worker, WorkerStats};
 use crate::backend::kv::{ClientLink, WorkerLink};
-use crate::clock;
 use std::time::{Duration, Instant};
 
 /// What to run.
@@ -57,6 +56,9 @@ pub enum KvRunError {
     /// The run's deadline passed.
     #[error("the run's deadline ({0:?}) passed before every request was answered")]
     Deadline(Duration),
+    /// The clients' counts are not the stores'.
+    #[error("the responses do not add up: {0}")]
+    Counts(String),
     /// The store could not be built.
     #[error("the store: {0}")]
     Store(#[from] super::store::StoreError),
@@ -78,8 +80,7 @@ pub fn loopback<C: ClientLink, W: WorkerLink>(
     for (c, l) in cs.iter_mut().zip(clients.iter_mut()) {
         c.start(l)?;
     }
-    let (started, t0) = (Instant::now(), clock::start());
-    let mut finished = vec![0u64; cs.len()];
+    let started = Instant::now();
     let mut last_move = Instant::now();
     let mut turns = 0u64;
     loop {
@@ -87,14 +88,11 @@ pub fn loopback<C: ClientLink, W: WorkerLink>(
         let mut done = 0;
         // each client goes on until it waits (a window written, or a completion owed), as a
         // client thread would, so the workers find several requests a pass
-        for (i, (c, l)) in cs.iter_mut().zip(clients.iter_mut()).enumerate() {
+        for (c, l) in cs.iter_mut().zip(clients.iter_mut()) {
             for _ in 0..=p.shape.layout.window {
-                match c.step(l, clock::start())? {
+                match c.step(l)? {
                     Step::Done => {
                         done += 1;
-                        if finished[i] == 0 {
-                            finished[i] = clock::stop();
-                        }
                         break;
                     }
                     Step::Progress => moved = true,
@@ -136,12 +134,43 @@ pub fn loopback<C: ClientLink, W: WorkerLink>(
             }
         }
     }
-    let end = finished.iter().copied().max().unwrap_or(t0);
+    let spans: Vec<(u64, u64)> = cs.iter().map(|c| c.span().unwrap_or((0, 0))).collect();
+    let first = spans.iter().map(|s| s.0).min().unwrap_or(0);
+    let last = spans.iter().map(|s| s.1).max().unwrap_or(0);
+    let stats: Vec<WorkerStats> = ws.iter().map(|w| w.stats()).collect();
+    reconcile(&cs, &stats, p)?;
     Ok(KvRun {
         clients: cs.iter().map(|c| c.stats()).collect(),
         latency: cs.iter().map(|c| c.latency().to_vec()).collect(),
-        client_ticks: finished.iter().map(|&f| f.saturating_sub(t0)).collect(),
-        workers: ws.iter().map(|w| w.stats()).collect(),
-        ticks: end.saturating_sub(t0),
+        client_ticks: spans.iter().map(|s| s.1 - s.0).collect(),
+        workers: stats,
+        ticks: last - first,
     })
+}
+
+/// What the clients counted must be what the stores did: every GET hit a client checked is a
+/// store's hit, every empty GET response a store's miss, every PUT a store's update or insert
+/// (beyond populate's). A GET answered empty where the store had the value (a response that
+/// lost its bytes on the way) is caught here.
+fn reconcile(cs: &[Client], ws: &[WorkerStats], p: &KvParams) -> Result<(), KvRunError> {
+    let sum = |f: fn(&ClientStats) -> u64| cs.iter().map(|c| f(&c.stats())).sum::<u64>();
+    let populated = u64::from(p.shape.keys) * ws.len() as u64;
+    let store_puts = ws
+        .iter()
+        .map(|w| w.store.put_hits + w.store.put_inserts)
+        .sum::<u64>()
+        .saturating_sub(populated);
+    let got = (sum(|c| c.get_hits), sum(|c| c.get_misses), sum(|c| c.puts));
+    let want = (
+        ws.iter().map(|w| w.store.get_hits).sum::<u64>(),
+        ws.iter().map(|w| w.store.get_misses).sum::<u64>(),
+        store_puts,
+    );
+    if got != want {
+        return Err(KvRunError::Counts(format!(
+            "the clients counted {} GET hits, {} GET misses and {} PUTs; the stores {} hits, {} misses and {} PUTs",
+            got.0, got.1, got.2, want.0, want.1, want.2
+        )));
+    }
+    Ok(())
 }

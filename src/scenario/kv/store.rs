@@ -45,12 +45,14 @@ pub struct StoreStats {
 /// One request's outcome.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Outcome {
-    /// A GET that found its key: the value is `len` bytes at `at` in the log ([`Store::value`]).
+    /// A GET that found its key: its value, copied from the log when the GET was served (a
+    /// later insert of the same batch may wrap the log over the entry; MICA hands out a pointer
+    /// and has that hazard).
     GetHit {
-        /// Offset of the value in the log.
-        at: usize,
-        /// Its length.
+        /// The value's length.
         len: u8,
+        /// The value (its first `len` bytes).
+        value: [u8; MAX_VALUE],
     },
     /// A GET that did not.
     GetMiss,
@@ -59,6 +61,14 @@ pub enum Outcome {
 }
 
 impl Outcome {
+    /// A GET hit's value (empty for the others).
+    pub fn value(&self) -> &[u8] {
+        match self {
+            Outcome::GetHit { len, value } => &value[..usize::from(*len).min(MAX_VALUE)],
+            _ => &[],
+        }
+    }
+
     /// MICA's response type for it.
     pub fn code(&self) -> u8 {
         match self {
@@ -122,6 +132,9 @@ pub struct Store {
     head: u64,
     val_len: u8,
     stats: StoreStats,
+    /// Keys that left the index (evicted, or lost to a key of their tag) and were not inserted
+    /// again: their GETs miss.
+    lost: std::collections::HashSet<[u8; 16]>,
 }
 
 #[inline]
@@ -173,12 +186,20 @@ impl Store {
             head: 0,
             val_len,
             stats: StoreStats::default(),
+            lost: std::collections::HashSet::new(),
         })
     }
 
     /// What it counted.
     pub fn stats(&self) -> StoreStats {
         self.stats
+    }
+
+    /// Whether `key` left the index (evicted, or lost to another key of its tag) and was not
+    /// inserted since: a GET of it misses, as in MICA. Keys of entries the log wrapped over are
+    /// not tracked: [`StoreStats::wraps`] says whether there can be any.
+    pub fn is_lost(&self, key: &[u8; 16]) -> bool {
+        self.lost.contains(key)
     }
 
     /// Its value size.
@@ -198,11 +219,6 @@ impl Store {
         }
     }
 
-    /// The bytes of a GET hit's value.
-    pub fn value(&self, at: usize, len: u8) -> &[u8] {
-        &self.log[at..at + usize::from(len)]
-    }
-
     /// MICA's `mica_insert_one`: the last slot of the key's bucket with its tag or free, else the
     /// slot `tag & 7` evicted; the entry appended at the head.
     pub fn insert(&mut self, key: &[u8; 16], value: &[u8]) {
@@ -215,15 +231,17 @@ impl Store {
             usize::from(f.tag) & 7
         });
         let old = bkt[i];
-        if chosen.is_some() && in_use(old) {
-            // the slot of the same tag: the same key, or another one lost (when its entry is
-            // still in the log and holds another key)
+        if in_use(old) {
+            // the slot's key (while the log still holds its entry) leaves the index: evicted, or
+            // lost to this key of the same tag; the same key again is an update of its slot
             let age = self.head.wrapping_sub(offset_of(old)) & (LOG_SPACE - 1);
             let at = (offset_of(old) & self.log_mask) as usize;
             if age <= self.log_mask && self.log[at..at + 16] != key[..] {
-                self.stats.collisions += 1;
+                self.stats.collisions += u64::from(chosen.is_some());
+                self.lost.insert(key_at(&self.log[at..]));
             }
         }
+        self.lost.remove(key);
         let bkt = &mut self.index[(f.bkt & self.bkt_mask) as usize];
         bkt[i] = slot_word(f.tag, self.head);
         self.stats.put_inserts += 1;
@@ -293,10 +311,11 @@ impl Store {
             out.push(match (r[op::OPCODE_AT], hit) {
                 (MICA_OP_GET, Some(a)) => {
                     self.stats.get_hits += 1;
-                    Outcome::GetHit {
-                        at: a + VALUE_AT,
-                        len: self.log[a + VAL_LEN_AT],
-                    }
+                    let len = self.log[a + VAL_LEN_AT];
+                    let n = usize::from(len).min(MAX_VALUE);
+                    let mut value = [0u8; MAX_VALUE];
+                    value[..n].copy_from_slice(&self.log[a + VALUE_AT..a + VALUE_AT + n]);
+                    Outcome::GetHit { len, value }
                 }
                 (MICA_OP_GET, None) => {
                     self.stats.get_misses += 1;

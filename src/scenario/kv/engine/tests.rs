@@ -24,6 +24,8 @@ struct MemClient {
     writes: Vec<(usize, Vec<u8>, bool)>,
     /// Flips this byte of the next GET hit's value (a forged response).
     forge: Option<usize>,
+    /// Completions of signalled writes held back (a path slower than the posts).
+    hold: bool,
 }
 
 impl ClientLink for MemClient {
@@ -38,7 +40,11 @@ impl ClientLink for MemClient {
         Ok(())
     }
     fn poll_sends(&mut self) -> Result<u32, BackendError> {
-        Ok(std::mem::take(&mut self.signalled))
+        Ok(if self.hold {
+            0
+        } else {
+            std::mem::take(&mut self.signalled)
+        })
     }
     fn poll_responses(&mut self, out: &mut Vec<Response>) -> Result<(), BackendError> {
         let mut b = self.inbox.borrow_mut();
@@ -59,6 +65,7 @@ struct MemWorker {
     inboxes: Vec<Shared<Inbox>>,
     signalled: u32,
     posts: Vec<usize>,
+    hold: bool,
 }
 
 impl WorkerLink for MemWorker {
@@ -92,7 +99,11 @@ impl WorkerLink for MemWorker {
         Ok(())
     }
     fn poll_sends(&mut self) -> Result<u32, BackendError> {
-        Ok(std::mem::take(&mut self.signalled))
+        Ok(if self.hold {
+            0
+        } else {
+            std::mem::take(&mut self.signalled)
+        })
     }
 }
 
@@ -127,6 +138,7 @@ fn setup(sh: Shape, postlist: u32, total: u64) -> Run {
                 signalled: 0,
                 writes: Vec::new(),
                 forge: None,
+                hold: false,
             };
             (Client::new(c, sh, total), link)
         })
@@ -138,6 +150,7 @@ fn setup(sh: Shape, postlist: u32, total: u64) -> Run {
                 inboxes: inboxes.clone(),
                 signalled: 0,
                 posts: Vec::new(),
+                hold: false,
             };
             (Worker::new(w, sh, sh.store().unwrap(), postlist), link)
         })
@@ -152,10 +165,10 @@ fn run(r: &mut Run) -> Result<u64, KvError> {
         c.start(l)?;
     }
     let mut most = 0;
-    for now in 0..10_000_000u64 {
+    for _ in 0..10_000_000u64 {
         let mut done = 0;
         for (c, l) in &mut r.clients {
-            done += usize::from(c.step(l, now)? == Step::Done);
+            done += usize::from(c.step(l)? == Step::Done);
             most = most.max(c.outstanding);
         }
         if done == r.clients.len() {
@@ -236,10 +249,11 @@ fn client_0_writes_rdma_bench_s_first_requests() {
         signalled: 0,
         writes: Vec::new(),
         forge: None,
+        hold: false,
     };
     c.start(&mut l).unwrap();
-    for now in 0..3 {
-        assert_eq!(c.step(&mut l, now).unwrap(), Step::Progress);
+    for _ in 0..3 {
+        assert_eq!(c.step(&mut l).unwrap(), Step::Progress);
     }
     let want = [(10, 6536826, false), (1, 5452036, true), (5, 4094839, false)];
     for (i, (wn, id, put)) in want.into_iter().enumerate() {
@@ -282,16 +296,17 @@ fn a_response_nobody_waits_for_is_an_error() {
         signalled: 0,
         writes: Vec::new(),
         forge: None,
+        hold: false,
     };
     c.start(&mut l).unwrap();
-    c.step(&mut l, 0).unwrap();
+    c.step(&mut l).unwrap();
     let wn = (0..2).find(|&w| c.pending[w].is_empty()).unwrap() as u32;
     l.inbox.borrow_mut().queue.push_back(Response {
         imm: wn,
         len: 0,
         data: [0; SLOT],
     });
-    let e = c.step(&mut l, 1).unwrap_err();
+    let e = c.step(&mut l).unwrap_err();
     assert!(
         e.to_string().contains(&format!("from worker {wn} with no request")),
         "{e}"
@@ -301,7 +316,7 @@ fn a_response_nobody_waits_for_is_an_error() {
         len: 0,
         data: [0; SLOT],
     });
-    let e = c.step(&mut l, 2).unwrap_err();
+    let e = c.step(&mut l).unwrap_err();
     assert!(e.to_string().contains("immediate 7 names no worker"), "{e}");
 }
 
@@ -316,4 +331,47 @@ fn a_put_with_a_wrong_value_is_refused_where_it_lands() {
     let e = w.step(l).unwrap_err();
     assert!(matches!(e, KvError::Request { slot: 0, client: 0, .. }), "{e}");
     assert!(e.to_string().contains(&keys::hex(&k)), "{e}");
+}
+
+#[test]
+fn a_client_reaps_a_completion_before_each_64th_write() {
+    // a window above 64 so only the reaping holds the client back
+    let mut r = setup(shape(1, 1, 100, 500, 0), 4, 300);
+    let (c, l) = &mut r.clients[0];
+    c.start(l).unwrap();
+    l.hold = true;
+    for _ in 0..500 {
+        c.step(l).unwrap();
+    }
+    // writes 0..62 went out (0 signalled); the 64th (index 63) waits for that completion
+    assert_eq!(l.writes.len(), 63);
+    assert_eq!(c.step(l).unwrap(), Step::Idle);
+    l.hold = false;
+    assert_eq!(c.step(l).unwrap(), Step::Progress);
+    assert_eq!(l.writes.len(), 64);
+    assert!(
+        l.writes[0].2 && !l.writes[1..].iter().any(|w| w.2),
+        "signalled: the first only"
+    );
+}
+
+#[test]
+fn a_worker_reaps_before_a_batch_that_may_reach_its_64th_response() {
+    let mut r = setup(shape(1, 8, 16, 500, 0), 8, 1000);
+    r.workers[0].1.hold = true;
+    for (c, l) in &mut r.clients {
+        c.start(l).unwrap();
+        while c.step(l).unwrap() == Step::Progress {}
+    }
+    let (w, l) = &mut r.workers[0];
+    for _ in 0..100 {
+        w.step(l).unwrap();
+    }
+    // 8 clients' 16 requests each are there; batches of 8 go out until a batch could hold
+    // response 63: after 56, the worker waits for the completion of response 0
+    assert_eq!(w.stats().requests, 56);
+    assert_eq!(w.step(l).unwrap(), Step::Idle);
+    l.hold = false;
+    assert_eq!(w.step(l).unwrap(), Step::Progress);
+    assert_eq!(w.stats().requests, 64);
 }

@@ -23,7 +23,7 @@ fn get(st: &mut Store, id: u32) -> (Outcome, Vec<u8>) {
     let mut out = Vec::new();
     st.batch(&[&r], &mut out).unwrap();
     let v = match out[0] {
-        Outcome::GetHit { at, len } => st.value(at, len).to_vec(),
+        o @ Outcome::GetHit { .. } => o.value().to_vec(),
         _ => Vec::new(),
     };
     (out[0], v)
@@ -39,15 +39,17 @@ fn a_populated_store_answers_every_key_with_its_value() {
         let k = keys::key(id);
         match o {
             Outcome::GetHit { len: 32, .. } => op::check_value(&k, &v, 32).unwrap(),
-            // an index eviction at populate (a full bucket) loses a key, as in MICA
-            Outcome::GetMiss => assert!(st.stats().evictions > 0, "key {id} lost without an eviction"),
+            // an eviction at populate (a full bucket) or a key of the same tag loses a key, as
+            // in MICA: only such a key misses
+            Outcome::GetMiss => assert!(st.is_lost(&k), "key {id} missed, and the store did not lose it"),
             o => panic!("key {id}: {o:?}"),
         }
     }
     let s = st.stats();
     assert_eq!(s.get_hits + s.get_misses, 4096);
-    // 4096 keys in 4096 buckets of 8: a bucket of 9 or more is rare; at most a handful lost
-    assert!(s.get_misses <= s.evictions && s.get_misses < 8, "{s:?}");
+    // 4096 keys in 4096 buckets of 8: a bucket of 9 or more, or two keys of one tag in one
+    // bucket, is rare; at most a handful lost, each counted
+    assert!(s.get_misses <= s.evictions + s.collisions && s.get_misses < 8, "{s:?}");
     for id in 4096..4200 {
         assert_eq!(get(&mut st, id).0, Outcome::GetMiss, "key {id} was never inserted");
     }
@@ -185,6 +187,7 @@ fn a_key_of_the_same_tag_takes_the_slot_and_is_counted() {
         st.insert(&k, &value(&k, 8));
     }
     assert_eq!((st.stats().collisions, st.stats().evictions), (1, 0));
+    assert!(st.is_lost(&keys::key(a)) && !st.is_lost(&keys::key(b)));
     assert_eq!(get(&mut st, a).0, Outcome::GetMiss, "key {a} lost to key {b}");
     assert!(matches!(get(&mut st, b).0, Outcome::GetHit { .. }));
     // the same key again is an update of its slot, not a collision
