@@ -506,3 +506,57 @@ fn direct_path_writes_on_mlx5_and_refuses_elsewhere() {
     assert_eq!(got, data);
     drop(b);
 }
+
+/// The key-value workload on the device (issue 27; small): HERD's requests as inline UC WRITEs
+/// into the region, responses as inline UD SEND_WITH_IMM, every GET's value checked, both
+/// verbs backends, uniform and Zipf keys with half of them PUTs.
+#[test]
+#[ignore = "needs an RDMA device: RDMAPROBE_TEST_DEVICE"]
+fn kv_requests_over_uc_and_responses_over_ud() {
+    use rdmaprobe::backend::kv::verbs::loopback;
+    use rdmaprobe::backend::setup::Dev;
+    use rdmaprobe::backend::BackendKind;
+    use rdmaprobe::scenario::kv::engine::Shape;
+    use rdmaprobe::scenario::kv::keys::KeyDist;
+    use rdmaprobe::scenario::kv::op::Layout;
+    use rdmaprobe::scenario::kv::run::{self, KvParams};
+    let gid = std::env::var("RDMAPROBE_TEST_GID_INDEX")
+        .ok()
+        .and_then(|v| v.parse().ok());
+    let model = rdmaprobe::model::ModelConfig::default();
+    let (dev, _) = Dev::open(Some(&device()), common::port(), gid, model).expect("open the device");
+    let layout = Layout {
+        workers: 2,
+        clients: 2,
+        window: 8,
+    };
+    for (kind, zipf) in [(BackendKind::Verbs, false), (BackendKind::Wr, true)] {
+        let dist = if zipf {
+            KeyDist::zipf(1024, 0.99).unwrap()
+        } else {
+            KeyDist::Uniform
+        };
+        let shape = Shape {
+            layout,
+            keys: 1024,
+            update_pct: 50,
+            val_len: 32,
+            dist,
+        };
+        let p = KvParams {
+            shape,
+            postlist: 8,
+            requests: 300,
+            stall: DEADLINE,
+            deadline: 4 * DEADLINE,
+        };
+        let mut paths = loopback(&dev, kind, layout).unwrap_or_else(|e| panic!("{kind:?}: {e}"));
+        let r = run::loopback(&mut paths.clients, &mut paths.workers, &p).unwrap_or_else(|e| panic!("{kind:?}: {e}"));
+        for c in &r.clients {
+            assert_eq!((c.issued, c.answered), (300, 300), "{kind:?}");
+            assert_eq!(c.get_hits + c.get_misses + c.puts, 300, "{kind:?}");
+        }
+        let puts: u64 = r.clients.iter().map(|c| c.puts).sum();
+        assert!((200..400).contains(&puts), "{kind:?}: {puts} PUTs of 600 at 50 %");
+    }
+}
