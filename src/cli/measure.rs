@@ -292,7 +292,8 @@ pub struct KvArgs {
     /// Device, port and GID index.
     #[command(flatten)]
     dev: DevArgs,
-    /// Post path(s): verbs and wr (the direct path's key-value path is not built yet).
+    /// Post path(s): verbs, wr, and direct (on model0: its key-value ends on a ConnectX are not
+    /// built yet).
     #[arg(long, value_enum, default_value_t = BackendArg::All)]
     backend: BackendArg,
     /// Write the results as JSON.
