@@ -177,6 +177,12 @@ fn kv_runs_from_the_command_line_with_its_table_and_json() {
         assert_eq!(r["worker_mops"].as_array().unwrap().len(), 2);
         assert!((1000..2000).contains(&n("puts")), "{r}");
     }
+    // compare judges kv rows by their backend and shape
+    let (code, out, err) = rdmaprobe(&["compare", j, j]);
+    assert_eq!(code, 0, "{out}{err}");
+    let row = "kv herd direct 32B postlist=32 workers=2 clients=2 window=32 update_pct=50 keys=4096";
+    assert!(out.contains(row), "{out}");
+    assert!(out.contains("kv herd verbs-direct 32B"), "{out}");
     let _ = std::fs::remove_dir_all(&dir);
 }
 

@@ -86,6 +86,13 @@ pub(super) fn key(doc: &Value, r: &Value) -> String {
         "rx_depth",
         "bidirectional",
         "completion",
+        // the key-value workload's shape
+        "workers",
+        "clients",
+        "window",
+        "update_pct",
+        "keys",
+        "zipf_theta",
     ] {
         if let Some(x) = r.get(f).filter(|x| !x.is_null()) {
             k.push_str(&format!(" {f}={}", x.to_string().trim_matches('"')));

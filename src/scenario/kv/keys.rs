@@ -87,14 +87,27 @@ pub enum KeyDist {
     /// Zipf over the ranks `0..n` (rank 0 the most drawn), rand_distr's sampler over HERD's
     /// generator; a rank is an index into the client's permutation, so each client's hot keys
     /// are its own.
-    Zipf(rand_distr::Zipf<f64>),
+    Zipf {
+        /// The sampler.
+        dist: rand_distr::Zipf<f64>,
+        /// Its exponent.
+        theta: f64,
+    },
 }
 
 impl KeyDist {
+    /// The Zipf exponent (none: uniform).
+    pub fn theta(&self) -> Option<f64> {
+        match self {
+            KeyDist::Zipf { theta, .. } => Some(*theta),
+            KeyDist::Uniform => None,
+        }
+    }
+
     /// Zipf with exponent `theta` over `n` ranks (`theta` 0 is uniform; YCSB's is 0.99).
     pub fn zipf(n: u32, theta: f64) -> Result<KeyDist, String> {
         rand_distr::Zipf::new(f64::from(n.max(1)), theta)
-            .map(KeyDist::Zipf)
+            .map(|dist| KeyDist::Zipf { dist, theta })
             .map_err(|e| format!("Zipf over {n} keys with exponent {theta}: {e}"))
     }
 }
@@ -138,8 +151,8 @@ pub fn draw_from(rng: &mut FastRand, workers: u32, update_pct: u32, n: u32, dist
     let update = rng.next_u32() % 100 < update_pct;
     let index = match dist {
         KeyDist::Uniform => rng.next_u32() % n,
-        KeyDist::Zipf(z) => {
-            let r: f64 = rand_distr::Distribution::sample(z, rng);
+        KeyDist::Zipf { dist, .. } => {
+            let r: f64 = rand_distr::Distribution::sample(dist, rng);
             (r as u32).clamp(1, n) - 1
         }
     };

@@ -25,6 +25,8 @@ const NONE: Stats = Stats {
 pub struct KvResult {
     /// `kv`.
     pub scenario: String,
+    /// `herd`: HERD's GET/PUT requests (compare's rows name it as an operation).
+    pub op: String,
     /// Backend name.
     pub backend: String,
     /// Workers.
@@ -38,7 +40,10 @@ pub struct KvResult {
     /// PUTs in 100 requests.
     pub update_pct: u32,
     /// Bytes of a value.
-    pub value_size_bytes: u32,
+    #[serde(rename = "size_bytes")]
+    pub value_size: u32,
+    /// The Zipf exponent of the keys (none: uniform, as HERD).
+    pub zipf_theta: Option<f64>,
     /// Keys in each store.
     pub keys: u32,
     /// Requests per client.
@@ -101,13 +106,15 @@ impl KvResult {
         let l = p.shape.layout;
         KvResult {
             scenario: "kv".into(),
+            op: "herd".into(),
             backend: backend.into(),
             workers: l.workers,
             clients: l.clients,
             window: l.window,
             postlist: p.postlist,
             update_pct: p.shape.update_pct,
-            value_size_bytes: u32::from(p.shape.val_len),
+            value_size: u32::from(p.shape.val_len),
+            zipf_theta: p.shape.dist.theta(),
             keys: p.shape.keys,
             requests_per_client: p.requests,
             duration_ns: dur,
