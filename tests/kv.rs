@@ -189,7 +189,10 @@ fn kv_runs_from_the_command_line_with_its_table_and_json() {
 #[test]
 fn bad_kv_input_exits_2_naming_the_flag() {
     let base = ["kv", "--loopback", "-d", "model0", "-n", "10"];
-    let cases: [(&[&str], &str); 9] = [
+    let cases: [(&[&str], &str); 12] = [
+        (&["--keys", "0"], "--keys 0: at least 1"),
+        (&["--clients", "0"], "--clients 0: at least 1"),
+        (&["--window", "-1"], "--window"),
         (&["--zipf", "-1"], "--zipf -1"),
         (&["--zipf", "nan"], "--zipf NaN"),
         (&["--window", "65"], "--window 65"),
@@ -303,4 +306,71 @@ fn a_get_answered_empty_where_the_store_had_the_value_is_caught() {
     let s = e.to_string();
     assert!(matches!(e, run::KvRunError::Counts(_)), "{s}");
     assert!(s.contains("the clients counted 199 GET hits, 1 GET misses"), "{s}");
+}
+
+#[test]
+fn kv_stops_at_a_signal_and_refuses_what_it_cannot_build() {
+    // a run far longer than the test: SIGINT ends it within the loop's next check, exit 1
+    let dir = std::env::temp_dir().join(format!("rdmaprobe-kv-sig-{}", std::process::id()));
+    let mut c = std::process::Command::new(env!("CARGO_BIN_EXE_rdmaprobe"))
+        .args([
+            "kv",
+            "--loopback",
+            "-d",
+            "model0",
+            "--keys",
+            "1000",
+            "-n",
+            "50000000",
+            "--backend",
+            "verbs",
+        ])
+        .env("RDMAPROBE_MODEL_DIR", &dir)
+        .env_remove("SYSFS_PATH")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(1500));
+    let t = std::time::Instant::now();
+    let ok = std::process::Command::new("kill")
+        .args(["-INT", &c.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(ok.success());
+    let o = loop {
+        if let Some(_st) = c.try_wait().unwrap() {
+            break c.wait_with_output().unwrap();
+        }
+        if t.elapsed() > Duration::from_secs(20) {
+            let _ = c.kill();
+            panic!("kv did not stop within 20 s of SIGINT");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(err.contains("interrupted"), "{err}");
+    // a HOST: two processes are not built yet
+    let (code, _, err) = rdmaprobe(&["kv", "-d", "model0", "somehost"]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("not built yet"), "{err}");
+    // more clients than model0's open files allow: refused before any QP, naming --clients
+    let o = std::process::Command::new("sh")
+        .args([
+            "-c",
+            "ulimit -Sn 256 && ulimit -Hn 256 && exec \"$0\" kv --loopback -d model0 --clients 100 --window 1 --keys 64 -n 1",
+            env!("CARGO_BIN_EXE_rdmaprobe"),
+        ])
+        .env("RDMAPROBE_MODEL_DIR", &dir)
+        .env_remove("SYSFS_PATH")
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("--clients 100 and --workers 2: model0 keeps an open file per QP"),
+        "{err}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -257,33 +257,35 @@ pub struct PostCostArgs {
 /// `kv`'s arguments: HERD's key-value workload (requests over UC, responses over UD, MICA stores).
 #[derive(clap::Args)]
 pub struct KvArgs {
+    /// The server's host (a client's run): not built yet; give --loopback.
+    host: Option<String>,
     /// Both sides in this process (needed: the server and its clients as two processes are not
     /// built yet).
     #[arg(long)]
     loopback: bool,
     /// Worker threads of the server, each with its MICA store and UD QP.
-    #[arg(long, default_value_t = KvPlan::default().workers)]
+    #[arg(long, default_value_t = KvPlan::default().workers, allow_negative_numbers = true)]
     workers: u32,
     /// Clients, each with a UC QP (requests) and a UD QP (responses).
-    #[arg(long, default_value_t = KvPlan::default().clients)]
+    #[arg(long, default_value_t = KvPlan::default().clients, allow_negative_numbers = true)]
     clients: u32,
     /// Requests a client writes before it waits for their responses (HERD's WINDOW_SIZE, 1 to 64).
-    #[arg(long, default_value_t = KvPlan::default().window)]
+    #[arg(long, default_value_t = KvPlan::default().window, allow_negative_numbers = true)]
     window: u32,
     /// Most requests a worker answers with one post (doorbell batching; 1 to 32).
-    #[arg(long = "postlist", default_value_t = KvPlan::default().postlist)]
+    #[arg(long = "postlist", default_value_t = KvPlan::default().postlist, allow_negative_numbers = true)]
     postlist: u32,
     /// PUTs in 100 requests (HERD's --update-percentage).
-    #[arg(long = "update", default_value_t = KvPlan::default().update_pct)]
+    #[arg(long = "update", default_value_t = KvPlan::default().update_pct, allow_negative_numbers = true)]
     update: u32,
     /// Bytes of a value (1 to 46: what fits a 64-byte request slot).
-    #[arg(long = "value-size", default_value_t = KvPlan::default().value_size)]
+    #[arg(long = "value-size", default_value_t = KvPlan::default().value_size, allow_negative_numbers = true)]
     value_size: u32,
     /// Keys in each worker's store (HERD's HERD_NUM_KEYS is 8 Mi).
-    #[arg(long, default_value_t = KvPlan::default().keys)]
+    #[arg(long, default_value_t = KvPlan::default().keys, allow_negative_numbers = true)]
     keys: u32,
     /// Requests per client.
-    #[arg(short = 'n', long = "requests", default_value_t = KvPlan::default().requests,
+    #[arg(short = 'n', long = "requests", default_value_t = KvPlan::default().requests, allow_negative_numbers = true,
           value_parser = clap::value_parser!(u64).range(1..=1_000_000_000))]
     requests: u64,
     /// Keys drawn Zipf-distributed with this exponent (0.99 as YCSB), not uniformly as HERD.
@@ -303,6 +305,12 @@ pub struct KvArgs {
 
 /// `kv`: the key-value plan from its arguments, measured and printed; the exit status.
 pub fn kv(a: KvArgs) -> Result<ExitCode> {
+    if let Some(h) = &a.host {
+        return Err(ProbeError::Usage(format!(
+            "kv {h}: the server and its clients as two processes are not built yet; run both in this one with --loopback"
+        ))
+        .into());
+    }
     if !a.loopback {
         return Err(ProbeError::Usage(
             "kv runs in one process so far: give --loopback (the server and its clients as two processes are not built yet)"

@@ -26,8 +26,18 @@ pub const MAX_KEYS: u32 = 16 << 20;
 /// What the plan asks that cannot run, named by its flag.
 fn check(kp: &KvPlan) -> Result<(), ProbeError> {
     let bad = |s: String| Err(ProbeError::Usage(s));
-    if kp.workers == 0 || kp.clients == 0 || kp.requests == 0 || kp.keys == 0 {
-        return bad("--workers, --clients, -n and --keys must be at least 1".into());
+    for (flag, v) in [
+        ("--workers", u64::from(kp.workers)),
+        ("--clients", u64::from(kp.clients)),
+        ("-n", kp.requests),
+        ("--keys", u64::from(kp.keys)),
+    ] {
+        if v == 0 {
+            return bad(format!("{flag} 0: at least 1"));
+        }
+    }
+    if let Some(t) = kp.zipf.filter(|t| !(0.0..=10.0).contains(t)) {
+        return bad(format!("--zipf {t}: an exponent from 0 to 10 (YCSB's is 0.99)"));
     }
     if kp.window == 0 || kp.window > DEPTH / 2 {
         return bad(format!(
@@ -139,6 +149,18 @@ pub(in crate::probe) fn run(plan: &Plan, kp: &KvPlan, obs: &mut dyn Observer) ->
     check(kp)?;
     let dev = session::open_device(plan, ModelConfig::default(), obs)?;
     let kinds = kinds(&dev, plan.backends)?;
+    // model0 keeps a file per object: per client two UC QPs, a UD QP (each with its CQ) and
+    // the receive buffers; per worker a UD QP and its CQ; the region
+    let files = 7 * u64::from(kp.clients) + 2 * u64::from(kp.workers) + 1;
+    let what = || {
+        format!(
+            "--clients {} and --workers {}: model0 keeps an open file per QP, CQ and buffer (7 per client, 2 per worker)",
+            kp.clients, kp.workers
+        )
+    };
+    if let Some(n) = session::check_model_files(&dev, files, what, "lower --clients or --workers")? {
+        obs.note(&n);
+    }
     let p = params(kp)?;
     let before = counters::sample(&dev);
     let (cal, env) = session::calibrate(&dev, false)?;
@@ -158,7 +180,10 @@ pub(in crate::probe) fn run(plan: &Plan, kp: &KvPlan, obs: &mut dyn Observer) ->
 
 /// One backend's run: its ends built on the device, the run stepped.
 fn one(dev: &Dev, k: BackendKind, p: &KvParams) -> Result<run::KvRun, ProbeError> {
-    let failed = |e: run::KvRunError| ProbeError::Invalid(format!("kv on {}: {e}", k.as_str()));
+    let failed = |e: run::KvRunError| match e {
+        run::KvRunError::Interrupted => ProbeError::Scenario(crate::scenario::ScenarioError::Interrupted),
+        e => ProbeError::Invalid(format!("kv on {}: {e}", k.as_str())),
+    };
     match (k, dev) {
         (BackendKind::Direct, Dev::Model(m)) => {
             let mut paths = direct::model_loopback(&m.model, p.shape.layout)?;

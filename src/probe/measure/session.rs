@@ -494,10 +494,33 @@ const FILES_BASE: u64 = 64;
 /// enough (the note returned says so); a run the hard limit cannot hold is refused before any QP
 /// is made (exit 2, naming `what()`). Nothing on a NIC, where QPs are not files.
 pub fn check_open_files(dev: &Dev, pairs: u64, what: impl FnOnce() -> String) -> Result<Option<String>, ProbeError> {
+    let files = pairs.saturating_mul(MODEL_FILES_PER_PAIR);
+    check_model_files(
+        dev,
+        files,
+        || {
+            format!(
+                "{}: model0 keeps {MODEL_FILES_PER_PAIR} open files per QP pair (its QPs, CQs and buffers are \
+             shared-memory files)",
+                what()
+            )
+        },
+        "lower -q or --threads",
+    )
+}
+
+/// As [`check_open_files`], for `files` model0 objects (a QP, a CQ or a buffer each); `what()`
+/// says whose and `remedy` what to lower.
+pub fn check_model_files(
+    dev: &Dev,
+    files: u64,
+    what: impl FnOnce() -> String,
+    remedy: &str,
+) -> Result<Option<String>, ProbeError> {
     if !dev.is_model() {
         return Ok(None);
     }
-    let need = pairs.saturating_mul(MODEL_FILES_PER_PAIR).saturating_add(FILES_BASE);
+    let need = files.saturating_add(FILES_BASE);
     let mut r = libc::rlimit {
         rlim_cur: 0,
         rlim_max: 0,
@@ -508,9 +531,7 @@ pub fn check_open_files(dev: &Dev, pairs: u64, what: impl FnOnce() -> String) ->
     }
     if need > r.rlim_max {
         return Err(ProbeError::Usage(format!(
-            "{}: model0 keeps {MODEL_FILES_PER_PAIR} open files per QP pair (its QPs, CQs and buffers are \
-             shared-memory files), {need} for this run; the open-files limit is {} (ulimit -Hn): lower -q or \
-             --threads, or raise the limit",
+            "{}, {need} for this run; the open-files limit is {} (ulimit -Hn): {remedy}, or raise the limit",
             what(),
             r.rlim_max
         )));
@@ -528,7 +549,7 @@ pub fn check_open_files(dev: &Dev, pairs: u64, what: impl FnOnce() -> String) ->
         )));
     }
     Ok(Some(format!(
-        "the open-files limit raised from {old} to {} for this run's {need} (model0 keeps {MODEL_FILES_PER_PAIR} per QP pair)",
+        "the open-files limit raised from {old} to {} for this run's {need} (model0 keeps a file per QP, CQ and buffer)",
         r.rlim_cur
     )))
 }

@@ -24,7 +24,7 @@ impl Report {
             k.update_pct,
             k.value_size,
             k.keys,
-            k.zipf.map(|t| format!(" (Zipf {t})")).unwrap_or_else(|| " (uniform)".into()),
+            k.zipf.map(|t| format!(" (Zipf {})", theta(t))).unwrap_or_else(|| " (uniform)".into()),
             k.requests
         );
         s += " requests: inline RDMA WRITE over UC into the request region; responses: inline SEND_WITH_IMM over UD, a batch per post\n";
@@ -38,6 +38,7 @@ impl Report {
             self.clock.hz / 1e6,
             self.clock.overhead_ns()
         );
+        s += " Mops: requests answered per microsecond over the run (first write to last response), all clients; per post: responses a worker posts with one doorbell (its batch); GET miss: answered with no value\n";
         self.warnings_lines(&mut s);
         s += &rule(WIDTH);
         let _ = writeln!(
@@ -63,10 +64,12 @@ impl Report {
         for r in rs {
             let _ = writeln!(
                 s,
-                " {}: Mops per client {}; per worker {}; {} PUT inserts, {} index evictions, {} keys lost to a tag collision",
+                " {}: Mops per client (each over its own first write to last response) {}; per worker (over the run) {}; over the {} stores: {} PUTs in place, {} inserted, {} index evictions, {} keys lost to a key of their tag (populate's included)",
                 r.backend,
                 list(&r.client_mops),
                 list(&r.worker_mops),
+                r.workers,
+                r.put_hits,
                 r.put_inserts,
                 r.evictions,
                 r.collisions
@@ -88,4 +91,14 @@ pub(super) fn row(r: &KvResult) -> String {
         " {:>7} {:>8.3} {:>10.0} {:>10.0} {:>10.0} {:>10.0} {:>9.2} {:>10} {:>9} {:>9}\n",
         r.backend, r.mops, l.p50, l.p99, l.p99_9, l.max, r.mean_batch, r.get_hits, r.get_misses, r.puts
     )
+}
+
+/// A Zipf exponent as the header prints it: three decimals, or in scientific notation when that
+/// would print 0.000 for a positive one.
+fn theta(t: f64) -> String {
+    if t > 0.0 && t < 0.0005 {
+        format!("{t:.2e}")
+    } else {
+        format!("{t:.3}")
+    }
 }

@@ -2,7 +2,7 @@
 //! client until it waits, a worker one pass over its clients), on
 //! whatever path ends it is given, until each client has its requests answered; a run in which
 //! nothing moves for the stall deadline, or that outlives its deadline, stops with an error that
-//! says who waited for what.
+//! says who waited for what; a stop asked by a signal ends it too.
 
 use super::engine::{Client, ClientStats, KvError, Shape, Step, Worker, WorkerStats};
 use crate::backend::kv::{ClientLink, WorkerLink};
@@ -53,6 +53,9 @@ pub enum KvRunError {
         /// Who was waiting (the clients' counts).
         what: String,
     },
+    /// A stop was asked (SIGINT, SIGTERM, SIGHUP).
+    #[error("interrupted")]
+    Interrupted,
     /// The run's deadline passed.
     #[error("the run's deadline ({0:?}) passed before every request was answered")]
     Deadline(Duration),
@@ -111,6 +114,9 @@ pub fn loopback<C: ClientLink, W: WorkerLink>(
             last_move = Instant::now();
         }
         if turns % 1024 == 0 {
+            if crate::signals::interrupted() {
+                return Err(KvRunError::Interrupted);
+            }
             if started.elapsed() > p.deadline {
                 return Err(KvRunError::Deadline(p.deadline));
             }
