@@ -183,6 +183,12 @@ fn kv_runs_from_the_command_line_with_its_table_and_json() {
     let row = "kv herd direct 32B postlist=32 workers=2 clients=2 window=32 update_pct=50 keys=4096";
     assert!(out.contains(row), "{out}");
     assert!(out.contains("kv herd verbs-direct 32B"), "{out}");
+    // its throughput is the bw metric, in Mops
+    let mops = out
+        .lines()
+        .find(|l| l.starts_with(row) && l.contains(" bw "))
+        .unwrap_or_else(|| panic!("{out}"));
+    assert!(mops.contains("Mops"), "{mops}");
     let _ = std::fs::remove_dir_all(&dir);
 }
 

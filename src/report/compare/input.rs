@@ -261,6 +261,20 @@ fn metrics(r: &Value, wanted: &[String]) -> Result<Vec<Metric>, String> {
             ));
         }
     }
+    // the key-value workload's throughput is its `bw` metric: requests answered per microsecond
+    // (no windows: one figure a run)
+    if want("bw") && r["scenario"] == "kv" {
+        let v = value(r, "run", "mops")?;
+        out.push((
+            "bw".into(),
+            RunSample {
+                value: v,
+                blocks: Vec::new(),
+                level: None,
+            },
+            false,
+        ));
+    }
     if want("bw") && r["summary"].is_object() {
         let v = value(&r["summary"], "summary", "bw_avg_mib_s")?;
         let w = samples(r["summary"].get("window_mib_s"), "summary.window_mib_s", true)?;

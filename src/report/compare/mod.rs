@@ -382,6 +382,7 @@ fn contrast_row(k: &str, m: &str, bs: &[RunSample], ns: &[RunSample], larger_is_
 /// The unit of a row's figures, by its scenario and metric.
 fn unit(scenario: &str, metric: &str) -> &'static str {
     match (scenario, metric) {
+        ("kv", "bw") => "Mops",
         (_, "bw") => "MiB/s",
         ("post_cost", _) => "ns/WQE",
         _ => "ns",
