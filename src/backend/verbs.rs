@@ -30,8 +30,7 @@ pub struct VerbsEnd {
     /// On model0 (through libmlx5): the model's QP, its execution mode and the last send
     /// doorbell it delivered. libmlx5 rings a register page nothing watches, so the model executes
     /// where a scenario lets it: right after the timed post, and when polling.
-    #[cfg(target_os = "linux")]
-    model: Option<(std::sync::Weak<crate::model::ModelQp>, crate::model::ExecMode, u32)>,
+    model: ModelHook,
     // owners, dropped after the raw pointers above are no longer used
     qp: Qp,
     cq: Cq,
@@ -81,8 +80,7 @@ impl VerbsEnd {
             view,
             rx_off,
             max_inline,
-            #[cfg(target_os = "linux")]
-            model: None,
+            model: ModelHook::of(&qp, &device),
             device,
             qp,
             cq,
@@ -90,13 +88,6 @@ impl VerbsEnd {
             chan: None,
             ud: None,
         };
-        #[cfg(target_os = "linux")]
-        if me.device == crate::uverbs::IBDEV {
-            me.model = crate::uverbs::model_qp(me.qp.qpn()).and_then(|w| {
-                let mode = w.upgrade()?.exec_mode();
-                Some((w, mode, 0))
-            });
-        }
         let (sp, rp) = (me.sges.as_mut_ptr(), me.rsges.as_mut_ptr());
         for i in 0..MAX_POSTLIST {
             // SAFETY: i < MAX_POSTLIST: inside the vectors, whose heap buffers never move.
@@ -124,17 +115,7 @@ impl VerbsEnd {
     }
 
     fn err(&self, verb: &'static str, rc: i32, what: &str) -> BackendError {
-        let ctx = Ctx::dev(&self.device).qpn(self.qp.qpn()).detail(what.to_string());
-        let source = crate::verbs::error::check_rc(rc, verb, || ctx)
-            .err()
-            .unwrap_or(VerbsError::Invalid {
-                ctx: Ctx::dev(&self.device),
-                why: format!("{verb} failed"),
-            });
-        BackendError::Verbs {
-            backend: self.kind.as_str(),
-            source: Box::new(source),
-        }
+        verbs_err(self.kind, verb, rc, &self.device, self.qp.qpn(), what)
     }
 
     fn check(&self, op: OpKind, len: u32, n: u32, inline: bool) -> Result<(), BackendError> {
@@ -419,37 +400,19 @@ impl Backend for VerbsEnd {
             left -= MAX_POSTLIST as u32;
         }
         self.post_recv_chain(len, left)?;
-        #[cfg(target_os = "linux")]
-        if let Some(q) = self.model.as_ref().and_then(|m| m.0.upgrade()) {
-            q.receives_posted();
-        }
+        self.model.receives_posted();
         Ok(())
     }
 
     #[inline]
     fn poll(&mut self) -> Result<Polled, BackendError> {
-        #[cfg(target_os = "linux")]
-        if let Some((w, mode, seen)) = &mut self.model {
-            if let Some(q) = w.upgrade() {
-                match mode {
-                    crate::model::ExecMode::Deferred => q.progress(),
-                    _ => q.deliver_if_rung(seen),
-                }
-            }
-        }
+        self.model.before_poll();
         self.poll_cq()
     }
 
     #[inline]
     fn after_post(&mut self) {
-        #[cfg(target_os = "linux")]
-        if let Some((w, mode, seen)) = &mut self.model {
-            if *mode != crate::model::ExecMode::Deferred {
-                if let Some(q) = w.upgrade() {
-                    q.deliver_if_rung(seen);
-                }
-            }
-        }
+        self.model.after_post();
     }
 
     fn mem(&self) -> &MemView {
@@ -508,23 +471,7 @@ impl VerbsEnd {
         let mut p = Polled::default();
         for wc in &self.wc[..n as usize] {
             if wc.status != sys::IBV_WC_SUCCESS {
-                let c = Completion {
-                    wr_id: wc.wr_id,
-                    status: wc.status,
-                    opcode: wc.opcode,
-                    vendor_err: wc.vendor_err,
-                    byte_len: wc.byte_len,
-                    qp_num: wc.qp_num,
-                    imm: None,
-                };
-                let source = c.check(&self.device).err().unwrap_or(VerbsError::Invalid {
-                    ctx: Ctx::dev(&self.device),
-                    why: "completion error".into(),
-                });
-                return Err(BackendError::Verbs {
-                    backend: self.kind.as_str(),
-                    source: Box::new(source),
-                });
+                return Err(wc_error(self.kind, wc, &self.device));
             }
             if wc.opcode & sys::IBV_WC_RECV != 0 {
                 if let Some((_, peer, _)) = &self.ud {
@@ -539,5 +486,114 @@ impl VerbsEnd {
             }
         }
         Ok(p)
+    }
+}
+
+/// model0 through libmlx5: the model's QP, its execution mode and the last send doorbell
+/// record it delivered. libmlx5 rings a register page nothing watches, so the model executes
+/// where the caller lets it: right after a post (unless deferred) and before a poll. Elsewhere
+/// (another device, another OS) it does nothing.
+pub(crate) struct ModelHook {
+    #[cfg(target_os = "linux")]
+    q: Option<(std::sync::Weak<crate::model::ModelQp>, crate::model::ExecMode, u32)>,
+}
+
+impl ModelHook {
+    /// The hook of `qp` on the device named `device` (nothing unless it is model0's).
+    pub(crate) fn of(qp: &Qp, device: &str) -> ModelHook {
+        #[cfg(target_os = "linux")]
+        {
+            let q = (device == crate::uverbs::IBDEV)
+                .then(|| crate::uverbs::model_qp(qp.qpn()))
+                .flatten()
+                .and_then(|w| {
+                    let mode = w.upgrade()?.exec_mode();
+                    Some((w, mode, 0))
+                });
+            ModelHook { q }
+        }
+        #[cfg(not(target_os = "linux"))]
+        {
+            let _ = (qp, device);
+            ModelHook {}
+        }
+    }
+
+    /// Before a poll: what was rung executes (in deferred mode, everything not yet executed).
+    #[inline]
+    pub(crate) fn before_poll(&mut self) {
+        #[cfg(target_os = "linux")]
+        if let Some((w, mode, seen)) = &mut self.q {
+            if let Some(q) = w.upgrade() {
+                match mode {
+                    crate::model::ExecMode::Deferred => q.progress(),
+                    _ => q.deliver_if_rung(seen),
+                }
+            }
+        }
+    }
+
+    /// Right after a post: what was rung executes, unless the model defers it.
+    #[inline]
+    pub(crate) fn after_post(&mut self) {
+        #[cfg(target_os = "linux")]
+        if let Some((w, mode, seen)) = &mut self.q {
+            if *mode != crate::model::ExecMode::Deferred {
+                if let Some(q) = w.upgrade() {
+                    q.deliver_if_rung(seen);
+                }
+            }
+        }
+    }
+
+    /// After receives were posted through libmlx5.
+    pub(crate) fn receives_posted(&self) {
+        #[cfg(target_os = "linux")]
+        if let Some(q) = self.q.as_ref().and_then(|m| m.0.upgrade()) {
+            q.receives_posted();
+        }
+    }
+}
+
+/// The error of verb `verb` returning `rc` on `device`'s QP `qpn` (`what`: the operation).
+pub(crate) fn verbs_err(
+    kind: BackendKind,
+    verb: &'static str,
+    rc: i32,
+    device: &str,
+    qpn: u32,
+    what: &str,
+) -> BackendError {
+    let ctx = Ctx::dev(device).qpn(qpn).detail(what.to_string());
+    let source = crate::verbs::error::check_rc(rc, verb, || ctx)
+        .err()
+        .unwrap_or(VerbsError::Invalid {
+            ctx: Ctx::dev(device),
+            why: format!("{verb} failed"),
+        });
+    BackendError::Verbs {
+        backend: kind.as_str(),
+        source: Box::new(source),
+    }
+}
+
+/// An error completion as the verbs error it is (its status, vendor error, QP and operation).
+pub(crate) fn wc_error(kind: BackendKind, wc: &sys::ibv_wc, device: &str) -> BackendError {
+    let c = Completion {
+        wr_id: wc.wr_id,
+        status: wc.status,
+        opcode: wc.opcode,
+        vendor_err: wc.vendor_err,
+        byte_len: wc.byte_len,
+        qp_num: wc.qp_num,
+        imm: None,
+    };
+    let source = c.check(device).err().unwrap_or(VerbsError::Invalid {
+        ctx: Ctx::dev(device).qpn(wc.qp_num),
+        why: "completion error".into(),
+    });
+    BackendError::Verbs {
+        backend: kind.as_str(),
+        source: Box::new(source),
     }
 }

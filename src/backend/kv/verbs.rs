@@ -9,12 +9,12 @@
 
 use super::{ClientLink, Reply, Response, WorkerLink, SLOT};
 use crate::backend::setup::{Dev, SetupError, DEPTH};
+use crate::backend::verbs::{verbs_err, wc_error, ModelHook};
 use crate::backend::{BackendError, BackendKind, MemView, QKEY};
 use crate::scenario::kv::op::Layout;
 use crate::sys;
 use crate::sys::inline::{poll_cq, post_recv, post_send, WrOps};
-use crate::verbs::cq::Completion;
-use crate::verbs::{Ah, Cq, Ctx, Mr, MrAccess, Pd, Qp, QpCaps, RemoteBuf, VerbsError};
+use crate::verbs::{Ah, Cq, Mr, MrAccess, Pd, Qp, QpCaps, RemoteBuf};
 use std::sync::Arc;
 
 /// The GRH area before a UD receive's data.
@@ -23,68 +23,6 @@ const GRH: usize = 40;
 const RECV_BUF: usize = 128;
 /// Most responses one worker post chains (MICA's batch).
 const MAX_CHAIN: usize = 32;
-
-/// model0 through libmlx5: the model's QP, executed after a post and before a poll (libmlx5
-/// rings a register page nothing watches). Elsewhere nothing.
-struct Hook {
-    #[cfg(target_os = "linux")]
-    q: Option<(std::sync::Weak<crate::model::ModelQp>, crate::model::ExecMode, u32)>,
-}
-
-impl Hook {
-    fn of(qp: &Qp, device: &str) -> Hook {
-        #[cfg(target_os = "linux")]
-        {
-            let q = (device == crate::uverbs::IBDEV)
-                .then(|| crate::uverbs::model_qp(qp.qpn()))
-                .flatten()
-                .and_then(|w| {
-                    let mode = w.upgrade()?.exec_mode();
-                    Some((w, mode, 0))
-                });
-            Hook { q }
-        }
-        #[cfg(not(target_os = "linux"))]
-        {
-            let _ = (qp, device);
-            Hook {}
-        }
-    }
-
-    #[inline]
-    fn run(&mut self) {
-        #[cfg(target_os = "linux")]
-        if let Some((w, mode, seen)) = &mut self.q {
-            if let Some(q) = w.upgrade() {
-                match mode {
-                    crate::model::ExecMode::Deferred => q.progress(),
-                    _ => q.deliver_if_rung(seen),
-                }
-            }
-        }
-    }
-
-    fn receives_posted(&self) {
-        #[cfg(target_os = "linux")]
-        if let Some(q) = self.q.as_ref().and_then(|m| m.0.upgrade()) {
-            q.receives_posted();
-        }
-    }
-}
-
-fn verbs_err(kind: BackendKind, verb: &'static str, rc: i32, device: &str, qpn: u32, what: &str) -> BackendError {
-    let ctx = Ctx::dev(device).qpn(qpn).detail(what.to_string());
-    let source = crate::verbs::error::check_rc(rc, verb, || ctx)
-        .err()
-        .unwrap_or(VerbsError::Invalid {
-            ctx: Ctx::dev(device),
-            why: format!("{verb} failed"),
-        });
-    BackendError::Verbs {
-        backend: kind.as_str(),
-        source: Box::new(source),
-    }
-}
 
 /// Polls `cq` once into `wc`; an error completion becomes the verbs error it is.
 fn poll(kind: BackendKind, cq: &Cq, wc: &mut [sys::ibv_wc; 16], device: &str) -> Result<usize, BackendError> {
@@ -95,23 +33,7 @@ fn poll(kind: BackendKind, cq: &Cq, wc: &mut [sys::ibv_wc; 16], device: &str) ->
     }
     for w in &wc[..n as usize] {
         if w.status != sys::IBV_WC_SUCCESS {
-            let c = Completion {
-                wr_id: w.wr_id,
-                status: w.status,
-                opcode: w.opcode,
-                vendor_err: w.vendor_err,
-                byte_len: w.byte_len,
-                qp_num: w.qp_num,
-                imm: None,
-            };
-            let source = c.check(device).err().unwrap_or(VerbsError::Invalid {
-                ctx: Ctx::dev(device).qpn(w.qp_num),
-                why: "completion error".into(),
-            });
-            return Err(BackendError::Verbs {
-                backend: kind.as_str(),
-                source: Box::new(source),
-            });
+            return Err(wc_error(kind, w, device));
         }
     }
     Ok(n as usize)
@@ -134,8 +56,8 @@ pub struct KvClient {
     posted: u64,
     done: u64,
     rx: MemView,
-    uc_hook: Hook,
-    ud_hook: Hook,
+    uc_hook: ModelHook,
+    ud_hook: ModelHook,
     /// The workers' UD QP numbers (a response from another QP is a stranger's).
     workers: Vec<u32>,
     // owners, dropped after the raw pointers above
@@ -190,7 +112,7 @@ impl KvClient {
                     "kv request",
                 ));
             }
-            self.uc_hook.run();
+            self.uc_hook.after_post();
             return Ok(());
         }
         self.sge = sys::ibv_sge {
@@ -220,7 +142,7 @@ impl KvClient {
                 "kv request",
             ));
         }
-        self.uc_hook.run();
+        self.uc_hook.after_post();
         Ok(())
     }
 }
@@ -274,12 +196,12 @@ impl ClientLink for KvClient {
     }
 
     fn poll_sends(&mut self) -> Result<u32, BackendError> {
-        self.uc_hook.run();
+        self.uc_hook.before_poll();
         Ok(poll(self.kind, &self.uc_cq, &mut self.wc, &self.device)? as u32)
     }
 
     fn poll_responses(&mut self, out: &mut Vec<Response>) -> Result<(), BackendError> {
-        self.ud_hook.run();
+        self.ud_hook.before_poll();
         let n = poll(self.kind, &self.ud_cq, &mut self.wc, &self.device)?;
         for w in &self.wc[..n] {
             if !self.workers.contains(&w.src_qp) {
@@ -337,7 +259,7 @@ pub struct KvWorker {
     wrs: Vec<sys::ibv_send_wr>,
     sges: Vec<sys::ibv_sge>,
     wc: [sys::ibv_wc; 16],
-    hook: Hook,
+    hook: ModelHook,
     /// Each client's UD QP number.
     clients: Vec<u32>,
     // owners, dropped after the raw pointers above: the QP before the address handles its
@@ -427,12 +349,12 @@ impl WorkerLink for KvWorker {
                 "kv responses",
             ));
         }
-        self.hook.run();
+        self.hook.after_post();
         Ok(())
     }
 
     fn poll_sends(&mut self) -> Result<u32, BackendError> {
-        self.hook.run();
+        self.hook.before_poll();
         Ok(poll(self.kind, &self.cq, &mut self.wc, &self.device)? as u32)
     }
 }
@@ -477,7 +399,7 @@ impl KvWorker {
                 "kv responses",
             ));
         }
-        self.hook.run();
+        self.hook.after_post();
         Ok(())
     }
 }
@@ -575,7 +497,7 @@ fn client(
             ..Default::default()
         })
         .collect();
-    let (uc_hook, ud_hook) = (Hook::of(&c, &device), Hook::of(&u, &device));
+    let (uc_hook, ud_hook) = (ModelHook::of(&c, &device), ModelHook::of(&u, &device));
     let me = KvClient {
         kind,
         device,
@@ -660,7 +582,7 @@ pub fn loopback(dev: &Dev, kind: BackendKind, layout: Layout) -> Result<KvPaths,
             wrs,
             sges,
             wc: [sys::ibv_wc::default(); 16],
-            hook: Hook::of(&u, &device),
+            hook: ModelHook::of(&u, &device),
             clients: uds.iter().map(|e| e.qpn).collect(),
             ahs,
             ud: u,

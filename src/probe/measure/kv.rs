@@ -14,7 +14,7 @@ use crate::scenario::kv::keys::KeyDist;
 use crate::scenario::kv::op::{Layout, MAX_VALUE, SLOT};
 use crate::scenario::kv::result::KvResult;
 use crate::scenario::kv::run::{self, KvParams};
-use crate::scenario::kv::store::MAX_BATCH;
+use crate::scenario::kv::store::{entry_bytes, MAX_BATCH, MAX_LOG};
 use serde_json::json;
 use std::time::Duration;
 
@@ -66,7 +66,7 @@ fn check(kp: &KvPlan) -> Result<(), ProbeError> {
     }
     // the log holds every populated entry twice over (so it does not wrap at populate, nor soon
     // after), within MICA's largest log
-    let entry = entry_bytes(kp.value_size);
+    let entry = entry_bytes(kp.value_size as u8);
     if u64::from(kp.keys) * entry * 2 > MAX_LOG {
         return bad(format!(
             "--keys {} with --value-size {}: {} entries of {entry} B twice over exceed a log of {} MiB (MICA's largest); at most {} keys",
@@ -84,31 +84,15 @@ fn check(kp: &KvPlan) -> Result<(), ProbeError> {
             kp.clients, kp.workers, kp.window
         ));
     }
-    session::check_memory(memory(kp), || {
-        format!(
-            "--keys {} in each of --workers {} stores, --clients {} x -n {} latency samples",
-            kp.keys, kp.workers, kp.clients, kp.requests
-        )
-    })
+    Ok(())
 }
 
-/// The largest log (MICA's `log_cap` bound).
-const MAX_LOG: u64 = 1 << 30;
-
-/// Bytes of a log entry for values of `value_size` bytes (key, opcode, length, value; 8-aligned).
-fn entry_bytes(value_size: u32) -> u64 {
-    (18 + u64::from(value_size) + 7) & !7
-}
-
-/// Bytes a run takes: each worker's store (index and log, as `Shape::store` sizes them), each
+/// Bytes a run takes: each worker's store (index and log, as [`Shape::store`] sizes them), each
 /// client's permutation of the keys, every request's latency sample (kept, then copied twice
 /// into the result).
-fn memory(kp: &KvPlan) -> u64 {
-    let buckets = u64::from(kp.keys).next_power_of_two() * 64;
-    let log = (u64::from(kp.keys) * entry_bytes(kp.value_size) * 2)
-        .next_power_of_two()
-        .clamp(4096, MAX_LOG);
-    let stores = u64::from(kp.workers).saturating_mul(buckets + log);
+fn memory(kp: &KvPlan, shape: &Shape) -> u64 {
+    let (buckets, log) = shape.geometry();
+    let stores = u64::from(kp.workers).saturating_mul(u64::from(buckets) * 64 + log);
     let per_client = (u64::from(kp.keys) * 4).saturating_add(kp.requests.saturating_mul(24));
     stores.saturating_add(u64::from(kp.clients).saturating_mul(per_client))
 }
@@ -147,6 +131,13 @@ fn params(kp: &KvPlan) -> Result<KvParams, ProbeError> {
 /// Runs a key-value plan (see [`crate::probe::run`]) in one process.
 pub(in crate::probe) fn run(plan: &Plan, kp: &KvPlan, obs: &mut dyn Observer) -> Result<Report, ProbeError> {
     check(kp)?;
+    let p = params(kp)?;
+    session::check_memory(memory(kp, &p.shape), || {
+        format!(
+            "--keys {} in each of --workers {} stores, --clients {} x -n {} latency samples",
+            kp.keys, kp.workers, kp.clients, kp.requests
+        )
+    })?;
     let dev = session::open_device(plan, ModelConfig::default(), obs)?;
     let kinds = kinds(&dev, plan.backends)?;
     // model0 keeps a file per object: per client two UC QPs, a UD QP (each with its CQ) and
@@ -161,7 +152,6 @@ pub(in crate::probe) fn run(plan: &Plan, kp: &KvPlan, obs: &mut dyn Observer) ->
     if let Some(n) = session::check_model_files(&dev, files, what, "lower --clients or --workers")? {
         obs.note(&n);
     }
-    let p = params(kp)?;
     let before = counters::sample(&dev);
     let (cal, env) = session::calibrate(&dev, false)?;
     let mut report = new_report(plan, kp, &dev, &kinds, env, cal);

@@ -20,7 +20,7 @@
 
 use super::keys::{self, FastRand};
 use super::op::{self, Layout, HERD_MICA_OFFSET, HERD_OP_GET, SLOT};
-use super::store::{Outcome, Store, StoreError, StoreStats, MAX_BATCH};
+use super::store::{self, Outcome, Store, StoreError, StoreStats, MAX_BATCH};
 use crate::backend::kv::{ClientLink, Reply, Response, WorkerLink};
 use crate::backend::BackendError;
 use crate::clock;
@@ -104,7 +104,9 @@ pub struct ClientStats {
 /// A request waiting for its response.
 #[derive(Debug, Clone, Copy)]
 struct Pending {
+    /// The key's number and its bytes (hashed once, when the request was drawn).
     key: u32,
+    bytes: [u8; 16],
     put: bool,
     t0: u64,
 }
@@ -130,19 +132,26 @@ impl Shape {
     /// of at least twice the populated entries (so PUT-miss inserts do not wrap it soon), within
     /// 1 GiB (`probe::measure::kv` refuses more keys than that holds twice).
     pub fn store(&self) -> Result<Store, StoreError> {
+        let (buckets, log) = self.geometry();
+        let mut st = Store::new(buckets, log, self.val_len)?;
+        st.populate(self.keys);
+        Ok(st)
+    }
+}
+
+impl Shape {
+    /// The buckets and the log bytes of each store ([`Shape::store`]).
+    pub fn geometry(&self) -> (u32, u64) {
         let buckets = self
             .keys
             .max(1)
             .checked_next_power_of_two()
             .unwrap_or(1 << 31)
             .min(16 << 20);
-        let entry = (op::VALUE_AT as u64 + u64::from(self.val_len) + 7) & !7;
-        let log = (u64::from(self.keys) * entry * 2)
+        let log = (u64::from(self.keys) * store::entry_bytes(self.val_len) * 2)
             .next_power_of_two()
-            .clamp(4096, 1 << 30);
-        let mut st = Store::new(buckets, log, self.val_len)?;
-        st.populate(self.keys);
-        Ok(st)
+            .clamp(4096, store::MAX_LOG);
+        (buckets, log)
     }
 }
 
@@ -299,6 +308,7 @@ impl Client {
         self.first.get_or_insert(t0);
         self.pending[d.worker as usize].push_back(Pending {
             key: id,
+            bytes: k,
             put: d.update,
             t0,
         });
@@ -329,7 +339,7 @@ impl Client {
                 r.imm
             ),
         })?;
-        let k = keys::key(p.key);
+        let k = p.bytes;
         let data = &r.data[..(r.len as usize).min(SLOT)];
         match (p.put, r.len) {
             (true, 0) => self.stats.puts += 1,

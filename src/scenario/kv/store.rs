@@ -19,6 +19,15 @@ const LOG_BITS: u32 = 40;
 const LOG_SPACE: u64 = 1 << LOG_BITS;
 /// Slots per bucket.
 const WAYS: usize = 8;
+/// The largest log (MICA's bound on `log_cap`).
+pub const MAX_LOG: u64 = 1 << 30;
+
+/// Bytes of a log entry for values of `val_len` bytes: the key, the opcode, the length and the
+/// value, rounded up to 8.
+pub fn entry_bytes(val_len: u8) -> u64 {
+    (VALUE_AT as u64 + u64::from(val_len) + 7) & !7
+}
+
 /// The most requests one batch takes (`MICA_MAX_BATCH_SIZE`).
 pub const MAX_BATCH: usize = 32;
 
@@ -170,7 +179,7 @@ impl Store {
                 "{buckets} buckets: a power of two up to 16 Mi"
             )));
         }
-        if !log_cap.is_power_of_two() || !(4096..=1 << 30).contains(&log_cap) {
+        if !log_cap.is_power_of_two() || !(4096..=MAX_LOG).contains(&log_cap) {
             return Err(StoreError::Geometry(format!(
                 "a log of {log_cap} B: a power of two from 4 KiB to 1 GiB"
             )));

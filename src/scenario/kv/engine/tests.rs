@@ -28,6 +28,20 @@ struct MemClient {
     hold: bool,
 }
 
+impl MemClient {
+    /// A client's path to a region of its own (no worker).
+    fn alone(sh: Shape) -> MemClient {
+        MemClient {
+            region: Rc::new(RefCell::new(vec![0u8; sh.layout.bytes()])),
+            inbox: Rc::default(),
+            signalled: 0,
+            writes: Vec::new(),
+            forge: None,
+            hold: false,
+        }
+    }
+}
+
 impl ClientLink for MemClient {
     fn write(&mut self, slot: usize, bytes: &[u8], signal: bool) -> Result<(), BackendError> {
         self.region.borrow_mut()[slot * SLOT..slot * SLOT + bytes.len()].copy_from_slice(bytes);
@@ -243,14 +257,7 @@ fn client_0_writes_rdma_bench_s_first_requests() {
     // as rdma_bench's client 0 with 12 workers, 50 % updates and 8M keys (keys.rs has the values)
     let sh = shape(12, 1, 32, 8 << 20, 50);
     let mut c = Client::new(0, sh, 3);
-    let mut l = MemClient {
-        region: Rc::new(RefCell::new(vec![0u8; sh.layout.bytes()])),
-        inbox: Rc::default(),
-        signalled: 0,
-        writes: Vec::new(),
-        forge: None,
-        hold: false,
-    };
+    let mut l = MemClient::alone(sh);
     c.start(&mut l).unwrap();
     for _ in 0..3 {
         assert_eq!(c.step(&mut l).unwrap(), Step::Progress);
@@ -290,14 +297,7 @@ fn a_forged_value_is_an_error_naming_the_key() {
 fn a_response_nobody_waits_for_is_an_error() {
     let sh = shape(2, 1, 4, 100, 0);
     let mut c = Client::new(0, sh, 10);
-    let mut l = MemClient {
-        region: Rc::new(RefCell::new(vec![0u8; sh.layout.bytes()])),
-        inbox: Rc::default(),
-        signalled: 0,
-        writes: Vec::new(),
-        forge: None,
-        hold: false,
-    };
+    let mut l = MemClient::alone(sh);
     c.start(&mut l).unwrap();
     c.step(&mut l).unwrap();
     let wn = (0..2).find(|&w| c.pending[w].is_empty()).unwrap() as u32;
