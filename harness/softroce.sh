@@ -268,6 +268,25 @@ for t in UC UD; do
   cat /tmp/net-\$t.txt /tmp/net-srv-\$t.txt
   echo "NET \$t rows: \$(grep -cE '^ +64 +(verbs|wr) +300 ' /tmp/net-\$t.txt)"
 done
+# the key-value workload between two processes: UC WRITE requests into the server's region, UD
+# SEND_WITH_IMM responses from its workers, on verbs and wr (small: 1024 keys, 300 requests)
+kvpair() { # PORT
+  /opt/rdmaprobe kv -d rxe0 -x 1 --keys 1024 -n 300 --update 50 --window 8 -p \$1 > /tmp/kv-srv.txt 2>&1 &
+  srv=\$!
+  /opt/rdmaprobe kv -d rxe0 -x 1 --keys 1024 -n 300 --update 50 --window 8 -p \$1 127.0.0.1 > /tmp/kv.txt 2>&1; crc=\$?
+  wait \$srv && [ \$crc = 0 ]
+}
+if ! kvpair 18550; then
+  if grep -q 'do not retransmit' /tmp/kv.txt /tmp/kv-srv.txt; then
+    retries=\$((retries+1)); echo "UNRELIABLE-RETRY kv: \$(grep -hm1 'do not retransmit' /tmp/kv.txt /tmp/kv-srv.txt | head -1)"
+    bundle_dump /tmp/kv.txt /tmp/kv-srv.txt
+    kvpair 18551 || lat_rc=1
+  else
+    lat_rc=1
+  fi
+fi
+cat /tmp/kv.txt /tmp/kv-srv.txt
+echo "KV rows: \$(grep -cE '^ +(verbs|wr) +[0-9.]+ +[0-9]+ ' /tmp/kv.txt) \$(grep -cE '^ +(verbs|wr) +[0-9.]+ +[0-9]+ ' /tmp/kv-srv.txt)"
 # -R: the QPs connected through the RDMA connection manager, no -x (the CM chooses the GID);
 # send beside the same run connected out of band with -x 1, and read (the CM's responder resources)
 for t in send-cm send-oob read-cm read-oob; do
@@ -574,6 +593,7 @@ grep -q '^CM-BW rc=0/0 rows: 2 "connections": 4$' "$log.txt" ||
   { echo "FAIL: bw write -R -q 2 between two processes on rxe0 did not connect 4 QPs through rdma_cm and run verbs and wr"; fail=1; }
 grep -q '^CM-WRONG-DEVICE rc=1 1$' "$log.txt" ||
   { echo "FAIL: lat -R on the wrong device did not fail naming the device the route takes"; fail=1; }
+grep -q '^KV rows: 2 2$' "$log.txt" || { echo "FAIL: kv between two processes did not run on both verbs and wr (clients' and server's rows)"; fail=1; }
 grep -q '^UC rows: 4$' "$log.txt" || { echo "FAIL: lat send and bw write -c UC did not run on both verbs and wr"; fail=1; }
 grep -q '^IMM rows: 2$' "$log.txt" || { echo "FAIL: lat write --write-with-imm did not run on both verbs and wr"; fail=1; }
 grep -q '^HUGE rows: 2 "huge_pages": true$' "$log.txt" || { echo "FAIL: lat send --use-hugepages did not run on huge pages"; fail=1; }

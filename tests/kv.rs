@@ -1,7 +1,7 @@
 //! The key-value workload on model0: through libibverbs + libmlx5 (the verbs and wr backends)
 //! and on model0's own QPs (the direct backend): HERD's
 //! requests as inline UC WRITEs into the region, responses as UD SEND_WITH_IMM, every GET's
-//! value checked by its client, in one process.
+//! value checked by its client, in one process and as a server and a client process.
 
 use rdmaprobe::backend::kv::direct;
 use rdmaprobe::backend::kv::verbs::{loopback, KvClient};
@@ -221,9 +221,15 @@ fn bad_kv_input_exits_2_naming_the_flag() {
         assert!(err.contains(want), "{extra:?}: {err}");
         assert!(!err.contains("panicked"), "{err}");
     }
-    let (code, _, err) = rdmaprobe(&["kv", "-d", "model0"]);
-    assert_eq!(code, 2, "{err}");
-    assert!(err.contains("--loopback"), "{err}");
+    // what kv's peer cannot be
+    for (extra, want) in [
+        ("-R", "kv -R: the key-value workload's UC and UD QPs are connected"),
+        ("--peer=perftest", "perftest has no key-value workload"),
+    ] {
+        let (code, _, err) = rdmaprobe(&["kv", "-d", "model0", "localhost", extra]);
+        assert_eq!(code, 2, "{extra}: {err}");
+        assert!(err.contains(want), "{extra}: {err}");
+    }
 }
 
 /// A client's path that forges the first GET value it receives: a byte flipped, or (with
@@ -357,10 +363,6 @@ fn kv_stops_at_a_signal_and_refuses_what_it_cannot_build() {
     let err = String::from_utf8_lossy(&o.stderr);
     assert_eq!(o.status.code(), Some(1), "{err}");
     assert!(err.contains("interrupted"), "{err}");
-    // a HOST: two processes are not built yet
-    let (code, _, err) = rdmaprobe(&["kv", "-d", "model0", "somehost"]);
-    assert_eq!(code, 2, "{err}");
-    assert!(err.contains("not built yet"), "{err}");
     // more clients than model0's open files allow: refused before any QP, naming --clients
     let o = std::process::Command::new("sh")
         .args([
@@ -379,4 +381,153 @@ fn kv_stops_at_a_signal_and_refuses_what_it_cannot_build() {
         "{err}"
     );
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A TCP port of this test process's own (16 per process).
+fn port(i: u16) -> String {
+    (20000 + (std::process::id() % 2500) as u16 * 16 + i).to_string()
+}
+
+fn spawn(args: &[&str]) -> std::process::Child {
+    std::process::Command::new(env!("CARGO_BIN_EXE_rdmaprobe"))
+        .args(args)
+        .env_remove("SYSFS_PATH")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawn rdmaprobe")
+}
+
+fn finish(c: std::process::Child) -> (i32, String, String) {
+    let o = c.wait_with_output().expect("wait");
+    (
+        o.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&o.stdout).into(),
+        String::from_utf8_lossy(&o.stderr).into(),
+    )
+}
+
+/// The table's rows of a kv output, one per backend.
+fn rows(out: &str) -> Vec<String> {
+    out.lines()
+        .filter(|l| {
+            let w: Vec<&str> = l.split_whitespace().collect();
+            w.len() == 10 && ["verbs", "wr", "direct"].contains(&w[0])
+        })
+        .map(str::to_string)
+        .collect()
+}
+
+/// The server (its workers and stores) and the clients as two processes over the out-of-band
+/// channel, on model0, every backend: uniform keys without updates at postlist 1, Zipf keys with
+/// half updates at postlist 8. Each run's counts add up (the clients reconcile them with the
+/// workers' as they end), and the server prints the clients' rows as its table.
+#[test]
+fn kv_runs_as_a_server_and_a_client_process_with_every_backend() {
+    let _g = cmd::serial();
+    let backends = cmd::model0_backends();
+    let dir = std::env::temp_dir().join(format!("rdmaprobe-kv-two-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    for (i, shape) in [
+        &["--update", "0", "--postlist", "1"][..],
+        &["--update", "50", "--zipf", "0.99", "--postlist", "8"][..],
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let p = port(i as u16);
+        let json = dir.join(format!("client{i}.json"));
+        let common = [
+            &["kv", "-d", "model0", "-p", &p, "--oob-timeout", "30", "-n", "2000"][..],
+            &["--keys", "4096", "--clients", "3", "--window", "8"][..],
+            shape,
+        ]
+        .concat();
+        let srv = spawn(&common);
+        let cli = spawn(&[&common[..], &["127.0.0.1", "--json", json.to_str().unwrap()][..]].concat());
+        let (cc, co, ce) = finish(cli);
+        let (sc, so, se) = finish(srv);
+        assert_eq!(cc, 0, "client {shape:?}: {co}{ce}");
+        assert_eq!(sc, 0, "server {shape:?}: {so}{se}");
+        assert!(co.contains("client of the server 127.0.0.1:"), "{co}");
+        assert!(
+            so.contains("server of the clients at 127.0.0.1:") && so.contains("server: done"),
+            "{so}"
+        );
+        let (cr, sr) = (rows(&co), rows(&so));
+        assert_eq!(cr.len(), backends.len(), "{co}");
+        assert_eq!(sr, cr, "the server's rows are the clients'");
+        let v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+        assert_eq!(v["params"]["peer"], format!("127.0.0.1:{p}"), "{}", v["params"]);
+        assert_eq!(
+            v["params"]["threads"],
+            "one in this process: its clients stepped in turn"
+        );
+        let runs = v["runs"].as_array().unwrap();
+        for (r, b) in runs.iter().zip(&backends) {
+            assert_eq!(r["backend"], *b);
+            let n = |k: &str| r[k].as_u64().unwrap_or_else(|| panic!("{k} in {r}"));
+            assert_eq!(n("get_hits") + n("get_misses") + n("puts"), 6000, "{r}");
+            assert_eq!(r["latency_ns"]["count"].as_u64(), Some(6000), "{r}");
+            assert_eq!(r["worker_mops"].as_array().unwrap().len(), 2, "{r}");
+            if i == 0 {
+                assert_eq!((n("puts"), n("get_misses")), (0, 0), "{r}");
+                // postlist 1: one response per post
+                assert_eq!(r["mean_batch"].as_f64(), Some(1.0), "{r}");
+            } else {
+                assert!((2000..4000).contains(&n("puts")), "{r}");
+                assert_eq!(r["zipf_theta"].as_f64(), Some(0.99), "{r}");
+            }
+        }
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Two processes that disagree on the workload stop at the handshake, each naming the flag; a
+/// server that dies in the middle of a run is reported by the client, and a client that dies
+/// by the server, at once (its socket closes), never waited for.
+#[test]
+fn kv_peers_that_disagree_or_die_are_reported() {
+    let _g = cmd::serial();
+    let p = port(2);
+    let base = ["kv", "-d", "model0", "-p", &p, "--oob-timeout", "20", "--keys", "1000"];
+    let srv = spawn(&[&base[..], &["--clients", "2"][..]].concat());
+    let cli = spawn(&[&base[..], &["--clients", "3", "localhost"][..]].concat());
+    let (cc, _, ce) = finish(cli);
+    let (sc, _, se) = finish(srv);
+    assert_eq!((cc, sc), (1, 1), "{ce}\n{se}");
+    assert!(
+        ce.contains("clients (--clients)") && ce.contains("this side has 3, the peer has 2"),
+        "{ce}"
+    );
+    assert!(se.contains("this side has 2, the peer has 3"), "{se}");
+    for kill_server in [true, false] {
+        let p = port(if kill_server { 3 } else { 4 });
+        let base = [
+            "kv",
+            "-d",
+            "model0",
+            "-p",
+            &p,
+            "--oob-timeout",
+            "20",
+            "--keys",
+            "1000",
+            "-n",
+            "100000000",
+            "--backend",
+            "direct",
+        ];
+        let srv = spawn(&base);
+        let cli = spawn(&[&base[..], &["localhost"][..]].concat());
+        std::thread::sleep(Duration::from_millis(2500));
+        let (mut dead, alive) = if kill_server { (srv, cli) } else { (cli, srv) };
+        let t = std::time::Instant::now();
+        dead.kill().unwrap();
+        let _ = dead.wait();
+        let (c, _, e) = finish(alive);
+        assert_eq!(c, 1, "kill server {kill_server}: {e}");
+        assert!(e.contains("the peer"), "kill server {kill_server}: {e}");
+        assert!(t.elapsed() < Duration::from_secs(10), "{:?}: {e}", t.elapsed());
+    }
 }

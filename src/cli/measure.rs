@@ -257,12 +257,10 @@ pub struct PostCostArgs {
 /// `kv`'s arguments: HERD's key-value workload (requests over UC, responses over UD, MICA stores).
 #[derive(clap::Args)]
 pub struct KvArgs {
-    /// The server's host (a client's run): not built yet; give --loopback.
-    host: Option<String>,
-    /// Both sides in this process (needed: the server and its clients as two processes are not
-    /// built yet).
-    #[arg(long)]
-    loopback: bool,
+    /// Where the peer is: the server (with HOST, this side runs the clients; without, the
+    /// workers and waits for the clients), or --loopback for both in this process.
+    #[command(flatten)]
+    peer: PeerArgs,
     /// Worker threads of the server, each with its MICA store and UD QP.
     #[arg(long, default_value_t = KvPlan::default().workers, allow_negative_numbers = true)]
     workers: u32,
@@ -305,19 +303,19 @@ pub struct KvArgs {
 
 /// `kv`: the key-value plan from its arguments, measured and printed; the exit status.
 pub fn kv(a: KvArgs) -> Result<ExitCode> {
-    if let Some(h) = &a.host {
-        return Err(ProbeError::Usage(format!(
-            "kv {h}: the server and its clients as two processes are not built yet; run both in this one with --loopback"
-        ))
-        .into());
-    }
-    if !a.loopback {
+    if a.peer.rdma_cm {
         return Err(ProbeError::Usage(
-            "kv runs in one process so far: give --loopback (the server and its clients as two processes are not built yet)"
-                .into(),
+            "kv -R: the key-value workload's UC and UD QPs are connected with the addresses exchanged out of band, not through the connection manager".into(),
         )
         .into());
     }
+    if a.peer.peer_tool != super::plan::PeerToolArg::Rdmaprobe {
+        return Err(ProbeError::Usage(
+            "kv --peer perftest: perftest has no key-value workload; the peer of kv is another rdmaprobe kv".into(),
+        )
+        .into());
+    }
+    let peer = a.peer.spec()?;
     let k = KvPlan {
         workers: a.workers,
         clients: a.clients,
@@ -332,6 +330,8 @@ pub fn kv(a: KvArgs) -> Result<ExitCode> {
     let p = Plan {
         device: a.dev.spec(),
         backends: a.backend.backends(),
+        peer,
+        oob_timeout: Duration::from_secs(a.peer.oob_timeout),
         ..Plan::loopback(Scenario::Kv(k))
     };
     Ok(ExitCode::from(console::measure(&p, a.json.as_ref(), None, None)?))

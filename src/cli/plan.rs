@@ -153,7 +153,7 @@ impl DevArgs {
 impl PeerArgs {
     /// Where the peer is: in this process, a server to connect to, or this side listening;
     /// refuses a HOST with --loopback and a client's port 0.
-    fn spec(&self) -> Result<PeerSpec, ProbeError> {
+    pub(super) fn spec(&self) -> Result<PeerSpec, ProbeError> {
         if self.host.is_some() && self.loopback {
             return Err(ProbeError::Usage(
                 "--loopback runs both ends in this process: give no HOST".into(),

@@ -406,6 +406,15 @@ fn flag_of(key: &str) -> Option<&'static str> {
         "db_mode" => "--db-mode",
         "inline_limit" => "-I",
         "buffer" => "from -s, -a",
+        "workers" => "--workers",
+        "clients" => "--clients",
+        "window" => "--window",
+        "kv_postlist" => "--postlist",
+        "update" => "--update",
+        "value_size" => "--value-size",
+        "keys" => "--keys",
+        "requests" => "-n",
+        "zipf" => "--zipf",
         _ => return None,
     })
 }

@@ -5,7 +5,7 @@
 //! CQs directly. The ends are generic over the queues ([`DirectQueues`]); [`model_loopback`]
 //! builds them on model0's own QPs.
 
-use super::{ClientLink, Reply, Response, WorkerLink, SLOT};
+use super::{check_addrs, Addr, ClientAddr, ClientLink, Reply, Response, ServerAddr, WorkerLink, SLOT};
 use crate::backend::direct::DirectQueues;
 use crate::backend::setup::{SetupError, DEPTH};
 use crate::backend::{BackendError, MemView, QKEY};
@@ -241,38 +241,31 @@ fn model_qp(model: &Model, pd: u32, t: crate::backend::Transport) -> Result<Dire
     Ok(q)
 }
 
-/// Builds a loopback run's direct ends on model0's own QPs, as [`super::verbs::loopback`] does
-/// with libibverbs': for each client a UC QP connected to a server UC QP of its own and a UD QP
-/// with `2 * window` receive buffers; for each worker a UD QP and the address vector of every
-/// client; the request region of `layout`.
-pub fn model_loopback(model: &Model, layout: Layout) -> Result<KvDirectPaths, SetupError> {
+/// The clients' direct ends of `layout` on model0: for each a UC QP (connected by
+/// [`connect_model_clients`] once the server's QP numbers are known) and a UD QP with
+/// `2 * window` receive buffers; their QP numbers, for the server.
+pub fn model_clients(
+    model: &Model,
+    layout: Layout,
+) -> Result<(Vec<KvDirectClient<DirectModelQp>>, Vec<ClientAddr>), SetupError> {
     use crate::backend::Transport;
     let pd = model.alloc_pd();
-    let access = crate::sys::IBV_ACCESS_LOCAL_WRITE | crate::sys::IBV_ACCESS_REMOTE_WRITE;
-    let region = Arc::new(model.reg_mr(pd, layout.bytes(), access)?);
-    let remote = RemoteBuf {
-        addr: region.addr(),
-        rkey: region.rkey(),
-        len: region.len() as u64,
-    };
     let ring = 2 * layout.window as usize;
-    let (mut server, mut clients) = (Vec::new(), Vec::new());
+    let (mut clients, mut addrs) = (Vec::new(), Vec::new());
     for _ in 0..layout.clients {
-        let (s, c, ud) = (
-            model_qp(model, pd, Transport::Uc)?,
-            model_qp(model, pd, Transport::Uc)?,
-            model_qp(model, pd, Transport::Ud)?,
-        );
-        s.qp.connect(c.qp.qpn(), ModelConnect::default());
-        c.qp.connect(s.qp.qpn(), ModelConnect::default());
+        let (c, ud) = (model_qp(model, pd, Transport::Uc)?, model_qp(model, pd, Transport::Ud)?);
         ud.qp.connect(0, ModelConnect::default());
         let rx_mr = model.reg_mr(pd, ring * RECV_BUF, crate::sys::IBV_ACCESS_LOCAL_WRITE)?;
         // SAFETY: the buffer lives as long as `rx_mr`, which the client owns.
         let rx = unsafe { MemView::new(rx_mr.as_ptr(), rx_mr.len()) };
+        addrs.push(ClientAddr {
+            uc: qpn_addr(c.qp.qpn()),
+            ud: qpn_addr(ud.qp.qpn()),
+        });
         clients.push(KvDirectClient {
             uc: c,
             ud,
-            region: remote,
+            region: RemoteBuf::default(),
             rx,
             rx_base: rx_mr.addr(),
             rx_lkey: rx_mr.lkey(),
@@ -283,12 +276,59 @@ pub fn model_loopback(model: &Model, layout: Layout) -> Result<KvDirectPaths, Se
             workers: Vec::new(),
             _rx: rx_mr,
         });
-        server.push(s);
     }
-    let avs: Vec<AvSeg> = clients
-        .iter()
-        .map(|c| AvSeg::default().to(c.ud.qp.qpn(), QKEY))
-        .collect();
+    Ok((clients, addrs))
+}
+
+/// A model0 QP's address: its number alone.
+fn qpn_addr(qpn: u32) -> Addr {
+    Addr { qpn, ..Addr::default() }
+}
+
+/// Connects each client's UC QP to its server UC QP in `server` (checked against `layout`) and
+/// gives the clients the region and the workers' QP numbers.
+pub fn connect_model_clients(
+    clients: &mut [KvDirectClient<DirectModelQp>],
+    layout: Layout,
+    server: &ServerAddr,
+) -> Result<(), SetupError> {
+    check_addrs(&layout, None, Some(server))?;
+    for (c, s) in clients.iter_mut().zip(&server.uc) {
+        c.uc.qp.connect(s.qpn, ModelConnect::default());
+        c.region = server.region;
+        c.workers = server.workers.clone();
+    }
+    Ok(())
+}
+
+/// The server's direct ends on model0 (in its process): the workers, and the UC QPs and region
+/// the clients reach (dropped after the workers).
+pub struct KvDirectServerSide {
+    /// The workers' ends.
+    pub workers: Vec<KvDirectWorker<DirectModelQp>>,
+    server: Server,
+}
+
+/// The server's direct ends of `layout` on model0 for the clients at `clients` (checked against
+/// it): a UC QP connected to each client's, the request region, and for each worker a UD QP with
+/// the address vector of every client's UD QP; their addresses, for the clients.
+pub fn model_server(
+    model: &Model,
+    layout: Layout,
+    clients: &[ClientAddr],
+) -> Result<(KvDirectServerSide, ServerAddr), SetupError> {
+    use crate::backend::Transport;
+    check_addrs(&layout, Some(clients), None)?;
+    let pd = model.alloc_pd();
+    let access = crate::sys::IBV_ACCESS_LOCAL_WRITE | crate::sys::IBV_ACCESS_REMOTE_WRITE;
+    let region = Arc::new(model.reg_mr(pd, layout.bytes(), access)?);
+    let mut qps = Vec::new();
+    for c in clients {
+        let s = model_qp(model, pd, Transport::Uc)?;
+        s.qp.connect(c.uc.qpn, ModelConnect::default());
+        qps.push(s);
+    }
+    let avs: Vec<AvSeg> = clients.iter().map(|c| AvSeg::default().to(c.ud.qpn, QKEY)).collect();
     let mut workers = Vec::new();
     for _ in 0..layout.workers {
         let ud = model_qp(model, pd, Transport::Ud)?;
@@ -303,16 +343,31 @@ pub fn model_loopback(model: &Model, layout: Layout) -> Result<KvDirectPaths, Se
             _region: region.clone(),
         });
     }
-    let wq: Vec<u32> = workers.iter().map(|w| w.ud.qp.qpn()).collect();
-    for c in &mut clients {
-        c.workers = wq.clone();
-    }
+    let addr = ServerAddr {
+        region: RemoteBuf {
+            addr: region.addr(),
+            rkey: region.rkey(),
+            len: region.len() as u64,
+        },
+        uc: qps.iter().map(|q| qpn_addr(q.qp.qpn())).collect(),
+        workers: workers.iter().map(|w| w.ud.qp.qpn()).collect(),
+    };
+    let server = Server {
+        _qps: qps,
+        _region: region,
+    };
+    Ok((KvDirectServerSide { workers, server }, addr))
+}
+
+/// Builds a loopback run's direct ends on model0's own QPs, as [`super::verbs::loopback`] does
+/// with libibverbs': [`model_clients`], the [`model_server`] for them, the clients connected.
+pub fn model_loopback(model: &Model, layout: Layout) -> Result<KvDirectPaths, SetupError> {
+    let (mut clients, addrs) = model_clients(model, layout)?;
+    let (side, saddr) = model_server(model, layout, &addrs)?;
+    connect_model_clients(&mut clients, layout, &saddr)?;
     Ok(KvDirectPaths {
         clients,
-        workers,
-        _server: Server {
-            _qps: server,
-            _region: region,
-        },
+        workers: side.workers,
+        _server: side.server,
     })
 }

@@ -7,7 +7,7 @@
 //! chain (one doorbell). On model0 (through libmlx5) the model executes each QP's work after its
 //! post and before its poll, as the verbs backend lets it.
 
-use super::{ClientLink, Reply, Response, WorkerLink, SLOT};
+use super::{check_addrs, Addr, ClientAddr, ClientLink, Reply, Response, ServerAddr, WorkerLink, SLOT};
 use crate::backend::setup::{Dev, SetupError, DEPTH};
 use crate::backend::verbs::{verbs_err, wc_error, ModelHook};
 use crate::backend::{BackendError, BackendKind, MemView, QKEY};
@@ -410,6 +410,14 @@ struct Server {
     _region: Arc<Mr>,
 }
 
+/// The server's ends (in its process): the workers, and the UC QPs and region the clients reach
+/// (dropped after the workers).
+pub struct KvServerSide {
+    /// The workers' ends.
+    pub workers: Vec<KvWorker>,
+    server: Server,
+}
+
 /// Every client's and worker's end of a loopback run, and the server side they reach. The
 /// clients and the workers are dropped before the server's QPs and region.
 pub struct KvPaths {
@@ -458,33 +466,50 @@ fn wr_ops(qp: &Qp) -> Result<(WrOps, *mut sys::ibv_qp_ex), SetupError> {
     })
 }
 
-/// The device's parts a client's or a worker's QPs are made with.
-type Parts<'a> = (
-    &'a Pd,
-    &'a crate::verbs::Context,
-    &'a crate::verbs::PortInfo,
-    Option<u8>,
-);
+/// The device's parts a client's or a worker's QPs are made with, and their connection options.
+struct Parts<'a> {
+    ctx: &'a crate::verbs::Context,
+    port: &'a crate::verbs::PortInfo,
+    gid: Option<u8>,
+    path: crate::backend::path::PathOpts,
+    opts: crate::verbs::ConnectOpts,
+}
 
-/// One client's ends: its server UC QP, its own UC QP connected to it, its UD QP with `ring`
-/// receive buffers (and that QP's address, for the workers).
-fn client(
-    kind: BackendKind,
-    (pd, ctx, port, gid): Parts<'_>,
-    opts: &crate::verbs::ConnectOpts,
-    region: &Arc<Mr>,
-    ring: usize,
-) -> Result<((Qp, Cq), KvClient, crate::verbs::Endpoint), SetupError> {
-    let device = ctx.name().to_string();
+/// `dev`'s parts for backend `kind` (verbs or wr).
+fn parts(dev: &Dev, kind: BackendKind) -> Result<Parts<'_>, SetupError> {
+    if kind == BackendKind::Direct {
+        return Err(SetupError::from(BackendError::Unsupported {
+            backend: kind.as_str(),
+            why: "the key-value workload's libibverbs ends post with ibv_post_send or ibv_wr_*".into(),
+        }));
+    }
+    let Some((ctx, port, gid)) = dev.verbs_parts() else {
+        return Err(SetupError::from(BackendError::Unsupported {
+            backend: kind.as_str(),
+            why: "the device has no verbs context".into(),
+        }));
+    };
+    let path = dev.path();
+    let opts = crate::backend::setup::kv_connect_opts(ctx, port, gid, path)?;
+    Ok(Parts {
+        ctx,
+        port,
+        gid,
+        path,
+        opts,
+    })
+}
+
+/// One client's end: its UC QP (not connected yet: the server's address comes later) and its UD
+/// QP with `ring` receive buffers, and their addresses for the server.
+fn client(kind: BackendKind, pd: &Pd, d: &Parts<'_>, ring: usize) -> Result<(KvClient, ClientAddr), SetupError> {
+    let device = d.ctx.name().to_string();
     let wr = kind == BackendKind::Wr;
-    let (mut s, scq) = qp_with_cq(pd, ctx, false, false)?;
-    let (mut c, ccq) = qp_with_cq(pd, ctx, false, wr)?;
-    let (es, ec) = (s.endpoint(port, gid)?, c.endpoint(port, gid)?);
-    crate::backend::path::path_taken(ctx, s.connect(port, opts, &ec)?)?;
-    crate::backend::path::path_taken(ctx, c.connect(port, opts, &es)?)?;
-    let (mut u, ucq) = qp_with_cq(pd, ctx, true, false)?;
-    u.connect_ud(port, opts.pkey_index, QKEY)?;
-    let ud = u.endpoint(port, gid)?;
+    let (c, ccq) = qp_with_cq(pd, d.ctx, false, wr)?;
+    let ec = c.endpoint(d.port, d.gid)?;
+    let (mut u, ucq) = qp_with_cq(pd, d.ctx, true, false)?;
+    u.connect_ud(d.port, d.opts.pkey_index, QKEY)?;
+    let ud = u.endpoint(d.port, d.gid)?;
     let rx_mr = Mr::new(pd, ring * RECV_BUF, MrAccess::LOCAL_WRITE, false)?;
     // SAFETY: the MR's buffer lives as long as `rx_mr`, which the client owns.
     let rx = unsafe { MemView::new(rx_mr.as_ptr(), rx_mr.len()) };
@@ -501,8 +526,9 @@ fn client(
     let me = KvClient {
         kind,
         device,
-        region: region.remote(0),
-        wr_api: if wr { Some(wr_ops(&c)?) } else { None },
+        region: RemoteBuf::default(),
+        // taken once connected (libmlx5 changes them at RTS): connect_clients
+        wr_api: None,
         wr: sys::ibv_send_wr::default(),
         sge: sys::ibv_sge::default(),
         rwrs,
@@ -521,47 +547,84 @@ fn client(
         ud_cq: ucq,
         rx_mr,
     };
-    Ok(((s, scq), me, ud))
+    let addr = ClientAddr {
+        uc: Addr::of(&ec),
+        ud: Addr::of(&ud),
+    };
+    Ok((me, addr))
 }
 
-/// Builds a loopback run's ends on `dev` (both sides on one device): for each client a UC QP
-/// connected to a server UC QP of its own and a UD QP with `2 * window` receive buffers; for each
-/// worker a UD QP with an address handle for every client; the request region of `layout`.
-pub fn loopback(dev: &Dev, kind: BackendKind, layout: Layout) -> Result<KvPaths, SetupError> {
-    if kind == BackendKind::Direct {
-        return Err(SetupError::from(BackendError::Unsupported {
-            backend: kind.as_str(),
-            why: "the key-value workload runs on the verbs and wr backends so far".into(),
-        }));
+/// The clients' ends of `layout` on `dev`: for each a UC QP (connected by [`connect_clients`]
+/// once the server's addresses are known) and a UD QP with `2 * window` receive buffers; their
+/// addresses, for the server.
+pub fn clients(dev: &Dev, kind: BackendKind, layout: Layout) -> Result<(Vec<KvClient>, Vec<ClientAddr>), SetupError> {
+    let d = parts(dev, kind)?;
+    let pd = Pd::new(d.ctx)?;
+    let ring = 2 * layout.window as usize;
+    let mut v = Vec::new();
+    let mut addrs = Vec::new();
+    for _ in 0..layout.clients {
+        let (c, a) = client(kind, &pd, &d, ring)?;
+        v.push(c);
+        addrs.push(a);
     }
-    let Some((ctx, port, gid)) = dev.verbs_parts() else {
-        return Err(SetupError::from(BackendError::Unsupported {
-            backend: kind.as_str(),
-            why: "the device has no verbs context".into(),
-        }));
+    Ok((v, addrs))
+}
+
+/// Connects each client's UC QP to its server UC QP in `server` (checked against `layout`), and
+/// gives the clients the region and the workers' QP numbers.
+pub fn connect_clients(
+    dev: &Dev,
+    clients: &mut [KvClient],
+    layout: Layout,
+    server: &ServerAddr,
+) -> Result<(), SetupError> {
+    check_addrs(&layout, None, Some(server))?;
+    let Some(c0) = clients.first() else {
+        return Ok(());
     };
-    let (device, path) = (ctx.name().to_string(), dev.path());
-    let pd = Pd::new(ctx)?;
+    let d = parts(dev, c0.kind)?;
+    for (c, s) in clients.iter_mut().zip(&server.uc) {
+        crate::backend::path::path_taken(d.ctx, c.uc.connect(d.port, &d.opts, &s.endpoint())?)?;
+        if c.kind == BackendKind::Wr {
+            c.wr_api = Some(wr_ops(&c.uc)?);
+        }
+        c.region = server.region;
+        c.workers = server.workers.clone();
+    }
+    Ok(())
+}
+
+/// The server's ends of `layout` on `dev` for the clients at `clients` (checked against it): a
+/// UC QP connected to each client's, the request region, and for each worker a UD QP with an
+/// address handle for every client's UD QP; their addresses, for the clients.
+pub fn server(
+    dev: &Dev,
+    kind: BackendKind,
+    layout: Layout,
+    clients: &[ClientAddr],
+) -> Result<(KvServerSide, ServerAddr), SetupError> {
+    check_addrs(&layout, Some(clients), None)?;
+    let d = parts(dev, kind)?;
+    let device = d.ctx.name().to_string();
+    let pd = Pd::new(d.ctx)?;
     let access = MrAccess::LOCAL_WRITE | MrAccess::REMOTE_WRITE;
     let region = Arc::new(Mr::new(&pd, layout.bytes(), access, dev.huge_pages())?);
-    let opts = crate::backend::setup::kv_connect_opts(ctx, port, gid, path)?;
-    let ring = 2 * layout.window as usize;
-    let mut server = Vec::new();
-    let mut clients = Vec::new();
-    let mut uds = Vec::new();
-    for _ in 0..layout.clients {
-        let (s, c, ud) = client(kind, (&pd, ctx, port, gid), &opts, &region, ring)?;
-        server.push(s);
-        clients.push(c);
-        uds.push(ud);
+    let mut qps = Vec::new();
+    let mut uc = Vec::new();
+    for c in clients {
+        let (mut s, scq) = qp_with_cq(&pd, d.ctx, false, false)?;
+        uc.push(Addr::of(&s.endpoint(d.port, d.gid)?));
+        crate::backend::path::path_taken(d.ctx, s.connect(d.port, &d.opts, &c.uc.endpoint())?)?;
+        qps.push((s, scq));
     }
     let mut workers = Vec::new();
     for _ in 0..layout.workers {
-        let (mut u, cq) = qp_with_cq(&pd, ctx, true, kind == BackendKind::Wr)?;
-        u.connect_ud(port, path.pkey_index, QKEY)?;
-        let ahs = uds
+        let (mut u, cq) = qp_with_cq(&pd, d.ctx, true, kind == BackendKind::Wr)?;
+        u.connect_ud(d.port, d.path.pkey_index, QKEY)?;
+        let ahs = clients
             .iter()
-            .map(|e| Ah::new(&pd, port, e, gid, (path.sl, path.traffic_class)))
+            .map(|c| Ah::new(&pd, d.port, &c.ud.endpoint(), d.gid, (d.path.sl, d.path.traffic_class)))
             .collect::<Result<Vec<_>, _>>()?;
         // SAFETY: the region lives as long as the Arc the worker holds.
         let view = unsafe { MemView::new(region.as_ptr(), region.len()) };
@@ -583,23 +646,34 @@ pub fn loopback(dev: &Dev, kind: BackendKind, layout: Layout) -> Result<KvPaths,
             sges,
             wc: [sys::ibv_wc::default(); 16],
             hook: ModelHook::of(&u, &device),
-            clients: uds.iter().map(|e| e.qpn).collect(),
+            clients: clients.iter().map(|c| c.ud.qpn).collect(),
             ahs,
             ud: u,
             cq,
             _region: region.clone(),
         });
     }
-    let wq: Vec<u32> = workers.iter().map(|w| w.ud.qpn()).collect();
-    for c in &mut clients {
-        c.workers = wq.clone();
-    }
+    let addr = ServerAddr {
+        region: region.remote(0),
+        uc,
+        workers: workers.iter().map(|w| w.ud.qpn()).collect(),
+    };
+    let server = Server {
+        _qps: qps,
+        _region: region,
+    };
+    Ok((KvServerSide { workers, server }, addr))
+}
+
+/// Builds a loopback run's ends on `dev` (both sides on one device): [`clients`], the
+/// [`server`] for them, then the clients connected.
+pub fn loopback(dev: &Dev, kind: BackendKind, layout: Layout) -> Result<KvPaths, SetupError> {
+    let (mut clients, addrs) = clients(dev, kind, layout)?;
+    let (side, saddr) = server(dev, kind, layout, &addrs)?;
+    connect_clients(dev, &mut clients, layout, &saddr)?;
     Ok(KvPaths {
         clients,
-        workers,
-        _server: Server {
-            _qps: server,
-            _region: region,
-        },
+        workers: side.workers,
+        _server: side.server,
     })
 }

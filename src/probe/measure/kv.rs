@@ -1,14 +1,18 @@
 //! A key-value measurement from plan to report: the plan checked, the device and its backends,
-//! the clock, then on each backend the loopback's QPs built and the run stepped in this thread.
+//! the clock, then on each backend the QPs built and the run stepped in this thread: both sides
+//! in one process (`--loopback`), or one side of two ([`peer`]).
+
+mod peer;
 
 use super::session;
 use crate::backend::kv::{direct, verbs};
 use crate::backend::setup::{Dev, DEPTH};
 use crate::backend::BackendKind;
 use crate::model::ModelConfig;
+use crate::oob::Rendezvous;
 use crate::probe::check::{counters, diag};
 use crate::probe::report::{Report, Role, Runs};
-use crate::probe::{Backends, KvPlan, Observer, Plan, ProbeError};
+use crate::probe::{Backends, KvPlan, Observer, PeerSpec, Plan, ProbeError};
 use crate::scenario::kv::engine::Shape;
 use crate::scenario::kv::keys::KeyDist;
 use crate::scenario::kv::op::{Layout, MAX_VALUE, SLOT};
@@ -87,14 +91,46 @@ fn check(kp: &KvPlan) -> Result<(), ProbeError> {
     Ok(())
 }
 
-/// Bytes a run takes: each worker's store (index and log, as [`Shape::store`] sizes them), each
-/// client's permutation of the keys, every request's latency sample (kept, then copied twice
-/// into the result).
-fn memory(kp: &KvPlan, shape: &Shape) -> u64 {
-    let (buckets, log) = shape.geometry();
-    let stores = u64::from(kp.workers).saturating_mul(u64::from(buckets) * 64 + log);
-    let per_client = (u64::from(kp.keys) * 4).saturating_add(kp.requests.saturating_mul(24));
-    stores.saturating_add(u64::from(kp.clients).saturating_mul(per_client))
+/// Which parts of a run this process holds: the server's (the workers, their stores, the
+/// region) and the clients'.
+#[derive(Debug, Clone, Copy)]
+struct Sides {
+    server: bool,
+    clients: bool,
+}
+
+impl Sides {
+    /// The sides `plan.peer` gives this process: both in loopback, the server's when it listens,
+    /// the clients' when it connects (with a rendezvous given too).
+    fn of(plan: &Plan) -> Sides {
+        Sides {
+            server: !matches!(plan.peer, PeerSpec::Connect { .. }),
+            clients: !matches!(plan.peer, PeerSpec::Listen { .. }),
+        }
+    }
+
+    /// Bytes the parts take: each worker's store (index and log, as [`Shape::store`] sizes
+    /// them), each client's permutation of the keys and every request's latency sample (kept,
+    /// then copied twice into the result).
+    fn memory(self, kp: &KvPlan, shape: &Shape) -> u64 {
+        let (buckets, log) = shape.geometry();
+        let stores = u64::from(kp.workers).saturating_mul(u64::from(buckets) * 64 + log);
+        let per_client = (u64::from(kp.keys) * 4).saturating_add(kp.requests.saturating_mul(24));
+        let clients = u64::from(kp.clients).saturating_mul(per_client);
+        (if self.server { stores } else { 0 }).saturating_add(if self.clients { clients } else { 0 })
+    }
+
+    /// model0's open files of the parts (a file per object): per client its UC QP, its UD QP
+    /// (each with its CQ) and its receive buffers; per client the server's UC QP and CQ; per
+    /// worker a UD QP and its CQ; the region.
+    fn model_files(self, kp: &KvPlan) -> (u64, &'static str) {
+        let (c, w) = (u64::from(kp.clients), u64::from(kp.workers));
+        match (self.server, self.clients) {
+            (true, true) => (7 * c + 2 * w + 1, "7 per client, 2 per worker"),
+            (true, false) => (2 * c + 2 * w + 1, "2 per client, 2 per worker"),
+            _ => (5 * c, "5 per client"),
+        }
+    }
 }
 
 /// The scenario's parameters of a plan (checked: its Zipf exponent is one rand_distr takes).
@@ -128,11 +164,23 @@ fn params(kp: &KvPlan) -> Result<KvParams, ProbeError> {
     })
 }
 
-/// Runs a key-value plan (see [`crate::probe::run`]) in one process.
-pub(in crate::probe) fn run(plan: &Plan, kp: &KvPlan, obs: &mut dyn Observer) -> Result<Report, ProbeError> {
+/// Runs a key-value plan (see [`crate::probe::run`]): both sides in this process, or one, its
+/// peer reached through `given` or as the plan says.
+pub(in crate::probe) fn run(
+    plan: &Plan,
+    kp: &KvPlan,
+    given: Option<&mut (dyn Rendezvous + '_)>,
+    obs: &mut dyn Observer,
+) -> Result<Report, ProbeError> {
     check(kp)?;
     let p = params(kp)?;
-    session::check_memory(memory(kp, &p.shape), || {
+    let sides = Sides::of(plan);
+    if given.is_some() && plan.peer == PeerSpec::Loopback {
+        return Err(ProbeError::Invalid(
+            "kv: a peer was given to a run in one process (the plan's peer is loopback)".into(),
+        ));
+    }
+    session::check_memory(sides.memory(kp, &p.shape), || {
         format!(
             "--keys {} in each of --workers {} stores, --clients {} x -n {} latency samples",
             kp.keys, kp.workers, kp.clients, kp.requests
@@ -140,12 +188,10 @@ pub(in crate::probe) fn run(plan: &Plan, kp: &KvPlan, obs: &mut dyn Observer) ->
     })?;
     let dev = session::open_device(plan, ModelConfig::default(), obs)?;
     let kinds = kinds(&dev, plan.backends)?;
-    // model0 keeps a file per object: per client two UC QPs, a UD QP (each with its CQ) and
-    // the receive buffers; per worker a UD QP and its CQ; the region
-    let files = 7 * u64::from(kp.clients) + 2 * u64::from(kp.workers) + 1;
+    let (files, per) = sides.model_files(kp);
     let what = || {
         format!(
-            "--clients {} and --workers {}: model0 keeps an open file per QP, CQ and buffer (7 per client, 2 per worker)",
+            "--clients {} and --workers {}: model0 keeps an open file per QP, CQ and buffer ({per})",
             kp.clients, kp.workers
         )
     };
@@ -154,26 +200,62 @@ pub(in crate::probe) fn run(plan: &Plan, kp: &KvPlan, obs: &mut dyn Observer) ->
     }
     let before = counters::sample(&dev);
     let (cal, env) = session::calibrate(&dev, false)?;
-    let mut report = new_report(plan, kp, &dev, &kinds, env, cal);
+    let mut tcp_peer = None;
+    let mut tcp: Option<&mut (dyn Rendezvous + '_)> = match given {
+        Some(r) => Some(r),
+        None if plan.peer == PeerSpec::Loopback => None,
+        None => match session::tcp_peer(plan, obs)? {
+            Some(t) => Some(tcp_peer.insert(t)),
+            None => None,
+        },
+    };
+    let role = match (&tcp, sides.server) {
+        (None, _) => Role::Loopback,
+        (Some(t), true) => Role::Server(t.peer_name()),
+        (Some(t), false) => Role::Client(t.peer_name()),
+    };
+    let mut report = new_report(plan, kp, &dev, &kinds, env, cal, role);
+    if let Some(t) = tcp.as_deref_mut() {
+        let mut phase = session::Phase::new(t, plan.oob_timeout);
+        let r: &mut dyn Rendezvous = &mut phase;
+        r.agree(&peer::hello(kp, &kinds))?;
+    }
     obs.started(&report);
+    // a server hears of a stall from its clients (which see it first) before it calls one itself
+    let idle = p.stall + plan.oob_timeout;
     for k in &kinds {
         let bundle = || diag::Bundle::of(plan, &dev, &before, Vec::new());
-        let r = one(&dev, *k, &p).map_err(|e| diag::failed(bundle(), e))?;
+        let r = match tcp.as_deref_mut() {
+            None => one(&dev, *k, &p).map(|r| KvResult::of(k.as_str(), &p, &r, &report.clock)),
+            Some(t) if sides.server => peer::server_one(t, &dev, *k, &p, idle),
+            Some(t) => peer::client_one(t, &dev, *k, &p, &report.clock),
+        };
+        let r = r.map_err(|e| diag::failed(bundle(), e))?;
         if let Runs::Kv(v) = &mut report.runs {
-            v.push(KvResult::of(k.as_str(), &p, &r, &report.clock));
+            v.push(r);
         }
         obs.finished(&report, report.runs.len() - 1);
+    }
+    if let Some(t) = tcp {
+        session::end(t, plan, false)?;
     }
     report.counters = counters::CounterDelta::since(before, &dev);
     Ok(report)
 }
 
-/// One backend's run: its ends built on the device, the run stepped.
-fn one(dev: &Dev, k: BackendKind, p: &KvParams) -> Result<run::KvRun, ProbeError> {
-    let failed = |e: run::KvRunError| match e {
+/// A run's error as the probe's: a stop asked is the scenario's interruption, the peer's failure
+/// the peer's, anything else named with the backend.
+fn run_error(k: BackendKind, e: run::KvRunError) -> ProbeError {
+    match e {
         run::KvRunError::Interrupted => ProbeError::Scenario(crate::scenario::ScenarioError::Interrupted),
+        run::KvRunError::Peer(e) => ProbeError::Peer(e),
         e => ProbeError::Invalid(format!("kv on {}: {e}", k.as_str())),
-    };
+    }
+}
+
+/// One backend's run in this process: its ends built on the device, the run stepped.
+fn one(dev: &Dev, k: BackendKind, p: &KvParams) -> Result<run::KvRun, ProbeError> {
+    let failed = |e| run_error(k, e);
     match (k, dev) {
         (BackendKind::Direct, Dev::Model(m)) => {
             let mut paths = direct::model_loopback(&m.model, p.shape.layout)?;
@@ -209,7 +291,7 @@ fn kinds(dev: &Dev, sel: Backends) -> Result<Vec<BackendKind>, ProbeError> {
     Ok(kinds)
 }
 
-/// The report before the runs: what runs, on what (in one process).
+/// The report before the runs: what runs, on what, and this side's role.
 fn new_report(
     plan: &Plan,
     kp: &KvPlan,
@@ -217,6 +299,7 @@ fn new_report(
     kinds: &[BackendKind],
     env: crate::report::env::Fingerprint,
     cal: crate::clock::Calibration,
+    role: Role,
 ) -> Report {
     let mut warnings = env.warnings();
     if plan.backends == Backends::All && !dev.is_model() {
@@ -224,7 +307,7 @@ fn new_report(
     }
     Report {
         plan: plan.clone(),
-        role: Role::Loopback,
+        role: role.clone(),
         device: dev.name(),
         provider: dev.provider(),
         is_model: dev.is_model(),
@@ -239,7 +322,11 @@ fn new_report(
                 Some(t) => format!("zipf {t} (rand_distr over HERD's generator, ranks through its permutation)"),
             }, "zipf_theta": kp.zipf,
             "requests": "inline RDMA WRITE over UC", "responses": "inline SEND_WITH_IMM over UD",
-            "one_thread": true }),
+            "threads": match role { Role::Loopback => "one: every client and worker stepped in turn",
+                Role::Client(_) => "one in this process: its clients stepped in turn",
+                Role::Server(_) => "one in this process: its workers stepped in turn" },
+            "peer": match &role { Role::Loopback => None, Role::Client(p) | Role::Server(p) => Some(p.clone()) },
+            "rows_from": matches!(role, Role::Server(_)).then_some("client") }),
         runs: Runs::Kv(Vec::new()),
         intervals: Vec::new(),
         short_runs: Vec::new(),

@@ -47,10 +47,6 @@ pub(super) fn run(
         (Scenario::Bw(b), peer) => bw::run(plan, b, peer, obs),
         (Scenario::PostCost(p), None) => post_cost::run(plan, p, obs),
         (Scenario::PostCost(_), Some(_)) => Err(ProbeError::Invalid("post-cost runs in one process: no peer".into())),
-        (Scenario::Kv(k), None) if plan.peer == crate::probe::PeerSpec::Loopback => kv::run(plan, k, obs),
-        (Scenario::Kv(_), _) => Err(ProbeError::Usage(
-            "kv runs in one process so far (--loopback): its client and server as two processes are not built yet"
-                .into(),
-        )),
+        (Scenario::Kv(k), peer) => kv::run(plan, k, peer, obs),
     }
 }

@@ -362,6 +362,12 @@ pub fn exchange_checked<T: serde::Serialize + serde::de::DeserializeOwned>(
     mine: &T,
 ) -> Result<T, ProbeError> {
     peer.put(mine)?;
+    take_checked(peer)
+}
+
+/// Receives the peer's next message, of type `T`; its failure report, an end, or another
+/// message are told apart as [`exchange_checked`] does.
+pub fn take_checked<T: serde::de::DeserializeOwned>(peer: &mut dyn Rendezvous) -> Result<T, ProbeError> {
     let v = peer.recv_value()?;
     if v.get("error").is_some() {
         if let Ok(Done { error }) = serde_json::from_value::<Done>(v.clone()) {

@@ -28,7 +28,17 @@ impl Report {
             k.requests
         );
         s += " requests: inline RDMA WRITE over UC into the request region; responses: inline SEND_WITH_IMM over UD, a batch per post\n";
-        s += " in one process: one thread steps every client and worker in turn; every GET's value checked by its client\n";
+        s += &match &self.role {
+            super::Role::Loopback => {
+                " in one process: one thread steps every client and worker in turn; every GET's value checked by its client\n".to_string()
+            }
+            super::Role::Client(p) => format!(
+                " client of the server {p}: one thread steps every client in turn (the server's steps its workers); every GET's value checked by its client\n"
+            ),
+            super::Role::Server(p) => format!(
+                " server of the clients at {p}: one thread steps every worker in turn; the rows are the clients' measurement (they time the requests), sent over as each run ends\n"
+            ),
+        };
         if self.is_model {
             s += " figures are model0's (a software model executing in this thread), not a NIC's\n";
         }
@@ -74,6 +84,13 @@ impl Report {
                 r.evictions,
                 r.collisions
             );
+            if r.torn_reads > 0 {
+                let _ = writeln!(
+                    s,
+                    " {}: {} PUTs were read before all their value's bytes were visible to the worker, and read again until they were (the writer's copy lands in two stores; see docs/kv.md)",
+                    r.backend, r.torn_reads
+                );
+            }
         }
         *s += &self
             .counters

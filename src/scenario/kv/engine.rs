@@ -379,12 +379,16 @@ fn step_of(moved: bool) -> Step {
 }
 
 /// What a worker counted.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct WorkerStats {
     /// Requests taken.
     pub requests: u64,
     /// Batches (posts of responses).
     pub batches: u64,
+    /// PUTs whose value was read before all its bytes had landed, and read again until it held
+    /// (see [`TORN_WAIT`]).
+    pub torn_reads: u64,
     /// The store's counts.
     pub store: StoreStats,
 }
@@ -405,7 +409,17 @@ pub struct Worker {
     out: Vec<Outcome>,
     requests: u64,
     batches: u64,
+    torn_reads: u64,
 }
+
+/// How long a worker reads a PUT's slot again when its value is not its key's yet. A WRITE's
+/// bytes need not become visible at once to a worker in another thread or process: on model0 the
+/// writer's `memcpy` of a 50-byte PUT stores bytes 0-31 (the key, the opcode, the length and the
+/// value's head) before bytes 18-49 (glibc's AVX2 copy), and its CPU may be descheduled between
+/// the two (measured: a few PUTs in a million, docs/kv.md); a NIC's DMA of a cache line is seen
+/// whole in practice, which HERD's layout (the opcode before the value) relies on. A value still
+/// wrong after this is an error.
+pub const TORN_WAIT: std::time::Duration = std::time::Duration::from_millis(200);
 
 impl Worker {
     /// Worker `id` with its store (populated), taking up to `postlist` requests a batch (1 to 32).
@@ -425,6 +439,7 @@ impl Worker {
             out: Vec::with_capacity(postlist),
             requests: 0,
             batches: 0,
+            torn_reads: 0,
         }
     }
 
@@ -433,6 +448,7 @@ impl Worker {
         WorkerStats {
             requests: self.requests,
             batches: self.batches,
+            torn_reads: self.torn_reads,
             store: self.store.stats(),
         }
     }
@@ -463,7 +479,7 @@ impl Worker {
             let i = self.from.len();
             link.read_slot(slot, &mut self.slots[i]);
             self.slots[i][op::OPCODE_AT] = opc - HERD_MICA_OFFSET;
-            self.check_put(slot, i)?;
+            self.put_landed(link, slot, i)?;
             self.from.push((self.clt, slot));
             self.ws[c] = (self.ws[c] + 1) % l.window;
             if self.from.len() == self.postlist {
@@ -483,6 +499,26 @@ impl Worker {
             id: self.id,
             source,
         }
+    }
+
+    /// A PUT's value must be its key's; one that is not yet is read again for up to
+    /// [`TORN_WAIT`] (counted in `torn_reads` when it then holds), else the error stands.
+    fn put_landed(&mut self, link: &impl WorkerLink, slot: usize, i: usize) -> Result<(), KvError> {
+        let Err(first) = self.check_put(slot, i) else {
+            return Ok(());
+        };
+        let opc = self.slots[i][op::OPCODE_AT];
+        let t = std::time::Instant::now();
+        while t.elapsed() < TORN_WAIT {
+            std::hint::spin_loop();
+            link.read_slot(slot, &mut self.slots[i]);
+            self.slots[i][op::OPCODE_AT] = opc;
+            if self.check_put(slot, i).is_ok() {
+                self.torn_reads += 1;
+                return Ok(());
+            }
+        }
+        Err(first)
     }
 
     /// A PUT's value must be its key's (HERD's are never filled; here they are, so a PUT that

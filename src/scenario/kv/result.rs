@@ -21,7 +21,7 @@ const NONE: Stats = Stats {
 };
 
 /// One backend's key-value run.
-#[derive(Debug, Clone, serde::Serialize)]
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 pub struct KvResult {
     /// `kv`.
     pub scenario: String,
@@ -80,6 +80,10 @@ pub struct KvResult {
     pub batches: u64,
     /// Requests per post of responses (the doorbell batching achieved).
     pub mean_batch: f64,
+    /// PUTs a worker read before all their value's bytes were visible, and read again until
+    /// they were (`engine::TORN_WAIT`), over the workers.
+    #[serde(default)]
+    pub torn_reads: u64,
 }
 
 impl KvResult {
@@ -141,6 +145,7 @@ impl KvResult {
             evictions: run.workers.iter().map(|w| w.store.evictions).sum(),
             collisions: run.workers.iter().map(|w| w.store.collisions).sum(),
             batches,
+            torn_reads: run.workers.iter().map(|w| w.torn_reads).sum(),
             mean_batch: if batches > 0 {
                 served as f64 / batches as f64
             } else {

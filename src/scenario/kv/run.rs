@@ -46,7 +46,9 @@ pub enum KvRunError {
     #[error(transparent)]
     Kv(#[from] KvError),
     /// Nothing moved.
-    #[error("no progress for {waited:?}: {what}; the path dropped a request or a response")]
+    #[error(
+        "no progress for {waited:?}: {what}; the path dropped a request or a response (UC and UD do not retransmit: one lost stops the run)"
+    )]
     Stalled {
         /// How long.
         waited: Duration,
@@ -62,9 +64,132 @@ pub enum KvRunError {
     /// The clients' counts are not the stores'.
     #[error("the responses do not add up: {0}")]
     Counts(String),
+    /// The process on the other side failed, or broke the protocol.
+    #[error("the peer: {0}")]
+    Peer(String),
     /// The store could not be built.
     #[error("the store: {0}")]
     Store(#[from] super::store::StoreError),
+}
+
+/// What a side in another process says, asked between turns: nothing yet, or that it finished
+/// (the clients, to the server), or a failure.
+pub type Watch<'a> = &'a mut dyn FnMut() -> Result<bool, KvRunError>;
+
+/// The checks every 1024 turns: a stop asked, the deadline, a stall (nothing moved for `stall`;
+/// `who` says who waited), and the peer (`watch`: true when it says the run is over).
+struct Guard {
+    started: Instant,
+    last_move: Instant,
+    turns: u64,
+    deadline: Duration,
+    stall: Duration,
+}
+
+impl Guard {
+    fn new(deadline: Duration, stall: Duration) -> Guard {
+        Guard {
+            started: Instant::now(),
+            last_move: Instant::now(),
+            turns: 0,
+            deadline,
+            stall,
+        }
+    }
+
+    /// One turn: `moved` or not; every 1024th the checks, `Ok(true)` when `watch` ends the run.
+    fn turn(&mut self, moved: bool, who: &dyn Fn() -> String, watch: Option<Watch<'_>>) -> Result<bool, KvRunError> {
+        self.turns += 1;
+        if moved {
+            self.last_move = Instant::now();
+        }
+        if self.turns % 1024 != 0 {
+            return Ok(false);
+        }
+        if crate::signals::interrupted() {
+            return Err(KvRunError::Interrupted);
+        }
+        if let Some(w) = watch {
+            if w()? {
+                return Ok(true);
+            }
+        }
+        if self.started.elapsed() > self.deadline {
+            return Err(KvRunError::Deadline(self.deadline));
+        }
+        if self.last_move.elapsed() > self.stall {
+            return Err(KvRunError::Stalled {
+                waited: self.last_move.elapsed(),
+                what: who(),
+            });
+        }
+        Ok(false)
+    }
+}
+
+/// The clients' part of one turn: each goes on until it waits (a window written, or a
+/// completion owed), as a client thread would, so the workers find several requests a pass.
+/// Whether any moved, and whether all are done.
+fn clients_turn<C: ClientLink>(cs: &mut [Client], links: &mut [C], window: u32) -> Result<(bool, bool), KvError> {
+    let (mut moved, mut done) = (false, 0);
+    for (c, l) in cs.iter_mut().zip(links.iter_mut()) {
+        for _ in 0..=window {
+            match c.step(l)? {
+                Step::Done => {
+                    done += 1;
+                    break;
+                }
+                Step::Progress => moved = true,
+                Step::Idle => break,
+            }
+        }
+    }
+    Ok((moved, done == cs.len()))
+}
+
+/// The workers' part of one turn: a pass over their clients each; whether any moved.
+fn workers_turn<W: WorkerLink>(ws: &mut [Worker], links: &mut [W]) -> Result<bool, KvError> {
+    let mut moved = false;
+    for (w, l) in ws.iter_mut().zip(links.iter_mut()) {
+        moved |= w.step(l)? == Step::Progress;
+    }
+    Ok(moved)
+}
+
+/// What the clients waited for when a run stalled.
+fn waiting(cs: &[Client]) -> String {
+    cs.iter()
+        .enumerate()
+        .map(|(i, c)| {
+            format!(
+                "client {i}: {} written, {} answered",
+                c.stats().issued,
+                c.stats().answered
+            )
+        })
+        .collect::<Vec<_>>()
+        .join("; ")
+}
+
+/// The clients made and started.
+fn start_clients<C: ClientLink>(links: &mut [C], p: &KvParams) -> Result<Vec<Client>, KvRunError> {
+    let mut cs: Vec<Client> = (0..links.len() as u32)
+        .map(|i| Client::new(i, p.shape, p.requests))
+        .collect();
+    for (c, l) in cs.iter_mut().zip(links.iter_mut()) {
+        c.start(l)?;
+    }
+    Ok(cs)
+}
+
+/// The workers made, each with its populated store (before the clients start: populating takes
+/// time no request should wait for).
+pub fn new_workers(n: usize, p: &KvParams) -> Result<Vec<Worker>, KvRunError> {
+    let mut ws = Vec::with_capacity(n);
+    for i in 0..n as u32 {
+        ws.push(Worker::new(i, p.shape, p.shape.store()?, p.postlist));
+    }
+    Ok(ws)
 }
 
 /// Runs `clients.len()` clients against `workers.len()` workers in this thread.
@@ -73,83 +198,75 @@ pub fn loopback<C: ClientLink, W: WorkerLink>(
     workers: &mut [W],
     p: &KvParams,
 ) -> Result<KvRun, KvRunError> {
-    let mut cs: Vec<Client> = (0..clients.len() as u32)
-        .map(|i| Client::new(i, p.shape, p.requests))
-        .collect();
-    let mut ws = Vec::with_capacity(workers.len());
-    for i in 0..workers.len() as u32 {
-        ws.push(Worker::new(i, p.shape, p.shape.store()?, p.postlist));
-    }
-    for (c, l) in cs.iter_mut().zip(clients.iter_mut()) {
-        c.start(l)?;
-    }
-    let started = Instant::now();
-    let mut last_move = Instant::now();
-    let mut turns = 0u64;
+    let mut ws = new_workers(workers.len(), p)?;
+    let mut cs = start_clients(clients, p)?;
+    let mut guard = Guard::new(p.deadline, p.stall);
     loop {
-        let mut moved = false;
-        let mut done = 0;
-        // each client goes on until it waits (a window written, or a completion owed), as a
-        // client thread would, so the workers find several requests a pass
-        for (c, l) in cs.iter_mut().zip(clients.iter_mut()) {
-            for _ in 0..=p.shape.layout.window {
-                match c.step(l)? {
-                    Step::Done => {
-                        done += 1;
-                        break;
-                    }
-                    Step::Progress => moved = true,
-                    Step::Idle => break,
-                }
-            }
-        }
-        if done == cs.len() {
+        let (moved, done) = clients_turn(&mut cs, clients, p.shape.layout.window)?;
+        if done {
             break;
         }
-        for (w, l) in ws.iter_mut().zip(workers.iter_mut()) {
-            moved |= w.step(l)? == Step::Progress;
+        let moved = workers_turn(&mut ws, workers)? | moved;
+        guard.turn(moved, &|| waiting(&cs), None)?;
+    }
+    let stats: Vec<WorkerStats> = ws.iter().map(|w| w.stats()).collect();
+    finish(&cs, stats, p)
+}
+
+/// The clients of a run whose workers are in another process: stepped until each has its
+/// requests answered; `watch` hears the server (true: it ended the run, an error). The clients,
+/// for [`finish`] with the workers' counts.
+pub fn clients_alone<C: ClientLink>(
+    clients: &mut [C],
+    p: &KvParams,
+    watch: Watch<'_>,
+) -> Result<Vec<Client>, KvRunError> {
+    let mut cs = start_clients(clients, p)?;
+    let mut guard = Guard::new(p.deadline, p.stall);
+    loop {
+        let (moved, done) = clients_turn(&mut cs, clients, p.shape.layout.window)?;
+        if done {
+            return Ok(cs);
         }
-        turns += 1;
-        if moved {
-            last_move = Instant::now();
-        }
-        if turns % 1024 == 0 {
-            if crate::signals::interrupted() {
-                return Err(KvRunError::Interrupted);
-            }
-            if started.elapsed() > p.deadline {
-                return Err(KvRunError::Deadline(p.deadline));
-            }
-            if last_move.elapsed() > p.stall {
-                let what = cs
-                    .iter()
-                    .enumerate()
-                    .map(|(i, c)| {
-                        format!(
-                            "client {i}: {} written, {} answered",
-                            c.stats().issued,
-                            c.stats().answered
-                        )
-                    })
-                    .collect::<Vec<_>>()
-                    .join("; ");
-                return Err(KvRunError::Stalled {
-                    waited: last_move.elapsed(),
-                    what,
-                });
-            }
+        if guard.turn(moved, &|| waiting(&cs), Some(&mut *watch))? {
+            return Err(KvRunError::Peer(
+                "the server ended the run before every request was answered".into(),
+            ));
         }
     }
+}
+
+/// The workers `ws` ([`new_workers`]) of a run whose clients are in another process, on `links`:
+/// stepped until `watch` says the clients are done (nothing arriving for `p.stall` is a stall:
+/// the clients stopped writing). Each worker's counts.
+pub fn workers_alone<W: WorkerLink>(
+    links: &mut [W],
+    mut ws: Vec<Worker>,
+    p: &KvParams,
+    watch: Watch<'_>,
+) -> Result<Vec<WorkerStats>, KvRunError> {
+    let mut guard = Guard::new(p.deadline, p.stall);
+    let who = || "the workers, for requests from the clients (none came)".to_string();
+    loop {
+        let moved = workers_turn(&mut ws, links)?;
+        if guard.turn(moved, &who, Some(&mut *watch))? {
+            return Ok(ws.iter().map(|w| w.stats()).collect());
+        }
+    }
+}
+
+/// The run of clients `cs` and workers whose counts are `ws`: the counts reconciled, the spans
+/// and latencies taken.
+pub fn finish(cs: &[Client], ws: Vec<WorkerStats>, p: &KvParams) -> Result<KvRun, KvRunError> {
     let spans: Vec<(u64, u64)> = cs.iter().map(|c| c.span().unwrap_or((0, 0))).collect();
     let first = spans.iter().map(|s| s.0).min().unwrap_or(0);
     let last = spans.iter().map(|s| s.1).max().unwrap_or(0);
-    let stats: Vec<WorkerStats> = ws.iter().map(|w| w.stats()).collect();
-    reconcile(&cs, &stats, p)?;
+    reconcile(cs, &ws, p)?;
     Ok(KvRun {
         clients: cs.iter().map(|c| c.stats()).collect(),
         latency: cs.iter().map(|c| c.latency().to_vec()).collect(),
         client_ticks: spans.iter().map(|s| s.1 - s.0).collect(),
-        workers: stats,
+        workers: ws,
         ticks: last - first,
     })
 }

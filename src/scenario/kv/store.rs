@@ -32,7 +32,8 @@ pub fn entry_bytes(val_len: u8) -> u64 {
 pub const MAX_BATCH: usize = 32;
 
 /// What a store counted.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct StoreStats {
     /// GETs that found their key.
     pub get_hits: u64,

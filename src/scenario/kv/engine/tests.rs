@@ -333,6 +333,70 @@ fn a_put_with_a_wrong_value_is_refused_where_it_lands() {
     assert!(e.to_string().contains(&keys::hex(&k)), "{e}");
 }
 
+/// A worker's path whose PUT value's tail becomes visible only at the third read of its slot
+/// (a WRITE whose bytes land in two stores, its writer descheduled between them).
+struct Late<'a> {
+    inner: &'a mut MemWorker,
+    reads: std::cell::Cell<u32>,
+    tail: Vec<u8>,
+}
+
+impl WorkerLink for Late<'_> {
+    fn read_slot(&self, slot: usize, out: &mut [u8; SLOT]) {
+        self.reads.set(self.reads.get() + 1);
+        if self.reads.get() == 3 {
+            let at = slot * SLOT + 32;
+            self.inner.region.borrow_mut()[at..at + self.tail.len()].copy_from_slice(&self.tail);
+        }
+        self.inner.read_slot(slot, out)
+    }
+    fn opcode(&self, slot: usize) -> u8 {
+        self.inner.opcode(slot)
+    }
+    fn set_opcode(&self, slot: usize, v: u8) {
+        self.inner.set_opcode(slot, v)
+    }
+    fn respond(&mut self, batch: &[Reply<'_>]) -> Result<(), BackendError> {
+        self.inner.respond(batch)
+    }
+    fn poll_sends(&mut self) -> Result<u32, BackendError> {
+        self.inner.poll_sends()
+    }
+}
+
+/// A PUT whose value's tail is seen late is read again until it holds, and counted; the store
+/// takes the whole value. One whose value never holds is still an error (after TORN_WAIT).
+#[test]
+fn a_put_read_before_its_tail_landed_is_read_again_and_counted() {
+    let mut r = setup(shape(1, 1, 4, 100, 0), 4, 10);
+    let k = keys::key(3);
+    let mut v = [0u8; 32];
+    op::fill_value(&k, &mut v);
+    let (mut s, n) = op::request(&k, Some(&v));
+    s[op::OPCODE_AT] = op::HERD_OP_PUT;
+    let tail = s[32..n].to_vec();
+    s[32..n].fill(0);
+    r.clients[0].1.region.borrow_mut()[..n].copy_from_slice(&s[..n]);
+    let (w, l) = &mut r.workers[0];
+    let mut late = Late {
+        inner: l,
+        reads: std::cell::Cell::new(0),
+        tail,
+    };
+    assert_eq!(w.step(&mut late).unwrap(), Step::Progress);
+    assert_eq!((w.stats().torn_reads, w.stats().requests), (1, 1));
+    assert_eq!(w.stats().store.put_hits, 1, "{:?}", w.stats());
+    // a tail that never lands
+    let mut r = setup(shape(1, 1, 4, 100, 0), 4, 10);
+    r.clients[0].1.region.borrow_mut()[..n].copy_from_slice(&s[..n]);
+    let (w, l) = &mut r.workers[0];
+    let t = std::time::Instant::now();
+    let e = w.step(l).unwrap_err();
+    assert!(t.elapsed() >= TORN_WAIT, "{:?}", t.elapsed());
+    assert!(e.to_string().contains(&keys::hex(&k)), "{e}");
+    assert_eq!(w.stats().torn_reads, 0);
+}
+
 #[test]
 fn a_client_reaps_a_completion_before_each_64th_write() {
     // a window above 64 so only the reaping holds the client back
