@@ -509,7 +509,8 @@ fn direct_path_writes_on_mlx5_and_refuses_elsewhere() {
 
 /// The key-value workload on the device (issue 27; small): HERD's requests as inline UC WRITEs
 /// into the region, responses as inline UD SEND_WITH_IMM, every GET's value checked, both
-/// verbs backends, uniform and Zipf keys with half of them PUTs.
+/// verbs backends, uniform and Zipf keys with half of them PUTs; verbs stepped in one thread,
+/// wr with a thread per client and worker.
 #[test]
 #[ignore = "needs an RDMA device: RDMAPROBE_TEST_DEVICE"]
 fn kv_requests_over_uc_and_responses_over_ud() {
@@ -520,6 +521,7 @@ fn kv_requests_over_uc_and_responses_over_ud() {
     use rdmaprobe::scenario::kv::keys::KeyDist;
     use rdmaprobe::scenario::kv::op::Layout;
     use rdmaprobe::scenario::kv::run::{self, KvParams};
+    use rdmaprobe::scenario::kv::threads::{self, Threads};
     let gid = std::env::var("RDMAPROBE_TEST_GID_INDEX")
         .ok()
         .and_then(|v| v.parse().ok());
@@ -549,9 +551,19 @@ fn kv_requests_over_uc_and_responses_over_ud() {
             requests: 300,
             stall: DEADLINE,
             deadline: 4 * DEADLINE,
+            threads: if kind == BackendKind::Wr {
+                Threads::PerRole
+            } else {
+                Threads::One
+            },
         };
         let mut paths = loopback(&dev, kind, layout).unwrap_or_else(|e| panic!("{kind:?}: {e}"));
-        let r = run::loopback(&mut paths.clients, &mut paths.workers, &p).unwrap_or_else(|e| panic!("{kind:?}: {e}"));
+        // verbs in one thread, wr with a thread per client and worker
+        let r = match p.threads {
+            Threads::One => run::loopback(&mut paths.clients, &mut paths.workers, &p),
+            Threads::PerRole => threads::loopback(&mut paths.clients, &mut paths.workers, &p),
+        }
+        .unwrap_or_else(|e| panic!("{kind:?}: {e}"));
         for c in &r.clients {
             assert_eq!((c.issued, c.answered), (300, 300), "{kind:?}");
             assert_eq!(c.get_hits + c.get_misses + c.puts, 300, "{kind:?}");

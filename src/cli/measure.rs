@@ -7,7 +7,7 @@ use super::values::{positive_secs, size, size_1m, threads, BackendArg, OpArg};
 use anyhow::Result;
 use clap::builder::TypedValueParser as _;
 use rdmaprobe::backend::OpKind;
-use rdmaprobe::probe::{Backends, BwPlan, KvPlan, LatPlan, Plan, PostCostPlan, ProbeError, Scenario, Sizes};
+use rdmaprobe::probe::{Backends, BwPlan, KvPlan, KvThreads, LatPlan, Plan, PostCostPlan, ProbeError, Scenario, Sizes};
 use std::process::ExitCode;
 use std::time::Duration;
 
@@ -289,6 +289,11 @@ pub struct KvArgs {
     /// Keys drawn Zipf-distributed with this exponent (0.99 as YCSB), not uniformly as HERD.
     #[arg(long, allow_negative_numbers = true)]
     zipf: Option<f64>,
+    /// per-role: a thread per client and per worker, as HERD (not pinned; more threads than
+    /// CPUs share them); one: one thread of each process steps all of its clients and workers
+    /// in turn.
+    #[arg(long, value_enum, default_value_t = ThreadsArg::PerRole)]
+    threads: ThreadsArg,
     /// Device, port and GID index.
     #[command(flatten)]
     dev: DevArgs,
@@ -299,6 +304,15 @@ pub struct KvArgs {
     /// Write the results as JSON.
     #[arg(long)]
     json: Option<std::path::PathBuf>,
+}
+
+/// `kv --threads`'s values.
+#[derive(clap::ValueEnum, Clone, Copy, Debug)]
+pub enum ThreadsArg {
+    /// One thread per process.
+    One,
+    /// A thread per client and per worker.
+    PerRole,
 }
 
 /// `kv`: the key-value plan from its arguments, measured and printed; the exit status.
@@ -326,6 +340,10 @@ pub fn kv(a: KvArgs) -> Result<ExitCode> {
         keys: a.keys,
         requests: a.requests,
         zipf: a.zipf,
+        threads: match a.threads {
+            ThreadsArg::One => KvThreads::One,
+            ThreadsArg::PerRole => KvThreads::PerRole,
+        },
     };
     let p = Plan {
         device: a.dev.spec(),

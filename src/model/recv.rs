@@ -94,10 +94,14 @@ pub(super) fn deliver_to_receiver(
     let scatter = ph.scatter_cqe != 0 && write_len > 0 && write_len <= ph.scatter_cqe.min(32) as usize;
     let fail = scatter_payload(m, ph, (rwqe, stride), payload, write_len, scatter);
     ph.rq_ci.store(ci.wrapping_add(1), Ordering::Relaxed);
-    unlock(&ph.rq_lock);
     if let Some(s) = fail {
+        unlock(&ph.rq_lock);
         return receive_failed(m, (peer, ph), &rcq, ci, s);
     }
+    // the CQE is written before the receive queue is let go: two senders delivering into one
+    // receive queue at once (threads, or processes) complete its receives in its order, as a
+    // NIC does, and as libmlx5 assumes (it takes a receive's wr_id from its own tail, not from
+    // the CQE's WQE counter). Lock order: the receive queue's, then the CQ's (as flush_rq).
     push_cqe(
         m,
         &rcq,
@@ -118,6 +122,7 @@ pub(super) fn deliver_to_receiver(
             ..Default::default()
         },
     );
+    unlock(&ph.rq_lock);
     Outcome::Done {
         byte_cnt: payload.len() as u32,
     }

@@ -32,7 +32,8 @@ pub use suite::{SuitePlan, SuiteReport};
 
 pub use crate::backend::setup::PathOpts;
 pub use plan::{
-    Backends, BwPlan, DeviceSpec, KvPlan, LatPlan, PeerSpec, PeerTool, Plan, PostCostPlan, Scenario, Sizes, MAX_THREADS,
+    Backends, BwPlan, DeviceSpec, KvPlan, KvThreads, LatPlan, PeerSpec, PeerTool, Plan, PostCostPlan, Scenario, Sizes,
+    MAX_THREADS,
 };
 pub use report::{Region, Report, Role, Runs};
 

@@ -307,7 +307,13 @@ pub struct KvPlan {
     /// Keys drawn Zipf-distributed with this exponent (0.99 as YCSB); `None`: uniformly, as
     /// HERD.
     pub zipf: Option<f64>,
+    /// How the clients and workers are stepped: all by one thread of each process, or a thread
+    /// each (as HERD).
+    pub threads: KvThreads,
 }
+
+/// How a key-value run's clients and workers are stepped.
+pub use crate::scenario::kv::threads::Threads as KvThreads;
 
 impl Default for KvPlan {
     /// rdma_bench's HERD where one machine allows it: 32 B values, a window of 32, postlist 32,
@@ -323,6 +329,7 @@ impl Default for KvPlan {
             keys: 1 << 20,
             requests: 100_000,
             zipf: None,
+            threads: KvThreads::PerRole,
         }
     }
 }

@@ -12,13 +12,14 @@ use crate::model::ModelConfig;
 use crate::oob::Rendezvous;
 use crate::probe::check::{counters, diag};
 use crate::probe::report::{Report, Role, Runs};
-use crate::probe::{Backends, KvPlan, Observer, PeerSpec, Plan, ProbeError};
+use crate::probe::{Backends, KvPlan, KvThreads, Observer, PeerSpec, Plan, ProbeError};
 use crate::scenario::kv::engine::Shape;
 use crate::scenario::kv::keys::KeyDist;
 use crate::scenario::kv::op::{Layout, MAX_VALUE, SLOT};
 use crate::scenario::kv::result::KvResult;
 use crate::scenario::kv::run::{self, KvParams};
 use crate::scenario::kv::store::{entry_bytes, MAX_BATCH, MAX_LOG};
+use crate::scenario::kv::threads;
 use serde_json::json;
 use std::time::Duration;
 
@@ -161,6 +162,7 @@ fn params(kp: &KvPlan) -> Result<KvParams, ProbeError> {
         requests: kp.requests,
         stall: Duration::from_secs(10),
         deadline: Duration::from_secs(3600),
+        threads: kp.threads,
     })
 }
 
@@ -253,17 +255,29 @@ fn run_error(k: BackendKind, e: run::KvRunError) -> ProbeError {
     }
 }
 
-/// One backend's run in this process: its ends built on the device, the run stepped.
+/// One backend's run in this process: its ends built on the device, the run stepped (in this
+/// thread, or a thread per client and worker).
 fn one(dev: &Dev, k: BackendKind, p: &KvParams) -> Result<run::KvRun, ProbeError> {
     let failed = |e| run_error(k, e);
+    let per_role = p.threads == KvThreads::PerRole;
     match (k, dev) {
         (BackendKind::Direct, Dev::Model(m)) => {
             let mut paths = direct::model_loopback(&m.model, p.shape.layout)?;
-            run::loopback(&mut paths.clients, &mut paths.workers, p).map_err(failed)
+            let (c, w) = (&mut paths.clients, &mut paths.workers);
+            if per_role {
+                threads::loopback(c, w, p).map_err(failed)
+            } else {
+                run::loopback(c, w, p).map_err(failed)
+            }
         }
         _ => {
             let mut paths = verbs::loopback(dev, k, p.shape.layout)?;
-            run::loopback(&mut paths.clients, &mut paths.workers, p).map_err(failed)
+            let (c, w) = (&mut paths.clients, &mut paths.workers);
+            if per_role {
+                threads::loopback(c, w, p).map_err(failed)
+            } else {
+                run::loopback(c, w, p).map_err(failed)
+            }
         }
     }
 }
@@ -291,6 +305,18 @@ fn kinds(dev: &Dev, sel: Backends) -> Result<Vec<BackendKind>, ProbeError> {
     Ok(kinds)
 }
 
+/// How this process steps its clients and workers, in words (the JSON's `params.threads`).
+pub(in crate::probe) fn threads_said(t: KvThreads, role: &Role) -> &'static str {
+    match (t, role) {
+        (KvThreads::One, Role::Loopback) => "one: every client and worker stepped in turn",
+        (KvThreads::One, Role::Client(_)) => "one in this process: its clients stepped in turn",
+        (KvThreads::One, Role::Server(_)) => "one in this process: its workers stepped in turn",
+        (KvThreads::PerRole, Role::Loopback) => "a thread per client and per worker, not pinned",
+        (KvThreads::PerRole, Role::Client(_)) => "a thread per client in this process, not pinned",
+        (KvThreads::PerRole, Role::Server(_)) => "a thread per worker in this process, not pinned",
+    }
+}
+
 /// The report before the runs: what runs, on what, and this side's role.
 fn new_report(
     plan: &Plan,
@@ -304,6 +330,16 @@ fn new_report(
     let mut warnings = env.warnings();
     if plan.backends == Backends::All && !dev.is_model() {
         warnings.push("the direct backend is not measured: its key-value ends run on model0 so far".into());
+    }
+    if kp.threads == KvThreads::PerRole {
+        let sides = Sides::of(plan);
+        let n = u64::from(kp.workers) * u64::from(sides.server) + u64::from(kp.clients) * u64::from(sides.clients);
+        let cpus = std::thread::available_parallelism().map_or(1, |c| c.get()) as u64;
+        if n > cpus {
+            warnings.push(format!(
+                "{n} threads (one per client and worker) on {cpus} CPUs: they take turns, so the figures include their scheduling (--threads one steps them all in one thread)"
+            ));
+        }
     }
     Report {
         plan: plan.clone(),
@@ -322,9 +358,7 @@ fn new_report(
                 Some(t) => format!("zipf {t} (rand_distr over HERD's generator, ranks through its permutation)"),
             }, "zipf_theta": kp.zipf,
             "requests": "inline RDMA WRITE over UC", "responses": "inline SEND_WITH_IMM over UD",
-            "threads": match role { Role::Loopback => "one: every client and worker stepped in turn",
-                Role::Client(_) => "one in this process: its clients stepped in turn",
-                Role::Server(_) => "one in this process: its workers stepped in turn" },
+            "threads": threads_said(kp.threads, &role),
             "peer": match &role { Role::Loopback => None, Role::Client(p) | Role::Server(p) => Some(p.clone()) },
             "rows_from": matches!(role, Role::Server(_)).then_some("client") }),
         runs: Runs::Kv(Vec::new()),

@@ -10,6 +10,8 @@ pub(in crate::probe) mod lat;
 pub(in crate::probe) mod post_cost;
 pub mod session;
 
+pub(in crate::probe) use kv::threads_said as kv_threads_said;
+
 use crate::oob::Rendezvous;
 use crate::probe::{Observer, Plan, ProbeError, Report, Scenario};
 

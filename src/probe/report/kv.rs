@@ -28,15 +28,14 @@ impl Report {
             k.requests
         );
         s += " requests: inline RDMA WRITE over UC into the request region; responses: inline SEND_WITH_IMM over UD, a batch per post\n";
+        let threads = crate::probe::measure::kv_threads_said(k.threads, &self.role);
         s += &match &self.role {
-            super::Role::Loopback => {
-                " in one process: one thread steps every client and worker in turn; every GET's value checked by its client\n".to_string()
+            super::Role::Loopback => format!(" in one process; threads: {threads}; every GET's value checked by its client\n"),
+            super::Role::Client(p) => {
+                format!(" client of the server {p}; threads: {threads}; every GET's value checked by its client\n")
             }
-            super::Role::Client(p) => format!(
-                " client of the server {p}: one thread steps every client in turn (the server's steps its workers); every GET's value checked by its client\n"
-            ),
             super::Role::Server(p) => format!(
-                " server of the clients at {p}: one thread steps every worker in turn; the rows are the clients' measurement (they time the requests), sent over as each run ends\n"
+                " server of the clients at {p}; threads: {threads}; the rows are the clients' measurement (they time the requests), sent over as each run ends\n"
             ),
         };
         if self.is_model {

@@ -48,6 +48,9 @@ pub struct KvResult {
     pub keys: u32,
     /// Requests per client.
     pub requests_per_client: u64,
+    /// `one` (one thread of each process stepped its clients and workers) or `per-role` (a
+    /// thread each).
+    pub threads: String,
     /// The run, first request to last response, ns.
     pub duration_ns: f64,
     /// Requests answered per microsecond over the run, all clients (millions a second).
@@ -121,6 +124,7 @@ impl KvResult {
             zipf_theta: p.shape.dist.theta(),
             keys: p.shape.keys,
             requests_per_client: p.requests,
+            threads: p.threads.as_str().into(),
             duration_ns: dur,
             mops: per_us(answered, run.ticks),
             client_mops: run

@@ -21,6 +21,9 @@ pub struct KvParams {
     pub stall: Duration,
     /// Longest run.
     pub deadline: Duration,
+    /// One thread, or a thread per client and worker (the runner the caller chooses; the
+    /// result says which).
+    pub threads: super::threads::Threads,
 }
 
 /// What one run measured.
@@ -67,6 +70,9 @@ pub enum KvRunError {
     /// The process on the other side failed, or broke the protocol.
     #[error("the peer: {0}")]
     Peer(String),
+    /// A thread of the run died.
+    #[error("{0}")]
+    Thread(String),
     /// The store could not be built.
     #[error("the store: {0}")]
     Store(#[from] super::store::StoreError),
@@ -171,11 +177,14 @@ fn waiting(cs: &[Client]) -> String {
         .join("; ")
 }
 
+/// `n` clients made (each its keys' permutation drawn), not started.
+pub fn new_clients(n: usize, p: &KvParams) -> Vec<Client> {
+    (0..n as u32).map(|i| Client::new(i, p.shape, p.requests)).collect()
+}
+
 /// The clients made and started.
 fn start_clients<C: ClientLink>(links: &mut [C], p: &KvParams) -> Result<Vec<Client>, KvRunError> {
-    let mut cs: Vec<Client> = (0..links.len() as u32)
-        .map(|i| Client::new(i, p.shape, p.requests))
-        .collect();
+    let mut cs = new_clients(links.len(), p);
     for (c, l) in cs.iter_mut().zip(links.iter_mut()) {
         c.start(l)?;
     }

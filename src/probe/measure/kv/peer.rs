@@ -11,10 +11,11 @@ use crate::backend::setup::Dev;
 use crate::backend::BackendKind;
 use crate::oob::{Done, Hello, Rendezvous};
 use crate::probe::measure::session;
-use crate::probe::{KvPlan, ProbeError};
+use crate::probe::{KvPlan, KvThreads, ProbeError};
 use crate::scenario::kv::engine::WorkerStats;
 use crate::scenario::kv::result::KvResult;
 use crate::scenario::kv::run::{self, KvParams, KvRunError};
+use crate::scenario::kv::threads;
 use std::time::Duration;
 
 /// The workers' counts, sent by the server when the clients are done.
@@ -101,7 +102,7 @@ fn addresses(peer: &mut dyn Rendezvous, mine: &[ClientAddr]) -> Result<ServerAdd
 
 /// The clients run against the server's workers: the barrier, the run (the server heard between
 /// turns: its failure ends it), the end said, the workers' counts heard and reconciled.
-fn clients<C: ClientLink>(
+fn clients<C: ClientLink + Send>(
     peer: &mut dyn Rendezvous,
     links: &mut [C],
     k: BackendKind,
@@ -116,7 +117,11 @@ fn clients<C: ClientLink>(
                 Ok(false)
             }
         };
-        run::clients_alone(links, p, &mut watch).map_err(|e| run_error(k, e))?
+        match p.threads {
+            KvThreads::One => run::clients_alone(links, p, &mut watch),
+            KvThreads::PerRole => threads::clients_alone(links, p, &mut watch),
+        }
+        .map_err(|e| run_error(k, e))?
     };
     peer.put(&Done { error: None })?;
     let w: Workers = session::take_checked(peer)?;
@@ -169,7 +174,7 @@ pub(super) fn server_one(
 
 /// The workers run for the clients: their stores populated, the barrier, the run until the
 /// clients say they are done (their failure ends it), the workers' counts sent.
-fn workers<W: WorkerLink>(
+fn workers<W: WorkerLink + Send>(
     peer: &mut dyn Rendezvous,
     links: &mut [W],
     k: BackendKind,
@@ -188,7 +193,11 @@ fn workers<W: WorkerLink>(
                 Err(e) => Err(KvRunError::Peer(e.to_string())),
             }
         };
-        run::workers_alone(links, ws, p, &mut watch).map_err(|e| run_error(k, e))?
+        match p.threads {
+            KvThreads::One => run::workers_alone(links, ws, p, &mut watch),
+            KvThreads::PerRole => threads::workers_alone(links, ws, p, &mut watch),
+        }
+        .map_err(|e| run_error(k, e))?
     };
     peer.put(&Workers { kv_workers: stats })?;
     Ok(())
