@@ -5,7 +5,7 @@
 
 mod cmd;
 use cmd::run as rdmaprobe;
-use cmd::serial;
+use cmd::{finish, serial, spawn};
 
 /// A fresh directory for one test's files.
 fn scratch(name: &str) -> std::path::PathBuf {
@@ -406,24 +406,6 @@ fn rx_depth_is_perftest_s_receive_depth() {
 fn free_port() -> String {
     let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     l.local_addr().unwrap().port().to_string()
-}
-
-fn spawn(args: &[&str]) -> std::process::Child {
-    std::process::Command::new(env!("CARGO_BIN_EXE_rdmaprobe"))
-        .args(args)
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .expect("spawn rdmaprobe")
-}
-
-fn finish(c: std::process::Child) -> (i32, String, String) {
-    let o = c.wait_with_output().expect("wait");
-    (
-        o.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&o.stdout).into(),
-        String::from_utf8_lossy(&o.stderr).into(),
-    )
 }
 
 /// Item 10: a client over its --max-lat-ns fails layer 3 (exit 13), and so does the server,

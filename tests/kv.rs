@@ -18,6 +18,7 @@ use std::time::Duration;
 
 mod cmd;
 use cmd::run as rdmaprobe;
+use cmd::{finish, spawn};
 
 fn dev() -> Dev {
     Dev::open(Some("model0"), 1, None, ModelConfig::default()).unwrap().0
@@ -258,14 +259,20 @@ fn bad_kv_input_exits_2_naming_the_flag() {
         assert!(err.contains(want), "{extra:?}: {err}");
         assert!(!err.contains("panicked"), "{err}");
     }
-    // what kv's peer cannot be
+    // what kv's peer cannot be: a HOST with --loopback, a client's port 0; kv has no -R and no
+    // --peer (perftest has no key-value workload)
     for (extra, want) in [
-        ("-R", "kv -R: the key-value workload's UC and UD QPs are connected"),
-        ("--peer=perftest", "perftest has no key-value workload"),
+        (
+            &["--loopback"][..],
+            "--loopback runs both ends in this process: give no HOST",
+        ),
+        (&["-p", "0"][..], "-p 0: a client needs the server's port"),
+        (&["-R"][..], "unexpected argument '-R'"),
+        (&["--peer=perftest"][..], "unexpected argument '--peer'"),
     ] {
-        let (code, _, err) = rdmaprobe(&["kv", "-d", "model0", "localhost", extra]);
-        assert_eq!(code, 2, "{extra}: {err}");
-        assert!(err.contains(want), "{extra}: {err}");
+        let (code, _, err) = rdmaprobe(&[&["kv", "-d", "model0", "localhost"][..], extra].concat());
+        assert_eq!(code, 2, "{extra:?}: {err}");
+        assert!(err.contains(want), "{extra:?}: {err}");
     }
 }
 
@@ -423,25 +430,6 @@ fn kv_stops_at_a_signal_and_refuses_what_it_cannot_build() {
 /// A TCP port of this test process's own (16 per process).
 fn port(i: u16) -> String {
     (20000 + (std::process::id() % 2500) as u16 * 16 + i).to_string()
-}
-
-fn spawn(args: &[&str]) -> std::process::Child {
-    std::process::Command::new(env!("CARGO_BIN_EXE_rdmaprobe"))
-        .args(args)
-        .env_remove("SYSFS_PATH")
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .expect("spawn rdmaprobe")
-}
-
-fn finish(c: std::process::Child) -> (i32, String, String) {
-    let o = c.wait_with_output().expect("wait");
-    (
-        o.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&o.stdout).into(),
-        String::from_utf8_lossy(&o.stderr).into(),
-    )
 }
 
 /// The table's rows of a kv output, one per backend.

@@ -257,11 +257,25 @@ pub struct PostCostArgs {
 /// `kv`'s arguments: HERD's key-value workload (requests over UC, responses over UD, MICA stores).
 #[derive(clap::Args)]
 pub struct KvArgs {
-    /// Where the peer is: the server (with HOST, this side runs the clients; without, the
-    /// workers and waits for the clients), or --loopback for both in this process.
-    #[command(flatten)]
-    peer: PeerArgs,
-    /// Worker threads of the server, each with its MICA store and UD QP.
+    /// The server to connect to: this side runs the clients. Without it (and without
+    /// --loopback) this side is the server (the workers, their stores, the request region) and
+    /// waits for the clients.
+    host: Option<String>,
+    /// The server and the clients both in this process.
+    #[arg(long, conflicts_with_all = ["port_tcp", "bind", "oob_timeout"])]
+    loopback: bool,
+    /// TCP port of the out-of-band exchange (server: 0 lets the system pick one, printed).
+    #[arg(short = 'p', long, visible_alias = "port", default_value_t = rdmaprobe::oob::DEFAULT_PORT)]
+    port_tcp: u16,
+    /// Server: the address to listen on (default every IPv4 address).
+    #[arg(long, default_value = "0.0.0.0", conflicts_with = "host")]
+    bind: std::net::IpAddr,
+    /// Seconds to wait for the peer to connect or answer out of band (each run's results are
+    /// exchanged when it ends).
+    #[arg(long, default_value_t = 60, value_parser = clap::value_parser!(u64).range(1..=3600))]
+    oob_timeout: u64,
+    /// Workers of the server, each with its MICA store and UD QP (and its thread, with
+    /// --threads per-role).
     #[arg(long, default_value_t = KvPlan::default().workers, allow_negative_numbers = true)]
     workers: u32,
     /// Clients, each with a UC QP (requests) and a UD QP (responses).
@@ -317,19 +331,7 @@ pub enum ThreadsArg {
 
 /// `kv`: the key-value plan from its arguments, measured and printed; the exit status.
 pub fn kv(a: KvArgs) -> Result<ExitCode> {
-    if a.peer.rdma_cm {
-        return Err(ProbeError::Usage(
-            "kv -R: the key-value workload's UC and UD QPs are connected with the addresses exchanged out of band, not through the connection manager".into(),
-        )
-        .into());
-    }
-    if a.peer.peer_tool != super::plan::PeerToolArg::Rdmaprobe {
-        return Err(ProbeError::Usage(
-            "kv --peer perftest: perftest has no key-value workload; the peer of kv is another rdmaprobe kv".into(),
-        )
-        .into());
-    }
-    let peer = a.peer.spec()?;
+    let peer = super::plan::peer_spec(a.host.as_deref(), a.loopback, a.port_tcp, a.bind)?;
     let k = KvPlan {
         workers: a.workers,
         clients: a.clients,
@@ -349,7 +351,7 @@ pub fn kv(a: KvArgs) -> Result<ExitCode> {
         device: a.dev.spec(),
         backends: a.backend.backends(),
         peer,
-        oob_timeout: Duration::from_secs(a.peer.oob_timeout),
+        oob_timeout: Duration::from_secs(a.oob_timeout),
         ..Plan::loopback(Scenario::Kv(k))
     };
     Ok(ExitCode::from(console::measure(&p, a.json.as_ref(), None, None)?))

@@ -51,7 +51,8 @@ enum Cmd {
     /// HERD's key-value workload (as efficient/rdma_bench runs it): clients write GET and PUT
     /// requests inline over UC into the server's request region, workers answer from their MICA
     /// stores over UD, a batch per post; every GET's value is checked, every request timed.
-    /// In one process (--loopback); the verbs and wr backends, and direct on model0.
+    /// In one process (--loopback) or two (the server, then the clients with its HOST); a thread
+    /// per client and worker, or one; the verbs and wr backends, and direct on model0.
     Kv(KvArgs),
     /// The standard matrix in one run: latency (send, write, read, atomic), bandwidth (write,
     /// send) and post cost, on every backend the device runs, backends interleaved; writes

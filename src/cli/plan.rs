@@ -153,29 +153,40 @@ impl DevArgs {
 impl PeerArgs {
     /// Where the peer is: in this process, a server to connect to, or this side listening;
     /// refuses a HOST with --loopback and a client's port 0.
-    pub(super) fn spec(&self) -> Result<PeerSpec, ProbeError> {
-        if self.host.is_some() && self.loopback {
-            return Err(ProbeError::Usage(
-                "--loopback runs both ends in this process: give no HOST".into(),
-            ));
-        }
-        if self.host.is_some() && self.port_tcp == 0 {
-            return Err(ProbeError::Usage(
-                "-p 0: a client needs the server's port (0 is for a server)".into(),
-            ));
-        }
-        Ok(match (self.loopback, &self.host) {
-            (true, _) => PeerSpec::Loopback,
-            (false, Some(h)) => PeerSpec::Connect {
-                host: h.clone(),
-                port: self.port_tcp,
-            },
-            (false, None) => PeerSpec::Listen {
-                bind: self.bind.to_string(),
-                port: self.port_tcp,
-            },
-        })
+    fn spec(&self) -> Result<PeerSpec, ProbeError> {
+        peer_spec(self.host.as_deref(), self.loopback, self.port_tcp, self.bind)
     }
+}
+
+/// Where the peer is, from HOST, --loopback, -p and --bind: in this process, a server to connect
+/// to, or this side listening; refuses a HOST with --loopback and a client's port 0.
+pub(super) fn peer_spec(
+    host: Option<&str>,
+    loopback: bool,
+    port: u16,
+    bind: std::net::IpAddr,
+) -> Result<PeerSpec, ProbeError> {
+    if host.is_some() && loopback {
+        return Err(ProbeError::Usage(
+            "--loopback runs both ends in this process: give no HOST".into(),
+        ));
+    }
+    if host.is_some() && port == 0 {
+        return Err(ProbeError::Usage(
+            "-p 0: a client needs the server's port (0 is for a server)".into(),
+        ));
+    }
+    Ok(match (loopback, host) {
+        (true, _) => PeerSpec::Loopback,
+        (false, Some(h)) => PeerSpec::Connect {
+            host: h.to_string(),
+            port,
+        },
+        (false, None) => PeerSpec::Listen {
+            bind: bind.to_string(),
+            port,
+        },
+    })
 }
 
 impl RunArgs {

@@ -42,3 +42,26 @@ pub fn run_env(args: &[&str], env: &[(&str, &str)]) -> (i32, String, String) {
         String::from_utf8_lossy(&o.stderr).into_owned(),
     )
 }
+
+/// Starts `rdmaprobe ARGS` with its output piped (one side of a client/server pair).
+#[allow(dead_code)]
+pub fn spawn(args: &[&str]) -> std::process::Child {
+    Command::new(env!("CARGO_BIN_EXE_rdmaprobe"))
+        .args(args)
+        .env_remove("SYSFS_PATH")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawn rdmaprobe")
+}
+
+/// Waits for a child of [`spawn`]: (exit status, or -1 when killed by a signal; stdout; stderr).
+#[allow(dead_code)]
+pub fn finish(c: std::process::Child) -> (i32, String, String) {
+    let o = c.wait_with_output().expect("wait");
+    (
+        o.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&o.stdout).into(),
+        String::from_utf8_lossy(&o.stderr).into(),
+    )
+}
