@@ -579,19 +579,13 @@ pub(crate) fn verbs_err(
 
 /// An error completion as the verbs error it is (its status, vendor error, QP and operation).
 pub(crate) fn wc_error(kind: BackendKind, wc: &sys::ibv_wc, device: &str) -> BackendError {
-    let c = Completion {
-        wr_id: wc.wr_id,
-        status: wc.status,
-        opcode: wc.opcode,
-        vendor_err: wc.vendor_err,
-        byte_len: wc.byte_len,
-        qp_num: wc.qp_num,
-        imm: None,
-    };
-    let source = c.check(device).err().unwrap_or(VerbsError::Invalid {
-        ctx: Ctx::dev(device).qpn(wc.qp_num),
-        why: "completion error".into(),
-    });
+    let source = Completion::from_wc(wc)
+        .check(device)
+        .err()
+        .unwrap_or(VerbsError::Invalid {
+            ctx: Ctx::dev(device).qpn(wc.qp_num),
+            why: "completion error".into(),
+        });
     BackendError::Verbs {
         backend: kind.as_str(),
         source: Box::new(source),

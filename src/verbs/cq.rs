@@ -183,7 +183,8 @@ pub struct Completion {
 }
 
 impl Completion {
-    fn from_wc(wc: &sys::ibv_wc) -> Self {
+    /// The completion `wc` reports.
+    pub(crate) fn from_wc(wc: &sys::ibv_wc) -> Self {
         let has_imm = wc.wc_flags & sys::IBV_WC_WITH_IMM != 0;
         Completion {
             wr_id: wc.wr_id,
