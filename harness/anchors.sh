@@ -40,7 +40,7 @@ work=${RDMAPROBE_WORK:-/var/tmp/rdmaprobe-work}/anchors
 rm -rf "$work" && mkdir -p "$work"
 export RDMAPROBE_MODEL_DIR="$work/model"
 mkdir -m 0700 -p "$RDMAPROBE_MODEL_DIR"
-port=$((20000 + RANDOM % 20000))
+port=$((20000 + RANDOM % 8000))
 cpus=$(nproc)
 pin_s=(taskset -c 0) pin_c=(taskset -c $((cpus > 1 ? 1 : 0)))
 
@@ -50,7 +50,7 @@ pair() {
   local s=() c=()
   while [[ $1 != ::: ]]; do s+=("$1"); shift; done
   shift; c=("$@")
-  port=$((port + 1))
+  next_port
   local S=("${s[@]//@PORT@/$port}") C=("${c[@]//@PORT@/$port}")
   timeout 60 "${pin_s[@]}" "${S[@]}" >"$work/$name.server" 2>&1 &
   local spid=$!

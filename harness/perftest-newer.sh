@@ -32,7 +32,7 @@ model0_peer_work perftest-newer
 # run SERVES SCEN OP BACKEND 'RDMAPROBE FLAGS' 'PERFTEST FLAGS': both ends of one run; sets rc, prc
 run() {
   local serves=$1 scen=$2 op=$3 backend=$4 ours=$5 theirs=$6
-  port=$((port + 1))
+  next_port
   # shellcheck disable=SC2206
   local rp=("$bin" "$scen" "$op" --peer perftest -d model0 $ours -p "$port" --backend "$backend" --stall-secs 5
     --json "$work/run.json")

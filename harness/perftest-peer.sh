@@ -46,7 +46,7 @@ run() {
   if [[ $op == bw-* ]]; then
     scen=bw verb=${op#bw-} sz=65536 prog="ib_${op#bw-}_bw"
   fi
-  port=$((port + 1))
+  next_port
   local rp=("$bin" "$scen" "$verb" --peer perftest -d model0 -s "$sz" -n "$iters" -p "$port" --backend "$backend"
     --json "$work/$name.json")
   local pt=("$bin" model0 exec -- taskset -c "$([[ $serves == 1 ]] && echo 0 || echo "$last")" "$prog" -d model0
