@@ -587,8 +587,14 @@ fn the_full_matrix_finishes_on_model0() {
     assert_eq!(count("lat"), k * (3 * 18 + 1), "{out}");
     assert_eq!(count("bw"), k * 2 * 17, "{out}");
     assert_eq!(count("post_cost"), k * 3, "{out}");
+    // the key-value part: 1, 2, 4 and 8 clients at window 32
+    assert_eq!(count("kv"), k * 4, "{out}");
     for b in &kinds {
-        assert_eq!(runs.iter().filter(|r| r["backend"] == *b).count(), 55 + 34 + 3, "{b}");
+        assert_eq!(
+            runs.iter().filter(|r| r["backend"] == *b).count(),
+            55 + 34 + 3 + 4,
+            "{b}"
+        );
     }
     // the summary shows the driver's overhead: verbs - direct and wr - direct, with intervals
     if k == 3 {

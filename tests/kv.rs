@@ -559,3 +559,134 @@ fn kv_peers_that_disagree_or_die_are_reported() {
         assert!(t.elapsed() < Duration::from_secs(10), "{:?}: {e}", t.elapsed());
     }
 }
+
+/// Issue 27 point 4: the suite's kv part. A point per client count at each window, every
+/// backend in each, its summary lines and records; its plots (Mops and latency against the
+/// clients, or against the window where only the window varies) and the report's table;
+/// compare's rows of it; a kv value it cannot run exits 2 naming the suite's flag or the file's
+/// key, before anything runs.
+#[test]
+fn the_suite_has_a_kv_part_with_its_plots_table_and_rows() {
+    let dir = std::env::temp_dir().join(format!("rdmaprobe-kv-suite-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let out_dir = dir.join("out");
+    let o = out_dir.to_str().unwrap();
+    let backends = cmd::model0_backends();
+    let (code, out, err) = rdmaprobe(&[
+        "suite",
+        "-d",
+        "model0",
+        "--parts",
+        "kv",
+        "--kv-clients",
+        "2,1",
+        "--kv-requests",
+        "1000",
+        "--out",
+        o,
+    ]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(
+        out.contains("matrix: kv 1,2 client(s) x window 32, 1000 requests per client, 1048576 keys, threads one"),
+        "{out}"
+    );
+    assert!(
+        out.contains("summary: key-value (HERD over MICA stores, both sides in this process, one: every client and worker stepped in turn)"),
+        "{out}"
+    );
+    for clients in [1, 2] {
+        let line = out
+            .lines()
+            .find(|l| l.starts_with(&format!("  kv {clients} client(s) window 32")))
+            .unwrap_or_else(|| panic!("{out}"));
+        for b in &backends {
+            assert!(line.contains(&format!(" {b}: ")), "{line}");
+        }
+    }
+    let j: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out_dir.join("results.json")).unwrap()).unwrap();
+    let runs = j["runs"].as_array().unwrap();
+    assert_eq!(runs.len(), 2 * backends.len(), "{out}");
+    for (i, r) in runs.iter().enumerate() {
+        let clients = 1 + (i / backends.len()) as u64;
+        assert_eq!(r["scenario"], "kv", "{r}");
+        assert_eq!(r["backend"], backends[i % backends.len()], "{r}");
+        assert_eq!(r["clients"], clients, "{r}");
+        assert_eq!(r["threads"], "one", "{r}");
+        let n = |k: &str| r[k].as_u64().unwrap_or_else(|| panic!("{k} in {r}"));
+        assert_eq!(n("get_hits") + n("get_misses") + n("puts"), clients * 1000, "{r}");
+        assert_eq!(r["latency_ns"]["count"].as_u64(), Some(clients * 1000), "{r}");
+    }
+    assert_eq!(j["params"]["matrix"]["kv_clients"], serde_json::json!([1, 2]));
+    for f in ["kv-mops-vs-clients.svg", "kv-latency-vs-clients.svg"] {
+        let svg = std::fs::read_to_string(out_dir.join(f)).unwrap_or_else(|e| panic!("{f}: {e}\n{out}"));
+        for b in &backends {
+            assert!(svg.contains(b), "{f} has no line of {b}");
+        }
+    }
+    let html = std::fs::read_to_string(out_dir.join("report.html")).unwrap();
+    assert!(html.contains("<table id=\"kv\">"), "no kv table");
+    assert!(html.contains("<figure class=\"plot\" id=\"kv-mops-vs-clients.svg\">"));
+    // compare's rows: the shape in the key, the throughput as Mops, the contrast to direct
+    let res = out_dir.join("results.json");
+    let r = res.to_str().unwrap();
+    let (code, cmp, err) = rdmaprobe(&["compare", r, r]);
+    assert_eq!(code, 0, "{cmp}{err}");
+    let row = "kv herd direct 32B postlist=32 threads=one workers=2 clients=2 window=32 update_pct=0 keys=1048576";
+    assert!(
+        cmp.lines()
+            .any(|l| l.starts_with(row) && l.contains(" bw ") && l.contains("Mops")),
+        "{cmp}"
+    );
+    assert!(cmp.contains("kv herd verbs-direct 32B"), "{cmp}");
+    // one client count and two windows: the window is the axis
+    std::fs::remove_dir_all(&out_dir).unwrap();
+    let (code, out, err) = rdmaprobe(&[
+        "suite",
+        "-d",
+        "model0",
+        "--parts",
+        "kv",
+        "--kv-clients",
+        "1",
+        "--kv-windows",
+        "4,16",
+        "--kv-requests",
+        "500",
+        "--backends",
+        "direct",
+        "--out",
+        o,
+    ]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out_dir.join("kv-mops-vs-window.svg").exists(), "{out}");
+    assert!(out_dir.join("kv-latency-vs-window.svg").exists(), "{out}");
+    assert!(!out_dir.join("kv-mops-vs-clients.svg").exists(), "{out}");
+    // what the part cannot run: exit 2, the suite's flag or the file's key named, nothing run
+    let m = dir.join("m.toml");
+    std::fs::write(&m, "kv_clients = [1, 0]\n").unwrap();
+    let cases: [(&[&str], &str); 7] = [
+        (
+            &["--kv-keys", "16777216", "--kv-clients", "1"],
+            "--kv-keys 16777216 of value size 32",
+        ),
+        (&["--kv-windows", "4,200"], "--kv-windows 200: 1 to"),
+        (&["--kv-clients", "0"], "--kv-clients"),
+        (&["--kv-clients", "1,x"], "--kv-clients"),
+        (&["--kv-requests", "0"], "--kv-requests"),
+        (&["--kv-threads", "two"], "--kv-threads"),
+        (&["--matrix", m.to_str().unwrap()], "key `kv_clients`"),
+    ];
+    for (args, says) in cases {
+        let _ = std::fs::remove_dir_all(&out_dir);
+        let mut a = vec!["suite", "-d", "model0", "--parts", "kv", "--out", o];
+        a.extend(args);
+        let (code, out, err) = rdmaprobe(&a);
+        assert_eq!(code, 2, "{args:?}: {out}{err}");
+        assert!(err.contains(says), "{args:?}: {err}");
+        assert!(!out.contains("1/"), "{args:?} ran a step: {out}");
+        assert!(!out_dir.exists(), "{args:?} wrote {}", out_dir.display());
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}

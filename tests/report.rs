@@ -37,6 +37,8 @@ fn suite_and_plot_write_every_figure() {
     let expected = [
         "bw-send-vs-size.svg",
         "bw-write-vs-size.svg",
+        "kv-latency-vs-clients.svg",
+        "kv-mops-vs-clients.svg",
         "lat-atomic-cdf.svg",
         "lat-atomic-spectrum.svg",
         "lat-read-cdf.svg",
@@ -169,7 +171,7 @@ fn report_renders_in_headless_chromium() {
     let json = attr.replace("&quot;", "\"").replace("&amp;", "&");
     let r: serde_json::Value = serde_json::from_str(&json).expect("render record");
     let tables = r["tables"].as_array().unwrap();
-    for id in ["environment", "latency", "bandwidth", "post_cost"] {
+    for id in ["environment", "latency", "bandwidth", "post_cost", "kv"] {
         let t = tables
             .iter()
             .find(|t| t["id"] == id)

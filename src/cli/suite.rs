@@ -39,7 +39,7 @@ pub struct SuiteArgs {
     /// Post-cost blocks per configuration (default 1000; --quick 300).
     #[arg(long, value_parser = clap::value_parser!(u64).range(1..=10_000_000))]
     post_cost_blocks: Option<u64>,
-    /// The parts that run, of lat, bw, post-cost (default all).
+    /// The parts that run, of lat, bw, post-cost, kv (default all).
     #[arg(long, value_name = "LIST", value_parser = |s: &str| matrix::parse_parts(s).map(Listed))]
     parts: Option<Listed<matrix::Part>>,
     /// Operations of the latency and the bandwidth parts, of send, write, read, atomic, cmp_swap,
@@ -79,9 +79,27 @@ pub struct SuiteArgs {
     /// Bandwidth threads, each with its own QPs, pinned (default 1; at most 128).
     #[arg(long, value_parser = super::values::threads)]
     threads: Option<u64>,
+    /// The key-value part's client counts, a point each (default 1,2,4,8; --quick 1,2).
+    #[arg(long, value_name = "LIST", value_parser = |s: &str| matrix::parse_counts(s, matrix::MAX_KV_CLIENTS).map(Listed))]
+    kv_clients: Option<Listed<u32>>,
+    /// The key-value part's windows, a point each with every client count (default 32).
+    #[arg(long, value_name = "LIST", value_parser = |s: &str| matrix::parse_counts(s, matrix::MAX_KV_WINDOW).map(Listed))]
+    kv_windows: Option<Listed<u32>>,
+    /// Requests per client of each key-value point (default 100000; --quick 20000).
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..=100_000_000))]
+    kv_requests: Option<u64>,
+    /// How each key-value point steps its clients and workers: one (one thread steps them all,
+    /// the default: the backends side by side, no scheduling in the figures) or per-role (a
+    /// thread each, as HERD and `kv`).
+    #[arg(long, value_name = "one|per-role", value_parser = matrix::parse_kv_threads)]
+    kv_threads: Option<rdmaprobe::probe::KvThreads>,
+    /// Keys in each store of a key-value point (default 1048576, as `kv`).
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..=16_777_216))]
+    kv_keys: Option<u32>,
     /// A matrix file (TOML) with the keys parts, ops, lat_ops, bw_ops, sizes, lat_sizes,
     /// bw_sizes, iters, duration_s, backends, transports, qps, threads, bw_messages, bw_min_ms,
-    /// post_cost_blocks (docs/perftest.md); a flag wins over the file's key.
+    /// post_cost_blocks, kv_clients, kv_windows, kv_requests, kv_threads, kv_keys
+    /// (docs/perftest.md); a flag wins over the file's key.
     #[arg(long, value_name = "FILE")]
     matrix: Option<std::path::PathBuf>,
 }
@@ -106,6 +124,11 @@ pub fn suite(a: SuiteArgs) -> Result<ExitCode> {
         bw_min_ms: a.bw_min_ms,
         post_cost_blocks: a.post_cost_blocks,
         transports: a.transports.map(|o| o.0),
+        kv_clients: a.kv_clients.map(|o| o.0),
+        kv_windows: a.kv_windows.map(|o| o.0),
+        kv_requests: a.kv_requests,
+        kv_threads: a.kv_threads,
+        kv_keys: a.kv_keys,
     };
     let file = match &a.matrix {
         None => matrix::MatrixSpec::default(),

@@ -77,6 +77,7 @@ pub fn report(doc: &Value, figs: &[Figure]) -> String {
     latency(&mut h, &of("lat"));
     bandwidth(&mut h, &of("bw"));
     post_cost(&mut h, &of("post_cost"));
+    key_value(&mut h, &of("kv"));
     plots(&mut h, figs);
     // then what they were measured on
     environment(&mut h, doc);
@@ -503,6 +504,45 @@ fn post_cost(h: &mut String, pc: &[&Value]) {
     h.push_str("</tbody></table>\n");
 }
 
+/// The key-value runs' table, when there are some: the workload's shape, Mops, the latency
+/// percentiles and the counts the clients checked.
+fn key_value(h: &mut String, kv: &[&Value]) {
+    if kv.is_empty() {
+        return;
+    }
+    h.push_str(
+        "<h2>Key-value (HERD over MICA stores)</h2>\n<table id=\"kv\"><thead><tr><th class=\"l\">backend</th>\
+         <th>workers</th><th>clients</th><th>window</th><th>PUT %</th><th>value (B)</th><th class=\"l\">threads</th>\
+         <th>Mops</th><th>p50 ns</th><th>p99 ns</th><th>p99.9 ns</th><th>max ns</th><th>responses per post</th>\
+         <th>GET hits</th><th>GET misses</th><th>PUTs</th></tr></thead><tbody>",
+    );
+    for r in kv {
+        let l = &r["latency_ns"];
+        let _ = write!(
+            h,
+            "<tr><td class=\"l\">{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td class=\"l\">{}</td>\
+             <td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+            esc(&backend_line(r)),
+            cell(&r["workers"]),
+            cell(&r["clients"]),
+            cell(&r["window"]),
+            cell(&r["update_pct"]),
+            cell(&r["size_bytes"]),
+            esc(r["threads"].as_str().unwrap_or("—")),
+            fixed(&r["mops"], 3),
+            ns(&l["p50"]),
+            ns(&l["p99"]),
+            ns(&l["p99_9"]),
+            ns(&l["max"]),
+            fixed(&r["mean_batch"], 2),
+            cell(&r["get_hits"]),
+            cell(&r["get_misses"]),
+            cell(&r["puts"]),
+        );
+    }
+    h.push_str("</tbody></table>\n");
+}
+
 /// The plots, each SVG inline (its XML declaration left out) with its caption.
 fn plots(h: &mut String, figs: &[Figure]) {
     if figs.is_empty() {
@@ -766,5 +806,28 @@ mod tests {
             "{page}"
         );
         assert!(page.contains("and 2 more regions"), "{page}");
+    }
+
+    /// Issue 27 point 4: a key-value run is a row of its own table, the shape, Mops, the
+    /// latency percentiles and the counts as measured; a damaged field a dash, never a panic.
+    #[test]
+    fn key_value_runs_have_their_table() {
+        let doc = serde_json::json!({"runs": [
+            {"scenario": "kv", "op": "herd", "backend": "direct", "workers": 2, "clients": 4, "window": 32,
+             "update_pct": 5, "size_bytes": 32, "threads": "one", "mops": 0.9512,
+             "latency_ns": {"p50": 31496.8, "p99": 73689.5, "p99_9": 80123.0, "max": 90001.0},
+             "mean_batch": 3.25, "get_hits": 75999, "get_misses": 1, "puts": 4000},
+            {"scenario": "kv", "backend": "<verbs>", "mops": "x"}]});
+        let page = report(&doc, &[]);
+        assert!(page.contains("<h2>Key-value (HERD over MICA stores)</h2>"), "{page}");
+        assert!(
+            page.contains(
+                "<td class=\"l\">direct</td><td>2</td><td>4</td><td>32</td><td>5</td><td>32</td><td class=\"l\">one</td>\
+                 <td>0.951</td><td>31497</td><td>73690</td><td>80123</td><td>90001</td><td>3.25</td><td>75999</td><td>1</td><td>4000</td>"
+            ),
+            "{page}"
+        );
+        assert!(page.contains("<td class=\"l\">&lt;verbs&gt;</td>"), "{page}");
+        assert!(!page.contains("<verbs>"));
     }
 }

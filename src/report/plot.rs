@@ -1,9 +1,13 @@
 //! Plots of a results document (the `results.json` that `suite`, `lat` and `bw` write), drawn
 //! as SVG with plotters: the latency percentile spectrum in the HdrHistogram style (x axis
 //! 1/(1-q) on a log scale), the latency CDF (y axis 1/(1-q) likewise), latency versus size and
-//! bandwidth versus size (power-of-two size ticks, a marker at each measured point), one line
-//! per backend; every axis's ticks from the `axis` module. Every title names the device, and
-//! says so when it is the software model (model0) or an emulation (Soft-RoCE).
+//! bandwidth versus size (power-of-two size ticks, a marker at each measured point), the post
+//! cost versus the postlist, the key-value workload's Mops and latency versus clients or window
+//! (the `kv` module), one line per backend; every axis's ticks from the `axis` module. Every
+//! title names the device, and says so when it is the software model (model0) or an emulation
+//! (Soft-RoCE).
+
+mod kv;
 
 use super::axis::{Axis, Scale};
 use super::Hist;
@@ -335,6 +339,7 @@ pub fn figures(doc: &Value) -> Result<Vec<Figure>, String> {
     for ((op, size, inline), rs) in &plotted.pc {
         post_cost_vs_postlist(&mut out, &dev, (op, *size, *inline), rs)?;
     }
+    kv::figures(&mut out, &dev, &plotted.kv)?;
     Ok(out)
 }
 
@@ -367,6 +372,8 @@ struct Plotted<'a> {
     bw: BTreeMap<String, Vec<&'a Value>>,
     /// Post-cost runs: (operation, size, inline) -> runs.
     pc: BTreeMap<(String, u64, bool), Vec<&'a Value>>,
+    /// Key-value runs.
+    kv: Vec<&'a Value>,
 }
 
 /// A run and its place in the document (from 1).
@@ -422,6 +429,7 @@ impl<'a> Plotted<'a> {
             lat: BTreeMap::new(),
             bw: BTreeMap::new(),
             pc: BTreeMap::new(),
+            kv: Vec::new(),
         };
         for (i, r) in runs.iter().enumerate() {
             let scenario = r["scenario"]
@@ -443,6 +451,10 @@ impl<'a> Plotted<'a> {
                 "lat" => p.add_latency(&run)?,
                 "bw" => p.add_bandwidth(&run)?,
                 "post_cost" => p.add_post_cost(&run)?,
+                "kv" => {
+                    kv::check(&run)?;
+                    p.kv.push(r);
+                }
                 _ => {}
             }
         }

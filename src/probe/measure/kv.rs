@@ -245,6 +245,64 @@ pub(in crate::probe) fn run(
     Ok(report)
 }
 
+/// The suite's key-value point `kp` checked before anything runs, as `kv` checks its plan:
+/// its values (named by the suite's flags), the memory of both sides, model0's open files (the
+/// note when the soft limit was raised).
+pub(in crate::probe) fn suite_check(dev: &Dev, kp: &KvPlan) -> Result<Option<String>, ProbeError> {
+    let named = |e: ProbeError| match e {
+        ProbeError::Usage(m) => ProbeError::Usage(format!(
+            "suite kv at {} client(s), window {}: {}",
+            kp.clients,
+            kp.window,
+            m.replace("--clients", "--kv-clients")
+                .replace("--window", "--kv-windows")
+                .replace("--keys", "--kv-keys")
+                .replace(" with --value-size ", " of value size ")
+        )),
+        e => e,
+    };
+    check(kp).map_err(named)?;
+    let p = params(kp)?;
+    let sides = Sides {
+        server: true,
+        clients: true,
+    };
+    session::check_memory(sides.memory(kp, &p.shape), || {
+        format!(
+            "suite kv: --kv-keys {} in each of {} stores, --kv-clients {} x --kv-requests {} latency samples",
+            kp.keys, kp.workers, kp.clients, kp.requests
+        )
+    })?;
+    let (files, per) = sides.model_files(kp);
+    let what = || {
+        format!(
+            "suite --kv-clients {}: model0 keeps an open file per QP, CQ and buffer ({per})",
+            kp.clients
+        )
+    };
+    session::check_model_files(dev, files, what, "lower --kv-clients")
+}
+
+/// The backends of `kinds` the workload runs on `dev` (direct on model0 only, see [`kinds`]).
+pub(in crate::probe) fn suite_backends(dev: &Dev, kinds: &[BackendKind]) -> Vec<BackendKind> {
+    kinds
+        .iter()
+        .copied()
+        .filter(|k| *k != BackendKind::Direct || dev.is_model())
+        .collect()
+}
+
+/// One of the suite's key-value points on backend `k`, both sides in this process.
+pub(in crate::probe) fn suite_point(
+    dev: &Dev,
+    k: BackendKind,
+    kp: &KvPlan,
+    cal: &crate::clock::Calibration,
+) -> Result<KvResult, ProbeError> {
+    let p = params(kp)?;
+    one(dev, k, &p).map(|r| KvResult::of(k.as_str(), &p, &r, cal))
+}
+
 /// A run's error as the probe's: a stop asked is the scenario's interruption, the peer's failure
 /// the peer's, anything else named with the backend.
 fn run_error(k: BackendKind, e: run::KvRunError) -> ProbeError {

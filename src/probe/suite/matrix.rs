@@ -3,6 +3,7 @@
 //! default of the full or the quick matrix.
 
 use crate::backend::{BackendKind, OpKind, Transport};
+use crate::probe::KvThreads;
 use std::time::Duration;
 
 /// A part of the suite.
@@ -14,6 +15,8 @@ pub enum Part {
     Bw,
     /// The post call's cost.
     PostCost,
+    /// The key-value workload (HERD over MICA stores), both sides in this process.
+    Kv,
 }
 
 impl Part {
@@ -23,6 +26,7 @@ impl Part {
             Part::Lat => "lat",
             Part::Bw => "bw",
             Part::PostCost => "post-cost",
+            Part::Kv => "kv",
         }
     }
 }
@@ -30,7 +34,7 @@ impl Part {
 /// The matrix the user asked for (each `None`: the default).
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct MatrixSpec {
-    /// The parts that run (default: all three).
+    /// The parts that run (default: all four).
     pub parts: Option<Vec<Part>>,
     /// Latency operations (default send, write, read, atomic).
     pub lat_ops: Option<Vec<OpKind>>,
@@ -59,6 +63,16 @@ pub struct MatrixSpec {
     pub post_cost_blocks: Option<u64>,
     /// The transports the latency and bandwidth parts run on (default RC).
     pub transports: Option<Vec<Transport>>,
+    /// The key-value part's client counts (a point each).
+    pub kv_clients: Option<Vec<u32>>,
+    /// The key-value part's windows (a point each, with every client count).
+    pub kv_windows: Option<Vec<u32>>,
+    /// Requests per client of each key-value point.
+    pub kv_requests: Option<u64>,
+    /// How the key-value points step their clients and workers (default: one thread).
+    pub kv_threads: Option<KvThreads>,
+    /// Keys in each store of a key-value point.
+    pub kv_keys: Option<u32>,
 }
 
 /// The largest matrix file read, bytes (a matrix is a few keys).
@@ -101,6 +115,11 @@ impl MatrixSpec {
             bw_min_ms: self.bw_min_ms.or(file.bw_min_ms),
             post_cost_blocks: self.post_cost_blocks.or(file.post_cost_blocks),
             transports: self.transports.or(file.transports),
+            kv_clients: self.kv_clients.or(file.kv_clients),
+            kv_windows: self.kv_windows.or(file.kv_windows),
+            kv_requests: self.kv_requests.or(file.kv_requests),
+            kv_threads: self.kv_threads.or(file.kv_threads),
+            kv_keys: self.kv_keys.or(file.kv_keys),
         }
     }
 
@@ -151,7 +170,8 @@ impl MatrixSpec {
 
     /// Reads a matrix file (TOML): keys `parts`, `ops` (both), `lat_ops`, `bw_ops`, `sizes`
     /// (both), `lat_sizes`, `bw_sizes`, `iters`, `duration_s`, `backends`, `transports`, `qps`, `threads`,
-    /// `bw_messages`, `bw_min_ms`, `post_cost_blocks`. Sizes are numbers or strings as on the
+    /// `bw_messages`, `bw_min_ms`, `post_cost_blocks`, `kv_clients`, `kv_windows`,
+    /// `kv_requests`, `kv_threads`, `kv_keys`. Sizes are numbers or strings as on the
     /// command line (`"64K"`, `"8-4M"`); an unknown key or a bad value is an error naming it.
     pub fn from_toml(text: &str) -> Result<MatrixSpec, String> {
         // the parser's message shows the line it stopped at: cut, as every quoted value
@@ -190,9 +210,17 @@ impl MatrixSpec {
                 "bw_messages" => m.bw_messages = Some(int(v, 1, 1_000_000_000).map_err(|e| bad(&e))?),
                 "bw_min_ms" => m.bw_min_ms = Some(int(v, 0, 3_600_000).map_err(|e| bad(&e))?),
                 "post_cost_blocks" => m.post_cost_blocks = Some(int(v, 1, 10_000_000).map_err(|e| bad(&e))?),
+                "kv_clients" => m.kv_clients = Some(toml_counts(v, MAX_KV_CLIENTS).map_err(|e| bad(&e))?),
+                "kv_windows" => m.kv_windows = Some(toml_counts(v, MAX_KV_WINDOW).map_err(|e| bad(&e))?),
+                "kv_requests" => m.kv_requests = Some(int(v, 1, MAX_KV_REQUESTS).map_err(|e| bad(&e))?),
+                "kv_keys" => m.kv_keys = Some(int(v, 1, u64::from(MAX_KV_KEYS)).map_err(|e| bad(&e))? as u32),
+                "kv_threads" => {
+                    let t = v.as_str().ok_or_else(|| bad("one or per-role"))?;
+                    m.kv_threads = Some(parse_kv_threads(t).map_err(|e| bad(&e))?)
+                }
                 _ => {
                     return Err(format!(
-                        "unknown key `{}` (the keys: parts, ops, lat_ops, bw_ops, sizes, lat_sizes, bw_sizes, iters, duration_s, backends, transports, qps, threads, bw_messages, bw_min_ms, post_cost_blocks)",
+                        "unknown key `{}` (the keys: parts, ops, lat_ops, bw_ops, sizes, lat_sizes, bw_sizes, iters, duration_s, backends, transports, qps, threads, bw_messages, bw_min_ms, post_cost_blocks, kv_clients, kv_windows, kv_requests, kv_threads, kv_keys)",
                         quote(k)
                     ))
                 }
@@ -219,22 +247,37 @@ fn cut_lines(s: &str) -> String {
     s.lines().take(12).map(quote).collect::<Vec<_>>().join("\n")
 }
 
-/// A file's sizes: a number, a string as on the command line (`"64K"`, `"8-4M"`), or a list of
-/// them.
-fn toml_sizes(v: &toml::Value) -> Result<Vec<u32>, String> {
+/// A file's value as the command line's list: a number (or a string, where `strings` allows
+/// them), or a list of them, joined with commas; `what` is the error otherwise.
+fn toml_list(v: &toml::Value, strings: bool, what: &str) -> Result<String, String> {
     let items = match v {
-        toml::Value::Array(a) => a.clone(),
-        x => vec![x.clone()],
+        toml::Value::Array(a) => a.iter().collect::<Vec<_>>(),
+        x => vec![x],
     };
     let mut text = Vec::new();
     for x in items {
         match x {
             toml::Value::Integer(n) => text.push(n.to_string()),
-            toml::Value::String(s) => text.push(s),
-            _ => return Err("sizes are numbers or strings such as \"64K\" or \"8-4M\"".into()),
+            toml::Value::String(s) if strings => text.push(s.clone()),
+            _ => return Err(what.to_string()),
         }
     }
-    parse_sizes(&text.join(","))
+    Ok(text.join(","))
+}
+
+/// A file's sizes: a number, a string as on the command line (`"64K"`, `"8-4M"`), or a list of
+/// them.
+fn toml_sizes(v: &toml::Value) -> Result<Vec<u32>, String> {
+    parse_sizes(&toml_list(
+        v,
+        true,
+        "sizes are numbers or strings such as \"64K\" or \"8-4M\"",
+    )?)
+}
+
+/// A file's counts: a whole number or a list of them, each 1 to `max`.
+fn toml_counts(v: &toml::Value, max: u32) -> Result<Vec<u32>, String> {
+    parse_counts(&toml_list(v, false, &format!("whole numbers from 1 to {max}"))?, max)
 }
 
 /// A file's duration: seconds, a whole or a decimal number from [`MIN_DURATION_S`] to a day.
@@ -292,15 +335,52 @@ fn parse_named<T: Copy + PartialEq>(s: &str, table: &[(&str, T)], what: &str, sh
     Ok(v)
 }
 
-/// `lat,bw,post-cost` (any of them, in any order; each once).
+/// `lat,bw,post-cost,kv` (any of them, in any order; each once).
 pub fn parse_parts(s: &str) -> Result<Vec<Part>, String> {
     let table = [
         ("lat", Part::Lat),
         ("bw", Part::Bw),
         ("post-cost", Part::PostCost),
         ("post_cost", Part::PostCost),
+        ("kv", Part::Kv),
     ];
-    parse_named(s, &table, "a part of the suite", "lat, bw, post-cost")
+    parse_named(s, &table, "a part of the suite", "lat, bw, post-cost, kv")
+}
+
+/// The most clients a key-value point runs (the suite's own bound: a client is a thread).
+pub const MAX_KV_CLIENTS: u32 = 64;
+
+/// The largest key-value window a point takes (what `kv --window` takes; the queue depth is
+/// checked again when the part is planned).
+pub const MAX_KV_WINDOW: u32 = 1024;
+
+/// The most keys a key-value point's store holds (MICA's index, as `kv --keys`).
+pub const MAX_KV_KEYS: u32 = 16 << 20;
+
+/// The most requests per client of a key-value point.
+pub const MAX_KV_REQUESTS: u64 = 100_000_000;
+
+/// `one` or `per-role`: how a key-value point steps its clients and workers.
+pub fn parse_kv_threads(s: &str) -> Result<KvThreads, String> {
+    match s.trim() {
+        "one" => Ok(KvThreads::One),
+        "per-role" | "per_role" => Ok(KvThreads::PerRole),
+        x => Err(format!("'{}' is not one or per-role", quote(x))),
+    }
+}
+
+/// Counts: `1,2,4` (whole numbers 1 to `max`; sorted, each once).
+pub fn parse_counts(s: &str, max: u32) -> Result<Vec<u32>, String> {
+    let mut v = Vec::new();
+    for x in list(s) {
+        match x.parse::<u32>() {
+            Ok(n) if (1..=max).contains(&n) => v.push(n),
+            _ => return Err(format!("'{}' is not a whole number from 1 to {max}", quote(x))),
+        }
+    }
+    v.sort_unstable();
+    v.dedup();
+    Ok(v)
 }
 
 /// `send,write,read,atomic,cmp_swap,write_imm,send_imm` (`atomic` and `fetch_add` are
@@ -422,7 +502,36 @@ mod tests {
         );
         assert!(parse_backends("mlx5").is_err());
         assert_eq!(parse_parts("bw,lat").unwrap(), vec![Part::Bw, Part::Lat]);
+        assert_eq!(parse_parts("kv,post_cost").unwrap(), vec![Part::Kv, Part::PostCost]);
         assert!(parse_parts("latency").is_err());
+        assert!(parse_parts("kv,kv").unwrap_err().contains("twice"));
+    }
+
+    /// The key-value part's counts: sorted, each once, 1 to the bound; its threads by name.
+    #[test]
+    fn kv_counts_and_threads() {
+        assert_eq!(parse_counts("4, 1,2,4", 64).unwrap(), vec![1, 2, 4]);
+        for bad in ["0", "65", "x", "", "-1", "1.5", "1,,2"] {
+            let e = parse_counts(bad, 64).unwrap_err();
+            assert!(e.contains("a whole number from 1 to 64"), "{bad}: {e}");
+        }
+        assert_eq!(parse_kv_threads("per-role"), Ok(KvThreads::PerRole));
+        assert_eq!(parse_kv_threads("one"), Ok(KvThreads::One));
+        assert!(parse_kv_threads("two").unwrap_err().contains("'two'"));
+        let f = MatrixSpec::from_toml(
+            "kv_clients = [8, 1]\nkv_windows = 16\nkv_requests = 500\nkv_threads = \"per-role\"\nkv_keys = 4096\n",
+        )
+        .unwrap();
+        assert_eq!(f.kv_clients, Some(vec![1, 8]));
+        assert_eq!(f.kv_windows, Some(vec![16]));
+        assert_eq!((f.kv_requests, f.kv_threads), (Some(500), Some(KvThreads::PerRole)));
+        assert_eq!(f.kv_keys, Some(4096));
+        let m = MatrixSpec {
+            kv_clients: Some(vec![2]),
+            ..Default::default()
+        }
+        .over(f);
+        assert_eq!((m.kv_clients, m.kv_windows), (Some(vec![2]), Some(vec![16])));
     }
 
     #[test]
@@ -496,6 +605,11 @@ mod tests {
             ("colour = 1", "colour"),
             ("parts = [\"lat\", \"lat\"]", "parts"),
             ("transports = [\"XRC\"]", "transports"),
+            ("kv_clients = [1, 0]", "kv_clients"),
+            ("kv_windows = [\"4\"]", "kv_windows"),
+            ("kv_requests = 0", "kv_requests"),
+            ("kv_threads = 1", "kv_threads"),
+            ("kv_keys = 16777217", "kv_keys"),
         ] {
             let e = MatrixSpec::from_toml(text).unwrap_err();
             assert!(e.contains(&format!("`{key}`")), "{text}: {e}");

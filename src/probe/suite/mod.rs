@@ -1,6 +1,6 @@
-//! The standard matrix in one run: latency (send, write, read, atomic), bandwidth (write, send)
-//! and post cost, on every backend the device runs, as plans; the results document, the
-//! interval log, the plots and the driver-overhead summary.
+//! The standard matrix in one run: latency (send, write, read, atomic), bandwidth (write, send),
+//! post cost and the key-value workload, on every backend the device runs, as plans; the
+//! results document, the interval log, the plots and the driver-overhead summary.
 //!
 //! Here: the suite's plan and report, the matrix that runs (the user's with the defaults for the
 //! rest); `run.rs`: the steps of a run; `matrix.rs`: the matrix as the user names it.
@@ -12,6 +12,7 @@ pub mod matrix;
 mod run;
 
 use crate::backend::{BackendKind, OpKind, Transport};
+use crate::probe::{KvPlan, KvThreads};
 use crate::report::Interval;
 use crate::scenario::runner::LatResult;
 use serde_json::json;
@@ -41,6 +42,10 @@ pub struct SuiteReport {
     pub bw_summary: Vec<String>,
     /// Per post-cost postlist each backend's p50 per WQE.
     pub pc_summary: Vec<String>,
+    /// Per key-value point each backend's Mops and p99.
+    pub kv_summary: Vec<String>,
+    /// How the key-value points stepped their clients and workers.
+    pub kv_threads: KvThreads,
     /// The backends that ran.
     pub backends: Vec<BackendKind>,
     /// The backends the device runs (those that ran are the ones asked for among them).
@@ -69,6 +74,11 @@ struct Matrix {
     qps: u64,
     threads: u64,
     transports: Vec<Transport>,
+    kv_clients: Vec<u32>,
+    kv_windows: Vec<u32>,
+    kv_requests: u64,
+    kv_threads: KvThreads,
+    kv_keys: u32,
     /// The largest UD message on the device (set once it is open).
     ud_mtu: u32,
 }
@@ -87,11 +97,16 @@ impl Matrix {
                 1000,
             )
         };
+        let (kv_clients, kv_requests) = if p.quick {
+            (vec![1, 2], 20_000)
+        } else {
+            (vec![1, 2, 4, 8], 100_000)
+        };
         Matrix {
             parts: u
                 .parts
                 .clone()
-                .unwrap_or_else(|| vec![Part::Lat, Part::Bw, Part::PostCost]),
+                .unwrap_or_else(|| vec![Part::Lat, Part::Bw, Part::PostCost, Part::Kv]),
             lat_ops: u
                 .lat_ops
                 .clone()
@@ -111,6 +126,13 @@ impl Matrix {
             qps: u.qps.unwrap_or(1),
             threads: u.threads.unwrap_or(1),
             transports: u.transports.clone().unwrap_or_else(|| vec![Transport::Rc]),
+            kv_clients: u.kv_clients.clone().unwrap_or(kv_clients),
+            kv_windows: u.kv_windows.clone().unwrap_or_else(|| vec![KvPlan::default().window]),
+            kv_requests: u.kv_requests.unwrap_or(kv_requests),
+            // one thread steps every client and worker: the suite sets backends side by side,
+            // and threads that outnumber the CPUs would add their scheduling to every figure
+            kv_threads: u.kv_threads.unwrap_or(KvThreads::One),
+            kv_keys: u.kv_keys.unwrap_or(KvPlan::default().keys),
             ud_mtu: u32::MAX,
         }
     }
@@ -159,6 +181,9 @@ impl Matrix {
         if self.parts.contains(&Part::PostCost) {
             parts.push(format!("post-cost {} blocks", self.pc_blocks));
         }
+        if self.parts.contains(&Part::Kv) {
+            parts.push(self.kv_described());
+        }
         if self.transports.contains(&Transport::Ud) {
             let over: Vec<String> = self
                 .lat_sizes
@@ -185,6 +210,19 @@ impl Matrix {
             ));
         }
         parts.join("; ")
+    }
+
+    /// The key-value part for the heading.
+    fn kv_described(&self) -> String {
+        let n = |v: &[u32]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>().join(",");
+        format!(
+            "kv {} client(s) x window {}, {} requests per client, {} keys, threads {}",
+            n(&self.kv_clients),
+            n(&self.kv_windows),
+            self.kv_requests,
+            self.kv_keys,
+            self.kv_threads.as_str()
+        )
     }
 
     /// The sizes `op` runs at on transport `t` (UD: up to the MTU).
@@ -221,7 +259,29 @@ impl Matrix {
         if self.parts.contains(&Part::PostCost) {
             n += POSTLISTS.len();
         }
-        n
+        n + self.kv_points().len()
+    }
+
+    /// The key-value points: every client count at every window (none when the part does not
+    /// run); each the `kv` command's defaults for the rest of its plan.
+    fn kv_points(&self) -> Vec<KvPlan> {
+        if !self.parts.contains(&Part::Kv) {
+            return Vec::new();
+        }
+        let mut v = Vec::new();
+        for &window in &self.kv_windows {
+            for &clients in &self.kv_clients {
+                v.push(KvPlan {
+                    clients,
+                    window,
+                    requests: self.kv_requests,
+                    threads: self.kv_threads,
+                    keys: self.kv_keys,
+                    ..KvPlan::default()
+                });
+            }
+        }
+        v
     }
 
     /// As recorded in the results' params.
@@ -236,6 +296,8 @@ impl Matrix {
             "backends": kinds.iter().map(|k| k.as_str()).collect::<Vec<_>>(),
             "qps_per_thread": self.qps, "threads": self.threads,
             "transports": self.transports.iter().map(|t| t.as_str()).collect::<Vec<_>>(),
+            "kv_clients": self.kv_clients, "kv_windows": self.kv_windows, "kv_requests": self.kv_requests,
+            "kv_threads": self.kv_threads.as_str(), "kv_keys": self.kv_keys,
         })
     }
 }
@@ -256,7 +318,8 @@ pub fn run(sp: &SuitePlan, obs: &mut dyn Observer) -> Result<SuiteReport, ProbeE
     let mut suite = run::Suite::open(sp, obs)?;
     suite.points(obs)?;
     let pc = suite.post_cost(obs)?;
-    suite.document(sp, pc)
+    let kv = suite.kv(obs)?;
+    suite.document(sp, [pc, kv])
 }
 
 /// One summary line: each backend's p50/p99 over all its samples, then each other backend's
@@ -310,6 +373,14 @@ impl SuiteReport {
         part(
             "summary: post cost of an 8 B inline WRITE, ns per WQE (p50 over blocks) per backend\n".into(),
             &self.pc_summary,
+        );
+        part(
+            format!(
+                "summary: key-value (HERD over MICA stores, both sides in this process, {}), Mops and the p99 \
+                 latency in ns (a request's post to its response) per backend\n",
+                crate::probe::measure::kv_threads_said(self.kv_threads, &crate::probe::report::Role::Loopback)
+            ),
+            &self.kv_summary,
         );
         if s.is_empty() {
             s = "summary: nothing ran\n".into();
@@ -387,6 +458,8 @@ mod tests {
             summary: vec!["  lat write 8 B".into()],
             bw_summary: Vec::new(),
             pc_summary: Vec::new(),
+            kv_summary: Vec::new(),
+            kv_threads: KvThreads::One,
             backends: ran.to_vec(),
             device_backends: device.to_vec(),
             no_direct: no_direct.map(str::to_string),

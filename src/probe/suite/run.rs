@@ -1,6 +1,7 @@
 //! A suite from its plan to its report, in steps: the matrix and the device checked and opened,
-//! the heading; per transport the latency and the bandwidth points; the post cost on a handle of
-//! its own; the results document with the device's counters over the whole suite.
+//! the heading; per transport the latency and the bandwidth points; the post cost and the
+//! key-value points each on a handle of its own; the results document with the device's
+//! counters over the whole suite.
 
 use super::{op_name, overhead_line, Matrix, MatrixSpec, Part, SuitePlan, SuiteReport, POSTLISTS};
 use crate::backend::setup::{Dev, INLINE};
@@ -9,9 +10,9 @@ use crate::clock::Calibration;
 use crate::mlx5::sq::DbMode;
 use crate::model::{Counters, ExecMode, ModelConfig};
 use crate::probe::check::counters::{self, CounterDelta};
-use crate::probe::measure::{bw, lat, post_cost, session};
+use crate::probe::measure::{bw, kv, lat, post_cost, session};
 use crate::probe::report::result_doc;
-use crate::probe::{Backends, LatPlan, Observer, Plan, ProbeError, Quiet, Scenario, INTERRUPTED};
+use crate::probe::{Backends, KvThreads, LatPlan, Observer, Plan, ProbeError, Quiet, Scenario, INTERRUPTED};
 use crate::report::env::Fingerprint;
 use crate::report::{Hist, Interval};
 use crate::scenario::bw::BwParams;
@@ -24,8 +25,9 @@ use std::time::{Duration, Instant};
 /// The device's counters before a part of the suite, where they come from.
 type Before = Option<(&'static str, Counters)>;
 
-/// The post cost's device handle and its counters before it (model0's second handle only).
-pub(super) type PostCostDev = Option<(Dev, Before)>;
+/// A part's own device handle and its counters before it (model0's other handles only: a
+/// NIC's counters are the port's, counted once by the suite's own handle).
+pub(super) type OwnDev = Option<(Dev, Before)>;
 
 /// A suite under way: the matrix, the device and its backends, the clock; the report, the
 /// runs' records as they come and the steps told so far.
@@ -72,6 +74,7 @@ impl Suite {
         m.ud_mtu = session::ud_mtu(&dev);
         check_points(&m, &dev)?;
         check_memory(&m, kinds.len() as u64)?;
+        notes.extend(kv_checks(&m, &dev, &kinds)?);
         let before = counters::sample(&dev);
         let (cal, env) = session::calibrate(&dev, true)?;
         let mut warnings = env.warnings();
@@ -79,6 +82,12 @@ impl Suite {
         if m.parts.contains(&Part::Bw) {
             warnings.extend(crate::workers::oversubscription(m.threads as usize));
         }
+        let kv_threads = m.kv_points().iter().map(|k| u64::from(k.clients + k.workers)).max();
+        warnings.extend(
+            kv_threads
+                .filter(|_| m.kv_threads == KvThreads::PerRole)
+                .and_then(kv_sharing),
+        );
         obs.heading(&heading(sp, &m, &dev, &kinds, &warnings));
         let r = SuiteReport {
             doc: json!(null),
@@ -86,6 +95,8 @@ impl Suite {
             summary: Vec::new(),
             bw_summary: Vec::new(),
             pc_summary: Vec::new(),
+            kv_summary: Vec::new(),
+            kv_threads: m.kv_threads,
             backends: kinds.clone(),
             device_backends: dev.backends(),
             no_direct: dev.supports(BackendKind::Direct).err().map(|e| e.to_string()),
@@ -242,7 +253,7 @@ impl Suite {
 
     /// The post cost at each postlist, on a device handle of its own: model0's in deferred mode
     /// (so only the post is timed), a NIC opened again; with its counters before (model0).
-    pub(super) fn post_cost(&mut self, obs: &mut dyn Observer) -> Result<PostCostDev, ProbeError> {
+    pub(super) fn post_cost(&mut self, obs: &mut dyn Observer) -> Result<OwnDev, ProbeError> {
         if !self.m.parts.contains(&Part::PostCost) {
             return Ok(None);
         }
@@ -279,9 +290,38 @@ impl Suite {
         Ok(Some((d, pc_before)))
     }
 
+    /// The key-value points on a device handle of their own (model0's executing a WQE in the
+    /// thread that rings its doorbell, as `kv` runs it; a NIC opened again): at each point every
+    /// backend the workload runs, one after the other, a record and a summary line.
+    pub(super) fn kv(&mut self, obs: &mut dyn Observer) -> Result<OwnDev, ProbeError> {
+        let points = self.m.kv_points();
+        if points.is_empty() {
+            return Ok(None);
+        }
+        let d = if self.dev.is_model() {
+            Dev::open(Some("model0"), 1, None, ModelConfig::default())?.0
+        } else {
+            session::open_device(&self.plan, ModelConfig::default(), &mut Quiet)?
+        };
+        let before = counters::sample(&d).filter(|_| self.dev.is_model());
+        let kinds = kv::suite_backends(&d, &self.kinds);
+        for kp in points {
+            let what = format!("kv {} client(s) window {}", kp.clients, kp.window);
+            self.next(obs, &what);
+            let mut line = format!("  {what:<28}");
+            for k in &kinds {
+                let x = kv::suite_point(&d, *k, &kp, &self.cal)?;
+                line += &format!(" {}: {:.3} Mops, p99 {:.0}", k.as_str(), x.mops, x.latency.p99);
+                self.runs.push(serde_json::to_value(&x)?);
+            }
+            self.r.kv_summary.push(line);
+        }
+        Ok(Some((d, before)))
+    }
+
     /// The results document: the parameters, every run, and the device's counters over the
-    /// suite (model0: both handles', the post cost's own).
-    pub(super) fn document(self, sp: &SuitePlan, pc: PostCostDev) -> Result<SuiteReport, ProbeError> {
+    /// suite (model0: every handle's, the post cost's and the key-value part's own).
+    pub(super) fn document(self, sp: &SuitePlan, own: [OwnDev; 2]) -> Result<SuiteReport, ProbeError> {
         let (m, kinds) = (&self.m, &self.kinds);
         let mut params = json!({ "scenario": "suite", "quick": sp.quick, "backends": kinds.iter().map(|k| k.as_str()).collect::<Vec<_>>(),
                 "lat_iters": m.duration.is_none().then_some(m.iters), "bw_min_duration_ms": m.bw_min_ms, "bw_window_ms": 1.0, "post_cost_blocks": m.pc_blocks });
@@ -295,9 +335,11 @@ impl Suite {
             serde_json::Value::from(self.runs),
         )?;
         let mut counters = CounterDelta::since(self.before, &self.dev);
-        if let (Some(c), Some(pc)) = (counters.as_mut(), pc.and_then(|(d, b)| CounterDelta::since(b, &d))) {
-            for (k, v) in pc.delta {
-                *c.delta.entry(k).or_default() += v;
+        for part in own {
+            if let (Some(c), Some(o)) = (counters.as_mut(), part.and_then(|(d, b)| CounterDelta::since(b, &d))) {
+                for (k, v) in o.delta {
+                    *c.delta.entry(k).or_default() += v;
+                }
             }
         }
         if let Some(c) = counters {
@@ -315,7 +357,7 @@ fn check_points(m: &Matrix, dev: &Dev) -> Result<(), ProbeError> {
     } else {
         0
     };
-    if (m.parts.contains(&Part::Lat) || m.parts.contains(&Part::Bw)) && m.steps() == pc_steps {
+    if (m.parts.contains(&Part::Lat) || m.parts.contains(&Part::Bw)) && m.steps() == pc_steps + m.kv_points().len() {
         return Err(ProbeError::Usage(format!(
             "--transports/--ops/--sizes: no latency or bandwidth point to run (UC carries send and write, UD send up to \
              the MTU, {} bytes on {})",
@@ -378,6 +420,29 @@ fn check_memory(m: &Matrix, backends: u64) -> Result<(), ProbeError> {
         })?;
     }
     Ok(())
+}
+
+/// The key-value points checked before the first point runs ([`kv::suite_check`]); the notes:
+/// model0's open-files limit raised, the direct backend left out on a NIC.
+fn kv_checks(m: &Matrix, dev: &Dev, kinds: &[BackendKind]) -> Result<Vec<String>, ProbeError> {
+    let mut notes = Vec::new();
+    for kp in m.kv_points() {
+        notes.extend(kv::suite_check(dev, &kp)?);
+    }
+    if !m.kv_points().is_empty() && kinds.contains(&BackendKind::Direct) && !dev.is_model() {
+        notes.push("kv: the direct path's key-value ends run on model0 so far: the kv part runs verbs and wr".into());
+    }
+    Ok(notes)
+}
+
+/// The warning when a per-role key-value point's `n` threads outnumber the CPUs.
+fn kv_sharing(n: u64) -> Option<String> {
+    let cpus = std::thread::available_parallelism().map_or(1, |c| c.get()) as u64;
+    (n > cpus).then(|| {
+        format!(
+            "kv --kv-threads per-role: up to {n} threads (one per client and worker) on {cpus} CPUs: they take turns, so the kv figures include their scheduling"
+        )
+    })
 }
 
 /// The suite's heading: what runs on what, the matrix when the user changed it, the warnings.
