@@ -509,8 +509,9 @@ fn direct_path_writes_on_mlx5_and_refuses_elsewhere() {
 
 /// The key-value workload on the device (issue 27; small): HERD's requests as inline UC WRITEs
 /// into the region, responses as inline UD SEND_WITH_IMM, every GET's value checked, both
-/// verbs backends, uniform and Zipf keys with half of them PUTs; verbs stepped in one thread,
-/// wr with a thread per client and worker.
+/// verbs backends and, on an mlx5 device, the direct path's ends on its QPs taken over with
+/// mlx5dv; uniform and Zipf keys with half of them PUTs; verbs stepped in one thread, wr and
+/// direct with a thread per client and worker.
 #[test]
 #[ignore = "needs an RDMA device: RDMAPROBE_TEST_DEVICE"]
 fn kv_requests_over_uc_and_responses_over_ud() {
@@ -532,7 +533,14 @@ fn kv_requests_over_uc_and_responses_over_ud() {
         clients: 2,
         window: 8,
     };
-    for (kind, zipf) in [(BackendKind::Verbs, false), (BackendKind::Wr, true)] {
+    // the direct path's ends on an mlx5 device (a ConnectX; model0 through libmlx5): its own WQEs
+    // on the QPs taken over with mlx5dv
+    let mlx5 = dev.supports(BackendKind::Direct).is_ok();
+    let mut kinds = vec![(BackendKind::Verbs, false), (BackendKind::Wr, true)];
+    if mlx5 {
+        kinds.push((BackendKind::Direct, true));
+    }
+    for (kind, zipf) in kinds {
         let dist = if zipf {
             KeyDist::zipf(1024, 0.99).unwrap()
         } else {
@@ -551,17 +559,23 @@ fn kv_requests_over_uc_and_responses_over_ud() {
             requests: 300,
             stall: DEADLINE,
             deadline: 4 * DEADLINE,
-            threads: if kind == BackendKind::Wr {
+            threads: if kind != BackendKind::Verbs {
                 Threads::PerRole
             } else {
                 Threads::One
             },
         };
-        let mut paths = loopback(&dev, kind, layout).unwrap_or_else(|e| panic!("{kind:?}: {e}"));
-        // verbs in one thread, wr with a thread per client and worker
-        let r = match p.threads {
-            Threads::One => run::loopback(&mut paths.clients, &mut paths.workers, &p),
-            Threads::PerRole => threads::loopback(&mut paths.clients, &mut paths.workers, &p),
+        // verbs in one thread, wr and direct with a thread per client and worker
+        let r = if kind == BackendKind::Direct {
+            let mut paths =
+                rdmaprobe::backend::kv::direct::nic_loopback(&dev, layout).unwrap_or_else(|e| panic!("{kind:?}: {e}"));
+            threads::loopback(&mut paths.clients, &mut paths.workers, &p)
+        } else {
+            let mut paths = loopback(&dev, kind, layout).unwrap_or_else(|e| panic!("{kind:?}: {e}"));
+            match p.threads {
+                Threads::One => run::loopback(&mut paths.clients, &mut paths.workers, &p),
+                Threads::PerRole => threads::loopback(&mut paths.clients, &mut paths.workers, &p),
+            }
         }
         .unwrap_or_else(|e| panic!("{kind:?}: {e}"));
         for c in &r.clients {

@@ -133,6 +133,48 @@ fn a_thread_per_role_answers_every_request_on_every_backend() {
     }
 }
 
+/// The direct path's ends on an mlx5 device's QPs taken over with mlx5dv (a ConnectX's ends),
+/// here model0's through libmlx5: the WQEs written into libmlx5's rings, the doorbells rung and
+/// the CQEs read by rdmaprobe; every request answered, every GET's value checked, in one thread
+/// and with a thread per client and worker, uniform keys and Zipf with half PUTs.
+#[test]
+fn the_direct_path_runs_on_an_mlx5_device_s_qps() {
+    use rdmaprobe::scenario::kv::threads;
+    let _g = cmd::serial();
+    let d = dev();
+    for (update, postlist, zipf, per_role) in [(0, 32, false, false), (50, 1, true, false), (50, 32, false, true)] {
+        let mut p = params(2, 3, 16, update, 2000, postlist);
+        if zipf {
+            p.shape.dist = KeyDist::zipf(p.shape.keys, 0.99).unwrap();
+        }
+        let mut paths = direct::nic_loopback(&d, p.shape.layout).unwrap();
+        let r = if per_role {
+            p.threads = threads::Threads::PerRole;
+            threads::loopback(&mut paths.clients, &mut paths.workers, &p)
+        } else {
+            run::loopback(&mut paths.clients, &mut paths.workers, &p)
+        }
+        .unwrap_or_else(|e| panic!("update {update}, postlist {postlist}: {e}"));
+        assert!(
+            r.clients.iter().all(|c| (c.issued, c.answered) == (2000, 2000)),
+            "{:?}",
+            r.clients
+        );
+        let hits: u64 = r.clients.iter().map(|c| c.get_hits).sum();
+        let puts: u64 = r.clients.iter().map(|c| c.puts).sum();
+        assert_eq!(hits, r.workers.iter().map(|w| w.store.get_hits).sum::<u64>());
+        assert_eq!(r.workers.iter().map(|w| w.requests).sum::<u64>(), 6000);
+        if update == 0 {
+            assert_eq!((hits, puts), (6000, 0));
+        } else {
+            assert!((2500..3500).contains(&puts), "{puts}");
+        }
+        if postlist == 1 {
+            assert_eq!(r.workers.iter().map(|w| w.batches).sum::<u64>(), 6000);
+        }
+    }
+}
+
 #[test]
 fn the_direct_path_runs_on_model0_s_own_qps() {
     let d = dev();

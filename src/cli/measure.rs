@@ -311,8 +311,8 @@ pub struct KvArgs {
     /// Device, port and GID index.
     #[command(flatten)]
     dev: DevArgs,
-    /// Post path(s): verbs, wr, and direct (on model0: its key-value ends on a ConnectX are not
-    /// built yet).
+    /// Post path(s): verbs, wr, and direct (an mlx5 device, or model0: rdmaprobe's own WQEs on
+    /// the UC and UD QPs).
     #[arg(long, value_enum, default_value_t = BackendArg::All)]
     backend: BackendArg,
     /// Write the results as JSON.

@@ -24,8 +24,8 @@ pub struct DirectQp {
     pub rq: Rq<NoHook>,
     /// The completion queue (send and receive).
     pub cq: DirectCq,
-    /// UD: the address handle to the peer, whose address vector each WQE copies.
-    ah: Option<Ah>,
+    /// UD: the address handles to the peers, whose address vectors the WQEs copy.
+    ahs: Vec<Ah>,
     qp: Qp,
     _cq: Cq,
     _pd: Pd,
@@ -126,7 +126,7 @@ impl DirectQp {
             rq,
             sq,
             cq: dcq,
-            ah: None,
+            ahs: Vec::new(),
             qp,
             _cq: cq,
             _pd: parent,
@@ -189,7 +189,8 @@ impl DirectQp {
         self.qp.connect_ud(port, pkey_index, qkey)
     }
 
-    /// UD: an address handle in `pd` to `remote` (kept with this QP; service level and traffic
+    /// UD: an address handle in `pd` to `remote` (kept with this QP, beside any made before for
+    /// other peers; service level and traffic
     /// class `sl_tclass`, as [`Ah::new`]), and the datagram segment
     /// of every WQE to it: the address vector libmlx5 built for the handle (`mlx5dv_init_obj`)
     /// with the remote QP number and `qkey` filled in, as libmlx5's `set_datagram_seg` does.
@@ -223,7 +224,7 @@ impl DirectQp {
         }
         // SAFETY: libmlx5's address vector of the handle, alive while `ah` is (kept below).
         let av = AvSeg::from_raw(unsafe { &*dv_ah.av }).to(remote.qpn, qkey);
-        self.ah = Some(ah);
+        self.ahs.push(ah);
         Ok(av)
     }
 }

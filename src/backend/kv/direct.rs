@@ -3,19 +3,28 @@
 //! worker's batch is one inline SEND_WITH_IMM WQE per response, each with the datagram segment
 //! of its client, and one doorbell for the batch; completions and receives are read from the
 //! CQs directly. The ends are generic over the queues ([`DirectQueues`]); [`model_loopback`]
-//! builds them on model0's own QPs.
+//! builds them on model0's own QPs, [`nic_loopback`] on an mlx5 device's QPs taken over with
+//! mlx5dv (a ConnectX, or model0 through libmlx5).
 
+use std::any::Any;
+
+use super::verbs::{device_parts, Parts};
 use super::{check_addrs, Addr, ClientAddr, ClientLink, Reply, Response, ServerAddr, WorkerLink, SLOT};
 use crate::backend::direct::DirectQueues;
-use crate::backend::setup::{SetupError, DEPTH};
-use crate::backend::{BackendError, MemView, QKEY};
-use crate::mlx5::cq::{cqe_op, Cqe};
+use crate::backend::setup::{Dev, SetupError, DEPTH};
+use crate::backend::verbs::ModelHook;
+use crate::backend::{BackendError, BackendKind, MemView, QKEY};
+use crate::mlx5::cq::{cqe_op, Cq, Cqe};
+use crate::mlx5::rq::Rq;
 use crate::mlx5::seg::{AvSeg, DataSeg};
-use crate::mlx5::sq::DbMode;
+use crate::mlx5::sq::{DbMode, Sq};
 use crate::mlx5::wqe::{Payload, Wqe};
 use crate::model::{DirectModelQp, Model, ModelConnect, ModelMr, ModelQpCaps};
 use crate::scenario::kv::op::{Layout, OPCODE_AT};
+use crate::sys;
+use crate::verbs::direct::DirectQp;
 use crate::verbs::RemoteBuf;
+use crate::verbs::{Mr, MrAccess, Pd, QpCaps};
 use std::sync::Arc;
 
 /// The GRH area before a UD receive's data.
@@ -66,7 +75,30 @@ pub struct KvDirectClient<Q: DirectQueues> {
     done: u64,
     cqes: [Cqe; 16],
     workers: Vec<u32>,
-    _rx: ModelMr,
+    /// The receive buffers' registration (model0's or a NIC's).
+    _rx: Box<dyn Any + Send>,
+}
+
+impl<Q: DirectQueues> KvDirectClient<Q> {
+    /// A client of UC QP `uc` and UD QP `ud` with `ring` receive buffers in `rx` (its view, its
+    /// address and its lkey), kept registered by `keep`; its server's region and workers come
+    /// when it is connected.
+    fn new(uc: Q, ud: Q, rx: (MemView, u64, u32), ring: usize, keep: Box<dyn Any + Send>) -> Self {
+        KvDirectClient {
+            uc,
+            ud,
+            region: RemoteBuf::default(),
+            rx: rx.0,
+            rx_base: rx.1,
+            rx_lkey: rx.2,
+            ring,
+            posted: 0,
+            done: 0,
+            cqes: [Cqe::default(); 16],
+            workers: Vec::new(),
+            _rx: keep,
+        }
+    }
 }
 
 impl<Q: DirectQueues> ClientLink for KvDirectClient<Q> {
@@ -164,7 +196,8 @@ pub struct KvDirectWorker<Q: DirectQueues> {
     region: MemView,
     avs: Vec<AvSeg>,
     cqes: [Cqe; 16],
-    _region: Arc<ModelMr>,
+    /// The region's registration (model0's or a NIC's).
+    _region: Arc<dyn Any + Send + Sync>,
 }
 
 impl<Q: DirectQueues> WorkerLink for KvDirectWorker<Q> {
@@ -212,19 +245,19 @@ impl<Q: DirectQueues> WorkerLink for KvDirectWorker<Q> {
 }
 
 /// The server's side of the requests: a UC QP for each client and the region they write.
-struct Server {
-    _qps: Vec<DirectModelQp>,
-    _region: Arc<ModelMr>,
+struct Server<Q> {
+    _qps: Vec<Q>,
+    _region: Arc<dyn Any + Send + Sync>,
 }
 
-/// Every client's and worker's direct end of a loopback run on model0, and the server side they
-/// reach (dropped after them).
-pub struct KvDirectPaths {
+/// Every client's and worker's direct end of a loopback run (on model0's own QPs, or on an mlx5
+/// device's), and the server side they reach (dropped after them).
+pub struct KvDirectPaths<Q: DirectQueues = DirectModelQp> {
     /// The clients' ends.
-    pub clients: Vec<KvDirectClient<DirectModelQp>>,
+    pub clients: Vec<KvDirectClient<Q>>,
     /// The workers' ends.
-    pub workers: Vec<KvDirectWorker<DirectModelQp>>,
-    _server: Server,
+    pub workers: Vec<KvDirectWorker<Q>>,
+    _server: Server<Q>,
 }
 
 /// A model0 QP of transport `t` (its Q_Key set), whose queues the direct path drives.
@@ -262,20 +295,8 @@ pub fn model_clients(
             uc: qpn_addr(c.qp.qpn()),
             ud: qpn_addr(ud.qp.qpn()),
         });
-        clients.push(KvDirectClient {
-            uc: c,
-            ud,
-            region: RemoteBuf::default(),
-            rx,
-            rx_base: rx_mr.addr(),
-            rx_lkey: rx_mr.lkey(),
-            ring,
-            posted: 0,
-            done: 0,
-            cqes: [Cqe::default(); 16],
-            workers: Vec::new(),
-            _rx: rx_mr,
-        });
+        let (base, lkey) = (rx_mr.addr(), rx_mr.lkey());
+        clients.push(KvDirectClient::new(c, ud, (rx, base, lkey), ring, Box::new(rx_mr)));
     }
     Ok((clients, addrs))
 }
@@ -301,12 +322,12 @@ pub fn connect_model_clients(
     Ok(())
 }
 
-/// The server's direct ends on model0 (in its process): the workers, and the UC QPs and region
-/// the clients reach (dropped after the workers).
-pub struct KvDirectServerSide {
+/// The server's direct ends (in its process): the workers, and the UC QPs and region the
+/// clients reach (dropped after the workers).
+pub struct KvDirectServerSide<Q: DirectQueues = DirectModelQp> {
     /// The workers' ends.
-    pub workers: Vec<KvDirectWorker<DirectModelQp>>,
-    server: Server,
+    pub workers: Vec<KvDirectWorker<Q>>,
+    server: Server<Q>,
 }
 
 /// The server's direct ends of `layout` on model0 for the clients at `clients` (checked against
@@ -321,7 +342,7 @@ pub fn model_server(
     check_addrs(&layout, Some(clients), None)?;
     let pd = model.alloc_pd();
     let access = crate::sys::IBV_ACCESS_LOCAL_WRITE | crate::sys::IBV_ACCESS_REMOTE_WRITE;
-    let region = Arc::new(model.reg_mr(pd, layout.bytes(), access)?);
+    let region: Arc<ModelMr> = Arc::new(model.reg_mr(pd, layout.bytes(), access)?);
     let mut qps = Vec::new();
     for c in clients {
         let s = model_qp(model, pd, Transport::Uc)?;
@@ -365,6 +386,173 @@ pub fn model_loopback(model: &Model, layout: Layout) -> Result<KvDirectPaths, Se
     let (mut clients, addrs) = model_clients(model, layout)?;
     let (side, saddr) = model_server(model, layout, &addrs)?;
     connect_model_clients(&mut clients, layout, &saddr)?;
+    Ok(KvDirectPaths {
+        clients,
+        workers: side.workers,
+        _server: side.server,
+    })
+}
+
+/// An mlx5 device's QP taken over with mlx5dv ([`DirectQp`]), with model0's hook when the device
+/// is model0 through libmlx5 (nothing watches its doorbells there: what was rung executes before
+/// each poll and after each post, as on the verbs backends' QPs).
+pub struct NicQp {
+    q: DirectQp,
+    hook: ModelHook,
+}
+
+impl DirectQueues for NicQp {
+    type Hook = crate::mlx5::sq::NoHook;
+    fn parts(&mut self) -> (&mut Sq<Self::Hook>, &mut Rq<Self::Hook>, &mut Cq) {
+        self.q.parts()
+    }
+    fn progress(&mut self) {
+        self.hook.before_poll();
+    }
+    fn after_post(&mut self) {
+        self.hook.after_post();
+    }
+    fn describe(&self) -> String {
+        self.q.describe()
+    }
+    fn qpn(&self) -> u32 {
+        self.q.qpn()
+    }
+}
+
+/// A UC or UD QP of `d`'s device in `pd` with a CQ of its own, taken over with mlx5dv; refused
+/// when it grants less inline data than a slot.
+fn nic_qp(pd: &Pd, d: &Parts<'_>, qp_type: u32) -> Result<NicQp, SetupError> {
+    let caps = QpCaps {
+        max_send_wr: DEPTH,
+        max_recv_wr: DEPTH,
+        max_send_sge: 1,
+        max_recv_sge: 1,
+        max_inline_data: SLOT as u32,
+    };
+    let q = DirectQp::with_type(pd, caps, 2 * DEPTH, DbMode::Bf, qp_type)?;
+    if q.max_inline() < SLOT as u32 {
+        return Err(SetupError::from(BackendError::Unsupported {
+            backend: "direct",
+            why: format!(
+                "QP {:#x}: {} B of inline data granted; the key-value workload sends requests and responses of up to {SLOT} B inline",
+                q.qpn(),
+                q.max_inline()
+            ),
+        }));
+    }
+    let hook = ModelHook::of(q.verbs_qp(), d.ctx.name());
+    Ok(NicQp { q, hook })
+}
+
+/// `dev`'s verbs parts for the direct ends: an mlx5 device (or model0 through libmlx5).
+fn nic_parts(dev: &Dev) -> Result<Parts<'_>, SetupError> {
+    let d = device_parts(dev, BackendKind::Direct)?;
+    crate::verbs::direct::require_mlx5(d.ctx)?;
+    Ok(d)
+}
+
+/// The clients' direct ends of `layout` on `dev`'s mlx5 QPs: for each a UC QP (connected by
+/// [`connect_nic_clients`] once the server's addresses are known) and a UD QP with `2 * window`
+/// receive buffers; their addresses, for the server.
+pub fn nic_clients(dev: &Dev, layout: Layout) -> Result<(Vec<KvDirectClient<NicQp>>, Vec<ClientAddr>), SetupError> {
+    let d = nic_parts(dev)?;
+    let pd = Pd::new(d.ctx)?;
+    let ring = 2 * layout.window as usize;
+    let (mut clients, mut addrs) = (Vec::new(), Vec::new());
+    for _ in 0..layout.clients {
+        let uc = nic_qp(&pd, &d, sys::IBV_QPT_UC)?;
+        let mut ud = nic_qp(&pd, &d, sys::IBV_QPT_UD)?;
+        ud.q.connect_ud(d.port, d.opts.pkey_index, QKEY)?;
+        let rx_mr = Mr::new(&pd, ring * RECV_BUF, MrAccess::LOCAL_WRITE, false)?;
+        // SAFETY: the MR's buffer lives as long as `rx_mr`, which the client owns.
+        let rx = unsafe { MemView::new(rx_mr.as_ptr(), rx_mr.len()) };
+        addrs.push(ClientAddr {
+            uc: Addr::of(&uc.q.endpoint(d.port, d.gid)?),
+            ud: Addr::of(&ud.q.endpoint(d.port, d.gid)?),
+        });
+        let (base, lkey) = (rx_mr.addr(), rx_mr.lkey());
+        clients.push(KvDirectClient::new(uc, ud, (rx, base, lkey), ring, Box::new(rx_mr)));
+    }
+    Ok((clients, addrs))
+}
+
+/// Connects each client's UC QP to its server UC QP in `server` (checked against `layout`), and
+/// gives the clients the region and the workers' QP numbers.
+pub fn connect_nic_clients(
+    dev: &Dev,
+    clients: &mut [KvDirectClient<NicQp>],
+    layout: Layout,
+    server: &ServerAddr,
+) -> Result<(), SetupError> {
+    check_addrs(&layout, None, Some(server))?;
+    let d = nic_parts(dev)?;
+    for (c, s) in clients.iter_mut().zip(&server.uc) {
+        crate::backend::path::path_taken(d.ctx, c.uc.q.connect(d.port, &d.opts, &s.endpoint())?)?;
+        c.region = server.region;
+        c.workers = server.workers.clone();
+    }
+    Ok(())
+}
+
+/// The server's direct ends of `layout` on `dev`'s mlx5 QPs for the clients at `clients`
+/// (checked against it): a UC QP connected to each client's, the request region, and for each
+/// worker a UD QP with the address vector of every client's UD QP (libmlx5's, of an address
+/// handle kept with the QP); their addresses, for the clients.
+pub fn nic_server(
+    dev: &Dev,
+    layout: Layout,
+    clients: &[ClientAddr],
+) -> Result<(KvDirectServerSide<NicQp>, ServerAddr), SetupError> {
+    check_addrs(&layout, Some(clients), None)?;
+    let d = nic_parts(dev)?;
+    let pd = Pd::new(d.ctx)?;
+    let access = MrAccess::LOCAL_WRITE | MrAccess::REMOTE_WRITE;
+    let region = Arc::new(Mr::new(&pd, layout.bytes(), access, dev.huge_pages())?);
+    let (mut qps, mut uc) = (Vec::new(), Vec::new());
+    for c in clients {
+        let mut s = nic_qp(&pd, &d, sys::IBV_QPT_UC)?;
+        uc.push(Addr::of(&s.q.endpoint(d.port, d.gid)?));
+        crate::backend::path::path_taken(d.ctx, s.q.connect(d.port, &d.opts, &c.uc.endpoint())?)?;
+        qps.push(s);
+    }
+    let mut workers = Vec::new();
+    for _ in 0..layout.workers {
+        let mut ud = nic_qp(&pd, &d, sys::IBV_QPT_UD)?;
+        ud.q.connect_ud(d.port, d.path.pkey_index, QKEY)?;
+        let mut avs = Vec::new();
+        for c in clients {
+            let sl_tclass = (d.path.sl, d.path.traffic_class);
+            avs.push(ud.q.datagrams_to(&pd, d.port, &c.ud.endpoint(), d.gid, sl_tclass, QKEY)?);
+        }
+        // SAFETY: the region lives as long as the Arc the worker holds.
+        let view = unsafe { MemView::new(region.as_ptr(), region.len()) };
+        workers.push(KvDirectWorker {
+            ud,
+            region: view,
+            avs,
+            cqes: [Cqe::default(); 16],
+            _region: region.clone(),
+        });
+    }
+    let addr = ServerAddr {
+        region: region.remote(0),
+        uc,
+        workers: workers.iter().map(|w| w.ud.q.qpn()).collect(),
+    };
+    let server = Server {
+        _qps: qps,
+        _region: region,
+    };
+    Ok((KvDirectServerSide { workers, server }, addr))
+}
+
+/// Builds a loopback run's direct ends on `dev`'s mlx5 QPs: [`nic_clients`], the
+/// [`nic_server`] for them, the clients connected.
+pub fn nic_loopback(dev: &Dev, layout: Layout) -> Result<KvDirectPaths<NicQp>, SetupError> {
+    let (mut clients, addrs) = nic_clients(dev, layout)?;
+    let (side, saddr) = nic_server(dev, layout, &addrs)?;
+    connect_nic_clients(dev, &mut clients, layout, &saddr)?;
     Ok(KvDirectPaths {
         clients,
         workers: side.workers,

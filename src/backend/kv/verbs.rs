@@ -467,12 +467,12 @@ fn wr_ops(qp: &Qp) -> Result<(WrOps, *mut sys::ibv_qp_ex), SetupError> {
 }
 
 /// The device's parts a client's or a worker's QPs are made with, and their connection options.
-struct Parts<'a> {
-    ctx: &'a crate::verbs::Context,
-    port: &'a crate::verbs::PortInfo,
-    gid: Option<u8>,
-    path: crate::backend::path::PathOpts,
-    opts: crate::verbs::ConnectOpts,
+pub(super) struct Parts<'a> {
+    pub(super) ctx: &'a crate::verbs::Context,
+    pub(super) port: &'a crate::verbs::PortInfo,
+    pub(super) gid: Option<u8>,
+    pub(super) path: crate::backend::path::PathOpts,
+    pub(super) opts: crate::verbs::ConnectOpts,
 }
 
 /// `dev`'s parts for backend `kind` (verbs or wr).
@@ -483,6 +483,12 @@ fn parts(dev: &Dev, kind: BackendKind) -> Result<Parts<'_>, SetupError> {
             why: "the key-value workload's libibverbs ends post with ibv_post_send or ibv_wr_*".into(),
         }));
     }
+    device_parts(dev, kind)
+}
+
+/// `dev`'s verbs parts for the ends of backend `kind`: its context, port and GID, the path and
+/// the connection options.
+pub(super) fn device_parts(dev: &Dev, kind: BackendKind) -> Result<Parts<'_>, SetupError> {
     let Some((ctx, port, gid)) = dev.verbs_parts() else {
         return Err(SetupError::from(BackendError::Unsupported {
             backend: kind.as_str(),

@@ -12,7 +12,7 @@ use crate::model::ModelConfig;
 use crate::oob::Rendezvous;
 use crate::probe::check::{counters, diag};
 use crate::probe::report::{Report, Role, Runs};
-use crate::probe::{Backends, KvPlan, KvThreads, Observer, PeerSpec, Plan, ProbeError};
+use crate::probe::{KvPlan, KvThreads, Observer, PeerSpec, Plan, ProbeError};
 use crate::scenario::kv::engine::Shape;
 use crate::scenario::kv::keys::KeyDist;
 use crate::scenario::kv::op::{Layout, MAX_VALUE, SLOT};
@@ -189,7 +189,9 @@ pub(in crate::probe) fn run(
         )
     })?;
     let dev = session::open_device(plan, ModelConfig::default(), obs)?;
-    let kinds = kinds(&dev, plan.backends)?;
+    // the backends the device runs (direct: model0's own QPs, or an mlx5 device's taken over
+    // with mlx5dv)
+    let kinds = session::backends(&dev, plan.backends)?;
     let (files, per) = sides.model_files(kp);
     let what = || {
         format!(
@@ -283,15 +285,6 @@ pub(in crate::probe) fn suite_check(dev: &Dev, kp: &KvPlan) -> Result<Option<Str
     session::check_model_files(dev, files, what, "lower --kv-clients")
 }
 
-/// The backends of `kinds` the workload runs on `dev` (direct on model0 only, see [`kinds`]).
-pub(in crate::probe) fn suite_backends(dev: &Dev, kinds: &[BackendKind]) -> Vec<BackendKind> {
-    kinds
-        .iter()
-        .copied()
-        .filter(|k| *k != BackendKind::Direct || dev.is_model())
-        .collect()
-}
-
 /// One of the suite's key-value points on backend `k`, both sides in this process.
 pub(in crate::probe) fn suite_point(
     dev: &Dev,
@@ -328,6 +321,15 @@ fn one(dev: &Dev, k: BackendKind, p: &KvParams) -> Result<run::KvRun, ProbeError
                 run::loopback(c, w, p).map_err(failed)
             }
         }
+        (BackendKind::Direct, _) => {
+            let mut paths = direct::nic_loopback(dev, p.shape.layout)?;
+            let (c, w) = (&mut paths.clients, &mut paths.workers);
+            if per_role {
+                threads::loopback(c, w, p).map_err(failed)
+            } else {
+                run::loopback(c, w, p).map_err(failed)
+            }
+        }
         _ => {
             let mut paths = verbs::loopback(dev, k, p.shape.layout)?;
             let (c, w) = (&mut paths.clients, &mut paths.workers);
@@ -338,29 +340,6 @@ fn one(dev: &Dev, k: BackendKind, p: &KvParams) -> Result<run::KvRun, ProbeError
             }
         }
     }
-}
-
-/// The backends the workload runs on: verbs and wr, and direct on model0 (the direct path's
-/// key-value ends on a ConnectX are not built yet: asked for by name there it is refused, and
-/// `all` says it is left out).
-fn kinds(dev: &Dev, sel: Backends) -> Result<Vec<BackendKind>, ProbeError> {
-    if sel == Backends::Only(BackendKind::Direct) && !dev.is_model() {
-        return Err(ProbeError::Usage(format!(
-            "kv --backend direct: the direct path's key-value ends run on model0 so far, not on {}",
-            dev.name()
-        )));
-    }
-    let kinds: Vec<BackendKind> = session::backends(dev, sel)?
-        .into_iter()
-        .filter(|k| *k != BackendKind::Direct || dev.is_model())
-        .collect();
-    if kinds.is_empty() {
-        return Err(ProbeError::Usage(format!(
-            "kv: neither verbs nor wr runs on {}",
-            dev.name()
-        )));
-    }
-    Ok(kinds)
 }
 
 /// How this process steps its clients and workers, in words (the JSON's `params.threads`).
@@ -386,9 +365,6 @@ fn new_report(
     role: Role,
 ) -> Report {
     let mut warnings = env.warnings();
-    if plan.backends == Backends::All && !dev.is_model() {
-        warnings.push("the direct backend is not measured: its key-value ends run on model0 so far".into());
-    }
     if kp.threads == KvThreads::PerRole {
         let sides = Sides::of(plan);
         let n = u64::from(kp.workers) * u64::from(sides.server) + u64::from(kp.clients) * u64::from(sides.clients);

@@ -74,7 +74,7 @@ impl Suite {
         m.ud_mtu = session::ud_mtu(&dev);
         check_points(&m, &dev)?;
         check_memory(&m, kinds.len() as u64)?;
-        notes.extend(kv_checks(&m, &dev, &kinds)?);
+        notes.extend(kv_checks(&m, &dev)?);
         let before = counters::sample(&dev);
         let (cal, env) = session::calibrate(&dev, true)?;
         let mut warnings = env.warnings();
@@ -304,7 +304,7 @@ impl Suite {
             session::open_device(&self.plan, ModelConfig::default(), &mut Quiet)?
         };
         let before = counters::sample(&d).filter(|_| self.dev.is_model());
-        let kinds = kv::suite_backends(&d, &self.kinds);
+        let kinds = self.kinds.clone();
         for kp in points {
             let what = format!("kv {} client(s) window {}", kp.clients, kp.window);
             self.next(obs, &what);
@@ -423,14 +423,11 @@ fn check_memory(m: &Matrix, backends: u64) -> Result<(), ProbeError> {
 }
 
 /// The key-value points checked before the first point runs ([`kv::suite_check`]); the notes:
-/// model0's open-files limit raised, the direct backend left out on a NIC.
-fn kv_checks(m: &Matrix, dev: &Dev, kinds: &[BackendKind]) -> Result<Vec<String>, ProbeError> {
+/// model0's open-files limit raised.
+fn kv_checks(m: &Matrix, dev: &Dev) -> Result<Vec<String>, ProbeError> {
     let mut notes = Vec::new();
     for kp in m.kv_points() {
         notes.extend(kv::suite_check(dev, &kp)?);
-    }
-    if !m.kv_points().is_empty() && kinds.contains(&BackendKind::Direct) && !dev.is_model() {
-        notes.push("kv: the direct path's key-value ends run on model0 so far: the kv part runs verbs and wr".into());
     }
     Ok(notes)
 }

@@ -71,23 +71,31 @@ pub(super) fn client_one(
     cal: &crate::clock::Calibration,
 ) -> Result<KvResult, ProbeError> {
     let l = p.shape.layout;
-    let r =
-        match (k, dev) {
-            (BackendKind::Direct, Dev::Model(m)) => direct::model_clients(&m.model, l)
+    let r = match (k, dev) {
+        (BackendKind::Direct, Dev::Model(m)) => {
+            direct::model_clients(&m.model, l)
                 .map_err(ProbeError::from)
                 .and_then(|(mut cs, a)| {
                     let s = addresses(peer, &a)?;
                     direct::connect_model_clients(&mut cs, l, &s)?;
                     clients(peer, &mut cs, k, p)
-                }),
-            _ => verbs::clients(dev, k, l)
-                .map_err(ProbeError::from)
-                .and_then(|(mut cs, a)| {
-                    let s = addresses(peer, &a)?;
-                    verbs::connect_clients(dev, &mut cs, l, &s)?;
-                    clients(peer, &mut cs, k, p)
-                }),
-        };
+                })
+        }
+        (BackendKind::Direct, _) => direct::nic_clients(dev, l)
+            .map_err(ProbeError::from)
+            .and_then(|(mut cs, a)| {
+                let s = addresses(peer, &a)?;
+                direct::connect_nic_clients(dev, &mut cs, l, &s)?;
+                clients(peer, &mut cs, k, p)
+            }),
+        _ => verbs::clients(dev, k, l)
+            .map_err(ProbeError::from)
+            .and_then(|(mut cs, a)| {
+                let s = addresses(peer, &a)?;
+                verbs::connect_clients(dev, &mut cs, l, &s)?;
+                clients(peer, &mut cs, k, p)
+            }),
+    };
     let r = r.map_err(|e| session::fail(peer, e))?;
     let result = KvResult::of(k.as_str(), p, &r, cal);
     peer.put(&result)?;
@@ -151,6 +159,11 @@ pub(super) fn server_one(
     let r = session::take_checked::<Vec<ClientAddr>>(peer).and_then(|a| match (k, dev) {
         (BackendKind::Direct, Dev::Model(m)) => {
             let (mut side, s) = direct::model_server(&m.model, l, &a)?;
+            peer.put(&s)?;
+            workers(peer, &mut side.workers, k, &p)
+        }
+        (BackendKind::Direct, _) => {
+            let (mut side, s) = direct::nic_server(dev, l, &a)?;
             peer.put(&s)?;
             workers(peer, &mut side.workers, k, &p)
         }
