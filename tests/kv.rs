@@ -559,18 +559,32 @@ fn kv_runs_as_a_server_and_a_client_process_with_every_backend() {
 #[test]
 fn kv_peers_that_disagree_or_die_are_reported() {
     let _g = cmd::serial();
-    let p = port(2);
-    let base = ["kv", "-d", "model0", "-p", &p, "--oob-timeout", "20", "--keys", "1000"];
-    let srv = spawn(&[&base[..], &["--clients", "2"][..]].concat());
-    let cli = spawn(&[&base[..], &["--clients", "3", "localhost"][..]].concat());
-    let (cc, _, ce) = finish(cli);
-    let (sc, _, se) = finish(srv);
-    assert_eq!((cc, sc), (1, 1), "{ce}\n{se}");
-    assert!(
-        ce.contains("clients (--clients)") && ce.contains("this side has 3, the peer has 2"),
-        "{ce}"
-    );
-    assert!(se.contains("this side has 2, the peer has 3"), "{se}");
+    // the server's flags, the client's, what each says
+    let cases: [(&[&str], &[&str], &str, &str); 2] = [
+        (
+            &["--clients", "2"],
+            &["--clients", "3"],
+            "this side has 3, the peer has 2",
+            "clients (--clients)",
+        ),
+        (
+            &["--batching"],
+            &[],
+            "this side has false, the peer has true",
+            "(--batching)",
+        ),
+    ];
+    for (i, (s_flags, c_flags, says, flag)) in cases.into_iter().enumerate() {
+        let p = port(2 + 5 * i as u16);
+        let base = ["kv", "-d", "model0", "-p", &p, "--oob-timeout", "20", "--keys", "1000"];
+        let srv = spawn(&[&base[..], s_flags].concat());
+        let cli = spawn(&[&base[..], c_flags, &["localhost"][..]].concat());
+        let (cc, _, ce) = finish(cli);
+        let (sc, _, se) = finish(srv);
+        assert_eq!((cc, sc), (1, 1), "{ce}\n{se}");
+        assert!(ce.contains(flag) && ce.contains(says), "{ce}");
+        assert!(se.contains(flag), "{se}");
+    }
     for kill_server in [true, false] {
         let p = port(if kill_server { 3 } else { 4 });
         let base = [
@@ -730,5 +744,107 @@ fn the_suite_has_a_kv_part_with_its_plots_table_and_rows() {
         assert!(!out.contains("1/"), "{args:?} ran a step: {out}");
         assert!(!out_dir.exists(), "{args:?} wrote {}", out_dir.display());
     }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Issue 27 point 3: the doorbell batching's gain measured in one run (`--batching`): each
+/// backend at `--postlist` and at 1, one after the other, a row each named backend/postlist, and
+/// under the table each backend's gain from those two rows; in one process and between two (both
+/// sides agree on it: kv_peers_that_disagree_or_die_are_reported); `--batching` with
+/// `--postlist 1` exits 2.
+#[test]
+fn batching_runs_each_backend_at_its_postlist_and_at_1() {
+    let _g = cmd::serial();
+    let backends = cmd::model0_backends();
+    let dir = std::env::temp_dir().join(format!("rdmaprobe-kv-batching-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let json = dir.join("b.json");
+    let base = [
+        "kv",
+        "-d",
+        "model0",
+        "-n",
+        "1000",
+        "--keys",
+        "4096",
+        "--clients",
+        "4",
+        "--batching",
+    ];
+    let (code, out, err) = rdmaprobe(
+        &[
+            &base[..],
+            &["--loopback", "--threads", "one", "--json", json.to_str().unwrap()],
+        ]
+        .concat(),
+    );
+    assert_eq!(code, 0, "{out}{err}");
+    let named: Vec<String> = out
+        .lines()
+        .filter(|l| l.split_whitespace().count() == 10)
+        .filter_map(|l| {
+            l.split_whitespace()
+                .next()
+                .filter(|w| w.contains('/'))
+                .map(str::to_string)
+        })
+        .filter(|w| backends.iter().any(|b| w.starts_with(&format!("{b}/"))))
+        .collect();
+    let want: Vec<String> = backends
+        .iter()
+        .flat_map(|b| [format!("{b}/32"), format!("{b}/1")])
+        .collect();
+    assert_eq!(named, want, "{out}");
+    let v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    assert_eq!(v["params"]["batching"], true);
+    let runs = v["runs"].as_array().unwrap();
+    assert_eq!(runs.len(), 2 * backends.len(), "{v}");
+    let mut gains = Vec::new();
+    for (pair, b) in runs.chunks(2).zip(&backends) {
+        assert_eq!(
+            (&pair[0]["backend"], &pair[1]["backend"]),
+            (&serde_json::json!(b), &serde_json::json!(b))
+        );
+        assert_eq!(
+            (pair[0]["postlist"].as_u64(), pair[1]["postlist"].as_u64()),
+            (Some(32), Some(1))
+        );
+        assert_eq!(
+            pair[1]["mean_batch"].as_f64(),
+            Some(1.0),
+            "postlist 1: a post per response"
+        );
+        let (m32, m1) = (pair[0]["mops"].as_f64().unwrap(), pair[1]["mops"].as_f64().unwrap());
+        gains.push(format!("{b} {:.2}x ({m32:.3} / {m1:.3} Mops)", m32 / m1));
+    }
+    let line = format!(
+        " doorbell batching, this run: Mops at postlist 32 over postlist 1 (a post per response): {}",
+        gains.join(", ")
+    );
+    assert!(out.lines().any(|l| l == line), "no line\n{line}\nin\n{out}");
+    // two processes: the server's rows are the clients', both sides at both postlists
+    let p = port(5);
+    let two = [&base[..], &["--backend", "direct", "-p", &p, "--oob-timeout", "30"]].concat();
+    let srv = spawn(&two);
+    let cli = spawn(&[&two[..], &["127.0.0.1"][..]].concat());
+    let (cc, co, ce) = finish(cli);
+    let (sc, so, se) = finish(srv);
+    assert_eq!((cc, sc), (0, 0), "{co}{ce}\n{so}{se}");
+    let rows = |o: &str| -> Vec<String> {
+        o.lines()
+            .filter(|l| l.trim_start().starts_with("direct/") && l.split_whitespace().count() == 10)
+            .map(str::to_string)
+            .collect()
+    };
+    let names: Vec<String> = rows(&co)
+        .iter()
+        .map(|l| l.split_whitespace().next().unwrap_or("").to_string())
+        .collect();
+    assert_eq!(names, ["direct/32", "direct/1"], "{co}");
+    assert_eq!(rows(&so), rows(&co), "the server's rows are the clients'");
+    // a side without --batching: kv_peers_that_disagree_or_die_are_reported
+    let (code, _, err) = rdmaprobe(&["kv", "--loopback", "-d", "model0", "--postlist", "1", "--batching"]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("--batching with --postlist 1"), "{err}");
     let _ = std::fs::remove_dir_all(&dir);
 }

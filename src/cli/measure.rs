@@ -303,6 +303,10 @@ pub struct KvArgs {
     /// Keys drawn Zipf-distributed with this exponent (0.99 as YCSB), not uniformly as HERD.
     #[arg(long, allow_negative_numbers = true)]
     zipf: Option<f64>,
+    /// Each backend also at postlist 1 (a post per response) right after its run at --postlist:
+    /// the doorbell batching's gain, measured in this run, under the table.
+    #[arg(long)]
+    batching: bool,
     /// per-role: a thread per client and per worker, as HERD (not pinned; more threads than
     /// CPUs share them); one: one thread of each process steps all of its clients and workers
     /// in turn.
@@ -346,6 +350,7 @@ pub fn kv(a: KvArgs) -> Result<ExitCode> {
             ThreadsArg::One => KvThreads::One,
             ThreadsArg::PerRole => KvThreads::PerRole,
         },
+        batching: a.batching,
     };
     let p = Plan {
         device: a.dev.spec(),

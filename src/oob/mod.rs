@@ -410,6 +410,7 @@ fn flag_of(key: &str) -> Option<&'static str> {
         "clients" => "--clients",
         "window" => "--window",
         "kv_postlist" => "--postlist",
+        "kv_batching" => "--batching",
         "update" => "--update",
         "value_size" => "--value-size",
         "keys" => "--keys",

@@ -310,6 +310,9 @@ pub struct KvPlan {
     /// How the clients and workers are stepped: all by one thread of each process, or a thread
     /// each (as HERD).
     pub threads: KvThreads,
+    /// Each backend also at postlist 1 (a post per response), right after its run at
+    /// `postlist`: the doorbell batching's gain measured in the same run.
+    pub batching: bool,
 }
 
 /// How a key-value run's clients and workers are stepped.
@@ -330,6 +333,7 @@ impl Default for KvPlan {
             requests: 100_000,
             zipf: None,
             threads: KvThreads::PerRole,
+            batching: false,
         }
     }
 }

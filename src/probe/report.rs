@@ -429,7 +429,10 @@ impl Report {
                 _ => String::new(),
             },
             Runs::PostCost(rs) => rs.get(i).map(post_cost_row).unwrap_or_default(),
-            Runs::Kv(rs) => rs.get(i).map(kv::row).unwrap_or_default(),
+            Runs::Kv(rs) => {
+                let batching = matches!(&self.plan.scenario, Scenario::Kv(k) if k.batching);
+                rs.get(i).map(|r| kv::row(r, batching)).unwrap_or_default()
+            }
         }
     }
 

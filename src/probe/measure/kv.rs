@@ -51,6 +51,11 @@ fn check(kp: &KvPlan) -> Result<(), ProbeError> {
             DEPTH / 2
         ));
     }
+    if kp.batching && kp.postlist == 1 {
+        return bad(
+            "--batching with --postlist 1: it runs each backend at --postlist and at 1; give a postlist above 1".into(),
+        );
+    }
     if kp.postlist == 0 || kp.postlist as usize > MAX_BATCH {
         return bad(format!(
             "--postlist {}: 1 to {MAX_BATCH} (MICA's largest batch)",
@@ -227,7 +232,14 @@ pub(in crate::probe) fn run(
     obs.started(&report);
     // a server hears of a stall from its clients (which see it first) before it calls one itself
     let idle = p.stall + plan.oob_timeout;
-    for k in &kinds {
+    // each backend at the plan's postlist, and with --batching at 1 right after it
+    let postlists = if kp.batching {
+        vec![kp.postlist, 1]
+    } else {
+        vec![kp.postlist]
+    };
+    for (k, postlist) in kinds.iter().flat_map(|k| postlists.iter().map(move |l| (k, *l))) {
+        let p = KvParams { postlist, ..p };
         let bundle = || diag::Bundle::of(plan, &dev, &before, Vec::new());
         let r = match tcp.as_deref_mut() {
             None => one(&dev, *k, &p).map(|r| KvResult::of(k.as_str(), &p, &r, &report.clock)),
@@ -386,7 +398,7 @@ fn new_report(
         env,
         clock: cal,
         params: json!({ "scenario": "kv", "workers": kp.workers, "clients": kp.clients, "window": kp.window,
-            "postlist": kp.postlist, "update_pct": kp.update_pct, "value_size_bytes": kp.value_size,
+            "postlist": kp.postlist, "batching": kp.batching, "update_pct": kp.update_pct, "value_size_bytes": kp.value_size,
             "keys": kp.keys, "requests_per_client": kp.requests, "key_distribution": match kp.zipf {
                 None => "uniform (HERD's draws over its permutation)".to_string(),
                 Some(t) => format!("zipf {t} (rand_distr over HERD's generator, ranks through its permutation)"),

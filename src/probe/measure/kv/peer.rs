@@ -35,6 +35,7 @@ pub(super) fn hello(kp: &KvPlan, kinds: &[BackendKind]) -> Hello {
             ("clients", kp.clients.to_string()),
             ("window", kp.window.to_string()),
             ("kv_postlist", kp.postlist.to_string()),
+            ("kv_batching", kp.batching.to_string()),
             ("update", kp.update_pct.to_string()),
             ("value_size", kp.value_size.to_string()),
             ("keys", kp.keys.to_string()),
@@ -175,11 +176,13 @@ pub(super) fn server_one(
     });
     r.map_err(|e| session::fail(peer, e))?;
     let theirs: KvResult = session::take_checked(peer)?;
-    if theirs.backend != k.as_str() {
+    if theirs.backend != k.as_str() || theirs.postlist != p.postlist {
         return Err(ProbeError::Invalid(format!(
-            "the clients sent the result of backend {}; this run was {}",
+            "the clients sent the result of backend {} at postlist {}; this run was {} at {}",
             crate::oob::escape(&theirs.backend),
-            k.as_str()
+            theirs.postlist,
+            k.as_str(),
+            p.postlist
         )));
     }
     Ok(theirs)
