@@ -722,17 +722,23 @@ fn the_suite_has_a_kv_part_with_its_plots_table_and_rows() {
     // what the part cannot run: exit 2, the suite's flag or the file's key named, nothing run
     let m = dir.join("m.toml");
     std::fs::write(&m, "kv_clients = [1, 0]\n").unwrap();
-    let cases: [(&[&str], &str); 7] = [
+    let w = dir.join("w.toml");
+    std::fs::write(&w, "kv_windows = [65]\n").unwrap();
+    let cases: [(&[&str], &str); 8] = [
         (
             &["--kv-keys", "16777216", "--kv-clients", "1"],
-            "--kv-keys 16777216 of value size 32",
+            "--kv-keys/kv_keys 16777216 of value size 32",
         ),
-        (&["--kv-windows", "4,200"], "--kv-windows 200: 1 to"),
+        (&["--kv-windows", "4,200"], "--kv-windows"),
         (&["--kv-clients", "0"], "--kv-clients"),
         (&["--kv-clients", "1,x"], "--kv-clients"),
         (&["--kv-requests", "0"], "--kv-requests"),
         (&["--kv-threads", "two"], "--kv-threads"),
         (&["--matrix", m.to_str().unwrap()], "key `kv_clients`"),
+        (
+            &["--matrix", w.to_str().unwrap()],
+            "key `kv_windows`: '65' is not a whole number from 1 to 64",
+        ),
     ];
     for (args, says) in cases {
         let _ = std::fs::remove_dir_all(&out_dir);

@@ -504,32 +504,38 @@ fn post_cost(h: &mut String, pc: &[&Value]) {
     h.push_str("</tbody></table>\n");
 }
 
-/// The key-value runs' table, when there are some: the workload's shape, Mops, the latency
-/// percentiles and the counts the clients checked.
+/// The key-value runs' table, when there are some: the workload's shape, Mops (all, and the
+/// range over the clients and over the workers), the latency percentiles and the counts the
+/// clients checked; under it the doorbell batching's gain of each run that has a twin at
+/// postlist 1.
 fn key_value(h: &mut String, kv: &[&Value]) {
     if kv.is_empty() {
         return;
     }
     h.push_str(
         "<h2>Key-value (HERD over MICA stores)</h2>\n<table id=\"kv\"><thead><tr><th class=\"l\">backend</th>\
-         <th>workers</th><th>clients</th><th>window</th><th>PUT %</th><th>value (B)</th><th class=\"l\">threads</th>\
-         <th>Mops</th><th>p50 ns</th><th>p99 ns</th><th>p99.9 ns</th><th>max ns</th><th>responses per post</th>\
+         <th>workers</th><th>clients</th><th>window</th><th>postlist</th><th>PUT %</th><th>value (B)</th>\
+         <th class=\"l\">threads</th><th>Mops</th><th>Mops per client</th><th>Mops per worker</th><th>p50 ns</th>\
+         <th>p99 ns</th><th>p99.9 ns</th><th>max ns</th><th>responses per post</th>\
          <th>GET hits</th><th>GET misses</th><th>PUTs</th></tr></thead><tbody>",
     );
     for r in kv {
         let l = &r["latency_ns"];
         let _ = write!(
             h,
-            "<tr><td class=\"l\">{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td class=\"l\">{}</td>\
-             <td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+            "<tr><td class=\"l\">{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td class=\"l\">{}</td>\
+             <td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
             esc(&backend_line(r)),
             cell(&r["workers"]),
             cell(&r["clients"]),
             cell(&r["window"]),
+            cell(&r["postlist"]),
             cell(&r["update_pct"]),
             cell(&r["size_bytes"]),
             esc(r["threads"].as_str().unwrap_or("—")),
             fixed(&r["mops"], 3),
+            range(&r["client_mops"]),
+            range(&r["worker_mops"]),
             ns(&l["p50"]),
             ns(&l["p99"]),
             ns(&l["p99_9"]),
@@ -541,6 +547,62 @@ fn key_value(h: &mut String, kv: &[&Value]) {
         );
     }
     h.push_str("</tbody></table>\n");
+    let gains: Vec<String> = kv.iter().filter_map(|r| batching_gain(r, kv)).collect();
+    if !gains.is_empty() {
+        let _ = writeln!(
+            h,
+            "<p>Doorbell batching: Mops at the postlist over Mops at postlist 1 (a post per response), the same \
+             backend and shape: {}</p>",
+            esc(&gains.join(", "))
+        );
+    }
+}
+
+/// `min–max` of a list of numbers (one number: itself), to three decimals; `—` when it is not
+/// one.
+fn range(v: &Value) -> String {
+    let Some(xs) = v
+        .as_array()
+        .map(|a| a.iter().filter_map(Value::as_f64).collect::<Vec<_>>())
+    else {
+        return "—".into();
+    };
+    let (lo, hi) = xs.iter().fold((f64::MAX, f64::MIN), |(a, b), &x| (a.min(x), b.max(x)));
+    match xs.len() {
+        0 => "—".into(),
+        1 => format!("{lo:.3}"),
+        _ => format!("{lo:.3}–{hi:.3}"),
+    }
+}
+
+/// The gain of key-value run `r` (postlist above 1) over its twin at postlist 1 in `kv` (the
+/// same backend and shape), as `verbs 1.93x (4 clients)`.
+fn batching_gain(r: &Value, kv: &[&Value]) -> Option<String> {
+    let shape = [
+        "backend",
+        "workers",
+        "clients",
+        "window",
+        "update_pct",
+        "size_bytes",
+        "keys",
+        "zipf_theta",
+        "threads",
+    ];
+    if r["postlist"].as_u64()? < 2 {
+        return None;
+    }
+    let twin = kv
+        .iter()
+        .find(|o| o["postlist"].as_u64() == Some(1) && shape.iter().all(|f| o[*f] == r[*f]))?;
+    let (m, m1) = (r["mops"].as_f64()?, twin["mops"].as_f64().filter(|m| *m > 0.0)?);
+    Some(format!(
+        "{} {:.2}x at postlist {} ({} clients)",
+        r["backend"].as_str()?,
+        m / m1,
+        r["postlist"],
+        r["clients"]
+    ))
 }
 
 /// The plots, each SVG inline (its XML declaration left out) with its caption.
@@ -808,23 +870,33 @@ mod tests {
         assert!(page.contains("and 2 more regions"), "{page}");
     }
 
-    /// Issue 27 point 4: a key-value run is a row of its own table, the shape, Mops, the
-    /// latency percentiles and the counts as measured; a damaged field a dash, never a panic.
+    /// Issue 27 points 3 and 4: a key-value run is a row of its own table, the shape, Mops (all,
+    /// per client and per worker), the latency percentiles and the counts as measured; a run
+    /// with a twin at postlist 1 has its doorbell batching gain under the table; a damaged
+    /// field is a dash, never a panic.
     #[test]
     fn key_value_runs_have_their_table() {
-        let doc = serde_json::json!({"runs": [
-            {"scenario": "kv", "op": "herd", "backend": "direct", "workers": 2, "clients": 4, "window": 32,
-             "update_pct": 5, "size_bytes": 32, "threads": "one", "mops": 0.9512,
+        let run = |postlist: u32, mops: f64| {
+            serde_json::json!({"scenario": "kv", "op": "herd", "backend": "direct", "workers": 2, "clients": 4,
+             "window": 32, "postlist": postlist, "update_pct": 5, "size_bytes": 32, "keys": 4096, "threads": "one",
+             "mops": mops, "client_mops": [0.25, 0.2375, 0.2401, 0.26], "worker_mops": [0.4756],
              "latency_ns": {"p50": 31496.8, "p99": 73689.5, "p99_9": 80123.0, "max": 90001.0},
-             "mean_batch": 3.25, "get_hits": 75999, "get_misses": 1, "puts": 4000},
-            {"scenario": "kv", "backend": "<verbs>", "mops": "x"}]});
+             "mean_batch": 3.25, "get_hits": 75999, "get_misses": 1, "puts": 4000})
+        };
+        let doc = serde_json::json!({"runs": [run(32, 0.9512), run(1, 0.5),
+            {"scenario": "kv", "backend": "<verbs>", "mops": "x", "client_mops": "y"}]});
         let page = report(&doc, &[]);
         assert!(page.contains("<h2>Key-value (HERD over MICA stores)</h2>"), "{page}");
         assert!(
             page.contains(
-                "<td class=\"l\">direct</td><td>2</td><td>4</td><td>32</td><td>5</td><td>32</td><td class=\"l\">one</td>\
-                 <td>0.951</td><td>31497</td><td>73690</td><td>80123</td><td>90001</td><td>3.25</td><td>75999</td><td>1</td><td>4000</td>"
+                "<td class=\"l\">direct</td><td>2</td><td>4</td><td>32</td><td>32</td><td>5</td><td>32</td><td class=\"l\">one</td>\
+                 <td>0.951</td><td>0.237–0.260</td><td>0.476</td><td>31497</td><td>73690</td><td>80123</td><td>90001</td>\
+                 <td>3.25</td><td>75999</td><td>1</td><td>4000</td>"
             ),
+            "{page}"
+        );
+        assert!(
+            page.contains("Doorbell batching: Mops at the postlist over Mops at postlist 1 (a post per response), the same backend and shape: direct 1.90x at postlist 32 (4 clients)</p>"),
             "{page}"
         );
         assert!(page.contains("<td class=\"l\">&lt;verbs&gt;</td>"), "{page}");

@@ -268,9 +268,9 @@ pub(in crate::probe) fn suite_check(dev: &Dev, kp: &KvPlan) -> Result<Option<Str
             "suite kv at {} client(s), window {}: {}",
             kp.clients,
             kp.window,
-            m.replace("--clients", "--kv-clients")
-                .replace("--window", "--kv-windows")
-                .replace("--keys", "--kv-keys")
+            m.replace("--clients", "--kv-clients/kv_clients")
+                .replace("--window", "--kv-windows/kv_windows")
+                .replace("--keys", "--kv-keys/kv_keys")
                 .replace(" with --value-size ", " of value size ")
         )),
         e => e,
@@ -283,14 +283,14 @@ pub(in crate::probe) fn suite_check(dev: &Dev, kp: &KvPlan) -> Result<Option<Str
     };
     session::check_memory(sides.memory(kp, &p.shape), || {
         format!(
-            "suite kv: --kv-keys {} in each of {} stores, --kv-clients {} x --kv-requests {} latency samples",
+            "suite kv: --kv-keys/kv_keys {} in each of {} stores, --kv-clients/kv_clients {} x --kv-requests/kv_requests {} latency samples",
             kp.keys, kp.workers, kp.clients, kp.requests
         )
     })?;
     let (files, per) = sides.model_files(kp);
     let what = || {
         format!(
-            "suite --kv-clients {}: model0 keeps an open file per QP, CQ and buffer ({per})",
+            "suite --kv-clients/kv_clients {}: model0 keeps an open file per QP, CQ and buffer ({per})",
             kp.clients
         )
     };

@@ -350,9 +350,9 @@ pub fn parse_parts(s: &str) -> Result<Vec<Part>, String> {
 /// The most clients a key-value point runs (the suite's own bound: a client is a thread).
 pub const MAX_KV_CLIENTS: u32 = 64;
 
-/// The largest key-value window a point takes (what `kv --window` takes; the queue depth is
-/// checked again when the part is planned).
-pub const MAX_KV_WINDOW: u32 = 1024;
+/// The largest key-value window a point takes (what `kv --window` takes: a client keeps two
+/// windows of receives posted on its queue).
+pub const MAX_KV_WINDOW: u32 = crate::backend::setup::DEPTH / 2;
 
 /// The most keys a key-value point's store holds (MICA's index, as `kv --keys`).
 pub const MAX_KV_KEYS: u32 = 16 << 20;

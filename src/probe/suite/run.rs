@@ -311,7 +311,7 @@ impl Suite {
             let mut line = format!("  {what:<28}");
             for k in &kinds {
                 let x = kv::suite_point(&d, *k, &kp, &self.cal)?;
-                line += &format!(" {}: {:.3} Mops, p99 {:.0}", k.as_str(), x.mops, x.latency.p99);
+                line += &format!(" {}: {:.3} Mops (p99 {:.0} ns)", k.as_str(), x.mops, x.latency.p99);
                 self.runs.push(serde_json::to_value(&x)?);
             }
             self.r.kv_summary.push(line);

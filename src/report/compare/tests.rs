@@ -131,6 +131,9 @@ fn default_thresholds_by_row_and_runs() {
     assert_eq!(default_threshold_pct("lat", "p99", false), 500.0);
     assert_eq!(default_threshold_pct("post_cost", "p50", false), 300.0);
     assert_eq!(default_threshold_pct("suite?", "p50", true), 10.0);
+    assert_eq!(default_threshold_pct("kv", "bw", false), 75.0);
+    assert_eq!(default_threshold_pct("kv", "p99", false), 200.0);
+    assert_eq!(default_threshold_pct("kv", "p50", true), 10.0);
     // every default with one run is at least the one with several
     assert!(DEFAULT_THRESHOLDS_PCT
         .iter()

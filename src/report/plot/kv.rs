@@ -20,8 +20,10 @@ const SHAPE: [&str; 9] = [
     "clients",
 ];
 
-/// A key-value run checked for what its figures read: a backend, whole client and window counts,
-/// positive Mops and latency p50 and p99.
+/// A key-value run checked for what its figures and the report's table read: a backend, whole
+/// client and window counts, positive Mops and latency p50 and p99; where given, whole counts
+/// (postlist, GET hits and misses, PUTs), the per-client and per-worker Mops as lists of
+/// numbers, a histogram that decodes.
 pub(super) fn check(run: &Run<'_>) -> Result<(), String> {
     let r = run.r;
     if !r["backend"].is_string() {
@@ -40,6 +42,24 @@ pub(super) fn check(run: &Run<'_>) -> Result<(), String> {
         if !positive(&r["latency_ns"][q]) {
             return Err(run.bad(&format!("latency_ns.{q}"), "a positive number"));
         }
+    }
+    for f in ["postlist", "get_hits", "get_misses", "puts"] {
+        if !r[f].is_null() && !r[f].is_u64() {
+            return Err(run.bad(f, "a whole number"));
+        }
+    }
+    for f in ["client_mops", "worker_mops"] {
+        let numbers = |a: &Vec<Value>| a.iter().all(|x| x.as_f64().is_some_and(|v| v.is_finite() && v >= 0.0));
+        if !r[f].is_null() && !r[f].as_array().is_some_and(numbers) {
+            return Err(run.bad(f, "a list of numbers, 0 or more"));
+        }
+    }
+    if !r["histogram_ns"].is_null() {
+        let h = r["histogram_ns"]
+            .as_str()
+            .ok_or_else(|| run.bad("histogram_ns", "a string"))?;
+        crate::report::Hist::decode(h)
+            .map_err(|e| run.bad("histogram_ns", &format!("a histogram that decodes ({e})")))?;
     }
     Ok(())
 }
@@ -177,6 +197,15 @@ mod tests {
             ("clients", json!(0), "clients is not a whole number above 0"),
             ("window", json!(-1), "window is not a whole number above 0"),
             ("backend", json!(7), "backend is not a string"),
+            ("get_hits", json!(-5), "get_hits is not a whole number"),
+            ("postlist", json!(1.5), "postlist is not a whole number"),
+            ("worker_mops", json!("x"), "worker_mops is not a list of numbers"),
+            ("client_mops", json!(["a"]), "client_mops is not a list of numbers"),
+            (
+                "histogram_ns",
+                json!("garbage!!"),
+                "histogram_ns is not a histogram that decodes",
+            ),
         ] {
             let mut r = run("verbs", 1, 32, 0, 0.5);
             r[field] = value;
