@@ -193,6 +193,19 @@ listening() { # PORT: waits (up to 60 s) until a TCP socket listens on PORT: per
     sleep 1
   done
 }
+ptpair() { # SERVER-OUT CLIENT-OUT PROGRAM ARGS...: perftest against itself on port 18515; once more
+  # when its own clock check failed (get_cpu_mhz: r^2 under 0.9, "Can't produce a report"), said
+  so=\$1; co=\$2; shift 2
+  for try in 1 2; do
+    "\$@" > \$so 2>&1 &
+    srv=\$!; prc=0
+    listening 18515 || prc=1
+    "\$@" 127.0.0.1 > \$co 2>&1 || { prc=1; kill \$srv 2>/dev/null; }
+    wait \$srv
+    [ \$prc = 1 ] && [ \$try = 1 ] && grep -q "Can't produce a report" \$so \$co || return \$prc
+    echo "PERFTEST-RETRY \$1: its clock check failed (\$(grep -h -m1 'r^2' \$so \$co | head -n 1))"
+  done
+}
 /opt/rdmaprobe lat atomic --loopback -d rxe0 -x 1 -n 300 --warmup 30 --blocks 3 --stall-secs 60 > /tmp/lat-atomic.txt 2>&1 || lat_rc=1
 cat /tmp/lat-atomic.txt
 echo "ATOMIC rows: \$(grep -cE '^ +8 +(verbs|wr) +300 ' /tmp/lat-atomic.txt)"
@@ -204,11 +217,7 @@ done
 for op in write send read; do
   /opt/rdmaprobe lat \$op --loopback -d rxe0 -x 1 -s 64 -n 500 --warmup 50 --blocks 5 --stall-secs 60 --json /tmp/lat-\$op.json > /tmp/lat-\$op.txt 2>&1 || lat_rc=1
   cat /tmp/lat-\$op.txt
-  ib_\${op}_lat -d rxe0 -x 1 -s 64 -n 500 > /tmp/pt-srv-\$op.txt 2>&1 &
-  srv=\$!
-  listening 18515 || lat_rc=1
-  ib_\${op}_lat -d rxe0 -x 1 -s 64 -n 500 127.0.0.1 > /tmp/pt-\$op.txt 2>&1 || { lat_rc=1; kill \$srv 2>/dev/null; }
-  wait \$srv
+  ptpair /tmp/pt-srv-\$op.txt /tmp/pt-\$op.txt ib_\${op}_lat -d rxe0 -x 1 -s 64 -n 500 || lat_rc=1
   echo "--- perftest ib_\${op}_lat:"
   grep -A2 '#bytes' /tmp/pt-\$op.txt
   echo "SIDE-BY-SIDE \$op rdmaprobe: \$(grep -E '^ +64 +(verbs|wr) ' /tmp/lat-\$op.txt | awk '{printf "%s %s iters p50=%sns; ", \$2, \$3, \$5}') perftest: \$(grep -A1 '#bytes' /tmp/pt-\$op.txt | tail -1 | awk '{printf "%s bytes %s iters t_typical=%sus", \$1, \$2, \$5}')"
@@ -322,11 +331,7 @@ echo "HUGE rows: \$(grep -cE '^ +64 +(verbs|wr) +300 ' /tmp/lat-huge.txt) \$(gre
 echo "===== bandwidth: rdmaprobe bw write (verbs, wr) and perftest ib_write_bw, 16 KiB x 1000"
 /opt/rdmaprobe bw write --loopback -d rxe0 -x 1 -s 16384 -n 1000 --min-ms 0 --stall-secs 60 --json /tmp/bw.json > /tmp/bw.txt 2>&1 || lat_rc=1
 cat /tmp/bw.txt
-ib_write_bw -d rxe0 -x 1 -s 16384 -n 1000 > /tmp/pt-srv-bw.txt 2>&1 &
-srv=\$!
-listening 18515 || lat_rc=1
-ib_write_bw -d rxe0 -x 1 -s 16384 -n 1000 127.0.0.1 > /tmp/pt-bw.txt 2>&1 || { lat_rc=1; kill \$srv 2>/dev/null; }
-wait \$srv
+ptpair /tmp/pt-srv-bw.txt /tmp/pt-bw.txt ib_write_bw -d rxe0 -x 1 -s 16384 -n 1000 || lat_rc=1
 echo "--- perftest ib_write_bw:"
 grep -A1 '#bytes' /tmp/pt-bw.txt
 echo "SIDE-BY-SIDE bw rdmaprobe: \$(grep -E '^ +16384 +(verbs|wr) ' /tmp/bw.txt | awk '{printf "%s %s msgs avg=%sMB/s; ", \$2, \$3, \$7}') perftest: \$(grep -A1 '#bytes' /tmp/pt-bw.txt | tail -1 | awk '{printf "%s bytes %s iters avg=%sMB/s", \$1, \$2, \$4}')"
@@ -335,20 +340,27 @@ peer_rc=0
 peer_port=18560
 ppair() { # SCEN OP BACKEND RDMAPROBE-SERVES SIZE N [FLAGS]: one run, both tools' figures on a PEER line
   sc=\$1; op=\$2; be=\$3; sv=\$4; sz=\$5; n=\$6; fl=\${7:-}
-  peer_port=\$((peer_port+1))
-  rp="/opt/rdmaprobe \$sc \$op --peer perftest -d rxe0 -x 1 -s \$sz -n \$n -p \$peer_port --backend \$be --stall-secs 60 \$fl"
-  pt="ib_\${op}_\${sc} -d rxe0 -x 1 -s \$sz -n \$n -p \$peer_port \$fl"
-  ok=1
-  if [ \$sv = 1 ]; then
-    \$rp > /tmp/pp-rp.txt 2>&1 &
-    srv=\$!; listening \$peer_port || ok=0
-    \$pt 127.0.0.1 > /tmp/pp-pt.txt 2>&1 || ok=0
-  else
-    \$pt > /tmp/pp-pt.txt 2>&1 &
-    srv=\$!; listening \$peer_port || ok=0
-    \$rp 127.0.0.1 > /tmp/pp-rp.txt 2>&1 || ok=0
-  fi
-  wait \$srv || ok=0
+  for try in 1 2; do
+    peer_port=\$((peer_port+1))
+    rp="/opt/rdmaprobe \$sc \$op --peer perftest -d rxe0 -x 1 -s \$sz -n \$n -p \$peer_port --backend \$be --stall-secs 60 \$fl"
+    pt="ib_\${op}_\${sc} -d rxe0 -x 1 -s \$sz -n \$n -p \$peer_port \$fl"
+    ok=1
+    if [ \$sv = 1 ]; then
+      \$rp > /tmp/pp-rp.txt 2>&1 &
+      srv=\$!; listening \$peer_port || ok=0
+      \$pt 127.0.0.1 > /tmp/pp-pt.txt 2>&1 || ok=0
+    else
+      \$pt > /tmp/pp-pt.txt 2>&1 &
+      srv=\$!; listening \$peer_port || ok=0
+      \$rp 127.0.0.1 > /tmp/pp-rp.txt 2>&1 || ok=0
+    fi
+    wait \$srv || ok=0
+    # perftest's own clock check (get_cpu_mhz: r^2 of its cycle counter against gettimeofday
+    # under 0.9) fails now and then in this emulated guest: perftest exits without its report,
+    # whatever rdmaprobe did; once more on a new port, said
+    [ \$ok = 0 ] && [ \$try = 1 ] && grep -q "Can't produce a report" /tmp/pp-pt.txt || break
+    echo "PEER-RETRY \$sc \$op \$be serves=\$sv: perftest's clock check failed (\$(grep -m1 'r^2' /tmp/pp-pt.txt)); rdmaprobe said: \$(grep -m1 'error' /tmp/pp-rp.txt)"
+  done
   [ \$ok = 1 ] || { peer_rc=1; echo "PEER-FAILED \$sc \$op \$be serves=\$sv"; cat /tmp/pp-rp.txt /tmp/pp-pt.txt; }
   if [ \$sc = lat ]; then
     ptf=\$(grep -A1 't_typical' /tmp/pp-pt.txt | tail -1 | awk '{printf "%s iters t_typical=%sus", \$2, \$5}')
@@ -555,6 +567,8 @@ grep -q 'RDMAPROBE-PEER-RESULT peer=0' "$log.txt" || { echo "FAIL: rdmaprobe aga
 # every pair ran and both tools counted what perftest's conventions give: perftest -n, rdmaprobe
 # -n - 1 round trips in a ping-pong, -n READs as the client and none as the server; bw: the
 # client's report (perftest's printed table, rdmaprobe's report line) of 1000 messages
+retried=$(grep -cE '^(PEER|PERFTEST)-RETRY ' "$log.txt" || true)
+((retried == 0)) || echo "note: perftest's own clock check failed in $retried run(s) (r^2 under 0.9 in the emulated guest); each ran once more (the RETRY lines above)"
 peer_lines=$(grep -c '^PEER ' "$log.txt" || true)
 [[ "$peer_lines" == 28 ]] || { echo "FAIL: $peer_lines of 28 rdmaprobe/perftest pairs ran in the guest"; fail=1; }
 while IFS= read -r line; do
