@@ -51,6 +51,7 @@ fn main() {
         warmup: 0,
         inline: true,
         stall: Duration::from_secs(10),
+        anatomy: false,
     };
     let intr = AtomicBool::new(false);
     let mut st = PingState::default();

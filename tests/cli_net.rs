@@ -1166,3 +1166,78 @@ fn qp_numbers_are_in_the_header_and_the_json() {
     assert!(err.contains("a latency server's file"), "{err}");
     std::fs::remove_dir_all(&dir).ok();
 }
+
+/// `--anatomy` between two processes: the server's turnarounds come to the client after the run
+/// and split every round trip (the JSON's `anatomy`: as many samples as round trips, turnaround
+/// plus rest at the median no more than the round trip's p50 allows, the second table on both
+/// ends); one end without it is a disagreement named; READ has no software turnaround (exit 2).
+#[test]
+fn the_anatomy_between_two_processes_carries_the_servers_turnarounds() {
+    let _g = serial();
+    let p = port(11);
+    let dir = std::env::temp_dir().join(format!("rdmaprobe-anatomy-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("a temporary directory");
+    let json = dir.join("anatomy.json");
+    let args = |extra: &[&'static str]| {
+        let mut a = vec![
+            "lat",
+            "send",
+            "-d",
+            "model0",
+            "-n",
+            "3000",
+            "-s",
+            "64",
+            "--oob-timeout",
+            "20",
+        ];
+        a.extend(extra);
+        a
+    };
+    let mut s_args = args(&["--anatomy"]);
+    s_args.extend(["-p", &p]);
+    let srv = spawn(&s_args);
+    let mut c_args = args(&["--anatomy", "127.0.0.1", "--json"]);
+    c_args.extend([json.to_str().expect("a UTF-8 path"), "-p", &p]);
+    let (cc, co, ce) = finish(spawn(&c_args));
+    let (sc, so, se) = finish(srv);
+    assert_eq!((cc, sc), (0, 0), "client: {co}{ce}\nserver: {so}{se}");
+    for out in [&co, &so] {
+        assert!(out.contains("anatomy [ns], round trips (not halved)"), "{out}");
+        assert!(out.contains("turn p50"), "{out}");
+    }
+    let v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&json).expect("the JSON")).expect("JSON");
+    assert_eq!(v["params"]["anatomy"], true);
+    let runs = v["runs"].as_array().expect("runs");
+    assert_eq!(runs.len(), 3, "verbs, wr, direct");
+    for r in runs {
+        let a = &r["anatomy"];
+        let f = |k: &str, q: &str| a[k][q].as_f64().unwrap_or_else(|| panic!("{k}.{q} in {a}"));
+        for k in ["round_trip_ns", "turnaround_ns", "rest_ns"] {
+            assert_eq!(a[k]["count"], 3000, "{k}: {a}");
+        }
+        // each sample's round trip is its turnaround plus its rest; their medians can differ
+        // from the sum by the quantisation only, never by more than the round trip
+        assert!(f("turnaround_ns", "p50") > 0.0 && f("rest_ns", "p50") > 0.0, "{a}");
+        assert!(f("turnaround_ns", "p50") < f("round_trip_ns", "p50"), "{a}");
+        assert!(f("rest_ns", "p50") <= f("round_trip_ns", "p50"), "{a}");
+        // the one-way figure is half the round trip
+        let lat = r["latency_ns"]["p50"].as_f64().expect("latency p50");
+        assert!(
+            (2.0 * lat - f("round_trip_ns", "p50")).abs() <= 0.02 * f("round_trip_ns", "p50"),
+            "{r}"
+        );
+    }
+    // one end with --anatomy, the other without: named before any figure
+    let p2 = port(12);
+    let srv = spawn(&[&args(&[])[..], &["-p", &p2]].concat());
+    let (cc, _, ce) = finish(spawn(&[&args(&["--anatomy", "127.0.0.1"])[..], &["-p", &p2]].concat()));
+    let (sc, _, _) = finish(srv);
+    assert_eq!((cc, sc), (1, 1), "{ce}");
+    assert!(ce.contains("disagree on anatomy"), "{ce}");
+    // READ and atomics: the far NIC answers
+    let (rc, _, re) = finish(spawn(&["lat", "read", "--loopback", "-d", "model0", "--anatomy"]));
+    assert_eq!(rc, 2, "{re}");
+    assert!(re.contains("no software turn to stamp"), "{re}");
+    let _ = std::fs::remove_dir_all(&dir);
+}

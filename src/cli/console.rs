@@ -396,8 +396,8 @@ pub fn compare(
     if let Some(t) = how.target_effect_pct.filter(|t| !(t.is_finite() && *t > 0.0)) {
         return fail(format!("--target-effect must be a percentage above 0 (got {t})"));
     }
-    if let Some(m) = metrics.iter().find(|m| !["p50", "p99", "bw"].contains(&m.as_str())) {
-        return fail(format!("unknown metric '{m}' (p50, p99, bw)"));
+    if let Some(m) = metrics.iter().find(|m| !compare::METRICS.contains(&m.as_str())) {
+        return fail(format!("unknown metric '{m}' ({})", compare::METRICS.join(", ")));
     }
     let load = |paths: &[String]| -> Result<Vec<(String, serde_json::Value)>, compare::CompareError> {
         paths.iter().map(|p| Ok((p.clone(), compare::load(p)?))).collect()

@@ -123,6 +123,13 @@ pub struct LatArgs {
     /// rows show what waiting for events saves). The JSON has it always (cpu_pct).
     #[arg(long = "cpu_util", visible_alias = "cpu-util")]
     cpu_util: bool,
+    /// Where each round trip goes (write and send): the server stamps each iteration's turnaround
+    /// (from seeing the request to its reply's post returning; between two processes its stamps
+    /// come to the client after the run), and a second table splits every round trip into the
+    /// turnaround and the rest (the client's post, both messages through the NICs and the wire,
+    /// the polling until each was seen). The stamps cost the server one timestamp per iteration.
+    #[arg(long)]
+    anatomy: bool,
     /// perftest's -A, -F, --output.
     #[command(flatten)]
     perftest: PerftestArgs,
@@ -400,6 +407,7 @@ pub fn lat(a: LatArgs) -> Result<ExitCode> {
         intervals: a.hdr.is_some(),
         events: a.events,
         cpu_util: a.cpu_util,
+        anatomy: a.anatomy,
     };
     let p = plan(Scenario::Lat(l), &a.run, &a.peer)?;
     let p = perftest_backend(p, &a.run, &a.perftest);

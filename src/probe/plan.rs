@@ -185,6 +185,9 @@ pub struct LatPlan {
     /// The table says each run's CPU use, the client thread's (perftest's --cpu_util); the JSON
     /// always has it.
     pub cpu_util: bool,
+    /// `--anatomy`: the server stamps its turnaround in every iteration, and each round trip is
+    /// split into the turnaround and the rest (a second table, `anatomy` in the JSON).
+    pub anatomy: bool,
 }
 
 impl LatPlan {
@@ -202,6 +205,7 @@ impl LatPlan {
             intervals: false,
             events: false,
             cpu_util: false,
+            anatomy: false,
         }
     }
 }

@@ -9,6 +9,7 @@ use crate::report::Interval;
 use crate::scenario::runner::{tsc_step, BwResult, LatResult, PostCostResult};
 use std::fmt::Write;
 
+mod anatomy;
 mod kv;
 mod perftest;
 mod qps;
@@ -450,6 +451,7 @@ impl Report {
             );
         }
         *s += &perftest::perftest_lat_lines(rs);
+        *s += &anatomy::anatomy_lines(rs);
         if let Scenario::Lat(l) = &self.plan.scenario {
             lat_cpu_lines(s, l, rs);
         }

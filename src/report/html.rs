@@ -75,6 +75,7 @@ pub fn report(doc: &Value, figs: &[Figure]) -> String {
     let runs: &[Value] = doc["runs"].as_array().map(|a| a.as_slice()).unwrap_or(&[]);
     let of = |s: &str| -> Vec<&Value> { runs.iter().filter(|r| r["scenario"].as_str() == Some(s)).collect() };
     latency(&mut h, &of("lat"));
+    anatomy(&mut h, &of("lat"));
     bandwidth(&mut h, &of("bw"));
     post_cost(&mut h, &of("post_cost"));
     key_value(&mut h, &of("kv"));
@@ -383,6 +384,57 @@ fn latency(h: &mut String, lat: &[&Value]) {
             h.push_str(&overhead_cell(r, lat));
         }
         h.push_str("</tr>");
+    }
+    h.push_str("</tbody></table>\n");
+}
+
+/// `--anatomy` runs: each round trip split at the server's turnaround, medians, and a bar per
+/// run stacking the two (turn, then rest) on one scale across the table.
+fn anatomy(h: &mut String, lat: &[&Value]) {
+    let rows: Vec<&&Value> = lat.iter().filter(|r| r["anatomy"].is_object()).collect();
+    if rows.is_empty() {
+        return;
+    }
+    h.push_str(
+        "<h2>Latency anatomy</h2>\n<p>ns, round trips (not halved), medians over the samples: the server's \
+         turnaround (from seeing the request to its reply's post returning, on its own clock) and the rest of \
+         each round trip (the client's post, both messages through the NICs and the wire, each end's polling); \
+         the bar stacks the two medians (turn dark, rest light) on one scale for the whole table.</p>\n\
+         <table id=\"anatomy\"><thead><tr><th class=\"l\">op</th><th>size (B)</th><th class=\"l\">backend</th>\
+         <th>round trip p50</th><th>turn p50</th><th>turn p99</th><th>rest p50</th><th>rest p99</th>\
+         <th class=\"l\">turn | rest</th></tr></thead><tbody>",
+    );
+    let p50 = |r: &Value, k: &str| r["anatomy"][k]["p50"].as_f64().filter(|v| v.is_finite() && *v >= 0.0);
+    let scale = rows
+        .iter()
+        .filter_map(|r| Some(p50(r, "turnaround_ns")? + p50(r, "rest_ns")?))
+        .fold(0.0, f64::max);
+    for r in rows {
+        let a = &r["anatomy"];
+        let _ = write!(
+            h,
+            "<tr><td class=\"l\">{}</td><td>{}</td><td class=\"l\">{}</td>",
+            esc(&series(r)),
+            cell(&r["size_bytes"]),
+            esc(&backend_line(r))
+        );
+        for (k, q) in [
+            ("round_trip_ns", "p50"),
+            ("turnaround_ns", "p50"),
+            ("turnaround_ns", "p99"),
+            ("rest_ns", "p50"),
+            ("rest_ns", "p99"),
+        ] {
+            let _ = write!(h, "<td>{}</td>", ns(&a[k][q]));
+        }
+        let width = |v: Option<f64>| v.filter(|_| scale > 0.0).map_or(0.0, |v| 300.0 * v / scale);
+        let _ = write!(
+            h,
+            "<td class=\"l\"><span style=\"display:inline-block;height:10px;width:{:.0}px;background:#a33\"></span>\
+             <span style=\"display:inline-block;height:10px;width:{:.0}px;background:#9bd\"></span></td></tr>",
+            width(p50(r, "turnaround_ns")),
+            width(p50(r, "rest_ns"))
+        );
     }
     h.push_str("</tbody></table>\n");
 }
@@ -901,5 +953,39 @@ mod tests {
         );
         assert!(page.contains("<td class=\"l\">&lt;verbs&gt;</td>"), "{page}");
         assert!(!page.contains("<verbs>"));
+    }
+
+    #[test]
+    fn anatomy_runs_have_their_table_and_stacked_bars() {
+        let run = |backend: &str, turn: f64, rest: f64| {
+            serde_json::json!({"scenario": "lat", "op": "send", "backend": backend, "size_bytes": 64,
+                "figure": "one_way", "latency_ns": {"p50": (turn + rest) / 2.0},
+                "anatomy": {"round_trip_ns": {"p50": turn + rest}, "turnaround_ns": {"p50": turn, "p99": 2.0 * turn},
+                            "rest_ns": {"p50": rest, "p99": 2.0 * rest}}})
+        };
+        let doc = serde_json::json!({"runs": [run("verbs", 100.0, 900.0), run("direct", 50.0, 450.0),
+            {"scenario": "lat", "op": "send", "backend": "wr", "size_bytes": 64, "latency_ns": {"p50": 1.0}}]});
+        let page = report(&doc, &[]);
+        assert!(page.contains("<h2>Latency anatomy</h2>"), "{page}");
+        // verbs' 1000 ns is the scale's 300 px: 30 + 270; direct's half of it
+        assert!(
+            page.contains(
+                "<td class=\"l\">verbs</td><td>1000</td><td>100</td><td>200</td><td>900</td><td>1800</td><td class=\"l\">\
+                 <span style=\"display:inline-block;height:10px;width:30px;background:#a33\"></span>\
+                 <span style=\"display:inline-block;height:10px;width:270px;background:#9bd\"></span>"
+            ),
+            "{page}"
+        );
+        assert!(
+            page.contains("width:15px;background:#a33") && page.contains("width:135px;background:#9bd"),
+            "{page}"
+        );
+        // the run without --anatomy has no row there
+        let table = &page[page.find("<table id=\"anatomy\">").expect("the table")..];
+        let table = &table[..table.find("</table>").expect("its end")];
+        assert!(!table.contains(">wr<"), "{table}");
+        // no anatomy at all: no section
+        let plain = serde_json::json!({"runs": [doc["runs"][2].clone()]});
+        assert!(!report(&plain, &[]).contains("Latency anatomy"));
     }
 }

@@ -30,6 +30,9 @@ pub struct LatParams {
     pub inline: bool,
     /// Longest wait for any single step before the run is declared stalled.
     pub stall: Duration,
+    /// The server stamps each iteration's turnaround (`--anatomy`): from seeing the request to
+    /// its reply's post returning, two more timestamps on its side of every round trip.
+    pub anatomy: bool,
 }
 
 /// Whether the figure of an operation is one-way (half the round trip) or the round trip.
@@ -50,6 +53,10 @@ pub struct LatSamples {
     /// round trip and the bookkeeping after it): perftest's latency sample (`ib_*_lat` takes
     /// `tposted[i + 1] - tposted[i]`), one fewer than `rtt` per block.
     pub period: Vec<u64>,
+    /// With `--anatomy`: the server's turnaround of each measured iteration (from seeing the
+    /// request to its reply's post returning), paired with `rtt` index by index, in ticks of
+    /// this side's TSC (a server in another process sends its own, converted).
+    pub turnaround: Vec<u64>,
     /// The client thread's CPU time over its blocks (warm-up included), ns.
     pub cpu_ns: u64,
     /// Those blocks' length, TSC ticks.
@@ -64,6 +71,7 @@ impl LatSamples {
             post: Vec::with_capacity(n),
             wait: Vec::with_capacity(n),
             period: Vec::with_capacity(n),
+            turnaround: Vec::new(),
             cpu_ns: 0,
             wall_ticks: 0,
         }
@@ -75,6 +83,7 @@ impl LatSamples {
         self.post.extend(s.post);
         self.wait.extend(s.wait);
         self.period.extend(s.period);
+        self.turnaround.extend(s.turnaround);
         self.cpu_ns += s.cpu_ns;
         self.wall_ticks += s.wall_ticks;
     }
@@ -428,7 +437,10 @@ pub fn run<B: Backend + Send>(
         srv.unwrap_or(Err(ScenarioError::PeerFailed { side: "server" })),
     );
     match res {
-        (Ok(samples), Ok(())) => Ok(samples),
+        (Ok(mut samples), Ok(turns)) => {
+            samples.turnaround = turns.get(warmup as usize..).unwrap_or_default().to_vec();
+            Ok(samples)
+        }
         // The first real failure wins over the other side's "peer failed".
         (Err(e @ ScenarioError::PeerFailed { .. }), Err(s)) => Err(if matches!(s, ScenarioError::PeerFailed { .. }) {
             e
@@ -534,7 +546,9 @@ pub fn client_loop<B: Backend>(
     Ok(out)
 }
 
-/// The server's side of one block (see [`client_loop`]).
+/// The server's side of one block (see [`client_loop`]); with `p.anatomy` the turnaround of
+/// each of its `total` iterations (warm-up included), ticks: from the moment it saw the request
+/// (the poll or the byte that showed it, its reaping after) to its reply's post returning.
 pub fn server_loop<B: Backend>(
     b: &mut B,
     p: &LatParams,
@@ -542,7 +556,7 @@ pub fn server_loop<B: Backend>(
     total: u64,
     prime: bool,
     flags: &Flags<'_>,
-) -> Result<(), ScenarioError> {
+) -> Result<Vec<u64>, ScenarioError> {
     let side = "server";
     let spin = Spin {
         side,
@@ -555,8 +569,9 @@ pub fn server_loop<B: Backend>(
     match p.op {
         o if o.carries_payload() => {}
         // Read and atomics are one-sided: the server only keeps its memory registered.
-        _ => return Ok(()),
+        _ => return Ok(Vec::new()),
     }
+    let mut turns = Vec::with_capacity(if p.anatomy { total as usize } else { 0 });
     if p.op.needs_recv() && prime {
         b.post_recv(recv_len(b), RECV_DEPTH).map_err(be(side, first))?;
     }
@@ -573,6 +588,7 @@ pub fn server_loop<B: Backend>(
         } else {
             await_send(b, &spin, &mut outst, k, awaited(p.op, "client"))?;
         }
+        let t2 = if p.anatomy { clock::stop() } else { 0 };
         // The server reaps before answering: then the reaping is on the measured path in every
         // iteration alike, never hidden in one configuration and exposed in another (after the
         // answer it would delay the server's readiness for the next message only when that
@@ -582,6 +598,9 @@ pub fn server_loop<B: Backend>(
         }
         let signal = signalled(p.op, k - first) || k + 1 == first + total;
         b.post(p.op, p.size, 1, p.inline, signal).map_err(be(side, k))?;
+        if p.anatomy {
+            turns.push(clock::stop().saturating_sub(t2));
+        }
         b.after_post();
         outst.n += u32::from(signal);
         if p.op.needs_recv() {
@@ -591,5 +610,6 @@ pub fn server_loop<B: Backend>(
     spin.until(first + total, "the last send completions", || {
         outst.add(b.poll().map_err(be(side, first + total))?);
         Ok(outst.n == 0)
-    })
+    })?;
+    Ok(turns)
 }

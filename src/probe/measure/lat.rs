@@ -17,6 +17,7 @@ use crate::scenario::ScenarioError;
 use serde_json::json;
 
 pub(in crate::probe) mod perftest;
+mod turnaround;
 
 /// Each backend's end, connected to the peer's.
 type Ends = Vec<(BackendKind, AnyEnd)>;
@@ -119,6 +120,13 @@ fn check(plan: &Plan, l: &LatPlan, obs: &mut dyn Observer) -> Result<Vec<u32>, P
             ));
         }
     }
+    if l.anatomy && !l.op.carries_payload() {
+        return Err(ProbeError::Usage(format!(
+            "--anatomy splits a round trip at the server's turnaround: the responder of {} is the far NIC, \
+             with no software turn to stamp (write and send have one)",
+            if l.op == OpKind::Read { "a READ" } else { "an atomic" }
+        )));
+    }
     if matches!(l.op, OpKind::FetchAdd | OpKind::CmpSwap) && !matches!(l.sizes, Sizes::One(2) | Sizes::One(8)) {
         obs.note("atomics move 8 bytes; -s/-a ignored");
     }
@@ -158,8 +166,9 @@ fn open(
 
 /// Every sample is kept: the memory they take is checked before the run, not met after it.
 fn check_memory(l: &LatPlan, backends: u64) -> Result<(), ProbeError> {
-    let b = session::LAT_SAMPLE_BYTES;
-    let need = samples_bytes(l.iters, l.duration, backends);
+    // --anatomy: the server's turnaround too, 8 B an iteration
+    let b = session::LAT_SAMPLE_BYTES + if l.anatomy { 8 } else { 0 };
+    let need = (samples_bytes(l.iters, l.duration, backends) / session::LAT_SAMPLE_BYTES).saturating_mul(b);
     match l.duration {
         None => session::check_memory(need, || {
             format!("-n {} ({backends} backend(s), {b} B per iteration)", l.iters)
@@ -337,7 +346,7 @@ fn new_report(
         (Some((p, _)), _) => Role::Client(p.peer_name()),
     };
     let params = json!({
-        "scenario": "lat", "op": l.op.as_str(), "iters": l.iters, "warmup": l.warmup, "blocks": l.blocks, "events": l.events,
+        "scenario": "lat", "op": l.op.as_str(), "iters": l.iters, "warmup": l.warmup, "blocks": l.blocks, "events": l.events, "anatomy": l.anatomy,
         "backends": kinds.iter().map(|k| k.as_str()).collect::<Vec<_>>(), "db_mode": mode.as_str(),
         "inline_limit": sides.inline_limit, "port_active_mtu_bytes": session::active_mtu(dev), "loopback": !network, "model_delay_ns": l.model_delay_ns,
         // what the QPs were granted (in process: read from them; client/server: asked for)
@@ -404,14 +413,7 @@ impl Run<'_> {
             vec![PingState::default(); report.backends.len()]
         };
         for &size in sizes {
-            let p = LatParams {
-                op: self.l.op,
-                size,
-                iters: self.l.iters,
-                warmup: self.l.warmup,
-                inline: self.l.op.carries_payload() && size <= sides.inline_limit,
-                stall: self.plan.stall,
-            };
+            let p = self.params(size, sides.inline_limit);
             let rs = match sides.net.as_mut() {
                 None => {
                     let t_base = run_start.elapsed().as_secs_f64();
@@ -420,21 +422,23 @@ impl Run<'_> {
                         Err(e) => return Err(self.failed(sides.describe(), e.into())),
                     }
                 }
-                Some((rdv, ends)) => match run_network(ends, &mut states, &p, self.l.blocks, client, &report.clock) {
-                    Ok(mut rs) => {
-                        // -e: the ends after the polling ones wait for completion events
-                        for (r, ev) in rs.iter_mut().zip(&sides.net_events) {
-                            if *ev {
-                                r.completion = Some("events".into());
+                Some((rdv, ends)) => {
+                    match run_network(&mut **rdv, ends, &mut states, &p, self.l.blocks, client, &report.clock) {
+                        Ok(mut rs) => {
+                            // -e: the ends after the polling ones wait for completion events
+                            for (r, ev) in rs.iter_mut().zip(&sides.net_events) {
+                                if *ev {
+                                    r.completion = Some("events".into());
+                                }
                             }
+                            rs
                         }
-                        rs
+                        Err(e) => {
+                            let e = session::fail(&mut **rdv, e);
+                            return Err(self.failed(ends.iter().map(|(_, e)| e.describe()).collect(), e));
+                        }
                     }
-                    Err(e) => {
-                        let e = session::fail(&mut **rdv, e);
-                        return Err(self.failed(ends.iter().map(|(_, e)| e.describe()).collect(), e));
-                    }
-                },
+                }
             };
             for r in rs {
                 if let Runs::Lat(v) = &mut report.runs {
@@ -444,6 +448,19 @@ impl Run<'_> {
             }
         }
         Ok(())
+    }
+
+    /// The scenario's parameters at `size` (inline up to `inline_limit`).
+    fn params(&self, size: u32, inline_limit: u32) -> LatParams {
+        LatParams {
+            op: self.l.op,
+            size,
+            iters: self.l.iters,
+            warmup: self.l.warmup,
+            inline: self.l.op.carries_payload() && size <= inline_limit,
+            stall: self.plan.stall,
+            anatomy: self.l.anatomy,
+        }
     }
 
     /// One size with both ends in this process: interleaved blocks, an interval per block and
@@ -544,6 +561,7 @@ fn hello(l: &LatPlan, sizes: &[u32], kinds: &[BackendKind], mode: DbMode, inline
         ("warmup", l.warmup.to_string()),
         ("blocks", l.blocks.to_string()),
         ("events", l.events.to_string()),
+        ("anatomy", l.anatomy.to_string()),
     ];
     session::hello("lat", l.op, sizes, own, kinds, mode, inline_limit, buf_len)
 }
@@ -596,8 +614,10 @@ fn connect(
     Ok((ends, states, cm, qps))
 }
 
-/// Runs the blocks of one size on connected ends; the client returns the results.
+/// Runs the blocks of one size on connected ends; the client returns the results. With
+/// `--anatomy` the server's turnarounds come to it after the blocks.
 fn run_network(
+    rdv: &mut dyn Rendezvous,
     ends: &mut [(BackendKind, AnyEnd)],
     states: &mut [PingState],
     p: &LatParams,
@@ -620,10 +640,20 @@ fn run_network(
         for j in 0..n {
             let i = (j + b as usize) % n;
             let end = &mut ends[i].1;
-            if let Some(s) = lat_side(end, client, p, iters, warmup, &mut states[i], &INTERRUPTED)? {
+            let s = lat_side(end, client, p, iters, warmup, &mut states[i], &INTERRUPTED)?;
+            if client {
                 all[i].1.add(figures_ns(p, &s.rtt, cal));
-                all[i].0.extend(s);
             }
+            all[i].0.extend(s);
+        }
+    }
+    if p.anatomy && !client {
+        let rows: Vec<Vec<u64>> = all.iter_mut().map(|(s, _)| std::mem::take(&mut s.turnaround)).collect();
+        turnaround::send(rdv, &rows, cal.hz)?;
+    } else if p.anatomy {
+        let want: Vec<usize> = all.iter().map(|(s, _)| s.rtt.len()).collect();
+        for ((s, _), t) in all.iter_mut().zip(turnaround::receive(rdv, &want, cal.hz)?) {
+            s.turnaround = t;
         }
     }
     if !client {

@@ -169,6 +169,7 @@ impl Suite {
                 warmup: 100.min(self.m.iters),
                 inline: op.carries_payload() && size <= max_inline,
                 stall: Duration::from_secs(10),
+                anatomy: false,
             };
             let rs = self.lat_point(&mut pairs, &p, t)?;
             self.r.summary.push(overhead_line(&what, &rs));

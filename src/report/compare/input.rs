@@ -261,6 +261,22 @@ fn metrics(r: &Value, wanted: &[String]) -> Result<Vec<Metric>, String> {
             ));
         }
     }
+    // --anatomy: the median of the server's turnaround (`turn`) and of the rest of the round
+    // trip (`rest`); one figure a run (no blocks)
+    for (m, field) in [("turn", "turnaround_ns"), ("rest", "rest_ns")] {
+        if want(m) && r["anatomy"].is_object() {
+            let v = value(&r["anatomy"][field], &format!("anatomy.{field}"), "p50")?;
+            out.push((
+                m.to_string(),
+                RunSample {
+                    value: v,
+                    blocks: Vec::new(),
+                    level: None,
+                },
+                true,
+            ));
+        }
+    }
     // the key-value workload's throughput is its `bw` metric: requests answered per microsecond
     // (no windows: one figure a run)
     if want("bw") && r["scenario"] == "kv" {

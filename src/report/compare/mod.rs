@@ -60,9 +60,13 @@ pub const ALPHA: f64 = 0.05;
 /// (2026-12-07, 6 `suite --quick --parts kv -d model0`, 30 ordered pairs: Mops down up to 23 %,
 /// p50 up to +28 %, p99 up to +47 %; an audit's two runs: Mops down 36 %, p99 up 101 %): one
 /// run per side 75, 100 and 200 (shown only: a kv row has no blocks, so one run per side is not
-/// judged); several 10, 10 and 20.
+/// judged); several 10, 10 and 20. `--anatomy`'s medians (2026-12-07, 6 runs each of `lat send`
+/// and `lat write --loopback -d model0 -s 64 -n 20000 --anatomy`, the 40 ordered 3-against-3
+/// splits of each): the rest of the round trip moved up to +22 % (+21 % as a contrast against
+/// direct), the turnaround (about 60 ns, in the TSC's 10 ns steps) up to +31 %: several runs 25
+/// and 35 (chosen on those splits); one run per side 100 (shown only: no blocks).
 #[rustfmt::skip]
-pub const DEFAULT_THRESHOLDS_PCT: [(&str, &str, f64, f64); 8] = [
+pub const DEFAULT_THRESHOLDS_PCT: [(&str, &str, f64, f64); 10] = [
     ("lat",       "p50",   5.0, 250.0),
     ("lat",       "p99",  20.0, 500.0),
     ("bw",        "bw",   10.0,  75.0),
@@ -71,7 +75,13 @@ pub const DEFAULT_THRESHOLDS_PCT: [(&str, &str, f64, f64); 8] = [
     ("kv",        "bw",   10.0,  75.0),
     ("kv",        "p50",  10.0, 100.0),
     ("kv",        "p99",  20.0, 200.0),
+    ("lat",       "rest", 25.0, 100.0),
+    ("lat",       "turn", 35.0, 100.0),
 ];
+
+/// The metrics `compare` knows: latency and post-cost percentiles, bandwidth (kv: Mops), and
+/// with `--anatomy` the medians of the server's turnaround and of the rest of the round trip.
+pub const METRICS: [&str; 5] = ["p50", "p99", "bw", "turn", "rest"];
 
 /// The default threshold (percent) of a row of `scenario` and `metric`, for several runs on both
 /// sides or not (a row not in [`DEFAULT_THRESHOLDS_PCT`]: 10 and 50).

@@ -693,3 +693,46 @@ fn runs_until_decided_keep_the_false_alarm_rate_and_decide_a_change() {
         "{t}"
     );
 }
+
+#[test]
+fn an_anatomy_runs_turnaround_and_rest_are_rows_of_their_own() {
+    // direct alone (no control): three runs a side, the rest 50 % longer in NEW, the
+    // turnaround unchanged
+    let run = |turn: f64, rest: f64| {
+        let st = |v: f64| json!({"p50": v});
+        doc(
+            json!([{"op": "send", "backend": "direct", "size": 64, "latency": {"p50": 400.0, "p99": 800.0},
+                    "block_medians_ns": [400.0, 401.0, 399.0], "block_p99_ns": [800.0, 810.0, 790.0],
+                    "anatomy": {"round_trip_ns": st(turn + rest), "turnaround_ns": st(turn), "rest_ns": st(rest)}}]),
+        )
+    };
+    let set = |v: &[(f64, f64)]| -> Vec<(String, Value)> {
+        v.iter()
+            .enumerate()
+            .map(|(i, &(t, r))| (format!("f{i}-{t}-{r}"), run(t, r)))
+            .collect()
+    };
+    let base = set(&[(60.0, 700.0), (61.0, 710.0), (59.0, 690.0)]);
+    let new = set(&[(60.0, 1050.0), (61.0, 1060.0), (59.0, 1040.0)]);
+    let r = compare_sets(&base, &new, &Options::default()).unwrap();
+    let row = |m: &str| {
+        r.rows
+            .iter()
+            .find(|x| x.metric == m)
+            .unwrap_or_else(|| panic!("no {m} row"))
+    };
+    assert_eq!(row("rest").verdict, Verdict::Regression, "{:?}", row("rest"));
+    assert_eq!(row("turn").verdict, Verdict::Same, "{:?}", row("turn"));
+    assert_eq!((row("rest").threshold, row("turn").threshold), (0.25, 0.35));
+    // a run without --anatomy has no such rows
+    let plain = vec![("p".to_string(), doc(json!([lat_run(json!(100.0))])))];
+    let r = compare_sets(&plain, &plain, &Options::default()).unwrap();
+    assert!(r.rows.iter().all(|x| x.metric != "turn" && x.metric != "rest"));
+    // a damaged anatomy is refused, naming the field
+    let mut bad = run(60.0, 700.0);
+    bad["runs"][0]["anatomy"]["rest_ns"]["p50"] = json!(-1.0);
+    let e = compare(&run(60.0, 700.0), &bad, &Options::default())
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("anatomy.rest_ns.p50 is -1"), "{e}");
+}

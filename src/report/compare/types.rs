@@ -181,7 +181,7 @@ impl Default for Options {
     fn default() -> Self {
         Options {
             threshold_pct: None,
-            metrics: vec!["p50".into(), "p99".into(), "bw".into()],
+            metrics: super::METRICS.iter().map(|m| m.to_string()).collect(),
             adjust: Adjust::Holm,
             rounds: ROUNDS,
             control: super::ControlMode::Auto,

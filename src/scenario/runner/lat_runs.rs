@@ -115,6 +115,61 @@ pub struct LatResult {
     /// the figure is one-way; absent in files written before it was recorded.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub perftest_ns: Option<PerftestLat>,
+    /// `--anatomy`: each round trip split at the server's turnaround; absent without it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub anatomy: Option<Anatomy>,
+}
+
+/// `--anatomy`: the round trip of every sample split at the server's turnaround (t1 the
+/// client's post, t2 the server seeing the request, t3 its reply's post returned, t4 the
+/// client seeing the reply: turnaround t3 - t2, the rest (t4 - t1) - (t3 - t2)), each end on
+/// its own calibrated TSC. Round trips, never halved.
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct Anatomy {
+    /// t4 - t1 of each sample, ns.
+    pub round_trip_ns: Stats,
+    /// t3 - t2: the server's software between the request and its reply (its reaping of send
+    /// completions and the reply's post call included), ns.
+    pub turnaround_ns: Stats,
+    /// The round trip less the turnaround, sample by sample: the client's post call, both
+    /// messages through the NICs and the wire (on model0: the model executing them) and each
+    /// end's polling until it saw its message, ns.
+    pub rest_ns: Stats,
+    /// Samples whose turnaround exceeded their round trip (two clocks that disagree); their
+    /// rest is counted as 0.
+    pub turnaround_over_round_trip: u64,
+    /// One timestamp's cost (the calibration's measured overhead), ns: the server's stamps
+    /// lengthen each round trip of an `--anatomy` run by about this much (t2's stamp lies
+    /// between the request and the reply; t3's is read once the reply is posted).
+    pub stamp_overhead_ns: f64,
+}
+
+impl Anatomy {
+    /// From the round trips and the turnarounds paired with them (ticks of `cal`'s TSC);
+    /// `Ok(None)` without turnarounds, an error when they do not pair.
+    pub fn of(rtt: &[u64], turnaround: &[u64], cal: &Calibration) -> Result<Option<Self>, ScenarioError> {
+        if turnaround.is_empty() {
+            return Ok(None);
+        }
+        if turnaround.len() != rtt.len() {
+            return Err(ScenarioError::Invalid(format!(
+                "the server's turnarounds ({}) do not pair with the client's round trips ({})",
+                turnaround.len(),
+                rtt.len()
+            )));
+        }
+        let ns = |v: &[u64]| -> Vec<f64> { v.iter().map(|&t| cal.to_ns(t)).collect() };
+        let rest: Vec<u64> = rtt.iter().zip(turnaround).map(|(&r, &t)| r.saturating_sub(t)).collect();
+        let over = rtt.iter().zip(turnaround).filter(|(r, t)| t > r).count() as u64;
+        let stats = |v: &[u64]| Stats::of(&ns(v)).ok_or_else(|| ScenarioError::Invalid("no samples".into()));
+        Ok(Some(Anatomy {
+            round_trip_ns: stats(rtt)?,
+            turnaround_ns: stats(turnaround)?,
+            rest_ns: stats(&rest)?,
+            turnaround_over_round_trip: over,
+            stamp_overhead_ns: cal.overhead_ns(),
+        }))
+    }
 }
 
 /// perftest's latency figures (`ib_*_lat`'s `t_typical` and `t_avg`) of a run, from the time
@@ -224,11 +279,12 @@ pub fn finish(
         cpu_pct: (s.wall_ticks > 0).then(|| 100.0 * s.cpu_ns as f64 / cal.to_ns(s.wall_ticks)),
         completion: None,
         perftest_ns: PerftestLat::of(&s.period, lat::one_way(p.op), cal),
+        anatomy: Anatomy::of(&s.rtt, &s.turnaround, cal)?,
     })
 }
 
 /// One side's block on a connected end (the other side runs in another process): the client's
-/// samples, or `None` for the server.
+/// samples, or the server's: its turnarounds alone (`--anatomy`; none without).
 pub fn lat_side(
     end: &mut crate::backend::setup::AnyEnd,
     client: bool,
@@ -237,7 +293,7 @@ pub fn lat_side(
     warmup: u64,
     st: &mut PingState,
     intr: &AtomicBool,
-) -> Result<Option<LatSamples>, ScenarioError> {
+) -> Result<LatSamples, ScenarioError> {
     use crate::backend::setup::AnyEnd;
     let flags = lat::Flags {
         failed: AtomicBool::new(false),
@@ -254,9 +310,13 @@ pub fn lat_side(
     macro_rules! side {
         ($b:expr) => {
             if client {
-                lat::client_loop($b, p, first, total, warmup, prime, &flags).map(Some)
+                lat::client_loop($b, p, first, total, warmup, prime, &flags)
             } else {
-                lat::server_loop($b, p, first, total, prime, &flags).map(|()| None)
+                let turns = lat::server_loop($b, p, first, total, prime, &flags)?;
+                Ok(LatSamples {
+                    turnaround: turns.get(warmup as usize..).unwrap_or_default().to_vec(),
+                    ..LatSamples::default()
+                })
             }
         };
     }

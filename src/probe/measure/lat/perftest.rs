@@ -51,6 +51,9 @@ fn refuse(plan: &Plan, l: &LatPlan) -> Result<(), ProbeError> {
     if l.events || l.duration.is_some() || l.intervals {
         return no("-e, -D and --hdr are not in this version");
     }
+    if l.anatomy {
+        return no("--anatomy: perftest does not stamp its turnaround (nor send one): rdmaprobe on both ends");
+    }
     if plan.backends == Backends::All {
         return no(
             "a perftest server serves one connection: one backend per run (--backend verbs, wr or direct; \
@@ -466,6 +469,7 @@ fn each_size(
             warmup: 0,
             inline: l.op.carries_payload() && size <= inline_limit,
             stall: plan.stall,
+            anatomy: false,
         };
         if i > 0 && l.op == OpKind::Send {
             // perftest's -a: before each size after the first, its receives posted, a key

@@ -1,0 +1,133 @@
+//! `--anatomy` between two processes: the server's turnaround of every measured iteration
+//! comes to the client after the run (never on the measured path), in its TSC's ticks with the
+//! rate it calibrated, in messages of at most [`CHUNK`] samples (an out-of-band message is at
+//! most 64 KiB); the client converts them to its own ticks and pairs them with its round trips,
+//! backend by backend, in the blocks' order (the same on both ends).
+
+use crate::oob::Rendezvous;
+use crate::probe::ProbeError;
+use serde_json::json;
+
+/// Samples per message: 2000 of at most 20 digits each, under the 64 KiB bound.
+pub(super) const CHUNK: usize = 2000;
+
+/// The server: each backend's turnarounds (`rows`, in the ends' order), ticks at `hz`.
+pub(super) fn send(rdv: &mut dyn Rendezvous, rows: &[Vec<u64>], hz: f64) -> Result<(), ProbeError> {
+    let counts: Vec<usize> = rows.iter().map(Vec::len).collect();
+    rdv.put(&json!({ "turnaround": { "hz": hz, "counts": counts } }))?;
+    for c in rows.iter().flat_map(|r| r.chunks(CHUNK)) {
+        rdv.put(&json!({ "turnaround_ticks": c }))?;
+    }
+    Ok(())
+}
+
+/// The client: the server's turnarounds per backend, `want[i]` for backend `i` (its round
+/// trips: each turnaround pairs with one), converted to this side's ticks at `hz`. Anything
+/// else the server sends (another count, a rate that is not one, a sample too many) is an error
+/// naming it.
+pub(super) fn receive(rdv: &mut dyn Rendezvous, want: &[usize], hz: f64) -> Result<Vec<Vec<u64>>, ProbeError> {
+    let bad = |why: String| ProbeError::Invalid(format!("--anatomy: the server's turnarounds: {why}"));
+    let head: serde_json::Value = rdv.take()?;
+    let theirs_hz = head["turnaround"]["hz"].as_f64().unwrap_or(f64::NAN);
+    // a TSC between 1 MHz and 100 GHz
+    if !(1e6..=1e11).contains(&theirs_hz) {
+        return Err(bad(format!("its TSC rate is not one ({})", head["turnaround"]["hz"])));
+    }
+    let counts: Vec<usize> = serde_json::from_value(head["turnaround"]["counts"].clone())
+        .map_err(|e| bad(format!("no counts ({e}): {head}")))?;
+    if counts != want {
+        return Err(bad(format!(
+            "{counts:?} samples per backend, where this side has {want:?} round trips (both ends ran the same \
+             iterations: a server of another version?)"
+        )));
+    }
+    let scale = hz / theirs_hz;
+    let mut rows = Vec::with_capacity(counts.len());
+    for &n in &counts {
+        let mut row = Vec::with_capacity(n);
+        while row.len() < n {
+            let m: serde_json::Value = rdv.take()?;
+            let c: Vec<u64> = serde_json::from_value(m["turnaround_ticks"].clone())
+                .map_err(|e| bad(format!("a message that is not a list of ticks ({e})")))?;
+            if c.is_empty() || c.len() > CHUNK || row.len() + c.len() > n {
+                return Err(bad(format!(
+                    "a message of {} samples where {} were due (at most {CHUNK} a message)",
+                    c.len(),
+                    n - row.len()
+                )));
+            }
+            row.extend(c.iter().map(|&t| (t as f64 * scale).round() as u64));
+        }
+        rows.push(row);
+    }
+    Ok(rows)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::VecDeque;
+
+    /// Messages sent are the ones received, in order (a loopback of the exchange).
+    struct Echo(VecDeque<serde_json::Value>);
+
+    impl Rendezvous for Echo {
+        fn send_value(&mut self, msg: serde_json::Value) -> Result<(), crate::oob::OobError> {
+            self.0.push_back(msg);
+            Ok(())
+        }
+        fn recv_value(&mut self) -> Result<serde_json::Value, crate::oob::OobError> {
+            self.0.pop_front().ok_or_else(|| crate::oob::OobError::Protocol {
+                peer: "echo".into(),
+                why: "nothing left".into(),
+            })
+        }
+        fn leads(&self) -> bool {
+            false
+        }
+        fn peer_name(&self) -> String {
+            "echo".into()
+        }
+        fn set_timeout(&mut self, _t: std::time::Duration) -> Result<(), crate::oob::OobError> {
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn turnarounds_arrive_in_order_in_this_sides_ticks() {
+        let rows = vec![(0..4500).collect::<Vec<u64>>(), vec![], vec![1000, 3000]];
+        let mut e = Echo(VecDeque::new());
+        send(&mut e, &rows, 2e9).expect("sent");
+        // 4500 samples take three messages, then the third row one
+        assert_eq!(e.0.len(), 1 + 3 + 1);
+        // a server at 2 GHz, this side at 3 GHz: 1.5 of this side's ticks each
+        let got = receive(&mut e, &[4500, 0, 2], 3e9).expect("received");
+        assert_eq!(got[0].len(), 4500);
+        assert_eq!((got[0][2], got[0][4499]), (3, 6749));
+        assert!(got[1].is_empty());
+        assert_eq!(got[2], vec![1500, 4500]);
+    }
+
+    #[test]
+    fn a_server_that_sends_otherwise_is_named_never_trusted() {
+        let err = |msgs: Vec<serde_json::Value>, want: &[usize]| {
+            receive(&mut Echo(msgs.into()), want, 2e9)
+                .expect_err("refused")
+                .to_string()
+        };
+        let head =
+            |hz: serde_json::Value, counts: serde_json::Value| json!({"turnaround": {"hz": hz, "counts": counts}});
+        assert!(err(vec![head(json!(0.0), json!([1]))], &[1]).contains("its TSC rate is not one"));
+        assert!(err(vec![head(json!("fast"), json!([1]))], &[1]).contains("its TSC rate is not one"));
+        assert!(err(vec![head(json!(2e9), json!([2]))], &[1]).contains("[2] samples per backend"));
+        assert!(err(vec![head(json!(2e9), json!("x"))], &[1]).contains("no counts"));
+        let too_many = vec![head(json!(2e9), json!([1])), json!({"turnaround_ticks": [1, 2]})];
+        assert!(err(too_many, &[1]).contains("a message of 2 samples where 1 were due"));
+        let empty = vec![head(json!(2e9), json!([1])), json!({"turnaround_ticks": []})];
+        assert!(err(empty, &[1]).contains("a message of 0 samples"));
+        let negative = vec![head(json!(2e9), json!([1])), json!({"turnaround_ticks": [-1]})];
+        assert!(err(negative, &[1]).contains("not a list of ticks"));
+        // the server stopped sending: the exchange's own error
+        assert!(err(vec![head(json!(2e9), json!([1]))], &[1]).contains("nothing left"));
+    }
+}
