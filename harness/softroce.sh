@@ -315,6 +315,16 @@ srv=\$!
 wait \$srv || lat_rc=1
 cat /tmp/cm-ev.txt /tmp/cm-srv-ev.txt
 echo "NET-EVENTS rows: \$(grep -cE '^ +64 +(verbs|wr|verbs-e|wr-e) +300 ' /tmp/cm-ev.txt) rdma_cm: \$(grep -c 'connected by rdma_cm' /tmp/cm-ev.txt)"
+# --anatomy between two processes: each round trip split at the server's turnaround (its stamps
+# come to the client after the run); and what rxe0 says of a clock for completion timestamps
+/opt/rdmaprobe lat send --anatomy -x 1 -d rxe0 -s 64 -n 300 --blocks 3 -p 18547 --stall-secs 60 > /tmp/an-srv.txt 2>&1 &
+srv=\$!
+/opt/rdmaprobe lat send --anatomy -x 1 -d rxe0 -s 64 -n 300 --blocks 3 -p 18547 --stall-secs 60 --json /tmp/an.json 192.0.2.1 > /tmp/an.txt 2>&1 || lat_rc=1
+wait \$srv || lat_rc=1
+cat /tmp/an.txt
+echo "ANATOMY rows: \$(grep -cE '^ +64 (verbs|wr) +[0-9.]+ ' /tmp/an.txt) \$(grep -cE '^ +64 (verbs|wr) +[0-9.]+ ' /tmp/an-srv.txt) turnarounds: \$(grep -A1 '"turnaround_ns": {' /tmp/an.json | grep -o '"count": [0-9]*' | grep -o '[0-9]*\$' | tr '\n' ' ')"
+ibv_devinfo -v -d rxe0 > /tmp/devinfo-v.txt 2>&1
+echo "RXE-CLOCK \$(grep -iE 'core_clock|timestamp' /tmp/devinfo-v.txt | tr -s ' \t' ' ' | tr '\n' ';')"
 for op in send read; do
   echo "CM-SIDE-BY-SIDE \$op p50 -R: \$(grep -E '^ +64 +(verbs|wr) +300 ' /tmp/cm-\$op-cm.txt | awk '{printf "%s %sns; ", \$2, \$5}')-x 1: \$(grep -E '^ +64 +(verbs|wr) +300 ' /tmp/cm-\$op-oob.txt | awk '{printf "%s %sns; ", \$2, \$5}')"
 done
@@ -590,6 +600,9 @@ grep -qE '^  pass +port.state +port 1: ACTIVE' "$log.txt" || { echo "FAIL: docto
 grep -q '^ATOMIC rows: 2$' "$log.txt" || { echo "FAIL: lat atomic did not run on both verbs and wr"; fail=1; }
 grep -q '^EVENTS rows: 4$' "$log.txt" || { echo "FAIL: lat send -e did not run verbs and wr polling and with events"; fail=1; }
 grep -q '^UD rows: 4$' "$log.txt" || { echo "FAIL: lat send and bw send -c UD did not run on both verbs and wr"; fail=1; }
+grep -q '^ANATOMY rows: 2 2 turnarounds: 300 300 $' "$log.txt" ||
+  { echo "FAIL: lat send --anatomy between two processes did not split verbs' and wr's 300 round trips on both ends"; fail=1; }
+grep '^RXE-CLOCK ' "$log.txt" || true
 for t in UC UD; do
   grep -q "^NET $t rows: 2\$" "$log.txt" || { echo "FAIL: lat send -c $t between two processes did not run on both verbs and wr"; fail=1; }
 done

@@ -437,8 +437,9 @@ pub fn run<B: Backend + Send>(
         srv.unwrap_or(Err(ScenarioError::PeerFailed { side: "server" })),
     );
     match res {
-        (Ok(mut samples), Ok(turns)) => {
-            samples.turnaround = turns.get(warmup as usize..).unwrap_or_default().to_vec();
+        (Ok(mut samples), Ok(mut turns)) => {
+            turns.drain(..(warmup as usize).min(turns.len()));
+            samples.turnaround = turns;
             Ok(samples)
         }
         // The first real failure wins over the other side's "peer failed".
@@ -598,10 +599,13 @@ pub fn server_loop<B: Backend>(
         }
         let signal = signalled(p.op, k - first) || k + 1 == first + total;
         b.post(p.op, p.size, 1, p.inline, signal).map_err(be(side, k))?;
-        if p.anatomy {
-            turns.push(clock::stop().saturating_sub(t2));
-        }
+        let t3 = if p.anatomy { clock::stop() } else { 0 };
+        // a device model executes the reply here (on hardware: nothing): after t3, and the
+        // sample kept after it
         b.after_post();
+        if p.anatomy {
+            turns.push(t3.saturating_sub(t2));
+        }
         outst.n += u32::from(signal);
         if p.op.needs_recv() {
             b.post_recv(recv_len(b), 1).map_err(be(side, k))?;

@@ -123,7 +123,8 @@ fn check(plan: &Plan, l: &LatPlan, obs: &mut dyn Observer) -> Result<Vec<u32>, P
     if l.anatomy && !l.op.carries_payload() {
         return Err(ProbeError::Usage(format!(
             "--anatomy splits a round trip at the server's turnaround: the responder of {} is the far NIC, \
-             with no software turn to stamp (write and send have one)",
+             with no software turn to stamp (write and send have one); its client side is split without it: \
+             the post call (the table's post p50) and the wait for the completion (the JSON's completion_wait_ns)",
             if l.op == OpKind::Read { "a READ" } else { "an atomic" }
         )));
     }
@@ -530,10 +531,11 @@ fn settle(plan: &Plan, l: &mut LatPlan, warnings: &mut Vec<String>, obs: &mut dy
         ));
     }
     let per_block = l.iters / l.blocks.max(1);
-    if l.duration.is_none() && per_block < MIN_BLOCK_FLOOR {
+    let blocks = (l.iters / MIN_BLOCK_FLOOR).max(1);
+    if l.duration.is_none() && per_block < MIN_BLOCK_FLOOR && blocks < l.blocks {
         // a block's first iterations follow the hand-over to the measuring threads: blocks of a
-        // few iterations would weigh them in the figures; fewer blocks, said so
-        let blocks = (l.iters / MIN_BLOCK_FLOOR).max(1);
+        // few iterations would weigh them in the figures; fewer blocks, said so (one block is
+        // as few as there are)
         let msg = format!(
             "--blocks {} lowered to {blocks}: -n {} allows at least {MIN_BLOCK_FLOOR} iterations per block",
             l.blocks, l.iters
@@ -631,6 +633,8 @@ fn run_network(
     let mut all: Vec<(LatSamples, Blocks)> = crate::scenario::runner::sample_room(
         ends.len(),
         crate::scenario::runner::Length::Iterations { iters: p.iters, blocks },
+        // the client's turnarounds come in one piece from the server, after the blocks
+        p.anatomy && !client,
     )?;
     for b in 0..blocks {
         let iters = p.iters / blocks + u64::from(b < p.iters % blocks);

@@ -17,7 +17,10 @@ pub(super) fn anatomy_lines(rs: &[LatResult]) -> String {
         " anatomy [ns], round trips (not halved): t1 the client posts, t2 the server sees the request, t3 its reply's \
          post returned, t4 the client sees the reply; turn = t3 - t2 (the server's software, on its clock), rest = \
          (t4 - t1) - (t3 - t2) per sample (the client's post, both messages through the NICs and the wire, each \
-         end's polling until it saw its message); the server's stamps add about {:.1} ns a round trip:\n",
+         end's polling until it saw its message); the server's stamps lie on every round trip (t2's on a NIC; t2's \
+         and t3's on model0, which executes the reply in the server's thread after its post), {:.1} ns each by the \
+         calibration: set a run without --anatomy beside it for the figures (on model0 the round trip measured \
+         50-80 ns longer, docs/anatomy.md):\n",
         first.stamp_overhead_ns
     );
     let _ = writeln!(
@@ -62,8 +65,8 @@ pub(super) fn anatomy_lines(rs: &[LatResult]) -> String {
         if a.turnaround_over_round_trip > 0 {
             let _ = writeln!(
                 s,
-                "   {} sample(s) of {} {} B had a turnaround longer than their round trip (the two ends' clocks \
-                 disagree): their rest counted as 0",
+                "   {} sample(s) of {} {} B had a turnaround longer than their round trip (impossible on one clock: the two \
+                 ends' timestamps did not share one, two hosts or an emulated guest's CPUs): their rest counted as 0",
                 a.turnaround_over_round_trip, r.backend, r.size
             );
         }

@@ -696,8 +696,7 @@ fn runs_until_decided_keep_the_false_alarm_rate_and_decide_a_change() {
 
 #[test]
 fn an_anatomy_runs_turnaround_and_rest_are_rows_of_their_own() {
-    // direct alone (no control): three runs a side, the rest 50 % longer in NEW, the
-    // turnaround unchanged
+    // direct alone: three runs a side, the rest twice as long in NEW, the turnaround unchanged
     let run = |turn: f64, rest: f64| {
         let st = |v: f64| json!({"p50": v});
         doc(
@@ -713,7 +712,7 @@ fn an_anatomy_runs_turnaround_and_rest_are_rows_of_their_own() {
             .collect()
     };
     let base = set(&[(60.0, 700.0), (61.0, 710.0), (59.0, 690.0)]);
-    let new = set(&[(60.0, 1050.0), (61.0, 1060.0), (59.0, 1040.0)]);
+    let new = set(&[(60.0, 1400.0), (61.0, 1420.0), (59.0, 1380.0)]);
     let r = compare_sets(&base, &new, &Options::default()).unwrap();
     let row = |m: &str| {
         r.rows
@@ -723,11 +722,40 @@ fn an_anatomy_runs_turnaround_and_rest_are_rows_of_their_own() {
     };
     assert_eq!(row("rest").verdict, Verdict::Regression, "{:?}", row("rest"));
     assert_eq!(row("turn").verdict, Verdict::Same, "{:?}", row("turn"));
-    assert_eq!((row("rest").threshold, row("turn").threshold), (0.25, 0.35));
-    // a run without --anatomy has no such rows
+    assert_eq!((row("rest").threshold, row("turn").threshold), (0.9, 1.1));
+    // a run without --anatomy has no such rows, and is not the same run as one with it
     let plain = vec![("p".to_string(), doc(json!([lat_run(json!(100.0))])))];
     let r = compare_sets(&plain, &plain, &Options::default()).unwrap();
     assert!(r.rows.iter().all(|x| x.metric != "turn" && x.metric != "rest"));
+    let mut with = lat_run(json!(100.0));
+    with["anatomy"] = run(60.0, 700.0)["runs"][0]["anatomy"].clone();
+    let with = vec![("w".to_string(), doc(json!([with])))];
+    assert!(compare_sets(&plain, &with, &Options::default())
+        .unwrap()
+        .rows
+        .is_empty());
+    // verbs beside direct: its turn and rest are its own rows, never a contrast to direct's
+    let both = |verbs_rest: f64| {
+        let mut d = run(60.0, 700.0);
+        let mut v = d["runs"][0].clone();
+        v["backend"] = json!("verbs");
+        v["anatomy"]["rest_ns"]["p50"] = json!(verbs_rest);
+        d["runs"].as_array_mut().unwrap().push(v);
+        d
+    };
+    let r = compare(&both(800.0), &both(810.0), &Options::default()).unwrap();
+    assert!(
+        r.rows.iter().any(|x| x.metric == "rest" && x.key.contains(" verbs ")),
+        "{:?}",
+        r.rows
+    );
+    assert!(
+        r.rows
+            .iter()
+            .all(|x| !(x.key.contains("verbs-direct") && (x.metric == "turn" || x.metric == "rest"))),
+        "{:?}",
+        r.rows
+    );
     // a damaged anatomy is refused, naming the field
     let mut bad = run(60.0, 700.0);
     bad["runs"][0]["anatomy"]["rest_ns"]["p50"] = json!(-1.0);

@@ -135,12 +135,14 @@ pub struct Anatomy {
     /// messages through the NICs and the wire (on model0: the model executing them) and each
     /// end's polling until it saw its message, ns.
     pub rest_ns: Stats,
-    /// Samples whose turnaround exceeded their round trip (two clocks that disagree); their
-    /// rest is counted as 0.
+    /// Samples whose turnaround exceeded their round trip (impossible on one clock: the two
+    /// ends' timestamps did not share one, two hosts or an emulated guest's CPUs); their rest
+    /// is counted as 0.
     pub turnaround_over_round_trip: u64,
-    /// One timestamp's cost (the calibration's measured overhead), ns: the server's stamps
-    /// lengthen each round trip of an `--anatomy` run by about this much (t2's stamp lies
-    /// between the request and the reply; t3's is read once the reply is posted).
+    /// One timestamp's cost (the calibration's measured overhead), ns. The server's stamps lie
+    /// on each round trip of an `--anatomy` run: t2's between the request and the reply; t3's
+    /// too on model0, which executes the reply in the server's thread after its post (measured
+    /// there: 50-80 ns more a round trip than without `--anatomy`, docs/anatomy.md).
     pub stamp_overhead_ns: f64,
 }
 
@@ -312,9 +314,10 @@ pub fn lat_side(
             if client {
                 lat::client_loop($b, p, first, total, warmup, prime, &flags)
             } else {
-                let turns = lat::server_loop($b, p, first, total, prime, &flags)?;
+                let mut turns = lat::server_loop($b, p, first, total, prime, &flags)?;
+                turns.drain(..(warmup as usize).min(turns.len()));
                 Ok(LatSamples {
-                    turnaround: turns.get(warmup as usize..).unwrap_or_default().to_vec(),
+                    turnaround: turns,
                     ..LatSamples::default()
                 })
             }
@@ -393,7 +396,7 @@ pub fn run_blocks(
     intr: &AtomicBool,
     on_block: &mut OnBlock<'_>,
 ) -> Result<Vec<LatResult>, ScenarioError> {
-    let mut all = sample_room(pairs.len(), len)?;
+    let mut all = sample_room(pairs.len(), len, p.anatomy)?;
     let t_run = crate::clock::start();
     let started = std::time::Instant::now();
     let mut b = 0u64;
@@ -423,8 +426,9 @@ pub fn run_blocks(
 }
 
 /// Each of `pairs` pairs' samples and blocks, none yet: with a number of iterations every
-/// sample is kept, so the room for them is taken now, not found missing at the end.
-pub fn sample_room(pairs: usize, len: Length) -> Result<Vec<(LatSamples, Blocks)>, ScenarioError> {
+/// sample is kept, so the room for them is taken now, not found missing at the end (with
+/// `anatomy` the server's turnarounds' too).
+pub fn sample_room(pairs: usize, len: Length, anatomy: bool) -> Result<Vec<(LatSamples, Blocks)>, ScenarioError> {
     let mut all: Vec<(LatSamples, Blocks)> = (0..pairs).map(|_| (LatSamples::default(), Blocks::default())).collect();
     if let Length::Iterations { iters, .. } = len {
         for (s, _) in &mut all {
@@ -434,6 +438,7 @@ pub fn sample_room(pairs: usize, len: Length) -> Result<Vec<(LatSamples, Blocks)
                 .and_then(|()| s.post.try_reserve_exact(n))
                 .and_then(|()| s.wait.try_reserve_exact(n))
                 .and_then(|()| s.period.try_reserve_exact(n))
+                .and_then(|()| s.turnaround.try_reserve_exact(if anatomy { n } else { 0 }))
                 .map_err(|e| {
                     ScenarioError::Invalid(format!("-n {iters}: no memory for the samples ({e}): lower -n"))
                 })?;

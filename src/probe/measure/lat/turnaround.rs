@@ -2,7 +2,9 @@
 //! comes to the client after the run (never on the measured path), in its TSC's ticks with the
 //! rate it calibrated, in messages of at most [`CHUNK`] samples (an out-of-band message is at
 //! most 64 KiB); the client converts them to its own ticks and pairs them with its round trips,
-//! backend by backend, in the blocks' order (the same on both ends).
+//! backend by backend, in the blocks' order (the same on both ends). Every message of a backend
+//! but its last holds [`CHUNK`] samples, and an end message closes the exchange: a server cannot
+//! stretch it beyond an honest one's messages, nor leave more behind it.
 
 use crate::oob::Rendezvous;
 use crate::probe::ProbeError;
@@ -18,6 +20,7 @@ pub(super) fn send(rdv: &mut dyn Rendezvous, rows: &[Vec<u64>], hz: f64) -> Resu
     for c in rows.iter().flat_map(|r| r.chunks(CHUNK)) {
         rdv.put(&json!({ "turnaround_ticks": c }))?;
     }
+    rdv.put(&json!({ "turnaround_end": counts.iter().sum::<usize>() }))?;
     Ok(())
 }
 
@@ -49,16 +52,22 @@ pub(super) fn receive(rdv: &mut dyn Rendezvous, want: &[usize], hz: f64) -> Resu
             let m: serde_json::Value = rdv.take()?;
             let c: Vec<u64> = serde_json::from_value(m["turnaround_ticks"].clone())
                 .map_err(|e| bad(format!("a message that is not a list of ticks ({e})")))?;
-            if c.is_empty() || c.len() > CHUNK || row.len() + c.len() > n {
+            // every message of a backend but its last is full
+            let due = (n - row.len()).min(CHUNK);
+            if c.len() != due {
                 return Err(bad(format!(
-                    "a message of {} samples where {} were due (at most {CHUNK} a message)",
-                    c.len(),
-                    n - row.len()
+                    "a message of {} samples where {due} were due ({CHUNK} a message, the last of a backend the rest)",
+                    c.len()
                 )));
             }
             row.extend(c.iter().map(|&t| (t as f64 * scale).round() as u64));
         }
         rows.push(row);
+    }
+    let end: serde_json::Value = rdv.take()?;
+    let total: usize = counts.iter().sum();
+    if end["turnaround_end"].as_u64() != Some(total as u64) {
+        return Err(bad(format!("not its end after {total} samples: {end}")));
     }
     Ok(rows)
 }
@@ -98,8 +107,8 @@ mod tests {
         let rows = vec![(0..4500).collect::<Vec<u64>>(), vec![], vec![1000, 3000]];
         let mut e = Echo(VecDeque::new());
         send(&mut e, &rows, 2e9).expect("sent");
-        // 4500 samples take three messages, then the third row one
-        assert_eq!(e.0.len(), 1 + 3 + 1);
+        // 4500 samples take three messages, then the third row one, then the end
+        assert_eq!(e.0.len(), 1 + 3 + 1 + 1);
         // a server at 2 GHz, this side at 3 GHz: 1.5 of this side's ticks each
         let got = receive(&mut e, &[4500, 0, 2], 3e9).expect("received");
         assert_eq!(got[0].len(), 4500);
@@ -125,6 +134,16 @@ mod tests {
         assert!(err(too_many, &[1]).contains("a message of 2 samples where 1 were due"));
         let empty = vec![head(json!(2e9), json!([1])), json!({"turnaround_ticks": []})];
         assert!(err(empty, &[1]).contains("a message of 0 samples"));
+        // a sample a message (one honest message of 3000 would be full): refused at the first
+        let dribble = vec![head(json!(2e9), json!([3000])), json!({"turnaround_ticks": [1]})];
+        assert!(err(dribble, &[3000]).contains("a message of 1 samples where 2000 were due"));
+        // more after the announced samples, or no end
+        let more = vec![
+            head(json!(2e9), json!([1])),
+            json!({"turnaround_ticks": [1]}),
+            json!({"turnaround_ticks": [1]}),
+        ];
+        assert!(err(more, &[1]).contains("not its end after 1 samples"));
         let negative = vec![head(json!(2e9), json!([1])), json!({"turnaround_ticks": [-1]})];
         assert!(err(negative, &[1]).contains("not a list of ticks"));
         // the server stopped sending: the exchange's own error
