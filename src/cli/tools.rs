@@ -127,8 +127,9 @@ pub struct CompareArgs {
     new: Vec<String>,
     /// Smallest change (percent) that can be a regression, every row. Default, by row, with 3 or
     /// more runs on both sides: lat p50 5, lat p99 20, bw 10, post_cost 75 (p99 100), kv Mops 10
-    /// (p50 10, p99 20), --anatomy's turn 110 and rest 90 (one run per side: shown, not judged); with fewer (the interval cannot contain run-to-run variation): 250,
-    /// 500, 75, 300 (p99 100), kv 75 (p50 100, p99 200), above the largest change measured
+    /// (p50 10, p99 20), --anatomy's turn 110 and rest 90 (one run per side: shown, not judged);
+    /// with fewer (the interval cannot contain run-to-run variation): 250, 500, 75, 300 (p99
+    /// 100), kv 75 (p50 100, p99 200), above the largest change measured
     /// between identical runs on model0's VM (the contrasts of the in-run control 100 and 250,
     /// direct's own rows then 300 and 500, post_cost 300).
     #[arg(long)]
