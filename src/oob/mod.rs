@@ -15,6 +15,8 @@ use std::time::{Duration, Instant};
 
 pub mod perftest;
 mod rendezvous;
+#[cfg(test)]
+pub(crate) use rendezvous::Canned;
 pub use rendezvous::Rendezvous;
 
 /// The longest message either side accepts, in bytes (the largest real one, a hello, is well

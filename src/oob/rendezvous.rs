@@ -123,3 +123,35 @@ impl dyn Rendezvous + '_ {
         Ok(())
     }
 }
+
+/// A peer whose messages are given in advance (`.0`, received in order; nothing left: an
+/// error), and what this side sent to it (`.1`): for tests of the exchanges built on
+/// [`Rendezvous`].
+#[cfg(test)]
+pub(crate) struct Canned(
+    pub std::collections::VecDeque<serde_json::Value>,
+    pub Vec<serde_json::Value>,
+);
+
+#[cfg(test)]
+impl Rendezvous for Canned {
+    fn send_value(&mut self, msg: serde_json::Value) -> Result<(), OobError> {
+        self.1.push(msg);
+        Ok(())
+    }
+    fn recv_value(&mut self) -> Result<serde_json::Value, OobError> {
+        self.0.pop_front().ok_or(OobError::Protocol {
+            peer: "canned".into(),
+            why: "nothing more".into(),
+        })
+    }
+    fn leads(&self) -> bool {
+        false
+    }
+    fn peer_name(&self) -> String {
+        "canned".into()
+    }
+    fn set_timeout(&mut self, _t: Duration) -> Result<(), OobError> {
+        Ok(())
+    }
+}

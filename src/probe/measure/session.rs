@@ -627,33 +627,7 @@ impl Rendezvous for Phase<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::oob::OobError;
-    use std::collections::VecDeque;
-
-    /// A peer whose messages are given in advance.
-    struct Canned(VecDeque<serde_json::Value>, Vec<serde_json::Value>);
-
-    impl Rendezvous for Canned {
-        fn send_value(&mut self, msg: serde_json::Value) -> Result<(), OobError> {
-            self.1.push(msg);
-            Ok(())
-        }
-        fn recv_value(&mut self) -> Result<serde_json::Value, OobError> {
-            self.0.pop_front().ok_or(OobError::Protocol {
-                peer: "canned".into(),
-                why: "nothing more".into(),
-            })
-        }
-        fn leads(&self) -> bool {
-            false
-        }
-        fn peer_name(&self) -> String {
-            "canned".into()
-        }
-        fn set_timeout(&mut self, _t: std::time::Duration) -> Result<(), OobError> {
-            Ok(())
-        }
-    }
+    use crate::oob::Canned;
 
     #[derive(serde::Serialize, serde::Deserialize, Debug, PartialEq)]
     #[serde(deny_unknown_fields)]

@@ -75,40 +75,17 @@ pub(super) fn receive(rdv: &mut dyn Rendezvous, want: &[usize], hz: f64) -> Resu
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::oob::Canned;
     use std::collections::VecDeque;
-
-    /// Messages sent are the ones received, in order (a loopback of the exchange).
-    struct Echo(VecDeque<serde_json::Value>);
-
-    impl Rendezvous for Echo {
-        fn send_value(&mut self, msg: serde_json::Value) -> Result<(), crate::oob::OobError> {
-            self.0.push_back(msg);
-            Ok(())
-        }
-        fn recv_value(&mut self) -> Result<serde_json::Value, crate::oob::OobError> {
-            self.0.pop_front().ok_or_else(|| crate::oob::OobError::Protocol {
-                peer: "echo".into(),
-                why: "nothing left".into(),
-            })
-        }
-        fn leads(&self) -> bool {
-            false
-        }
-        fn peer_name(&self) -> String {
-            "echo".into()
-        }
-        fn set_timeout(&mut self, _t: std::time::Duration) -> Result<(), crate::oob::OobError> {
-            Ok(())
-        }
-    }
 
     #[test]
     fn turnarounds_arrive_in_order_in_this_sides_ticks() {
         let rows = vec![(0..4500).collect::<Vec<u64>>(), vec![], vec![1000, 3000]];
-        let mut e = Echo(VecDeque::new());
-        send(&mut e, &rows, 2e9).expect("sent");
+        let mut server = Canned(VecDeque::new(), Vec::new());
+        send(&mut server, &rows, 2e9).expect("sent");
         // 4500 samples take three messages, then the third row one, then the end
-        assert_eq!(e.0.len(), 1 + 3 + 1 + 1);
+        assert_eq!(server.1.len(), 1 + 3 + 1 + 1);
+        let mut e = Canned(server.1.into(), Vec::new());
         // a server at 2 GHz, this side at 3 GHz: 1.5 of this side's ticks each
         let got = receive(&mut e, &[4500, 0, 2], 3e9).expect("received");
         assert_eq!(got[0].len(), 4500);
@@ -120,7 +97,7 @@ mod tests {
     #[test]
     fn a_server_that_sends_otherwise_is_named_never_trusted() {
         let err = |msgs: Vec<serde_json::Value>, want: &[usize]| {
-            receive(&mut Echo(msgs.into()), want, 2e9)
+            receive(&mut Canned(msgs.into(), Vec::new()), want, 2e9)
                 .expect_err("refused")
                 .to_string()
         };
@@ -147,6 +124,6 @@ mod tests {
         let negative = vec![head(json!(2e9), json!([1])), json!({"turnaround_ticks": [-1]})];
         assert!(err(negative, &[1]).contains("not a list of ticks"));
         // the server stopped sending: the exchange's own error
-        assert!(err(vec![head(json!(2e9), json!([1]))], &[1]).contains("nothing left"));
+        assert!(err(vec![head(json!(2e9), json!([1]))], &[1]).contains("nothing more"));
     }
 }
