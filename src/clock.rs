@@ -185,8 +185,38 @@ pub struct Fit {
     pub window_ns: u64,
 }
 
-/// Fits `tsc = a + hz * ns / 1e9` through `(ns, tsc)` points by least squares.
-pub fn fit_rate(points: &[(u64, u64)]) -> Result<Fit, ClockError> {
+/// A least-squares line `y = y0 + my + slope * (x - x0 - mx)` through `(x, y)` points, kept
+/// relative to the first point so that 64-bit counters lose no precision.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Line {
+    /// The first point.
+    pub x0: u64,
+    /// The first point.
+    pub y0: u64,
+    /// Mean of `x - x0`.
+    pub mx: f64,
+    /// Mean of `y - y0`.
+    pub my: f64,
+    /// dy/dx.
+    pub slope: f64,
+    /// The largest distance of a point from the line, in units of x.
+    pub residual_max_x: f64,
+}
+
+impl Line {
+    /// The line's y at `x` (relative to `y0`).
+    pub fn dy_at(&self, x: u64) -> f64 {
+        self.my + self.slope * (x.wrapping_sub(self.x0) as i64 as f64 - self.mx)
+    }
+
+    /// The line's x (relative to `x0`) where it reaches `y`.
+    pub fn dx_at(&self, y: u64) -> f64 {
+        self.mx + (y.wrapping_sub(self.y0) as i64 as f64 - self.my) / self.slope
+    }
+}
+
+/// Fits a line through `(x, y)` points by least squares; both coordinates must increase.
+pub fn fit_line(points: &[(u64, u64)]) -> Result<Line, ClockError> {
     if points.len() < 2 {
         return Err(ClockError::TooFewPoints);
     }
@@ -213,21 +243,31 @@ pub fn fit_rate(points: &[(u64, u64)]) -> Result<Fit, ClockError> {
     if sxx <= 0.0 || sxy <= 0.0 {
         return Err(ClockError::NotMonotonic);
     }
-    let slope = sxy / sxx; // ticks per ns
-    let mut worst = 0.0f64;
+    let mut line = Line {
+        x0,
+        y0,
+        mx,
+        my,
+        slope: sxy / sxx,
+        residual_max_x: 0.0,
+    };
     for &(x, y) in points {
-        let pred = my + slope * ((x - x0) as f64 - mx);
-        let d = ((y - y0) as f64 - pred) / slope;
+        let d = ((y - y0) as f64 - line.dy_at(x)) / line.slope;
         let d = if d < 0.0 { -d } else { d };
-        if d > worst {
-            worst = d;
+        if d > line.residual_max_x {
+            line.residual_max_x = d;
         }
     }
-    let window_ns = points[points.len() - 1].0 - x0;
+    Ok(line)
+}
+
+/// Fits `tsc = a + hz * ns / 1e9` through `(ns, tsc)` points by least squares.
+pub fn fit_rate(points: &[(u64, u64)]) -> Result<Fit, ClockError> {
+    let line = fit_line(points)?;
     Ok(Fit {
-        hz: slope * 1e9,
-        residual_max_ns: worst,
-        window_ns,
+        hz: line.slope * 1e9, // ticks per ns
+        residual_max_ns: line.residual_max_x,
+        window_ns: points[points.len() - 1].0 - line.x0,
     })
 }
 

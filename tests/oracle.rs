@@ -8,7 +8,9 @@
 //! segment's fields, then every following byte), and so are the doorbell records and what each
 //! side stored into its BlueFlame register. model0 then executes both and the completions are
 //! drained. The CQEs of the libmlx5 QP are decoded twice, by libmlx5's `ibv_poll_cq` and by the
-//! direct path's CQ code (a second view of the same ring), good and error ones, and must agree.
+//! direct path's CQ code (a second view of the same ring), good and error ones, and must agree;
+//! with the `ibv_wr_*` API, libmlx5 polls an extended CQ (`ibv_create_cq_ex`) and its
+//! `ibv_wc_read_completion_ts` must give the direct path's timestamp of every CQE.
 //!
 //! Differences that are legitimate are listed in `allowed`, each with the rdma-core source line
 //! that makes it so; a mutation of any field the direct path writes fails the comparison (the
@@ -16,13 +18,14 @@
 //!
 //! Runs on model0 through rdmaprobe's user-space uverbs device (`src/uverbs`): no hardware.
 
-use rdmaprobe::mlx5::cq::{Cq as DirectCq, CqConfig};
+use rdmaprobe::mlx5::cq::{Cq as DirectCq, CqConfig, Cqe};
 use rdmaprobe::mlx5::seg::DataSeg;
 use rdmaprobe::mlx5::sq::{DbMode, NoHook, Prepared, Sq, SqConfig};
 use rdmaprobe::mlx5::wqe::{Payload, Wqe};
+use rdmaprobe::model::clock::{HCA_CORE_CLOCK_KHZ, TIMESTAMP_MASK};
 use rdmaprobe::sys;
-use rdmaprobe::verbs::{ConnectOpts, Context, Cq, Mr, MrAccess, Op, Pd, Qp, QpCaps, SendFlags, WrBatch};
-use std::time::{Duration, Instant};
+use rdmaprobe::verbs::{ConnectOpts, Context, Cq, Mr, MrAccess, Op, Pd, Qp, QpCaps, SendFlags, TsCompletion, WrBatch};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 /// model0 through libibverbs and libmlx5, or `None` (with the reason printed) where this host's
 /// libibverbs cannot reach it (a kernel that lists RDMA devices): these tests need it.
@@ -336,6 +339,33 @@ fn connect(ctx: &Context, a: &mut Qp, b: &mut Qp) {
     b.connect(&port, &opts, &ea).unwrap();
 }
 
+/// Up to `wc.len()` completions of A's CQ as libmlx5 reports them, with the completion
+/// timestamp when the CQ has them (`ibv_start_poll`/`ibv_wc_read_completion_ts`), else by
+/// `ibv_poll_cq`.
+fn poll_a(cq: &Cq, wc: &mut [sys::ibv_wc]) -> Vec<(rdmaprobe::verbs::Completion, Option<u64>)> {
+    if cq.has_timestamps() {
+        let mut out = Vec::new();
+        cq.poll_ts(&mut out, wc.len()).expect("ibv_start_poll on A's CQ");
+        return out.into_iter().map(|t| (t.c, Some(t.timestamp))).collect();
+    }
+    let n = cq.poll_raw(wc).unwrap();
+    wc[..n]
+        .iter()
+        .map(|w| {
+            let c = rdmaprobe::verbs::Completion {
+                wr_id: w.wr_id,
+                status: w.status,
+                opcode: w.opcode,
+                vendor_err: w.vendor_err,
+                byte_len: w.byte_len,
+                qp_num: w.qp_num,
+                imm: None,
+            };
+            (c, None)
+        })
+        .collect()
+}
+
 fn run(api_wr: bool, seed: u64) {
     let Some(ctx) = model0() else { return };
     assert!(ctx.is_mlx5(), "model0 must be driven by libmlx5 here");
@@ -343,14 +373,25 @@ fn run(api_wr: bool, seed: u64) {
     let all = MrAccess::LOCAL_WRITE | MrAccess::REMOTE_WRITE | MrAccess::REMOTE_READ | MrAccess::REMOTE_ATOMIC;
     let local = Mr::new(&pd, 16384, all, false).unwrap();
     let remote = Mr::new(&pd, 16384, all, false).unwrap();
-    let mk = |wr| {
-        let cq = Cq::new(&ctx, 1024).unwrap();
+    let mk = |wr, ts: bool| {
+        let cq = if ts {
+            Cq::with_timestamps(&ctx, 1024).unwrap()
+        } else {
+            Cq::new(&ctx, 1024).unwrap()
+        };
         let qp = Qp::new_rc(&pd, &cq, &cq, CAPS, wr).unwrap();
         Side { qp, cq }
     };
     // A: libmlx5 posts; B: the direct path posts (same capabilities, so the same ring);
-    // P and Q: their peers, each with receives for SENDs and immediates
-    let (mut a, mut b, mut p, mut q) = (mk(api_wr), mk(api_wr), mk(false), mk(false));
+    // P and Q: their peers, each with receives for SENDs and immediates. With the ibv_wr_* API,
+    // A's CQ carries completion timestamps (ibv_create_cq_ex), polled with ibv_start_poll and
+    // ibv_wc_read_completion_ts; with ibv_post_send, a plain CQ polled with ibv_poll_cq.
+    let (mut a, mut b, mut p, mut q) = (
+        mk(api_wr, api_wr),
+        mk(api_wr, false),
+        mk(false, false),
+        mk(false, false),
+    );
     connect(&ctx, &mut a.qp, &mut p.qp);
     connect(&ctx, &mut b.qp, &mut q.qp);
     let (ra, rb) = (raw_qp(&a.qp), raw_qp(&b.qp));
@@ -380,7 +421,7 @@ fn run(api_wr: bool, seed: u64) {
         }
     }
     let mut rng = Rng(seed);
-    let mut decoded = 0usize;
+    let (mut decoded, mut timestamped, mut last_ts) = (0usize, 0usize, 0u64);
     // signalled WRs posted and not yet completed, on A and on B (model0 may execute a QP from
     // another thread's progress call, so "nothing polled now" does not mean "all done")
     let (mut due_a, mut due_b) = (0u32, 0u32);
@@ -528,9 +569,22 @@ fn run(api_wr: bool, seed: u64) {
             let nv = acq_view
                 .poll(&mut views)
                 .unwrap_or_else(|e| panic!("direct view of A's CQ: {e}"));
-            let got = a.cq.poll_raw(&mut wc[..nv]).unwrap();
-            assert_eq!(got, nv, "libmlx5 and the direct path see as many CQEs");
-            for (c, v) in wc[..got].iter().zip(&views[..nv]) {
+            let libmlx5 = poll_a(&a.cq, &mut wc[..nv]);
+            assert_eq!(libmlx5.len(), nv, "libmlx5 and the direct path see as many CQEs");
+            for ((c, ts), v) in libmlx5.iter().zip(&views[..nv]) {
+                if let Some(ts) = ts {
+                    // ibv_wc_read_completion_ts and the direct path: the same 64 bits
+                    assert_eq!(*ts, v.timestamp, "WR {}: completion timestamp", c.wr_id);
+                    // completed in order on one QP: never earlier (one tick is 6.4 ns: equal is
+                    // possible)
+                    assert!(
+                        *ts >= last_ts && *ts > 0,
+                        "WR {}: timestamp {ts} after {last_ts}",
+                        c.wr_id
+                    );
+                    last_ts = *ts;
+                    timestamped += 1;
+                }
                 assert_eq!(
                     c.status,
                     sys::IBV_WC_SUCCESS,
@@ -576,8 +630,9 @@ fn run(api_wr: bool, seed: u64) {
         }
     }
     assert!(decoded > WRS / 8, "{decoded} completions decoded by both");
+    assert_eq!(timestamped, if api_wr { decoded } else { 0 }, "timestamps read");
     eprintln!(
-        "{} API: {WRS} work requests over {} wraps of a {}-WQEBB ring compared; {decoded} CQEs decoded by both",
+        "{} API: {WRS} work requests over {} wraps of a {}-WQEBB ring compared; {decoded} CQEs decoded by both, {timestamped} timestamps",
         if api_wr { "ibv_wr_*" } else { "ibv_post_send" },
         pi(&ra) / ra.wqe_cnt,
         ra.wqe_cnt
@@ -1068,4 +1123,177 @@ fn ud_sends_libmlx5_and_the_direct_path_write_the_same_wqes() {
         pi(&ra) / ra.wqe_cnt,
         ra.wqe_cnt
     );
+}
+
+// ---- model0's NIC clock through libibverbs and libmlx5 (issue 26, point 3): `ibv_query_device_ex`
+// reports its rate and mask, `ibv_query_rt_values_ex` reads its timer page,
+// `ibv_create_cq_ex(IBV_WC_EX_WITH_COMPLETION_TIMESTAMP)` makes CQs whose completions
+// `ibv_wc_read_completion_ts` reads, `mlx5dv_get_clock_info` and `mlx5dv_ts_to_ns` convert them,
+// and the direct path's decoding of the same CQEs gives the same timestamps.
+
+const TS_CAPS: QpCaps = QpCaps {
+    max_send_wr: 64,
+    max_recv_wr: 64,
+    max_send_sge: 1,
+    max_recv_sge: 1,
+    max_inline_data: 64,
+};
+
+fn one_direct(view: &mut DirectCq) -> Cqe {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let mut v = [Cqe::default(); 1];
+    while view.poll(&mut v).expect("a good CQE") == 0 {
+        assert!(Instant::now() < deadline, "no completion within 10 s");
+        rdmaprobe::uverbs::progress();
+    }
+    v[0]
+}
+
+fn one_ts(cq: &Cq) -> TsCompletion {
+    let mut out = Vec::new();
+    assert_eq!(cq.poll_ts(&mut out, 4).expect("ibv_start_poll"), 1, "{out:?}");
+    assert_eq!(out[0].c.status, sys::IBV_WC_SUCCESS, "{out:?}");
+    out[0]
+}
+
+fn real_ns() -> u64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_nanos() as u64
+}
+
+#[test]
+fn completion_timestamps_through_libmlx5_match_the_direct_decoding_and_the_clock() {
+    let Some(ctx) = model0() else { return };
+    let caps = ctx.nic_clock_caps().expect("ibv_query_device_ex");
+    assert_eq!(
+        (caps.timestamp_mask, caps.hca_core_clock_khz),
+        (TIMESTAMP_MASK, HCA_CORE_CLOCK_KHZ)
+    );
+    assert!(caps.usable());
+    let pd = Pd::new(&ctx).unwrap();
+    let all = MrAccess::LOCAL_WRITE | MrAccess::REMOTE_WRITE | MrAccess::REMOTE_READ;
+    let (src, dst) = (
+        Mr::new(&pd, 4096, all, false).unwrap(),
+        Mr::new(&pd, 4096, all, false).unwrap(),
+    );
+    let (cqa, cqp) = (
+        Cq::with_timestamps(&ctx, 64).unwrap(),
+        Cq::with_timestamps(&ctx, 64).unwrap(),
+    );
+    assert!(cqa.has_timestamps() && !Cq::new(&ctx, 8).unwrap().has_timestamps());
+    let mut a = Qp::new_rc(&pd, &cqa, &cqa, TS_CAPS, false).unwrap();
+    let mut p = Qp::new_rc(&pd, &cqp, &cqp, TS_CAPS, false).unwrap();
+    connect(&ctx, &mut a, &mut p);
+    let (mut sa, mut sp) = (0u32, 0u32);
+    let (mut va, mut vp) = (raw_cq(&cqa, &mut sa), raw_cq(&cqp, &mut sp));
+    let mut clock_info = sys::mlx5dv_clock_info::default();
+    // SAFETY: a live mlx5 context; a valid out-struct.
+    let rc = unsafe { sys::mlx5dv_get_clock_info(ctx.as_ptr(), &mut clock_info) };
+    assert_eq!(rc, 0, "mlx5dv_get_clock_info");
+    let mut last = 0u64;
+    for i in 0..32u64 {
+        p.post_recv(i, &[dst.sge(0, 64).unwrap()]).unwrap();
+        let (before, real_before) = (ctx.nic_clock().expect("ibv_query_rt_values_ex"), real_ns());
+        a.post_send(i, Op::Send, &[src.sge(0, 8 + i as usize).unwrap()], SendFlags::SIGNALED)
+            .unwrap();
+        let (recv, send) = (one_direct(&mut vp), one_direct(&mut va));
+        let (after, real_after) = (ctx.nic_clock().unwrap(), real_ns());
+        // asked for none, none taken (the completion stays for the next poll)
+        assert_eq!(cqp.poll_ts(&mut Vec::new(), 0).unwrap(), 0);
+        let (tr, ts) = (one_ts(&cqp), one_ts(&cqa));
+        // libmlx5 and the direct path read the same 64 bits of the same CQEs
+        assert_eq!(
+            (tr.timestamp, ts.timestamp),
+            (recv.timestamp, send.timestamp),
+            "send {i}"
+        );
+        assert_eq!((tr.c.wr_id, tr.c.byte_len, ts.c.wr_id), (i, 8 + i as u32, i));
+        // stamped when model0 completed the work, between the two reads of the timer page: the
+        // receive first (model0 delivers, then completes the send), each later than the last
+        assert!(
+            last < tr.timestamp && before <= tr.timestamp && tr.timestamp <= ts.timestamp && ts.timestamp <= after,
+            "send {i}: last {last}, timer {before}, receive {}, send {}, timer {after}",
+            tr.timestamp,
+            ts.timestamp
+        );
+        last = ts.timestamp;
+        // mlx5dv_ts_to_ns: real time of the completion, within the two reads of real time (the
+        // clock info's factors are 60 ppb slow and the real clock may be slewed: 1 ms of slack)
+        // SAFETY: the clock info read above; a plain computation.
+        let ns = unsafe { sys::mlx5dv_ts_to_ns(&mut clock_info, ts.timestamp) };
+        assert!(
+            real_before.saturating_sub(1_000_000) <= ns && ns <= real_after + 1_000_000,
+            "send {i}: {real_before} <= {ns} <= {real_after}"
+        );
+    }
+}
+
+/// The timer page read through `ibv_query_rt_values_ex` runs at the rate `hca_core_clock`
+/// states: ticks over 200 ms of the monotonic clock, each end bracketed by two readings of it,
+/// so the rate's bounds hold whatever the host's preemption does; they must contain 156.25 MHz
+/// (with 0.1 % for the monotonic clock's slewing against the raw one the counter follows).
+#[test]
+fn the_raw_clock_runs_at_the_stated_rate() {
+    let Some(ctx) = model0() else { return };
+    let read = || {
+        let t0 = Instant::now();
+        let c = ctx.nic_clock().expect("ibv_query_rt_values_ex");
+        (t0, c, Instant::now())
+    };
+    let (a0, c0, a1) = read();
+    std::thread::sleep(Duration::from_millis(200));
+    let (b0, c1, b1) = read();
+    let ticks = (c1 - c0) as f64;
+    let (longest, shortest) = ((b1 - a0).as_nanos() as f64, (b0 - a1).as_nanos() as f64);
+    let khz = HCA_CORE_CLOCK_KHZ as f64;
+    let (lo, hi) = (ticks / longest * 1e6, ticks / shortest * 1e6);
+    assert!(
+        lo * 0.999 <= khz && khz <= hi * 1.001,
+        "{ticks} ticks: {lo:.1}..{hi:.1} kHz, stated {khz}"
+    );
+}
+
+/// The NIC clock mapped to the TSC on model0 through libmlx5 (`NicClockMap`): the rate it
+/// measures passes the check against `hca_core_clock`, and a completion's timestamp maps to a
+/// TSC between the two TSC reads around the work, within the map's stated error.
+#[test]
+fn the_nic_clock_maps_to_the_tsc_at_the_stated_rate() {
+    let Some(ctx) = model0() else { return };
+    let hz = rdmaprobe::clock::Calibration::run(100_000_000).unwrap().hz;
+    let m = rdmaprobe::verbs::NicClockMap::measure(&ctx, hz, Duration::from_millis(100), 21).unwrap();
+    assert_eq!(m.stated_khz, HCA_CORE_CLOCK_KHZ);
+    assert!(m.rate_check().is_ok(), "{m:?}");
+    let pd = Pd::new(&ctx).unwrap();
+    let all = MrAccess::LOCAL_WRITE | MrAccess::REMOTE_WRITE | MrAccess::REMOTE_READ;
+    let (src, dst) = (
+        Mr::new(&pd, 4096, all, false).unwrap(),
+        Mr::new(&pd, 4096, all, false).unwrap(),
+    );
+    let cq = Cq::with_timestamps(&ctx, 64).unwrap();
+    let (mut a, mut p) = (
+        Qp::new_rc(&pd, &cq, &cq, TS_CAPS, false).unwrap(),
+        Qp::new_rc(&pd, &cq, &cq, TS_CAPS, false).unwrap(),
+    );
+    connect(&ctx, &mut a, &mut p);
+    let err_ticks = m.error_ns() * hz / 1e9;
+    for i in 0..16u64 {
+        let t0 = rdmaprobe::clock::start();
+        a.post_send(
+            i,
+            Op::Write(dst.remote(0)),
+            &[src.sge(0, 8).unwrap()],
+            SendFlags::SIGNALED,
+        )
+        .unwrap();
+        let mut out = Vec::new();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while cq.poll_ts(&mut out, 1).unwrap() == 0 {
+            assert!(Instant::now() < deadline, "no completion");
+        }
+        let t1 = rdmaprobe::clock::stop();
+        let at = m.tsc_of(out[0].timestamp);
+        assert!(
+            t0 as f64 - err_ticks <= at && at <= t1 as f64 + err_ticks,
+            "WRITE {i}: completion mapped to TSC {at:.0}, the work between {t0} and {t1} (± {err_ticks:.0}): {m:?}"
+        );
+    }
 }

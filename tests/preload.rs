@@ -22,7 +22,9 @@ fn lib() -> PathBuf {
     static LIB: OnceLock<PathBuf> = OnceLock::new();
     LIB.get_or_init(|| {
         let p = Path::new(EXE).with_file_name("librdmaprobe_model0.so");
-        if !p.is_file() {
+        // built every time (cargo makes it a no-op when up to date): a library left from an
+        // older build would run the older model0 under the programs
+        {
             let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
             let mut cmd = Command::new(cargo);
             cmd.args(["build", "--quiet", "-p", "rdmaprobe-preload"]);
@@ -313,6 +315,45 @@ fn ibverbs_pingpongs_run_between_two_processes() {
     // waiting for completion events (-e): the peer's post raises the event in this process
     let r = pair(&d, "ibv_rc_pingpong", &["-d", "model0", "-n", "200", "-e"]);
     assert_pair_ok("ibv_rc_pingpong -e", &d, &r, "200 iters in");
+}
+
+/// `ibv_rc_pingpong -t`: rdma-core's own use of completion timestamps (`ibv_query_device_ex`'s
+/// mask, `ibv_create_cq_ex` with the timestamp flag, `ibv_wc_read_completion_ts`) runs on
+/// model0's NIC clock, and its mean of the deltas between receive completions, in ticks of the
+/// stated 156.25 MHz, is a round trip: no longer than the program's own wall-clock time per
+/// iteration (the deltas leave out the first iteration; 1 % and 1 us of slack for the two
+/// clocks), no shorter than 500 ns (a round trip between two processes here takes microseconds).
+/// A clock written in ns instead of ticks is 6.4 times too long; one 1000 times too slow, too short.
+#[test]
+fn rc_pingpong_reads_model0_s_completion_timestamps() {
+    if !have("ibv_rc_pingpong", "ibverbs-utils") {
+        return;
+    }
+    let d = ModelDir::new("pingpong-ts");
+    let r = pair(&d, "ibv_rc_pingpong", &["-d", "model0", "-n", "500", "-t"]);
+    assert_pair_ok("ibv_rc_pingpong -t", &d, &r, "Average receive completion clock cycles");
+    let out = text(&r.1.stdout);
+    let field = |key: &str| -> f64 {
+        out.lines()
+            .find_map(|l| {
+                l.split_once(key)
+                    .map(|(_, v)| v.trim().trim_start_matches('=').trim().to_string())
+            })
+            .and_then(|v| v.split_whitespace().next().and_then(|x| x.parse().ok()))
+            .unwrap_or_else(|| panic!("no {key:?} in:\n{out}"))
+    };
+    let avg_ns = field("Average receive completion clock cycles") * 1e6 / 156_250.0;
+    let usec = out
+        .lines()
+        .find(|l| l.contains("iters in"))
+        .and_then(|l| l.split('=').nth(1))
+        .and_then(|v| v.split_whitespace().next())
+        .and_then(|v| v.parse::<f64>().ok())
+        .unwrap_or_else(|| panic!("no usec/iter in:\n{out}"));
+    assert!(
+        avg_ns <= usec * 1000.0 * 1.01 + 1000.0 && avg_ns >= 500.0,
+        "mean receive-to-receive {avg_ns:.0} ns against {usec} usec/iter:\n{out}"
+    );
 }
 
 #[test]

@@ -83,6 +83,10 @@ pub(super) fn push_cqe(m: &Model, cq: &Shm, c: CqeOut) {
     // work completion's opcode from it), as does an error CQE (s_wqe_opcode_qpn)
     if c.op == cqe_op::REQ_ERR || c.op == cqe_op::RESP_ERR {
         b[55] = c.syndrome;
+    } else {
+        // the NIC clock when the model completes the work (mlx5_cqe64.timestamp; an error
+        // CQE's bytes there are reserved)
+        b[48..56].copy_from_slice(&super::clock::nic_clock().to_be_bytes());
     }
     let q = if c.op == cqe_op::REQ || c.op == cqe_op::REQ_ERR || c.op == cqe_op::RESP_ERR {
         ((c.wqe_opcode as u32) << 24) | (c.qpn & 0xff_ffff)

@@ -35,6 +35,10 @@ pub struct ModelInfo {
     /// Why libibverbs does not reach it here, when it does not.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub verbs_unavailable: Option<String>,
+    /// Its NIC clock's rate, kHz (`hca_core_clock`: [`super::clock`]).
+    pub hca_core_clock_khz: u64,
+    /// The valid bits of its CQE timestamps (`completion_timestamp_mask`).
+    pub timestamp_mask: u64,
     /// Objects of dead processes removed while checking it.
     pub swept: usize,
 }
@@ -58,6 +62,8 @@ pub fn info() -> Result<ModelInfo, ModelError> {
         backends: vec!["direct"],
         provider_library: None,
         verbs_unavailable: None,
+        hca_core_clock_khz: super::clock::HCA_CORE_CLOCK_KHZ,
+        timestamp_mask: super::clock::TIMESTAMP_MASK,
         swept: before,
     })
 }

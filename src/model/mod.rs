@@ -22,10 +22,12 @@
 //! `decode` (WQEs), `exec` (running a send queue), `register` (the checks of the register page
 //! against the WQEs rung), `recv` (the receive side), `cqe` (completions, errors), `wire` (the
 //! added delay), `direct` (the direct path's doorbell route and QP), `user` (objects over
-//! libmlx5's memory), `config` (knobs and errors), `info` (`rdmaprobe devices`).
+//! libmlx5's memory), `config` (knobs and errors), `info` (`rdmaprobe devices`), `clock` (the NIC
+//! clock of its CQE timestamps).
 
 pub mod shm;
 
+pub mod clock;
 mod config;
 mod cqe;
 mod decode;

@@ -8,6 +8,7 @@
 //! command and its response is in `frame`, the table of the other commands' handlers in
 //! `dispatch`, the larger commands' work in `commands`.
 
+mod clock;
 mod commands;
 mod dispatch;
 mod frame;
@@ -20,6 +21,8 @@ use crate::model::{Model, ModelCq, ModelDbPage, ModelMr, ModelQp};
 use crate::sys::kabi as k;
 use commands::{destroy_qp_ent, get_context, release_db};
 use frame::{frame, legacy, Cmd};
+
+pub use clock::refresh as refresh_clock;
 use std::cell::Cell;
 use std::collections::HashMap;
 use std::ffi::{c_int, c_void};
@@ -300,11 +303,19 @@ fn close_device_with(fd: c_int, wait: bool) -> bool {
     true
 }
 
-pub(super) fn mmap_device(fd: c_int, len: usize, off: libc::off_t) -> Result<*mut c_void, c_int> {
+pub(super) fn mmap_device(fd: c_int, len: usize, prot: c_int, off: libc::off_t) -> Result<*mut c_void, c_int> {
     let _in = inside();
     let pgoff = off as u64 / PAGE as u64;
     let cmd = (pgoff >> 8) & 0xff;
     let index = (pgoff & 0xff) | ((pgoff >> 16) << 8);
+    if let Some(r) = clock::map(cmd as u32, index, len, prot) {
+        return r.or_else(|e| {
+            errno_of(
+                format!("fd {fd}: mmap of clock page command {cmd} index {index}, {len} bytes, prot {prot:#x}"),
+                e,
+            )
+        });
+    }
     let pages = match cmd as u32 {
         k::MLX5_IB_MMAP_REGULAR_PAGE | k::MLX5_IB_MMAP_WC_PAGE | k::MLX5_IB_MMAP_NC_PAGE => TOT_BFREGS / 2,
         // libmlx5 counts its dynamic pages on from the static ones

@@ -175,7 +175,7 @@ pub unsafe extern "C" fn mmap(
     off: libc::off_t,
 ) -> *mut c_void {
     if fd >= 0 && is_dev(fd) {
-        return match device::mmap_device(fd, len, off) {
+        return match device::mmap_device(fd, len, prot, off) {
             Ok(p) => p,
             Err(e) => {
                 set_errno(e);

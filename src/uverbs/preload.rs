@@ -8,7 +8,8 @@
 //! (`post_send`, `wr_complete`: the QP's send doorbell record; `post_recv`: a sender stalled on
 //! RNR goes on); before a poll (`poll_cq`, an extended CQ's `start_poll`) the progress of every
 //! QP of the process; after an arm (`req_notify_cq`) the completions already in the CQ raise the
-//! event the arm asks for. Execution is deterministic and in the program's own threads: no engine
+//! event the arm asks for; before a read of the NIC clock (`query_rt_values`) model0's timer page
+//! is brought up to now. Execution is deterministic and in the program's own threads: no engine
 //! thread. A program that rings doorbells itself (UCX's `rc_mlx5`) needs one, which this does not
 //! have yet (docs/model0-exec.md).
 
@@ -30,6 +31,7 @@ enum Slot {
     CreateCqEx,
     WrComplete,
     StartPoll,
+    QueryRtValues,
 }
 
 /// The provider's own functions, by slot and by the object (context, QP, CQ) they were read
@@ -46,6 +48,7 @@ type CreateQpExFn = unsafe extern "C" fn(*mut sys::ibv_context, *mut sys::ibv_qp
 type CreateCqExFn = unsafe extern "C" fn(*mut sys::ibv_context, *mut sys::ibv_cq_init_attr_ex) -> *mut sys::ibv_cq_ex;
 type WrCompleteFn = unsafe extern "C" fn(*mut sys::ibv_qp_ex) -> c_int;
 type StartPollFn = unsafe extern "C" fn(*mut sys::ibv_cq_ex, *mut sys::ibv_poll_cq_attr) -> c_int;
+type QueryRtValuesFn = unsafe extern "C" fn(*mut sys::ibv_context, *mut sys::ibv_values_ex) -> c_int;
 
 /// Moves on each change of [`ORIG`]: a thread's [`LAST`] found at another value is looked up
 /// again.
@@ -58,7 +61,7 @@ thread_local! {
 }
 
 /// The number of [`Slot`]s (the last one's index + 1: a new last slot moves it).
-const SLOTS: usize = Slot::StartPoll as usize + 1;
+const SLOTS: usize = Slot::QueryRtValues as usize + 1;
 
 fn save(slot: Slot, obj: usize, f: usize) {
     let mut t = ORIG.lock().unwrap_or_else(|p| p.into_inner());
@@ -220,7 +223,28 @@ pub unsafe fn wrap_context(ctx: *mut sys::ibv_context) {
             save(Slot::CreateCqEx, key, f as usize);
             v.create_cq_ex = Some(create_cq_ex);
         }
+        // an older member than create_cq_ex: further from the end, its own size check
+        let need =
+            std::mem::size_of::<sys::verbs_context>() - std::mem::offset_of!(sys::verbs_context, query_rt_values);
+        if v.sz >= need {
+            if let Some(f) = v.query_rt_values {
+                save(Slot::QueryRtValues, key, f as usize);
+                v.query_rt_values = Some(query_rt_values);
+            }
+        }
     }
+}
+
+/// `ibv_query_rt_values_ex`: model0's timer page brought up to now, then libmlx5's own read of
+/// it (the page is memory, not a register: `device::refresh_clock`).
+unsafe extern "C" fn query_rt_values(ctx: *mut sys::ibv_context, values: *mut sys::ibv_values_ex) -> c_int {
+    // SAFETY: the slot's type.
+    let Some(f) = (unsafe { saved::<QueryRtValuesFn>(Slot::QueryRtValues, ctx as *const c_void) }) else {
+        return libc::EOPNOTSUPP;
+    };
+    device::refresh_clock();
+    // SAFETY: the provider's own query_rt_values with the caller's arguments.
+    unsafe { f(ctx, values) }
 }
 
 /// The saved function of `slot` for `obj`, as type `F`.

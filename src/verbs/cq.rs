@@ -15,6 +15,9 @@ pub(crate) struct CqInner {
     _chan: Option<Arc<ChanInner>>,
     /// Events taken and not yet acknowledged (`ibv_destroy_cq` waits for every one).
     unacked: std::sync::atomic::AtomicU32,
+    /// The extended CQ when it was made with `ibv_create_cq_ex` (completion timestamps:
+    /// [`super::nic_clock`]), else null.
+    pub(crate) ex: *mut sys::ibv_cq_ex,
 }
 
 struct ChanInner {
@@ -283,8 +286,24 @@ impl Cq {
                 ctx: ctx.clone(),
                 _chan: ch.map(|c| c.inner.clone()),
                 unacked: std::sync::atomic::AtomicU32::new(0),
+                ex: std::ptr::null_mut(),
             }),
         })
+    }
+
+    /// A CQ made by `ibv_create_cq_ex` (`cq` its `ibv_cq_ex_to_cq`), no channel; counted in the
+    /// ledger here.
+    pub(crate) fn from_ex(ctx: &Context, cq: *mut sys::ibv_cq, ex: *mut sys::ibv_cq_ex) -> Self {
+        ctx.inner.ledger.created(Kind::Cq);
+        Cq {
+            inner: Arc::new(CqInner {
+                cq,
+                ctx: ctx.clone(),
+                _chan: None,
+                unacked: std::sync::atomic::AtomicU32::new(0),
+                ex,
+            }),
+        }
     }
 
     /// Arms the CQ (`ibv_req_notify_cq`): its next completion (`solicited`: its next solicited

@@ -324,6 +324,7 @@ impl Context {
         let fw = unsafe { CStr::from_ptr(a.fw_ver.as_ptr()) }
             .to_string_lossy()
             .into_owned();
+        let clock = self.nic_clock_caps();
         Ok(DeviceInfo {
             name: self.inner.name.clone(),
             provider: provider_of(self.inner.ctx),
@@ -347,6 +348,8 @@ impl Context {
                 _ => "none",
             },
             mlx5dv: self.inner.mlx5,
+            nic_clock: clock.as_ref().ok().copied(),
+            nic_clock_unknown: clock.err().map(|e| e.to_string()),
         })
     }
 
@@ -436,6 +439,11 @@ pub struct DeviceInfo {
     pub atomic_cap: &'static str,
     /// Whether mlx5dv supports the device (the direct backend's precondition).
     pub mlx5dv: bool,
+    /// Its completion timestamps' clock (`ibv_query_device_ex`); `None`: see `nic_clock_unknown`.
+    pub nic_clock: Option<super::NicClockCaps>,
+    /// Why `ibv_query_device_ex` could not say.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub nic_clock_unknown: Option<String>,
 }
 
 /// The path of the provider library a context runs on (the shared object its `post_send` entry

@@ -9,12 +9,14 @@ pub mod device;
 pub mod direct;
 pub mod error;
 pub mod mr;
+pub mod nic_clock;
 pub mod qp;
 
 pub use cq::{CompChannel, Completion, Cq};
 pub use device::{Context, DeviceInfo, DeviceList, Gid, GidEntry, GidType, PortInfo};
 pub use error::{Ctx, NoDevice, Result, VerbsError};
 pub use mr::{Buffer, Mr, MrAccess, MrPlacement, Pd, RemoteBuf, Sge};
+pub use nic_clock::{NicClockCaps, NicClockMap, TsCompletion};
 pub use qp::Ah;
 pub use qp::{ConnectOpts, Endpoint, Granted, Op, Qp, QpCaps, SendFlags, WrBatch};
 

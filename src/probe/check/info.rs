@@ -172,6 +172,18 @@ fn print_device(o: &mut String, info: &DeviceInfo) {
             "no (not an mlx5 device)"
         }
     );
+    let clock = match (&info.nic_clock, &info.nic_clock_unknown) {
+        (Some(c), _) if c.usable() => format!(
+            "mask {:#x}, hca_core_clock {} kHz",
+            c.timestamp_mask, c.hca_core_clock_khz
+        ),
+        (Some(c), _) => format!(
+            "none (completion_timestamp_mask {:#x}, hca_core_clock {} kHz)",
+            c.timestamp_mask, c.hca_core_clock_khz
+        ),
+        (None, e) => format!("unknown ({})", e.as_deref().unwrap_or("not asked")),
+    };
+    let _ = writeln!(o, "	completion timestamps:	{clock}");
 }
 
 /// A port's attributes and GIDs, as ibv_devinfo prints them; on Ethernet, the GID index to use.
@@ -226,6 +238,11 @@ fn print_model(o: &mut String, m: &Result<model::ModelInfo, String>) {
             let _ = writeln!(o, "\tmax_qp_wr:\t\t{}", i.max_qp_wr);
             let _ = writeln!(o, "\tmax_inline_data:\t{} (device limit)", i.max_inline_data);
             let _ = writeln!(o, "\tbf_size:\t\t{}", i.bf_size);
+            let _ = writeln!(
+                o,
+                "\tcompletion timestamps:\tmask {:#x}, hca_core_clock {} kHz (a counter of CLOCK_MONOTONIC_RAW at that rate, stamped when model0 writes the CQE)",
+                i.timestamp_mask, i.hca_core_clock_khz
+            );
             if i.swept > 0 {
                 let _ = writeln!(o, "\tcleaned up:\t\t{} objects of processes that died", i.swept);
             }

@@ -57,6 +57,11 @@ pub(super) fn get_context(c: &Cmd<'_>) -> Result<u32, c_int> {
         log_uar_size: 12,
         num_uars_per_page: 1,
         num_dyn_bfregs: DYN_BFREGS,
+        // the NIC clock's pages (`clock`): the timer at offset 0 of its page, and version 1 of
+        // the clock info
+        comp_mask: k::MLX5_IB_ALLOC_UCONTEXT_RESP_MASK_CORE_CLOCK_OFFSET,
+        hca_core_clock_offset: 0,
+        clock_info_versions: 1 << k::MLX5_IB_CLOCK_INFO_V1,
         ..Default::default()
     };
     if let Err(e) = c.resp.put(bytes(&r), bytes(&d)) {

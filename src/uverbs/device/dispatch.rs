@@ -73,8 +73,12 @@ fn query_device(ctx: &mut Ctx, c: &mut Cmd<'_>) -> Result<(), c_int> {
 }
 
 fn ex_query_device(ctx: &mut Ctx, c: &mut Cmd<'_>) -> Result<(), c_int> {
+    // with the NIC clock of model0's CQE timestamps (`crate::model::clock`); a field past the
+    // response length the caller gave is not copied (libibverbs then reports it 0)
     let mut r = k::ib_uverbs_ex_query_device_resp {
         base: device_attr(&ctx.model),
+        timestamp_mask: crate::model::clock::TIMESTAMP_MASK,
+        hca_core_clock: crate::model::clock::HCA_CORE_CLOCK_KHZ,
         ..Default::default()
     };
     r.response_length = (size_of::<k::ib_uverbs_ex_query_device_resp>().min(c.resp.core)) as u32;

@@ -194,6 +194,7 @@ pub fn run(device: Option<&str>, port: u8) -> Result<Doctor, ProbeError> {
     let mut checks = host_checks(&sys);
     checks.push(devices_check(device));
     checks.extend(device_checks(&sys, &view, kind));
+    checks.push(clock::nic_clock_check(&view.name));
     Ok(Doctor {
         device: view.name,
         kind,
@@ -299,6 +300,7 @@ fn open(device: Option<&str>, port: u8) -> Result<(DevView, DeviceKind), ProbeEr
     ))
 }
 
+mod clock;
 mod device;
 pub(crate) use device::{drops_4791, nft_ruleset};
 mod host;

@@ -164,3 +164,42 @@ fn a_firewall_that_drops_roce_is_found() {
     assert_eq!(firewall(&None).status, Status::Unknown);
     assert!(cpulist_has("0-3,8,10-11", 11) && cpulist_has("0-3,8", 8) && !cpulist_has("0-3,8", 5));
 }
+
+/// `nic.clock`: rxe's answer (no timestamps) is n/a, a clock at its stated rate passes with the
+/// mapping's error, a clock off its stated rate fails naming both rates, an unreadable raw clock
+/// warns.
+#[test]
+fn nic_clock_judges_what_the_device_states_against_what_was_measured() {
+    use crate::verbs::{NicClockCaps, NicClockMap, VerbsError};
+    let caps = |mask, khz| {
+        Ok(NicClockCaps {
+            timestamp_mask: mask,
+            hca_core_clock_khz: khz,
+        })
+    };
+    // a 156.25 MHz clock against a 2.6 GHz TSC, 21 pairs over 100 ms, reads 80 ns wide
+    let pairs: Vec<(u64, u64, u64)> = (0..21u64).map(|i| (i * 13_000_000, 1 + i * 781_250, 208)).collect();
+    let c = super::clock::judge("rxe0", caps(0, 0), None);
+    assert_eq!(c.status, Status::NotApplicable, "{c:?}");
+    assert!(c.evidence.contains("no completion timestamps"), "{c:?}");
+    let m = NicClockMap::fit(&pairs, 2.6e9, 156_250).unwrap();
+    let c = super::clock::judge("mlx5_0", caps(u64::MAX >> 1, 156_250), Some(Ok(m)));
+    assert_eq!(c.status, Status::Pass, "{c:?}");
+    assert!(
+        c.evidence.contains("156250.0 kHz measured") && c.evidence.contains("one read spans 80 ns"),
+        "{c:?}"
+    );
+    let m = NicClockMap::fit(&pairs, 2.6e9, 1_000_000).unwrap();
+    let c = super::clock::judge("mlx5_0", caps(u64::MAX >> 1, 1_000_000), Some(Ok(m)));
+    assert_eq!(c.status, Status::Fail, "{c:?}");
+    assert!(
+        c.evidence.contains("156250.0 kHz") && c.evidence.contains("states 1000000 kHz"),
+        "{c:?}"
+    );
+    let e = VerbsError::Invalid {
+        ctx: crate::verbs::Ctx::dev("mlx5_0"),
+        why: "ibv_query_rt_values_ex: Operation not supported".into(),
+    };
+    let c = super::clock::judge("mlx5_0", caps(u64::MAX >> 1, 156_250), Some(Err(e)));
+    assert_eq!(c.status, Status::Warn, "{c:?}");
+}
