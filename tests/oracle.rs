@@ -25,7 +25,7 @@ use rdmaprobe::mlx5::wqe::{Payload, Wqe};
 use rdmaprobe::model::clock::{HCA_CORE_CLOCK_KHZ, TIMESTAMP_MASK};
 use rdmaprobe::sys;
 use rdmaprobe::verbs::{ConnectOpts, Context, Cq, Mr, MrAccess, Op, Pd, Qp, QpCaps, SendFlags, TsCompletion, WrBatch};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 /// model0 through libibverbs and libmlx5, or `None` (with the reason printed) where this host's
 /// libibverbs cannot reach it (a kernel that lists RDMA devices): these tests need it.
@@ -1156,10 +1156,6 @@ fn one_ts(cq: &Cq) -> TsCompletion {
     out[0]
 }
 
-fn real_ns() -> u64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_nanos() as u64
-}
-
 #[test]
 fn completion_timestamps_through_libmlx5_match_the_direct_decoding_and_the_clock() {
     let Some(ctx) = model0() else { return };
@@ -1192,11 +1188,11 @@ fn completion_timestamps_through_libmlx5_match_the_direct_decoding_and_the_clock
     let mut last = 0u64;
     for i in 0..32u64 {
         p.post_recv(i, &[dst.sge(0, 64).unwrap()]).unwrap();
-        let (before, real_before) = (ctx.nic_clock().expect("ibv_query_rt_values_ex"), real_ns());
+        let before = ctx.nic_clock().expect("ibv_query_rt_values_ex");
         a.post_send(i, Op::Send, &[src.sge(0, 8 + i as usize).unwrap()], SendFlags::SIGNALED)
             .unwrap();
         let (recv, send) = (one_direct(&mut vp), one_direct(&mut va));
-        let (after, real_after) = (ctx.nic_clock().unwrap(), real_ns());
+        let after = ctx.nic_clock().unwrap();
         // asked for none, none taken (the completion stays for the next poll)
         assert_eq!(cqp.poll_ts(&mut Vec::new(), 0).unwrap(), 0);
         let (tr, ts) = (one_ts(&cqp), one_ts(&cqa));
@@ -1216,38 +1212,47 @@ fn completion_timestamps_through_libmlx5_match_the_direct_decoding_and_the_clock
             ts.timestamp
         );
         last = ts.timestamp;
-        // mlx5dv_ts_to_ns: real time of the completion, within the two reads of real time (the
-        // clock info's factors are 60 ppb slow and the real clock may be slewed: 1 ms of slack)
+        // mlx5dv_ts_to_ns reads model0's clock-info page as the page means it: the real time
+        // it was paired with plus the ticks since, 6.4 ns each (6710886 >> 20: 60 ppb slow)
         // SAFETY: the clock info read above; a plain computation.
         let ns = unsafe { sys::mlx5dv_ts_to_ns(&mut clock_info, ts.timestamp) };
+        let ci = &clock_info;
+        assert_eq!((ci.mult, ci.shift, ci.mask), (6_710_886, 20, (1 << 41) - 1), "{ci:?}");
+        let ticks = ts.timestamp.wrapping_sub(ci.last_cycles) & ci.mask;
+        assert!(ticks < ci.mask / 2, "send {i}: {ticks} ticks after the page's pairing");
+        let since = (ticks as u128 * 6_400 / 1_000) as u64; // exact 6.4 ns a tick
+        let got = ns - ci.nsec;
         assert!(
-            real_before.saturating_sub(1_000_000) <= ns && ns <= real_after + 1_000_000,
-            "send {i}: {real_before} <= {ns} <= {real_after}"
+            got <= since && since - got <= 1 + since / 10_000_000,
+            "send {i}: {got} ns after the pairing, {ticks} ticks = {since} ns"
         );
     }
 }
 
 /// The timer page read through `ibv_query_rt_values_ex` runs at the rate `hca_core_clock`
-/// states: ticks over 200 ms of the monotonic clock, each end bracketed by two readings of it,
-/// so the rate's bounds hold whatever the host's preemption does; they must contain 156.25 MHz
-/// (with 0.1 % for the monotonic clock's slewing against the raw one the counter follows).
+/// states: ticks over 200 ms of the raw monotonic clock, each end bracketed by two readings of
+/// it, so the rate's bounds hold whatever the host's preemption does; they must contain 156.25
+/// MHz (with 100 ppm for the tick's granularity: 1 tick in 31250).
 #[test]
 fn the_raw_clock_runs_at_the_stated_rate() {
     let Some(ctx) = model0() else { return };
+    // bracketed by CLOCK_MONOTONIC_RAW, the clock model0's counter follows (not slewed as
+    // CLOCK_MONOTONIC may be by a time daemon): the bounds are exact but for the 6.4 ns tick
+    let raw = || rdmaprobe::clock::monotonic_raw_ns().expect("CLOCK_MONOTONIC_RAW");
     let read = || {
-        let t0 = Instant::now();
+        let t0 = raw();
         let c = ctx.nic_clock().expect("ibv_query_rt_values_ex");
-        (t0, c, Instant::now())
+        (t0, c, raw())
     };
     let (a0, c0, a1) = read();
     std::thread::sleep(Duration::from_millis(200));
     let (b0, c1, b1) = read();
     let ticks = (c1 - c0) as f64;
-    let (longest, shortest) = ((b1 - a0).as_nanos() as f64, (b0 - a1).as_nanos() as f64);
+    let (longest, shortest) = ((b1 - a0) as f64, (b0 - a1) as f64);
     let khz = HCA_CORE_CLOCK_KHZ as f64;
     let (lo, hi) = (ticks / longest * 1e6, ticks / shortest * 1e6);
     assert!(
-        lo * 0.999 <= khz && khz <= hi * 1.001,
+        lo * 0.9999 <= khz && khz <= hi * 1.0001,
         "{ticks} ticks: {lo:.1}..{hi:.1} kHz, stated {khz}"
     );
 }

@@ -167,6 +167,7 @@ pub fn cq_armed(fd: c_int, handle: u32) {
 /// verbs layer's CQ polling calls it on model0; the measured backends use their own hooks.
 pub fn progress() {
     let _in = inside();
+    clock::renew_if_due();
     with_qps(|qs| {
         for (_, w, seen) in qs {
             if let Some(q) = w.upgrade() {

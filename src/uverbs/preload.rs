@@ -223,7 +223,8 @@ pub unsafe fn wrap_context(ctx: *mut sys::ibv_context) {
             save(Slot::CreateCqEx, key, f as usize);
             v.create_cq_ex = Some(create_cq_ex);
         }
-        // an older member than create_cq_ex: further from the end, its own size check
+        // a newer member than create_cq_ex (the struct grows at its front): further from its
+        // end, so its own size check
         let need =
             std::mem::size_of::<sys::verbs_context>() - std::mem::offset_of!(sys::verbs_context, query_rt_values);
         if v.sz >= need {

@@ -177,6 +177,9 @@ fn print_device(o: &mut String, info: &DeviceInfo) {
             "mask {:#x}, hca_core_clock {} kHz",
             c.timestamp_mask, c.hca_core_clock_khz
         ),
+        (Some(c), _) if c.timestamp_mask != 0 => {
+            format!("mask {:#x}, of unknown rate (hca_core_clock 0)", c.timestamp_mask)
+        }
         (Some(c), _) => format!(
             "none (completion_timestamp_mask {:#x}, hca_core_clock {} kHz)",
             c.timestamp_mask, c.hca_core_clock_khz

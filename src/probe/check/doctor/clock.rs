@@ -50,6 +50,18 @@ pub(super) fn judge(
         Ok(c) => c,
         Err(e) => return check(ID, Status::Unknown, format!("{name}: {e}"), ""),
     };
+    if c.timestamp_mask != 0 && c.hca_core_clock_khz == 0 {
+        return check(
+            ID,
+            Status::Warn,
+            format!(
+                "{name} gives completion timestamps (mask {:#x}) but states no rate (hca_core_clock 0): they cannot \
+                 be converted to time",
+                c.timestamp_mask
+            ),
+            "a driver or firmware that reports the device's core clock",
+        );
+    }
     if !c.usable() {
         return check(
             ID,
@@ -68,11 +80,12 @@ pub(super) fn judge(
             ID,
             Status::Warn,
             format!(
-                "{name} states a {} kHz clock, but reading it failed: {e}: its completion timestamps cannot be \
-                 mapped to the host's time",
+                "{name} states a {} kHz clock, but mapping it to the TSC failed: {e}: its completion timestamps \
+                 cannot be placed on the host's time",
                 c.hca_core_clock_khz
             ),
-            "a provider without ibv_query_rt_values_ex cannot place its timestamps on the host's clock",
+            "the error names the step: the TSC's calibration, ibv_query_rt_values_ex (a provider without it has \
+             no raw clock to read), or the fit of the pairs",
         ),
         Some(Ok(m)) => match m.rate_check() {
             Ok(()) => check(
@@ -80,14 +93,15 @@ pub(super) fn judge(
                 Status::Pass,
                 format!(
                     "{name}: hca_core_clock {} kHz stated, {:.1} kHz measured against the TSC over {} ms ({:+.1} \
-                     ppm); mapping residual max {:.0} ns, one read spans {:.0} ns: a mapped timestamp is good to \
-                     ±{:.0} ns",
+                     ppm); mapping residual max {:.0} ns, one read spans {:.0} ns: within those {} ms a mapped \
+                     timestamp is good to ±{:.0} ns (beyond them the clocks' drift adds to it)",
                     m.stated_khz,
                     m.measured_khz,
                     m.window_ns / 1_000_000,
                     m.rate_error_ppm,
                     m.residual_max_ns,
                     m.read_span_ns,
+                    m.window_ns / 1_000_000,
                     m.error_ns()
                 ),
                 "",

@@ -182,6 +182,10 @@ fn nic_clock_judges_what_the_device_states_against_what_was_measured() {
     let c = super::clock::judge("rxe0", caps(0, 0), None);
     assert_eq!(c.status, Status::NotApplicable, "{c:?}");
     assert!(c.evidence.contains("no completion timestamps"), "{c:?}");
+    // timestamps of no stated rate: they cannot be converted
+    let c = super::clock::judge("x", caps(u64::MAX >> 1, 0), None);
+    assert_eq!(c.status, Status::Warn, "{c:?}");
+    assert!(c.evidence.contains("states no rate"), "{c:?}");
     let m = NicClockMap::fit(&pairs, 2.6e9, 156_250).unwrap();
     let c = super::clock::judge("mlx5_0", caps(u64::MAX >> 1, 156_250), Some(Ok(m)));
     assert_eq!(c.status, Status::Pass, "{c:?}");
