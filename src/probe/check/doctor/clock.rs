@@ -98,12 +98,18 @@ pub(super) fn judge(
                     m.stated_khz,
                     m.measured_khz,
                     m.window_ns / 1_000_000,
-                    m.rate_error_ppm,
+                    // rounded first, so a figure of -0.04 prints as +0.0, not -0.0
+                    (m.rate_error_ppm * 10.0).round() / 10.0 + 0.0,
                     m.residual_max_ns,
                     m.read_span_ns,
                     m.window_ns / 1_000_000,
                     m.error_ns()
-                ),
+                ) + if name == crate::model::DEVICE_NAME {
+                    "; on model0 the counter and the TSC's calibration both follow CLOCK_MONOTONIC_RAW: this \
+                     checks the stated rate and the mapping, not a crystal"
+                } else {
+                    ""
+                },
                 "",
             ),
             Err(why) => check(

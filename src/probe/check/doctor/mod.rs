@@ -124,7 +124,8 @@ impl Doctor {
             match self.kind {
                 DeviceKind::Hardware => "hardware",
                 DeviceKind::SoftRoce => "Soft-RoCE: a software RDMA stack, its figures are not a NIC's",
-                DeviceKind::Model0 => "model0: the built-in software model, device checks do not apply",
+                DeviceKind::Model0 =>
+                    "model0: the built-in software model, its PCIe, netdev and NUMA checks do not apply",
             }
         );
         for c in &self.checks {

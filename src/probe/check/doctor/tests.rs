@@ -193,6 +193,18 @@ fn nic_clock_judges_what_the_device_states_against_what_was_measured() {
         c.evidence.contains("156250.0 kHz measured") && c.evidence.contains("one read spans 80 ns"),
         "{c:?}"
     );
+    assert!(!c.evidence.contains("not a crystal"), "{c:?}");
+    // 0.032 ppm slow (pairs 5 s apart): printed +0.0, not -0.0; model0's line says what its pass means
+    let slow: Vec<(u64, u64, u64)> = (0..21u64)
+        .map(|i| (i * 13_000_000_000, 1 + i * 781_249_975, 208))
+        .collect();
+    let m = NicClockMap::fit(&slow, 2.6e9, 156_250).unwrap();
+    assert!(m.rate_error_ppm < 0.0 && m.rate_error_ppm > -0.05, "{m:?}");
+    let c = super::clock::judge("model0", caps(u64::MAX >> 1, 156_250), Some(Ok(m)));
+    assert!(
+        c.evidence.contains("(+0.0 ppm)") && c.evidence.contains("not a crystal"),
+        "{c:?}"
+    );
     let m = NicClockMap::fit(&pairs, 2.6e9, 1_000_000).unwrap();
     let c = super::clock::judge("mlx5_0", caps(u64::MAX >> 1, 1_000_000), Some(Ok(m)));
     assert_eq!(c.status, Status::Fail, "{c:?}");
