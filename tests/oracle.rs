@@ -351,18 +351,7 @@ fn poll_a(cq: &Cq, wc: &mut [sys::ibv_wc]) -> Vec<(rdmaprobe::verbs::Completion,
     let n = cq.poll_raw(wc).unwrap();
     wc[..n]
         .iter()
-        .map(|w| {
-            let c = rdmaprobe::verbs::Completion {
-                wr_id: w.wr_id,
-                status: w.status,
-                opcode: w.opcode,
-                vendor_err: w.vendor_err,
-                byte_len: w.byte_len,
-                qp_num: w.qp_num,
-                imm: None,
-            };
-            (c, None)
-        })
+        .map(|w| (rdmaprobe::verbs::Completion::from_wc(w), None))
         .collect()
 }
 

@@ -187,7 +187,7 @@ pub struct Completion {
 
 impl Completion {
     /// The completion `wc` reports.
-    pub(crate) fn from_wc(wc: &sys::ibv_wc) -> Self {
+    pub fn from_wc(wc: &sys::ibv_wc) -> Self {
         let has_imm = wc.wc_flags & sys::IBV_WC_WITH_IMM != 0;
         Completion {
             wr_id: wc.wr_id,
