@@ -81,6 +81,7 @@ impl Backend for LateEnd {
             sends: self.cq.done.swap(0, Ordering::SeqCst),
             recvs: 0,
             recv_len: 0,
+            recv_ts: None,
         })
     }
     fn mem(&self) -> &MemView {

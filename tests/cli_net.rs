@@ -1170,7 +1170,9 @@ fn qp_numbers_are_in_the_header_and_the_json() {
 /// `--anatomy` between two processes: the server's turnarounds come to the client after the run
 /// and split every round trip (the JSON's `anatomy`: as many samples as round trips, turnaround
 /// plus rest at the median no more than the round trip's p50 allows, the second table on both
-/// ends); one end without it is a disagreement named; READ has no software turnaround (exit 2).
+/// ends); the NIC split too, the server's responders on its own map of the NIC clock (its map in
+/// the JSON, no timestamp outside its window, the components' means adding up to the round
+/// trip's); one end without it is a disagreement named; READ has no software turnaround (exit 2).
 #[test]
 fn the_anatomy_between_two_processes_carries_the_servers_turnarounds() {
     let _g = serial();
@@ -1205,6 +1207,7 @@ fn the_anatomy_between_two_processes_carries_the_servers_turnarounds() {
     for out in [&co, &so] {
         assert!(out.contains("anatomy [ns], round trips (not halved)"), "{out}");
         assert!(out.contains("turn p50"), "{out}");
+        assert!(out.contains("NIC split [ns]"), "{out}");
     }
     let v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&json).expect("the JSON")).expect("JSON");
     assert_eq!(v["params"]["anatomy"], true);
@@ -1221,6 +1224,17 @@ fn the_anatomy_between_two_processes_carries_the_servers_turnarounds() {
         assert!(f("turnaround_ns", "p50") > 0.0 && f("rest_ns", "p50") > 0.0, "{a}");
         assert!(f("turnaround_ns", "p50") < f("round_trip_ns", "p50"), "{a}");
         assert!(f("rest_ns", "p50") <= f("round_trip_ns", "p50"), "{a}");
+        let n = &a["nic"];
+        assert_eq!(n["poll_ns"]["count"], 3000, "{a}");
+        assert_eq!(n["outside_window"], 0, "{a}");
+        assert_eq!(n["server_map"]["stated_khz"], 156250, "{a}");
+        assert!(
+            n["server_map"]["rate_error_ppm"].as_f64().expect("ppm").abs() < 1000.0,
+            "{a}"
+        );
+        let mean = |k: &str| n[k]["mean"].as_f64().unwrap_or_else(|| panic!("{k} in {n}"));
+        let sum = mean("post_ns") + mean("wire_ns") + mean("responder_ns") + mean("poll_ns");
+        assert!((sum - f("round_trip_ns", "mean")).abs() < 1.0, "{sum}: {a}");
         // the one-way figure is half the round trip
         let lat = r["latency_ns"]["p50"].as_f64().expect("latency p50");
         assert!(

@@ -9,8 +9,9 @@ use rdmaprobe::mlx5::sq::DbMode;
 use rdmaprobe::model::{syndrome, ExecMode, Model, ModelConfig};
 use rdmaprobe::report::Hist;
 use rdmaprobe::scenario::lat::{self, LatParams, PingState};
-use rdmaprobe::scenario::runner::{run_interleaved, AnyPair, LatPair};
+use rdmaprobe::scenario::runner::{nic_anatomy, run_interleaved, AnyPair, LatPair, NicAnatomy};
 use rdmaprobe::scenario::ScenarioError;
+use rdmaprobe::verbs::nic_clock::NicClockMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::OnceLock;
 use std::time::Duration;
@@ -486,6 +487,60 @@ impl<B: Backend> Backend for SlowPost<B> {
     }
 }
 
+/// model0's NIC clock now, as a reader for `NicClockMap::pairs`.
+#[allow(clippy::result_large_err)]
+fn model_clock() -> Result<u64, rdmaprobe::verbs::VerbsError> {
+    Ok(rdmaprobe::model::clock::nic_clock())
+}
+
+/// The NIC split of the plain, wire-delayed and slow-server runs (`nic`): the wire delay D
+/// moves the wire/NIC component by 2D and no host component (the client's post, the
+/// responder, the client's polling); the slow server S moves the responder and neither the
+/// wire nor the polling; no mapped timestamp lies outside its causal window; the components'
+/// means add up to the round trip's (`host`: the same samples' host split). Bounds as the host
+/// split's: within 25 % and +5 us of 2D or S, other moves under 5 us.
+fn nic_split_moves(nic: &[NicAnatomy], host: &[rdmaprobe::scenario::runner::Anatomy], d: u64, s: u64) {
+    let (plain, wire, slow) = (&nic[0], &nic[1], &nic[2]);
+    let show = format!("plain {plain:?}\nwire {wire:?}\nslow {slow:?}");
+    let moved = |f: fn(&NicAnatomy) -> f64, x: &NicAnatomy| f(x) - f(plain);
+    let within = |v: f64, want: f64| v >= 0.75 * want && v <= 1.25 * want + 5000.0;
+    let [w, r, pl, po]: [fn(&NicAnatomy) -> f64; 4] = [
+        |x| x.wire_ns.p50,
+        |x| x.responder_ns.p50,
+        |x| x.poll_ns.p50,
+        |x| x.post_ns.p50,
+    ];
+    assert!(
+        within(moved(w, wire), 2.0 * d as f64),
+        "the wire's 2D in wire/NIC: {show}"
+    );
+    for (f, what) in [(r, "responder"), (pl, "poll"), (po, "post")] {
+        assert!(moved(f, wire).abs() < 5000.0, "the wire not in the {what}: {show}");
+    }
+    assert!(
+        within(moved(r, slow), s as f64),
+        "the slow server in the responder: {show}"
+    );
+    for (f, what) in [(w, "wire"), (pl, "poll"), (po, "post")] {
+        assert!(
+            moved(f, slow).abs() < 5000.0,
+            "the slow server not in the {what}: {show}"
+        );
+    }
+    for (n, h) in nic.iter().zip(host) {
+        assert_eq!(n.outside_window, 0, "{n:?}");
+        assert!(n.map.rate_error_ppm.abs() < 1000.0, "{n:?}");
+        let sum = n.post_ns.mean + n.wire_ns.mean + n.responder_ns.mean + n.poll_ns.mean;
+        let rtt = h.round_trip_ns.mean;
+        assert!((sum - rtt).abs() < 1.0, "{sum} vs the round trip's {rtt}: {n:?}");
+        // the server's polling is the responder less its turnaround
+        assert!(
+            (n.responder_ns.mean - n.server_poll_ns.mean - h.turnaround_ns.mean).abs() < 1.0,
+            "{n:?} {h:?}"
+        );
+    }
+}
+
 /// `--anatomy` splits each round trip where the time goes: on one pair, in interleaved blocks,
 /// the model's wire delay D (each way) moves the rest by 2D and not the server's turnaround; a
 /// server made slow by S a reply moves its turnaround by S and not the rest; each sample's
@@ -524,6 +579,9 @@ fn the_anatomy_puts_the_wire_in_the_rest_and_a_slow_server_in_its_turnaround() {
     let mut st = PingState::default();
     let first = lat::run(&mut c, &mut s, &p, 500, 50, &mut st, &NO_INTR).unwrap();
     assert_eq!(first.turnaround.len(), first.rtt.len(), "one turnaround per round trip");
+    // the NIC clock placed on the TSC over the run: pairs before and after
+    let clock_pairs = || NicClockMap::pairs(&mut model_clock, Duration::from_millis(10), 11).unwrap();
+    let mut pairs = clock_pairs();
     // plain, wire delay D, slow server S
     let settings = [(0, 0), (D, 0), (0, S)];
     let mut got: Vec<LatSamples> = settings.iter().map(|_| LatSamples::default()).collect();
@@ -535,10 +593,17 @@ fn the_anatomy_puts_the_wire_in_the_rest_and_a_slow_server_in_its_turnaround() {
         s.spin_ns = spin;
         got[i].extend(lat::run(&mut c, &mut s, &p, 200, 0, &mut st, &NO_INTR).unwrap());
     }
+    pairs.extend(clock_pairs());
+    let map = NicClockMap::fit(&pairs, cal().hz, rdmaprobe::model::clock::HCA_CORE_CLOCK_KHZ);
+    let nic: Vec<NicAnatomy> = got
+        .iter()
+        .map(|g| nic_anatomy(OpKind::Send, g, &map, cal()).expect("a NIC split"))
+        .collect();
     let a: Vec<Anatomy> = got
         .iter()
         .map(|g| Anatomy::of(&g.rtt, &g.turnaround, cal()).unwrap().expect("an anatomy"))
         .collect();
+    nic_split_moves(&nic, &a, D, S);
     for x in &a {
         assert_eq!(x.round_trip_ns.count, 2000);
         assert_eq!(x.turnaround_over_round_trip, 0, "{x:?}");

@@ -343,6 +343,7 @@ impl<Q: DirectQueues> Backend for DirectEnd<Q> {
                 }
                 p.recvs += 1;
                 p.recv_len = c.byte_cnt;
+                p.recv_ts = Some(c.timestamp);
                 rq.retire(c.wqe_counter);
             }
         }

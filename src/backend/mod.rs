@@ -183,6 +183,9 @@ pub struct Polled {
     /// The byte length of the last receive completion of this poll (0 with none): what the
     /// peer's SEND carried.
     pub recv_len: u32,
+    /// The NIC clock (ticks) of the last receive completion of this poll, where the end's
+    /// completions carry one (the direct path's CQEs; a verbs CQ made with timestamps).
+    pub recv_ts: Option<u64>,
 }
 
 /// Errors of a backend during a run, with where they happened.

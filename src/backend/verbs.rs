@@ -6,6 +6,7 @@ use super::{Backend, BackendError, BackendKind, MemView, OpKind, Polled, IMM};
 use crate::sys;
 use crate::sys::inline::{poll_cq, post_recv, post_send, WrOps};
 use crate::verbs::cq::Completion;
+use crate::verbs::nic_clock::TsCompletion;
 use crate::verbs::{Ah, CompChannel, Cq, Ctx, Mr, Qp, RemoteBuf, VerbsError};
 
 /// Most WQEs one post may chain.
@@ -21,6 +22,9 @@ pub struct VerbsEnd {
     rwrs: Vec<sys::ibv_recv_wr>,
     rsges: Vec<sys::ibv_sge>,
     wc: [sys::ibv_wc; 16],
+    /// A CQ made with completion timestamps (`--anatomy`): its completions, polled with
+    /// `ibv_start_poll` .. `ibv_end_poll`, land here.
+    ts: Option<Vec<TsCompletion>>,
     wr: Option<(WrOps, *mut sys::ibv_qp_ex)>,
     remote: RemoteBuf,
     view: MemView,
@@ -75,6 +79,7 @@ impl VerbsEnd {
             rwrs: vec![sys::ibv_recv_wr::default(); MAX_POSTLIST],
             rsges: vec![sys::ibv_sge::default(); MAX_POSTLIST],
             wc: [sys::ibv_wc::default(); 16],
+            ts: cq.has_timestamps().then(|| Vec::with_capacity(16)),
             wr,
             remote,
             view,
@@ -463,6 +468,9 @@ impl VerbsEnd {
 
     #[inline]
     fn poll_cq(&mut self) -> Result<Polled, BackendError> {
+        if self.ts.is_some() {
+            return self.poll_cq_ts();
+        }
         // SAFETY: a live CQ and room for 16 completions.
         let n = unsafe { poll_cq(self.cq.as_ptr(), 16, self.wc.as_mut_ptr()) };
         if n < 0 {
@@ -481,6 +489,40 @@ impl VerbsEnd {
                 }
                 p.recvs += 1;
                 p.recv_len = wc.byte_len;
+            } else {
+                p.sends += 1;
+            }
+        }
+        Ok(p)
+    }
+
+    /// [`VerbsEnd::poll_cq`] on a CQ made with completion timestamps: `ibv_start_poll`,
+    /// `ibv_next_poll`, `ibv_end_poll`, each completion read with `ibv_wc_read_*` and its
+    /// `ibv_wc_read_completion_ts`.
+    fn poll_cq_ts(&mut self) -> Result<Polled, BackendError> {
+        let Some(buf) = self.ts.as_mut() else {
+            return Ok(Polled::default());
+        };
+        buf.clear();
+        self.cq.poll_ts_here(buf, 16).map_err(|e| BackendError::Verbs {
+            backend: self.kind.as_str(),
+            source: Box::new(e),
+        })?;
+        let mut p = Polled::default();
+        for t in buf.iter() {
+            let c = t.c.check(&self.device).map_err(|e| BackendError::Verbs {
+                backend: self.kind.as_str(),
+                source: Box::new(e),
+            })?;
+            if c.opcode & sys::IBV_WC_RECV != 0 {
+                if let Some((_, peer, _)) = &self.ud {
+                    if t.src_qp != *peer {
+                        return Err(super::stray_datagram(self.kind.as_str(), c.qp_num, t.src_qp, *peer));
+                    }
+                }
+                p.recvs += 1;
+                p.recv_len = c.byte_len;
+                p.recv_ts = Some(t.timestamp);
             } else {
                 p.sends += 1;
             }

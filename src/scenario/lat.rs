@@ -57,6 +57,17 @@ pub struct LatSamples {
     /// request to its reply's post returning), paired with `rtt` index by index, in ticks of
     /// this side's TSC (a server in another process sends its own, converted).
     pub turnaround: Vec<u64>,
+    /// With `--anatomy`, the client: the TSC when each measured iteration's post call returned
+    /// (its doorbell rung).
+    pub posted: Vec<u64>,
+    /// With `--anatomy` where the client's completions carry the NIC clock: the NIC clock
+    /// (ticks) of each measured iteration's reply's receive completion.
+    pub nic_reply: Vec<u64>,
+    /// With `--anatomy`, the server: the TSC when each iteration's reply's post returned (t3).
+    pub replied: Vec<u64>,
+    /// With `--anatomy` where the server's completions carry the NIC clock: the NIC clock
+    /// (ticks) of each iteration's request's receive completion.
+    pub nic_request: Vec<u64>,
     /// The client thread's CPU time over its blocks (warm-up included), ns.
     pub cpu_ns: u64,
     /// Those blocks' length, TSC ticks.
@@ -72,8 +83,19 @@ impl LatSamples {
             wait: Vec::with_capacity(n),
             period: Vec::with_capacity(n),
             turnaround: Vec::new(),
+            posted: Vec::new(),
+            nic_reply: Vec::new(),
+            replied: Vec::new(),
+            nic_request: Vec::new(),
             cpu_ns: 0,
             wall_ticks: 0,
+        }
+    }
+
+    /// Leaves out the first `n` of the server's series (its warm-up iterations).
+    pub fn drop_server_warmup(&mut self, n: u64) {
+        for v in [&mut self.turnaround, &mut self.replied, &mut self.nic_request] {
+            v.drain(..(n as usize).min(v.len()));
         }
     }
 
@@ -84,6 +106,10 @@ impl LatSamples {
         self.wait.extend(s.wait);
         self.period.extend(s.period);
         self.turnaround.extend(s.turnaround);
+        self.posted.extend(s.posted);
+        self.nic_reply.extend(s.nic_reply);
+        self.replied.extend(s.replied);
+        self.nic_request.extend(s.nic_request);
         self.cpu_ns += s.cpu_ns;
         self.wall_ticks += s.wall_ticks;
     }
@@ -221,7 +247,7 @@ fn await_write<B: Backend>(
 }
 
 /// Waits for the peer's SEND: polls the CQ until a receive completes (send completions seen on
-/// the way are counted off).
+/// the way are counted off); the NIC clock of that receive's completion where it carries one.
 #[inline(always)]
 fn await_send<B: Backend>(
     b: &mut B,
@@ -229,22 +255,22 @@ fn await_send<B: Backend>(
     outst: &mut Outstanding,
     k: u64,
     what: &'static str,
-) -> Result<(), ScenarioError> {
-    let mut got = 0;
-    if b.has_events() {
-        return until_event(b, spin, k, what, |b| {
-            let q = b.poll().map_err(be(spin.side, k))?;
-            outst.add(q);
-            got += q.recvs;
-            Ok(got > 0)
-        });
-    }
-    spin.until(k, what, || {
-        let q = b.poll().map_err(be(spin.side, k))?;
+) -> Result<Option<u64>, ScenarioError> {
+    let (mut got, mut ts) = (0, None);
+    let mut seen = |q: Polled| {
         outst.add(q);
-        got += q.recvs;
-        Ok(got > 0)
-    })
+        if q.recvs > 0 {
+            got += q.recvs;
+            ts = q.recv_ts;
+        }
+        got > 0
+    };
+    if b.has_events() {
+        until_event(b, spin, k, what, |b| Ok(seen(b.poll().map_err(be(spin.side, k))?)))?;
+    } else {
+        spin.until(k, what, || Ok(seen(b.poll().map_err(be(spin.side, k))?)))?;
+    }
+    Ok(ts)
 }
 
 /// How long one wait for a completion event blocks before the flags and the stall deadline
@@ -437,9 +463,9 @@ pub fn run<B: Backend + Send>(
         srv.unwrap_or(Err(ScenarioError::PeerFailed { side: "server" })),
     );
     match res {
-        (Ok(mut samples), Ok(mut turns)) => {
-            turns.drain(..(warmup as usize).min(turns.len()));
-            samples.turnaround = turns;
+        (Ok(mut samples), Ok(mut srv)) => {
+            srv.drop_server_warmup(warmup);
+            (samples.turnaround, samples.replied, samples.nic_request) = (srv.turnaround, srv.replied, srv.nic_request);
             Ok(samples)
         }
         // The first real failure wins over the other side's "peer failed".
@@ -476,6 +502,10 @@ pub fn client_loop<B: Backend>(
     let n = (total - warmup) as usize;
     let (cpu0, wall0) = (clock::thread_cpu_ns(), clock::start());
     let mut out = LatSamples::with_capacity(n);
+    if p.anatomy {
+        out.posted.reserve_exact(n);
+        out.nic_reply.reserve_exact(n);
+    }
     let mut outst = Outstanding { n: 0 };
     let mut last_t0 = 0u64;
     if p.op.needs_recv() && prime {
@@ -500,9 +530,10 @@ pub fn client_loop<B: Backend>(
         // a device model executes the WQE here, after the post's timestamp (on hardware: nothing)
         b.after_post();
         outst.n += u32::from(signal);
+        let mut nic = None;
         match p.op {
             OpKind::Write => await_write(b, &spin, &mut outst, k, "the server's WRITE", rx + len - 1, m)?,
-            o if o.needs_recv() => await_send(b, &spin, &mut outst, k, awaited(o, "server"))?,
+            o if o.needs_recv() => nic = await_send(b, &spin, &mut outst, k, awaited(o, "server"))?,
             _ => {
                 let before = outst.n;
                 if b.has_events() {
@@ -531,6 +562,10 @@ pub fn client_loop<B: Backend>(
             out.rtt.push(t2 - t0);
             out.post.push(t1 - t0);
             out.wait.push(t2 - t1);
+            if p.anatomy {
+                out.posted.push(t1);
+                out.nic_reply.extend(nic);
+            }
         }
         // Bookkeeping outside the timed region.
         if p.op.needs_recv() {
@@ -547,9 +582,11 @@ pub fn client_loop<B: Backend>(
     Ok(out)
 }
 
-/// The server's side of one block (see [`client_loop`]); with `p.anatomy` the turnaround of
-/// each of its `total` iterations (warm-up included), ticks: from the moment it saw the request
-/// (the poll or the byte that showed it, its reaping after) to its reply's post returning.
+/// The server's side of one block (see [`client_loop`]); with `p.anatomy` for each of its
+/// `total` iterations (warm-up included) the turnaround, ticks: from the moment it saw the
+/// request (the poll or the byte that showed it, its reaping after) to its reply's post
+/// returning; the TSC of that return (t3), and where its completions carry the NIC clock, the
+/// request's receive completion's.
 pub fn server_loop<B: Backend>(
     b: &mut B,
     p: &LatParams,
@@ -557,7 +594,7 @@ pub fn server_loop<B: Backend>(
     total: u64,
     prime: bool,
     flags: &Flags<'_>,
-) -> Result<Vec<u64>, ScenarioError> {
+) -> Result<LatSamples, ScenarioError> {
     let side = "server";
     let spin = Spin {
         side,
@@ -570,9 +607,14 @@ pub fn server_loop<B: Backend>(
     match p.op {
         o if o.carries_payload() => {}
         // Read and atomics are one-sided: the server only keeps its memory registered.
-        _ => return Ok(Vec::new()),
+        _ => return Ok(LatSamples::default()),
     }
-    let mut turns = Vec::with_capacity(if p.anatomy { total as usize } else { 0 });
+    let mut out = LatSamples::default();
+    if p.anatomy {
+        out.turnaround.reserve_exact(total as usize);
+        out.replied.reserve_exact(total as usize);
+        out.nic_request.reserve_exact(total as usize);
+    }
     if p.op.needs_recv() && prime {
         b.post_recv(recv_len(b), RECV_DEPTH).map_err(be(side, first))?;
     }
@@ -583,11 +625,12 @@ pub fn server_loop<B: Backend>(
             return Err(ScenarioError::Interrupted);
         }
         let m = marker(k);
+        let mut nic = None;
         if p.op == OpKind::Write {
             await_write(b, &spin, &mut outst, k, "the client's WRITE", rx + len - 1, m)?;
             b.mem().store(len - 1, m);
         } else {
-            await_send(b, &spin, &mut outst, k, awaited(p.op, "client"))?;
+            nic = await_send(b, &spin, &mut outst, k, awaited(p.op, "client"))?;
         }
         let t2 = if p.anatomy { clock::stop() } else { 0 };
         // The server reaps before answering: then the reaping is on the measured path in every
@@ -604,7 +647,9 @@ pub fn server_loop<B: Backend>(
         // sample kept after it
         b.after_post();
         if p.anatomy {
-            turns.push(t3.saturating_sub(t2));
+            out.turnaround.push(t3.saturating_sub(t2));
+            out.replied.push(t3);
+            out.nic_request.extend(nic);
         }
         outst.n += u32::from(signal);
         if p.op.needs_recv() {
@@ -615,5 +660,5 @@ pub fn server_loop<B: Backend>(
         outst.add(b.poll().map_err(be(side, first + total))?);
         Ok(outst.n == 0)
     })?;
-    Ok(turns)
+    Ok(out)
 }

@@ -16,12 +16,13 @@ use std::sync::atomic::AtomicBool;
 
 mod bw_runs;
 mod lat_runs;
+mod nic_anatomy;
 mod post_cost_runs;
 
 pub use bw_runs::{bw_resized, bw_side, run_bw, run_bw_with, BwResult, BW_RESIZES, MAX_BW_ITERS};
 pub use lat_runs::{
-    figures_ns, finish, lat_prime, lat_side, run_blocks, run_interleaved, sample_room, Anatomy, Blocks, LatPair,
-    LatResult, Length, OnBlock,
+    figures_ns, finish, lat_prime, lat_side, nic_anatomy, nic_anatomy_net, responder_ticks, run_blocks, run_blocks_nic,
+    run_interleaved, sample_room, Anatomy, Blocks, LatPair, LatResult, Length, MapSummary, NicAnatomy, OnBlock, RunMap,
 };
 pub use post_cost_runs::{run_post_cost, run_post_cost_interleaved, tsc_step, PostCostResult};
 

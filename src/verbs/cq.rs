@@ -49,6 +49,13 @@ pub struct CompChannel {
     inner: Arc<ChanInner>,
 }
 
+impl CompChannel {
+    /// The channel's pointer, for a CQ made on it (which then holds the channel).
+    pub(crate) fn as_ptr(&self) -> *mut sys::ibv_comp_channel {
+        self.inner.ch
+    }
+}
+
 /// Waits up to `timeout` until one of the completion channels `fds` has an event; returns the
 /// descriptors that have one (none after the time, or when a signal came).
 pub fn ready_channels(fds: &[i32], timeout: Duration) -> Vec<i32> {
@@ -291,15 +298,20 @@ impl Cq {
         })
     }
 
-    /// A CQ made by `ibv_create_cq_ex` (`cq` its `ibv_cq_ex_to_cq`), no channel; counted in the
-    /// ledger here.
-    pub(crate) fn from_ex(ctx: &Context, cq: *mut sys::ibv_cq, ex: *mut sys::ibv_cq_ex) -> Self {
+    /// A CQ made by `ibv_create_cq_ex` (`cq` its `ibv_cq_ex_to_cq`) on channel `ch` if any
+    /// (held as long as the CQ); counted in the ledger here.
+    pub(crate) fn from_ex(
+        ctx: &Context,
+        cq: *mut sys::ibv_cq,
+        ex: *mut sys::ibv_cq_ex,
+        ch: Option<&CompChannel>,
+    ) -> Self {
         ctx.inner.ledger.created(Kind::Cq);
         Cq {
             inner: Arc::new(CqInner {
                 cq,
                 ctx: ctx.clone(),
-                _chan: None,
+                _chan: ch.map(|c| c.inner.clone()),
                 unacked: std::sync::atomic::AtomicU32::new(0),
                 ex,
             }),

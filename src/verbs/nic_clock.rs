@@ -33,6 +33,8 @@ pub struct TsCompletion {
     pub c: Completion,
     /// `ibv_wc_read_completion_ts`: NIC clock ticks (within the device's timestamp mask).
     pub timestamp: u64,
+    /// `ibv_wc_read_src_qp`: the sending QP of a receive completion (UD: who sent the datagram).
+    pub src_qp: u32,
 }
 
 impl Context {
@@ -92,20 +94,29 @@ impl Cq {
     /// `ibv_create_cq_ex` with room for at least `cqe` completions whose work completions carry
     /// the NIC clock (`IBV_WC_EX_WITH_COMPLETION_TIMESTAMP`, besides the standard fields).
     pub fn with_timestamps(ctx: &Context, cqe: u32) -> Result<Self> {
+        Self::with_timestamps_on(ctx, cqe, None)
+    }
+
+    /// As [`Cq::with_timestamps`], on completion channel `ch` when given (`-e`).
+    pub fn with_timestamps_on(ctx: &Context, cqe: u32, ch: Option<&super::cq::CompChannel>) -> Result<Self> {
         let mut a = sys::ibv_cq_init_attr_ex {
             cqe,
             wc_flags: (sys::IBV_WC_STANDARD_FLAGS | sys::IBV_WC_EX_WITH_COMPLETION_TIMESTAMP) as u64,
+            channel: ch.map_or(std::ptr::null_mut(), |c| c.as_ptr()),
             ..Default::default()
         };
-        // SAFETY: live context; `a` is a valid attribute struct (no channel, no comp_mask).
+        // SAFETY: live context; `a` is a valid attribute struct (the channel, if any, outlives
+        // the CQ: the CQ holds it; no comp_mask).
         let ex = unsafe { sys::ibv_create_cq_ex(ctx.as_ptr(), &mut a) };
         let ex = check_ptr(ex, "ibv_create_cq_ex", || {
-            ctx.ctx()
-                .detail(format!("{cqe} entries, IBV_WC_EX_WITH_COMPLETION_TIMESTAMP"))
+            ctx.ctx().detail(format!(
+                "{cqe} entries, IBV_WC_EX_WITH_COMPLETION_TIMESTAMP{}",
+                if ch.is_some() { ", completion channel" } else { "" }
+            ))
         })?;
         // SAFETY: a live extended CQ; its plain CQ view.
         let cq = unsafe { sys::ibv_cq_ex_to_cq(ex) };
-        Ok(Cq::from_ex(ctx, cq, ex))
+        Ok(Cq::from_ex(ctx, cq, ex, ch))
     }
 
     /// Whether its completions carry timestamps ([`Cq::with_timestamps`]).
@@ -117,6 +128,17 @@ impl Cq {
     /// `ibv_end_poll`), appended to `out`; returns how many. A CQ made without timestamps is an
     /// error, not zeros.
     pub fn poll_ts(&self, out: &mut Vec<TsCompletion>, max: usize) -> Result<usize> {
+        #[cfg(target_os = "linux")]
+        if !self.inner.ex.is_null() && max > 0 && self.inner.ctx.name() == crate::uverbs::IBDEV {
+            crate::uverbs::progress();
+        }
+        self.poll_ts_here(out, max)
+    }
+
+    /// As [`Cq::poll_ts`], without letting model0 progress first: for a caller that does (a
+    /// backend's model hook).
+    #[inline]
+    pub fn poll_ts_here(&self, out: &mut Vec<TsCompletion>, max: usize) -> Result<usize> {
         let cq = self.inner.ex;
         if cq.is_null() {
             return Err(VerbsError::Invalid {
@@ -126,10 +148,6 @@ impl Cq {
         }
         if max == 0 {
             return Ok(0);
-        }
-        #[cfg(target_os = "linux")]
-        if self.inner.ctx.name() == crate::uverbs::IBDEV {
-            crate::uverbs::progress();
         }
         let mut attr = sys::ibv_poll_cq_attr::default();
         // SAFETY: a live extended CQ of ours; valid attribute struct.
@@ -183,6 +201,7 @@ unsafe fn read_current(cq: *mut sys::ibv_cq_ex) -> TsCompletion {
                 imm: (ok && flags & sys::IBV_WC_WITH_IMM != 0).then(|| u32::from_be(sys::ibv_wc_read_imm_data(cq))),
             },
             timestamp: if ok { sys::ibv_wc_read_completion_ts(cq) } else { 0 },
+            src_qp: if ok { sys::ibv_wc_read_src_qp(cq) } else { 0 },
         }
     }
 }
@@ -268,11 +287,26 @@ impl NicClockMap {
     /// thread sleeps between them), each the narrowest TSC bracket of 8 reads.
     pub fn measure(ctx: &Context, tsc_hz: f64, window: std::time::Duration, pairs: usize) -> Result<Self> {
         let caps = ctx.nic_clock_caps()?;
+        let got = Self::pairs(&mut || ctx.nic_clock(), window, pairs).map_err(|e| match e {
+            VerbsError::Invalid { why, .. } => VerbsError::Invalid { ctx: ctx.ctx(), why },
+            e => e,
+        })?;
+        Self::fit(&got, tsc_hz, caps.hca_core_clock_khz).map_err(|why| VerbsError::Invalid { ctx: ctx.ctx(), why })
+    }
+
+    /// `pairs` pairs of the NIC clock `read` and the TSC, evenly spread over `window` (the
+    /// thread sleeps between them), each the narrowest TSC bracket of 8 reads: `(TSC at the
+    /// middle of the read, NIC ticks, TSC span)`, for [`NicClockMap::fit`].
+    pub fn pairs(
+        read: &mut dyn FnMut() -> Result<u64>,
+        window: std::time::Duration,
+        pairs: usize,
+    ) -> Result<Vec<(u64, u64, u64)>> {
         let n = u32::try_from(pairs)
             .ok()
             .filter(|n| (3..=100_000).contains(n))
             .ok_or_else(|| VerbsError::Invalid {
-                ctx: ctx.ctx(),
+                ctx: crate::verbs::Ctx::default(),
                 why: format!("{pairs} pairs to map the NIC clock: 3 to 100000"),
             })?;
         let step = window / (n - 1);
@@ -284,7 +318,7 @@ impl NicClockMap {
             let mut best = (u64::MAX, 0u64, 0u64);
             for _ in 0..8 {
                 let t1 = crate::clock::start();
-                let nic = ctx.nic_clock()?;
+                let nic = read()?;
                 let t2 = crate::clock::stop();
                 let w = t2.wrapping_sub(t1);
                 if w < best.0 {
@@ -293,7 +327,7 @@ impl NicClockMap {
             }
             got.push((best.2, best.1, best.0));
         }
-        Self::fit(&got, tsc_hz, caps.hca_core_clock_khz).map_err(|why| VerbsError::Invalid { ctx: ctx.ctx(), why })
+        Ok(got)
     }
 
     /// The check against the stated rate: `Err` says by how much the rate is off.

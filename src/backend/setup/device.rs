@@ -31,6 +31,10 @@ pub struct DevOpts {
     pub huge_pages: bool,
     /// The QPs' transport (perftest's `-c`).
     pub transport: Transport,
+    /// Its verbs and wr ends' CQs made with completion timestamps (`ibv_create_cq_ex` with
+    /// `IBV_WC_EX_WITH_COMPLETION_TIMESTAMP`, polled with `ibv_start_poll`): `lat --anatomy` on
+    /// a device whose completions carry its clock.
+    pub timestamps: bool,
 }
 
 impl std::ops::Deref for ModelDev {
@@ -91,6 +95,24 @@ impl Mlx5Env {
             DbMode::Db
         } else {
             asked
+        }
+    }
+}
+
+/// A device's NIC clock (see [`Dev::nic_clock`]).
+pub struct NicClock<'a> {
+    /// The rate the device states (`hca_core_clock`), kHz.
+    pub stated_khz: u64,
+    /// Read through libibverbs; `None`: model0's counter read directly.
+    ctx: Option<&'a Context>,
+}
+
+impl NicClock<'_> {
+    /// The counter now, ticks.
+    pub fn read(&self) -> Result<u64, VerbsError> {
+        match self.ctx {
+            Some(ctx) => ctx.nic_clock(),
+            None => Ok(crate::model::clock::nic_clock()),
         }
     }
 }
@@ -226,6 +248,38 @@ impl Dev {
     /// Whether this is model0.
     pub fn is_model(&self) -> bool {
         matches!(self, Dev::Model(_))
+    }
+
+    /// The NIC clock its completions carry: its stated rate and a reader of its counter now
+    /// (`ibv_query_rt_values_ex`; model0 without libibverbs: its counter read directly), or why
+    /// there is none (a device whose completions carry no timestamps, as rxe's).
+    pub fn nic_clock(&self) -> Result<NicClock<'_>, String> {
+        let ctx = match self {
+            Dev::Verbs { ctx, .. } => ctx,
+            Dev::Model(m) => match &m.verbs {
+                Ok((ctx, _)) => ctx,
+                Err(_) => {
+                    return Ok(NicClock {
+                        stated_khz: crate::model::clock::HCA_CORE_CLOCK_KHZ,
+                        ctx: None,
+                    })
+                }
+            },
+        };
+        let caps = ctx.nic_clock_caps().map_err(|e| e.to_string())?;
+        if !caps.usable() {
+            return Err(format!(
+                "{}: completion_timestamp_mask {:#x}, hca_core_clock {} kHz (ibv_query_device_ex): its completions \
+                 carry no NIC clock",
+                ctx.name(),
+                caps.timestamp_mask,
+                caps.hca_core_clock_khz
+            ));
+        }
+        Ok(NicClock {
+            stated_khz: caps.hca_core_clock_khz,
+            ctx: Some(ctx),
+        })
     }
 
     /// Whether `kind` can run here, and why not.

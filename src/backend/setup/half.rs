@@ -114,15 +114,8 @@ impl HalfEnd {
                     let mr = Mr::new(&pd, buf_len, access_for(op), dev.huge_pages())?;
                     HalfEnd::Mlx5 { q: Box::new(q), mr }
                 } else {
-                    let (qp, cq, mr) = verbs_qp(
-                        ctx,
-                        &pd,
-                        (kind, dev.transport()),
-                        caps,
-                        op,
-                        (buf_len, dev.huge_pages()),
-                        None,
-                    )?;
+                    let (qp, cq, mr) =
+                        verbs_qp(ctx, &pd, (kind, dev.transport()), caps, op, (buf_len, dev.opts()), None)?;
                     HalfEnd::Verbs {
                         kind,
                         qp,
@@ -153,7 +146,7 @@ impl HalfEnd {
             (kind, dev.transport()),
             qp_caps(),
             op,
-            (buf_len, dev.huge_pages()),
+            (buf_len, dev.opts()),
             Some(&ch),
         )?;
         Ok(HalfEnd::Verbs {

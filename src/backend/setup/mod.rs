@@ -11,7 +11,7 @@ mod pairs;
 mod qp;
 
 pub use super::path::PathOpts;
-pub use device::{open_named, Dev, DevOpts, Mlx5Env, ModelDev};
+pub use device::{open_named, Dev, DevOpts, Mlx5Env, ModelDev, NicClock};
 pub use half::{AnyEnd, HalfEnd};
 pub use pairs::{mlx5_pair, model_pair, model_pair_with, verbs_pair, verbs_pair_with};
 pub use qp::{access_for, kv_connect_opts, rd_atomic, DEPTH, INLINE, MAX_RD_ATOMIC};

@@ -40,15 +40,14 @@ pub fn verbs_pair_with(
     let pd = Pd::new(ctx)?;
     let caps = qp_caps();
     let opts = connect_opts(ctx, port, gid, op, dev.path())?;
-    let huge = dev.huge_pages();
     let (cha, chb) = if events {
         (Some(CompChannel::new(ctx)?), Some(CompChannel::new(ctx)?))
     } else {
         (None, None)
     };
     let t = dev.transport();
-    let (mut qa, ca, ma) = verbs_qp(ctx, &pd, (kind, t), caps, op, (buf_len, huge), cha.as_ref())?;
-    let (mut qb, cb, mb) = verbs_qp(ctx, &pd, (kind, t), caps, op, (buf_len, huge), chb.as_ref())?;
+    let (mut qa, ca, ma) = verbs_qp(ctx, &pd, (kind, t), caps, op, (buf_len, dev.opts()), cha.as_ref())?;
+    let (mut qb, cb, mb) = verbs_qp(ctx, &pd, (kind, t), caps, op, (buf_len, dev.opts()), chb.as_ref())?;
     let (ea, eb) = (qa.endpoint(port, gid)?, qb.endpoint(port, gid)?);
     let (mut a, mut b) = if t == Transport::Ud {
         // each end's datagrams go to the other through an address handle

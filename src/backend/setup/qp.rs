@@ -94,19 +94,22 @@ pub fn access_for(op: OpKind) -> MrAccess {
         }
 }
 
-/// One verbs (or wr) QP with its CQ (on completion channel `chan`, if any) and buffer (`buf_len`
-/// bytes, on huge pages when asked) in `pd`. Some providers grant less inline data than asked:
-/// the QP is then made again with none.
+/// One verbs (or wr) QP with its CQ (on completion channel `chan`, if any; with completion
+/// timestamps when the device's options ask) and buffer (`buf_len` bytes, on huge pages when
+/// asked) in `pd`. Some providers grant less inline data than asked: the QP is then made again
+/// with none.
 pub(super) fn verbs_qp(
     ctx: &Context,
     pd: &Pd,
     (kind, transport): (BackendKind, Transport),
     caps: QpCaps,
     op: OpKind,
-    (buf_len, huge): (usize, bool),
+    (buf_len, dev): (usize, super::DevOpts),
     chan: Option<&CompChannel>,
 ) -> Result<(Qp, Cq, Mr), SetupError> {
+    let huge = dev.huge_pages;
     let cq = match chan {
+        _ if dev.timestamps => Cq::with_timestamps_on(ctx, 2 * DEPTH, chan)?,
         Some(ch) => Cq::with_channel(ctx, 2 * DEPTH, ch)?,
         None => Cq::new(ctx, 2 * DEPTH)?,
     };

@@ -1,6 +1,7 @@
 //! A latency measurement from plan to report: set-up, the peer, the sizes, the blocks.
 
 use super::session;
+use crate::backend::setup::NicClock;
 use crate::backend::setup::{AnyEnd, Dev, HalfEnd, INLINE};
 use crate::backend::{BackendKind, OpKind};
 use crate::clock::Calibration;
@@ -12,7 +13,10 @@ use crate::probe::report::{Region, Report, Role, Runs};
 use crate::probe::{LatPlan, Observer, PeerSpec, Plan, ProbeError, Scenario, Sizes, INTERRUPTED};
 use crate::report::{Hist, Interval};
 use crate::scenario::lat::{LatParams, LatSamples, PingState};
-use crate::scenario::runner::{figures_ns, finish, lat_side, run_blocks, AnyPair, Blocks, LatPair, LatResult, Length};
+use crate::scenario::runner::{
+    figures_ns, finish, lat_side, nic_anatomy_net, responder_ticks, run_blocks_nic, AnyPair, Blocks, LatPair,
+    LatResult, Length, MapSummary, RunMap,
+};
 use crate::scenario::ScenarioError;
 use serde_json::json;
 
@@ -147,7 +151,9 @@ fn open(
         exec: ExecMode::AfterPost,
         ..Default::default()
     };
-    let dev = session::open_device(plan, model, obs)?;
+    let mut dev = session::open_device(plan, model, obs)?;
+    // --anatomy: the verbs and wr ends' completions carry the NIC clock where the device has one
+    dev.opts_mut().timestamps = l.anatomy && dev.nic_clock().is_ok();
     if l.model_delay_ns.is_some() && !dev.is_model() {
         return Err(ProbeError::Usage(format!(
             "--model-delay-ns applies to model0 only (device is {})",
@@ -424,7 +430,9 @@ impl Run<'_> {
                     }
                 }
                 Some((rdv, ends)) => {
-                    match run_network(&mut **rdv, ends, &mut states, &p, self.l.blocks, client, &report.clock) {
+                    let nic = self.dev.nic_clock();
+                    let cal = &report.clock;
+                    match run_network(&mut **rdv, ends, &mut states, &p, self.l.blocks, client, cal, &nic) {
                         Ok(mut rs) => {
                             // -e: the ends after the polling ones wait for completion events
                             for (r, ev) in rs.iter_mut().zip(&sides.net_events) {
@@ -494,7 +502,8 @@ impl Run<'_> {
                 });
             }
         };
-        run_blocks(pairs, p, len, &report.clock, &INTERRUPTED, &mut on_block)
+        let nic = self.dev.nic_clock();
+        run_blocks_nic(pairs, p, len, &report.clock, &INTERRUPTED, &mut on_block, &nic)
     }
 
     /// The diagnostics bundle of a failure, written; the error that names it.
@@ -617,7 +626,9 @@ fn connect(
 }
 
 /// Runs the blocks of one size on connected ends; the client returns the results. With
-/// `--anatomy` the server's turnarounds come to it after the blocks.
+/// `--anatomy` the server's turnarounds (and where its completions carry its NIC clock, its
+/// responders on its own map of it) come to it after the blocks.
+#[allow(clippy::too_many_arguments)]
 fn run_network(
     rdv: &mut dyn Rendezvous,
     ends: &mut [(BackendKind, AnyEnd)],
@@ -626,6 +637,7 @@ fn run_network(
     blocks: u64,
     client: bool,
     cal: &Calibration,
+    nic: &Result<NicClock<'_>, String>,
 ) -> Result<Vec<LatResult>, ProbeError> {
     let blocks = blocks.clamp(1, p.iters.max(1));
     // the samples' room reserved up front, as in one process: a -n the memory check let through
@@ -636,6 +648,7 @@ fn run_network(
         // the client's turnarounds come in one piece from the server, after the blocks
         p.anatomy && !client,
     )?;
+    let map = RunMap::start(p.anatomy, nic);
     for b in 0..blocks {
         let iters = p.iters / blocks + u64::from(b < p.iters % blocks);
         let warmup = if b == 0 { p.warmup } else { 0 };
@@ -651,21 +664,64 @@ fn run_network(
             all[i].0.extend(s);
         }
     }
-    if p.anatomy && !client {
-        let rows: Vec<Vec<u64>> = all.iter_mut().map(|(s, _)| std::mem::take(&mut s.turnaround)).collect();
-        turnaround::send(rdv, &rows, cal.hz)?;
-    } else if p.anatomy {
-        let want: Vec<usize> = all.iter().map(|(s, _)| s.rtt.len()).collect();
-        for ((s, _), t) in all.iter_mut().zip(turnaround::receive(rdv, &want, cal.hz)?) {
-            s.turnaround = t;
-        }
-    }
+    let map = if p.anatomy {
+        map.finish(nic, cal)
+    } else {
+        Err(String::new())
+    };
+    let theirs = exchange_anatomy(rdv, &mut all, p, client, cal, &map)?;
     if !client {
         return Ok(Vec::new());
     }
     let mut out = Vec::new();
+    let mut resp = theirs.map(|(r, m)| (r.into_iter(), m));
     for ((k, _), (s, m)) in ends.iter().zip(all) {
-        out.push(finish(*k, p, &s, m, cal)?);
+        let mut r = finish(*k, p, &s, m, cal)?;
+        if let (Some(a), Some((rs, sm))) = (r.anatomy.as_mut(), resp.as_mut()) {
+            let theirs = rs.next().unwrap_or_else(|| Err("no responders".into()));
+            match nic_anatomy_net(p.op, &s, theirs, *sm, &map, cal) {
+                Ok(n) => a.nic = Some(n),
+                Err(why) => a.nic_absent = Some(why),
+            }
+        }
+        out.push(r);
     }
     Ok(out)
+}
+
+/// The server's responders per backend (or why it has none) and its map of its NIC clock.
+type Responders = (Vec<Result<Vec<f64>, String>>, Option<MapSummary>);
+
+/// With `--anatomy`, after the blocks: the server sends each backend's turnarounds and its
+/// responders on its NIC clock's `map` (or why it has none); the client takes the turnarounds
+/// into its samples and returns the responders.
+fn exchange_anatomy(
+    rdv: &mut dyn Rendezvous,
+    all: &mut [(LatSamples, Blocks)],
+    p: &LatParams,
+    client: bool,
+    cal: &Calibration,
+    map: &Result<crate::verbs::nic_clock::NicClockMap, String>,
+) -> Result<Option<Responders>, ProbeError> {
+    if !p.anatomy {
+        return Ok(None);
+    }
+    if !client {
+        let rows: Vec<Vec<u64>> = all.iter_mut().map(|(s, _)| std::mem::take(&mut s.turnaround)).collect();
+        let resp: Vec<Result<Vec<i64>, String>> = all
+            .iter()
+            .map(|(s, _)| {
+                let m = map.as_ref().map_err(Clone::clone)?;
+                Ok(responder_ticks(s, m)?.iter().map(|&t| t.round() as i64).collect())
+            })
+            .collect();
+        turnaround::send(rdv, &rows, &resp, map.as_ref().ok().map(MapSummary::of), cal.hz)?;
+        return Ok(None);
+    }
+    let want: Vec<usize> = all.iter().map(|(s, _)| s.rtt.len()).collect();
+    let got = turnaround::receive(rdv, &want, cal.hz)?;
+    for ((s, _), t) in all.iter_mut().zip(got.rows) {
+        s.turnaround = t;
+    }
+    Ok(Some((got.responders, got.server_map)))
 }

@@ -62,6 +62,9 @@ pub(super) fn anatomy_lines(rs: &[LatResult]) -> String {
             r.post.p50,
             share
         );
+        if let Some(why) = &a.nic_absent {
+            let _ = writeln!(s, "   {} {} B: no NIC split: {why}", r.backend, r.size);
+        }
         if a.turnaround_over_round_trip > 0 {
             let _ = writeln!(
                 s,
@@ -70,6 +73,78 @@ pub(super) fn anatomy_lines(rs: &[LatResult]) -> String {
                 a.turnaround_over_round_trip, r.backend, r.size
             );
         }
+    }
+    s + &nic_lines(&rows)
+}
+
+/// The NIC split's table: the rows that have one (see `scenario::runner::NicAnatomy`).
+fn nic_lines(rows: &[(&LatResult, &crate::scenario::runner::Anatomy)]) -> String {
+    let nic: Vec<_> = rows
+        .iter()
+        .filter_map(|(r, a)| a.nic.as_ref().map(|n| (*r, n)))
+        .collect();
+    let Some((_, first)) = nic.first() else {
+        return String::new();
+    };
+    let m = &first.map;
+    let mut s = format!(
+        " NIC split [ns], p50 (p99) per component, from the NICs' completion timestamps: post = the client's post \
+         call; wire/NIC = its doorbell to its NIC completing the reply, less the responder (both messages through \
+         the NICs and the wire); responder = the server's NIC completing the request to its reply's post returned \
+         (its polling, then its turnaround); poll = the client's NIC completing the reply to the client seeing it. \
+         They add up to the round trip sample by sample. NIC clock {:.1} kHz measured against the TSC ({} stated, \
+         {:+.1} ppm), {} pairs around the run, residual {:.1} ns, a read {:.1} ns wide: a component within \
+         +-{:.0} ns:\n",
+        m.measured_khz,
+        m.stated_khz,
+        // rounded before its sign is printed: no -0.0
+        (m.rate_error_ppm * 10.0).round() / 10.0 + 0.0,
+        m.pairs,
+        m.residual_max_ns,
+        m.read_span_ns,
+        first.error_ns
+    );
+    let _ = writeln!(
+        s,
+        " {:>9} {:<9} {:>18} {:>18} {:>18} {:>18} {:>18} {:>8}",
+        "#bytes", "backend", "post", "wire/NIC", "responder", "(its polling)", "poll", "outside"
+    );
+    let c = |st: &crate::report::Stats| format!("{:.1} ({:.1})", st.p50, st.p99);
+    for (r, n) in &nic {
+        let e = if r.completion.as_deref() == Some("events") {
+            "-e"
+        } else {
+            ""
+        };
+        let _ = writeln!(
+            s,
+            " {:>9} {:<9} {:>18} {:>18} {:>18} {:>18} {:>18} {:>8}",
+            r.size,
+            format!("{}{e}", r.backend),
+            c(&n.post_ns),
+            c(&n.wire_ns),
+            c(&n.responder_ns),
+            c(&n.server_poll_ns),
+            c(&n.poll_ns),
+            n.outside_window
+        );
+    }
+    if let Some(m) = &first.server_map {
+        let _ = writeln!(
+            s,
+            "   the server mapped its own NIC clock (its responders came in its ticks): {:.1} kHz ({} stated, {:+.1} \
+             ppm), {} pairs, residual {:.1} ns, a read {:.1} ns wide",
+            m.measured_khz,
+            m.stated_khz,
+            (m.rate_error_ppm * 10.0).round() / 10.0 + 0.0,
+            m.pairs,
+            m.residual_max_ns,
+            m.read_span_ns
+        );
+    }
+    if nic.iter().any(|(_, n)| n.outside_window > 0) {
+        s += "   outside: samples with a component below minus the stated error (a NIC timestamp mapped outside the \
+              window causality puts it in: a wrong map, or timestamps that are not the completions')\n";
     }
     s
 }

@@ -10,7 +10,10 @@ use crate::clock::Calibration;
 use crate::report::{Hist, Stats};
 use crate::scenario::lat::{self, LatParams, LatSamples, PingState};
 use crate::scenario::ScenarioError;
+use crate::verbs::nic_clock::NicClockMap;
 use std::sync::atomic::AtomicBool;
+
+pub use super::nic_anatomy::{nic_anatomy, nic_anatomy_net, responder_ticks, MapSummary, NicAnatomy, RunMap};
 
 /// A backend's pair with the state its ping-pongs carry from one block and size to the next
 /// (marker numbering; the receives a SEND ping-pong keeps posted are posted once per pair).
@@ -124,7 +127,7 @@ pub struct LatResult {
 /// client's post, t2 the server seeing the request, t3 its reply's post returned, t4 the
 /// client seeing the reply: turnaround t3 - t2, the rest (t4 - t1) - (t3 - t2)), each end on
 /// its own calibrated TSC. Round trips, never halved.
-#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Anatomy {
     /// t4 - t1 of each sample, ns.
     pub round_trip_ns: Stats,
@@ -144,6 +147,14 @@ pub struct Anatomy {
     /// too on model0, which executes the reply in the server's thread after its post (measured
     /// there: 50-80 ns more a round trip than without `--anatomy`, docs/anatomy.md).
     pub stamp_overhead_ns: f64,
+    /// The round trips split at the NICs' completion timestamps (both ends in one process on a
+    /// device whose completions carry its clock); absent: see `nic_absent`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub nic: Option<NicAnatomy>,
+    /// Why there is no NIC split (no timestamps on the device, a WRITE ping-pong, the NIC
+    /// clock's rate not the stated one ...).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub nic_absent: Option<String>,
 }
 
 impl Anatomy {
@@ -170,6 +181,8 @@ impl Anatomy {
             rest_ns: stats(&rest)?,
             turnaround_over_round_trip: over,
             stamp_overhead_ns: cal.overhead_ns(),
+            nic: None,
+            nic_absent: None,
         }))
     }
 }
@@ -314,12 +327,9 @@ pub fn lat_side(
             if client {
                 lat::client_loop($b, p, first, total, warmup, prime, &flags)
             } else {
-                let mut turns = lat::server_loop($b, p, first, total, prime, &flags)?;
-                turns.drain(..(warmup as usize).min(turns.len()));
-                Ok(LatSamples {
-                    turnaround: turns,
-                    ..LatSamples::default()
-                })
+                let mut s = lat::server_loop($b, p, first, total, prime, &flags)?;
+                s.drop_server_warmup(warmup);
+                Ok(s)
             }
         };
     }
@@ -396,6 +406,23 @@ pub fn run_blocks(
     intr: &AtomicBool,
     on_block: &mut OnBlock<'_>,
 ) -> Result<Vec<LatResult>, ScenarioError> {
+    let none = Err("no NIC clock was given to the run".to_string());
+    run_blocks_nic(pairs, p, len, cal, intr, on_block, &none)
+}
+
+/// As [`run_blocks`], with the NIC clock of the pairs' device (or why there is none): with
+/// `--anatomy` it is mapped to the TSC over the run (pairs before and after the blocks) and
+/// the round trips are split at the NICs' completion timestamps too.
+pub fn run_blocks_nic(
+    pairs: &mut [LatPair],
+    p: &LatParams,
+    len: Length,
+    cal: &Calibration,
+    intr: &AtomicBool,
+    on_block: &mut OnBlock<'_>,
+    nic: &Result<setup::NicClock<'_>, String>,
+) -> Result<Vec<LatResult>, ScenarioError> {
+    let map = RunMap::start(p.anatomy, nic);
     let mut all = sample_room(pairs.len(), len, p.anatomy)?;
     let t_run = crate::clock::start();
     let started = std::time::Instant::now();
@@ -422,7 +449,8 @@ pub fn run_blocks(
         }
         b += 1;
     }
-    lat_results(pairs, all, p, cal)
+    let map = map.finish(nic, cal);
+    lat_results(pairs, all, p, cal, &map)
 }
 
 /// Each of `pairs` pairs' samples and blocks, none yet: with a number of iterations every
@@ -466,16 +494,24 @@ fn keep((all, blocks): &mut (LatSamples, Blocks), s: LatSamples, v: Vec<f64>) {
     all.extend(s);
 }
 
-/// Each pair's result from its samples and blocks (`-e` pairs say they waited for events).
+/// Each pair's result from its samples and blocks (`-e` pairs say they waited for events); with
+/// `--anatomy` its NIC split on the NIC clock `map`, or why there is none.
 fn lat_results(
     pairs: &[LatPair],
     all: Vec<(LatSamples, Blocks)>,
     p: &LatParams,
     cal: &Calibration,
+    map: &Result<NicClockMap, String>,
 ) -> Result<Vec<LatResult>, ScenarioError> {
     let mut out = Vec::new();
     for (lp, (s, blocks)) in pairs.iter().zip(all) {
         let mut r = finish(lp.kind, p, &s, blocks, cal)?;
+        if let Some(a) = r.anatomy.as_mut() {
+            match nic_anatomy(p.op, &s, map, cal) {
+                Ok(n) => a.nic = Some(n),
+                Err(why) => a.nic_absent = Some(why),
+            }
+        }
         if lp.events {
             r.completion = Some("events".into());
         }

@@ -2,33 +2,65 @@
 //! comes to the client after the run (never on the measured path), in its TSC's ticks with the
 //! rate it calibrated, in messages of at most [`CHUNK`] samples (an out-of-band message is at
 //! most 64 KiB); the client converts them to its own ticks and pairs them with its round trips,
-//! backend by backend, in the blocks' order (the same on both ends). Every message of a backend
-//! but its last holds [`CHUNK`] samples, and an end message closes the exchange: a server cannot
-//! stretch it beyond an honest one's messages, nor leave more behind it.
+//! backend by backend, in the blocks' order (the same on both ends). Where the server's
+//! completions carry its NIC clock, each backend's responders (t3 − map(Rs), its ticks, signed)
+//! follow its turnarounds in messages of their own, and the header says how the server mapped
+//! its clock; where not, the header says why. Every message of a series but its last holds
+//! [`CHUNK`] samples, and an end message closes the exchange: a server cannot stretch it beyond
+//! an honest one's messages, nor leave more behind it.
 
 use crate::oob::Rendezvous;
 use crate::probe::ProbeError;
+use crate::scenario::runner::MapSummary;
 use serde_json::json;
 
-/// Samples per message: 2000 of at most 20 digits each, under the 64 KiB bound.
+/// Samples per message: 2000 of at most 20 digits (and a sign) each, under the 64 KiB bound.
 pub(super) const CHUNK: usize = 2000;
 
-/// The server: each backend's turnarounds (`rows`, in the ends' order), ticks at `hz`.
-pub(super) fn send(rdv: &mut dyn Rendezvous, rows: &[Vec<u64>], hz: f64) -> Result<(), ProbeError> {
+/// What the client gets: per backend the server's turnarounds and its responders (or why it has
+/// none), in this side's ticks; how the server mapped its NIC clock.
+#[derive(Debug)]
+pub(super) struct Received {
+    pub rows: Vec<Vec<u64>>,
+    pub responders: Vec<Result<Vec<f64>, String>>,
+    pub server_map: Option<MapSummary>,
+}
+
+/// The server: each backend's turnarounds (`rows`, in the ends' order) and responders (or why
+/// it has none), ticks at `hz`; how it mapped its NIC clock (`map`).
+pub(super) fn send(
+    rdv: &mut dyn Rendezvous,
+    rows: &[Vec<u64>],
+    responders: &[Result<Vec<i64>, String>],
+    map: Option<MapSummary>,
+    hz: f64,
+) -> Result<(), ProbeError> {
     let counts: Vec<usize> = rows.iter().map(Vec::len).collect();
-    rdv.put(&json!({ "turnaround": { "hz": hz, "counts": counts } }))?;
-    for c in rows.iter().flat_map(|r| r.chunks(CHUNK)) {
-        rdv.put(&json!({ "turnaround_ticks": c }))?;
+    let nic: Vec<serde_json::Value> = responders
+        .iter()
+        .map(|r| match r {
+            Ok(_) => json!({ "responders": true }),
+            Err(why) => json!({ "absent": why }),
+        })
+        .collect();
+    rdv.put(&json!({ "turnaround": { "hz": hz, "counts": counts, "nic": nic, "nic_map": map } }))?;
+    for (row, resp) in rows.iter().zip(responders) {
+        for c in row.chunks(CHUNK) {
+            rdv.put(&json!({ "turnaround_ticks": c }))?;
+        }
+        for c in resp.iter().flat_map(|r| r.chunks(CHUNK)) {
+            rdv.put(&json!({ "responder_ticks": c }))?;
+        }
     }
     rdv.put(&json!({ "turnaround_end": counts.iter().sum::<usize>() }))?;
     Ok(())
 }
 
 /// The client: the server's turnarounds per backend, `want[i]` for backend `i` (its round
-/// trips: each turnaround pairs with one), converted to this side's ticks at `hz`. Anything
-/// else the server sends (another count, a rate that is not one, a sample too many) is an error
-/// naming it.
-pub(super) fn receive(rdv: &mut dyn Rendezvous, want: &[usize], hz: f64) -> Result<Vec<Vec<u64>>, ProbeError> {
+/// trips: each turnaround pairs with one), and its responders, converted to this side's ticks
+/// at `hz`. Anything else the server sends (another count, a rate that is not one, a sample too
+/// many) is an error naming it.
+pub(super) fn receive(rdv: &mut dyn Rendezvous, want: &[usize], hz: f64) -> Result<Received, ProbeError> {
     let bad = |why: String| ProbeError::Invalid(format!("--anatomy: the server's turnarounds: {why}"));
     let head: serde_json::Value = rdv.take()?;
     let theirs_hz = head["turnaround"]["hz"].as_f64().unwrap_or(f64::NAN);
@@ -44,32 +76,59 @@ pub(super) fn receive(rdv: &mut dyn Rendezvous, want: &[usize], hz: f64) -> Resu
              iterations: a server of another version?)"
         )));
     }
+    let nic = &head["turnaround"]["nic"];
+    let server_map: Option<MapSummary> = serde_json::from_value(head["turnaround"]["nic_map"].clone()).ok();
     let scale = hz / theirs_hz;
-    let mut rows = Vec::with_capacity(counts.len());
-    for &n in &counts {
-        let mut row = Vec::with_capacity(n);
-        while row.len() < n {
-            let m: serde_json::Value = rdv.take()?;
-            let c: Vec<u64> = serde_json::from_value(m["turnaround_ticks"].clone())
-                .map_err(|e| bad(format!("a message that is not a list of ticks ({e})")))?;
-            // every message of a backend but its last is full
-            let due = (n - row.len()).min(CHUNK);
-            if c.len() != due {
-                return Err(bad(format!(
-                    "a message of {} samples where {due} were due ({CHUNK} a message, the last of a backend the rest)",
-                    c.len()
-                )));
+    let mut out = Received {
+        rows: Vec::with_capacity(counts.len()),
+        responders: Vec::with_capacity(counts.len()),
+        server_map,
+    };
+    for (i, &n) in counts.iter().enumerate() {
+        let row: Vec<u64> = series(rdv, n, "turnaround_ticks", &bad)?;
+        out.rows
+            .push(row.iter().map(|&t| (t as f64 * scale).round() as u64).collect());
+        let resp = match (&nic[i]["responders"], nic[i]["absent"].as_str()) {
+            (serde_json::Value::Bool(true), _) => {
+                let r: Vec<i64> = series(rdv, n, "responder_ticks", &bad)?;
+                Ok(r.iter().map(|&t| t as f64 * scale).collect())
             }
-            row.extend(c.iter().map(|&t| (t as f64 * scale).round() as u64));
-        }
-        rows.push(row);
+            (_, Some(why)) => Err(why.to_string()),
+            _ => Err("it sent no NIC split (a server of another version?)".to_string()),
+        };
+        out.responders.push(resp);
     }
     let end: serde_json::Value = rdv.take()?;
     let total: usize = counts.iter().sum();
     if end["turnaround_end"].as_u64() != Some(total as u64) {
         return Err(bad(format!("not its end after {total} samples: {end}")));
     }
-    Ok(rows)
+    Ok(out)
+}
+
+/// `n` samples under `key`, in messages of [`CHUNK`] (the last the rest).
+fn series<T: serde::de::DeserializeOwned>(
+    rdv: &mut dyn Rendezvous,
+    n: usize,
+    key: &str,
+    bad: &dyn Fn(String) -> ProbeError,
+) -> Result<Vec<T>, ProbeError> {
+    let mut row = Vec::with_capacity(n);
+    while row.len() < n {
+        let m: serde_json::Value = rdv.take()?;
+        let c: Vec<T> = serde_json::from_value(m[key].clone())
+            .map_err(|e| bad(format!("a message that is not a list of ticks under {key} ({e})")))?;
+        // every message of a series but its last is full
+        let due = (n - row.len()).min(CHUNK);
+        if c.len() != due {
+            return Err(bad(format!(
+                "a message of {} samples where {due} were due ({CHUNK} a message, the last of a backend the rest)",
+                c.len()
+            )));
+        }
+        row.extend(c);
+    }
+    Ok(row)
 }
 
 #[cfg(test)]
@@ -81,17 +140,24 @@ mod tests {
     #[test]
     fn turnarounds_arrive_in_order_in_this_sides_ticks() {
         let rows = vec![(0..4500).collect::<Vec<u64>>(), vec![], vec![1000, 3000]];
+        let resp = vec![Err("no clock".to_string()), Ok(vec![]), Ok(vec![-10, 400])];
         let mut server = Canned(VecDeque::new(), Vec::new());
-        send(&mut server, &rows, 2e9).expect("sent");
-        // 4500 samples take three messages, then the third row one, then the end
-        assert_eq!(server.1.len(), 1 + 3 + 1 + 1);
+        send(&mut server, &rows, &resp, None, 2e9).expect("sent");
+        // 4500 samples take three messages, then the third row one and its responders', the end
+        assert_eq!(server.1.len(), 1 + 3 + 1 + 1 + 1);
         let mut e = Canned(server.1.into(), Vec::new());
         // a server at 2 GHz, this side at 3 GHz: 1.5 of this side's ticks each
         let got = receive(&mut e, &[4500, 0, 2], 3e9).expect("received");
-        assert_eq!(got[0].len(), 4500);
-        assert_eq!((got[0][2], got[0][4499]), (3, 6749));
-        assert!(got[1].is_empty());
-        assert_eq!(got[2], vec![1500, 4500]);
+        let r = &got.rows;
+        assert_eq!(r[0].len(), 4500);
+        assert_eq!((r[0][2], r[0][4499]), (3, 6749));
+        assert!(r[1].is_empty());
+        assert_eq!(r[2], vec![1500, 4500]);
+        assert_eq!(
+            got.responders,
+            vec![Err("no clock".to_string()), Ok(vec![]), Ok(vec![-15.0, 600.0])]
+        );
+        assert!(got.server_map.is_none());
     }
 
     #[test]
@@ -123,6 +189,19 @@ mod tests {
         assert!(err(more, &[1]).contains("not its end after 1 samples"));
         let negative = vec![head(json!(2e9), json!([1])), json!({"turnaround_ticks": [-1]})];
         assert!(err(negative, &[1]).contains("not a list of ticks"));
+        // responders announced: as many as the turnarounds, in their own messages
+        let nic = |n: usize| {
+            vec![
+                json!({"turnaround": {"hz": 2e9, "counts": [n], "nic": [{"responders": true}]}}),
+                json!({"turnaround_ticks": vec![1; n]}),
+            ]
+        };
+        let mut short = nic(2);
+        short.push(json!({"responder_ticks": [5]}));
+        assert!(err(short, &[2]).contains("a message of 1 samples where 2 were due"));
+        let mut missing = nic(1);
+        missing.push(json!({"turnaround_end": 1}));
+        assert!(err(missing, &[1]).contains("not a list of ticks under responder_ticks"));
         // the server stopped sending: the exchange's own error
         assert!(err(vec![head(json!(2e9), json!([1]))], &[1]).contains("nothing more"));
     }
