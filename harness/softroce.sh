@@ -323,6 +323,8 @@ srv=\$!
 wait \$srv || lat_rc=1
 cat /tmp/an.txt
 echo "ANATOMY rows: \$(grep -cE '^ +64 (verbs|wr) +[0-9.]+ ' /tmp/an.txt) \$(grep -cE '^ +64 (verbs|wr) +[0-9.]+ ' /tmp/an-srv.txt) turnarounds: \$(grep -A1 '"turnaround_ns": {' /tmp/an.json | grep -o '"count": [0-9]*' | grep -o '[0-9]*\$' | tr '\n' ' ')"
+# rxe has no NIC clock: each row says so and keeps the host-side split
+echo "ANATOMY-NIC no split: \$(grep -cE '^ +(verbs|wr) 64 B: no NIC split: rxe0: completion_timestamp_mask 0x0' /tmp/an.txt)"
 ibv_devinfo -v -d rxe0 > /tmp/devinfo-v.txt 2>&1
 echo "RXE-CLOCK \$(grep -iE 'core_clock|timestamp' /tmp/devinfo-v.txt | tr -s ' \t' ' ' | tr '\n' ';')"
 for op in send read; do
@@ -602,6 +604,8 @@ grep -q '^EVENTS rows: 4$' "$log.txt" || { echo "FAIL: lat send -e did not run v
 grep -q '^UD rows: 4$' "$log.txt" || { echo "FAIL: lat send and bw send -c UD did not run on both verbs and wr"; fail=1; }
 grep -q '^ANATOMY rows: 2 2 turnarounds: 300 300 $' "$log.txt" ||
   { echo "FAIL: lat send --anatomy between two processes did not split verbs' and wr's 300 round trips on both ends"; fail=1; }
+grep -q '^ANATOMY-NIC no split: 2$' "$log.txt" ||
+  { echo "FAIL: lat send --anatomy on rxe0 did not say, for verbs and wr, that its completions carry no NIC clock"; fail=1; }
 grep '^RXE-CLOCK ' "$log.txt" || true
 # rdmaprobe devices asks ibv_query_device_ex for every device: rxe reports a completion
 # timestamp mask of 0 (its provider would also refuse a CQ asked for them, EOPNOTSUPP, read in

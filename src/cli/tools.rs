@@ -127,7 +127,8 @@ pub struct CompareArgs {
     new: Vec<String>,
     /// Smallest change (percent) that can be a regression, every row. Default, by row, with 3 or
     /// more runs on both sides: lat p50 5, lat p99 20, bw 10, post_cost 75 (p99 100), kv Mops 10
-    /// (p50 10, p99 20), --anatomy's turn 110 and rest 90 (one run per side: shown, not judged);
+    /// (p50 10, p99 20), --anatomy's turn 110 and rest 90, its NIC split's wire 90, responder
+    /// and poll 60 (one run per side: shown, not judged);
     /// with fewer (the interval cannot contain run-to-run variation): 250, 500, 75, 300 (p99
     /// 100), kv 75 (p50 100, p99 200), above the largest change measured
     /// between identical runs on model0's VM (the contrasts of the in-run control 100 and 250,
@@ -135,8 +136,9 @@ pub struct CompareArgs {
     #[arg(long)]
     threshold: Option<f64>,
     /// Metrics to compare: p50, p99, bw; turn and rest (the medians of an --anatomy run's server
-    /// turnaround and of the rest of its round trips).
-    #[arg(long, value_delimiter = ',', default_values_t = ["p50".to_string(), "p99".to_string(), "bw".to_string(), "turn".to_string(), "rest".to_string()])]
+    /// turnaround and of the rest of its round trips); wire, responder and poll (the medians of
+    /// its NIC split's components, where it has one).
+    #[arg(long, value_delimiter = ',', default_values_t = rdmaprobe::report::compare::METRICS.iter().map(|m| m.to_string()))]
     metric: Vec<String>,
     /// Adjustment of the p-values over the rows that decide the verdict (the rows shown beside
     /// them are adjusted apart): holm (any false alarm at 5 %) or bh (Benjamini-Hochberg: 5 % of

@@ -440,6 +440,68 @@ fn anatomy(h: &mut String, lat: &[&Value]) {
         );
     }
     h.push_str("</tbody></table>\n");
+    nic_anatomy(h, lat);
+}
+
+/// `--anatomy` runs with the NIC split: its components' medians and a bar per run stacking
+/// them (post, wire/NIC, responder, poll) in proportion.
+fn nic_anatomy(h: &mut String, lat: &[&Value]) {
+    let rows: Vec<&&Value> = lat.iter().filter(|r| r["anatomy"]["nic"].is_object()).collect();
+    if rows.is_empty() {
+        return;
+    }
+    const PARTS: [(&str, &str); 4] = [
+        ("post_ns", "#555"),
+        ("wire_ns", "#9bd"),
+        ("responder_ns", "#a33"),
+        ("poll_ns", "#db7"),
+    ];
+    h.push_str(
+        "<h3>NIC split</h3>\n<p>ns, round trips, medians over the samples, from the NICs' completion timestamps \
+         (the NIC clock mapped to the TSC over each run): the client's post call (grey); wire/NIC, its doorbell \
+         to its NIC completing the reply less the responder (both messages through the NICs and the wire; blue); \
+         the responder, from the server's NIC completing the request to its reply's post (its polling and its \
+         turnaround; red); the client's polling, from its NIC completing the reply to seeing it (yellow). They \
+         add up to each round trip; a sample with a mapped timestamp outside its causal window is counted in \
+         the last column.</p>\n<table id=\"nic-anatomy\"><thead><tr><th class=\"l\">op</th><th>size (B)</th>\
+         <th class=\"l\">backend</th><th>post</th><th>wire/NIC</th><th>responder</th><th>poll</th>\
+         <th class=\"l\">post | wire | responder | poll</th><th>+- ns</th><th>outside</th></tr></thead><tbody>",
+    );
+    for r in rows {
+        let n = &r["anatomy"]["nic"];
+        let _ = write!(
+            h,
+            "<tr><td class=\"l\">{}</td><td>{}</td><td class=\"l\">{}</td>",
+            esc(&series(r)),
+            cell(&r["size_bytes"]),
+            esc(&backend_line(r))
+        );
+        for (k, _) in PARTS {
+            let _ = write!(h, "<td>{}</td>", ns(&n[k]["p50"]));
+        }
+        let v = |k: &str| {
+            n[k]["p50"]
+                .as_f64()
+                .filter(|v| v.is_finite() && *v > 0.0)
+                .unwrap_or(0.0)
+        };
+        let scale: f64 = PARTS.iter().map(|(k, _)| v(k)).sum();
+        h.push_str("<td class=\"l\">");
+        for (k, color) in PARTS {
+            let w = if scale > 0.0 { 300.0 * v(k) / scale } else { 0.0 };
+            let _ = write!(
+                h,
+                "<span style=\"display:inline-block;height:10px;width:{w:.0}px;background:{color}\"></span>"
+            );
+        }
+        let _ = write!(
+            h,
+            "</td><td>{}</td><td>{}</td></tr>",
+            ns(&n["error_ns"]),
+            cell(&n["outside_window"])
+        );
+    }
+    h.push_str("</tbody></table>\n");
 }
 
 /// A run's backend as its line in the plots: `-e` when it waited for completion events.
@@ -985,10 +1047,27 @@ mod tests {
         );
         // the run without --anatomy has no row there
         let table = &page[page.find("<table id=\"anatomy\">").expect("the table")..];
+        assert!(!page.contains("NIC split"), "no NIC split without one");
         let table = &table[..table.find("</table>").expect("its end")];
         assert!(!table.contains(">wr<"), "{table}");
         // no anatomy at all: no section
         let plain = serde_json::json!({"runs": [doc["runs"][2].clone()]});
         assert!(!report(&plain, &[]).contains("Latency anatomy"));
+        // with the NIC split: its table, a bar of four parts in proportion (100 + 300 + 400 + 200)
+        let mut nic = run("direct", 150.0, 850.0);
+        nic["anatomy"]["nic"] = serde_json::json!({"post_ns": {"p50": 100.0}, "wire_ns": {"p50": 300.0},
+            "responder_ns": {"p50": 400.0}, "poll_ns": {"p50": 200.0}, "error_ns": 80.0, "outside_window": 0});
+        let page = report(&serde_json::json!({"runs": [nic]}), &[]);
+        assert!(page.contains("<h3>NIC split</h3>"), "{page}");
+        assert!(
+            page.contains(
+                "<td class=\"l\">direct</td><td>100</td><td>300</td><td>400</td><td>200</td><td class=\"l\">\
+                 <span style=\"display:inline-block;height:10px;width:30px;background:#555\"></span>\
+                 <span style=\"display:inline-block;height:10px;width:90px;background:#9bd\"></span>\
+                 <span style=\"display:inline-block;height:10px;width:120px;background:#a33\"></span>\
+                 <span style=\"display:inline-block;height:10px;width:60px;background:#db7\"></span></td><td>80</td><td>0</td>"
+            ),
+            "{page}"
+        );
     }
 }

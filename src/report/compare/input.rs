@@ -266,10 +266,15 @@ fn metrics(r: &Value, wanted: &[String]) -> Result<Vec<Metric>, String> {
         }
     }
     // --anatomy: the median of the server's turnaround (`turn`) and of the rest of the round
-    // trip (`rest`); one figure a run (no blocks)
-    for (m, field) in [("turn", "turnaround_ns"), ("rest", "rest_ns")] {
-        if want(m) && r["anatomy"].is_object() {
-            let v = value(&r["anatomy"][field], &format!("anatomy.{field}"), "p50")?;
+    // trip (`rest`); with the NIC split, of its wire/NIC, responder and polling components;
+    // one figure a run (no blocks)
+    for (m, field) in super::ANATOMY_METRICS {
+        let (obj, name) = match field.strip_prefix("nic.") {
+            Some(f) => (&r["anatomy"]["nic"], f),
+            None => (&r["anatomy"], field),
+        };
+        if want(m) && obj.is_object() {
+            let v = value(&obj[name], &format!("anatomy.{field}"), "p50")?;
             out.push((
                 m.to_string(),
                 RunSample {
@@ -379,7 +384,10 @@ pub(super) fn side(files: &[(String, Value)], wanted: &[String]) -> Result<SideR
             let paired = *oi && *ci;
             // --anatomy's turn and rest are judged on their own: the server's turnaround of
             // verbs less direct's is no driver's overhead (a host state moves direct's alone)
-            for (m, s, worse_up) in oms.iter().filter(|(m, _, _)| m != "turn" && m != "rest") {
+            for (m, s, worse_up) in oms
+                .iter()
+                .filter(|(m, _, _)| !super::ANATOMY_METRICS.iter().any(|(a, _)| a == m))
+            {
                 if let Some((_, c, _)) = cms.iter().find(|(cm, _, _)| cm == m) {
                     contrast_rows
                         .entry((contrast_key.clone(), m.clone()))

@@ -65,9 +65,14 @@ pub const ALPHA: f64 = 0.05;
 /// state, and 10 write runs; 150 random 3-against-3 splits of each): the rest of the round trip
 /// moved up to 85 %, the turnaround (50-140 ns, in the TSC's 10 ns steps) up to 106 % (send;
 /// write 19 % and 11 %): several runs 90 and 110, above those; one run per side 100 and 150
-/// (shown only: no blocks). They are judged on their own, never as a contrast to direct.
+/// (shown only: no blocks). They are judged on their own, never as a contrast to direct. The
+/// NIC split's medians (2026-12-07, 8 runs of `lat send --loopback -d model0 -s 64 -n 20000
+/// --anatomy`, most in the host's slow state; 560 3-against-3 splits): wire/NIC moved up to 47 %,
+/// the responder up to 19 %, the client's polling up to 29 %, any two runs up to 174 % apart
+/// (the polling, 120 against 330 ns): several runs 90, 60 and 60, one run per side 200 (shown
+/// only).
 #[rustfmt::skip]
-pub const DEFAULT_THRESHOLDS_PCT: [(&str, &str, f64, f64); 10] = [
+pub const DEFAULT_THRESHOLDS_PCT: [(&str, &str, f64, f64); 13] = [
     ("lat",       "p50",   5.0, 250.0),
     ("lat",       "p99",  20.0, 500.0),
     ("bw",        "bw",   10.0,  75.0),
@@ -78,11 +83,25 @@ pub const DEFAULT_THRESHOLDS_PCT: [(&str, &str, f64, f64); 10] = [
     ("kv",        "p99",  20.0, 200.0),
     ("lat",       "rest", 90.0, 100.0),
     ("lat",       "turn", 110.0, 150.0),
+    ("lat",       "wire",  90.0, 200.0),
+    ("lat",  "responder",  60.0, 200.0),
+    ("lat",       "poll",  60.0, 200.0),
 ];
 
 /// The metrics `compare` knows: latency and post-cost percentiles, bandwidth (kv: Mops), and
-/// with `--anatomy` the medians of the server's turnaround and of the rest of the round trip.
-pub const METRICS: [&str; 5] = ["p50", "p99", "bw", "turn", "rest"];
+/// with `--anatomy` the medians of the server's turnaround and of the rest of the round trip,
+/// and of the NIC split's wire/NIC, responder and polling components.
+pub const METRICS: [&str; 8] = ["p50", "p99", "bw", "turn", "rest", "wire", "responder", "poll"];
+
+/// `--anatomy`'s metrics and their fields under a run's `anatomy` (`nic.`: its NIC split):
+/// judged on their own, never as a contrast to direct.
+pub const ANATOMY_METRICS: [(&str, &str); 5] = [
+    ("turn", "turnaround_ns"),
+    ("rest", "rest_ns"),
+    ("wire", "nic.wire_ns"),
+    ("responder", "nic.responder_ns"),
+    ("poll", "nic.poll_ns"),
+];
 
 /// The default threshold (percent) of a row of `scenario` and `metric`, for several runs on both
 /// sides or not (a row not in [`DEFAULT_THRESHOLDS_PCT`]: 10 and 50).

@@ -763,4 +763,26 @@ fn an_anatomy_runs_turnaround_and_rest_are_rows_of_their_own() {
         .unwrap_err()
         .to_string();
     assert!(e.contains("anatomy.rest_ns.p50 is -1"), "{e}");
+    // the NIC split's components are rows of their own too: the wire doubled, the responder
+    // and the polling not
+    let nic = |wire: f64| {
+        let mut d = run(60.0, 700.0);
+        let st = |v: f64| json!({"p50": v});
+        d["runs"][0]["anatomy"]["nic"] = json!({"wire_ns": st(wire), "responder_ns": st(150.0), "poll_ns": st(120.0)});
+        d
+    };
+    let base: Vec<(String, Value)> = (0..3).map(|i| (format!("b{i}"), nic(500.0 + i as f64))).collect();
+    let new: Vec<(String, Value)> = (0..3).map(|i| (format!("n{i}"), nic(1000.0 + i as f64))).collect();
+    let r = compare_sets(&base, &new, &Options::default()).unwrap();
+    let row = |m: &str| {
+        r.rows
+            .iter()
+            .find(|x| x.metric == m)
+            .unwrap_or_else(|| panic!("no {m} row"))
+    };
+    assert_eq!(row("wire").verdict, Verdict::Regression, "{:?}", row("wire"));
+    assert_eq!(row("responder").verdict, Verdict::Same, "{:?}", row("responder"));
+    assert_eq!(row("poll").verdict, Verdict::Same, "{:?}", row("poll"));
+    assert_eq!((row("wire").threshold, row("poll").threshold), (0.9, 0.6));
+    assert!(r.rows.iter().all(|x| !x.key.contains("verbs-direct")));
 }

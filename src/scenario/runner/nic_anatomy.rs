@@ -195,9 +195,10 @@ pub fn nic_anatomy_net(
     cal: &Calibration,
 ) -> Result<NicAnatomy, String> {
     op_absent(op)?;
-    let responder = responder.map_err(|why| format!("the server: {why}"))?;
+    // this side's reason first (on one kind of device both ends have the same)
     let map = map.as_ref().map_err(Clone::clone)?;
     map.rate_check()?;
+    let responder = responder.map_err(|why| format!("the server: {why}"))?;
     split(s, &responder, (map, server_map), cal)
 }
 
