@@ -1171,8 +1171,8 @@ fn qp_numbers_are_in_the_header_and_the_json() {
 /// and split every round trip (the JSON's `anatomy`: as many samples as round trips, turnaround
 /// plus rest at the median no more than the round trip's p50 allows, the second table on both
 /// ends); the NIC split too, the server's responders on its own map of the NIC clock (its map in
-/// the JSON, no timestamp outside its window, the components' means adding up to the round
-/// trip's); one end without it is a disagreement named; READ has no software turnaround (exit 2).
+/// the JSON, no timestamp outside its window); one end without it is a disagreement named; READ
+/// has no software turnaround (exit 2).
 #[test]
 fn the_anatomy_between_two_processes_carries_the_servers_turnarounds() {
     let _g = serial();
@@ -1232,9 +1232,7 @@ fn the_anatomy_between_two_processes_carries_the_servers_turnarounds() {
             n["server_map"]["rate_error_ppm"].as_f64().expect("ppm").abs() < 1000.0,
             "{a}"
         );
-        let mean = |k: &str| n[k]["mean"].as_f64().unwrap_or_else(|| panic!("{k} in {n}"));
-        let sum = mean("post_ns") + mean("wire_ns") + mean("responder_ns") + mean("poll_ns");
-        assert!((sum - f("round_trip_ns", "mean")).abs() < 1.0, "{sum}: {a}");
+        assert!(n["server_error_ns"].as_f64().expect("its error") > 0.0, "{a}");
         // the one-way figure is half the round trip
         let lat = r["latency_ns"]["p50"].as_f64().expect("latency p50");
         assert!(

@@ -34,6 +34,43 @@ fn clock_ns(id: libc::clockid_t) -> u64 {
     t.tv_sec as u64 * 1_000_000_000 + t.tv_nsec as u64
 }
 
+/// Whether [`cqe_stamp`] records what it stamps ([`record_stamps`]).
+static RECORD: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+/// What [`cqe_stamp`] recorded: (NIC ticks, the TSC at the middle of the read, the TSC span of
+/// the read).
+static STAMPS: std::sync::Mutex<Vec<(u64, u64, u64)>> = std::sync::Mutex::new(Vec::new());
+
+/// The timestamp of a CQE the model writes now ([`nic_clock`]); while [`record_stamps`] is on,
+/// also the TSC around the read, so a test can hold a mapping of the NIC clock to the TSC
+/// against the moment the model really stamped each completion (off: one relaxed load more).
+pub(super) fn cqe_stamp() -> u64 {
+    if !RECORD.load(std::sync::atomic::Ordering::Relaxed) {
+        return nic_clock();
+    }
+    let t1 = crate::clock::start();
+    let n = nic_clock();
+    let t2 = crate::clock::stop();
+    let w = t2.saturating_sub(t1);
+    STAMPS
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .push((n, t1 + w / 2, w));
+    n
+}
+
+/// A test's hook: from now, every CQE timestamp this process's model writes is recorded with
+/// the TSC around its read (`on`), or no longer; recorded ones so far are dropped.
+pub fn record_stamps(on: bool) {
+    STAMPS.lock().unwrap_or_else(|p| p.into_inner()).clear();
+    RECORD.store(on, std::sync::atomic::Ordering::Relaxed);
+}
+
+/// The stamps recorded since [`record_stamps`]: (NIC ticks, TSC at the middle of the read, its
+/// TSC span), in the order written.
+pub fn recorded_stamps() -> Vec<(u64, u64, u64)> {
+    STAMPS.lock().unwrap_or_else(|p| p.into_inner()).clone()
+}
+
 /// The NIC clock now: `CLOCK_MONOTONIC_RAW` scaled to [`HCA_CORE_CLOCK_KHZ`], masked to
 /// [`TIMESTAMP_MASK`].
 pub fn nic_clock() -> u64 {

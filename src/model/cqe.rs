@@ -86,7 +86,7 @@ pub(super) fn push_cqe(m: &Model, cq: &Shm, c: CqeOut) {
     } else {
         // the NIC clock when the model completes the work (mlx5_cqe64.timestamp; an error
         // CQE's bytes there are reserved)
-        b[48..56].copy_from_slice(&super::clock::nic_clock().to_be_bytes());
+        b[48..56].copy_from_slice(&super::clock::cqe_stamp().to_be_bytes());
     }
     let q = if c.op == cqe_op::REQ || c.op == cqe_op::REQ_ERR || c.op == cqe_op::RESP_ERR {
         ((c.wqe_opcode as u32) << 24) | (c.qpn & 0xff_ffff)

@@ -259,16 +259,21 @@ fn await_send<B: Backend>(
     let (mut got, mut ts) = (0, None);
     let mut seen = |q: Polled| {
         outst.add(q);
-        if q.recvs > 0 {
-            got += q.recvs;
-            ts = q.recv_ts;
+        got += q.recvs;
+        ts = q.recv_ts;
+        // one message is due: a second one would pair the wrong completion with this iteration
+        if got > 1 {
+            return Err(ScenarioError::Invalid(format!(
+                "{}: {got} receive completions in iteration {k}, where the ping-pong had one message due",
+                spin.side
+            )));
         }
-        got > 0
+        Ok(got > 0)
     };
     if b.has_events() {
-        until_event(b, spin, k, what, |b| Ok(seen(b.poll().map_err(be(spin.side, k))?)))?;
+        until_event(b, spin, k, what, |b| seen(b.poll().map_err(be(spin.side, k))?))?;
     } else {
-        spin.until(k, what, || Ok(seen(b.poll().map_err(be(spin.side, k))?)))?;
+        spin.until(k, what, || seen(b.poll().map_err(be(spin.side, k))?))?;
     }
     Ok(ts)
 }

@@ -315,19 +315,25 @@ impl NicClockMap {
             if i > 0 {
                 std::thread::sleep(step);
             }
-            let mut best = (u64::MAX, 0u64, 0u64);
-            for _ in 0..8 {
-                let t1 = crate::clock::start();
-                let nic = read()?;
-                let t2 = crate::clock::stop();
-                let w = t2.wrapping_sub(t1);
-                if w < best.0 {
-                    best = (w, nic, t1 + w / 2);
-                }
-            }
-            got.push((best.2, best.1, best.0));
+            got.push(Self::one_pair(read)?);
         }
         Ok(got)
+    }
+
+    /// One pair of the NIC clock `read` and the TSC: the narrowest TSC bracket of 8 reads, as
+    /// `(TSC at the middle of the read, NIC ticks, TSC span)`.
+    pub fn one_pair(read: &mut dyn FnMut() -> Result<u64>) -> Result<(u64, u64, u64)> {
+        let mut best = (u64::MAX, 0u64, 0u64);
+        for _ in 0..8 {
+            let t1 = crate::clock::start();
+            let nic = read()?;
+            let t2 = crate::clock::stop();
+            let w = t2.wrapping_sub(t1);
+            if w < best.0 {
+                best = (w, nic, t1 + w / 2);
+            }
+        }
+        Ok((best.2, best.1, best.0))
     }
 
     /// The check against the stated rate: `Err` says by how much the rate is off.
@@ -358,6 +364,19 @@ impl NicClockMap {
     /// The TSC (ticks) at which the NIC clock read `nic`, on the fitted line.
     pub fn tsc_of(&self, nic: u64) -> f64 {
         self.line.x0 as f64 + self.line.dx_at(nic)
+    }
+
+    /// The TSC at which the NIC clock read `nic`, on the fitted line, in ticks since the TSC
+    /// `base` (the difference taken in integers first: an absolute TSC as a float loses
+    /// nanoseconds after weeks of uptime).
+    pub fn tsc_since(&self, nic: u64, base: u64) -> f64 {
+        self.line.x0.wrapping_sub(base) as i64 as f64 + self.line.dx_at(nic)
+    }
+
+    /// One tick of the NIC clock at its stated rate, ns: a timestamp is its counter truncated,
+    /// up to one tick before the moment it stands for.
+    pub fn tick_ns(&self) -> f64 {
+        1e6 / self.stated_khz as f64
     }
 
     /// NIC ticks to ns at the measured rate (a difference of two timestamps).

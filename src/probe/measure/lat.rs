@@ -152,8 +152,9 @@ fn open(
         ..Default::default()
     };
     let mut dev = session::open_device(plan, model, obs)?;
-    // --anatomy: the verbs and wr ends' completions carry the NIC clock where the device has one
-    dev.opts_mut().timestamps = l.anatomy && dev.nic_clock().is_ok();
+    // --anatomy: the verbs and wr ends' receive completions carry the NIC clock where the
+    // device has one (a WRITE ping-pong has none to carry it)
+    dev.opts_mut().timestamps = l.anatomy && l.op.needs_recv() && dev.nic_clock().is_ok();
     if l.model_delay_ns.is_some() && !dev.is_model() {
         return Err(ProbeError::Usage(format!(
             "--model-delay-ns applies to model0 only (device is {})",
@@ -173,8 +174,10 @@ fn open(
 
 /// Every sample is kept: the memory they take is checked before the run, not met after it.
 fn check_memory(l: &LatPlan, backends: u64) -> Result<(), ProbeError> {
-    // --anatomy: the server's turnaround too, 8 B an iteration
-    let b = session::LAT_SAMPLE_BYTES + if l.anatomy { 8 } else { 0 };
+    // --anatomy: the server's turnaround, 8 B an iteration; both ends' timestamps (the client's
+    // doorbell and reply completion, the server's reply and request completion), 32 B; the NIC
+    // split's six components while they are summarised, 48 B
+    let b = session::LAT_SAMPLE_BYTES + if l.anatomy { 8 + 32 + 48 } else { 0 };
     let need = (samples_bytes(l.iters, l.duration, backends) / session::LAT_SAMPLE_BYTES).saturating_mul(b);
     match l.duration {
         None => session::check_memory(need, || {
@@ -645,10 +648,16 @@ fn run_network(
     let mut all: Vec<(LatSamples, Blocks)> = crate::scenario::runner::sample_room(
         ends.len(),
         crate::scenario::runner::Length::Iterations { iters: p.iters, blocks },
-        // the client's turnarounds come in one piece from the server, after the blocks
-        p.anatomy && !client,
+        // with --anatomy each end's timestamps (the client's turnarounds come in one piece from
+        // the server, after the blocks, in room of their own)
+        p.anatomy,
     )?;
-    let map = RunMap::start(p.anatomy, nic);
+    let mut map = RunMap::start(p.anatomy, nic);
+    // neither end posts before both have their first pairs (the server's would otherwise delay
+    // the first round trips)
+    if p.anatomy {
+        rdv.barrier(ends.len() as u32)?;
+    }
     for b in 0..blocks {
         let iters = p.iters / blocks + u64::from(b < p.iters % blocks);
         let warmup = if b == 0 { p.warmup } else { 0 };
@@ -663,6 +672,11 @@ fn run_network(
             }
             all[i].0.extend(s);
         }
+        // the client between its rounds of blocks (it posts next: no one waits on it); the
+        // server maps before and after only, a pair there would delay the next request
+        if client {
+            map.between(nic);
+        }
     }
     let map = if p.anatomy {
         map.finish(nic, cal)
@@ -673,13 +687,26 @@ fn run_network(
     if !client {
         return Ok(Vec::new());
     }
+    client_results(ends, all, p, cal, theirs, &map)
+}
+
+/// The client's results of one size: each backend's, with `--anatomy` its NIC split from the
+/// server's responders (`theirs`) and this side's NIC clock `map`, or why there is none.
+fn client_results(
+    ends: &[(BackendKind, AnyEnd)],
+    all: Vec<(LatSamples, Blocks)>,
+    p: &LatParams,
+    cal: &Calibration,
+    theirs: Option<Responders>,
+    map: &Result<crate::verbs::nic_clock::NicClockMap, String>,
+) -> Result<Vec<LatResult>, ProbeError> {
     let mut out = Vec::new();
     let mut resp = theirs.map(|(r, m)| (r.into_iter(), m));
     for ((k, _), (s, m)) in ends.iter().zip(all) {
         let mut r = finish(*k, p, &s, m, cal)?;
         if let (Some(a), Some((rs, sm))) = (r.anatomy.as_mut(), resp.as_mut()) {
             let theirs = rs.next().unwrap_or_else(|| Err("no responders".into()));
-            match nic_anatomy_net(p.op, &s, theirs, *sm, &map, cal) {
+            match nic_anatomy_net(p.op, &s, theirs, *sm, map, cal) {
                 Ok(n) => a.nic = Some(n),
                 Err(why) => a.nic_absent = Some(why),
             }

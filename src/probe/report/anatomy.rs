@@ -63,7 +63,7 @@ pub(super) fn anatomy_lines(rs: &[LatResult]) -> String {
             share
         );
         if let Some(why) = &a.nic_absent {
-            let _ = writeln!(s, "   {} {} B: no NIC split: {why}", r.backend, r.size);
+            let _ = writeln!(s, "   {}{e} {} B: no NIC split: {why}", r.backend, r.size);
         }
         if a.turnaround_over_round_trip > 0 {
             let _ = writeln!(
@@ -77,37 +77,28 @@ pub(super) fn anatomy_lines(rs: &[LatResult]) -> String {
     s + &nic_lines(&rows)
 }
 
-/// The NIC split's table: the rows that have one (see `scenario::runner::NicAnatomy`).
+/// The NIC split's table: the rows that have one (see `scenario::runner::NicAnatomy`), each
+/// with its stated error; then the map of each size (all backends of a size share it).
 fn nic_lines(rows: &[(&LatResult, &crate::scenario::runner::Anatomy)]) -> String {
     let nic: Vec<_> = rows
         .iter()
         .filter_map(|(r, a)| a.nic.as_ref().map(|n| (*r, n)))
         .collect();
-    let Some((_, first)) = nic.first() else {
+    if nic.is_empty() {
         return String::new();
-    };
-    let m = &first.map;
-    let mut s = format!(
+    }
+    let mut s = String::from(
         " NIC split [ns], p50 (p99) per component, from the NICs' completion timestamps: post = the client's post \
          call; wire/NIC = its doorbell to its NIC completing the reply, less the responder (both messages through \
          the NICs and the wire); responder = the server's NIC completing the request to its reply's post returned \
          (its polling, then its turnaround); poll = the client's NIC completing the reply to the client seeing it. \
-         They add up to the round trip sample by sample. NIC clock {:.1} kHz measured against the TSC ({} stated, \
-         {:+.1} ppm), {} pairs around the run, residual {:.1} ns, a read {:.1} ns wide: a component within \
-         +-{:.0} ns:\n",
-        m.measured_khz,
-        m.stated_khz,
-        // rounded before its sign is printed: no -0.0
-        (m.rate_error_ppm * 10.0).round() / 10.0 + 0.0,
-        m.pairs,
-        m.residual_max_ns,
-        m.read_span_ns,
-        first.error_ns
+         They add up to the round trip sample by sample; +- is a component's stated error (one mapped timestamp: \
+         the map's error and a NIC tick; wire/NIC twice that):\n",
     );
     let _ = writeln!(
         s,
-        " {:>9} {:<9} {:>18} {:>18} {:>18} {:>18} {:>18} {:>8}",
-        "#bytes", "backend", "post", "wire/NIC", "responder", "(its polling)", "poll", "outside"
+        " {:>9} {:<9} {:>18} {:>18} {:>18} {:>18} {:>18} {:>6} {:>8}",
+        "#bytes", "backend", "post", "wire/NIC", "responder", "(its polling)", "poll", "+-", "outside"
     );
     let c = |st: &crate::report::Stats| format!("{:.1} ({:.1})", st.p50, st.p99);
     for (r, n) in &nic {
@@ -118,7 +109,7 @@ fn nic_lines(rows: &[(&LatResult, &crate::scenario::runner::Anatomy)]) -> String
         };
         let _ = writeln!(
             s,
-            " {:>9} {:<9} {:>18} {:>18} {:>18} {:>18} {:>18} {:>8}",
+            " {:>9} {:<9} {:>18} {:>18} {:>18} {:>18} {:>18} {:>6.0} {:>8}",
             r.size,
             format!("{}{e}", r.backend),
             c(&n.post_ns),
@@ -126,25 +117,50 @@ fn nic_lines(rows: &[(&LatResult, &crate::scenario::runner::Anatomy)]) -> String
             c(&n.responder_ns),
             c(&n.server_poll_ns),
             c(&n.poll_ns),
+            n.error_ns.max(n.server_error_ns),
             n.outside_window
         );
     }
-    if let Some(m) = &first.server_map {
-        let _ = writeln!(
+    // rounded before its sign is printed: no -0.0
+    let ppm = |p: f64| (p * 10.0).round() / 10.0 + 0.0;
+    let mut last = None;
+    for (r, n) in &nic {
+        if last == Some(r.size) {
+            continue;
+        }
+        last = Some(r.size);
+        let m = &n.map;
+        let _ = write!(
             s,
-            "   the server mapped its own NIC clock (its responders came in its ticks): {:.1} kHz ({} stated, {:+.1} \
-             ppm), {} pairs, residual {:.1} ns, a read {:.1} ns wide",
+            "   {} B: NIC clock {:.1} kHz measured against the TSC ({} stated, {:+.1} ppm), {} pairs over the run, \
+             residual {:.1} ns, a read {:.1} ns wide",
+            r.size,
             m.measured_khz,
             m.stated_khz,
-            (m.rate_error_ppm * 10.0).round() / 10.0 + 0.0,
+            ppm(m.rate_error_ppm),
             m.pairs,
             m.residual_max_ns,
             m.read_span_ns
         );
+        match &n.server_map {
+            Some(m) => {
+                let _ = writeln!(
+                    s,
+                    "; the server's, on its own (its responders came in its ticks): {:.1} kHz ({:+.1} ppm), {} pairs, \
+                     residual {:.1} ns, a read {:.1} ns wide",
+                    m.measured_khz,
+                    ppm(m.rate_error_ppm),
+                    m.pairs,
+                    m.residual_max_ns,
+                    m.read_span_ns
+                );
+            }
+            None => s.push('\n'),
+        }
     }
     if nic.iter().any(|(_, n)| n.outside_window > 0) {
-        s += "   outside: samples with a component below minus the stated error (a NIC timestamp mapped outside the \
-              window causality puts it in: a wrong map, or timestamps that are not the completions')\n";
+        s += "   outside: samples with a component below minus its stated error (a NIC timestamp mapped outside the \
+              window causality puts it in; more than one in 1000 and no split is shown)\n";
     }
     s
 }

@@ -422,7 +422,7 @@ pub fn run_blocks_nic(
     on_block: &mut OnBlock<'_>,
     nic: &Result<setup::NicClock<'_>, String>,
 ) -> Result<Vec<LatResult>, ScenarioError> {
-    let map = RunMap::start(p.anatomy, nic);
+    let mut map = RunMap::start(p.anatomy, nic);
     let mut all = sample_room(pairs.len(), len, p.anatomy)?;
     let t_run = crate::clock::start();
     let started = std::time::Instant::now();
@@ -448,6 +448,7 @@ pub fn run_blocks_nic(
             keep(&mut all[i], s, v);
         }
         b += 1;
+        map.between(nic);
     }
     let map = map.finish(nic, cal);
     lat_results(pairs, all, p, cal, &map)
@@ -455,7 +456,7 @@ pub fn run_blocks_nic(
 
 /// Each of `pairs` pairs' samples and blocks, none yet: with a number of iterations every
 /// sample is kept, so the room for them is taken now, not found missing at the end (with
-/// `anatomy` the server's turnarounds' too).
+/// `anatomy` the server's turnarounds' and both ends' timestamps too).
 pub fn sample_room(pairs: usize, len: Length, anatomy: bool) -> Result<Vec<(LatSamples, Blocks)>, ScenarioError> {
     let mut all: Vec<(LatSamples, Blocks)> = (0..pairs).map(|_| (LatSamples::default(), Blocks::default())).collect();
     if let Length::Iterations { iters, .. } = len {
@@ -467,6 +468,10 @@ pub fn sample_room(pairs: usize, len: Length, anatomy: bool) -> Result<Vec<(LatS
                 .and_then(|()| s.wait.try_reserve_exact(n))
                 .and_then(|()| s.period.try_reserve_exact(n))
                 .and_then(|()| s.turnaround.try_reserve_exact(if anatomy { n } else { 0 }))
+                .and_then(|()| s.posted.try_reserve_exact(if anatomy { n } else { 0 }))
+                .and_then(|()| s.nic_reply.try_reserve_exact(if anatomy { n } else { 0 }))
+                .and_then(|()| s.replied.try_reserve_exact(if anatomy { n } else { 0 }))
+                .and_then(|()| s.nic_request.try_reserve_exact(if anatomy { n } else { 0 }))
                 .map_err(|e| {
                     ScenarioError::Invalid(format!("-n {iters}: no memory for the samples ({e}): lower -n"))
                 })?;

@@ -77,12 +77,13 @@ pub(super) fn receive(rdv: &mut dyn Rendezvous, want: &[usize], hz: f64) -> Resu
         )));
     }
     let nic = &head["turnaround"]["nic"];
-    let server_map: Option<MapSummary> = serde_json::from_value(head["turnaround"]["nic_map"].clone()).ok();
+    // responders are used only with the server's map of its clock, and only a map that is one
+    let server_map = server_map(&head["turnaround"]["nic_map"]);
     let scale = hz / theirs_hz;
     let mut out = Received {
         rows: Vec::with_capacity(counts.len()),
         responders: Vec::with_capacity(counts.len()),
-        server_map,
+        server_map: server_map.as_ref().ok().copied(),
     };
     for (i, &n) in counts.iter().enumerate() {
         let row: Vec<u64> = series(rdv, n, "turnaround_ticks", &bad)?;
@@ -91,7 +92,10 @@ pub(super) fn receive(rdv: &mut dyn Rendezvous, want: &[usize], hz: f64) -> Resu
         let resp = match (&nic[i]["responders"], nic[i]["absent"].as_str()) {
             (serde_json::Value::Bool(true), _) => {
                 let r: Vec<i64> = series(rdv, n, "responder_ticks", &bad)?;
-                Ok(r.iter().map(|&t| t as f64 * scale).collect())
+                match &server_map {
+                    Ok(_) => Ok(r.iter().map(|&t| t as f64 * scale).collect()),
+                    Err(why) => Err(why.clone()),
+                }
             }
             (_, Some(why)) => Err(why.to_string()),
             _ => Err("it sent no NIC split (a server of another version?)".to_string()),
@@ -105,6 +109,39 @@ pub(super) fn receive(rdv: &mut dyn Rendezvous, want: &[usize], hz: f64) -> Resu
     }
     Ok(out)
 }
+
+/// The server's map of its NIC clock as it sent it, if it is one: every figure finite and in
+/// range, its stated error what its residual and read span make, its rate within the tolerance
+/// of the stated one. Else why not (its responders are then not used).
+fn server_map(v: &serde_json::Value) -> Result<MapSummary, String> {
+    let m: MapSummary =
+        serde_json::from_value(v.clone()).map_err(|e| format!("it sent no map of its NIC clock ({e})"))?;
+    let figures = [
+        m.measured_khz,
+        m.rate_error_ppm,
+        m.residual_max_ns,
+        m.read_span_ns,
+        m.error_ns,
+    ];
+    let why = if figures.iter().any(|f| !f.is_finite()) || m.residual_max_ns < 0.0 || m.read_span_ns < 0.0 {
+        "a figure that is not one"
+    } else if m.stated_khz == 0 || m.pairs < 3 {
+        "no stated rate, or fewer than 3 pairs"
+    } else if (m.error_ns - m.residual_max_ns - m.read_span_ns / 2.0).abs() > 1e-6 * m.error_ns.max(1.0) {
+        "a stated error other than its residual and half its read span"
+    } else if m.rate_error_ppm.abs() > crate::verbs::nic_clock::RATE_TOLERANCE_PPM {
+        "a rate beyond the tolerance of its stated one"
+    } else if m.error_ns > MAX_SERVER_ERROR_NS {
+        "a stated error over 1 ms"
+    } else {
+        return Ok(m);
+    };
+    Err(format!("its map of its NIC clock has {why}: {v}"))
+}
+
+/// The largest stated error of a server's map taken: an error that large would let any
+/// responder pass the causality check.
+const MAX_SERVER_ERROR_NS: f64 = 1e6;
 
 /// `n` samples under `key`, in messages of [`CHUNK`] (the last the rest).
 fn series<T: serde::de::DeserializeOwned>(
@@ -137,12 +174,25 @@ mod tests {
     use crate::oob::Canned;
     use std::collections::VecDeque;
 
+    /// A server's map of its NIC clock that is one.
+    const GOOD: MapSummary = MapSummary {
+        stated_khz: 156_250,
+        measured_khz: 156_250.0,
+        rate_error_ppm: 0.1,
+        residual_max_ns: 8.0,
+        read_span_ns: 60.0,
+        window_ns: 100_000_000,
+        pairs: 22,
+        pairs_dropped: 0,
+        error_ns: 38.0,
+    };
+
     #[test]
     fn turnarounds_arrive_in_order_in_this_sides_ticks() {
         let rows = vec![(0..4500).collect::<Vec<u64>>(), vec![], vec![1000, 3000]];
         let resp = vec![Err("no clock".to_string()), Ok(vec![]), Ok(vec![-10, 400])];
         let mut server = Canned(VecDeque::new(), Vec::new());
-        send(&mut server, &rows, &resp, None, 2e9).expect("sent");
+        send(&mut server, &rows, &resp, Some(GOOD), 2e9).expect("sent");
         // 4500 samples take three messages, then the third row one and its responders', the end
         assert_eq!(server.1.len(), 1 + 3 + 1 + 1 + 1);
         let mut e = Canned(server.1.into(), Vec::new());
@@ -157,7 +207,7 @@ mod tests {
             got.responders,
             vec![Err("no clock".to_string()), Ok(vec![]), Ok(vec![-15.0, 600.0])]
         );
-        assert!(got.server_map.is_none());
+        assert_eq!(got.server_map, Some(GOOD));
     }
 
     #[test]
@@ -204,5 +254,58 @@ mod tests {
         assert!(err(missing, &[1]).contains("not a list of ticks under responder_ticks"));
         // the server stopped sending: the exchange's own error
         assert!(err(vec![head(json!(2e9), json!([1]))], &[1]).contains("nothing more"));
+    }
+
+    /// The responders come with the server's map of its clock, and only a map that is one: with
+    /// none, or one whose stated error is not its residual and read span (a huge error would let
+    /// any responder pass the causality check), the responders are not used and the reason says
+    /// why.
+    #[test]
+    fn responders_need_a_map_that_is_one() {
+        let good = GOOD;
+        let take = |map: serde_json::Value| {
+            let msgs = vec![
+                json!({"turnaround": {"hz": 2e9, "counts": [1], "nic": [{"responders": true}], "nic_map": map}}),
+                json!({"turnaround_ticks": [10]}),
+                json!({"responder_ticks": [20]}),
+                json!({"turnaround_end": 1}),
+            ];
+            receive(&mut Canned(msgs.into(), Vec::new()), &[1], 2e9).expect("received")
+        };
+        let got = take(json!(good));
+        assert_eq!(got.responders, vec![Ok(vec![20.0])]);
+        assert_eq!(got.server_map, Some(good));
+        let cases = [
+            (json!(null), "no map"),
+            (
+                json!(MapSummary {
+                    error_ns: 1e300,
+                    ..good
+                }),
+                "other than its residual",
+            ),
+            (
+                json!(MapSummary {
+                    residual_max_ns: 2e6,
+                    error_ns: 2e6 + 30.0,
+                    ..good
+                }),
+                "over 1 ms",
+            ),
+            (
+                json!(MapSummary {
+                    rate_error_ppm: 5000.0,
+                    ..good
+                }),
+                "beyond the tolerance",
+            ),
+            (json!(MapSummary { pairs: 1, ..good }), "fewer than 3 pairs"),
+        ];
+        for (map, want) in cases {
+            let got = take(map);
+            let why = got.responders[0].as_ref().expect_err("not used");
+            assert!(why.contains(want), "{why}");
+            assert!(got.server_map.is_none());
+        }
     }
 }
