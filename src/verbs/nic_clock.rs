@@ -244,7 +244,8 @@ impl NicClockMap {
     /// Fits `(tsc at the middle of the read, NIC ticks, TSC span of the read)` triples, the
     /// TSC at `tsc_hz`, against the stated rate.
     /// A pair whose span exceeds 4 times the median span (the thread was interrupted between
-    /// its reads) is left out, and counted.
+    /// its reads), or that does not come after the pair before it in both clocks, is left out,
+    /// and counted.
     pub fn fit(pairs: &[(u64, u64, u64)], tsc_hz: f64, stated_khz: u64) -> std::result::Result<Self, String> {
         if stated_khz == 0 || tsc_hz.is_nan() || tsc_hz <= 0.0 {
             return Err(format!(
@@ -254,10 +255,17 @@ impl NicClockMap {
         let mut spans: Vec<u64> = pairs.iter().map(|p| p.2).collect();
         spans.sort_unstable();
         let limit = spans.get(spans.len() / 2).map_or(0, |m| m.saturating_mul(4));
-        let kept: Vec<(u64, u64, u64)> = pairs.iter().copied().filter(|p| p.2 <= limit).collect();
+        // a pair that does not come after the one before it in both clocks (a read that was
+        // cached, or a TSC read on another CPU) cannot be fitted: left out, and counted
+        let mut kept: Vec<(u64, u64, u64)> = Vec::with_capacity(pairs.len());
+        for p in pairs.iter().copied().filter(|p| p.2 <= limit) {
+            if kept.last().is_none_or(|l| p.0 > l.0 && p.1 > l.1) {
+                kept.push(p);
+            }
+        }
         if kept.len() < 3 {
             return Err(format!(
-                "the NIC clock against the TSC: {} of {} pairs read within 4 times the median span, 3 needed",
+                "the NIC clock against the TSC: {} of {} pairs read within 4 times the median span and in order, 3 needed",
                 kept.len(),
                 pairs.len()
             ));
@@ -451,6 +459,11 @@ mod tests {
         let m = NicClockMap::fit(&p, 2.6e9, 156_250).unwrap();
         assert!(m.pairs_dropped == 0 && m.error_ns() >= 1e6, "{m:?}");
         assert!(NicClockMap::fit(&p[..2], 2.6e9, 156_250).is_err());
+        // a pair read again with the same NIC tick (a cached read) is left out, not an error
+        let mut q = pairs(156_250.0, 0);
+        q.insert(6, (q[5].0 + 100, q[5].1, 208));
+        let m = NicClockMap::fit(&q, 2.6e9, 156_250).unwrap();
+        assert_eq!((m.pairs, m.pairs_dropped), (21, 1));
     }
 
     #[test]

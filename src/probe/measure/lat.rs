@@ -174,10 +174,11 @@ fn open(
 
 /// Every sample is kept: the memory they take is checked before the run, not met after it.
 fn check_memory(l: &LatPlan, backends: u64) -> Result<(), ProbeError> {
-    // --anatomy: the server's turnaround, 8 B an iteration; both ends' timestamps (the client's
-    // doorbell and reply completion, the server's reply and request completion), 32 B; the NIC
+    // --anatomy: the server's turnaround, 8 B an iteration (and the one received between
+    // processes, 8 more); both ends' timestamps (the client's doorbell and reply completion,
+    // the server's reply and request completion), 32 B; the server's responders, 8 B; the NIC
     // split's six components while they are summarised, 48 B
-    let b = session::LAT_SAMPLE_BYTES + if l.anatomy { 8 + 32 + 48 } else { 0 };
+    let b = session::LAT_SAMPLE_BYTES + if l.anatomy { 8 + 8 + 32 + 8 + 48 } else { 0 };
     let need = (samples_bytes(l.iters, l.duration, backends) / session::LAT_SAMPLE_BYTES).saturating_mul(b);
     match l.duration {
         None => session::check_memory(need, || {
@@ -652,15 +653,22 @@ fn run_network(
         // the server, after the blocks, in room of their own)
         p.anatomy,
     )?;
-    let mut map = RunMap::start(p.anatomy, nic);
+    // a ping-pong without receives has no NIC split: no pairs (and no barrier, on both ends)
+    let split = p.anatomy && p.op.needs_recv();
+    let mut map = RunMap::start(split, nic);
     // neither end posts before both have their first pairs (the server's would otherwise delay
     // the first round trips)
-    if p.anatomy {
+    if split {
         rdv.barrier(ends.len() as u32)?;
     }
     for b in 0..blocks {
         let iters = p.iters / blocks + u64::from(b < p.iters % blocks);
         let warmup = if b == 0 { p.warmup } else { 0 };
+        // the client before its rounds of blocks but the first (it posts next: no one waits on
+        // it); the server maps before and after only, a pair there would delay the next request
+        if client && b > 0 {
+            map.between(nic);
+        }
         // the backends' order rotates from block to block, the same on both ends
         let n = ends.len();
         for j in 0..n {
@@ -671,11 +679,6 @@ fn run_network(
                 all[i].1.add(figures_ns(p, &s.rtt, cal));
             }
             all[i].0.extend(s);
-        }
-        // the client between its rounds of blocks (it posts next: no one waits on it); the
-        // server maps before and after only, a pair there would delay the next request
-        if client {
-            map.between(nic);
         }
     }
     let map = if p.anatomy {

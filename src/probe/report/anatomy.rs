@@ -93,7 +93,7 @@ fn nic_lines(rows: &[(&LatResult, &crate::scenario::runner::Anatomy)]) -> String
          the NICs and the wire); responder = the server's NIC completing the request to its reply's post returned \
          (its polling, then its turnaround); poll = the client's NIC completing the reply to the client seeing it. \
          They add up to the round trip sample by sample; +- is a component's stated error (one mapped timestamp: \
-         the map's error and a NIC tick; wire/NIC twice that):\n",
+         the map's error and a NIC tick; wire/NIC the client's and the server's together):\n",
     );
     let _ = writeln!(
         s,

@@ -327,7 +327,7 @@ pub fn lat_side(
             if client {
                 lat::client_loop($b, p, first, total, warmup, prime, &flags)
             } else {
-                let mut s = lat::server_loop($b, p, first, total, prime, &flags)?;
+                let mut s = lat::server_loop($b, p, (first, total, prime), st.carried(), &flags)?;
                 s.drop_server_warmup(warmup);
                 Ok(s)
             }
@@ -422,13 +422,16 @@ pub fn run_blocks_nic(
     on_block: &mut OnBlock<'_>,
     nic: &Result<setup::NicClock<'_>, String>,
 ) -> Result<Vec<LatResult>, ScenarioError> {
-    let mut map = RunMap::start(p.anatomy, nic);
+    let mut map = RunMap::start(p.anatomy && p.op.needs_recv(), nic);
     let mut all = sample_room(pairs.len(), len, p.anatomy)?;
     let t_run = crate::clock::start();
     let started = std::time::Instant::now();
     let mut b = 0u64;
     let n = pairs.len();
     while let Some(iters) = block_iters(len, b, started) {
+        if b > 0 {
+            map.between(nic);
+        }
         let warmup = if b == 0 { p.warmup } else { 0 };
         // the backends' order rotates from block to block, so none always runs first (after a
         // pause) or always after the same other backend
@@ -448,7 +451,6 @@ pub fn run_blocks_nic(
             keep(&mut all[i], s, v);
         }
         b += 1;
-        map.between(nic);
     }
     let map = map.finish(nic, cal);
     lat_results(pairs, all, p, cal, &map)

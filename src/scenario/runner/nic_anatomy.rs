@@ -31,7 +31,8 @@ use crate::scenario::lat::LatSamples;
 use crate::verbs::nic_clock::NicClockMap;
 
 /// Pairs of the NIC clock and the TSC taken before a `--anatomy` run's blocks, and as many
-/// after, over [`MAP_WINDOW`] each (and one between rounds of blocks, see [`RunMap::between`]):
+/// after, over [`MAP_WINDOW`] each (and one before each round of blocks but the first, see
+/// [`RunMap::between`]):
 /// the map they fit spans the run.
 const MAP_PAIRS: usize = 11;
 /// The time the pairs of each side of a run spread over.
@@ -61,11 +62,11 @@ impl RunMap {
 
     /// Between blocks (outside the timed region): one more pair, so the map follows the NIC
     /// clock through a long run (a crystal drifts against the TSC) rather than bridging it.
+    /// A read that fails here is skipped (the pairs before and after still make the map).
     pub fn between(&mut self, nic: &Result<NicClock<'_>, String>) {
         if let (Ok(c), Some(Ok(pairs))) = (nic, self.0.as_mut()) {
-            match NicClockMap::one_pair(&mut || c.read()) {
-                Ok(p) => pairs.push(p),
-                Err(e) => self.0 = Some(Err(e.to_string())),
+            if let Ok(p) = NicClockMap::one_pair(&mut || c.read()) {
+                pairs.push(p);
             }
         }
     }
@@ -107,7 +108,47 @@ pub struct MapSummary {
     pub error_ns: f64,
 }
 
+/// The largest stated error of a map used: an error that large would let any timestamp pass
+/// the causality check (a map whose reads were nearly all interrupted can state one).
+pub const MAX_MAP_ERROR_NS: f64 = 1e6;
+
 impl MapSummary {
+    /// Whether the map can be used, else why not: every figure finite and in range, at least 3
+    /// pairs, its stated error its residual and half its read span and at most
+    /// `MAX_MAP_ERROR_NS` (1 ms), its rate (from its measured and stated kHz) within the tolerance.
+    pub fn check(&self) -> Result<(), String> {
+        let m = self;
+        let figures = [
+            m.measured_khz,
+            m.rate_error_ppm,
+            m.residual_max_ns,
+            m.read_span_ns,
+            m.error_ns,
+        ];
+        let ppm = (m.measured_khz / m.stated_khz as f64 - 1.0) * 1e6;
+        let why = if figures.iter().any(|f| !f.is_finite())
+            || m.residual_max_ns < 0.0
+            || m.read_span_ns < 0.0
+            || m.measured_khz <= 0.0
+        {
+            "a figure that is not one"
+        } else if m.stated_khz == 0 || m.pairs < 3 {
+            "no stated rate, or fewer than 3 pairs"
+        } else if (m.error_ns - m.residual_max_ns - m.read_span_ns / 2.0).abs() > 1e-6 * m.error_ns.max(1.0) {
+            "a stated error other than its residual and half its read span"
+        } else if ppm.abs() > crate::verbs::nic_clock::RATE_TOLERANCE_PPM {
+            "a rate beyond the tolerance of its stated one"
+        } else if m.error_ns > MAX_MAP_ERROR_NS {
+            "a stated error over 1 ms (its reads interrupted)"
+        } else {
+            return Ok(());
+        };
+        Err(format!(
+            "the map of the NIC clock has {why} ({:.1} kHz measured, {} stated, error {:.1} ns, {} pairs)",
+            m.measured_khz, m.stated_khz, m.error_ns, m.pairs
+        ))
+    }
+
     /// The summary of `m`.
     pub fn of(m: &NicClockMap) -> Self {
         MapSummary {
@@ -235,6 +276,7 @@ fn split(
     (map, server_map): (&NicClockMap, Option<MapSummary>),
     cal: &Calibration,
 ) -> Result<NicAnatomy, String> {
+    MapSummary::of(map).check()?;
     let n = s.rtt.len();
     let lens = [
         ("post", s.post.len()),

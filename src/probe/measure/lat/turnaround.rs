@@ -110,38 +110,14 @@ pub(super) fn receive(rdv: &mut dyn Rendezvous, want: &[usize], hz: f64) -> Resu
     Ok(out)
 }
 
-/// The server's map of its NIC clock as it sent it, if it is one: every figure finite and in
-/// range, its stated error what its residual and read span make, its rate within the tolerance
-/// of the stated one. Else why not (its responders are then not used).
+/// The server's map of its NIC clock as it sent it, if it is one (`MapSummary::check`); else
+/// why not (its responders are then not used).
 fn server_map(v: &serde_json::Value) -> Result<MapSummary, String> {
     let m: MapSummary =
         serde_json::from_value(v.clone()).map_err(|e| format!("it sent no map of its NIC clock ({e})"))?;
-    let figures = [
-        m.measured_khz,
-        m.rate_error_ppm,
-        m.residual_max_ns,
-        m.read_span_ns,
-        m.error_ns,
-    ];
-    let why = if figures.iter().any(|f| !f.is_finite()) || m.residual_max_ns < 0.0 || m.read_span_ns < 0.0 {
-        "a figure that is not one"
-    } else if m.stated_khz == 0 || m.pairs < 3 {
-        "no stated rate, or fewer than 3 pairs"
-    } else if (m.error_ns - m.residual_max_ns - m.read_span_ns / 2.0).abs() > 1e-6 * m.error_ns.max(1.0) {
-        "a stated error other than its residual and half its read span"
-    } else if m.rate_error_ppm.abs() > crate::verbs::nic_clock::RATE_TOLERANCE_PPM {
-        "a rate beyond the tolerance of its stated one"
-    } else if m.error_ns > MAX_SERVER_ERROR_NS {
-        "a stated error over 1 ms"
-    } else {
-        return Ok(m);
-    };
-    Err(format!("its map of its NIC clock has {why}: {v}"))
+    m.check().map_err(|why| format!("{why}: {v}"))?;
+    Ok(m)
 }
-
-/// The largest stated error of a server's map taken: an error that large would let any
-/// responder pass the causality check.
-const MAX_SERVER_ERROR_NS: f64 = 1e6;
 
 /// `n` samples under `key`, in messages of [`CHUNK`] (the last the rest).
 fn series<T: serde::de::DeserializeOwned>(
@@ -279,6 +255,13 @@ mod tests {
             (json!(null), "no map"),
             (
                 json!(MapSummary {
+                    measured_khz: -1.0,
+                    ..good
+                }),
+                "not one",
+            ),
+            (
+                json!(MapSummary {
                     error_ns: 1e300,
                     ..good
                 }),
@@ -295,6 +278,7 @@ mod tests {
             (
                 json!(MapSummary {
                     rate_error_ppm: 5000.0,
+                    measured_khz: 157_031.25,
                     ..good
                 }),
                 "beyond the tolerance",
