@@ -403,6 +403,22 @@ pub struct Calibration {
 }
 
 impl Calibration {
+    /// A calibration stated, not measured: a TSC of `hz` (calibrated at that rate, no overhead
+    /// measured), for the tests of what converts ticks.
+    #[cfg(test)]
+    pub(crate) fn stated(hz: f64) -> Self {
+        Calibration {
+            hz,
+            source: TscSource::Calibrated,
+            invariant_tsc: true,
+            cpuid_hz: None,
+            calibrated_hz: hz,
+            calibration_residual_ns: 0.0,
+            calibration_window_ns: 0,
+            overhead: Overhead::default(),
+        }
+    }
+
     /// Calibrates (spinning for `window_ns`, at least 100 ms) and measures the timed-region cost.
     pub fn run(window_ns: u64) -> Result<Self, ClockError> {
         if cfg!(not(target_arch = "x86_64")) {

@@ -211,12 +211,10 @@ unsafe fn read_current(cq: *mut sys::ibv_cq_ex) -> TsCompletion {
 /// calibration; a wrong rate (ns taken for ticks, another model's clock) is off by percent.
 pub const RATE_TOLERANCE_PPM: f64 = 1000.0;
 
-/// The NIC clock mapped to the TSC: pairs of one NIC clock read (`ibv_query_rt_values_ex`)
-/// bracketed by two TSC reads, taken across a window and fitted by least squares as the TSC is
-/// calibrated; its rate checked against the device's `hca_core_clock`.
-#[derive(Debug, Clone, Copy, serde::Serialize)]
-pub struct NicClockMap {
-    /// The rate the device states, kHz.
+/// What a fit of the NIC clock against the TSC found (see [`NicClockMap`]), as the JSON keeps it.
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct MapSummary {
+    /// The rate the device states (`hca_core_clock`), kHz.
     pub stated_khz: u64,
     /// The rate measured against the TSC, kHz.
     pub measured_khz: f64,
@@ -231,13 +229,79 @@ pub struct NicClockMap {
     pub window_ns: u64,
     /// Pairs fitted.
     pub pairs: usize,
-    /// Pairs left out: their read spanned more than 4 times the median (an interruption).
+    /// Pairs left out: their read spanned more than 4 times the median (an interruption), or
+    /// they did not come after the pair before them in both clocks.
     pub pairs_dropped: usize,
+    /// A mapped timestamp's stated error within the window the pairs spanned, ns: the largest
+    /// residual and half the median read span. Outside the window the rate's own uncertainty
+    /// and the NIC crystal's drift against the TSC add to it (not measured here).
+    pub error_ns: f64,
+}
+
+/// The largest stated error of a map used: an error that large would let any timestamp pass
+/// a causality check (a map whose reads were nearly all interrupted can state one).
+pub const MAX_MAP_ERROR_NS: f64 = 1e6;
+
+impl MapSummary {
+    /// Whether the map can be used, else why not: every figure finite and in range, at least 3
+    /// pairs, its stated error its residual and half its read span and at most
+    /// [`MAX_MAP_ERROR_NS`], its rate (from its measured and stated kHz) within
+    /// [`RATE_TOLERANCE_PPM`] of the stated one.
+    pub fn check(&self) -> std::result::Result<(), String> {
+        let m = self;
+        let figures = [
+            m.measured_khz,
+            m.rate_error_ppm,
+            m.residual_max_ns,
+            m.read_span_ns,
+            m.error_ns,
+        ];
+        let ppm = (m.measured_khz / m.stated_khz as f64 - 1.0) * 1e6;
+        let why = if figures.iter().any(|f| !f.is_finite())
+            || m.residual_max_ns < 0.0
+            || m.read_span_ns < 0.0
+            || m.measured_khz <= 0.0
+        {
+            "a figure that is not one"
+        } else if m.stated_khz == 0 || m.pairs < 3 {
+            "no stated rate, or fewer than 3 pairs"
+        } else if (m.error_ns - m.residual_max_ns - m.read_span_ns / 2.0).abs() > 1e-6 * m.error_ns.max(1.0) {
+            "a stated error other than its residual and half its read span"
+        } else if ppm.abs() > RATE_TOLERANCE_PPM {
+            "a rate beyond the tolerance of its stated one"
+        } else if m.error_ns > MAX_MAP_ERROR_NS {
+            "a stated error over 1 ms (its reads interrupted)"
+        } else {
+            return Ok(());
+        };
+        Err(format!(
+            "the map of the NIC clock has {why} ({:.1} kHz measured, {} stated, error {:.1} ns, {} pairs)",
+            m.measured_khz, m.stated_khz, m.error_ns, m.pairs
+        ))
+    }
+}
+
+/// The NIC clock mapped to the TSC: pairs of one NIC clock read (`ibv_query_rt_values_ex`)
+/// bracketed by two TSC reads, taken across a window and fitted by least squares as the TSC is
+/// calibrated; its rate checked against the device's `hca_core_clock`. Its figures are its
+/// [`MapSummary`] (through `Deref`).
+#[derive(Debug, Clone, Copy, serde::Serialize)]
+pub struct NicClockMap {
+    /// What the fit found.
+    #[serde(flatten)]
+    pub fit: MapSummary,
     /// x: TSC ticks, y: NIC ticks.
     #[serde(skip)]
     line: crate::clock::Line,
     #[serde(skip)]
     tsc_hz: f64,
+}
+
+impl std::ops::Deref for NicClockMap {
+    type Target = MapSummary;
+    fn deref(&self) -> &MapSummary {
+        &self.fit
+    }
 }
 
 impl NicClockMap {
@@ -277,15 +341,19 @@ impl NicClockMap {
         let ns = |ticks: f64| ticks * 1e9 / tsc_hz;
         let measured_khz = line.slope * tsc_hz / 1e3;
         let window = pairs[pairs.len() - 1].0 - pairs[0].0;
+        let (residual_max_ns, read_span_ns) = (ns(line.residual_max_x), ns(spans[spans.len() / 2] as f64));
         Ok(NicClockMap {
-            stated_khz,
-            measured_khz,
-            rate_error_ppm: (measured_khz / stated_khz as f64 - 1.0) * 1e6,
-            residual_max_ns: ns(line.residual_max_x),
-            read_span_ns: ns(spans[spans.len() / 2] as f64),
-            window_ns: ns(window as f64) as u64,
-            pairs: pairs.len(),
-            pairs_dropped: spans.len() - pairs.len(),
+            fit: MapSummary {
+                stated_khz,
+                measured_khz,
+                rate_error_ppm: (measured_khz / stated_khz as f64 - 1.0) * 1e6,
+                residual_max_ns,
+                read_span_ns,
+                window_ns: ns(window as f64) as u64,
+                pairs: pairs.len(),
+                pairs_dropped: spans.len() - pairs.len(),
+                error_ns: residual_max_ns + read_span_ns / 2.0,
+            },
             line,
             tsc_hz,
         })
@@ -362,11 +430,10 @@ impl NicClockMap {
         ))
     }
 
-    /// The stated error of a mapped timestamp within the window the pairs spanned, ns: the fit's
-    /// largest residual and half the median read span. Outside the window the rate's own
-    /// uncertainty and the NIC crystal's drift against the TSC add to it (not measured here).
+    /// The stated error of a mapped timestamp within the window the pairs spanned, ns (the
+    /// summary's `error_ns`).
     pub fn error_ns(&self) -> f64 {
-        self.residual_max_ns + self.read_span_ns / 2.0
+        self.fit.error_ns
     }
 
     /// The TSC (ticks) at which the NIC clock read `nic`, on the fitted line.

@@ -745,7 +745,7 @@ fn exchange_anatomy(
                 Ok(responder_ticks(s, m)?.iter().map(|&t| t.round() as i64).collect())
             })
             .collect();
-        turnaround::send(rdv, &rows, &resp, map.as_ref().ok().map(MapSummary::of), cal.hz)?;
+        turnaround::send(rdv, &rows, &resp, map.as_ref().ok().map(|m| m.fit), cal.hz)?;
         return Ok(None);
     }
     let want: Vec<usize> = all.iter().map(|(s, _)| s.rtt.len()).collect();

@@ -530,21 +530,12 @@ fn lat_results(
 #[cfg(test)]
 mod tests {
     use super::PerftestLat;
-    use crate::clock::{Calibration, Overhead, TscSource};
+    use crate::clock::Calibration;
 
     #[test]
     fn perftests_figures_are_the_median_and_mean_of_the_periods_halved_for_one_way() {
         // a tick is 1 ns
-        let cal = Calibration {
-            hz: 1e9,
-            source: TscSource::Calibrated,
-            invariant_tsc: true,
-            cpuid_hz: None,
-            calibrated_hz: 1e9,
-            calibration_residual_ns: 0.0,
-            calibration_window_ns: 0,
-            overhead: Overhead::default(),
-        };
+        let cal = Calibration::stated(1e9);
         // perftest drops the two largest, then its median: 5 left, the third (one-way: halved)
         let p = PerftestLat::of(&[700, 100, 500, 300, 9000, 200, 400], true, &cal).unwrap();
         assert_eq!((p.typical, p.avg, p.samples), (150.0, 150.0, 5));

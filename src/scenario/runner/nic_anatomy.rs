@@ -85,85 +85,8 @@ impl RunMap {
     }
 }
 
-/// How the NIC clock was placed on the TSC for a run (see `NicClockMap`).
-#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize, serde::Deserialize)]
-pub struct MapSummary {
-    /// The rate the device states (`hca_core_clock`), kHz.
-    pub stated_khz: u64,
-    /// The rate measured against the TSC, kHz.
-    pub measured_khz: f64,
-    /// (measured − stated) / stated, ppm.
-    pub rate_error_ppm: f64,
-    /// The fit's largest residual, ns.
-    pub residual_max_ns: f64,
-    /// The median TSC span of one NIC clock read, ns.
-    pub read_span_ns: f64,
-    /// Time spanned by the pairs (they bracket the run), ns.
-    pub window_ns: u64,
-    /// Pairs fitted.
-    pub pairs: usize,
-    /// Pairs left out (interrupted reads).
-    pub pairs_dropped: usize,
-    /// A mapped timestamp's stated error within the window, ns.
-    pub error_ns: f64,
-}
-
-/// The largest stated error of a map used: an error that large would let any timestamp pass
-/// the causality check (a map whose reads were nearly all interrupted can state one).
-pub const MAX_MAP_ERROR_NS: f64 = 1e6;
-
-impl MapSummary {
-    /// Whether the map can be used, else why not: every figure finite and in range, at least 3
-    /// pairs, its stated error its residual and half its read span and at most
-    /// `MAX_MAP_ERROR_NS` (1 ms), its rate (from its measured and stated kHz) within the tolerance.
-    pub fn check(&self) -> Result<(), String> {
-        let m = self;
-        let figures = [
-            m.measured_khz,
-            m.rate_error_ppm,
-            m.residual_max_ns,
-            m.read_span_ns,
-            m.error_ns,
-        ];
-        let ppm = (m.measured_khz / m.stated_khz as f64 - 1.0) * 1e6;
-        let why = if figures.iter().any(|f| !f.is_finite())
-            || m.residual_max_ns < 0.0
-            || m.read_span_ns < 0.0
-            || m.measured_khz <= 0.0
-        {
-            "a figure that is not one"
-        } else if m.stated_khz == 0 || m.pairs < 3 {
-            "no stated rate, or fewer than 3 pairs"
-        } else if (m.error_ns - m.residual_max_ns - m.read_span_ns / 2.0).abs() > 1e-6 * m.error_ns.max(1.0) {
-            "a stated error other than its residual and half its read span"
-        } else if ppm.abs() > crate::verbs::nic_clock::RATE_TOLERANCE_PPM {
-            "a rate beyond the tolerance of its stated one"
-        } else if m.error_ns > MAX_MAP_ERROR_NS {
-            "a stated error over 1 ms (its reads interrupted)"
-        } else {
-            return Ok(());
-        };
-        Err(format!(
-            "the map of the NIC clock has {why} ({:.1} kHz measured, {} stated, error {:.1} ns, {} pairs)",
-            m.measured_khz, m.stated_khz, m.error_ns, m.pairs
-        ))
-    }
-
-    /// The summary of `m`.
-    pub fn of(m: &NicClockMap) -> Self {
-        MapSummary {
-            stated_khz: m.stated_khz,
-            measured_khz: m.measured_khz,
-            rate_error_ppm: m.rate_error_ppm,
-            residual_max_ns: m.residual_max_ns,
-            read_span_ns: m.read_span_ns,
-            window_ns: m.window_ns,
-            pairs: m.pairs,
-            pairs_dropped: m.pairs_dropped,
-            error_ns: m.error_ns(),
-        }
-    }
-}
+/// How the NIC clock was placed on the TSC for a run.
+pub use crate::verbs::nic_clock::MapSummary;
 
 /// The round trips split at the NICs' completion timestamps (see the module), ns each.
 #[derive(Debug, Clone, Copy, PartialEq, serde::Serialize, serde::Deserialize)]
@@ -276,7 +199,7 @@ fn split(
     (map, server_map): (&NicClockMap, Option<MapSummary>),
     cal: &Calibration,
 ) -> Result<NicAnatomy, String> {
-    MapSummary::of(map).check()?;
+    map.fit.check()?;
     let n = s.rtt.len();
     let lens = [
         ("post", s.post.len()),
@@ -336,7 +259,7 @@ fn split(
         server_poll_ns: st(&c[3])?,
         wire_ns: st(&c[4])?,
         poll_ns: st(&c[5])?,
-        map: MapSummary::of(map),
+        map: map.fit,
         server_map,
         error_ns: e_c,
         server_error_ns: e_s,
@@ -347,20 +270,10 @@ fn split(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::clock::{Overhead, TscSource};
 
     /// A TSC of 1 GHz: a tick is a ns.
     fn cal() -> Calibration {
-        Calibration {
-            hz: 1e9,
-            source: TscSource::Calibrated,
-            invariant_tsc: true,
-            cpuid_hz: None,
-            calibrated_hz: 1e9,
-            calibration_residual_ns: 0.0,
-            calibration_window_ns: 0,
-            overhead: Overhead::default(),
-        }
+        Calibration::stated(1e9)
     }
 
     /// The NIC clock at 156.25 MHz, `ahead_ns` ahead of the TSC, `rate` times its stated rate.
@@ -457,15 +370,7 @@ mod tests {
         }
         let theirs = map(5e6, 1.0).unwrap();
         let resp = responder_ticks(&s, &theirs).unwrap();
-        let n = nic_anatomy_net(
-            OpKind::Send,
-            &s,
-            Ok(resp),
-            Some(MapSummary::of(&theirs)),
-            &map(0.0, 1.0),
-            &cal(),
-        )
-        .unwrap();
+        let n = nic_anatomy_net(OpKind::Send, &s, Ok(resp), Some(theirs.fit), &map(0.0, 1.0), &cal()).unwrap();
         assert!(
             (n.responder_ns.p50 - 150.0).abs() <= 8.0 && (n.wire_ns.p50 - 600.0).abs() <= 8.0,
             "{n:?}"
