@@ -481,50 +481,55 @@ impl VerbsEnd {
             if wc.status != sys::IBV_WC_SUCCESS {
                 return Err(wc_error(self.kind, wc, &self.device));
             }
-            if wc.opcode & sys::IBV_WC_RECV != 0 {
-                if let Some((_, peer, _)) = &self.ud {
-                    if wc.src_qp != *peer {
-                        return Err(super::stray_datagram(self.kind.as_str(), wc.qp_num, wc.src_qp, *peer));
-                    }
-                }
-                p.recvs += 1;
-                p.recv_len = wc.byte_len;
-            } else {
-                p.sends += 1;
-            }
+            self.count(&mut p, wc.opcode, (wc.qp_num, wc.src_qp, wc.byte_len))?;
         }
         Ok(p)
+    }
+
+    /// Counts a good completion of `opcode` into `p`: a receive (its QP, sending QP and length;
+    /// on UD only the peer's datagrams), or a send.
+    #[inline(always)]
+    fn count(&self, p: &mut Polled, opcode: u32, (qpn, src, len): (u32, u32, u32)) -> Result<(), BackendError> {
+        if opcode & sys::IBV_WC_RECV == 0 {
+            p.sends += 1;
+            return Ok(());
+        }
+        if let Some((_, peer, _)) = &self.ud {
+            if src != *peer {
+                return Err(super::stray_datagram(self.kind.as_str(), qpn, src, *peer));
+            }
+        }
+        p.recvs += 1;
+        p.recv_len = len;
+        Ok(())
     }
 
     /// [`VerbsEnd::poll_cq`] on a CQ made with completion timestamps: `ibv_start_poll`,
     /// `ibv_next_poll`, `ibv_end_poll`, each completion read with `ibv_wc_read_*` and its
     /// `ibv_wc_read_completion_ts`.
     fn poll_cq_ts(&mut self) -> Result<Polled, BackendError> {
-        let Some(buf) = self.ts.as_mut() else {
+        let Some(mut buf) = self.ts.take() else {
             return Ok(Polled::default());
         };
         buf.clear();
-        self.cq.poll_ts_here(buf, 16).map_err(|e| BackendError::Verbs {
+        let r = self.count_ts(&mut buf);
+        self.ts = Some(buf);
+        r
+    }
+
+    /// Polls into `buf` and counts its completions, the last receive's timestamp kept.
+    fn count_ts(&self, buf: &mut Vec<TsCompletion>) -> Result<Polled, BackendError> {
+        let wrap = |e| BackendError::Verbs {
             backend: self.kind.as_str(),
             source: Box::new(e),
-        })?;
+        };
+        self.cq.poll_ts_here(buf, 16).map_err(wrap)?;
         let mut p = Polled::default();
         for t in buf.iter() {
-            let c = t.c.check(&self.device).map_err(|e| BackendError::Verbs {
-                backend: self.kind.as_str(),
-                source: Box::new(e),
-            })?;
+            let c = t.c.check(&self.device).map_err(wrap)?;
+            self.count(&mut p, c.opcode, (c.qp_num, t.src_qp, c.byte_len))?;
             if c.opcode & sys::IBV_WC_RECV != 0 {
-                if let Some((_, peer, _)) = &self.ud {
-                    if t.src_qp != *peer {
-                        return Err(super::stray_datagram(self.kind.as_str(), c.qp_num, t.src_qp, *peer));
-                    }
-                }
-                p.recvs += 1;
-                p.recv_len = c.byte_len;
                 p.recv_ts = Some(t.timestamp);
-            } else {
-                p.sends += 1;
             }
         }
         Ok(p)

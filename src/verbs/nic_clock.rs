@@ -243,6 +243,11 @@ pub struct MapSummary {
 pub const MAX_MAP_ERROR_NS: f64 = 1e6;
 
 impl MapSummary {
+    /// The rate error, ppm, rounded to a tenth before its sign is printed (no -0.0).
+    pub fn ppm_shown(&self) -> f64 {
+        (self.rate_error_ppm * 10.0).round() / 10.0 + 0.0
+    }
+
     /// Whether the map can be used, else why not: every figure finite and in range, at least 3
     /// pairs, its stated error its residual and half its read span and at most
     /// [`MAX_MAP_ERROR_NS`], its rate (from its measured and stated kHz) within

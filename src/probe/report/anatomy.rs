@@ -121,8 +121,6 @@ fn nic_lines(rows: &[(&LatResult, &crate::scenario::runner::Anatomy)]) -> String
             n.outside_window
         );
     }
-    // rounded before its sign is printed: no -0.0
-    let ppm = |p: f64| (p * 10.0).round() / 10.0 + 0.0;
     let mut last = None;
     for (r, n) in &nic {
         if last == Some(r.size) {
@@ -137,7 +135,7 @@ fn nic_lines(rows: &[(&LatResult, &crate::scenario::runner::Anatomy)]) -> String
             r.size,
             m.measured_khz,
             m.stated_khz,
-            ppm(m.rate_error_ppm),
+            m.ppm_shown(),
             m.pairs,
             m.residual_max_ns,
             m.read_span_ns
@@ -149,7 +147,7 @@ fn nic_lines(rows: &[(&LatResult, &crate::scenario::runner::Anatomy)]) -> String
                     "; the server's, on its own (its responders came in its ticks): {:.1} kHz ({:+.1} ppm), {} pairs, \
                      residual {:.1} ns, a read {:.1} ns wide",
                     m.measured_khz,
-                    ppm(m.rate_error_ppm),
+                    m.ppm_shown(),
                     m.pairs,
                     m.residual_max_ns,
                     m.read_span_ns

@@ -694,6 +694,14 @@ fn runs_until_decided_keep_the_false_alarm_rate_and_decide_a_change() {
     );
 }
 
+/// The (first) row of metric `m` in `r`.
+fn metric_row<'a>(r: &'a Report, m: &str) -> &'a Row {
+    r.rows
+        .iter()
+        .find(|x| x.metric == m)
+        .unwrap_or_else(|| panic!("no {m} row"))
+}
+
 #[test]
 fn an_anatomy_runs_turnaround_and_rest_are_rows_of_their_own() {
     // direct alone: three runs a side, the rest twice as long in NEW, the turnaround unchanged
@@ -714,12 +722,7 @@ fn an_anatomy_runs_turnaround_and_rest_are_rows_of_their_own() {
     let base = set(&[(60.0, 700.0), (61.0, 710.0), (59.0, 690.0)]);
     let new = set(&[(60.0, 1400.0), (61.0, 1420.0), (59.0, 1380.0)]);
     let r = compare_sets(&base, &new, &Options::default()).unwrap();
-    let row = |m: &str| {
-        r.rows
-            .iter()
-            .find(|x| x.metric == m)
-            .unwrap_or_else(|| panic!("no {m} row"))
-    };
+    let row = |m: &str| metric_row(&r, m);
     assert_eq!(row("rest").verdict, Verdict::Regression, "{:?}", row("rest"));
     assert_eq!(row("turn").verdict, Verdict::Same, "{:?}", row("turn"));
     assert_eq!((row("rest").threshold, row("turn").threshold), (0.9, 1.1));
@@ -774,12 +777,7 @@ fn an_anatomy_runs_turnaround_and_rest_are_rows_of_their_own() {
     let base: Vec<(String, Value)> = (0..3).map(|i| (format!("b{i}"), nic(500.0 + i as f64))).collect();
     let new: Vec<(String, Value)> = (0..3).map(|i| (format!("n{i}"), nic(1000.0 + i as f64))).collect();
     let r = compare_sets(&base, &new, &Options::default()).unwrap();
-    let row = |m: &str| {
-        r.rows
-            .iter()
-            .find(|x| x.metric == m)
-            .unwrap_or_else(|| panic!("no {m} row"))
-    };
+    let row = |m: &str| metric_row(&r, m);
     assert_eq!(row("wire").verdict, Verdict::Regression, "{:?}", row("wire"));
     assert_eq!(row("responder").verdict, Verdict::Same, "{:?}", row("responder"));
     assert_eq!(row("poll").verdict, Verdict::Same, "{:?}", row("poll"));

@@ -98,8 +98,7 @@ pub(super) fn judge(
                     m.stated_khz,
                     m.measured_khz,
                     m.window_ns / 1_000_000,
-                    // rounded first, so a figure of -0.04 prints as +0.0, not -0.0
-                    (m.rate_error_ppm * 10.0).round() / 10.0 + 0.0,
+                    m.ppm_shown(),
                     m.residual_max_ns,
                     m.read_span_ns,
                     m.window_ns / 1_000_000,
