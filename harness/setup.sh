@@ -9,9 +9,9 @@
 #   harness/setup.sh --fleet     also Ansible and an ssh client (the fleet acceptance playbook)
 set -euo pipefail
 
-# ibverbs-utils, perftest and qperf: the unmodified programs tests/preload.rs runs on model0
+# ibverbs-utils, perftest, qperf and ucx-utils: the unmodified programs tests/preload.rs runs on model0
 build_pkgs=(libibverbs-dev librdmacm-dev ibverbs-providers libclang-dev clang pkg-config gcc python3 fonts-dejavu-core
-  ibverbs-utils perftest qperf)
+  ibverbs-utils perftest qperf ucx-utils)
 softroce_pkgs=(qemu-system-x86 binutils busybox-static rdma-core ibverbs-utils perftest iproute2 nftables cpio kmod xz-utils zstd)
 cross_pkgs=(gcc-aarch64-linux-gnu libc6-dev-arm64-cross)
 browser_pkgs=(chromium poppler-utils)

@@ -2,11 +2,12 @@
 //! (`src/uverbs/interpose.rs` of the library) into the shared object and exports them, so that,
 //! preloaded, they come before libc's for every library of the program.
 
-/// The libc functions model0's uverbs device interposes (as the library's `build.rs` lists them).
-const INTERPOSED: &[&str] = &["open", "openat", "stat", "close", "write", "ioctl", "mmap"];
+// INTERPOSED: the libc functions the preload exports for model0's uverbs device
+include!("../src/uverbs/interposed.rs");
 
 fn main() {
     println!("cargo:rerun-if-changed=build.rs");
+    println!("cargo:rerun-if-changed=../src/uverbs/interposed.rs");
     for sym in INTERPOSED {
         println!("cargo:rustc-cdylib-link-arg=-Wl,-u,{sym}");
     }

@@ -1032,7 +1032,9 @@ fn a_responder_in_rtr_receives_and_connecting_moves_it_to_rts() {
     b.q.qp.connect(a.q.qp.qpn(), ModelConnect::default());
     b.q.qp.ready_to_receive(a.q.qp.qpn());
     assert_eq!(b.q.qp.state(), state::RTS);
-    // a responder never made ready (RESET) is not there for the requester
+    // a responder in error is not there for the requester (one never made ready is retried:
+    // a_responder_not_yet_ready_is_retried)
+    c.q.qp.set_error();
     a.q.qp.connect(c.q.qp.qpn(), ModelConnect::default());
     a.q.sq
         .post_and_ring(&Wqe::write(c.mr.addr(), c.mr.rkey(), Payload::Gather(&s)).signaled())
@@ -1186,4 +1188,78 @@ fn concurrent_senders_complete_one_receive_queue_in_its_order() {
         }
     });
     assert_eq!(got, SENDERS as u64 * u64::from(EACH), "every datagram received");
+}
+
+/// A WRITE or READ of no bytes touches no memory: as on a ConnectX its key and address are not
+/// checked (UCX checks a connection with a WRITE of no bytes, key 0, address 0); one of 8 bytes
+/// with the same key is still refused.
+#[test]
+fn a_transfer_of_no_bytes_checks_no_key() {
+    let mut p = pair();
+    p.a.q
+        .sq
+        .post_and_ring(&Wqe::write(0, 0, Payload::Gather(&[])).signaled())
+        .unwrap();
+    assert_eq!(next(&mut p.a.q.cq).unwrap().opcode, cqe_op::REQ);
+    p.a.q.sq.post_and_ring(&Wqe::read(0, 0, &[]).signaled()).unwrap();
+    assert_eq!(next(&mut p.a.q.cq).unwrap().opcode, cqe_op::REQ);
+    let s = sge(&p.a.mr, 0, 8);
+    p.a.q
+        .sq
+        .post_and_ring(&Wqe::write(0, 0, Payload::Gather(&s)).signaled())
+        .unwrap();
+    assert_eq!(next(&mut p.a.q.cq).unwrap_err().syndrome, syndrome::REMOTE_ACCESS);
+}
+
+/// A responder whose QP is not yet ready to receive (still in RESET or INIT while its peer
+/// already sends, as a UCX endpoint's is during its connection) drops the packets and the
+/// requester retries: its SEND waits, and completes once the responder is ready; against one
+/// that stays unready it ends in transport retry exceeded after about 0.47 s (a ConnectX's
+/// `retry_cnt` 7 x `timeout` 14), not at once. A responder in error fails it at once.
+#[test]
+fn a_responder_not_yet_ready_is_retried() {
+    let model = Model::open(ModelConfig::default()).expect("open model0");
+    let pd = model.alloc_pd();
+    let mk = || DirectModelQp::new(&model, pd, ModelQpCaps::default(), 64, DbMode::Db).expect("QP");
+    let (mut a, mut b) = (mk(), mk());
+    let mr = model.reg_mr(pd, 1 << 16, ALL).expect("MR");
+    a.qp.connect(b.qp.qpn(), ModelConnect::default());
+    b.rq.post(&sge(&mr, 0, 64)).unwrap();
+    b.rq.ring();
+    a.sq.post_and_ring(&Wqe::send(Payload::Inline(b"early")).signaled())
+        .unwrap();
+    a.qp.progress();
+    none_pending(&mut a.cq);
+    b.qp.ready_to_receive(a.qp.qpn());
+    a.qp.progress();
+    assert_eq!(next(&mut a.cq).unwrap().opcode, cqe_op::REQ);
+    assert_eq!(next(&mut b.cq).unwrap().byte_cnt, 5);
+    // a responder that never becomes ready
+    let c = mk();
+    let mut d = mk();
+    d.qp.connect(c.qp.qpn(), ModelConnect::default());
+    let start = Instant::now();
+    d.sq.post_and_ring(&Wqe::send(Payload::Inline(b"x")).signaled())
+        .unwrap();
+    let e = loop {
+        d.qp.progress();
+        let mut out = [Cqe::default(); 1];
+        match d.cq.poll(&mut out) {
+            Ok(1) => panic!("completed against a responder in RESET"),
+            Ok(_) => {}
+            Err(e) => break e,
+        }
+        assert!(start.elapsed() < Duration::from_secs(10), "no error within 10 s");
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    assert_eq!(e.syndrome, syndrome::TRANSPORT_RETRY_EXC);
+    assert!(start.elapsed() >= Duration::from_millis(400), "{:?}", start.elapsed());
+    // a responder in error: at once
+    let f = mk();
+    let mut g = mk();
+    g.qp.connect(f.qp.qpn(), ModelConnect::default());
+    f.qp.set_error();
+    g.sq.post_and_ring(&Wqe::send(Payload::Inline(b"x")).signaled())
+        .unwrap();
+    assert_eq!(next(&mut g.cq).unwrap_err().syndrome, syndrome::TRANSPORT_RETRY_EXC);
 }

@@ -6,6 +6,9 @@ use anyhow::{Context as _, Result};
 use clap::{Args, Subcommand, ValueEnum};
 use rdmaprobe::probe::ProbeError;
 use rdmaprobe::uverbs::preload::DELAY_VAR;
+
+/// UCX's switch of its memory-event hooks.
+const UCX_EVENTS_VAR: &str = "UCX_MEM_EVENTS";
 use std::ffi::OsString;
 use std::os::unix::process::CommandExt as _;
 use std::path::{Path, PathBuf};
@@ -112,6 +115,12 @@ fn exec(a: ExecArgs) -> Result<ExitCode> {
         Some(d) => cmd.env(DELAY_VAR, d.to_string()),
         None => cmd.env_remove(DELAY_VAR),
     };
+    // UCX's memory hooks (its default) patch the code of the first `mmap` they find, the
+    // preload's, so that UCX's calls reach the kernel past model0's device (docs/model0-exec.md);
+    // a setting of the user's is kept
+    if std::env::var_os(UCX_EVENTS_VAR).is_none() {
+        cmd.env(UCX_EVENTS_VAR, "no");
+    }
     // its own process group, as coreutils' timeout runs it: the deadline and a stop reach
     // everything PROGRAM started; SIGTERM when rdmaprobe dies (a SIGKILL) instead of an orphan
     cmd.process_group(0);

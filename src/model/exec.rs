@@ -22,6 +22,7 @@ use std::sync::atomic::{fence, AtomicU64, Ordering};
 /// A resolved piece of registered memory.
 pub(super) struct Region {
     _shm: ObjRef,
+    _data: Option<ObjRef>,
     pub(super) ptr: *mut u8,
 }
 
@@ -49,7 +50,7 @@ pub(super) fn resolve(
     let h: &MrHdr = hdr(&shm);
     // SAFETY: fields of the header, inside the mapping; read once each (volatile: another
     // process may write them), every check below uses these copies.
-    let (base, rlen, data_off, rpd, access, rowner) = unsafe {
+    let (base, rlen, data_off, rpd, access, rowner, data_id) = unsafe {
         (
             std::ptr::read_volatile(&h.base),
             std::ptr::read_volatile(&h.len),
@@ -57,6 +58,7 @@ pub(super) fn resolve(
             std::ptr::read_volatile(&h.pd),
             std::ptr::read_volatile(&h.access),
             std::ptr::read_volatile(&h.obj.owner_pid),
+            std::ptr::read_volatile(&h.data_id),
         )
     };
     if rpd != pd || rowner != owner {
@@ -69,13 +71,29 @@ pub(super) fn resolve(
     if addr < base || end > base.saturating_add(rlen) {
         return Err(KeyErr::Bounds);
     }
+    // the bytes in another region's file: a region of the same process
+    let data = match data_id {
+        0 => None,
+        id => {
+            let d = m.lookup(ObjKind::Mr, id).ok_or(KeyErr::Key)?;
+            if hdr::<MrHdr>(&d).obj.owner_pid != rowner {
+                return Err(KeyErr::Key);
+            }
+            Some(d)
+        }
+    };
+    let file = data.as_ref().unwrap_or(&shm);
     let off = data_off.checked_add(addr - base).ok_or(KeyErr::Bounds)?;
-    if off.checked_add(len).is_none_or(|e| e > shm.len() as u64) {
+    if off.checked_add(len).is_none_or(|e| e > file.len() as u64) {
         return Err(KeyErr::Bounds);
     }
     // SAFETY: checked inside the mapping above.
-    let ptr = unsafe { shm.ptr().add(off as usize) };
-    Ok(Region { _shm: shm, ptr })
+    let ptr = unsafe { file.ptr().add(off as usize) };
+    Ok(Region {
+        _shm: shm,
+        _data: data,
+        ptr,
+    })
 }
 
 /// IB RNR timer codes in microseconds.
@@ -94,7 +112,15 @@ pub(super) enum Outcome {
     Fail(u8),
     /// The responder has no receive and RNR retries are infinite: try again later.
     Stall,
+    /// The responder's QP is not ready to receive yet (RESET or INIT): the requester's
+    /// transport retries, for up to [`TRANSPORT_RETRY_NS`].
+    NotReady,
 }
+
+/// How long a requester retries a responder that is not ready to receive before its transport
+/// retries are exceeded: a ConnectX's with `retry_cnt` 7 and `timeout` 14 (7 x 4.096 us x 2^14,
+/// about 0.47 s; perftest and UCX set these).
+pub(super) const TRANSPORT_RETRY_NS: u64 = 7 * 4096 * (1 << 14);
 
 /// A READ's data or an atomic's old value on its way back to `dst`: it lands before the next
 /// WQE runs, unless that WQE (unfenced) reads `dst`: then it runs first and sees what was there
@@ -145,6 +171,7 @@ fn run_one(m: &Model, me: &QpHdr, d: &Decoded, buf: &[u8], late: Option<&mut Vec
     match run_reliable(m, me, d, buf, late) {
         // nothing comes back to the requester: what the responder could not take is dropped
         Outcome::Stall
+        | Outcome::NotReady
         | Outcome::Fail(syndrome::REMOTE_ACCESS | syndrome::REMOTE_INVAL_REQ | syndrome::TRANSPORT_RETRY_EXC) => {
             bump32(&me.ctr_dropped, 1);
             let len = match d.inline {
@@ -212,9 +239,13 @@ fn run_reliable(m: &Model, me: &QpHdr, d: &Decoded, buf: &[u8], late: Option<&mu
         return Outcome::Fail(syndrome::TRANSPORT_RETRY_EXC);
     };
     let ph: &QpHdr = hdr(&peer);
-    // a responder receives from RTR on (IB spec 10.3.1), as perftest's bandwidth servers rely on
-    if !matches!(ph.state.load(Ordering::Acquire), state::RTR | state::RTS) {
-        return Outcome::Fail(syndrome::TRANSPORT_RETRY_EXC);
+    // a responder receives from RTR on (IB spec 10.3.1), as perftest's bandwidth servers rely
+    // on; one not yet there (its side of the connection still being set up, as UCX's is when
+    // its peer already sends) drops the packets, and the requester retries them
+    match ph.state.load(Ordering::Acquire) {
+        state::RTR | state::RTS => {}
+        state::ERR => return Outcome::Fail(syndrome::TRANSPORT_RETRY_EXC),
+        _ => return Outcome::NotReady,
     }
     // SAFETY: a header field, read once (the peer's process wrote it at creation).
     if !peer_process_alive(unsafe { std::ptr::read_volatile(&ph.obj.owner_pid) }) {
@@ -235,9 +266,14 @@ fn run_reliable(m: &Model, me: &QpHdr, d: &Decoded, buf: &[u8], late: Option<&mu
         opcode::SEND => deliver_to_receiver(m, &peer, d, payload, cqe_op::RESP_SEND, me.obj.id),
         opcode::SEND_IMM => deliver_to_receiver(m, &peer, d, payload, cqe_op::RESP_SEND_IMM, me.obj.id),
         opcode::RDMA_WRITE | opcode::RDMA_WRITE_IMM => {
-            let r = match remote_region(m, ph, d, sys::IBV_ACCESS_REMOTE_WRITE, payload.len() as u64) {
-                Ok(r) => r,
-                Err(s) => return Outcome::Fail(s),
+            // a WRITE of no bytes touches no memory: its key and address are not checked (IB
+            // spec o9-31; UCX checks a connection with one, key 0)
+            let r = match payload.len() {
+                0 => None,
+                n => match remote_region(m, ph, d, sys::IBV_ACCESS_REMOTE_WRITE, n as u64) {
+                    Ok(r) => Some(r),
+                    Err(s) => return Outcome::Fail(s),
+                },
             };
             if d.opcode == opcode::RDMA_WRITE_IMM {
                 // The immediate needs a receive; check before placing data.
@@ -251,9 +287,11 @@ fn run_reliable(m: &Model, me: &QpHdr, d: &Decoded, buf: &[u8], late: Option<&mu
                     return Outcome::Stall;
                 }
             }
-            // SAFETY: resolved in bounds of the responder's region, `payload.len()` bytes: one
-            // copy from the requester's memory (or the inline bytes), as a NIC's DMA.
-            unsafe { payload.copy_to(0, r.ptr, payload.len()) };
+            if let Some(r) = r {
+                // SAFETY: resolved in bounds of the responder's region, `payload.len()` bytes:
+                // one copy from the requester's memory (or the inline bytes), as a NIC's DMA.
+                unsafe { payload.copy_to(0, r.ptr, payload.len()) };
+            }
             if d.opcode == opcode::RDMA_WRITE_IMM {
                 return deliver_to_receiver(m, &peer, d, payload, cqe_op::RESP_WR_IMM, me.obj.id);
             }
@@ -299,6 +337,11 @@ fn remote_region(m: &Model, ph: &QpHdr, d: &Decoded, need: u32, len: u64) -> Res
 /// entries, now or (`late`) before the next WQE that reads them.
 fn rdma_read(m: &Model, me: &QpHdr, ph: &QpHdr, d: &Decoded, mut late: Option<&mut Vec<Landing>>) -> Outcome {
     let total: u64 = d.sges[..d.nsge].iter().map(|s| s.2 as u64).sum();
+    // a READ of no bytes touches no memory: its key and address are not checked
+    if total == 0 {
+        response_wire(me);
+        return Outcome::Done { byte_cnt: 0 };
+    }
     let r = match remote_region(m, ph, d, sys::IBV_ACCESS_REMOTE_READ, total) {
         Ok(r) => r,
         Err(s) => return Outcome::Fail(s),
@@ -325,6 +368,7 @@ fn rdma_read(m: &Model, me: &QpHdr, ph: &QpHdr, d: &Decoded, mut late: Option<&m
                 // the data lands before the next WQE (or after it, when it reads here)
                 let src = Region {
                     _shm: r._shm,
+                    _data: r._data,
                     // SAFETY: `off + len` is within the responder's resolved range.
                     ptr: unsafe { r.ptr.add(off) },
                 };
@@ -635,7 +679,27 @@ impl SqRun<'_> {
                 }
             }
             Outcome::Stall => return self.rnr_stall(d),
+            Outcome::NotReady => return self.not_ready(d),
         }
+        Flow::Next
+    }
+
+    /// WQE `d` met a responder not ready to receive: stop (the next ring or poll tries it again)
+    /// until [`TRANSPORT_RETRY_NS`] has passed since it first did, then the retry-exceeded error.
+    fn not_ready(&mut self, d: &Decoded) -> Flow {
+        let h = self.h;
+        let now = monotonic_ns() & !0xffff;
+        let since = h.not_ready_since.load(Ordering::Relaxed);
+        if since == 0 || since & 0xffff != u64::from(d.idx) {
+            h.not_ready_since.store(now | u64::from(d.idx), Ordering::Relaxed);
+            return Flow::Stop;
+        }
+        if now.saturating_sub(since & !0xffff) < TRANSPORT_RETRY_NS {
+            return Flow::Stop;
+        }
+        h.not_ready_since.store(0, Ordering::Relaxed);
+        self.emit(req_err(h, d.idx, syndrome::TRANSPORT_RETRY_EXC, d.opcode));
+        set_err(self.m, self.q);
         Flow::Next
     }
 
@@ -668,6 +732,14 @@ impl SqRun<'_> {
         set_err(m, self.q);
         Flow::Next
     }
+}
+
+/// CLOCK_MONOTONIC in nanoseconds (the same clock in every process).
+fn monotonic_ns() -> u64 {
+    let mut t = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: a valid clock id and a timespec of ours.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut t) };
+    t.tv_sec as u64 * 1_000_000_000 + t.tv_nsec as u64
 }
 
 /// The requester's error CQE of WQE `idx` (its opcode `op`) on QP `h`.

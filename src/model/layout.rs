@@ -7,9 +7,9 @@ use super::Model;
 use crate::mlx5::seg::WQEBB;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
-// "rdmamod3": the headers' layout changed (a CQ's completion channel); objects of an older
-// binary are not taken for this one's
-pub(super) const MAGIC: u64 = 0x7264_6d61_6d6f_6433;
+// "rdmamod4": the headers' layout changed (a region's data in another region's file, a QP's
+// SRQ); objects of an older binary are not taken for this one's
+pub(super) const MAGIC: u64 = 0x7264_6d61_6d6f_6434;
 pub(super) const PAGE: usize = 4096;
 
 /// The transports of the model's QPs.
@@ -60,6 +60,11 @@ pub(super) struct MrHdr {
     /// Where `base` lies in the file (one page in for the model's own regions; a region
     /// registered through libibverbs starts where the user's buffer starts in its first page).
     pub(super) data_off: u64,
+    /// 0: the bytes are in this region's file; else the key of the region (of the same process)
+    /// whose file holds them, at `data_off` there (memory registered twice: model0 pins a page
+    /// once).
+    pub(super) data_id: u32,
+    _pad: u32,
 }
 
 #[repr(C)]
@@ -157,7 +162,8 @@ pub(super) struct QpHdr {
     pub(super) transport: AtomicU32,
     /// UD: the Q_Key a datagram must carry to be taken.
     pub(super) qkey: AtomicU32,
-    _pad_sq: [u8; 4],
+    /// The shared receive queue its receives come from (0: its own receive queue).
+    pub(super) srqn: u32,
     pub(super) sq_ci: AtomicU32,
     pub(super) sq_lock: AtomicU32,
     pub(super) kicks: AtomicU32,
@@ -174,7 +180,9 @@ pub(super) struct QpHdr {
     /// Moves of the send doorbell record the model saw on a QP whose doorbells it does not see
     /// (libmlx5's, executed when polled): doorbells between two looks count once.
     pub(super) ctr_dbrec_moves: AtomicU64,
-    _pad_rq: [u8; 8],
+    /// Since when (CLOCK_MONOTONIC ns, the low 16 bits the WQE's index) the WQE of that index
+    /// has met a responder not yet ready to receive (0: none).
+    pub(super) not_ready_since: AtomicU64,
     pub(super) rq_ci: AtomicU32,
     pub(super) rq_lock: AtomicU32,
 }
@@ -198,7 +206,7 @@ pub(super) fn hdr<T>(s: &Shm) -> &T {
 /// The doorbell record of an object: in its own header at `own_off`, or in the `Db` object
 /// `db_id` (a page of records libmlx5 allocated) at `db_off`. `None` when a `Db` object is gone
 /// or the offset lies outside it.
-fn dbrec_at(m: &Model, s: &Shm, own_off: usize, db_id: u32, db_off: u32) -> Option<*mut u32> {
+pub(super) fn dbrec_at(m: &Model, s: &Shm, own_off: usize, db_id: u32, db_off: u32) -> Option<*mut u32> {
     if db_id == 0 {
         // SAFETY: the record lies inside the header page.
         return Some(unsafe { s.ptr().add(own_off) } as *mut u32);

@@ -72,6 +72,7 @@ impl Model {
                 ObjKind::Qp => &self.inner.qps,
                 ObjKind::Cq => &self.inner.cqs,
                 ObjKind::Db => &self.inner.dbs,
+                ObjKind::Srq => &self.inner.srqs,
             };
             let own = map.lock().unwrap_or_else(|p| p.into_inner()).get(&id).cloned();
             let s = match own {

@@ -42,6 +42,7 @@ mod payload;
 mod pid;
 mod recv;
 mod register;
+mod srq;
 mod user;
 mod wire;
 
@@ -57,5 +58,6 @@ pub use info::{info, sweep_dead, ModelInfo};
 pub use layout::{state, transport};
 pub use lookup::settle_thread;
 pub use objects::{Counters, Model, ModelCq, ModelMr, ModelQp};
+pub use srq::{ModelSrq, UserSrqLayout};
 pub use user::{ModelDbPage, UserQpLayout};
 pub use wire::abort_wire_waits;

@@ -34,6 +34,7 @@ pub(super) struct Inner {
     pub(super) qps: Mutex<HashMap<u32, Arc<Shm>>>,
     pub(super) cqs: Mutex<HashMap<u32, Arc<Shm>>>,
     pub(super) dbs: Mutex<HashMap<u32, Arc<Shm>>>,
+    pub(super) srqs: Mutex<HashMap<u32, Arc<Shm>>>,
     next_pd: AtomicU32,
     /// The counters of this handle's QPs and CQs already destroyed.
     retired: Mutex<Counters>,
@@ -112,6 +113,7 @@ impl Model {
                 qps: Mutex::new(HashMap::new()),
                 cqs: Mutex::new(HashMap::new()),
                 dbs: Mutex::new(HashMap::new()),
+                srqs: Mutex::new(HashMap::new()),
                 next_pd: AtomicU32::new(1),
                 retired: Mutex::new(Counters::new()),
             }),
@@ -314,6 +316,7 @@ impl Model {
                 db: (0, 0),
                 scatter_cqe: 0,
                 uidx: 0,
+                srqn: 0,
             },
             None,
         ))
@@ -347,6 +350,7 @@ impl Model {
             (*h).db_off = q.db.1;
             (*h).scatter_cqe = q.scatter_cqe;
             (*h).uidx = q.uidx;
+            (*h).srqn = q.srqn;
             (*h).atomic_be = self.inner.cfg.atomic_big_endian as u32;
             (*h).check_reg = user.is_none() as u32;
         }
@@ -395,6 +399,7 @@ pub(super) struct QpShape {
     pub(super) db: (u32, u32),
     pub(super) scatter_cqe: u32,
     pub(super) uidx: u32,
+    pub(super) srqn: u32,
 }
 
 /// A registered memory region in shared memory.
@@ -414,6 +419,18 @@ unsafe impl Send for ModelMr {}
 unsafe impl Sync for ModelMr {}
 
 impl ModelMr {
+    /// Deregistration of a region whose pinned pages other regions still use
+    /// ([`Model::reg_user_mr_in`]): its key stops working now (no PD and no access), its file
+    /// stays until it is dropped.
+    pub fn revoke(&self) {
+        // SAFETY: header fields of our own object, read by others with volatile loads each use.
+        unsafe {
+            let h = self.shm.ptr() as *mut MrHdr;
+            std::ptr::write_volatile(&mut (*h).pd, 0);
+            std::ptr::write_volatile(&mut (*h).access, 0);
+        }
+    }
+
     /// Local key (equal to the remote key, as on mlx5).
     pub fn lkey(&self) -> u32 {
         self.key

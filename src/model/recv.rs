@@ -8,6 +8,7 @@ use super::exec::{execute, resolve, Outcome};
 use super::layout::{hdr, lock, qp_dbrec, rings, state, unlock, CqHdr, QpHdr};
 use super::payload::Payload;
 use super::shm::{ObjKind, Shm};
+use super::srq;
 use super::{ExecMode, Model};
 use crate::mlx5::cq::cqe_op;
 use crate::mlx5::rq::INVALID_LKEY;
@@ -18,6 +19,10 @@ use std::sync::atomic::{fence, Ordering};
 pub(super) fn flush_rq(m: &Model, q: &Shm) {
     let _scope = Model::scope();
     let h: &QpHdr = hdr(q);
+    // an SRQ's receives stay for its other QPs
+    if h.srqn != 0 {
+        return;
+    }
     let Some(cq) = m.lookup(ObjKind::Cq, h.recv_cqn) else {
         return;
     };
@@ -45,8 +50,8 @@ pub(super) fn flush_rq(m: &Model, q: &Shm) {
     unlock(&h.rq_lock);
 }
 
-/// Takes a receive of `peer` for a message from QP `src_qp` (the responder CQE names it, as a
-/// UD receive's does).
+/// Takes a receive of `peer` (from its receive queue, or from its shared receive queue) for a
+/// message from QP `src_qp` (the responder CQE names it, as a UD receive's does).
 pub(super) fn deliver_to_receiver(
     m: &Model,
     peer: &Shm,
@@ -56,33 +61,95 @@ pub(super) fn deliver_to_receiver(
     src_qp: u32,
 ) -> Outcome {
     let ph: &QpHdr = hdr(peer);
-    let (Some(db), Some(r)) = (qp_dbrec(m, peer), rings(peer)) else {
+    // SAFETY: a header field inside the mapping, read once (its owner may change it).
+    let srqn = unsafe { std::ptr::read_volatile(&ph.srqn) };
+    if srqn == 0 {
+        let Some(db) = qp_dbrec(m, peer) else {
+            return Outcome::Fail(syndrome::TRANSPORT_RETRY_EXC);
+        };
+        let Some(r) = rings(peer) else {
+            return Outcome::Fail(syndrome::TRANSPORT_RETRY_EXC);
+        };
+        lock(&ph.rq_lock);
+        let t = take_and_scatter(m, ph, (d, payload, resp_op, src_qp), || {
+            // SAFETY: the peer's receive counter (checked by qp_dbrec).
+            let head = u32::from_be(unsafe { std::ptr::read_volatile(db) }) & 0xffff;
+            let ci = ph.rq_ci.load(Ordering::Relaxed);
+            if (ci & 0xffff) == head {
+                return Ok(None);
+            }
+            fence(Ordering::Acquire);
+            ph.rq_ci.store(ci.wrapping_add(1), Ordering::Relaxed);
+            let stride = r.rq_stride as usize;
+            // SAFETY: the receive WQE at slot ci inside the peer's RQ ring (checked by rings).
+            let wqe = unsafe { r.rq.add((ci & (r.rq_cnt - 1)) as usize * stride) };
+            Ok(Some((wqe, stride, ci as u16, ph.pd)))
+        });
+        unlock(&ph.rq_lock);
+        return t.after_unlock(m, (peer, ph));
+    }
+    let Some(s) = m.lookup(ObjKind::Srq, srqn) else {
         return Outcome::Fail(syndrome::TRANSPORT_RETRY_EXC);
     };
-    lock(&ph.rq_lock);
-    // SAFETY: the peer's receive counter (checked by qp_dbrec).
-    let head = u32::from_be(unsafe { std::ptr::read_volatile(db) }) & 0xffff;
-    let ci = ph.rq_ci.load(Ordering::Relaxed);
-    if (ci & 0xffff) == head {
-        unlock(&ph.rq_lock);
-        return Outcome::Stall;
+    let held = srq::Locked::new(&s);
+    let t = take_and_scatter(m, ph, (d, payload, resp_op, src_qp), || {
+        Ok(srq::take(m, &s)?.map(|w| (w.segs, w.len, w.index, hdr::<srq::SrqHdr>(&s).pd)))
+    });
+    drop(held);
+    t.after_unlock(m, (peer, ph))
+}
+
+/// What [`take_and_scatter`] came to, under the receive queue's lock: what moves the responder
+/// to error (which flushes its receive queue, taking that lock) is done after it is let go.
+enum Took {
+    Out(Outcome),
+    /// The responder's CQ overflowed.
+    Overrun,
+    /// The receive with this WQE counter failed with this syndrome (its error CQE goes into the
+    /// CQ).
+    Failed(super::lookup::ObjRef, u16, u8),
+}
+
+impl Took {
+    fn after_unlock(self, m: &Model, (peer, ph): (&Shm, &QpHdr)) -> Outcome {
+        match self {
+            Took::Out(o) => o,
+            Took::Overrun => {
+                set_err(m, peer);
+                Outcome::Fail(syndrome::TRANSPORT_RETRY_EXC)
+            }
+            Took::Failed(rcq, counter, s) => receive_failed(m, (peer, ph), &rcq, counter, s),
+        }
     }
-    fence(Ordering::Acquire);
+}
+
+/// A receive WQE taken: its scatter entries, their bytes, the CQE's WQE counter, the PD its
+/// keys must be of.
+type Taken = (*mut u8, usize, u16, u32);
+
+/// The receive `take` gives (its queue's lock held by the caller) filled with the message and
+/// completed: `take` answers `Ok(None)` when no receive is posted (the sender stalls), `Err` when
+/// the queue is not one (the sender's retries are exceeded).
+#[inline(always)]
+fn take_and_scatter(
+    m: &Model,
+    ph: &QpHdr,
+    (d, payload, resp_op, src_qp): (&Decoded, &Payload, u8, u32),
+    take: impl FnOnce() -> Result<Option<Taken>, ()>,
+) -> Took {
     let Some(rcq) = m.lookup(ObjKind::Cq, ph.recv_cqn) else {
-        unlock(&ph.rq_lock);
-        return Outcome::Fail(syndrome::TRANSPORT_RETRY_EXC);
+        return Took::Out(Outcome::Fail(syndrome::TRANSPORT_RETRY_EXC));
     };
     // the responder's CQ overflowed: it is in error and so is the responder QP (a ConnectX's CQ
     // error); the requester sees its peer gone
     if hdr::<CqHdr>(&rcq).overruns.load(Ordering::Relaxed) > 0 {
-        unlock(&ph.rq_lock);
-        set_err(m, peer);
-        return Outcome::Fail(syndrome::TRANSPORT_RETRY_EXC);
+        return Took::Overrun;
     }
-    // the ring as checked: the peer's header is read once (it may change under us)
-    let stride = r.rq_stride as usize;
-    // SAFETY: the receive WQE at slot ci inside the peer's RQ ring (checked by rings).
-    let rwqe = unsafe { r.rq.add((ci & (r.rq_cnt - 1)) as usize * stride) };
+    let (rwqe, stride, counter, pd) = match take() {
+        Ok(Some(t)) => t,
+        Ok(None) => return Took::Out(Outcome::Stall),
+        Err(()) => return Took::Out(Outcome::Fail(syndrome::TRANSPORT_RETRY_EXC)),
+    };
     let write_len = if resp_op == cqe_op::RESP_WR_IMM {
         0
     } else {
@@ -92,11 +159,9 @@ pub(super) fn deliver_to_receiver(
     // most 32 bytes goes into the CQE, the receive buffer stays untouched (its entries are
     // still checked, as the NIC checks the receive WQE)
     let scatter = ph.scatter_cqe != 0 && write_len > 0 && write_len <= ph.scatter_cqe.min(32) as usize;
-    let fail = scatter_payload(m, ph, (rwqe, stride), payload, write_len, scatter);
-    ph.rq_ci.store(ci.wrapping_add(1), Ordering::Relaxed);
-    if let Some(s) = fail {
-        unlock(&ph.rq_lock);
-        return receive_failed(m, (peer, ph), &rcq, ci, s);
+    let to = (pd, ph.obj.owner_pid);
+    if let Some(s) = scatter_payload(m, to, (rwqe, stride), payload, write_len, scatter) {
+        return Took::Failed(rcq, counter, s);
     }
     // the CQE is written before the receive queue is let go: two senders delivering into one
     // receive queue at once (threads, or processes) complete its receives in its order, as a
@@ -109,7 +174,7 @@ pub(super) fn deliver_to_receiver(
             op: resp_op,
             qpn: ph.obj.id,
             uidx: ph.uidx,
-            wqe_counter: ci as u16,
+            wqe_counter: counter,
             byte_cnt: payload.len() as u32,
             imm: d.imm,
             solicited: d.solicited,
@@ -122,20 +187,19 @@ pub(super) fn deliver_to_receiver(
             ..Default::default()
         },
     );
-    unlock(&ph.rq_lock);
-    Outcome::Done {
+    Took::Out(Outcome::Done {
         byte_cnt: payload.len() as u32,
-    }
+    })
 }
 
-/// Scatters the first `write_len` bytes of `payload` through the receive WQE `wqe` (its address
-/// and stride, in the ring of `ph`) into the receiver's regions, or only checks its entries
+/// Scatters the first `write_len` bytes of `payload` through the receive WQE `wqe` (its scatter
+/// entries and their bytes) into the receiver's regions (of PD `pd`, process `owner`), or only checks its entries
 /// when the payload goes into the CQE (`to_cqe`). The syndrome of a failure: an entry's key,
 /// access or bounds refused, or entries too short for the payload.
 #[inline(always)]
 fn scatter_payload(
     m: &Model,
-    ph: &QpHdr,
+    (pd, owner): (u32, u32),
     wqe: (*mut u8, usize),
     payload: &Payload,
     write_len: usize,
@@ -156,15 +220,7 @@ fn scatter_payload(
         }
         let (addr, len) = (u64::from_be(s.addr), u32::from_be(s.byte_count) as usize);
         let n = len.min(write_len - off);
-        match resolve(
-            m,
-            lkey,
-            addr,
-            n as u64,
-            ph.pd,
-            ph.obj.owner_pid,
-            sys::IBV_ACCESS_LOCAL_WRITE,
-        ) {
+        match resolve(m, lkey, addr, n as u64, pd, owner, sys::IBV_ACCESS_LOCAL_WRITE) {
             Ok(r) => {
                 if !to_cqe {
                     // SAFETY: resolved in bounds of the receiver's region, `n` bytes; off + n
@@ -185,10 +241,10 @@ fn scatter_payload(
     fail
 }
 
-/// Receive `ci` of `peer` (and its header) failed with syndrome `s`: its error CQE into `rcq`,
+/// The receive with WQE counter `counter` of `peer` (and its header) failed with syndrome `s`: its error CQE into `rcq`,
 /// `peer` moved to error; the requester's WQE fails as a remote invalid request.
 #[inline(always)]
-fn receive_failed(m: &Model, (peer, ph): (&Shm, &QpHdr), rcq: &Shm, ci: u32, s: u8) -> Outcome {
+fn receive_failed(m: &Model, (peer, ph): (&Shm, &QpHdr), rcq: &Shm, counter: u16, s: u8) -> Outcome {
     push_cqe(
         m,
         rcq,
@@ -196,7 +252,7 @@ fn receive_failed(m: &Model, (peer, ph): (&Shm, &QpHdr), rcq: &Shm, ci: u32, s: 
             op: cqe_op::RESP_ERR,
             qpn: ph.obj.id,
             uidx: ph.uidx,
-            wqe_counter: ci as u16,
+            wqe_counter: counter,
             syndrome: s,
             ..Default::default()
         },

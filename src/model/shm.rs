@@ -72,6 +72,8 @@ pub enum ObjKind {
     Cq,
     /// A page of doorbell records that libmlx5 allocated (model0 under rdma-core).
     Db,
+    /// Shared receive queue (named by its SRQ number).
+    Srq,
 }
 
 impl ObjKind {
@@ -81,6 +83,7 @@ impl ObjKind {
             ObjKind::Qp => "qp",
             ObjKind::Cq => "cq",
             ObjKind::Db => "db",
+            ObjKind::Srq => "srq",
         }
     }
 }
@@ -329,6 +332,7 @@ pub fn sweep(owner_of: impl Fn(&Shm) -> Option<u32>) -> usize {
             "qp" => ObjKind::Qp,
             "cq" => ObjKind::Cq,
             "db" => ObjKind::Db,
+            "srq" => ObjKind::Srq,
             _ => continue,
         };
         let Ok(id) = u32::from_str_radix(id, 16) else { continue };

@@ -8,7 +8,7 @@
 use super::config::io;
 use super::direct::{deliver_now, RegCheck};
 use super::exec::execute;
-use super::layout::{hdr, init_obj, lock, qp_dbrec, state, unlock, ObjHdr, QpHdr, PAGE, QP_SQ_OFF};
+use super::layout::{hdr, init_obj, lock, qp_dbrec, state, unlock, MrHdr, ObjHdr, QpHdr, PAGE, QP_SQ_OFF};
 use super::objects::{publish, retire, MrPlace, QpShape};
 use super::shm::{ObjKind, Shm};
 use super::{Model, ModelCq, ModelError, ModelMr, ModelQp, MAX_INLINE};
@@ -28,7 +28,7 @@ impl Pinned {
     ///
     /// # Safety
     /// As [`Shm::map_over`].
-    unsafe fn new(shm: &Shm, off: usize, addr: usize, len: usize, what: &str) -> Result<Pinned, ModelError> {
+    pub(super) unsafe fn new(shm: &Shm, off: usize, addr: usize, len: usize, what: &str) -> Result<Pinned, ModelError> {
         // SAFETY: forwarded from the caller.
         unsafe { shm.map_over(off, addr, len) }.map_err(io(format!("pinning {what} at {addr:#x} ({len} bytes)")))?;
         Ok(Pinned { addr, len, off })
@@ -48,6 +48,17 @@ impl Pinned {
                 );
             }
         }
+    }
+}
+
+/// Takes object `shm` out of service and gives back the program's memory it pinned (`user`),
+/// once.
+pub(super) fn release_user_memory(shm: &Shm, user: &std::sync::Mutex<Option<Pinned>>) {
+    hdr::<ObjHdr>(shm).valid.store(0, Ordering::Release);
+    super::lookup::note_retired();
+    let pin = user.lock().unwrap_or_else(|p| p.into_inner()).take();
+    if let Some(p) = pin {
+        p.release(shm);
     }
 }
 
@@ -74,6 +85,11 @@ impl ModelDbPage {
     /// The page's address in the program.
     pub fn addr(&self) -> usize {
         self.addr
+    }
+
+    /// Its object's id (what a QP's or SRQ's header names it by).
+    pub(super) fn id(&self) -> u32 {
+        self.id
     }
 }
 
@@ -103,6 +119,8 @@ pub struct UserQpLayout {
     pub scatter_cqe: u32,
     /// The user index CQEs carry (CQE version 1).
     pub uidx: u32,
+    /// The shared receive queue its receives come from ([`super::ModelSrq::srqn`]; 0: its own).
+    pub srqn: u32,
 }
 
 impl Model {
@@ -160,6 +178,34 @@ impl Model {
             data_off: (PAGE + (start - pstart)) as u64,
         };
         Ok(self.finish_mr(shm, key, pd, access, place, Some(pin)))
+    }
+
+    /// A region of `len` bytes at `start` whose pages the region with key `host` (of this
+    /// process, its pinned pages starting at `host_pages`) already pinned: its bytes are the
+    /// host's, reached through the host's file (memory registered twice). The host's pinned
+    /// pages must outlive it (the caller keeps the host, [`ModelMr::revoke`]d if deregistered
+    /// first).
+    pub fn reg_user_mr_in(
+        &self,
+        (pd, access): (u32, u32),
+        (start, len, iova): (usize, usize, u64),
+        host: u32,
+        host_pages: usize,
+    ) -> Result<ModelMr, ModelError> {
+        if len == 0 || start < host_pages {
+            return Err(ModelError::Invalid(format!("memory region {start:#x} + {len}")));
+        }
+        let (key, shm) = Shm::create(ObjKind::Mr, PAGE, || self.next_id()).map_err(io("creating a memory region"))?;
+        init_obj(&shm, key);
+        // SAFETY: a header field of our own new object, before it is marked valid.
+        unsafe { (*(shm.ptr() as *mut MrHdr)).data_id = host };
+        let place = MrPlace {
+            base: iova,
+            len,
+            data: start as *mut u8,
+            data_off: (PAGE + (start - host_pages)) as u64,
+        };
+        Ok(self.finish_mr(shm, key, pd, access, place, None))
     }
 
     /// A CQ of `cnt` 64-byte CQEs in the program's buffer `buf` (page-aligned), its consumer
@@ -244,6 +290,7 @@ impl Model {
             db: (db.id, db_off),
             scatter_cqe: l.scatter_cqe,
             uidx: l.uidx,
+            srqn: l.srqn,
         };
         Ok(self.finish_qp(shm, qpn, pd, (send_cq, recv_cq), shape, Some(pin)))
     }
@@ -262,12 +309,7 @@ impl ModelQp {
     /// concurrent `uverbs::progress`, a backend's handle): from here on the model reaches the
     /// rings only through its own object file, never the program's addresses.
     pub fn release_user_memory(&self) {
-        hdr::<ObjHdr>(&self.shm).valid.store(0, Ordering::Release);
-        super::lookup::note_retired();
-        let pin = self.user.lock().unwrap_or_else(|p| p.into_inner()).take();
-        if let Some(p) = pin {
-            p.release(&self.shm);
-        }
+        release_user_memory(&self.shm, &self.user);
     }
 
     /// Back to RESET (libmlx5 then starts its rings over at index 0): the model's consumer
@@ -310,5 +352,10 @@ impl ModelQp {
     /// error flushes them, a peer stalled on RNR goes on.
     pub fn receives_posted(&self) {
         super::recv::receives_posted(&self.model, &self.shm, self.model.inner.cfg.exec);
+    }
+
+    /// The shared receive queue its receives come from (0: its own receive queue).
+    pub fn srqn(&self) -> u32 {
+        hdr::<QpHdr>(&self.shm).srqn
     }
 }

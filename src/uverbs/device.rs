@@ -12,17 +12,20 @@ mod clock;
 mod commands;
 mod dispatch;
 mod frame;
+mod pins;
 mod qps;
+mod srq;
 #[cfg(test)]
 mod tests;
 
 use super::interpose;
-use crate::model::{Model, ModelCq, ModelDbPage, ModelMr, ModelQp};
+use crate::model::{Model, ModelCq, ModelDbPage, ModelQp, ModelSrq};
 use crate::sys::kabi as k;
 use commands::{destroy_qp_ent, get_context, release_db};
 use frame::{frame, legacy, Cmd};
 
 pub use clock::refresh as refresh_clock;
+pub use srq::receives_posted as srq_receives_posted;
 use std::cell::Cell;
 use std::collections::HashMap;
 use std::ffi::{c_int, c_void};
@@ -68,7 +71,18 @@ struct QpEnt {
     bfreg: u32,
     send_cq: u32,
     recv_cq: u32,
+    /// The SRQ handle its receives come from.
+    srq: Option<u32>,
     attr: k::ib_uverbs_query_qp_resp,
+}
+
+struct SrqEnt {
+    srq: ModelSrq,
+    pdn: u32,
+    db: usize,
+    /// What CREATE_SRQ answered (QUERY_SRQ answers it again).
+    max_wr: u32,
+    max_sge: u32,
 }
 
 /// One open context (a device descriptor after `GET_CONTEXT`).
@@ -76,9 +90,10 @@ struct Ctx {
     model: Model,
     next: u32,
     pds: HashMap<u32, u32>,
-    mrs: HashMap<u32, ModelMr>,
+    mrs: HashMap<u32, pins::MrEnt>,
     cqs: HashMap<u32, CqEnt>,
     qps: HashMap<u32, QpEnt>,
+    srqs: HashMap<u32, SrqEnt>,
     dbs: HashMap<usize, DbRef>,
     /// QPs per BlueFlame register, and how many registers (the last ones) are low-latency
     /// (dedicated to one QP each), as GET_CONTEXT asked.
@@ -92,9 +107,7 @@ unsafe impl Send for Ctx {}
 static CTXS: Mutex<Vec<(c_int, Option<Ctx>)>> = Mutex::new(Vec::new());
 use qps::{with_qps, QPS};
 static MODEL: Mutex<Option<Model>> = Mutex::new(None);
-/// The pages pinned for registered regions, all contexts of the process: (region start, first
-/// page, end of last page).
-static MR_PAGES: Mutex<Vec<(usize, usize, usize)>> = Mutex::new(Vec::new());
+use pins::PINS as MR_PAGES;
 
 thread_local! {
     /// How deep this thread is in model0's device and model, where it may hold any of their
@@ -286,6 +299,7 @@ fn close_device_with(fd: c_int, wait: bool) -> bool {
             destroy_qp_ent(&mut ctx, h, &mut qps);
         }
         drop(qps);
+        srq::destroy_all(&mut ctx);
         let cqs: Vec<u32> = ctx.cqs.keys().copied().collect();
         for h in cqs {
             if let Some(e) = ctx.cqs.remove(&h) {
@@ -293,12 +307,10 @@ fn close_device_with(fd: c_int, wait: bool) -> bool {
                 release_db(&mut ctx, e.db);
             }
         }
-        for m in ctx.mrs.values() {
-            let at = m.as_ptr() as usize;
-            pages.retain(|r| r.0 != at);
+        for (_, e) in ctx.mrs.drain() {
+            pins::release(&mut pages, e);
         }
         drop(pages);
-        ctx.mrs.clear();
         ctx.dbs.clear();
     }
     true
@@ -421,6 +433,7 @@ fn open_context(slot: &mut Option<Ctx>, c: &mut Cmd<'_>) -> Result<(), c_int> {
         mrs: HashMap::new(),
         cqs: HashMap::new(),
         qps: HashMap::new(),
+        srqs: HashMap::new(),
         dbs: HashMap::new(),
     });
     Ok(())

@@ -101,6 +101,37 @@ pub unsafe extern "C" fn stat(path: *const c_char, buf: *mut libc::stat) -> c_in
     ret(unsafe { libc::syscall(libc::SYS_newfstatat, libc::AT_FDCWD, path, buf, 0) })
 }
 
+/// `access(2)`: the device node exists, readable and writable (as `/dev/infiniband/uverbs*`
+/// are, mode 0666); UCX checks it before it opens a device.
+///
+/// # Safety
+/// As libc's `access`.
+#[no_mangle]
+pub unsafe extern "C" fn access(path: *const c_char, mode: c_int) -> c_int {
+    if is_dev_path(path) {
+        return 0;
+    }
+    // SAFETY: forwarded as given.
+    ret(unsafe { libc::syscall(libc::SYS_faccessat, libc::AT_FDCWD, path, mode) })
+}
+
+/// `faccessat(2)` (glibc's, with its flags): as [`access`] for the device node.
+///
+/// # Safety
+/// As libc's `faccessat`.
+#[no_mangle]
+pub unsafe extern "C" fn faccessat(dirfd: c_int, path: *const c_char, mode: c_int, flags: c_int) -> c_int {
+    if is_dev_path(path) {
+        return 0;
+    }
+    if flags == 0 {
+        // SAFETY: forwarded as given.
+        return ret(unsafe { libc::syscall(libc::SYS_faccessat, dirfd, path, mode) });
+    }
+    // SAFETY: forwarded as given (faccessat2 takes the flags; Linux 5.8 on).
+    ret(unsafe { libc::syscall(libc::SYS_faccessat2, dirfd, path, mode, flags) })
+}
+
 /// `close(2)`: closing a device descriptor releases the context's objects first.
 ///
 /// # Safety

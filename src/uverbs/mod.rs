@@ -65,7 +65,11 @@ fn install() -> Result<PathBuf, String> {
     }
     // a process started by `rdmaprobe model0 exec` (or by rdmaprobe) finds the tree made
     let made = std::env::var_os("SYSFS_PATH").is_some_and(|p| Path::new(&p) == root)
-        && root.join("class/infiniband").join(IBDEV).join("node_guid").is_file();
+        && root
+            .join("class/infiniband")
+            .join(IBDEV)
+            .join("device/vendor")
+            .is_file();
     if !made {
         write_tree(&root).map_err(|e| format!("creating {}: {e}", root.display()))?;
     }
@@ -84,26 +88,32 @@ fn write_tree(root: &Path) -> std::io::Result<()> {
     }
     let (maj, min) = (libc::major(st.st_rdev), libc::minor(st.st_rdev));
     let uv = root.join("class/infiniband_verbs").join(device::UVERBS_NAME);
-    let ib = root.join("class/infiniband").join(IBDEV);
+    // As a kernel lays it out: the device under its PCI function, `class/infiniband/model0` a
+    // link to it, `device` a link back to the function (UCX finds the PCI ids there).
+    let pci = root.join(PCI_DIR);
+    let ib = pci.join("infiniband").join(IBDEV);
     let files: &[(PathBuf, String)] = &[
         (root.join("class/infiniband_verbs/abi_version"), "6\n".into()),
         (uv.join("ibdev"), format!("{IBDEV}\n")),
         (uv.join("dev"), format!("{maj}:{min}\n")),
         (uv.join("abi_version"), "1\n".into()),
+        (pci.join("vendor"), "0x15b3\n".into()),
+        (pci.join("device"), "0x1017\n".into()),
+        (pci.join("subsystem_vendor"), "0x15b3\n".into()),
+        (pci.join("subsystem_device"), "0x0020\n".into()),
+        (pci.join("modalias"), MODALIAS.into()),
         (ib.join("node_type"), "1: CA\n".into()),
         (ib.join("fw_ver"), "16.35.1000\n".into()),
         // as QUERY_DEVICE answers (ibv_devices reads the file, ibv_devinfo the command)
         (ib.join("node_guid"), "0000:0000:0000:0001\n".into()),
         (ib.join("sys_image_guid"), "0000:0000:0000:0001\n".into()),
         (
-            ib.join("device/modalias"),
-            "pci:v000015B3d00001017sv000015B3sd00000020bc02sc00i00\n".into(),
-        ),
-        (
             ib.join("ports/1/gids/0"),
             "fe80:0000:0000:0000:0000:0000:0000:0001\n".into(),
         ),
         (ib.join("ports/1/gid_attrs/types/0"), "IB/RoCE v1\n".into()),
+        // the default partition, full membership (ibv_query_pkey reads it here)
+        (ib.join("ports/1/pkeys/0"), "0xffff\n".into()),
         (ib.join("ports/1/link_layer"), "InfiniBand\n".into()),
     ];
     for (p, content) in files {
@@ -115,5 +125,27 @@ fn write_tree(root: &Path) -> std::io::Result<()> {
         std::fs::write(&tmp, content)?;
         std::fs::rename(&tmp, p)?;
     }
-    Ok(())
+    let class_ib = root.join("class/infiniband");
+    std::fs::create_dir_all(&class_ib)?;
+    let link = class_ib.join(IBDEV);
+    // a tree of an earlier rdmaprobe had a directory here
+    if link.symlink_metadata().is_ok_and(|m| m.is_dir()) {
+        std::fs::remove_dir_all(&link)?;
+    }
+    symlink_replace(&format!("../../{PCI_DIR}/infiniband/{IBDEV}"), &link)?;
+    symlink_replace("../../../0000:00:00.0", &ib.join("device"))
+}
+
+/// Where model0's PCI function sits in the fake sysfs.
+const PCI_DIR: &str = "devices/pci0000:00/0000:00:00.0";
+
+/// The PCI function's modalias: a ConnectX-5 (15b3:1017), which makes libibverbs load libmlx5.
+const MODALIAS: &str = "pci:v000015B3d00001017sv000015B3sd00000020bc02sc00i00\n";
+
+/// Points `link` at `target`, replacing what is there in one step (other processes read it).
+fn symlink_replace(target: &str, link: &Path) -> std::io::Result<()> {
+    let tmp = link.with_extension(format!("tmp{}", std::process::id()));
+    let _ = std::fs::remove_file(&tmp);
+    std::os::unix::fs::symlink(target, &tmp)?;
+    std::fs::rename(&tmp, link)
 }

@@ -25,6 +25,7 @@ use std::sync::Mutex;
 enum Slot {
     PostSend,
     PostRecv,
+    PostSrqRecv,
     PollCq,
     ReqNotifyCq,
     CreateQpEx,
@@ -42,6 +43,8 @@ static SIGNALS: AtomicBool = AtomicBool::new(false);
 
 type PostSendFn = unsafe extern "C" fn(*mut sys::ibv_qp, *mut sys::ibv_send_wr, *mut *mut sys::ibv_send_wr) -> c_int;
 type PostRecvFn = unsafe extern "C" fn(*mut sys::ibv_qp, *mut sys::ibv_recv_wr, *mut *mut sys::ibv_recv_wr) -> c_int;
+type PostSrqRecvFn =
+    unsafe extern "C" fn(*mut sys::ibv_srq, *mut sys::ibv_recv_wr, *mut *mut sys::ibv_recv_wr) -> c_int;
 type PollCqFn = unsafe extern "C" fn(*mut sys::ibv_cq, c_int, *mut sys::ibv_wc) -> c_int;
 type ReqNotifyCqFn = unsafe extern "C" fn(*mut sys::ibv_cq, c_int) -> c_int;
 type CreateQpExFn = unsafe extern "C" fn(*mut sys::ibv_context, *mut sys::ibv_qp_init_attr_ex) -> *mut sys::ibv_qp;
@@ -203,6 +206,10 @@ pub unsafe fn wrap_context(ctx: *mut sys::ibv_context) {
         save(Slot::PostRecv, key, f as usize);
         ops.post_recv = Some(post_recv);
     }
+    if let Some(f) = ops.post_srq_recv {
+        save(Slot::PostSrqRecv, key, f as usize);
+        ops.post_srq_recv = Some(post_srq_recv);
+    }
     if let Some(f) = ops.poll_cq {
         save(Slot::PollCq, key, f as usize);
         ops.poll_cq = Some(poll_cq);
@@ -294,6 +301,24 @@ unsafe extern "C" fn post_recv(
         let _in = device::inside();
         q.receives_posted();
     }
+    rc
+}
+
+unsafe extern "C" fn post_srq_recv(
+    srq: *mut sys::ibv_srq,
+    wr: *mut sys::ibv_recv_wr,
+    bad: *mut *mut sys::ibv_recv_wr,
+) -> c_int {
+    // SAFETY: libibverbs calls this with a live SRQ of a context wrapped here.
+    let ctx = unsafe { (*srq).context };
+    // SAFETY: the slot's type.
+    let Some(f) = (unsafe { saved::<PostSrqRecvFn>(Slot::PostSrqRecv, ctx as *const c_void) }) else {
+        return libc::ENOSYS;
+    };
+    // SAFETY: the provider's own post_srq_recv with the caller's arguments.
+    let rc = unsafe { f(srq, wr, bad) };
+    let _in = device::inside();
+    device::srq_receives_posted(srq as u64);
     rc
 }
 

@@ -110,6 +110,9 @@ pub(super) fn device_attr(m: &Model) -> k::ib_uverbs_query_device_resp {
         max_qp_rd_atom: 16,
         max_res_rd_atom: 16 << 18,
         max_qp_init_rd_atom: 16,
+        max_srq: 1 << 23,
+        max_srq_wr: (1 << 15) - 1,
+        max_srq_sge: 31,
         atomic_cap: if m.config().atomic_big_endian {
             crate::sys::IBV_ATOMIC_NONE
         } else {
@@ -176,18 +179,24 @@ pub(super) fn reg_mr(ctx: &mut Ctx, c: &Cmd<'_>) -> Result<(), c_int> {
             libc::EFAULT,
         );
     }
-    // model0 pins whole pages by mapping a file over them: pages another region (of any
-    // context of this process) already pinned cannot be pinned twice
+    // model0 pins a page once, by mapping a region's file over it (pins.rs): a region within
+    // pages already pinned (by a region of any context of this process) uses them
     let mut pages = MR_PAGES.lock().unwrap_or_else(|p| p.into_inner());
-    if pages.iter().any(|&(_, s1, e1)| s0 < e1 && s1 < e0) {
+    let Ok(host) = super::pins::find(&pages, s0, e0) else {
         return errno_of(
-            format!("REG_MR of {start:#x} + {len}: its pages overlap another region's (model0 pins whole pages)"),
+            format!("REG_MR of {start:#x} + {len}: its pages overlap another region's in part (model0 pins whole pages, once)"),
             libc::EOPNOTSUPP,
         );
+    };
+    let mr = match host {
+        Some((key, hs0)) => {
+            let (pa, span) = ((pdn, q.access_flags), (start, len, q.hca_va));
+            ctx.model.reg_user_mr_in(pa, span, key, hs0)
+        }
+        // SAFETY: libibverbs registers memory the program owns and keeps until DEREG_MR.
+        None => unsafe { ctx.model.reg_user_mr(pdn, start, len, q.hca_va, q.access_flags) },
     }
-    // SAFETY: libibverbs registers memory the program owns and keeps until DEREG_MR.
-    let mr = unsafe { ctx.model.reg_user_mr(pdn, start, len, q.hca_va, q.access_flags) }
-        .or_else(|e| model_errno(e, libc::ENOMEM))?;
+    .or_else(|e| model_errno(e, libc::ENOMEM))?;
     let h = handle(ctx);
     let r = k::ib_uverbs_reg_mr_resp {
         mr_handle: h,
@@ -195,8 +204,8 @@ pub(super) fn reg_mr(ctx: &mut Ctx, c: &Cmd<'_>) -> Result<(), c_int> {
         rkey: mr.rkey(),
         ..Default::default()
     };
-    pages.push((mr.as_ptr() as usize, s0, e0));
-    ctx.mrs.insert(h, mr);
+    let e = super::pins::add(&mut pages, mr, (s0, e0), host.map(|h| h.0));
+    ctx.mrs.insert(h, e);
     c.resp.put(bytes(&r), &[])
 }
 
@@ -215,7 +224,7 @@ fn mapped(addr: usize, len: usize) -> bool {
 }
 
 /// Pins the doorbell-record page holding `addr` (once per page), returns the page and offset.
-fn take_db(ctx: &mut Ctx, addr: u64) -> Result<(usize, u32), c_int> {
+pub(super) fn take_db(ctx: &mut Ctx, addr: u64) -> Result<(usize, u32), c_int> {
     let page = addr as usize & !(PAGE - 1);
     if let Some(d) = ctx.dbs.get_mut(&page) {
         d.refs += 1;
@@ -315,7 +324,23 @@ pub(super) fn create_qp(ctx: &mut Ctx, c: &Cmd<'_>, q: &k::ib_uverbs_ex_create_q
     ) else {
         return errno_of("CREATE_QP with an unknown PD or CQ handle", libc::EINVAL);
     };
-    let l = user_qp_layout(q, &d);
+    let mut l = user_qp_layout(q, &d);
+    let srq = if q.is_srq != 0 {
+        match ctx.srqs.get(&q.srq_handle) {
+            Some(s) => {
+                l.srqn = s.srq.srqn();
+                Some(q.srq_handle)
+            }
+            None => {
+                return errno_of(
+                    format!("CREATE_QP with unknown SRQ handle {}", q.srq_handle),
+                    libc::EINVAL,
+                )
+            }
+        }
+    } else {
+        None
+    };
     let (send_cq, recv_cq) = (q.send_cq_handle, q.recv_cq_handle);
     let (scq, rcq) = (&scq.cq as *const ModelCq, &rcq.cq as *const ModelCq);
     let (page, off) = take_db(ctx, d.db_addr)?;
@@ -352,6 +377,7 @@ pub(super) fn create_qp(ctx: &mut Ctx, c: &Cmd<'_>, q: &k::ib_uverbs_ex_create_q
             bfreg,
             send_cq,
             recv_cq,
+            srq,
             attr: initial_qp_attr(q),
         },
     );
@@ -371,13 +397,13 @@ fn qp_transport(q: &k::ib_uverbs_ex_create_qp) -> Result<u32, c_int> {
     }
 }
 
-/// Refuses what model0 does not do in a CREATE_QP (`q`, libmlx5's part `d`): an SRQ, create
-/// flags other than signalling all, a comp_mask, unknown mlx5 flags, WQE signatures.
+/// Refuses what model0 does not do in a CREATE_QP (`q`, libmlx5's part `d`): create flags
+/// other than signalling all, a comp_mask, unknown mlx5 flags, WQE signatures.
 fn check_qp_request(q: &k::ib_uverbs_ex_create_qp, d: &k::mlx5_ib_create_qp) -> Result<(), c_int> {
-    if q.is_srq != 0 || q.create_flags & !k::IB_UVERBS_QP_CREATE_SQ_SIG_ALL != 0 || q.comp_mask != 0 {
+    if q.create_flags & !k::IB_UVERBS_QP_CREATE_SQ_SIG_ALL != 0 || q.comp_mask != 0 {
         return errno_of(
             format!(
-                "CREATE_QP with an SRQ, create flags {:#x} or comp_mask {:#x}",
+                "CREATE_QP with create flags {:#x} or comp_mask {:#x}",
                 q.create_flags, q.comp_mask
             ),
             libc::EOPNOTSUPP,
@@ -414,6 +440,7 @@ fn user_qp_layout(q: &k::ib_uverbs_ex_create_qp, d: &k::mlx5_ib_create_qp) -> Us
             0
         },
         uidx: d.uidx,
+        srqn: 0,
     }
 }
 

@@ -32,6 +32,10 @@ const TABLE: &[(u32, bool, Handler)] = &[
     (k::IB_USER_VERBS_EX_CMD_MODIFY_QP, true, ex_modify_qp),
     (k::IB_USER_VERBS_CMD_QUERY_QP, false, query_qp),
     (k::IB_USER_VERBS_CMD_DESTROY_QP, false, destroy_qp),
+    (k::IB_USER_VERBS_CMD_CREATE_SRQ, false, super::srq::create_srq),
+    (k::IB_USER_VERBS_CMD_QUERY_SRQ, false, super::srq::query_srq),
+    (k::IB_USER_VERBS_CMD_MODIFY_SRQ, false, super::srq::modify_srq),
+    (k::IB_USER_VERBS_CMD_DESTROY_SRQ, false, super::srq::destroy_srq),
 ];
 
 /// Commands model0 does not answer, by the feature a program asked for with them: (number,
@@ -39,7 +43,6 @@ const TABLE: &[(u32, bool, Handler)] = &[
 /// only the errno.
 #[rustfmt::skip]
 const UNSUPPORTED: &[(u32, bool, &str)] = &[
-    (k::IB_USER_VERBS_CMD_CREATE_SRQ, false, "a shared receive queue (SRQ, ibv_create_srq)"),
     (k::IB_USER_VERBS_CMD_CREATE_XSRQ, false, "an XRC or tag-matching SRQ (ibv_create_srq_ex)"),
     (k::IB_USER_VERBS_CMD_OPEN_XRCD, false, "an XRC domain (XRC, ibv_open_xrcd)"),
     (k::IB_USER_VERBS_CMD_OPEN_QP, false, "opening a shared XRC QP (ibv_open_qp)"),
@@ -117,7 +120,10 @@ fn dealloc_pd(ctx: &mut Ctx, c: &mut Cmd<'_>) -> Result<(), c_int> {
         return errno_of(format!("DEALLOC_PD of unknown handle {}", q.pd_handle), libc::EINVAL);
     };
     // as the kernel: a PD still used by a region or a QP is busy
-    if ctx.mrs.values().any(|m| m.pd() == pdn) || ctx.qps.values().any(|e| e.pdn == pdn) {
+    if ctx.mrs.values().any(|e| e.mr.pd() == pdn)
+        || ctx.qps.values().any(|e| e.pdn == pdn)
+        || super::srq::uses_pd(ctx, pdn)
+    {
         return errno_of(format!("DEALLOC_PD {}: still in use", q.pd_handle), libc::EBUSY);
     }
     ctx.pds.remove(&q.pd_handle);
@@ -133,10 +139,8 @@ fn dereg_mr(ctx: &mut Ctx, c: &mut Cmd<'_>) -> Result<(), c_int> {
     legacy::<k::ib_uverbs_dereg_mr, ()>(c, false)?;
     let q: k::ib_uverbs_dereg_mr = rd(c.core, 0);
     match ctx.mrs.remove(&q.mr_handle) {
-        Some(mr) => {
-            let at = mr.as_ptr() as usize;
-            drop(mr);
-            MR_PAGES.lock().unwrap_or_else(|p| p.into_inner()).retain(|r| r.0 != at);
+        Some(e) => {
+            super::pins::release(&mut MR_PAGES.lock().unwrap_or_else(|p| p.into_inner()), e);
             Ok(())
         }
         None => errno_of(format!("DEREG_MR of unknown handle {}", q.mr_handle), libc::EINVAL),
