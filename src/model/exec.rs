@@ -277,14 +277,10 @@ fn run_reliable(m: &Model, me: &QpHdr, d: &Decoded, buf: &[u8], late: Option<&mu
             };
             if d.opcode == opcode::RDMA_WRITE_IMM {
                 // The immediate needs a receive; check before placing data.
-                let ci = ph.rq_ci.load(Ordering::Relaxed);
-                let Some(db) = qp_dbrec(m, &peer) else {
-                    return Outcome::Fail(syndrome::TRANSPORT_RETRY_EXC);
-                };
-                // SAFETY: the peer's receive counter (checked by qp_dbrec).
-                let head = u32::from_be(unsafe { std::ptr::read_volatile(db) });
-                if (ci & 0xffff) == (head & 0xffff) {
-                    return Outcome::Stall;
+                match super::recv::receive_posted(m, &peer) {
+                    Some(true) => {}
+                    Some(false) => return Outcome::Stall,
+                    None => return Outcome::Fail(syndrome::TRANSPORT_RETRY_EXC),
                 }
             }
             if let Some(r) = r {

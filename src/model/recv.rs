@@ -99,6 +99,22 @@ pub(super) fn deliver_to_receiver(
     t.after_unlock(m, (peer, ph))
 }
 
+/// Whether `peer` has a receive posted (in its receive queue, or its SRQ): `None` when its
+/// queue is not one.
+pub(super) fn receive_posted(m: &Model, peer: &Shm) -> Option<bool> {
+    let ph: &QpHdr = hdr(peer);
+    // SAFETY: a header field inside the mapping, read once (its owner may change it).
+    let srqn = unsafe { std::ptr::read_volatile(&ph.srqn) };
+    if srqn != 0 {
+        let s = m.lookup(ObjKind::Srq, srqn)?;
+        return srq::posted(m, &s);
+    }
+    let db = qp_dbrec(m, peer)?;
+    // SAFETY: the peer's receive counter (checked by qp_dbrec).
+    let head = u32::from_be(unsafe { std::ptr::read_volatile(db) });
+    Some(ph.rq_ci.load(Ordering::Relaxed) & 0xffff != head & 0xffff)
+}
+
 /// What [`take_and_scatter`] came to, under the receive queue's lock: what moves the responder
 /// to error (which flushes its receive queue, taking that lock) is done after it is let go.
 enum Took {

@@ -138,15 +138,13 @@ pub(super) struct SrqWqe {
 pub(super) fn take(m: &Model, s: &Shm) -> Result<Option<SrqWqe>, ()> {
     let h: &SrqHdr = hdr(s);
     // SAFETY: header fields inside the mapping, read once each (another process owns them).
-    let (cnt, stride, db_id, db_off) = unsafe {
+    let (cnt, stride) = unsafe {
         (
             std::ptr::read_volatile(&h.wqe_cnt),
             std::ptr::read_volatile(&h.stride) as usize,
-            std::ptr::read_volatile(&h.db_id),
-            std::ptr::read_volatile(&h.db_off),
         )
     };
-    let db = dbrec_at(m, s, 0, db_id, db_off).filter(|_| db_id != 0).ok_or(())?;
+    let posted = count_posted(m, s).ok_or(())?;
     if !cnt.is_power_of_two() || !(32..=512).contains(&stride) || stride % 16 != 0 {
         return Err(());
     }
@@ -156,8 +154,6 @@ pub(super) fn take(m: &Model, s: &Shm) -> Result<Option<SrqWqe>, ()> {
     if end > s.len() {
         return Err(());
     }
-    // SAFETY: the record lies inside its Db object (checked by dbrec_at).
-    let posted = u32::from_be(unsafe { std::ptr::read_volatile(db) }) & 0xffff;
     let taken = h.taken.load(Ordering::Relaxed);
     if taken & 0xffff == posted {
         return Ok(None);
@@ -178,6 +174,22 @@ pub(super) fn take(m: &Model, s: &Shm) -> Result<Option<SrqWqe>, ()> {
     }))
 }
 
+/// Whether SRQ `s` has a receive posted (`None`: its doorbell record is not one).
+pub(super) fn posted(m: &Model, s: &Shm) -> Option<bool> {
+    let h: &SrqHdr = hdr(s);
+    Some(h.taken.load(Ordering::Relaxed) & 0xffff != count_posted(m, s)?)
+}
+
+/// The count of receives posted to SRQ `s`, from its doorbell record (`None`: not one).
+fn count_posted(m: &Model, s: &Shm) -> Option<u32> {
+    let h: &SrqHdr = hdr(s);
+    // SAFETY: header fields inside the mapping, read once each (another process owns them).
+    let (db_id, db_off) = unsafe { (std::ptr::read_volatile(&h.db_id), std::ptr::read_volatile(&h.db_off)) };
+    let db = dbrec_at(m, s, 0, db_id, db_off).filter(|_| db_id != 0)?;
+    // SAFETY: the record lies inside its Db object (checked by dbrec_at).
+    Some(u32::from_be(unsafe { std::ptr::read_volatile(db) }) & 0xffff)
+}
+
 /// Holds SRQ `s`'s lock while alive.
 pub(super) struct Locked<'a>(&'a SrqHdr);
 
@@ -192,5 +204,134 @@ impl<'a> Locked<'a> {
 impl Drop for Locked<'_> {
     fn drop(&mut self) {
         unlock(&self.0.lock);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::mlx5::cq::{cqe_op, Cq, Cqe};
+    use crate::mlx5::seg::DataSeg;
+    use crate::mlx5::sq::DbMode;
+    use crate::mlx5::wqe::{Payload, Wqe};
+    use crate::model::layout::QpHdr;
+    use crate::model::{DirectModelQp, ExecMode, ModelConfig, ModelConnect, ModelQpCaps};
+    use crate::sys;
+
+    /// A page of this process's memory, as libmlx5 allocates its rings.
+    struct Page(*mut u8);
+    impl Page {
+        fn new() -> Page {
+            // SAFETY: a fresh anonymous private page.
+            let p = unsafe {
+                libc::mmap(
+                    std::ptr::null_mut(),
+                    PAGE,
+                    libc::PROT_READ | libc::PROT_WRITE,
+                    libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                    -1,
+                    0,
+                )
+            };
+            assert_ne!(p, libc::MAP_FAILED);
+            Page(p as *mut u8)
+        }
+    }
+    impl Drop for Page {
+        fn drop(&mut self) {
+            // SAFETY: the page mapped by `new`.
+            unsafe { libc::munmap(self.0 as *mut libc::c_void, PAGE) };
+        }
+    }
+
+    fn next(cq: &mut Cq) -> Cqe {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+        let mut out = [Cqe::default(); 1];
+        loop {
+            if cq.poll(&mut out).expect("a good CQE") == 1 {
+                return out[0];
+            }
+            assert!(std::time::Instant::now() < deadline, "no CQE within 5 s");
+        }
+    }
+
+    /// Receives from an SRQ laid out as libmlx5 lays it out: each message takes the WQE the
+    /// links lead to (0, then 1, then the link the program rewrote: 5), the CQE names that
+    /// WQE, the data lands in its buffer; a WRITE with immediate takes one too; with none
+    /// posted the sender waits, and goes on once one is.
+    #[test]
+    fn receives_follow_the_srq_s_links() {
+        let m = Model::open(ModelConfig {
+            exec: ExecMode::Inline,
+            ..Default::default()
+        })
+        .unwrap();
+        let pd = m.alloc_pd();
+        let mk = || DirectModelQp::new(&m, pd, ModelQpCaps::default(), 64, DbMode::Db).unwrap();
+        let (mut a, mut b) = (mk(), mk());
+        a.qp.connect(b.qp.qpn(), ModelConnect::default());
+        b.qp.connect(a.qp.qpn(), ModelConnect::default());
+        let all = sys::IBV_ACCESS_LOCAL_WRITE | sys::IBV_ACCESS_REMOTE_WRITE;
+        let (src, dst) = (m.reg_mr(pd, PAGE, all).unwrap(), m.reg_mr(pd, PAGE, all).unwrap());
+        let (ring, dbp) = (Page::new(), Page::new());
+        // SAFETY: pages of ours, kept until the SRQ and the record page are dropped (below).
+        let db = unsafe { m.map_db_page(dbp.0 as usize) }.unwrap();
+        let l = UserSrqLayout {
+            buf: ring.0 as usize,
+            wqe_cnt: 8,
+            stride: 32,
+        };
+        // SAFETY: as above.
+        let srq = unsafe { m.create_user_srq(pd, l, &db, 0) }.unwrap();
+        let s = m.lookup(ObjKind::Qp, b.qp.qpn()).unwrap();
+        // SAFETY: b's header, in our own mapping: b takes its receives from the SRQ now.
+        unsafe { (*(s.ptr() as *mut QpHdr)).srqn = srq.srqn() };
+        // WQE i: linked to i + 1, its buffer 64 bytes at dst + 64 i
+        let wqe = |i: usize, link: u16| {
+            // SAFETY: WQE i inside the pinned ring.
+            unsafe {
+                let w = ring.0.add(i * 32);
+                std::ptr::write_volatile(w.add(2) as *mut u16, link.to_be());
+                let seg = DataSeg::new(dst.addr() + 64 * i as u64, dst.lkey(), 64);
+                std::ptr::write_volatile(w.add(16) as *mut DataSeg, seg);
+            }
+        };
+        let post = |n: u32| {
+            // SAFETY: the SRQ's record, in the pinned page.
+            unsafe { std::ptr::write_volatile(dbp.0 as *mut u32, n.to_be()) };
+        };
+        for i in 0..8 {
+            wqe(i, i as u16 + 1);
+        }
+        // the program's list after WQE 1: WQE 5 (as after frees out of order)
+        wqe(1, 5);
+        post(2);
+        src.write(0, b"one two three!");
+        let sge = [DataSeg::new(src.addr(), src.lkey(), 3)];
+        a.sq.post_and_ring(&Wqe::send(Payload::Gather(&sge))).unwrap();
+        let c = next(&mut b.cq);
+        assert_eq!((c.opcode, c.wqe_counter, c.byte_cnt), (cqe_op::RESP_SEND, 0, 3));
+        let w = Wqe::write_imm(dst.addr() + 600, dst.rkey(), 7, Payload::Gather(&sge));
+        a.sq.post_and_ring(&w).unwrap();
+        let c = next(&mut b.cq);
+        assert_eq!((c.opcode, c.wqe_counter), (cqe_op::RESP_WR_IMM, 1));
+        // none posted: the SEND waits
+        let sge2 = [DataSeg::new(src.addr() + 4, src.lkey(), 3)];
+        a.sq.post_and_ring(&Wqe::send(Payload::Gather(&sge2))).unwrap();
+        let mut out = [Cqe::default(); 1];
+        assert_eq!(b.cq.poll(&mut out), Ok(0));
+        post(3);
+        a.qp.progress();
+        let c = next(&mut b.cq);
+        assert_eq!((c.opcode, c.wqe_counter, c.byte_cnt), (cqe_op::RESP_SEND, 5, 3));
+        let mut got = [0u8; 3];
+        dst.read(0, &mut got);
+        assert_eq!(&got, b"one");
+        dst.read(600, &mut got);
+        assert_eq!(&got, b"one", "the WRITE's data");
+        dst.read(64 * 5, &mut got);
+        assert_eq!(&got, b"two");
+        srq.release_user_memory();
+        drop((srq, db));
     }
 }
