@@ -113,13 +113,15 @@ pub(super) enum Outcome {
     /// The responder has no receive and RNR retries are infinite: try again later.
     Stall,
     /// The responder's QP is not ready to receive yet (RESET or INIT): the requester's
-    /// transport retries, for up to [`TRANSPORT_RETRY_NS`].
+    /// transport retries, for up to [`TRANSPORT_RETRY_NS`] (each ring or poll of the requester's,
+    /// and the responder's move to RTR, tries again).
     NotReady,
 }
 
 /// How long a requester retries a responder that is not ready to receive before its transport
-/// retries are exceeded: a ConnectX's with `retry_cnt` 7 and `timeout` 14 (7 x 4.096 us x 2^14,
-/// about 0.47 s; perftest and UCX set these).
+/// retries are exceeded: model0's one budget, whatever the QP's `retry_cnt` and `timeout`: a
+/// ConnectX's with `retry_cnt` 7 and `timeout` 14 (7 x 4.096 us x 2^14, about 0.47 s; perftest's
+/// values; UCX 1.13's are 7 and 18, about 7.5 s).
 pub(super) const TRANSPORT_RETRY_NS: u64 = 7 * 4096 * (1 << 14);
 
 /// A READ's data or an atomic's old value on its way back to `dst`: it lands before the next
@@ -656,6 +658,11 @@ impl SqRun<'_> {
         let h = self.h;
         match outcome {
             Outcome::Done { byte_cnt } => {
+                // a WQE that met a responder not ready before (the same index comes again
+                // after a reset or a wrap) starts its wait afresh
+                if h.not_ready_since.load(Ordering::Relaxed) != 0 {
+                    h.not_ready_since.store(0, Ordering::Relaxed);
+                }
                 if d.signaled {
                     self.emit(CqeOut {
                         op: cqe_op::REQ,

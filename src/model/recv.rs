@@ -88,7 +88,11 @@ pub(super) fn deliver_to_receiver(
         unlock(&ph.rq_lock);
         return t.after_unlock(m, (peer, ph));
     }
-    let Some(s) = m.lookup(ObjKind::Srq, srqn) else {
+    // an SRQ of the QP's own process only (a forged number takes no one else's receives)
+    let Some(s) = m
+        .lookup(ObjKind::Srq, srqn)
+        .filter(|s| hdr::<srq::SrqHdr>(s).obj.owner_pid == ph.obj.owner_pid)
+    else {
         return Outcome::Fail(syndrome::TRANSPORT_RETRY_EXC);
     };
     let held = srq::Locked::new(&s);
@@ -181,8 +185,9 @@ fn take_and_scatter(
     }
     // the CQE is written before the receive queue is let go: two senders delivering into one
     // receive queue at once (threads, or processes) complete its receives in its order, as a
-    // NIC does, and as libmlx5 assumes (it takes a receive's wr_id from its own tail, not from
-    // the CQE's WQE counter). Lock order: the receive queue's, then the CQ's (as flush_rq).
+    // NIC does, and as libmlx5 assumes (for a QP's own receive queue it takes a receive's wr_id
+    // from its own tail, not from the CQE's WQE counter; for an SRQ by the counter). Lock
+    // order: the receive queue's (or the SRQ's), then the CQ's (as flush_rq).
     push_cqe(
         m,
         &rcq,

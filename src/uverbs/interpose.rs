@@ -128,8 +128,17 @@ pub unsafe extern "C" fn faccessat(dirfd: c_int, path: *const c_char, mode: c_in
         // SAFETY: forwarded as given.
         return ret(unsafe { libc::syscall(libc::SYS_faccessat, dirfd, path, mode) });
     }
-    // SAFETY: forwarded as given (faccessat2 takes the flags; Linux 5.8 on).
-    ret(unsafe { libc::syscall(libc::SYS_faccessat2, dirfd, path, mode, flags) })
+    // with flags, libc's own (it emulates them where the kernel has no faccessat2)
+    type Faccessat = unsafe extern "C" fn(c_int, *const c_char, c_int, c_int) -> c_int;
+    static NEXT: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    // SAFETY: a NUL-terminated name; RTLD_NEXT finds the definition after this one (libc's).
+    let f = *NEXT.get_or_init(|| unsafe { libc::dlsym(libc::RTLD_NEXT, c"faccessat".as_ptr()) } as usize);
+    if f == 0 {
+        set_errno(libc::ENOSYS);
+        return -1;
+    }
+    // SAFETY: libc's faccessat, of this type, with the caller's arguments.
+    unsafe { std::mem::transmute::<usize, Faccessat>(f)(dirfd, path, mode, flags) }
 }
 
 /// `close(2)`: closing a device descriptor releases the context's objects first.

@@ -179,12 +179,12 @@ pub(super) fn reg_mr(ctx: &mut Ctx, c: &Cmd<'_>) -> Result<(), c_int> {
             libc::EFAULT,
         );
     }
-    // model0 pins a page once, by mapping a region's file over it (pins.rs): a region within
-    // pages already pinned (by a region of any context of this process) uses them
+    // model0 pins a page once, by mapping a region's file over it (pins.rs): a region on the
+    // same pages as a region of any context of this process uses them
     let mut pages = MR_PAGES.lock().unwrap_or_else(|p| p.into_inner());
     let Ok(host) = super::pins::find(&pages, s0, e0) else {
         return errno_of(
-            format!("REG_MR of {start:#x} + {len}: its pages overlap another region's in part (model0 pins whole pages, once)"),
+            format!("REG_MR of {start:#x} + {len}: its pages overlap another region's, not on the same pages (model0 pins whole pages, once)"),
             libc::EOPNOTSUPP,
         );
     };
@@ -409,7 +409,12 @@ fn check_qp_request(q: &k::ib_uverbs_ex_create_qp, d: &k::mlx5_ib_create_qp) -> 
             libc::EOPNOTSUPP,
         );
     }
-    let known = k::MLX5_QP_FLAG_SCATTER_CQE | k::MLX5_QP_FLAG_SIGNATURE | k::MLX5_QP_FLAG_BFREG_INDEX;
+    // ALLOW_SCATTER_CQE lets the device put a requester's small READ or atomic response into
+    // the CQE; model0 never does (allowed, not asked), so it changes nothing
+    let known = k::MLX5_QP_FLAG_SCATTER_CQE
+        | k::MLX5_QP_FLAG_SIGNATURE
+        | k::MLX5_QP_FLAG_BFREG_INDEX
+        | k::MLX5_QP_FLAG_ALLOW_SCATTER_CQE;
     if d.flags & !known != 0 {
         return errno_of(format!("CREATE_QP with mlx5 flags {:#x}", d.flags), libc::EOPNOTSUPP);
     }
@@ -646,13 +651,17 @@ fn record_attrs(e: &mut QpEnt, q: &k::ib_uverbs_modify_qp) {
 }
 
 /// What entering state `next` from `cur` sets off in the model's QP: RESET empties it, ERR
-/// flushes it, RTS from RTR connects it to its destination with its RNR settings.
+/// flushes it, RTR makes it a responder (and a peer that already sent to it, waiting for it to
+/// be ready, goes on), RTS from RTR connects it to its destination with its RNR settings.
 fn enter_state(e: &QpEnt, cur: u8, next: u8) {
     let a = &e.attr;
     match next {
         QPS_RESET => e.qp.reset(),
         QPS_ERR => e.qp.set_error(),
-        QPS_RTR if cur == QPS_INIT => e.qp.ready_to_receive(a.dest_qp_num),
+        QPS_RTR if cur == QPS_INIT => {
+            e.qp.ready_to_receive(a.dest_qp_num);
+            e.qp.receives_posted();
+        }
         QPS_RTS if cur == QPS_RTR => e.qp.connect(
             a.dest_qp_num,
             crate::model::ModelConnect {

@@ -1,7 +1,7 @@
 //! The pages this process's registered regions pinned. model0 pins a page by mapping a region's
-//! file over it, once: a region whose pages lie within pages already pinned (memory registered
-//! twice, as UCX's `ucx_perftest` does) takes its bytes from the region that pinned them (its
-//! host); one that overlaps them only in part is refused. A host deregistered while others still
+//! file over it, once: a region on the same pages as a region already registered (memory
+//! registered twice, as UCX's `ucx_perftest` does) takes its bytes from the region that pinned
+//! them (its host); one that overlaps pinned pages otherwise is refused. A host deregistered while others still
 //! use its pages stops working at once ([`ModelMr::revoke`]) and its pages stay pinned until the
 //! last of them is deregistered.
 
@@ -28,10 +28,13 @@ pub(super) struct MrEnt {
 /// The pinned runs of all contexts of the process.
 pub(super) static PINS: Mutex<Vec<Pin>> = Mutex::new(Vec::new());
 
-/// Where pages `[s0, e0)` stand: `Ok(None)` not pinned, `Ok(Some((key, s0)))` within the run of
-/// the host with `key` starting at `s0`, `Err` overlapping a run in part.
+/// Where pages `[s0, e0)` stand: `Ok(None)` not pinned, `Ok(Some((key, s0)))` the very pages of
+/// the run of the host with `key`, `Err` overlapping a run otherwise. Only the same pages are
+/// shared: a region on part of a run would keep the rest pinned after the host's
+/// deregistration, memory the program may unmap and map again meanwhile (which the run's
+/// release, a `MAP_FIXED` over all of it, would then overwrite).
 pub(super) fn find(pins: &[Pin], s0: usize, e0: usize) -> Result<Option<(u32, usize)>, ()> {
-    if let Some(p) = pins.iter().find(|p| p.s0 <= s0 && e0 <= p.e0) {
+    if let Some(p) = pins.iter().find(|p| p.s0 == s0 && e0 == p.e0) {
         return Ok(Some((p.key, p.s0)));
     }
     if pins.iter().any(|p| s0 < p.e0 && p.s0 < e0) {
@@ -106,10 +109,10 @@ mod tests {
     }
 
     #[test]
-    fn pages_within_a_run_use_it_and_a_partial_overlap_is_refused() {
+    fn the_same_pages_use_the_run_and_any_other_overlap_is_refused() {
         let pins = vec![pin(7, 0x10000, 0x14000), pin(9, 0x20000, 0x21000)];
         assert_eq!(find(&pins, 0x10000, 0x14000), Ok(Some((7, 0x10000))));
-        assert_eq!(find(&pins, 0x11000, 0x12000), Ok(Some((7, 0x10000))));
+        assert_eq!(find(&pins, 0x11000, 0x12000), Err(()));
         assert_eq!(find(&pins, 0x20000, 0x21000), Ok(Some((9, 0x20000))));
         assert_eq!(find(&pins, 0x13000, 0x15000), Err(()));
         assert_eq!(find(&pins, 0xf000, 0x11000), Err(()));

@@ -41,9 +41,20 @@ pub(super) fn create_srq(ctx: &mut Ctx, c: &mut Cmd<'_>) -> Result<(), c_int> {
     if q.srq_limit != 0 {
         return errno_of("an SRQ limit event (srq_limit at ibv_create_srq)", libc::EOPNOTSUPP);
     }
-    // as the mlx5 kernel driver sizes it from the request (libmlx5 sized its ring the same way)
-    let max_sge = q.max_sge.min(31);
-    let stride = (16 + 16 * max_sge).max(32).next_power_of_two();
+    // as the mlx5 kernel driver sizes it from the request (libmlx5 sized its ring the same way),
+    // and refuses one whose WQE is larger than the device's 512 bytes
+    let stride = q
+        .max_sge
+        .saturating_mul(16)
+        .saturating_add(16)
+        .max(32)
+        .next_power_of_two();
+    if stride > 512 {
+        return errno_of(
+            format!("CREATE_SRQ with {} scatter entries: model0 takes up to 31", q.max_sge),
+            libc::EINVAL,
+        );
+    }
     let Some(wqe_cnt) = q
         .max_wr
         .checked_add(1)
