@@ -399,20 +399,21 @@ fn ucx_lists_model0_and_its_verbs_transports() {
     assert_eq!(d.objects(), Vec::<String>::new());
 }
 
-/// `ucx_perftest` over UCT's `rc_verbs` between two processes: an active-message ping-pong of
-/// 8 bytes (UCX's receives come from a shared receive queue; it checks its connection with a
-/// WRITE of no bytes, key 0; its server's QP may not be ready when the client first sends).
+/// `ucx_perftest` over UCT's `rc_verbs` and `ud_verbs` between two processes: an
+/// active-message ping-pong of 8 bytes (over RC UCX's receives come from a shared receive queue;
+/// it checks its connection with a WRITE of no bytes, key 0; its server's QP may not be ready
+/// when the client first sends).
 #[test]
-fn ucx_perftest_runs_rc_verbs_between_two_processes() {
+fn ucx_perftest_runs_rc_verbs_and_ud_verbs_between_two_processes() {
     if !have("ucx_perftest", "ucx-utils") {
         return;
     }
     let d = ModelDir::new("ucx-perftest");
-    let args = [
-        "-d", "model0:1", "-x", "rc_verbs", "-t", "am_lat", "-n", "2000", "-s", "8",
-    ];
-    let r = pair(&d, "ucx_perftest", &args);
-    assert_pair_ok("ucx_perftest rc_verbs am_lat", &d, &r, "Final:");
+    for tl in ["rc_verbs", "ud_verbs"] {
+        let args = ["-d", "model0:1", "-x", tl, "-t", "am_lat", "-n", "2000", "-s", "8"];
+        let r = pair(&d, "ucx_perftest", &args);
+        assert_pair_ok(&format!("ucx_perftest {tl} am_lat"), &d, &r, "Final:");
+    }
 }
 
 #[test]
