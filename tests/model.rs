@@ -1215,7 +1215,8 @@ fn a_transfer_of_no_bytes_checks_no_key() {
 /// already sends, as a UCX endpoint's is during its connection) drops the packets and the
 /// requester retries: its SEND waits, and completes once the responder is ready; against one
 /// that stays unready it ends in transport retry exceeded after about 0.47 s (a ConnectX's
-/// `retry_cnt` 7 x `timeout` 14), not at once. A responder in error fails it at once.
+/// `retry_cnt` 7 x `timeout` 14), not at once, and so does one destroyed (no responder
+/// answers). A responder in error fails it at once (model0's shortcut).
 #[test]
 fn a_responder_not_yet_ready_is_retried() {
     let model = Model::open(ModelConfig::default()).expect("open model0");
@@ -1234,26 +1235,17 @@ fn a_responder_not_yet_ready_is_retried() {
     a.qp.progress();
     assert_eq!(next(&mut a.cq).unwrap().opcode, cqe_op::REQ);
     assert_eq!(next(&mut b.cq).unwrap().byte_cnt, 5);
-    // a responder that never becomes ready
-    let c = mk();
-    let mut d = mk();
-    d.qp.connect(c.qp.qpn(), ModelConnect::default());
-    let start = Instant::now();
-    d.sq.post_and_ring(&Wqe::send(Payload::Inline(b"x")).signaled())
-        .unwrap();
-    let e = loop {
-        d.qp.progress();
-        let mut out = [Cqe::default(); 1];
-        match d.cq.poll(&mut out) {
-            Ok(1) => panic!("completed against a responder in RESET"),
-            Ok(_) => {}
-            Err(e) => break e,
+    // a responder that never becomes ready, one destroyed: no answer, so retries until they
+    // are exceeded
+    for what in ["in RESET", "destroyed"] {
+        let c = mk();
+        let mut d = mk();
+        d.qp.connect(c.qp.qpn(), ModelConnect::default());
+        if what == "destroyed" {
+            drop(c);
         }
-        assert!(start.elapsed() < Duration::from_secs(10), "no error within 10 s");
-        std::thread::sleep(Duration::from_millis(10));
-    };
-    assert_eq!(e.syndrome, syndrome::TRANSPORT_RETRY_EXC);
-    assert!(start.elapsed() >= Duration::from_millis(400), "{:?}", start.elapsed());
+        retries_exceeded(&mut d, what);
+    }
     // a responder in error: at once
     let f = mk();
     let mut g = mk();
@@ -1262,4 +1254,32 @@ fn a_responder_not_yet_ready_is_retried() {
     g.sq.post_and_ring(&Wqe::send(Payload::Inline(b"x")).signaled())
         .unwrap();
     assert_eq!(next(&mut g.cq).unwrap_err().syndrome, syndrome::TRANSPORT_RETRY_EXC);
+}
+
+/// Posts a signaled SEND on `d` and polls (with model0's progress) until it fails: transport
+/// retries exceeded, not before about 0.47 s (model0's budget, `TRANSPORT_RETRY_NS`).
+fn retries_exceeded(d: &mut DirectModelQp, what: &str) {
+    let start = Instant::now();
+    d.sq.post_and_ring(&Wqe::send(Payload::Inline(b"x")).signaled())
+        .unwrap();
+    let e = loop {
+        d.qp.progress();
+        let mut out = [Cqe::default(); 1];
+        match d.cq.poll(&mut out) {
+            Ok(1) => panic!("completed against a responder {what}"),
+            Ok(_) => {}
+            Err(e) => break e,
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "{what}: no error within 10 s"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    assert_eq!(e.syndrome, syndrome::TRANSPORT_RETRY_EXC, "{what}");
+    assert!(
+        start.elapsed() >= Duration::from_millis(400),
+        "{what}: {:?}",
+        start.elapsed()
+    );
 }

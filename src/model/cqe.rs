@@ -54,9 +54,15 @@ pub(super) fn push_cqe(m: &Model, cq: &Shm, c: CqeOut) {
     lock(&h.lock);
     // SAFETY: a field of the header, inside the mapping; read once (another process may own it).
     let cnt = unsafe { std::ptr::read_volatile(&h.cqe_cnt) };
+    // SAFETY: as above.
+    let stride = if unsafe { std::ptr::read_volatile(&h.cqe_128) } != 0 {
+        128
+    } else {
+        64
+    };
     let pi = h.pi.load(Ordering::Relaxed);
     // the CQ's header may be another process's: its size must fit the mapping
-    let fits = cnt.is_power_of_two() && PAGE + cnt as usize * 64 <= cq.len();
+    let fits = cnt.is_power_of_two() && PAGE + cnt as usize * stride <= cq.len();
     let Some(db) = cq_dbrec(m, cq).filter(|_| fits) else {
         h.overruns.fetch_add(1, Ordering::Relaxed);
         unlock(&h.lock);
@@ -100,7 +106,8 @@ pub(super) fn push_cqe(m: &Model, cq: &Shm, c: CqeOut) {
     // SAFETY: slot inside the CQ buffer; the body is written before the owner byte, which is
     // published with release ordering (the consumer reads it, then fences, then the body).
     unsafe {
-        let slot = cq.ptr().add(PAGE + (pi & (cnt - 1)) as usize * 64);
+        // a 128-byte entry holds its 64-byte CQE in its second half
+        let slot = cq.ptr().add(PAGE + (pi & (cnt - 1)) as usize * stride + (stride - 64));
         std::ptr::copy_nonoverlapping(b.as_ptr(), slot, 63);
         fence(Ordering::Release);
         (*(slot.add(63) as *const AtomicU8)).store((c.op << 4) | owner, Ordering::Release);

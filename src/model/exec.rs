@@ -112,9 +112,9 @@ pub(super) enum Outcome {
     Fail(u8),
     /// The responder has no receive and RNR retries are infinite: try again later.
     Stall,
-    /// The responder's QP is not ready to receive yet (RESET or INIT): the requester's
-    /// transport retries, for up to [`TRANSPORT_RETRY_NS`] (each ring or poll of the requester's,
-    /// and the responder's move to RTR, tries again).
+    /// The responder does not answer (not in RTR yet, gone, its process dead): the
+    /// requester's transport retries, for up to [`TRANSPORT_RETRY_NS`] (each ring or poll of the
+    /// requester's, and the responder's move to RTR, tries again), then fail it.
     NotReady,
 }
 
@@ -237,21 +237,30 @@ fn run_reliable(m: &Model, me: &QpHdr, d: &Decoded, buf: &[u8], late: Option<&mu
     if d.opcode == opcode::NOP {
         return Outcome::Done { byte_cnt: 0 };
     }
+    // a responder that is gone (destroyed, or its process dead) does not answer, and the
+    // requester retries until its retries are exceeded, as on a wire: a program that ends while
+    // its peer still sends (ibv_srq_pingpong's last sends, beyond the iterations the other side
+    // counts) fails those sends only after the budget, by when the sender has ended too
     let Some(peer) = m.lookup(ObjKind::Qp, me.peer.load(Ordering::Acquire)) else {
-        return Outcome::Fail(syndrome::TRANSPORT_RETRY_EXC);
+        return Outcome::NotReady;
     };
     let ph: &QpHdr = hdr(&peer);
     // a responder receives from RTR on (IB spec 10.3.1), as perftest's bandwidth servers rely
     // on; one not yet there (its side of the connection still being set up, as UCX's is when
-    // its peer already sends) drops the packets, and the requester retries them
+    // its peer already sends) drops the packets, and the requester retries them. One in error
+    // fails the requester at once: model0's shortcut (a wire's requester would retry it out
+    // too), which keeps the direct path's failure prompt where nothing drives the retries
     match ph.state.load(Ordering::Acquire) {
         state::RTR | state::RTS => {}
         state::ERR => return Outcome::Fail(syndrome::TRANSPORT_RETRY_EXC),
         _ => return Outcome::NotReady,
     }
+    // asked every time while this QP retries (a sample that said alive would end the wait)
+    let retrying = me.not_ready_since.load(Ordering::Relaxed) != 0;
     // SAFETY: a header field, read once (the peer's process wrote it at creation).
-    if !peer_process_alive(unsafe { std::ptr::read_volatile(&ph.obj.owner_pid) }) {
-        return Outcome::Fail(syndrome::TRANSPORT_RETRY_EXC);
+    let owner = unsafe { std::ptr::read_volatile(&ph.obj.owner_pid) };
+    if !super::pid::peer_process_alive(owner, retrying) {
+        return Outcome::NotReady;
     }
     let mut g = Payload::new();
     let gathers = matches!(
@@ -301,27 +310,6 @@ fn run_reliable(m: &Model, me: &QpHdr, d: &Decoded, buf: &[u8], late: Option<&mu
         opcode::ATOMIC_CS | opcode::ATOMIC_FA => atomic(m, me, ph, d, late),
         _ => Outcome::Fail(syndrome::LOCAL_QP_OP),
     }
-}
-
-/// Whether the process owning a peer QP (`pid`) is still there: a responder whose process is
-/// gone (SIGKILLed, crashed) answers nothing, and the requester's WQEs end in retry exceeded, as
-/// on hardware, instead of landing in a dead process's memory. Checked (a `kill(pid, 0)`, a
-/// system call) once in every 256 WQEs a thread executes against another process's QP: a few
-/// hundred WQEs may still land after a peer died; the one that fails moves the QP to error, and
-/// the rest are flushed.
-fn peer_process_alive(pid: u32) -> bool {
-    thread_local! {
-        static SINCE: std::cell::Cell<u32> = const { std::cell::Cell::new(0) };
-    }
-    if pid == super::pid::own_pid() || pid == 0 {
-        return true;
-    }
-    let n = SINCE.with(|c| {
-        let n = c.get().wrapping_add(1);
-        c.set(n);
-        n
-    });
-    n % 256 != 0 || super::shm::pid_alive(pid)
 }
 
 /// The responder's region the WQE `d` names (its remote address and key), `len` bytes with
@@ -546,7 +534,7 @@ fn run_sq(m: &Model, q: &Shm, check: bool) -> Option<(u32, usize)> {
 /// The send queue's consumer index and the index its doorbell record's send counter rings up
 /// to (`dbrec`: the QP's doorbell record, checked).
 #[inline(always)]
-fn rung_range(h: &QpHdr, dbrec: *mut u32) -> (u32, u32) {
+pub(super) fn rung_range(h: &QpHdr, dbrec: *mut u32) -> (u32, u32) {
     // SAFETY: the send counter, dbrec[1] (checked by qp_dbrec).
     let db = u32::from_be(unsafe { std::ptr::read_volatile(dbrec.add(1)) }) & 0xffff;
     fence(Ordering::Acquire);

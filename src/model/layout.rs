@@ -7,9 +7,9 @@ use super::Model;
 use crate::mlx5::seg::WQEBB;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
-// "rdmamod4": the headers' layout changed (a region's data in another region's file, a QP's
-// SRQ); objects of an older binary are not taken for this one's
-pub(super) const MAGIC: u64 = 0x7264_6d61_6d6f_6434;
+// "rdmamod5": the headers' layout changed (a CQ's 128-byte CQEs); objects of an older binary are
+// not taken for this one's
+pub(super) const MAGIC: u64 = 0x7264_6d61_6d6f_6435;
 pub(super) const PAGE: usize = 4096;
 
 /// The transports of the model's QPs.
@@ -84,6 +84,9 @@ pub(super) struct CqHdr {
     pub(super) arm_seen: AtomicU32,
     /// The handle the channel's events carry (libibverbs' `struct ibv_cq *`).
     pub(super) user_handle: u64,
+    /// 1: 128-byte CQEs, each 64-byte CQE in the second half of its entry (libmlx5's
+    /// `MLX5_CQE_SIZE=128`, UCX's default); 0: 64-byte ones.
+    pub(super) cqe_128: u32,
 }
 pub(super) const CQ_DBREC_OFF: usize = 128;
 const _: () = assert!(std::mem::size_of::<CqHdr>() <= CQ_DBREC_OFF);

@@ -1,5 +1,5 @@
 //! This process's id without a system call per use: the model compares it with each WQE's
-//! peer owner.
+//! peer owner; and whether a peer's process is still there.
 
 /// This process's id, as [`std::process::id`] gives it, read once: `getpid` is a system call,
 /// and the model asks for every WQE it executes (a quarter of the CPU time of a small `bw` on
@@ -32,6 +32,28 @@ pub(super) fn own_pid() -> u32 {
         OWN_PID.store(p, Relaxed);
     }
     p
+}
+
+/// Whether the process owning a peer QP (`pid`) is still there: a responder whose process is
+/// gone (SIGKILLed, crashed) answers nothing, and the requester's WQEs end in retry exceeded, as
+/// on hardware, instead of landing in a dead process's memory. Checked (a `kill(pid, 0)`, a
+/// system call) once in every 256 WQEs a thread executes against another process's QP, and at
+/// every WQE while the requester retries one (`always`): a few hundred WQEs may still land
+/// after a peer died; the one that meets it waits out the retry budget, then fails and moves
+/// the QP to error, and the rest are flushed.
+pub(super) fn peer_process_alive(pid: u32, always: bool) -> bool {
+    thread_local! {
+        static SINCE: std::cell::Cell<u32> = const { std::cell::Cell::new(0) };
+    }
+    if pid == own_pid() || pid == 0 {
+        return true;
+    }
+    let n = SINCE.with(|c| {
+        let n = c.get().wrapping_add(1);
+        c.set(n);
+        n
+    });
+    (n % 256 != 0 && !always) || super::shm::pid_alive(pid)
 }
 
 /// [`own_pid`]'s fork handler: not registered yet, being registered, registered, failed.

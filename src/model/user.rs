@@ -208,15 +208,16 @@ impl Model {
         Ok(self.finish_mr(shm, key, pd, access, place, None))
     }
 
-    /// A CQ of `cnt` 64-byte CQEs in the program's buffer `buf` (page-aligned), its consumer
-    /// record at `db_off` in `db`.
+    /// A CQ of `cnt` CQEs of `cqe_size` bytes (64 or 128) in the program's buffer `buf`
+    /// (page-aligned), its consumer record at `db_off` in `db`.
     ///
     /// # Safety
-    /// `buf` must be mapped, writable memory of `cnt * 64` bytes rounded up to whole pages,
-    /// allocated until the CQ is dropped; `db` must outlive the CQ.
+    /// `buf` must be mapped, writable memory of `cnt * cqe_size` bytes rounded up to whole
+    /// pages, allocated until the CQ is dropped; `db` must outlive the CQ.
     pub unsafe fn create_user_cq(
         &self,
         cnt: u32,
+        cqe_size: usize,
         buf: usize,
         db: &ModelDbPage,
         db_off: u32,
@@ -227,9 +228,14 @@ impl Model {
         if db_off as usize % 8 != 0 || db_off as usize + 8 > PAGE {
             return Err(ModelError::Invalid(format!("CQ doorbell record at offset {db_off}")));
         }
-        let len = (cnt as usize * 64).next_multiple_of(PAGE);
+        if cqe_size != 64 && cqe_size != 128 {
+            return Err(ModelError::Invalid(format!("CQ of {cqe_size}-byte CQEs")));
+        }
+        let len = (cnt as usize * cqe_size).next_multiple_of(PAGE);
         let (cqn, shm) = Shm::create(ObjKind::Cq, PAGE + len, || self.next_id()).map_err(io("creating a CQ"))?;
         init_obj(&shm, cqn);
+        // SAFETY: a header field of our own new object, before it is marked valid.
+        unsafe { (*(shm.ptr() as *mut super::layout::CqHdr)).cqe_128 = (cqe_size == 128) as u32 };
         // SAFETY: forwarded from the caller; the CQEs start one page in, as in the model's own.
         let pin = unsafe { Pinned::new(&shm, PAGE, buf, len, "a CQ buffer")? };
         Ok(self.finish_cq(shm, cqn, cnt, (db.id, db_off), Some(pin)))
@@ -346,6 +352,15 @@ impl ModelQp {
         } else {
             execute(&self.model, &self.shm, RegCheck::None, 0);
         }
+    }
+
+    /// Whether WQEs rung on its send queue wait to be executed (a send stalled on RNR, or on a
+    /// responder not yet ready): what the doorbell trap's sweeper looks for.
+    pub fn sends_waiting(&self) -> bool {
+        qp_dbrec(&self.model, &self.shm).is_some_and(|db| {
+            let (ci, target) = super::exec::rung_range(hdr::<QpHdr>(&self.shm), db);
+            ci != target
+        })
     }
 
     /// After receives were posted by someone other than the direct path (libmlx5): a QP in

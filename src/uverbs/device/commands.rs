@@ -265,10 +265,10 @@ pub(super) fn create_cq(
             }
         },
     };
-    if d.cqe_size != 64 {
+    if d.cqe_size != 64 && d.cqe_size != 128 {
         return errno_of(
             format!(
-                "CREATE_CQ with {}-byte CQEs: model0 writes 64-byte CQEs (unset MLX5_CQE_SIZE)",
+                "CREATE_CQ with {}-byte CQEs: model0 writes 64- and 128-byte CQEs",
                 d.cqe_size
             ),
             libc::EOPNOTSUPP,
@@ -277,8 +277,11 @@ pub(super) fn create_cq(
     let cnt = cqe.wrapping_add(1);
     let (page, off) = take_db(ctx, d.db_addr)?;
     let db = &ctx.dbs[&page].page;
-    // SAFETY: libmlx5's CQ buffer of `cnt` 64-byte entries, kept until DESTROY_CQ.
-    let cq = match unsafe { ctx.model.create_user_cq(cnt, d.buf_addr as usize, db, off) } {
+    // SAFETY: libmlx5's CQ buffer of `cnt` entries of `cqe_size` bytes, kept until DESTROY_CQ.
+    let cq = match unsafe {
+        ctx.model
+            .create_user_cq(cnt, d.cqe_size as usize, d.buf_addr as usize, db, off)
+    } {
         Ok(cq) => cq,
         Err(e) => {
             release_db(ctx, page);
