@@ -60,6 +60,8 @@ status=${PIPESTATUS[0]}
 ((status == 0)) || die "device tests on model0"
 say "perftest beside rdmaprobe on model0 (harness/anchors.sh --short): ratios printed, not yet checked (docs/model0-exec.md)"
 "$repo/harness/anchors.sh" --short || die "harness/anchors.sh --short"
+say "the doorbell trap's cost on model0 (harness/trap-cost.sh --rounds 1): figures printed"
+"$repo/harness/trap-cost.sh" --rounds 1 --iters 5000 || die "harness/trap-cost.sh"
 host_passed=$(sed -nE 's/^test result: ok\. ([0-9]+) passed.*/\1/p' "$host_log" | awk '{s+=$1} END {print s+0}')
 host_ignored=$(sed -nE 's/^test result: .* ([0-9]+) ignored.*/\1/p' "$host_log" | awk '{s+=$1} END {print s+0}')
 

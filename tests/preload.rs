@@ -100,8 +100,15 @@ impl Drop for ModelDir {
 
 /// `rdmaprobe model0 exec -- ARGS` on model directory `d`.
 fn exec(d: &ModelDir, args: &[&str]) -> Command {
+    exec_with(d, &[], args)
+}
+
+/// `rdmaprobe model0 exec OPTS -- ARGS` on model directory `d`.
+fn exec_with(d: &ModelDir, opts: &[&str], args: &[&str]) -> Command {
     let mut c = Command::new(EXE);
-    c.args(["model0", "exec", "--timeout", &DEADLINE_S.to_string(), "--"])
+    c.args(["model0", "exec", "--timeout", &DEADLINE_S.to_string()])
+        .args(opts)
+        .arg("--")
         .args(args)
         .env("RDMAPROBE_MODEL_DIR", &d.0)
         .env("RDMAPROBE_PRELOAD_LIB", lib())
@@ -178,12 +185,17 @@ fn listening(port: u16) -> bool {
 /// both under `model0 exec` on `d`; returns (server, client) output. The client starts once the
 /// server listens.
 fn pair(d: &ModelDir, prog: &str, args: &[&str]) -> (Output, Output) {
+    pair_with(d, &[], prog, args)
+}
+
+/// [`pair`] with `model0 exec` options `opts`.
+fn pair_with(d: &ModelDir, opts: &[&str], prog: &str, args: &[&str]) -> (Output, Output) {
     let _one = PAIRS.lock().unwrap_or_else(|p| p.into_inner());
     let port = free_port().to_string();
     let mut sargs = vec![prog];
     sargs.extend_from_slice(args);
     sargs.extend_from_slice(&["-p", &port]);
-    let server = exec(d, &sargs)
+    let server = exec_with(d, opts, &sargs)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -196,7 +208,7 @@ fn pair(d: &ModelDir, prog: &str, args: &[&str]) -> (Output, Output) {
     }
     let mut cargs = sargs.clone();
     cargs.push("127.0.0.1");
-    let client = run_until(exec(d, &cargs), limit);
+    let client = run_until(exec_with(d, opts, &cargs), limit);
     let server = finish(server, limit);
     (server, client)
 }
@@ -239,12 +251,17 @@ fn programs_that_open_no_device_behave_as_without_the_preload() {
         let mut plain = base(&args);
         plain.env("RDMAPROBE_MODEL_DIR", &d.0);
         let plain = run_until(plain, Duration::from_secs(60));
-        let mut pre = base(&args);
-        pre.env("LD_PRELOAD", &lib).env("RDMAPROBE_MODEL_DIR", &d.0);
-        let pre = run_until(pre, Duration::from_secs(60));
-        assert_eq!(plain.status.code(), pre.status.code(), "{args:?}: exit status");
-        assert_eq!(text(&plain.stdout), text(&pre.stdout), "{args:?}: stdout");
-        assert_eq!(text(&plain.stderr), text(&pre.stderr), "{args:?}: stderr");
+        // the hooks alone, and the doorbell trap asked for (it waits for a register page)
+        for engine in ["hooks", "trap"] {
+            let mut pre = base(&args);
+            pre.env("LD_PRELOAD", &lib)
+                .env("RDMAPROBE_MODEL_DIR", &d.0)
+                .env("RDMAPROBE_ENGINE", engine);
+            let pre = run_until(pre, Duration::from_secs(60));
+            assert_eq!(plain.status.code(), pre.status.code(), "{args:?} {engine}: exit status");
+            assert_eq!(text(&plain.stdout), text(&pre.stdout), "{args:?} {engine}: stdout");
+            assert_eq!(text(&plain.stderr), text(&pre.stderr), "{args:?} {engine}: stderr");
+        }
     }
 }
 
@@ -416,6 +433,136 @@ fn ucx_perftest_runs_rc_verbs_and_ud_verbs_between_two_processes() {
     }
 }
 
+/// UCX's own mlx5 path rings doorbells itself (no libibverbs call after a post): it runs on the
+/// doorbell trap, with UCX's defaults (128-byte CQEs, BlueFlame posts), and the trap says it
+/// skipped the stores.
+#[test]
+fn ucx_perftest_runs_rc_mlx5_and_ud_mlx5_on_the_doorbell_trap() {
+    if !have("ucx_perftest", "ucx-utils") {
+        return;
+    }
+    let d = ModelDir::new("ucx-mlx5");
+    let cases: &[(&str, &[&str])] = &[
+        ("rc_mlx5", &["-t", "am_lat", "-s", "8"]),
+        ("rc_mlx5", &["-t", "put_bw", "-s", "65536", "-D", "zcopy"]),
+        ("rc_mlx5", &["-t", "get", "-s", "4096", "-D", "zcopy"]),
+        ("rc_mlx5", &["-t", "add_lat"]),
+        ("ud_mlx5", &["-t", "am_lat", "-s", "8"]),
+    ];
+    for (tl, test) in cases {
+        let mut args = vec![
+            "env",
+            "RDMAPROBE_UVERBS_DEBUG=1",
+            "ucx_perftest",
+            "-d",
+            "model0:1",
+            "-x",
+            tl,
+            "-n",
+            "2000",
+        ];
+        args.extend_from_slice(test);
+        let r = pair_with(&d, &["--engine", "trap"], "env", &args[1..]);
+        let what = format!("ucx_perftest {tl} {test:?} --engine trap");
+        assert_pair_ok(&what, &d, &r, "Final:");
+        let skipped = |o: &Output| -> u64 {
+            let e = text(&o.stderr);
+            e.split("doorbell trap: ")
+                .nth(1)
+                .and_then(|t| t.split(' ').next()?.parse().ok())
+                .unwrap_or_else(|| panic!("{what}: the trap's count missing:\n{e}"))
+        };
+        // every post rings at least once (warm-up iterations come on top); the server of a
+        // one-sided test posts nothing
+        assert!(skipped(&r.1) >= 2000, "{what}: {}", text(&r.1.stderr));
+        if test.contains(&"am_lat") {
+            assert!(skipped(&r.0) >= 2000, "{what}: {}", text(&r.0.stderr));
+        }
+    }
+}
+
+/// A program that posts through libibverbs runs on the trap too (each post's doorbell is one
+/// trapped store, `model0 exec` turning libmlx5's BlueFlame copies off; the hooks still run).
+#[test]
+fn verbs_programs_run_on_the_doorbell_trap_too() {
+    if !have("ib_send_bw", "perftest") || !have("ibv_srq_pingpong", "ibverbs-utils") {
+        return;
+    }
+    let d = ModelDir::new("trap-verbs");
+    let runs: &[(&str, &[&str], &str)] = &[
+        ("ib_send_bw", &["-d", "model0", "-n", "500", "-s", "4096"], "BW average"),
+        ("ib_write_lat", &["-d", "model0", "-n", "500"], "t_typical"),
+        ("ibv_srq_pingpong", &["-d", "model0", "-n", "500"], "iters in"),
+    ];
+    for (prog, args, expect) in runs {
+        let mut a = vec!["RDMAPROBE_UVERBS_DEBUG=1", prog];
+        a.extend_from_slice(args);
+        let r = pair_with(&d, &["--engine", "trap"], "env", &a);
+        let what = format!("{prog} --engine trap");
+        // ibv_*_pingpong prints its figures on stderr
+        let mut c = r.1.clone();
+        c.stdout.extend_from_slice(&r.1.stderr);
+        assert_pair_ok(&what, &d, &(r.0.clone(), c), expect);
+        let e = text(&r.1.stderr);
+        assert!(
+            e.contains("stores skipped") && !e.contains("doorbell trap: 0 stores"),
+            "{what}: no doorbell trapped:\n{e}"
+        );
+    }
+}
+
+/// Under the trap the program's own SIGSEGV handler still sees its own faults (here Python's
+/// faulthandler, installed after model0's register pages were mapped), and without one a fault
+/// ends the program as it would have: the trap keeps its handler out of the program's way.
+#[test]
+fn a_program_s_own_faults_go_past_the_trap() {
+    if !have("python3", "python3") || !have("ibv_devinfo", "ibverbs-utils") {
+        return;
+    }
+    let d = ModelDir::new("trap-faults");
+    // SIGSEGV's bit in /proc/self/status's SigCgt, before and after the device is opened (the
+    // trap waits for a register page), then a fault
+    let script = |handler: bool| {
+        format!(
+            r#"
+import ctypes, faulthandler, sys
+def caught():
+    line = [l for l in open('/proc/self/status') if l.startswith('SigCgt:')][0]
+    return (int(line.split()[1], 16) >> 10) & 1
+before = caught()
+v = ctypes.CDLL('libibverbs.so.1')
+v.ibv_get_device_list.restype = ctypes.POINTER(ctypes.c_void_p)
+v.ibv_open_device.restype = ctypes.c_void_p
+v.ibv_open_device.argtypes = [ctypes.c_void_p]
+n = ctypes.c_int()
+devs = v.ibv_get_device_list(ctypes.byref(n))
+ctx = v.ibv_open_device(devs[0]) if n.value else None
+print('before', before, 'after', caught(), 'opened', bool(ctx), flush=True)
+if {}:
+    faulthandler.enable()
+ctypes.string_at(0)
+print('not reached', flush=True)
+"#,
+            if handler { "True" } else { "False" }
+        )
+    };
+    for handler in [true, false] {
+        let o = run_until(
+            exec_with(&d, &["--engine", "trap"], &["python3", "-c", &script(handler)]),
+            Duration::from_secs(DEADLINE_S),
+        );
+        let (out, err) = (text(&o.stdout), text(&o.stderr));
+        assert!(
+            out.contains("before 0 after 1 opened True"),
+            "handler {handler}: {out}{err}"
+        );
+        assert!(!out.contains("not reached"), "{out}");
+        // 128 + SIGSEGV: the default action, after faulthandler's own report when it is there
+        assert_eq!(o.status.code(), Some(139), "handler {handler}: {out}{err}");
+        assert_eq!(err.contains("Fatal Python error: Segmentation fault"), handler, "{err}");
+    }
+}
+
 #[test]
 fn perftest_runs_between_two_processes() {
     if !have("ib_write_lat", "perftest") {
@@ -502,7 +649,11 @@ fn exec_refuses_what_it_cannot_do_and_keeps_its_deadline() {
     };
     let o = model0_exec(&["--engine", "thread", "--", "true"]);
     assert_eq!(o.status.code(), Some(2));
-    assert!(text(&o.stderr).contains("--engine thread"), "{}", text(&o.stderr));
+    assert!(
+        text(&o.stderr).contains("invalid value 'thread'"),
+        "{}",
+        text(&o.stderr)
+    );
     let o = model0_exec(&["--timeout", "1", "--", "sleep", "30"]);
     assert_eq!(o.status.code(), Some(124), "{}", text(&o.stderr));
     assert!(

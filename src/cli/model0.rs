@@ -6,9 +6,12 @@ use anyhow::{Context as _, Result};
 use clap::{Args, Subcommand, ValueEnum};
 use rdmaprobe::probe::ProbeError;
 use rdmaprobe::uverbs::preload::DELAY_VAR;
+use rdmaprobe::uverbs::trap::ENGINE_VAR;
 
 /// UCX's switch of its memory-event hooks.
 const UCX_EVENTS_VAR: &str = "UCX_MEM_EVENTS";
+/// libmlx5's switch of its BlueFlame posts.
+const BF_VAR: &str = "MLX5_SHUT_UP_BF";
 use std::ffi::OsString;
 use std::os::unix::process::CommandExt as _;
 use std::path::{Path, PathBuf};
@@ -31,7 +34,8 @@ enum Model0Cmd {
     /// Run PROGRAM with model0 preloaded: it lists model0 as an mlx5 device (`-d model0`), and
     /// two such programs (a server and a client) reach each other through model0's shared
     /// memory. Programs that post through libibverbs (ibv_post_send, ibv_wr_complete,
-    /// ibv_poll_cq) run with `--engine hooks`. PROGRAM runs in a process group of its own, which
+    /// ibv_poll_cq) run with `--engine hooks`; programs that ring doorbells themselves (UCX
+    /// rc_mlx5) with `--engine trap`. PROGRAM runs in a process group of its own, which
     /// the deadline and a SIGINT, SIGTERM or SIGHUP to rdmaprobe signal; it gets SIGTERM if
     /// rdmaprobe dies. The exit status is PROGRAM's (128+N when a signal N ended it or stopped
     /// rdmaprobe, 124 when the deadline did, 127 when PROGRAM is not found, 126 when it cannot
@@ -46,9 +50,12 @@ enum Engine {
     /// ibv_wr_complete) and before each poll (ibv_poll_cq, ibv_start_poll). Deterministic, no
     /// extra thread.
     Hooks,
-    /// A thread watching the doorbell records (programs that ring doorbells themselves, e.g.
-    /// UCX rc_mlx5): not available yet.
-    Thread,
+    /// Also the doorbell trap, for programs that write WQEs and ring doorbells themselves (UCX
+    /// rc_mlx5, DPDK-style code): model0's register pages have no access, and the fault of a
+    /// store to one executes what was rung, in the program's own thread (a few us per doorbell;
+    /// docs/model0-exec.md); MLX5_SHUT_UP_BF=1 unless set (libmlx5's BlueFlame copy would be 8
+    /// traps). A thread that sleeps unless a send waits on the far side takes those.
+    Trap,
 }
 
 #[derive(Args)]
@@ -76,15 +83,6 @@ pub fn model0(a: Model0Args) -> Result<ExitCode> {
 }
 
 fn exec(a: ExecArgs) -> Result<ExitCode> {
-    if a.engine == Engine::Thread {
-        return Err(ProbeError::Usage(
-            "--engine thread (the doorbell-watching engine for programs that ring doorbells themselves, \
-             such as UCX rc_mlx5) is not implemented yet; --engine hooks runs programs that post through \
-             libibverbs"
-                .into(),
-        )
-        .into());
-    }
     if let Some(d) = a.model_delay_ns.filter(|&d| d > rdmaprobe::model::MAX_WIRE_DELAY_NS) {
         return Err(ProbeError::Usage(format!(
             "--model-delay-ns {d}: more than model0's longest wire delay, {} ns",
@@ -114,6 +112,19 @@ fn exec(a: ExecArgs) -> Result<ExitCode> {
     match a.model_delay_ns {
         Some(d) => cmd.env(DELAY_VAR, d.to_string()),
         None => cmd.env_remove(DELAY_VAR),
+    };
+    match a.engine {
+        Engine::Trap => {
+            cmd.env(ENGINE_VAR, "trap");
+            // libmlx5's BlueFlame copy is 8 stores, each a trap: its 8-byte doorbell is one (a
+            // setting of the user's is kept)
+            if std::env::var_os(BF_VAR).is_none() {
+                cmd.env(BF_VAR, "1");
+            }
+        }
+        Engine::Hooks => {
+            cmd.env_remove(ENGINE_VAR);
+        }
     };
     // UCX's memory hooks (its default) patch the code of the first `mmap` they find, the
     // preload's, so that UCX's calls reach the kernel past model0's device (docs/model0-exec.md);

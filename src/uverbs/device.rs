@@ -132,7 +132,7 @@ impl Drop for Inside {
 }
 
 /// Whether this thread is in model0 now (a signal handler: the thread it interrupted).
-fn is_inside() -> bool {
+pub(super) fn is_inside() -> bool {
     INSIDE.try_with(|c| c.get() != 0).unwrap_or(true)
 }
 
@@ -188,6 +188,23 @@ pub fn progress() {
             }
         }
     });
+}
+
+/// [`progress`], then whether a QP of this process has WQEs rung and not yet executed (a send
+/// stalled on RNR, or on a responder not yet ready): the doorbell trap's (`super::trap`).
+pub fn progress_then_waiting() -> bool {
+    let _in = inside();
+    clock::renew_if_due();
+    with_qps(|qs| {
+        let mut waiting = false;
+        for (_, w, seen) in qs {
+            if let Some(q) = w.upgrade() {
+                deliver(&q, seen);
+                waiting |= q.sends_waiting();
+            }
+        }
+        waiting
+    })
 }
 
 /// What `q` rang since `seen`, delivered; `seen` moved to it.
@@ -341,13 +358,20 @@ pub(super) fn mmap_device(fd: c_int, len: usize, prot: c_int, off: libc::off_t) 
             libc::EINVAL,
         );
     }
+    // with the doorbell trap (`super::trap`) the page has no access: each store to it faults
+    let trap = super::trap::wanted();
+    let access = if trap {
+        libc::PROT_NONE
+    } else {
+        libc::PROT_READ | libc::PROT_WRITE
+    };
     // SAFETY: fresh anonymous shared memory, forwarded to the kernel.
     let p = unsafe {
         libc::syscall(
             libc::SYS_mmap,
             std::ptr::null_mut::<c_void>(),
             len,
-            libc::PROT_READ | libc::PROT_WRITE,
+            access,
             libc::MAP_SHARED | libc::MAP_ANONYMOUS,
             -1,
             0,
@@ -355,6 +379,13 @@ pub(super) fn mmap_device(fd: c_int, len: usize, prot: c_int, off: libc::off_t) 
     } as *mut c_void;
     if p == libc::MAP_FAILED {
         return Err(std::io::Error::last_os_error().raw_os_error().unwrap_or(libc::ENOMEM));
+    }
+    if trap {
+        if let Err(why) = super::trap::trap_page(p as usize) {
+            // SAFETY: the page just mapped, not yet given to anyone.
+            unsafe { libc::syscall(libc::SYS_munmap, p, len) };
+            return errno_of(format!("fd {fd}: --engine trap: {why}"), libc::ENOMEM);
+        }
     }
     Ok(p)
 }

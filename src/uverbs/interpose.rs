@@ -223,6 +223,10 @@ pub unsafe extern "C" fn mmap(
             }
         };
     }
+    if flags & libc::MAP_FIXED != 0 {
+        // a trapped register page mapped over is no longer one
+        super::trap::forget(addr as usize, len);
+    }
     // SAFETY: forwarded as given.
     unsafe { libc::syscall(libc::SYS_mmap, addr, len, prot, flags, fd, off) as *mut c_void }
 }

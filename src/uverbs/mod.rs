@@ -14,15 +14,19 @@
 //!   and the program's registered memory pinned into model0's shared files;
 //! - execution: libmlx5 rings a register page nothing watches, so model0 executes where the
 //!   scenarios already let it (after the timed post call, and when polling), through
-//!   [`device::model_qp`]; no thread polls for doorbells.
+//!   [`device::model_qp`]; no thread polls for doorbells. In another program under the preload
+//!   ([`preload`]) the provider's entry points are wrapped to the same end, and with
+//!   `--engine trap` ([`trap`]) a store to a register page is itself the signal to execute.
 //!
-//! Limits: RC, UC and UD QPs, 64-byte CQEs, no SRQ; a kernel whose RDMA netlink
+//! Limits: RC, UC and UD QPs, SRQs, 64- and 128-byte CQEs; a kernel whose RDMA netlink
 //! lists devices makes libibverbs ignore `SYSFS_PATH`, so on such a machine model0 keeps the
 //! direct backend only.
 
 pub mod device;
+mod insn;
 mod interpose;
 pub mod preload;
+pub mod trap;
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;

@@ -10,8 +10,8 @@
 //! QP of the process; after an arm (`req_notify_cq`) the completions already in the CQ raise the
 //! event the arm asks for; before a read of the NIC clock (`query_rt_values`) model0's timer page
 //! is brought up to now. Execution is deterministic and in the program's own threads: no engine
-//! thread. A program that rings doorbells itself (UCX's `rc_mlx5`) needs one, which this does not
-//! have yet (docs/model0-exec.md).
+//! thread. A program that rings doorbells itself (UCX's `rc_mlx5`) needs the doorbell trap
+//! (`super::trap`, `--engine trap`; docs/model0-exec.md).
 
 use super::device;
 use crate::sys;
@@ -102,6 +102,15 @@ fn orig(slot: Slot, obj: usize) -> Option<usize> {
 /// program's first device list has model0. Silent: a program that never asks for a device must
 /// behave as without the preload (`RDMAPROBE_UVERBS_DEBUG=1` says why model0 is absent).
 pub fn start() {
+    if let Err(why) = super::trap::want_from_env() {
+        // a user's own setting of the variable (`model0 exec` checks its --engine): said, and
+        // the hooks alone run
+        use std::io::Write;
+        let _ = writeln!(
+            std::io::stderr(),
+            "rdmaprobe: model0 preload: {why}; the hooks alone run"
+        );
+    }
     if let Err(why) = super::status() {
         if std::env::var_os("RDMAPROBE_UVERBS_DEBUG").is_some() {
             use std::io::Write;
@@ -113,6 +122,19 @@ pub fn start() {
 /// The preload's destructor (a normal exit, `exit()` from a library): the process's model0
 /// objects are removed now, not left for the next start's sweep.
 pub fn exit() {
+    if super::trap::on() && std::env::var_os("RDMAPROBE_UVERBS_DEBUG").is_some() {
+        use std::io::Write;
+        let (skipped, stepped, code) = super::trap::counts();
+        let first = if stepped > 0 {
+            format!(" (the first at code {code:02x?})")
+        } else {
+            String::new()
+        };
+        let _ = writeln!(
+            std::io::stderr(),
+            "rdmaprobe: model0 preload: doorbell trap: {skipped} stores skipped, {stepped} single-stepped{first}"
+        );
+    }
     let _ = device::close_all(true);
     crate::model::events::remove_fifos(true);
 }
