@@ -38,3 +38,6 @@ pub mod signals;
 
 #[cfg(all(feature = "std", target_os = "linux"))]
 pub mod uverbs;
+
+#[cfg(all(test, feature = "std", target_os = "linux"))]
+mod test_pages;

@@ -58,6 +58,13 @@ impl ModelSrq {
         self.srqn
     }
 
+    /// What it takes, as CREATE_SRQ and QUERY_SRQ answer: receives (one slot of the ring is
+    /// libmlx5's spare) and scatter entries per WQE (after the 16-byte next segment).
+    pub fn caps(&self) -> (u32, u32) {
+        let h = hdr::<SrqHdr>(&self.shm);
+        (h.wqe_cnt - 1, (h.stride - 16) / 16)
+    }
+
     /// Destruction through libibverbs: the program gets its ring back now, before libmlx5 frees
     /// it; a sender still holding the SRQ finds it invalid.
     pub fn release_user_memory(&self) {
@@ -217,32 +224,7 @@ mod tests {
     use crate::model::layout::QpHdr;
     use crate::model::{DirectModelQp, ExecMode, ModelConfig, ModelConnect, ModelQpCaps};
     use crate::sys;
-
-    /// A page of this process's memory, as libmlx5 allocates its rings.
-    struct Page(*mut u8);
-    impl Page {
-        fn new() -> Page {
-            // SAFETY: a fresh anonymous private page.
-            let p = unsafe {
-                libc::mmap(
-                    std::ptr::null_mut(),
-                    PAGE,
-                    libc::PROT_READ | libc::PROT_WRITE,
-                    libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-                    -1,
-                    0,
-                )
-            };
-            assert_ne!(p, libc::MAP_FAILED);
-            Page(p as *mut u8)
-        }
-    }
-    impl Drop for Page {
-        fn drop(&mut self) {
-            // SAFETY: the page mapped by `new`.
-            unsafe { libc::munmap(self.0 as *mut libc::c_void, PAGE) };
-        }
-    }
+    use crate::test_pages::Page;
 
     fn next(cq: &mut Cq) -> Cqe {
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
@@ -273,7 +255,9 @@ mod tests {
         b.qp.connect(a.qp.qpn(), ModelConnect::default());
         let all = sys::IBV_ACCESS_LOCAL_WRITE | sys::IBV_ACCESS_REMOTE_WRITE;
         let (src, dst) = (m.reg_mr(pd, PAGE, all).unwrap(), m.reg_mr(pd, PAGE, all).unwrap());
-        let (ring, dbp) = (Page::new(), Page::new());
+        // pages of this process, as libmlx5 allocates its rings
+        let rw = libc::PROT_READ | libc::PROT_WRITE;
+        let (ring, dbp) = (Page::new(rw), Page::new(rw));
         // SAFETY: pages of ours, kept until the SRQ and the record page are dropped (below).
         let db = unsafe { m.map_db_page(dbp.0 as usize) }.unwrap();
         let l = UserSrqLayout {

@@ -80,9 +80,6 @@ struct SrqEnt {
     srq: ModelSrq,
     pdn: u32,
     db: usize,
-    /// What CREATE_SRQ answered (QUERY_SRQ answers it again).
-    max_wr: u32,
-    max_sge: u32,
 }
 
 /// One open context (a device descriptor after `GET_CONTEXT`).

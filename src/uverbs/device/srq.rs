@@ -85,17 +85,8 @@ pub(super) fn create_srq(ctx: &mut Ctx, c: &mut Cmd<'_>) -> Result<(), c_int> {
     };
     let h = handle(ctx);
     let srqn = srq.srqn();
-    let (max_wr, max_sge) = (wqe_cnt - 1, (stride - 16) / 16);
-    ctx.srqs.insert(
-        h,
-        SrqEnt {
-            srq,
-            pdn,
-            db: page,
-            max_wr,
-            max_sge,
-        },
-    );
+    let (max_wr, max_sge) = srq.caps();
+    ctx.srqs.insert(h, SrqEnt { srq, pdn, db: page });
     BY_USER_HANDLE
         .lock()
         .unwrap_or_else(|p| p.into_inner())
@@ -117,9 +108,10 @@ pub(super) fn query_srq(ctx: &mut Ctx, c: &mut Cmd<'_>) -> Result<(), c_int> {
     let Some(e) = ctx.srqs.get(&q.srq_handle) else {
         return errno_of(format!("QUERY_SRQ of unknown handle {}", q.srq_handle), libc::EINVAL);
     };
+    let (max_wr, max_sge) = e.srq.caps();
     let r = k::ib_uverbs_query_srq_resp {
-        max_wr: e.max_wr,
-        max_sge: e.max_sge,
+        max_wr,
+        max_sge,
         srq_limit: 0,
         ..Default::default()
     };

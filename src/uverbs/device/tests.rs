@@ -8,43 +8,7 @@ use crate::sys::kabi as k;
 use std::ffi::{c_int, c_void};
 use std::mem::size_of;
 
-/// Pages of this process (`len` bytes), `prot` after they are mapped; unmapped when dropped.
-struct Page(*mut u8, usize);
-
-impl Page {
-    fn new(prot: c_int) -> Page {
-        Page::of(4096, prot)
-    }
-
-    fn of(len: usize, prot: c_int) -> Page {
-        // SAFETY: fresh anonymous private pages, ours until dropped.
-        let p = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                len,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-                -1,
-                0,
-            )
-        };
-        assert_ne!(p, libc::MAP_FAILED);
-        // SAFETY: the pages just mapped.
-        assert_eq!(unsafe { libc::mprotect(p, len, prot) }, 0);
-        Page(p as *mut u8, len)
-    }
-
-    fn at(&self) -> u64 {
-        self.0 as u64
-    }
-}
-
-impl Drop for Page {
-    fn drop(&mut self) {
-        // SAFETY: the pages `of` mapped, unmapped once.
-        unsafe { libc::munmap(self.0 as *mut c_void, self.1) };
-    }
-}
+use crate::test_pages::Page;
 
 /// Response addresses a kernel answers EFAULT for: below `mmap_min_addr`, in the kernel's half,
 /// a page without access, a read-only page, a range that runs from writable memory into a page
