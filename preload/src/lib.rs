@@ -101,17 +101,19 @@ pub unsafe extern "C" fn signal(sig: c_int, handler: libc::sighandler_t) -> libc
     }
 }
 
-/// `munmap`, in front of libc's: a trapped register page unmapped is forgotten first (a later
-/// fault at its address is not a doorbell).
+/// `munmap`, in front of libc's: a trapped register page unmapped is forgotten (a later fault at
+/// its address is not a doorbell).
 ///
 /// # Safety
 /// As libc's `munmap`.
 #[no_mangle]
 pub unsafe extern "C" fn munmap(addr: *mut c_void, len: usize) -> c_int {
-    trap::forget(addr as usize, len);
     // SAFETY: forwarded as given.
-    let r = unsafe { libc::syscall(libc::SYS_munmap, addr, len) };
-    r as c_int
+    let r = unsafe { libc::syscall(libc::SYS_munmap, addr, len) } as c_int;
+    if r == 0 {
+        trap::forget(addr as usize, len);
+    }
+    r
 }
 
 fn no_libc() -> c_int {

@@ -46,6 +46,11 @@ impl DirectQueues for crate::model::DirectModelQp {
             crate::model::ExecMode::AfterPost => self.qp.deliver(),
             crate::model::ExecMode::Inline => {}
         }
+        // a WQE retried against a responder that does not answer (not ready, gone, its
+        // process dead) is tried again at each poll, until the retry budget runs out
+        if self.qp.retrying() {
+            self.qp.progress();
+        }
     }
     fn after_post(&mut self) {
         if self.qp.exec_mode() == crate::model::ExecMode::AfterPost {

@@ -1,6 +1,6 @@
 //! `model0`: a software HCA with the memory interface of an mlx5 queue pair — SQ and RQ rings of
-//! WQEBBs, doorbell records, a doorbell/BlueFlame register page, CQ buffers of CQE64 starting
-//! INVALID — which the direct path drives with the very code it uses on a ConnectX. Only the
+//! WQEBBs, doorbell records, a doorbell/BlueFlame register page, CQ buffers of CQE64 (or, made
+//! through libmlx5, 128-byte CQEs) starting INVALID — which the direct path drives with the very code it uses on a ConnectX. Only the
 //! doorbell is routed here (the [`RingHook`](crate::mlx5::sq::RingHook) of the send and receive queues).
 //!
 //! The model decodes WQEs with rdma-core's types (`sys::mlx5_wqe_*`, not our builders' types, so
@@ -58,6 +58,7 @@ pub use info::{info, sweep_dead, ModelInfo};
 pub use layout::{state, transport};
 pub use lookup::settle_thread;
 pub use objects::{Counters, Model, ModelCq, ModelMr, ModelQp};
+pub use pid::set_wait_hook;
 pub use srq::{ModelSrq, UserSrqLayout};
 pub use user::{ModelDbPage, UserQpLayout};
 pub use wire::abort_wire_waits;

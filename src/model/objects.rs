@@ -715,6 +715,12 @@ impl ModelQp {
         h.inject_countdown.store(after + 1, Ordering::Relaxed);
         h.inject_syndrome.store(syndrome as u32, Ordering::Release);
     }
+    /// Whether a WQE of its waits for a responder that does not answer (retried at each
+    /// [`ModelQp::progress`] until the retry budget runs out).
+    pub fn retrying(&self) -> bool {
+        self.h().not_ready_since.load(Ordering::Relaxed) != 0
+    }
+
     /// Executes what was rung and not yet executed (needed in [`ExecMode::Deferred`]).
     pub fn progress(&self) {
         let (reg, rung) = self.pending.reg_check();

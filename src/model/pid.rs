@@ -1,5 +1,6 @@
 //! This process's id without a system call per use: the model compares it with each WQE's
-//! peer owner; and whether a peer's process is still there.
+//! peer owner; whether a peer's process is still there; and who drives the retries of a
+//! requester waiting for a peer that does not answer.
 
 /// This process's id, as [`std::process::id`] gives it, read once: `getpid` is a system call,
 /// and the model asks for every WQE it executes (a quarter of the CPU time of a small `bw` on
@@ -69,6 +70,24 @@ static OWN_PID: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new
 /// `pthread_atfork`'s child handler: the child reads its own id at its next [`own_pid`].
 extern "C" fn forget_own_pid() {
     OWN_PID.store(0, std::sync::atomic::Ordering::Relaxed);
+}
+
+/// Called when a requester starts retrying a responder that does not answer, or stalls on RNR
+/// with infinite retries: the preload starts a thread that drives the retries where the program
+/// does not poll (`uverbs::trap`).
+static WAIT_HOOK: std::sync::OnceLock<fn()> = std::sync::OnceLock::new();
+
+/// Sets the function called when a send starts waiting for a peer that does not answer or has
+/// no receive (once per process; later calls change nothing).
+pub fn set_wait_hook(f: fn()) {
+    let _ = WAIT_HOOK.set(f);
+}
+
+/// A send waits: the hook, if one is set.
+pub(super) fn send_waits() {
+    if let Some(f) = WAIT_HOOK.get() {
+        f();
+    }
 }
 
 #[cfg(test)]

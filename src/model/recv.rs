@@ -175,7 +175,7 @@ fn take_and_scatter(
     } else {
         payload.len()
     };
-    // scatter-to-CQE (the QP asked for it at creation, and its CQEs are 64 B): a payload of at
+    // scatter-to-CQE (the QP asked for it at creation): a payload of at
     // most 32 bytes goes into the CQE, the receive buffer stays untouched (its entries are
     // still checked, as the NIC checks the receive WQE)
     let scatter = ph.scatter_cqe != 0 && write_len > 0 && write_len <= ph.scatter_cqe.min(32) as usize;

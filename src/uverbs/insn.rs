@@ -36,9 +36,11 @@ pub fn store_len(byte: impl Fn(usize) -> u8) -> Option<usize> {
             return None;
         }
     }
+    let mut rex_w = false;
     let (map, op) = match byte(i) {
         // REX, then the opcode
-        0x40..=0x4F => {
+        r @ 0x40..=0x4F => {
+            rex_w = r & 0x08 != 0;
             i += 1;
             opcode(&byte, &mut i)?
         }
@@ -59,7 +61,7 @@ pub fn store_len(byte: impl Fn(usize) -> u8) -> Option<usize> {
         // EVEX (AVX-512: a 64-byte BlueFlame copy is one zmm store): the map in the low two
         // bits of its first payload byte, pp in the second's
         0x62 => {
-            let m = byte(i + 1) & 0x03;
+            let m = byte(i + 1) & 0x07;
             rep = byte(i + 2) & 3 == 2;
             i += 4;
             (if m == 1 { Map::Of0F } else { Map::Other }, byte(i))
@@ -70,8 +72,9 @@ pub fn store_len(byte: impl Fn(usize) -> u8) -> Option<usize> {
     let imm = match (map, op) {
         (Map::One, 0x88 | 0x89) => 0,
         (Map::One, 0xC6) => 1,
+        // a 16-bit immediate with 66, unless REX.W (a 64-bit store of a 32-bit immediate) wins
         (Map::One, 0xC7) => {
-            if opsize16 {
+            if opsize16 && !rex_w {
                 2
             } else {
                 4
@@ -135,7 +138,8 @@ mod tests {
         store_len(|i| *code.get(i).unwrap_or_else(|| panic!("read byte {i} of {code:02x?}")))
     }
 
-    /// Encodings as GNU as writes them (`objdump -d` of each in a comment).
+    /// Encodings of each instruction in its comment (as GNU as writes them, or, where it would
+    /// choose a shorter displacement, the longer form a compiler may also emit).
     #[test]
     fn the_stores_of_doorbells_and_blueflame_copies_have_their_lengths() {
         let cases: &[(&[u8], usize)] = &[
@@ -183,6 +187,7 @@ mod tests {
             &[0x0f, 0x38, 0x00],                   // a three-byte opcode
             &[0x62, 0xf1, 0x7e, 0x48, 0x6f, 0x07], // vmovdqu32 (%rdi),%zmm0: a load
             &[0x62, 0xf2, 0x7d, 0x48, 0x7f, 0x07], // EVEX map 0F38
+            &[0x62, 0xf5, 0x7c, 0x48, 0x11, 0x07], // EVEX map 5 (AVX512-FP16)
             &[0x48, 0x62],                         // EVEX after a REX
             &[0xf0, 0x48, 0x01, 0x07],             // lock add %rax,(%rdi): a read-modify-write
             &[0x66; 15],                           // prefixes only

@@ -223,12 +223,13 @@ pub unsafe extern "C" fn mmap(
             }
         };
     }
-    if flags & libc::MAP_FIXED != 0 {
+    // SAFETY: forwarded as given.
+    let p = unsafe { libc::syscall(libc::SYS_mmap, addr, len, prot, flags, fd, off) as *mut c_void };
+    if flags & libc::MAP_FIXED != 0 && p != libc::MAP_FAILED {
         // a trapped register page mapped over is no longer one
         super::trap::forget(addr as usize, len);
     }
-    // SAFETY: forwarded as given.
-    unsafe { libc::syscall(libc::SYS_mmap, addr, len, prot, flags, fd, off) as *mut c_void }
+    p
 }
 
 /// Opens `/dev/null` as the device's descriptor (a real character device, so `fstat` needs no

@@ -9,9 +9,11 @@
 //! RNR goes on); before a poll (`poll_cq`, an extended CQ's `start_poll`) the progress of every
 //! QP of the process; after an arm (`req_notify_cq`) the completions already in the CQ raise the
 //! event the arm asks for; before a read of the NIC clock (`query_rt_values`) model0's timer page
-//! is brought up to now. Execution is deterministic and in the program's own threads: no engine
-//! thread. A program that rings doorbells itself (UCX's `rc_mlx5`) needs the doorbell trap
-//! (`super::trap`, `--engine trap`; docs/model0-exec.md).
+//! is brought up to now. Execution is deterministic and in the program's own threads; a thread
+//! (`super::trap`'s sweeper) starts only when a send first waits for a responder that does not
+//! answer, to retry it where the program does not poll. A program that rings doorbells itself
+//! (UCX's `rc_mlx5`) needs the doorbell trap (`super::trap`, `--engine trap`;
+//! docs/model0-exec.md).
 
 use super::device;
 use crate::sys;
@@ -102,6 +104,9 @@ fn orig(slot: Slot, obj: usize) -> Option<usize> {
 /// program's first device list has model0. Silent: a program that never asks for a device must
 /// behave as without the preload (`RDMAPROBE_UVERBS_DEBUG=1` says why model0 is absent).
 pub fn start() {
+    // a send retried against a responder that does not answer is driven by the sweeper thread
+    // in a program that does not poll (blocked for an event, or polling the CQ's memory)
+    crate::model::set_wait_hook(super::trap::send_waits);
     if let Err(why) = super::trap::want_from_env() {
         // a user's own setting of the variable (`model0 exec` checks its --engine): said, and
         // the hooks alone run

@@ -10,16 +10,23 @@
 //! made writable, the trap flag set, and at the SIGTRAP after it the page closed again and the
 //! progress run. Execution is in the program's own thread, at the doorbell, as on a NIC's side of
 //! the bus: no thread competes with the program for a CPU. What waits on the far side (a send
-//! stalled on RNR until receives come, posted without a doorbell) is taken by a sweeper thread,
-//! every [`SWEEP_MS`] ms while something waits, asleep otherwise.
+//! stalled on RNR until receives come, posted without a doorbell; a responder that does not
+//! answer) is taken by a sweeper thread: a progress every [`SWEEP_MS`] ms while something
+//! waits, every [`IDLE_MS`] ms otherwise (so a WQE may run on it).
 //!
 //! The program's own SIGSEGV and SIGTRAP handlers stay its own: the preload's `sigaction` and
 //! `signal` keep them here (not installed) and every fault that is not a register page's goes
-//! to them, or ends the process as it would have without the preload.
+//! to them, or ends the process as it would have without the preload. Limits: a thread that
+//! blocks SIGSEGV (or SIGTRAP, for a single-stepped store) and rings a doorbell is ended by the
+//! kernel; handlers installed past `sigaction` and `signal` (`sysv_signal`, `bsd_signal`,
+//! `sigset`, a raw `rt_sigaction`) replace the trap's, and the next doorbell ends the program; a
+//! stack overflow ends the program without its alternate-stack handler's report; an arm of a
+//! CQ rung on the register page (not through `ibv_req_notify_cq`) raises no event when a CQE
+//! came before it (`ibv_req_notify_cq`'s hook does that).
 
 use super::{device, insn};
 use std::ffi::{c_int, c_void};
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 
 /// The variable that asks the preload for an engine ("trap"; unset: the hooks alone).
 pub const ENGINE_VAR: &str = "RDMAPROBE_ENGINE";
@@ -33,9 +40,13 @@ const PAGE: usize = 4096;
 const SLOTS: usize = 256;
 /// x86's trap flag in EFLAGS.
 const TF: i64 = 0x100;
+/// `si_code` of a fault of access on a mapped page.
+const SEGV_ACCERR: c_int = 2;
 
 /// The sweeper's futex word: 1 when a doorbell's progress left a send waiting.
-static HURRY: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+static HURRY: AtomicU32 = AtomicU32::new(0);
+/// Whether the sweeper thread runs.
+static SWEEPING: AtomicBool = AtomicBool::new(false);
 /// Whether the preload was asked for the trap ([`ENGINE_VAR`]).
 static WANTED: AtomicBool = AtomicBool::new(false);
 /// Whether the trap is on in this process (its handlers installed: at the first register page).
@@ -45,27 +56,70 @@ static PAGES: [AtomicUsize; SLOTS] = [const { AtomicUsize::new(0) }; SLOTS];
 /// Stores skipped, and stores single-stepped.
 static SKIPPED: AtomicU64 = AtomicU64::new(0);
 static STEPPED: AtomicU64 = AtomicU64::new(0);
-/// The first 16 code bytes at the first store the decoder did not know (what `counts` shows).
+/// The first 16 code bytes at the first store the decoder did not know (what `counts` shows;
+/// zeros past the end of the code's page).
 static UNKNOWN: [AtomicU64; 2] = [const { AtomicU64::new(0) }; 2];
 
 /// The program's disposition of a signal the trap took (its handler or `SIG_DFL`/`SIG_IGN`, and
-/// its flags): where a fault that is not the trap's goes.
+/// its flags): where a fault that is not the trap's goes. A sequence lock: the handlers never
+/// see the pair half written, and nothing in it blocks.
 struct Chained {
+    seq: AtomicU32,
     handler: AtomicUsize,
     flags: AtomicUsize,
+}
+
+impl Chained {
+    fn set(&self, handler: usize, flags: usize) {
+        while !self.try_set(handler, flags) {
+            std::hint::spin_loop();
+        }
+    }
+
+    /// [`Chained::set`] unless another writer is mid-way (async-signal-safe).
+    fn try_set(&self, handler: usize, flags: usize) -> bool {
+        let s = self.seq.load(Ordering::Acquire);
+        if s % 2 != 0
+            || self
+                .seq
+                .compare_exchange(s, s + 1, Ordering::AcqRel, Ordering::Relaxed)
+                .is_err()
+        {
+            return false;
+        }
+        self.handler.store(handler, Ordering::Release);
+        self.flags.store(flags, Ordering::Release);
+        self.seq.store(s + 2, Ordering::Release);
+        true
+    }
+
+    /// (handler, flags), async-signal-safe (a writer is never interrupted by the trap's own
+    /// fault: it stores to no register page).
+    fn get(&self) -> (usize, usize) {
+        loop {
+            let s = self.seq.load(Ordering::Acquire);
+            let v = (self.handler.load(Ordering::Acquire), self.flags.load(Ordering::Acquire));
+            if s % 2 == 0 && self.seq.load(Ordering::Acquire) == s {
+                return v;
+            }
+            std::hint::spin_loop();
+        }
+    }
 }
 
 /// SIGSEGV's and SIGTRAP's.
 static APP: [Chained; 2] = [const {
     Chained {
+        seq: AtomicU32::new(0),
         handler: AtomicUsize::new(libc::SIG_DFL),
         flags: AtomicUsize::new(0),
     }
 }; 2];
-
 thread_local! {
     /// The register page this thread is single-stepping a store to (0: none).
     static STEP: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+    /// Whether this thread runs the trap's handler (nothing that allocates may run).
+    static IN_HANDLER: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
 }
 
 type SigactionFn = unsafe extern "C" fn(c_int, *const libc::sigaction, *mut libc::sigaction) -> c_int;
@@ -114,6 +168,9 @@ pub fn counts() -> (u64, u64, [u8; 16]) {
 /// unset: not). Nothing else happens until the program maps a model0 register page, so a
 /// program that opens no RDMA device runs as without the preload.
 pub fn want_from_env() -> Result<(), String> {
+    // libc's sigaction and signal looked up now, outside any signal handler (dlsym is not
+    // async-signal-safe, and a program may make its first call to them in a handler)
+    let _ = (real_sigaction(), real_signal());
     match std::env::var(ENGINE_VAR).as_deref() {
         Ok("trap") => WANTED.store(true, Ordering::Release),
         Ok("hooks") | Err(std::env::VarError::NotPresent) => {}
@@ -154,7 +211,10 @@ fn enable() -> Result<(), String> {
         // SAFETY: `sigaction` is plain data; all zeroes is a valid value.
         let mut new: libc::sigaction = unsafe { std::mem::zeroed() };
         new.sa_sigaction = h;
-        new.sa_flags = libc::SA_SIGINFO | libc::SA_ONSTACK | libc::SA_RESTART;
+        // not SA_ONSTACK: model0's progress runs in the handler, more than a small alternate
+        // stack holds (a stack overflow of the program then ends it by the kernel's default
+        // action, without its own alternate-stack handler's report)
+        new.sa_flags = libc::SA_SIGINFO | libc::SA_RESTART;
         // SAFETY: as above.
         let mut old: libc::sigaction = unsafe { std::mem::zeroed() };
         // SAFETY: valid pointers to initialised sigaction structs; the handler has the
@@ -162,21 +222,51 @@ fn enable() -> Result<(), String> {
         if unsafe { real(sig, &new, &mut old) } != 0 {
             return Err(format!("sigaction({sig}): {}", std::io::Error::last_os_error()));
         }
-        APP[k].handler.store(old.sa_sigaction, Ordering::Release);
-        APP[k].flags.store(old.sa_flags as usize, Ordering::Release);
+        APP[k].set(old.sa_sigaction, old.sa_flags as usize);
     }
     ON.store(true, Ordering::Release);
-    std::thread::Builder::new()
-        .name("model0-sweep".into())
-        .spawn(sweep)
-        .map_err(|e| format!("the sweeper thread: {e}"))?;
-    Ok(())
+    ensure_sweeper()
+}
+
+/// Starts the sweeper thread unless it runs (not from a signal handler: the trap starts it
+/// before its first fault).
+fn ensure_sweeper() -> Result<(), String> {
+    static STARTED: std::sync::OnceLock<Result<(), String>> = std::sync::OnceLock::new();
+    STARTED
+        .get_or_init(|| {
+            std::thread::Builder::new()
+                .name("model0-sweep".into())
+                .spawn(sweep)
+                .map(|_| SWEEPING.store(true, Ordering::Release))
+                .map_err(|e| format!("the sweeper thread: {e}"))
+        })
+        .clone()
+}
+
+/// model0's hook (`model::set_wait_hook`) when a send starts waiting for a responder that does
+/// not answer (not yet in RTR, gone, its process dead): the sweeper retries it, for a program
+/// that does not poll (blocked in `ibv_get_cq_event`, or UCX polling its CQ's memory). Started
+/// here when the trap has not started it (the hooks alone: this runs in the program's post or
+/// poll, not in a signal handler).
+pub fn send_waits() {
+    if !SWEEPING.load(Ordering::Acquire) && !IN_HANDLER.with(|h| h.get()) {
+        let _ = ensure_sweeper();
+    }
+    hurry();
 }
 
 /// The sweeper: while a send of the process's waits on the far side (RNR, a responder not yet
 /// ready), model0's progress every [`SWEEP_MS`] ms; otherwise a progress every [`IDLE_MS`] ms,
 /// or at once when a doorbell's progress leaves a send waiting ([`HURRY`]).
 fn sweep() {
+    // every signal blocked: a program that takes its signals with sigwait or a signalfd in a
+    // thread of its own gets them there, not here
+    // SAFETY: plain data, then this thread's own mask.
+    unsafe {
+        let mut all: libc::sigset_t = std::mem::zeroed();
+        libc::sigfillset(&mut all);
+        libc::pthread_sigmask(libc::SIG_BLOCK, &all, std::ptr::null_mut());
+    }
     let mut ms = IDLE_MS;
     loop {
         if HURRY.swap(0, Ordering::AcqRel) == 0 {
@@ -250,26 +340,26 @@ fn slot_of(sig: c_int) -> Option<usize> {
 
 /// The preload's `sigaction` for SIGSEGV and SIGTRAP while the trap is on: the program's
 /// disposition is kept here, not installed (`None`: not the trap's, forward to libc's). The
-/// kept disposition has no signal mask of its own: the handler runs with the trap's (none
-/// added).
+/// kept disposition has no signal mask and no SA_NODEFER of its own: the program's handler runs
+/// with the trap's.
 ///
 /// # Safety
 /// As libc's `sigaction`: `act` and `old` are null or valid.
 pub unsafe fn sigaction_hook(sig: c_int, act: *const libc::sigaction, old: *mut libc::sigaction) -> Option<c_int> {
     let k = slot_of(sig).filter(|_| on())?;
+    let (h, f) = APP[k].get();
+    if !act.is_null() {
+        // SAFETY: the caller's valid struct.
+        let (nh, nf) = unsafe { ((*act).sa_sigaction, (*act).sa_flags) };
+        APP[k].set(nh, nf as usize);
+    }
     if !old.is_null() {
         // SAFETY: the caller's valid struct; all zeroes is a valid value.
         unsafe {
             std::ptr::write_bytes(old, 0, 1);
-            (*old).sa_sigaction = APP[k].handler.load(Ordering::Acquire);
-            (*old).sa_flags = APP[k].flags.load(Ordering::Acquire) as c_int;
+            (*old).sa_sigaction = h;
+            (*old).sa_flags = f as c_int;
         }
-    }
-    if !act.is_null() {
-        // SAFETY: the caller's valid struct.
-        let (h, f) = unsafe { ((*act).sa_sigaction, (*act).sa_flags) };
-        APP[k].handler.store(h, Ordering::Release);
-        APP[k].flags.store(f as usize, Ordering::Release);
     }
     Some(0)
 }
@@ -278,8 +368,9 @@ pub unsafe fn sigaction_hook(sig: c_int, act: *const libc::sigaction, old: *mut 
 /// SA_RESTART); `None`: not the trap's.
 pub fn signal_hook(sig: c_int, h: libc::sighandler_t) -> Option<libc::sighandler_t> {
     let k = slot_of(sig).filter(|_| on())?;
-    APP[k].flags.store(libc::SA_RESTART as usize, Ordering::Release);
-    Some(APP[k].handler.swap(h, Ordering::AcqRel))
+    let (old, _) = APP[k].get();
+    APP[k].set(h, libc::SA_RESTART as usize);
+    Some(old)
 }
 
 /// Runs model0's progress unless the interrupted thread was inside model0 (which never stores
@@ -290,66 +381,102 @@ fn progress() {
     }
 }
 
+/// Runs `f` as the trap's handler: errno kept for the interrupted code (the progress makes
+/// system calls), [`IN_HANDLER`] set.
+fn handling(f: impl FnOnce()) {
+    // SAFETY: glibc's thread-local errno.
+    let errno = unsafe { *libc::__errno_location() };
+    IN_HANDLER.with(|h| h.set(true));
+    f();
+    IN_HANDLER.with(|h| h.set(false));
+    // SAFETY: as above.
+    unsafe { *libc::__errno_location() = errno };
+}
+
 extern "C" fn on_segv(sig: c_int, info: *mut libc::siginfo_t, uc: *mut c_void) {
     // SAFETY: the kernel's siginfo for a SIGSEGV.
-    let addr = unsafe { (*info).si_addr() } as usize;
+    let (code, addr) = unsafe { ((*info).si_code, (*info).si_addr() as usize) };
     let page = addr & !(PAGE - 1);
-    if !trapped(page) {
+    // a fault of access on a trapped page (a SIGSEGV sent by kill carries no address)
+    if code != SEGV_ACCERR || !trapped(page) {
         return chain(sig, info, uc);
     }
-    let uc = uc as *mut libc::ucontext_t;
-    // SAFETY: the kernel's saved context of the interrupted thread, ours to change until we
-    // return.
-    let g = unsafe { &mut (*uc).uc_mcontext.gregs };
-    let rip = g[libc::REG_RIP as usize] as usize;
-    // SAFETY: the bytes of the instruction the CPU just fetched at `rip` (the decoder reads no
-    // further than where the instruction ends, or where it stops knowing it).
-    let len = insn::store_len(|i| unsafe { std::ptr::read_volatile((rip + i) as *const u8) });
-    match len {
-        Some(n) => {
-            g[libc::REG_RIP as usize] += n as i64;
-            SKIPPED.fetch_add(1, Ordering::Relaxed);
-            progress();
-        }
-        None => {
-            if UNKNOWN[0].load(Ordering::Relaxed) == 0 {
-                for (k, w) in UNKNOWN.iter().enumerate() {
-                    // SAFETY: as above; the code the CPU runs is readable, and an instruction the
-                    // decoder stopped in has at least one byte (16 read: the next ones may be the
-                    // next instruction's, never past the code's page when it ends 16 bytes on).
-                    let b: [u8; 8] =
-                        std::array::from_fn(|i| unsafe { std::ptr::read_volatile((rip + 8 * k + i) as *const u8) });
-                    w.store(u64::from_le_bytes(b), Ordering::Relaxed);
-                }
+    handling(|| {
+        let uc = uc as *mut libc::ucontext_t;
+        // SAFETY: the kernel's saved context of the interrupted thread, ours to change until we
+        // return.
+        let g = unsafe { &mut (*uc).uc_mcontext.gregs };
+        let rip = g[libc::REG_RIP as usize] as usize;
+        // the code bytes at `rip` that lie on its page (the next page may not be mapped; an
+        // instruction that runs into it is not decoded, and single-stepped)
+        let room = PAGE - rip % PAGE;
+        let byte = |i: usize| {
+            if i < room {
+                // SAFETY: a byte of the page the CPU just fetched the instruction from.
+                unsafe { std::ptr::read_volatile((rip + i) as *const u8) }
+            } else {
+                0x0F
             }
-            STEP.with(|s| s.set(page));
-            // SAFETY: a register page of model0's, mapped by the device: opened for one
-            // instruction, closed again at the SIGTRAP after it.
-            unsafe { libc::mprotect(page as *mut c_void, PAGE, libc::PROT_READ | libc::PROT_WRITE) };
-            g[libc::REG_EFL as usize] |= TF;
+        };
+        match insn::store_len(byte) {
+            Some(n) if n <= room => {
+                g[libc::REG_RIP as usize] += n as i64;
+                SKIPPED.fetch_add(1, Ordering::Relaxed);
+                progress();
+            }
+            _ => {
+                if UNKNOWN[0].load(Ordering::Relaxed) == 0 {
+                    let mut code = [0u8; 16];
+                    for (i, b) in code.iter_mut().enumerate() {
+                        *b = if i < room { byte(i) } else { 0 };
+                    }
+                    UNKNOWN[0].store(
+                        u64::from_le_bytes(code[..8].try_into().unwrap_or_default()),
+                        Ordering::Relaxed,
+                    );
+                    UNKNOWN[1].store(
+                        u64::from_le_bytes(code[8..].try_into().unwrap_or_default()),
+                        Ordering::Relaxed,
+                    );
+                }
+                STEP.with(|s| s.set(page));
+                // SAFETY: a register page of model0's, mapped by the device: opened for one
+                // instruction, closed again at the SIGTRAP after it.
+                unsafe { libc::mprotect(page as *mut c_void, PAGE, libc::PROT_READ | libc::PROT_WRITE) };
+                g[libc::REG_EFL as usize] |= TF;
+            }
         }
-    }
+    });
 }
 
 extern "C" fn on_trap(sig: c_int, info: *mut libc::siginfo_t, uc: *mut c_void) {
-    let page = STEP.with(|s| s.replace(0));
-    if page == 0 {
+    // SAFETY: the kernel's siginfo.
+    let code = unsafe { (*info).si_code };
+    let page = STEP.with(|s| s.get());
+    // the single step's trap (a SIGTRAP sent by kill meanwhile is the program's)
+    if page == 0 || code != libc::TRAP_TRACE {
         return chain(sig, info, uc);
     }
-    // SAFETY: the page opened by `on_segv` for the instruction just stepped.
-    unsafe { libc::mprotect(page as *mut c_void, PAGE, libc::PROT_NONE) };
-    // SAFETY: as in `on_segv`.
-    unsafe { (*(uc as *mut libc::ucontext_t)).uc_mcontext.gregs[libc::REG_EFL as usize] &= !TF };
-    STEPPED.fetch_add(1, Ordering::Relaxed);
-    progress();
+    STEP.with(|s| s.set(0));
+    handling(|| {
+        if trapped(page) {
+            // SAFETY: the page opened by `on_segv` for the instruction just stepped, still a
+            // register page of model0's.
+            unsafe { libc::mprotect(page as *mut c_void, PAGE, libc::PROT_NONE) };
+        }
+        // SAFETY: as in `on_segv`.
+        unsafe { (*(uc as *mut libc::ucontext_t)).uc_mcontext.gregs[libc::REG_EFL as usize] &= !TF };
+        STEPPED.fetch_add(1, Ordering::Relaxed);
+        progress();
+    });
 }
 
 /// A signal that is not the trap's, given to the program's disposition: its handler, or the
 /// default action (the process ends as it would have without the preload).
 fn chain(sig: c_int, info: *mut libc::siginfo_t, uc: *mut c_void) {
     let Some(k) = slot_of(sig) else { return };
-    let h = APP[k].handler.load(Ordering::Acquire);
-    let flags = APP[k].flags.load(Ordering::Acquire) as c_int;
+    let (h, flags) = APP[k].get();
+    let flags = flags as c_int;
     // SAFETY: the kernel's siginfo.
     let from_fault = unsafe { (*info).si_code } > 0;
     if h == libc::SIG_IGN && !from_fault {
@@ -368,7 +495,7 @@ fn chain(sig: c_int, info: *mut libc::siginfo_t, uc: *mut c_void) {
         return;
     }
     if flags & libc::SA_RESETHAND != 0 {
-        APP[k].handler.store(libc::SIG_DFL, Ordering::Release);
+        APP[k].try_set(libc::SIG_DFL, 0);
     }
     if flags & libc::SA_SIGINFO != 0 {
         type Info = extern "C" fn(c_int, *mut libc::siginfo_t, *mut c_void);
