@@ -140,6 +140,7 @@ pub fn exit() {
             "rdmaprobe: model0 preload: doorbell trap: {skipped} stores skipped, {stepped} single-stepped{first}"
         );
     }
+    super::trap::quiesce();
     let _ = device::close_all(true);
     crate::model::events::remove_fifos(true);
 }
@@ -147,7 +148,9 @@ pub fn exit() {
 extern "C" fn on_signal(sig: c_int) {
     // Nothing here waits for a lock: when the interrupted thread is in model0 (it may hold one
     // of its locks) or a table of the device is locked, the handler gives up, and the next
-    // start's sweep removes the files, as after SIGKILL (`device::close_all`).
+    // start's sweep removes the files, as after SIGKILL (`device::close_all`). The sweeper
+    // thread is stopped first: it may be in a progress pass, holding a table or a QP.
+    super::trap::quiesce();
     let _ = device::close_all(false);
     crate::model::events::remove_fifos(false);
     // SAFETY: back to the default disposition, then the signal again: the process ends as it

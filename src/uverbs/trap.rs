@@ -47,6 +47,9 @@ const SEGV_ACCERR: c_int = 2;
 static HURRY: AtomicU32 = AtomicU32::new(0);
 /// Whether the sweeper thread runs.
 static SWEEPING: AtomicBool = AtomicBool::new(false);
+/// The sweeper is in a progress pass / is to run none again ([`quiesce`]).
+static BUSY: AtomicBool = AtomicBool::new(false);
+static STOP: AtomicBool = AtomicBool::new(false);
 /// Whether the preload was asked for the trap ([`ENGINE_VAR`]).
 static WANTED: AtomicBool = AtomicBool::new(false);
 /// Whether the trap is on in this process (its handlers installed: at the first register page).
@@ -285,11 +288,41 @@ fn sweep() {
                 )
             };
         }
-        ms = if device::progress_then_waiting() {
-            SWEEP_MS
-        } else {
-            IDLE_MS
+        // Dekker with `quiesce`: busy first, then look at the stop (both sequentially
+        // consistent), so a stop either sees this pass or this pass sees the stop
+        BUSY.store(true, Ordering::SeqCst);
+        if STOP.load(Ordering::SeqCst) {
+            BUSY.store(false, Ordering::SeqCst);
+            // parked for good: the process is ending
+            loop {
+                std::thread::sleep(std::time::Duration::from_secs(3600));
+            }
+        }
+        let waiting = device::progress_then_waiting();
+        BUSY.store(false, Ordering::SeqCst);
+        ms = if waiting { SWEEP_MS } else { IDLE_MS };
+    }
+}
+
+/// Stops the sweeper before the process's model0 objects are removed (the preload's exit and
+/// its signal handler): it runs no progress after this returns, so it holds none of model0's
+/// locks or objects. Waits up to 0.2 s for a pass under way; async-signal-safe (atomics and
+/// `nanosleep`).
+pub fn quiesce() {
+    STOP.store(true, Ordering::SeqCst);
+    if !SWEEPING.load(Ordering::Acquire) {
+        return;
+    }
+    for _ in 0..2000 {
+        if !BUSY.load(Ordering::SeqCst) {
+            return;
+        }
+        let t = libc::timespec {
+            tv_sec: 0,
+            tv_nsec: 100_000,
         };
+        // SAFETY: a valid timespec; nanosleep is async-signal-safe.
+        unsafe { libc::nanosleep(&t, std::ptr::null_mut()) };
     }
 }
 
