@@ -108,10 +108,15 @@ pub unsafe extern "C" fn signal(sig: c_int, handler: libc::sighandler_t) -> libc
 /// As libc's `munmap`.
 #[no_mangle]
 pub unsafe extern "C" fn munmap(addr: *mut c_void, len: usize) -> c_int {
+    // forgotten before (the address may be mapped again at once by another thread), trapped
+    // again if the unmapping failed (the page is still there, with no access)
+    let pages = trap::forget(addr as usize, len);
     // SAFETY: forwarded as given.
     let r = unsafe { libc::syscall(libc::SYS_munmap, addr, len) } as c_int;
-    if r == 0 {
-        trap::forget(addr as usize, len);
+    if r != 0 {
+        for p in pages.into_iter().flatten() {
+            let _ = trap::trap_page(p);
+        }
     }
     r
 }

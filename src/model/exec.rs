@@ -683,7 +683,7 @@ impl SqRun<'_> {
         let since = h.not_ready_since.load(Ordering::Relaxed);
         if since == 0 || since & 0xffff != u64::from(d.idx) {
             h.not_ready_since.store(now | u64::from(d.idx), Ordering::Relaxed);
-            super::pid::send_waits();
+            super::pid::send_waits(true);
             return Flow::Stop;
         }
         if now.saturating_sub(since & !0xffff) < TRANSPORT_RETRY_NS {
@@ -709,7 +709,7 @@ impl SqRun<'_> {
             // infinite: resumed by the receiver's doorbell, the next ring or poll, or the
             // preload's sweeper (a receiver that died never posts again: the sweeper's retries
             // find its process gone)
-            super::pid::send_waits();
+            super::pid::send_waits(false);
             return Flow::Stop;
         }
         let peer_timer = m

@@ -75,18 +75,20 @@ extern "C" fn forget_own_pid() {
 /// Called when a requester starts retrying a responder that does not answer, or stalls on RNR
 /// with infinite retries: the preload starts a thread that drives the retries where the program
 /// does not poll (`uverbs::trap`).
-static WAIT_HOOK: std::sync::OnceLock<fn()> = std::sync::OnceLock::new();
+static WAIT_HOOK: std::sync::OnceLock<fn(bool)> = std::sync::OnceLock::new();
 
-/// Sets the function called when a send starts waiting for a peer that does not answer or has
-/// no receive (once per process; later calls change nothing).
-pub fn set_wait_hook(f: fn()) {
+/// Sets the function called when a send starts waiting for a peer that does not answer (with
+/// true) or stalls for a receive (false, at each retry) (once per process; later calls change
+/// nothing).
+pub fn set_wait_hook(f: fn(bool)) {
     let _ = WAIT_HOOK.set(f);
 }
 
-/// A send waits: the hook, if one is set.
-pub(super) fn send_waits() {
+/// A send waits (`first`: it starts waiting for a peer that does not answer): the hook, if one
+/// is set.
+pub(super) fn send_waits(first: bool) {
     if let Some(f) = WAIT_HOOK.get() {
-        f();
+        f(first);
     }
 }
 

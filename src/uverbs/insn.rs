@@ -58,7 +58,7 @@ pub fn store_len(byte: impl Fn(usize) -> u8) -> Option<usize> {
             i += 3;
             (if m == 1 { Map::Of0F } else { Map::Other }, byte(i))
         }
-        // EVEX (AVX-512: a 64-byte BlueFlame copy is one zmm store): the map in the low two
+        // EVEX (AVX-512: a 64-byte BlueFlame copy is one zmm store): the map in the low three
         // bits of its first payload byte, pp in the second's
         0x62 => {
             let m = byte(i + 1) & 0x07;

@@ -23,6 +23,7 @@
 //! direct backend only.
 
 pub mod device;
+#[cfg(target_arch = "x86_64")]
 mod insn;
 mod interpose;
 pub mod preload;

@@ -24,8 +24,12 @@
 //! CQ rung on the register page (not through `ibv_req_notify_cq`) raises no event when a CQE
 //! came before it (`ibv_req_notify_cq`'s hook does that).
 
-use super::{device, insn};
-use std::ffi::{c_int, c_void};
+use super::device;
+#[cfg(target_arch = "x86_64")]
+use super::insn;
+use std::ffi::c_int;
+#[cfg(target_arch = "x86_64")]
+use std::ffi::c_void;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 
 /// The variable that asks the preload for an engine ("trap"; unset: the hooks alone).
@@ -39,8 +43,10 @@ const PAGE: usize = 4096;
 /// Register pages one process can have trapped at once.
 const SLOTS: usize = 256;
 /// x86's trap flag in EFLAGS.
+#[cfg(target_arch = "x86_64")]
 const TF: i64 = 0x100;
 /// `si_code` of a fault of access on a mapped page.
+#[cfg(target_arch = "x86_64")]
 const SEGV_ACCERR: c_int = 2;
 
 /// The sweeper's futex word: 1 when a doorbell's progress left a send waiting.
@@ -73,10 +79,22 @@ struct Chained {
 }
 
 impl Chained {
+    /// Outside signal handlers: this thread's signals are blocked meanwhile (a SIGSEGV sent to
+    /// it mid-way would spin in [`Chained::get`] for good).
     fn set(&self, handler: usize, flags: usize) {
+        // SAFETY: plain data, then this thread's own mask, restored below.
+        let old = unsafe {
+            let mut all: libc::sigset_t = std::mem::zeroed();
+            let mut old: libc::sigset_t = std::mem::zeroed();
+            libc::sigfillset(&mut all);
+            libc::pthread_sigmask(libc::SIG_BLOCK, &all, &mut old);
+            old
+        };
         while !self.try_set(handler, flags) {
             std::hint::spin_loop();
         }
+        // SAFETY: the mask saved above.
+        unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &old, std::ptr::null_mut()) };
     }
 
     /// [`Chained::set`] unless another writer is mid-way (async-signal-safe).
@@ -121,7 +139,7 @@ static APP: [Chained; 2] = [const {
 thread_local! {
     /// The register page this thread is single-stepping a store to (0: none).
     static STEP: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
-    /// Whether this thread runs the trap's handler (nothing that allocates may run).
+    /// Whether this thread runs the trap's handler (no thread is started from it).
     static IN_HANDLER: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
 }
 
@@ -205,6 +223,13 @@ pub fn trap_page(page: usize) -> Result<(), String> {
 
 /// Turns the trap on: installs its SIGSEGV and SIGTRAP handlers (the dispositions they replace
 /// are kept as the program's) and starts the sweeper thread.
+#[cfg(not(target_arch = "x86_64"))]
+fn enable() -> Result<(), String> {
+    Err("the doorbell trap reads x86-64 instructions: not on this architecture".into())
+}
+
+/// Turns the trap on (x86-64).
+#[cfg(target_arch = "x86_64")]
 fn enable() -> Result<(), String> {
     let real = real_sigaction().ok_or("libc's sigaction not found")?;
     for (k, sig, h) in [
@@ -247,15 +272,18 @@ fn ensure_sweeper() -> Result<(), String> {
 }
 
 /// model0's hook (`model::set_wait_hook`) when a send starts waiting for a responder that does
-/// not answer (not yet in RTR, gone, its process dead): the sweeper retries it, for a program
-/// that does not poll (blocked in `ibv_get_cq_event`, or UCX polling its CQ's memory). Started
-/// here when the trap has not started it (the hooks alone: this runs in the program's post or
-/// poll, not in a signal handler).
-pub fn send_waits() {
+/// not answer (not yet in RTR, gone, its process dead; `now`: woken at once) or stalls on RNR
+/// with infinite retries (at every retry: not woken, it sees the wait at its next pass, within
+/// [`IDLE_MS`] ms): the sweeper retries it, for a program that does not poll (blocked in
+/// `ibv_get_cq_event`, or UCX polling its CQ's memory). Started here when the trap has not
+/// started it (the hooks alone: this runs in the program's post or poll, not in a handler).
+pub fn send_waits(now: bool) {
     if !SWEEPING.load(Ordering::Acquire) && !IN_HANDLER.with(|h| h.get()) {
         let _ = ensure_sweeper();
     }
-    hurry();
+    if now {
+        hurry();
+    }
 }
 
 /// The sweeper: while a send of the process's waits on the far side (RNR, a responder not yet
@@ -306,13 +334,10 @@ fn sweep() {
 
 /// Stops the sweeper before the process's model0 objects are removed (the preload's exit and
 /// its signal handler): it runs no progress after this returns, so it holds none of model0's
-/// locks or objects. Waits up to 0.2 s for a pass under way; async-signal-safe (atomics and
-/// `nanosleep`).
+/// locks or objects. Waits 2000 sleeps of 0.1 ms (0.2-0.3 s) at most for a pass under way;
+/// async-signal-safe (atomics and `nanosleep`).
 pub fn quiesce() {
     STOP.store(true, Ordering::SeqCst);
-    if !SWEEPING.load(Ordering::Acquire) {
-        return;
-    }
     for _ in 0..2000 {
         if !BUSY.load(Ordering::SeqCst) {
             return;
@@ -341,17 +366,27 @@ fn hurry() {
     }
 }
 
-/// Forgets the trapped pages in `[addr, addr + len)` (unmapped, or mapped over).
-pub fn forget(addr: usize, len: usize) {
+/// Forgets the trapped pages in `[addr, addr + len)` (unmapped, or mapped over); returns them
+/// (up to 8: a register page is mapped alone).
+pub fn forget(addr: usize, len: usize) -> [Option<usize>; 8] {
+    let mut gone = [None; 8];
     if !on() {
-        return;
+        return gone;
     }
+    let mut n = 0;
     for s in &PAGES {
         let p = s.load(Ordering::Acquire);
-        if p != 0 && p >= addr & !(PAGE - 1) && p < addr.saturating_add(len) {
-            let _ = s.compare_exchange(p, 0, Ordering::AcqRel, Ordering::Relaxed);
+        if p != 0
+            && p >= addr & !(PAGE - 1)
+            && p < addr.saturating_add(len)
+            && s.compare_exchange(p, 0, Ordering::AcqRel, Ordering::Relaxed).is_ok()
+            && n < gone.len()
+        {
+            gone[n] = Some(p);
+            n += 1;
         }
     }
+    gone
 }
 
 /// Whether the page holding `addr` is a trapped register page.
@@ -407,25 +442,29 @@ pub fn signal_hook(sig: c_int, h: libc::sighandler_t) -> Option<libc::sighandler
 }
 
 /// Runs model0's progress unless the interrupted thread was inside model0 (which never stores
-/// to a register page; its locks may be held).
+/// to a register page; its locks may be held). What is left waiting the sweeper finds at its
+/// next pass (a wake per doorbell would keep it from sleeping in a stream of them).
+#[cfg(target_arch = "x86_64")]
 fn progress() {
-    if !device::is_inside() && device::progress_then_waiting() {
-        hurry();
+    if !device::is_inside() {
+        device::progress();
     }
 }
 
+#[cfg(target_arch = "x86_64")]
 /// Runs `f` as the trap's handler: errno kept for the interrupted code (the progress makes
 /// system calls), [`IN_HANDLER`] set.
 fn handling(f: impl FnOnce()) {
     // SAFETY: glibc's thread-local errno.
     let errno = unsafe { *libc::__errno_location() };
-    IN_HANDLER.with(|h| h.set(true));
+    let was = IN_HANDLER.with(|h| h.replace(true));
     f();
-    IN_HANDLER.with(|h| h.set(false));
+    IN_HANDLER.with(|h| h.set(was));
     // SAFETY: as above.
     unsafe { *libc::__errno_location() = errno };
 }
 
+#[cfg(target_arch = "x86_64")]
 extern "C" fn on_segv(sig: c_int, info: *mut libc::siginfo_t, uc: *mut c_void) {
     // SAFETY: the kernel's siginfo for a SIGSEGV.
     let (code, addr) = unsafe { ((*info).si_code, (*info).si_addr() as usize) };
@@ -482,6 +521,7 @@ extern "C" fn on_segv(sig: c_int, info: *mut libc::siginfo_t, uc: *mut c_void) {
     });
 }
 
+#[cfg(target_arch = "x86_64")]
 extern "C" fn on_trap(sig: c_int, info: *mut libc::siginfo_t, uc: *mut c_void) {
     // SAFETY: the kernel's siginfo.
     let code = unsafe { (*info).si_code };
@@ -504,6 +544,7 @@ extern "C" fn on_trap(sig: c_int, info: *mut libc::siginfo_t, uc: *mut c_void) {
     });
 }
 
+#[cfg(target_arch = "x86_64")]
 /// A signal that is not the trap's, given to the program's disposition: its handler, or the
 /// default action (the process ends as it would have without the preload).
 fn chain(sig: c_int, info: *mut libc::siginfo_t, uc: *mut c_void) {
