@@ -47,14 +47,15 @@ enum Model0Cmd {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 enum Engine {
     /// In the program's own threads: after each post (ibv_post_send, ibv_post_recv,
-    /// ibv_wr_complete) and before each poll (ibv_poll_cq, ibv_start_poll). Deterministic, no
-    /// extra thread.
+    /// ibv_wr_complete) and before each poll (ibv_poll_cq, ibv_start_poll). Deterministic; a
+    /// thread starts only when a send waits for a peer that does not answer or has no receive.
     Hooks,
     /// Also the doorbell trap, for programs that write WQEs and ring doorbells themselves (UCX
     /// rc_mlx5, DPDK-style code): model0's register pages have no access, and the fault of a
     /// store to one executes what was rung, in the program's own thread (a few us per doorbell;
     /// docs/model0-exec.md); MLX5_SHUT_UP_BF=1 unless set (libmlx5's BlueFlame copy would be 8
-    /// traps). A thread that sleeps unless a send waits on the far side takes those.
+    /// traps). A thread that runs every 50 ms (every 1 ms while a send waits on the far side)
+    /// takes what waits there.
     Trap,
 }
 
