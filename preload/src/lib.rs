@@ -47,8 +47,7 @@ pub unsafe extern "C" fn ibv_open_device(dev: *mut sys::ibv_device) -> *mut sys:
         // SAFETY: a constant symbol name; RTLD_NEXT finds the next definition, libibverbs'.
         f = unsafe { libc::dlsym(libc::RTLD_NEXT, c"ibv_open_device".as_ptr()) } as usize;
         if f == 0 {
-            // SAFETY: glibc's thread-local errno.
-            unsafe { *libc::__errno_location() = libc::ENOSYS };
+            no_libc();
             return std::ptr::null_mut();
         }
         REAL_OPEN.store(f, Ordering::Release);
@@ -121,6 +120,7 @@ pub unsafe extern "C" fn munmap(addr: *mut c_void, len: usize) -> c_int {
     r
 }
 
+/// The next library's function is not there: ENOSYS, -1.
 fn no_libc() -> c_int {
     // SAFETY: glibc's thread-local errno.
     unsafe { *libc::__errno_location() = libc::ENOSYS };

@@ -41,15 +41,22 @@ impl DirectQueues for crate::model::DirectModelQp {
         (&mut self.sq, &mut self.rq, &mut self.cq)
     }
     fn progress(&mut self) {
+        // a WQE retried against a responder that does not answer (not ready, gone, its
+        // process dead) is tried again at each poll, until the retry budget runs out (deferred
+        // mode's progress does that already)
         match self.qp.exec_mode() {
             crate::model::ExecMode::Deferred => self.qp.progress(),
-            crate::model::ExecMode::AfterPost => self.qp.deliver(),
-            crate::model::ExecMode::Inline => {}
-        }
-        // a WQE retried against a responder that does not answer (not ready, gone, its
-        // process dead) is tried again at each poll, until the retry budget runs out
-        if self.qp.retrying() {
-            self.qp.progress();
+            crate::model::ExecMode::AfterPost => {
+                self.qp.deliver();
+                if self.qp.retrying() {
+                    self.qp.progress();
+                }
+            }
+            crate::model::ExecMode::Inline => {
+                if self.qp.retrying() {
+                    self.qp.progress();
+                }
+            }
         }
     }
     fn after_post(&mut self) {

@@ -176,20 +176,18 @@ pub fn cq_armed(fd: c_int, handle: u32) {
 /// polling a model0 CQ through libibverbs needs, since no thread watches the doorbells. The
 /// verbs layer's CQ polling calls it on model0; the measured backends use their own hooks.
 pub fn progress() {
-    let _in = inside();
-    clock::renew_if_due();
-    with_qps(|qs| {
-        for (_, w, seen) in qs {
-            if let Some(q) = w.upgrade() {
-                deliver(&q, seen);
-            }
-        }
-    });
+    progress_all(false);
 }
 
 /// [`progress`], then whether a QP of this process has WQEs rung and not yet executed (a send
 /// stalled on RNR, or on a responder not yet ready): the doorbell trap's (`super::trap`).
 pub fn progress_then_waiting() -> bool {
+    progress_all(true)
+}
+
+/// The progress of every QP of this process; with `check`, whether one still has WQEs waiting.
+#[inline]
+fn progress_all(check: bool) -> bool {
     let _in = inside();
     clock::renew_if_due();
     with_qps(|qs| {
@@ -197,7 +195,7 @@ pub fn progress_then_waiting() -> bool {
         for (_, w, seen) in qs {
             if let Some(q) = w.upgrade() {
                 deliver(&q, seen);
-                waiting |= q.sends_waiting();
+                waiting |= check && q.sends_waiting();
             }
         }
         waiting
